@@ -1,0 +1,179 @@
+// What cpudl knows about the machine: CPU features (CPUID + XGETBV), topology, memory, cgroup
+// limits, and the decisions it derives from them (kernel ISA level, thread count). Probed once.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace cpudl {
+
+// ---------------------------------------------------------------------------------------------
+// Instruction-set features, named as Linux's /proc/cpuinfo names them.
+// X(name, leaf, subleaf, register, bit, os_state)
+#define CPUDL_CPU_FEATURES(X)                 \
+  X(sse4_2, 1, 0, ecx, 20, sse)               \
+  X(avx, 1, 0, ecx, 28, avx)                  \
+  X(avx2, 7, 0, ebx, 5, avx)                  \
+  X(fma, 1, 0, ecx, 12, avx)                  \
+  X(f16c, 1, 0, ecx, 29, avx)                 \
+  X(avx_vnni, 7, 1, eax, 4, avx)              \
+  X(avx512f, 7, 0, ebx, 16, avx512)           \
+  X(avx512cd, 7, 0, ebx, 28, avx512)          \
+  X(avx512bw, 7, 0, ebx, 30, avx512)          \
+  X(avx512dq, 7, 0, ebx, 17, avx512)          \
+  X(avx512vl, 7, 0, ebx, 31, avx512)          \
+  X(avx512_vnni, 7, 0, ecx, 11, avx512)       \
+  X(avx512_bf16, 7, 1, eax, 5, avx512)        \
+  X(avx512_fp16, 7, 0, edx, 23, avx512)       \
+  X(avx512vbmi, 7, 0, ecx, 1, avx512)         \
+  X(amx_tile, 7, 0, edx, 24, amx)             \
+  X(amx_bf16, 7, 0, edx, 22, amx)             \
+  X(amx_int8, 7, 0, edx, 25, amx)
+
+enum class CpuFeature : int {
+#define CPUDL_ENUM_FEATURE(name, ...) name,
+  CPUDL_CPU_FEATURES(CPUDL_ENUM_FEATURE)
+#undef CPUDL_ENUM_FEATURE
+      count
+};
+inline constexpr int kCpuFeatureCount = static_cast<int>(CpuFeature::count);
+
+std::string_view cpu_feature_name(CpuFeature feature);
+
+// Register state the OS must have enabled (XCR0) before a feature may be used.
+struct OsState {
+  bool xsave = false;           // CPUID.1:ECX.OSXSAVE: XGETBV may be executed
+  bool avx = false;             // XCR0 bits 1-2 (SSE, YMM)
+  bool avx512 = false;          // XCR0 bits 5-7 (opmask, ZMM_Hi256, Hi16_ZMM)
+  bool amx = false;             // XCR0 bits 17-18 (XTILECFG, XTILEDATA)
+  bool amx_permission = false;  // Linux arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA) granted
+};
+
+struct CpuFeatures {
+  std::string vendor;      // "GenuineIntel", "AuthenticAMD", ...
+  std::string model_name;  // brand string, trimmed
+  int family = 0, model = 0, stepping = 0;
+  std::string hypervisor;  // hypervisor vendor signature; empty on bare metal
+  bool cpuid[kCpuFeatureCount] = {};   // what CPUID advertises
+  bool usable[kCpuFeatureCount] = {};  // advertised and its register state enabled by the OS
+  OsState os;
+
+  bool has(CpuFeature f) const { return usable[static_cast<int>(f)]; }
+};
+
+// Executes CPUID/XGETBV on this CPU (and asks Linux for AMX permission when AMX is advertised).
+CpuFeatures probe_cpu_features();
+
+// ---------------------------------------------------------------------------------------------
+// Kernel ISA levels. Each level requires everything below it, so "the best level" is one value.
+#define CPUDL_ISA_LEVELS(X) X(generic) X(avx2) X(avx512) X(avx512_vnni) X(avx512_bf16) X(amx)
+
+enum class IsaLevel : int {
+#define CPUDL_ENUM_LEVEL(name) name,
+  CPUDL_ISA_LEVELS(CPUDL_ENUM_LEVEL)
+#undef CPUDL_ENUM_LEVEL
+};
+inline constexpr int kIsaLevelCount = static_cast<int>(IsaLevel::amx) + 1;
+
+std::string_view isa_level_name(IsaLevel level);
+std::optional<IsaLevel> parse_isa_level(std::string_view name);
+// Features a level adds on top of the level below it.
+std::vector<CpuFeature> isa_level_features(IsaLevel level);
+// Highest level whose features are all usable.
+IsaLevel best_isa_level(const CpuFeatures& cpu);
+
+struct IsaChoice {
+  IsaLevel detected = IsaLevel::generic;  // best the CPU and OS allow
+  IsaLevel active = IsaLevel::generic;    // what the kernels use (detected, or capped)
+  std::string reason;
+};
+// `requested` is the value of CPUDL_ISA, if set. A level the CPU lacks, or an unknown name,
+// throws UsageError naming the missing features; it never leads to an illegal instruction.
+IsaChoice choose_isa_level(const CpuFeatures& cpu, std::optional<std::string> requested);
+
+// ---------------------------------------------------------------------------------------------
+// Topology, memory and limits, read from sysfs/procfs under `root` ("/" on a live system; tests
+// point it at fixture trees). Anything that cannot be read is std::nullopt / empty: "unknown".
+struct NumaNode {
+  int id = 0;
+  std::vector<int> cpus;
+  std::optional<std::uint64_t> memory_bytes;
+};
+
+struct CgroupCpuLimit {
+  std::string version;              // "v2", "v1", or "none" when no cgroup CPU controller is found
+  std::optional<double> cpus;       // quota / period; nullopt = unlimited or unknown
+  std::string path;                 // the file the limit was read from
+};
+
+struct SystemInfo {
+  std::vector<int> online_cpus;            // logical CPUs online
+  std::optional<int> physical_cores;       // distinct (package, core) pairs among online CPUs
+  std::optional<int> sockets;
+  std::optional<std::uint64_t> l1d_bytes, l2_bytes, l3_bytes;  // per instance, as cpu0 sees them
+  std::vector<NumaNode> numa_nodes;
+  std::optional<std::uint64_t> mem_total_bytes, mem_available_bytes;
+  std::optional<std::uint64_t> cgroup_memory_limit_bytes;
+  CgroupCpuLimit cgroup_cpu;
+  std::vector<int> affinity;               // Cpus_allowed_list of this process
+  std::optional<int> usable_physical_cores;  // physical cores with at least one allowed CPU
+  std::optional<std::string> frequency_governor;
+  std::optional<std::uint64_t> thermal_throttle_events;  // summed over CPUs (Intel only)
+};
+
+SystemInfo read_system_info(const std::filesystem::path& root = "/");
+
+// Parses a Linux cpulist ("0-3,8,10-11"). Throws Error on malformed input.
+std::vector<int> parse_cpu_list(std::string_view text);
+// Parses a sysfs cache size ("32K", "1024K", "32M"). nullopt when malformed.
+std::optional<std::uint64_t> parse_cache_size(std::string_view text);
+
+// ---------------------------------------------------------------------------------------------
+// Threads: one compute pool (OpenMP). Environment look-ups go through a function so that tests
+// can supply their own.
+using EnvLookup = std::function<std::optional<std::string>(std::string_view)>;
+EnvLookup process_environment();
+
+struct ThreadPlan {
+  int threads = 1;
+  int usable_cores = 1;  // min(physical cores, affinity, cgroup quota)
+  std::string reason;
+};
+// CPUDL_THREADS, then OMP_NUM_THREADS, override the default. A malformed value is a UsageError.
+ThreadPlan plan_threads(const SystemInfo& system, const EnvLookup& env);
+
+// Things that slow people down, one line each.
+std::vector<std::string> performance_warnings(const CpuFeatures& cpu, const SystemInfo& system,
+                                              const ThreadPlan& threads, const EnvLookup& env);
+
+// ---------------------------------------------------------------------------------------------
+// The process-wide runtime: probed once, on first use, then read as constants.
+struct Runtime {
+  CpuFeatures cpu;
+  SystemInfo system;
+  IsaChoice isa;
+  ThreadPlan threads;
+};
+// Throws UsageError on a bad CPUDL_ISA / CPUDL_THREADS / OMP_NUM_THREADS (and keeps throwing it).
+const Runtime& runtime();
+
+// Whether CPUDL_VERBOSE asks for kernel-choice logging (to stderr).
+bool verbose();
+
+// ---------------------------------------------------------------------------------------------
+// Roofs measured on this machine: what speed claims are judged against.
+struct MeasuredPeaks {
+  int threads = 1;
+  double fp32_gflops_one_core = 0, fp32_gflops_all_cores = 0;
+  double bandwidth_gbs_one_core = 0, bandwidth_gbs_all_cores = 0;  // read bandwidth
+  std::string fma_kernel, bandwidth_kernel;
+};
+// Takes about `seconds` in total (split between the FMA and bandwidth probes).
+MeasuredPeaks measure_peaks(double seconds = 1.5);
+
+}  // namespace cpudl

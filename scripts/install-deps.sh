@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages that cpudl's build, tests and demo need, and nothing when they
+# are all present (one dpkg-query call: about a second). Safe to run again and again.
+set -euo pipefail
+
+packages=(
+  g++ make cmake ninja-build binutils   # toolchain (binutils: nm, for the ISA-object check)
+  libgtest-dev libgmock-dev             # tests
+  libbenchmark-dev                      # kernel microbenchmarks
+  nlohmann-json3-dev                    # JSON output (doctor --json, bench --json)
+  libcli11-dev                          # command-line parsing
+)
+
+missing=()
+while read -r status name; do
+  [ "$status" = "ii" ] || missing+=("$name")
+done < <(for p in "${packages[@]}"; do
+  s=$(dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null | tr -d ' ' || true)
+  echo "${s:-none} $p"
+done)
+
+if [ "${#missing[@]}" -eq 0 ]; then
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}" >&2
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "install-deps: need root (or sudo) to install ${missing[*]}" >&2; exit 1; }
+  sudo_cmd=(sudo)
+fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done" >&2

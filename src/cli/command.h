@@ -1,0 +1,14 @@
+// How subcommands plug into the CLI: each file adds its CLI11 subcommand and the action to run.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace cpudl::cli {
+
+// Set by the subcommand that was parsed; returns the process exit code.
+using Action = std::function<int()>;
+
+void add_doctor_command(CLI::App& app, Action& action);
+
+}  // namespace cpudl::cli

@@ -1,0 +1,193 @@
+// `cpudl doctor`: what this machine is, what cpudl will do on it, and what slows it down.
+// The JSON object is the single source: the text report is rendered from it.
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "cli/command.h"
+#include "cpudl/runtime.h"
+#include "kernels/dispatch.h"
+
+namespace cpudl::cli {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+template <class T>
+Json optional_json(const std::optional<T>& value) {
+  return value ? Json(*value) : Json(nullptr);
+}
+
+Json doctor_json(const Runtime& rt, const std::optional<MeasuredPeaks>& peaks) {
+  const SystemInfo& sys = rt.system;
+  Json j;
+  j["cpudl_version"] = CPUDL_VERSION;
+  j["cpu"] = {{"vendor", rt.cpu.vendor},
+              {"model_name", rt.cpu.model_name},
+              {"family", rt.cpu.family},
+              {"model", rt.cpu.model},
+              {"stepping", rt.cpu.stepping},
+              {"hypervisor", rt.cpu.hypervisor.empty() ? Json(nullptr) : Json(rt.cpu.hypervisor)}};
+  j["cores"] = {{"logical", sys.online_cpus.size()},
+                {"physical", optional_json(sys.physical_cores)},
+                {"sockets", optional_json(sys.sockets)},
+                {"usable_physical", optional_json(sys.usable_physical_cores)}};
+  j["caches"] = {{"l1d_bytes", optional_json(sys.l1d_bytes)},
+                 {"l2_bytes", optional_json(sys.l2_bytes)},
+                 {"l3_bytes", optional_json(sys.l3_bytes)}};
+  Json numa = Json::array();
+  for (const NumaNode& node : sys.numa_nodes)
+    numa.push_back({{"node", node.id}, {"cpus", node.cpus}, {"memory_bytes", optional_json(node.memory_bytes)}});
+  j["numa_nodes"] = numa;
+  j["memory"] = {{"total_bytes", optional_json(sys.mem_total_bytes)},
+                 {"available_bytes", optional_json(sys.mem_available_bytes)},
+                 {"cgroup_limit_bytes", optional_json(sys.cgroup_memory_limit_bytes)}};
+  j["cgroup"] = {{"version", sys.cgroup_cpu.version},
+                 {"cpu_quota", optional_json(sys.cgroup_cpu.cpus)},
+                 {"source", sys.cgroup_cpu.path.empty() ? Json(nullptr) : Json(sys.cgroup_cpu.path)}};
+  j["affinity"] = sys.affinity;
+  Json isa, cpuid;
+  for (int f = 0; f < kCpuFeatureCount; ++f) {
+    const std::string name(cpu_feature_name(static_cast<CpuFeature>(f)));
+    isa[name] = rt.cpu.usable[f];
+    cpuid[name] = rt.cpu.cpuid[f];
+  }
+  j["isa"] = isa;
+  j["cpuid"] = cpuid;
+  j["os_state"] = {{"xsave", rt.cpu.os.xsave},
+                   {"avx", rt.cpu.os.avx},
+                   {"avx512", rt.cpu.os.avx512},
+                   {"amx", rt.cpu.os.amx},
+                   {"amx_permission", rt.cpu.os.amx_permission}};
+  j["level"] = isa_level_name(rt.isa.active);
+  j["detected_level"] = isa_level_name(rt.isa.detected);
+  j["level_reason"] = rt.isa.reason;
+  j["threads"] = rt.threads.threads;
+  j["threads_reason"] = rt.threads.reason;
+  Json kernels_json;
+  for (const auto& [kernel, variant] : kernels::describe(kernels::kernel_table())) kernels_json[kernel] = variant;
+  j["kernels"] = kernels_json;
+  j["frequency_governor"] = optional_json(sys.frequency_governor);
+  j["thermal_throttle_events"] = optional_json(sys.thermal_throttle_events);
+  j["warnings"] = performance_warnings(rt.cpu, sys, rt.threads, process_environment());
+  if (peaks) {
+    j["measured"] = {{"threads", peaks->threads},
+                     {"fp32_gflops_one_core", peaks->fp32_gflops_one_core},
+                     {"fp32_gflops_all_cores", peaks->fp32_gflops_all_cores},
+                     {"bandwidth_gbs_one_core", peaks->bandwidth_gbs_one_core},
+                     {"bandwidth_gbs_all_cores", peaks->bandwidth_gbs_all_cores},
+                     {"fma_kernel", peaks->fma_kernel},
+                     {"bandwidth_kernel", peaks->bandwidth_kernel}};
+  }
+  return j;
+}
+
+std::string bytes_text(const Json& value) {
+  if (value.is_null()) return "unknown";
+  const auto bytes = value.get<std::uint64_t>();
+  char buffer[32];
+  if (bytes >= (std::uint64_t{1} << 30))
+    std::snprintf(buffer, sizeof buffer, "%.1f GiB", static_cast<double>(bytes) / (1 << 30));
+  else if (bytes >= (1 << 20))
+    std::snprintf(buffer, sizeof buffer, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+  else
+    std::snprintf(buffer, sizeof buffer, "%llu KiB", static_cast<unsigned long long>(bytes >> 10));
+  return buffer;
+}
+
+std::string text(const Json& value) {
+  if (value.is_null()) return "unknown";
+  if (value.is_string()) return value.get<std::string>();
+  return value.dump();
+}
+
+std::string cpu_list_text(const Json& cpus) {
+  // Compress [0,1,2,3,8] to "0-3,8", as Linux writes it.
+  std::string out;
+  const auto list = cpus.get<std::vector<int>>();
+  for (std::size_t i = 0; i < list.size();) {
+    std::size_t j = i;
+    while (j + 1 < list.size() && list[j + 1] == list[j] + 1) ++j;
+    out += (out.empty() ? "" : ",") + std::to_string(list[i]);
+    if (j > i) out += "-" + std::to_string(list[j]);
+    i = j + 1;
+  }
+  return out.empty() ? "unknown" : out;
+}
+
+void print_text(const Json& j) {
+  const Json& cpu = j["cpu"];
+  std::printf("cpudl %s doctor\n\n", j["cpudl_version"].get<std::string>().c_str());
+  std::printf("CPU        %s (%s, family %d model %d stepping %d)\n", text(cpu["model_name"]).c_str(),
+              text(cpu["vendor"]).c_str(), cpu["family"].get<int>(), cpu["model"].get<int>(),
+              cpu["stepping"].get<int>());
+  std::printf("Hypervisor %s\n", cpu["hypervisor"].is_null() ? "none" : text(cpu["hypervisor"]).c_str());
+  std::printf("Cores      %s logical, %s physical, %s socket(s); %s physical usable by this process\n",
+              text(j["cores"]["logical"]).c_str(), text(j["cores"]["physical"]).c_str(),
+              text(j["cores"]["sockets"]).c_str(), text(j["cores"]["usable_physical"]).c_str());
+  std::printf("Caches     L1d %s, L2 %s, L3 %s (per instance)\n", bytes_text(j["caches"]["l1d_bytes"]).c_str(),
+              bytes_text(j["caches"]["l2_bytes"]).c_str(), bytes_text(j["caches"]["l3_bytes"]).c_str());
+  if (j["numa_nodes"].empty()) std::printf("NUMA       unknown\n");
+  for (const Json& node : j["numa_nodes"])
+    std::printf("NUMA       node %d: CPUs %s, memory %s\n", node["node"].get<int>(), cpu_list_text(node["cpus"]).c_str(),
+                bytes_text(node["memory_bytes"]).c_str());
+  std::printf("Memory     %s total, %s available, cgroup limit %s\n", bytes_text(j["memory"]["total_bytes"]).c_str(),
+              bytes_text(j["memory"]["available_bytes"]).c_str(),
+              j["memory"]["cgroup_limit_bytes"].is_null() ? "none" : bytes_text(j["memory"]["cgroup_limit_bytes"]).c_str());
+  std::printf("cgroup     %s, CPU quota %s\n", text(j["cgroup"]["version"]).c_str(),
+              j["cgroup"]["cpu_quota"].is_null() ? "none" : text(j["cgroup"]["cpu_quota"]).c_str());
+  std::printf("Affinity   CPUs %s\n", cpu_list_text(j["affinity"]).c_str());
+  std::printf("OS state   AVX %s, AVX-512 %s, AMX %s (permission %s)\n", j["os_state"]["avx"] ? "on" : "off",
+              j["os_state"]["avx512"] ? "on" : "off", j["os_state"]["amx"] ? "on" : "off",
+              j["os_state"]["amx_permission"] ? "granted" : "no");
+  std::printf("\nInstruction sets (usable = CPUID and OS state):\n");
+  int column = 0;
+  for (const auto& [name, usable] : j["isa"].items()) {
+    const bool advertised = j["cpuid"][name].get<bool>();
+    const char* mark = usable.get<bool>() ? "yes" : (advertised ? "no (OS)" : "no");
+    std::printf("  %-12s %-8s%s", name.c_str(), mark, ++column % 3 == 0 ? "\n" : "");
+  }
+  if (column % 3 != 0) std::printf("\n");
+  std::printf("\nKernel level  %s  (%s)\n", text(j["level"]).c_str(), text(j["level_reason"]).c_str());
+  std::printf("Threads       %s  (%s)\n", text(j["threads"]).c_str(), text(j["threads_reason"]).c_str());
+  std::printf("Kernels      ");
+  for (const auto& [kernel, variant] : j["kernels"].items()) std::printf(" %s", text(variant).c_str());
+  std::printf("\nGovernor      %s\n", j["frequency_governor"].is_null() ? "not readable" : text(j["frequency_governor"]).c_str());
+  std::printf("Throttling    %s\n", j["thermal_throttle_events"].is_null() ? "no counters" : (text(j["thermal_throttle_events"]) + " events").c_str());
+  if (j.contains("measured")) {
+    const Json& m = j["measured"];
+    std::printf("\nMeasured (%s, %s):\n", text(m["fma_kernel"]).c_str(), text(m["bandwidth_kernel"]).c_str());
+    std::printf("  fp32 FMA peak   %.1f GFLOP/s on 1 core, %.1f GFLOP/s on %d threads\n",
+                m["fp32_gflops_one_core"].get<double>(), m["fp32_gflops_all_cores"].get<double>(),
+                m["threads"].get<int>());
+    std::printf("  memory read     %.1f GB/s on 1 core, %.1f GB/s on %d threads\n",
+                m["bandwidth_gbs_one_core"].get<double>(), m["bandwidth_gbs_all_cores"].get<double>(),
+                m["threads"].get<int>());
+  }
+  std::printf("\nWarnings:%s\n", j["warnings"].empty() ? " none" : "");
+  for (const Json& w : j["warnings"]) std::printf("  - %s\n", w.get<std::string>().c_str());
+}
+
+}  // namespace
+
+void add_doctor_command(CLI::App& app, Action& action) {
+  CLI::App* doctor = app.add_subcommand("doctor", "Report the CPU, memory, limits and the kernels cpudl will use");
+  auto json = std::make_shared<bool>(false);
+  auto measure = std::make_shared<bool>(false);
+  doctor->add_flag("--json", *json, "Print one JSON object (keys documented in docs/CLI.md)");
+  doctor->add_flag("--measure", *measure, "Also measure the fp32 FMA peak and memory bandwidth (~2 s)");
+  doctor->callback([&action, json, measure] {
+    action = [json, measure] {
+      const Runtime& rt = runtime();
+      std::optional<MeasuredPeaks> peaks;
+      if (*measure) peaks = measure_peaks();
+      const Json report = doctor_json(rt, peaks);
+      if (*json)
+        std::printf("%s\n", report.dump(2).c_str());
+      else
+        print_text(report);
+      return 0;
+    };
+  });
+}
+
+}  // namespace cpudl::cli

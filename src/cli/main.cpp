@@ -1,0 +1,55 @@
+// cpudl's entry point: parses the command line once, runs one subcommand, and turns every error
+// into one line on stderr and an exit code (2 for usage errors, 1 for the rest).
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+
+#include "cli/command.h"
+#include "cpudl/error.h"
+
+namespace {
+
+void print_usage(const CLI::App& app) {
+  std::fprintf(stderr, "Usage: cpudl [--help] [--version] <command> [options]\nCommands:");
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))
+    std::fprintf(stderr, " %s", sub->get_name().c_str());
+  std::fprintf(stderr, "\nRun 'cpudl <command> --help' for a command's options.\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"cpudl: train and run neural networks on the CPU you have, at the speed it can do."};
+  app.set_version_flag("--version", std::string("cpudl ") + CPUDL_VERSION);
+  app.require_subcommand(1, 1);
+  cpudl::cli::Action action;
+  cpudl::cli::add_doctor_command(app, action);
+
+  // CLI11 reports a misspelt command only as "a subcommand is required": name it instead.
+  const auto subcommands = app.get_subcommands([](const CLI::App*) { return true; });
+  const bool known = argc > 1 && std::any_of(subcommands.begin(), subcommands.end(),
+                                             [&](const CLI::App* sub) { return sub->check_name(argv[1]); });
+  if (argc > 1 && argv[1][0] != '-' && !known) {
+    std::fprintf(stderr, "cpudl: error: unknown command '%s'\n", argv[1]);
+    print_usage(app);
+    return 2;
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    std::fprintf(stderr, "cpudl: error: %s\n", e.what());
+    print_usage(app);
+    return 2;
+  }
+
+  try {
+    return action ? action() : 2;
+  } catch (const cpudl::UsageError& e) {
+    std::fprintf(stderr, "cpudl: error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cpudl: error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,23 @@
+// AVX2 FMA probe: 12 independent 8-lane FMA chains cover 2 FMA ports x 4-5 cycles of latency.
+#include <immintrin.h>
+
+#include "kernels/probe/probe.h"
+
+namespace cpudl::kernels {
+
+std::uint64_t f32_fma_probe__avx2(std::uint64_t iterations, float* sink) {
+  constexpr int kAccumulators = 12;
+  __m256 acc[kAccumulators];
+  for (int j = 0; j < kAccumulators; ++j) acc[j] = _mm256_set1_ps(static_cast<float>(j));
+  const __m256 scale = _mm256_set1_ps(0.999999f), offset = _mm256_set1_ps(1e-6f);
+  for (std::uint64_t i = 0; i < iterations; ++i)
+    for (int j = 0; j < kAccumulators; ++j) acc[j] = _mm256_fmadd_ps(acc[j], scale, offset);
+  __m256 total = _mm256_setzero_ps();
+  for (int j = 0; j < kAccumulators; ++j) total = _mm256_add_ps(total, acc[j]);
+  float lanes[8];
+  _mm256_storeu_ps(lanes, total);
+  *sink = lanes[0] + lanes[7];
+  return iterations * kAccumulators * 8 * 2;
+}
+
+}  // namespace cpudl::kernels

@@ -1,0 +1,44 @@
+// The process-wide runtime: probe the machine once, decide ISA level and threads, configure the
+// one OpenMP pool. Everything after start reads these constants.
+#include <omp.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <variant>
+
+#include "cpudl/error.h"
+#include "cpudl/runtime.h"
+
+namespace cpudl {
+
+bool verbose() {
+  static const bool on = [] {
+    const char* value = std::getenv("CPUDL_VERBOSE");
+    return value != nullptr && *value != '\0' && std::strcmp(value, "0") != 0;
+  }();
+  return on;
+}
+
+const Runtime& runtime() {
+  // A bad CPUDL_ISA / CPUDL_THREADS is remembered and rethrown on every call: the process must
+  // not fall back to a default the user did not ask for.
+  static const std::variant<Runtime, std::string> state = []() -> std::variant<Runtime, std::string> {
+    try {
+      Runtime rt;
+      const EnvLookup env = process_environment();
+      rt.cpu = probe_cpu_features();
+      rt.system = read_system_info("/");
+      rt.isa = choose_isa_level(rt.cpu, env("CPUDL_ISA"));
+      rt.threads = plan_threads(rt.system, env);
+      omp_set_num_threads(rt.threads.threads);
+      omp_set_max_active_levels(1);  // no nested parallel regions: one pool, never oversubscribed
+      return rt;
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+  }();
+  if (const auto* message = std::get_if<std::string>(&state)) throw UsageError(*message);
+  return std::get<Runtime>(state);
+}
+
+}  // namespace cpudl

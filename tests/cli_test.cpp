@@ -1,0 +1,133 @@
+// The cpudl binary end to end: exit codes, usage on bad input, and the doctor report.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cpudl/runtime.h"
+
+namespace {
+
+struct Result {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Runs `env_prefix cpudl args` through the shell, capturing stdout and stderr separately.
+Result run(const std::string& args, const std::string& env_prefix = "") {
+  // ctest runs tests in parallel processes: name the capture files after test and process.
+  const std::string stem = ::testing::TempDir() + "/cpudl_cli_" +
+                           ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" +
+                           std::to_string(getpid());
+  const std::string out = stem + ".out", err = stem + ".err";
+  const std::string command = "env -u CPUDL_ISA -u CPUDL_THREADS -u OMP_NUM_THREADS " + env_prefix + " " +
+                              CPUDL_BINARY + " " + args + " >" + out + " 2>" + err;
+  const int status = std::system(command.c_str());
+  Result r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = slurp(out);
+  r.err = slurp(err);
+  std::remove(out.c_str());
+  std::remove(err.c_str());
+  return r;
+}
+
+TEST(Cli, UnknownSubcommandPrintsUsageAndExits2) {
+  const Result r = run("frobnicate");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("Usage: cpudl"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("frobnicate"), std::string::npos) << r.err;
+}
+
+TEST(Cli, NoSubcommandExits2) { EXPECT_EQ(run("").exit_code, 2); }
+
+TEST(Cli, UnknownFlagExits2) {
+  const Result r = run("doctor --jsn");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--jsn"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("Usage: cpudl"), std::string::npos) << r.err;
+}
+
+TEST(Cli, HelpAndVersionExit0) {
+  EXPECT_EQ(run("--help").exit_code, 0);
+  const Result v = run("--version");
+  EXPECT_EQ(v.exit_code, 0);
+  EXPECT_NE(v.out.find("cpudl "), std::string::npos);
+}
+
+TEST(Cli, DoctorJsonMatchesTheRuntime) {
+  const Result r = run("doctor --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  const cpudl::Runtime& rt = cpudl::runtime();
+  EXPECT_EQ(j["level"], std::string(cpudl::isa_level_name(rt.isa.detected)));
+  for (int f = 0; f < cpudl::kCpuFeatureCount; ++f) {
+    const std::string name(cpudl::cpu_feature_name(static_cast<cpudl::CpuFeature>(f)));
+    ASSERT_TRUE(j["isa"].contains(name)) << name;
+    EXPECT_EQ(j["isa"][name].get<bool>(), rt.cpu.usable[f]) << name;
+  }
+  for (const char* key : {"cpu", "cores", "caches", "numa_nodes", "memory", "cgroup", "affinity", "os_state",
+                          "detected_level", "level_reason", "threads", "threads_reason", "kernels", "warnings"})
+    EXPECT_TRUE(j.contains(key)) << key;
+  EXPECT_EQ(j["cores"]["logical"].get<std::size_t>(), rt.system.online_cpus.size());
+  EXPECT_FALSE(j.contains("measured"));
+}
+
+TEST(Cli, CpudlIsaCapsTheLevelAndTheKernels) {
+  const Result r = run("doctor --json", "CPUDL_ISA=generic");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["level"], "generic");
+  EXPECT_EQ(j["kernels"]["f32_add"], "f32_add__ref");
+  if (cpudl::runtime().isa.detected >= cpudl::IsaLevel::avx2) {
+    const auto avx2 = nlohmann::json::parse(run("doctor --json", "CPUDL_ISA=avx2").out);
+    EXPECT_EQ(avx2["level"], "avx2");
+    EXPECT_EQ(avx2["kernels"]["f32_add"], "f32_add__avx2");
+  }
+}
+
+TEST(Cli, UnsupportedOrUnknownIsaIsAClearUsageError) {
+  const Result unknown = run("doctor", "CPUDL_ISA=sse9");
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_NE(unknown.err.find("CPUDL_ISA=sse9: unknown level"), std::string::npos) << unknown.err;
+  if (cpudl::runtime().isa.detected < cpudl::IsaLevel::amx) {
+    const Result above = run("doctor", "CPUDL_ISA=amx");
+    EXPECT_EQ(above.exit_code, 2);  // an error, never SIGILL
+    EXPECT_NE(above.err.find("this CPU cannot run it"), std::string::npos) << above.err;
+  }
+}
+
+TEST(Cli, BadThreadCountIsAUsageError) {
+  const Result r = run("doctor", "CPUDL_THREADS=lots");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("CPUDL_THREADS=lots"), std::string::npos) << r.err;
+}
+
+TEST(Cli, DoctorTextReport) {
+  const Result r = run("doctor", "CPUDL_THREADS=64");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("Kernel level"), std::string::npos);
+  EXPECT_NE(r.out.find("CPUDL_THREADS=64 exceeds"), std::string::npos) << r.out;
+}
+
+TEST(Cli, DoctorMeasureReportsPositiveRoofs) {
+  const Result r = run("doctor --json --measure");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto m = nlohmann::json::parse(r.out)["measured"];
+  EXPECT_GT(m["fp32_gflops_one_core"].get<double>(), 0.5);
+  EXPECT_GE(m["fp32_gflops_all_cores"].get<double>(), 0.5);
+  EXPECT_GT(m["bandwidth_gbs_one_core"].get<double>(), 0.1);
+}
+
+}  // namespace
