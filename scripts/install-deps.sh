@@ -9,6 +9,7 @@ packages=(
   libbenchmark-dev                      # kernel microbenchmarks
   nlohmann-json3-dev                    # JSON output (doctor --json, bench --json)
   libcli11-dev                          # command-line parsing
+  libdnnl-dev                           # oneDNN: convolution, matmul, pooling, batch norm
 )
 
 missing=()

@@ -1,0 +1,131 @@
+// Batch normalisation through oneDNN: training (batch statistics), inference (given statistics,
+// optionally fused with ReLU) and backward (data, scale and shift gradients in one pass).
+#include <cstring>
+#include <string>
+
+#include "onednn/dense.h"
+#include "onednn/executable.h"
+#include "onednn/primitive_cache.h"
+
+namespace cpudl::onednn {
+namespace {
+
+using tag = dnnl::memory::format_tag;
+using flags = dnnl::normalization_flags;
+
+enum OpId : std::int64_t { kBnTraining = 300, kBnInference, kBnBackward };
+
+std::string bn_text(const BatchNormShape& s) {
+  return "batch_norm [" + std::to_string(s.batch) + "x" + std::to_string(s.channels) + "x" + std::to_string(s.height) +
+         "x" + std::to_string(s.width) + "]";
+}
+
+void validate(const BatchNormShape& s) {
+  if (s.batch < 1 || s.channels < 1 || s.height < 1 || s.width < 1)
+    throw Error(bn_text(s) + ": every size must be at least 1");
+  if (!(s.epsilon > 0)) throw Error(bn_text(s) + ": epsilon must be positive");
+}
+
+PrimitiveKey bn_key(std::int64_t op, const BatchNormShape& s, std::int64_t extra = 0) {
+  PrimitiveKey key(op);
+  std::int32_t eps_bits;
+  static_assert(sizeof eps_bits == sizeof s.epsilon);
+  std::memcpy(&eps_bits, &s.epsilon, sizeof eps_bits);
+  key.add(s.batch).add(s.channels).add(s.height).add(s.width).add(static_cast<int>(s.layout)).add(eps_bits).add(extra);
+  return key;
+}
+
+dnnl::memory::desc data_md(const BatchNormShape& s) {
+  return plain_desc({s.batch, s.channels, s.height, s.width},
+                    s.layout == ActivationLayout::nhwc ? tag::nhwc : tag::nchw);
+}
+
+dnnl::memory::desc channel_md(const BatchNormShape& s) { return plain_desc({s.channels}, tag::x); }
+
+dnnl::batch_normalization_forward::primitive_desc training_pd(const BatchNormShape& s) {
+  const dnnl::batch_normalization_forward::desc desc(dnnl::prop_kind::forward_training, data_md(s), s.epsilon,
+                                                     flags::use_scale | flags::use_shift);
+  return dnnl::batch_normalization_forward::primitive_desc(desc, engine());
+}
+
+struct BnEntry {
+  Executable exec;
+};
+
+}  // namespace
+
+void batch_norm_forward_training(const BatchNormShape& s, const float* src, const float* scale, const float* shift,
+                                 float* dst, float* mean, float* variance) {
+  validate(s);
+  static PrimitiveCache<BnEntry> cache;
+  const auto entry = with_context(bn_text(s), [&] {
+    return cache.get(bn_key(kBnTraining, s), [&] {
+      const auto pd = training_pd(s);
+      auto e = std::make_shared<BnEntry>();
+      e->exec.set_primitive(dnnl::batch_normalization_forward(pd));
+      e->exec.bind(DNNL_ARG_SRC, data_md(s));
+      e->exec.bind(DNNL_ARG_SCALE, channel_md(s));
+      e->exec.bind(DNNL_ARG_SHIFT, channel_md(s));
+      e->exec.bind(DNNL_ARG_DST, data_md(s));
+      e->exec.bind(DNNL_ARG_MEAN, channel_md(s));
+      e->exec.bind(DNNL_ARG_VARIANCE, channel_md(s));
+      return e;
+    });
+  });
+  entry->exec.run({src, scale, shift, dst, mean, variance});
+}
+
+void batch_norm_forward_inference(const BatchNormShape& s, const float* src, const float* scale, const float* shift,
+                                  const float* mean, const float* variance, float* dst, Activation activation) {
+  validate(s);
+  static PrimitiveCache<BnEntry> cache;
+  const bool relu = activation == Activation::relu;
+  const auto entry = with_context(bn_text(s) + " inference", [&] {
+    return cache.get(bn_key(kBnInference, s, relu), [&] {
+      auto f = flags::use_scale | flags::use_shift | flags::use_global_stats;
+      if (relu) f = f | flags::fuse_norm_relu;
+      const dnnl::batch_normalization_forward::desc desc(dnnl::prop_kind::forward_inference, data_md(s), s.epsilon,
+                                                         f);
+      const dnnl::batch_normalization_forward::primitive_desc pd(desc, engine());
+      auto e = std::make_shared<BnEntry>();
+      e->exec.set_primitive(dnnl::batch_normalization_forward(pd));
+      e->exec.bind(DNNL_ARG_SRC, data_md(s));
+      e->exec.bind(DNNL_ARG_SCALE, channel_md(s));
+      e->exec.bind(DNNL_ARG_SHIFT, channel_md(s));
+      e->exec.bind(DNNL_ARG_MEAN, channel_md(s));
+      e->exec.bind(DNNL_ARG_VARIANCE, channel_md(s));
+      e->exec.bind(DNNL_ARG_DST, data_md(s));
+      return e;
+    });
+  });
+  entry->exec.run({src, scale, shift, mean, variance, dst});
+}
+
+void batch_norm_backward(const BatchNormShape& s, const float* src, const float* diff_dst, const float* scale,
+                         const float* shift, const float* mean, const float* variance, float* diff_src, float* diff_scale,
+                         float* diff_shift) {
+  validate(s);
+  static PrimitiveCache<BnEntry> cache;
+  const auto entry = with_context(bn_text(s) + " backward", [&] {
+    return cache.get(bn_key(kBnBackward, s), [&] {
+      const dnnl::batch_normalization_backward::desc desc(dnnl::prop_kind::backward, data_md(s), data_md(s),
+                                                          s.epsilon, flags::use_scale | flags::use_shift);
+      const dnnl::batch_normalization_backward::primitive_desc pd(desc, engine(), training_pd(s));
+      auto e = std::make_shared<BnEntry>();
+      e->exec.set_primitive(dnnl::batch_normalization_backward(pd));
+      e->exec.bind(DNNL_ARG_SRC, data_md(s));
+      e->exec.bind(DNNL_ARG_DIFF_DST, data_md(s));
+      e->exec.bind(DNNL_ARG_SCALE, channel_md(s));
+      e->exec.bind(DNNL_ARG_SHIFT, channel_md(s));
+      e->exec.bind(DNNL_ARG_MEAN, channel_md(s));
+      e->exec.bind(DNNL_ARG_VARIANCE, channel_md(s));
+      e->exec.bind(DNNL_ARG_DIFF_SRC, data_md(s));
+      e->exec.bind(DNNL_ARG_DIFF_SCALE, channel_md(s));
+      e->exec.bind(DNNL_ARG_DIFF_SHIFT, channel_md(s));
+      return e;
+    });
+  });
+  entry->exec.run({src, diff_dst, scale, shift, mean, variance, diff_src, diff_scale, diff_shift});
+}
+
+}  // namespace cpudl::onednn

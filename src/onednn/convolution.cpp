@@ -1,0 +1,254 @@
+// 2-D convolution through oneDNN: forward (bias, residual add and ReLU fused), backward data and
+// backward weights. Activations stay in the caller's layout; weights are reordered to the
+// primitive's blocked layout once per weights version.
+#include <string>
+
+#include "onednn/dense.h"
+#include "onednn/executable.h"
+#include "onednn/primitive_cache.h"
+
+namespace cpudl::onednn {
+namespace {
+
+using dims = dnnl::memory::dims;
+using tag = dnnl::memory::format_tag;
+
+enum OpId : std::int64_t { kConvForward = 100, kConvBackwardData, kConvBackwardWeights };
+
+std::string conv_text(const ConvShape& s) {
+  return "conv2d [" + std::to_string(s.batch) + "x" + std::to_string(s.in_channels) + "x" + std::to_string(s.height) +
+         "x" + std::to_string(s.width) + "] * [" + std::to_string(s.out_channels) + "x" +
+         std::to_string(s.in_channels / std::max<std::int64_t>(1, s.groups)) + "x" + std::to_string(s.kernel_h) + "x" +
+         std::to_string(s.kernel_w) + "] stride " + std::to_string(s.stride_h) + " pad " + std::to_string(s.pad_h) +
+         " groups " + std::to_string(s.groups);
+}
+
+PrimitiveKey conv_key(std::int64_t op, const ConvShape& s) {
+  PrimitiveKey key(op);
+  key.add(s.batch).add(s.in_channels).add(s.height).add(s.width).add(s.out_channels).add(s.kernel_h).add(s.kernel_w);
+  key.add(s.stride_h).add(s.stride_w).add(s.pad_h).add(s.pad_w).add(s.dilation_h).add(s.dilation_w).add(s.groups);
+  key.add(static_cast<int>(s.layout));
+  return key;
+}
+
+tag activation_tag(ActivationLayout layout) { return layout == ActivationLayout::nhwc ? tag::nhwc : tag::nchw; }
+
+struct Geometry {
+  dnnl::memory::desc src, dst, weights_plain, weights_any, bias;
+  dims strides, dilates, pad_l, pad_r;
+};
+
+Geometry geometry(const ConvShape& s) {
+  Geometry g;
+  const std::int64_t oh = s.out_height(), ow = s.out_width();
+  g.src = plain_desc({s.batch, s.in_channels, s.height, s.width}, activation_tag(s.layout));
+  g.dst = plain_desc({s.batch, s.out_channels, oh, ow}, activation_tag(s.layout));
+  if (s.groups == 1) {
+    const dims w = {s.out_channels, s.in_channels, s.kernel_h, s.kernel_w};
+    g.weights_plain = plain_desc(w, tag::oihw);
+    g.weights_any = plain_desc(w, tag::any);
+  } else {
+    const dims w = {s.groups, s.out_channels / s.groups, s.in_channels / s.groups, s.kernel_h, s.kernel_w};
+    g.weights_plain = plain_desc(w, tag::goihw);
+    g.weights_any = plain_desc(w, tag::any);
+  }
+  g.bias = plain_desc({s.out_channels}, tag::x);
+  g.strides = {s.stride_h, s.stride_w};
+  g.dilates = {s.dilation_h - 1, s.dilation_w - 1};  // oneDNN counts dilation from 0
+  g.pad_l = {s.pad_h, s.pad_w};
+  // Right padding that makes oneDNN's output size equal the floor formula's.
+  g.pad_r = {(oh - 1) * s.stride_h + (s.kernel_h - 1) * s.dilation_h + 1 - s.height - s.pad_h,
+             (ow - 1) * s.stride_w + (s.kernel_w - 1) * s.dilation_w + 1 - s.width - s.pad_w};
+  return g;
+}
+
+dnnl::convolution_forward::primitive_desc forward_pd(const Geometry& g, bool bias,
+                                                     const dnnl::primitive_attr& attr) {
+  const auto desc = bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
+                                                           dnnl::algorithm::convolution_direct, g.src, g.weights_any,
+                                                           g.bias, g.dst, g.strides, g.dilates, g.pad_l, g.pad_r)
+                         : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
+                                                           dnnl::algorithm::convolution_direct, g.src, g.weights_any,
+                                                           g.dst, g.strides, g.dilates, g.pad_l, g.pad_r);
+  return dnnl::convolution_forward::primitive_desc(desc, attr, engine());
+}
+
+// Weights in the primitive's layout: the caller's OIHW buffer when the layouts agree, otherwise
+// a blocked copy refreshed only when (pointer, version) changes.
+struct WeightsCache {
+  bool needs_reorder = false;
+  dnnl::memory plain, blocked;
+  const void* source = nullptr;
+  std::uint64_t version = 0;
+
+  void init(const dnnl::memory::desc& plain_md, const dnnl::memory::desc& wanted) {
+    needs_reorder = plain_md != wanted;
+    if (!needs_reorder) return;
+    plain = dnnl::memory(plain_md, engine(), DNNL_MEMORY_NONE);
+    blocked = dnnl::memory(wanted, engine());
+  }
+  void refresh(const float* weights, std::uint64_t weights_version) {
+    if (!needs_reorder) return;
+    if (weights_version != 0 && source == weights && version == weights_version) return;
+    plain.set_data_handle(const_cast<float*>(weights));
+    reorder(plain, blocked);
+    source = weights;
+    version = weights_version;
+  }
+};
+
+struct ForwardEntry {
+  Executable exec;
+  WeightsCache weights;
+};
+
+struct BackwardDataEntry {
+  Executable exec;
+  WeightsCache weights;
+};
+
+struct BackwardWeightsEntry {
+  Executable exec;
+  bool reorder_out = false;
+  dnnl::memory blocked_diff, plain_diff;
+};
+
+}  // namespace
+
+double ConvShape::flops() const {
+  return 2.0 * static_cast<double>(batch) * static_cast<double>(out_channels) * static_cast<double>(out_height()) *
+         static_cast<double>(out_width()) * static_cast<double>(in_channels / std::max<std::int64_t>(1, groups)) *
+         static_cast<double>(kernel_h * kernel_w);
+}
+
+void ConvShape::validate() const {
+  auto fail = [&](const std::string& why) { throw Error(conv_text(*this) + ": " + why); };
+  if (batch < 1 || in_channels < 1 || height < 1 || width < 1 || out_channels < 1 || kernel_h < 1 || kernel_w < 1)
+    fail("every size must be at least 1");
+  if (stride_h < 1 || stride_w < 1 || dilation_h < 1 || dilation_w < 1) fail("stride and dilation must be at least 1");
+  if (pad_h < 0 || pad_w < 0) fail("padding must not be negative");
+  if (groups < 1 || in_channels % groups != 0 || out_channels % groups != 0)
+    fail("groups must divide both in_channels and out_channels");
+  if (out_height() < 1 || out_width() < 1) fail("the kernel does not fit the padded input");
+}
+
+void conv2d_forward(const ConvShape& s, const float* src, const float* weights, std::uint64_t weights_version,
+                    const float* bias, float* dst, const ConvEpilogue& epilogue) {
+  s.validate();
+  static PrimitiveCache<ForwardEntry> cache;
+  PrimitiveKey key = conv_key(kConvForward, s);
+  key.add(bias != nullptr).add(static_cast<int>(epilogue.activation)).add(epilogue.residual != nullptr);
+  const auto entry = with_context(conv_text(s), [&] {
+    return cache.get(key, [&] {
+      const Geometry g = geometry(s);
+      dnnl::primitive_attr attr;
+      dnnl::post_ops ops;
+      if (epilogue.residual) ops.append_binary(dnnl::algorithm::binary_add, g.dst);
+      if (epilogue.activation == Activation::relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+      attr.set_post_ops(ops);
+      const auto pd = forward_pd(g, bias != nullptr, attr);
+      auto e = std::make_shared<ForwardEntry>();
+      e->exec.set_primitive(dnnl::convolution_forward(pd));
+      e->weights.init(g.weights_plain, pd.weights_desc());
+      e->exec.bind(DNNL_ARG_SRC, g.src);
+      e->exec.bind(DNNL_ARG_DST, g.dst);
+      if (bias) e->exec.bind(DNNL_ARG_BIAS, g.bias);
+      if (epilogue.residual) e->exec.bind(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, g.dst);
+      if (e->weights.needs_reorder)
+        e->exec.bind_owned(DNNL_ARG_WEIGHTS, e->weights.blocked);
+      else
+        e->exec.bind(DNNL_ARG_WEIGHTS, g.weights_plain);
+      return e;
+    });
+  });
+  entry->weights.refresh(weights, weights_version);
+  // Slots in bind order: src, dst, [bias], [residual], [weights when plain].
+  const void* pointers[5];
+  std::size_t n = 0;
+  pointers[n++] = src;
+  pointers[n++] = dst;
+  if (bias) pointers[n++] = bias;
+  if (epilogue.residual) pointers[n++] = epilogue.residual;
+  if (!entry->weights.needs_reorder) pointers[n++] = weights;
+  entry->exec.run(std::span<const void* const>(pointers, n));
+}
+
+void conv2d_backward_data(const ConvShape& s, const float* diff_dst, const float* weights,
+                          std::uint64_t weights_version, float* diff_src) {
+  s.validate();
+  static PrimitiveCache<BackwardDataEntry> cache;
+  const auto entry = with_context(conv_text(s) + " backward data", [&] {
+    return cache.get(conv_key(kConvBackwardData, s), [&] {
+      const Geometry g = geometry(s);
+      const auto hint = forward_pd(g, false, dnnl::primitive_attr());
+      const dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct, g.src, g.weights_any, g.dst,
+                                                       g.strides, g.dilates, g.pad_l, g.pad_r);
+      const dnnl::convolution_backward_data::primitive_desc pd(desc, engine(), hint);
+      auto e = std::make_shared<BackwardDataEntry>();
+      e->exec.set_primitive(dnnl::convolution_backward_data(pd));
+      e->weights.init(g.weights_plain, pd.weights_desc());
+      e->exec.bind(DNNL_ARG_DIFF_DST, g.dst);
+      e->exec.bind(DNNL_ARG_DIFF_SRC, g.src);
+      if (e->weights.needs_reorder)
+        e->exec.bind_owned(DNNL_ARG_WEIGHTS, e->weights.blocked);
+      else
+        e->exec.bind(DNNL_ARG_WEIGHTS, g.weights_plain);
+      return e;
+    });
+  });
+  entry->weights.refresh(weights, weights_version);
+  if (entry->weights.needs_reorder)
+    entry->exec.run({diff_dst, diff_src});
+  else
+    entry->exec.run({diff_dst, diff_src, weights});
+}
+
+void conv2d_backward_weights(const ConvShape& s, const float* src, const float* diff_dst, float* diff_weights,
+                             float* diff_bias) {
+  s.validate();
+  static PrimitiveCache<BackwardWeightsEntry> cache;
+  PrimitiveKey key = conv_key(kConvBackwardWeights, s);
+  key.add(diff_bias != nullptr);
+  const auto entry = with_context(conv_text(s) + " backward weights", [&] {
+    return cache.get(key, [&] {
+      const Geometry g = geometry(s);
+      const auto hint = forward_pd(g, diff_bias != nullptr, dnnl::primitive_attr());
+      const auto desc =
+          diff_bias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, g.src,
+                                                               g.weights_any, g.bias, g.dst, g.strides, g.dilates,
+                                                               g.pad_l, g.pad_r)
+                    : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, g.src,
+                                                               g.weights_any, g.dst, g.strides, g.dilates, g.pad_l,
+                                                               g.pad_r);
+      const dnnl::convolution_backward_weights::primitive_desc pd(desc, engine(), hint);
+      auto e = std::make_shared<BackwardWeightsEntry>();
+      e->exec.set_primitive(dnnl::convolution_backward_weights(pd));
+      e->reorder_out = pd.diff_weights_desc() != g.weights_plain;
+      e->exec.bind(DNNL_ARG_SRC, g.src);
+      e->exec.bind(DNNL_ARG_DIFF_DST, g.dst);
+      if (diff_bias) e->exec.bind(DNNL_ARG_DIFF_BIAS, g.bias);
+      if (e->reorder_out) {
+        e->blocked_diff = dnnl::memory(pd.diff_weights_desc(), engine());
+        e->plain_diff = dnnl::memory(g.weights_plain, engine(), DNNL_MEMORY_NONE);
+        e->exec.bind_owned(DNNL_ARG_DIFF_WEIGHTS, e->blocked_diff);
+      } else {
+        e->exec.bind(DNNL_ARG_DIFF_WEIGHTS, g.weights_plain);
+      }
+      return e;
+    });
+  });
+  if (entry->reorder_out) {
+    if (diff_bias)
+      entry->exec.run({src, diff_dst, diff_bias});
+    else
+      entry->exec.run({src, diff_dst});
+    entry->plain_diff.set_data_handle(diff_weights);
+    reorder(entry->blocked_diff, entry->plain_diff);
+  } else if (diff_bias) {
+    entry->exec.run({src, diff_dst, diff_bias, diff_weights});
+  } else {
+    entry->exec.run({src, diff_dst, diff_weights});
+  }
+}
+
+}  // namespace cpudl::onednn

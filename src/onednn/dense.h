@@ -1,0 +1,101 @@
+// Dense compute through oneDNN on caller-owned f32 buffers: matmul, linear (inner product),
+// 2-D convolution, pooling and batch normalisation, forward and backward. Each call looks its
+// primitive up in an LRU (primitive_cache.h); nothing is created in a steady loop.
+//
+// Layouts: matrices row-major; activations NCHW (PyTorch's default) or NHWC (channels-last,
+// which oneDNN's fastest convolutions read directly); conv weights OIHW (groups: G*O/G x I/G x
+// KH x KW, as PyTorch stores them), reordered once into oneDNN's blocked layout and kept while
+// the caller's `weights_version` stays the same.
+#pragma once
+
+#include <cstdint>
+
+namespace cpudl::onednn {
+
+enum class Activation : int { none = 0, relu = 1 };
+enum class ActivationLayout : int { nchw = 0, nhwc = 1 };
+
+// C[b] = op(A[b]) * op(B[b]) (+ bias[n]) (+ C[b] when accumulate), then the activation.
+// A is m x k (k x m when transpose_a), B is k x n (n x k when transpose_b); batch >= 1 with
+// contiguous batches.
+struct MatmulShape {
+  std::int64_t batch = 1, m = 0, n = 0, k = 0;
+  bool transpose_a = false, transpose_b = false;
+};
+struct MatmulEpilogue {
+  const float* bias = nullptr;  // length n, or null
+  Activation activation = Activation::none;
+  bool accumulate = false;      // C += result (oneDNN's sum post-op)
+};
+void matmul(const MatmulShape& shape, const float* a, const float* b, float* c, const MatmulEpilogue& epilogue = {});
+
+// Linear layer, PyTorch's convention: y[n x out] = x[n x in] W[out x in]^T + b.
+struct LinearShape {
+  std::int64_t batch = 0, in = 0, out = 0;
+};
+void linear_forward(const LinearShape& s, const float* x, const float* weight, const float* bias, float* y,
+                    Activation activation = Activation::none);
+void linear_backward_data(const LinearShape& s, const float* dy, const float* weight, float* dx);
+// Writes (not accumulates) dW and, when non-null, db.
+void linear_backward_weights(const LinearShape& s, const float* x, const float* dy, float* dweight, float* dbias);
+
+struct ConvShape {
+  std::int64_t batch = 0, in_channels = 0, height = 0, width = 0;
+  std::int64_t out_channels = 0, kernel_h = 0, kernel_w = 0;
+  std::int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1, dilation_w = 1;
+  std::int64_t groups = 1;
+  ActivationLayout layout = ActivationLayout::nchw;
+  std::int64_t out_height() const { return (height + 2 * pad_h - dilation_h * (kernel_h - 1) - 1) / stride_h + 1; }
+  std::int64_t out_width() const { return (width + 2 * pad_w - dilation_w * (kernel_w - 1) - 1) / stride_w + 1; }
+  // Multiply-adds x 2 of the forward pass (padded taps included).
+  double flops() const;
+  void validate() const;  // throws Error naming the bad field
+};
+struct ConvEpilogue {
+  Activation activation = Activation::none;
+  const float* residual = nullptr;  // dst = act(conv + bias + residual); residual has dst's shape
+};
+// `weights_version`: 0 = reorder the weights on every call; otherwise the blocked copy is reused
+// while (weights pointer, version) is unchanged: bump it whenever the weights change.
+void conv2d_forward(const ConvShape& s, const float* src, const float* weights, std::uint64_t weights_version,
+                    const float* bias, float* dst, const ConvEpilogue& epilogue = {});
+void conv2d_backward_data(const ConvShape& s, const float* diff_dst, const float* weights,
+                          std::uint64_t weights_version, float* diff_src);
+// Writes (not accumulates) diff_weights in OIHW and, when non-null, diff_bias.
+void conv2d_backward_weights(const ConvShape& s, const float* src, const float* diff_dst, float* diff_weights,
+                             float* diff_bias);
+
+enum class PoolKind : int { max = 0, avg_include_padding = 1, avg_exclude_padding = 2 };
+struct PoolShape {
+  std::int64_t batch = 0, channels = 0, height = 0, width = 0;
+  std::int64_t kernel_h = 0, kernel_w = 0, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+  PoolKind kind = PoolKind::max;
+  ActivationLayout layout = ActivationLayout::nchw;
+  std::int64_t out_height() const { return (height + 2 * pad_h - kernel_h) / stride_h + 1; }
+  std::int64_t out_width() const { return (width + 2 * pad_w - kernel_w) / stride_w + 1; }
+  void validate() const;
+};
+// Max pooling in training keeps the argmax positions in `workspace` (pool2d_workspace_bytes);
+// pass null for inference. Backward of max pooling needs the forward's workspace.
+std::size_t pool2d_workspace_bytes(const PoolShape& s);
+void pool2d_forward(const PoolShape& s, const float* src, float* dst, void* workspace);
+void pool2d_backward(const PoolShape& s, const float* diff_dst, const void* workspace, float* diff_src);
+
+// Batch normalisation over N, H, W per channel. Training computes the batch mean and the biased
+// variance (divided by N*H*W, as the normalisation uses); inference uses the given statistics.
+struct BatchNormShape {
+  std::int64_t batch = 0, channels = 0, height = 1, width = 1;
+  ActivationLayout layout = ActivationLayout::nchw;
+  float epsilon = 1e-5f;
+};
+void batch_norm_forward_training(const BatchNormShape& s, const float* src, const float* scale, const float* shift,
+                                 float* dst, float* mean, float* variance);
+void batch_norm_forward_inference(const BatchNormShape& s, const float* src, const float* scale, const float* shift,
+                                  const float* mean, const float* variance, float* dst,
+                                  Activation activation = Activation::none);
+// oneDNN 2.6 lists the shift among the backward pass's inputs, so it is passed too.
+void batch_norm_backward(const BatchNormShape& s, const float* src, const float* diff_dst, const float* scale,
+                         const float* shift, const float* mean, const float* variance, float* diff_src, float* diff_scale,
+                         float* diff_shift);
+
+}  // namespace cpudl::onednn

@@ -1,0 +1,80 @@
+// A primitive with its argument memories bound once: a call only swaps data pointers and runs,
+// through oneDNN's C API with a prepared argument array (the C++ map overload allocates).
+#pragma once
+
+#include <mutex>
+#include <span>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <utility>
+#include <vector>
+
+#include "cpudl/error.h"
+#include "onednn/engine.h"
+
+namespace cpudl::onednn {
+
+class Executable {
+ public:
+  // Entries are built in place (the mutex pins them): set the primitive, then bind arguments.
+  void set_primitive(dnnl::primitive primitive) { primitive_ = std::move(primitive); }
+
+  // Binds argument `arg` (DNNL_ARG_*) to a memory of descriptor `md` whose pointer is set per
+  // call; returns its slot index for run().
+  std::size_t bind(int arg, const dnnl::memory::desc& md) {
+    slots_.push_back(dnnl::memory(md, engine(), DNNL_MEMORY_NONE));
+    args_.push_back({arg, slots_.back().get()});
+    return slots_.size() - 1;
+  }
+  // Binds an argument to a memory the executable owns (workspace, blocked weights).
+  void bind_owned(int arg, const dnnl::memory& memory) {
+    owned_.push_back(memory);
+    args_.push_back({arg, memory.get()});
+  }
+
+  // Sets slot i to pointers[i] and executes. The lock makes concurrent callers of one shape safe.
+  void run(std::initializer_list<const void*> pointers) { run(std::span(pointers.begin(), pointers.size())); }
+  void run(std::span<const void* const> pointers) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (pointers.size() != slots_.size()) throw Error("internal: oneDNN argument count mismatch");
+    std::size_t i = 0;
+    for (const void* p : pointers) slots_[i++].set_data_handle(const_cast<void*>(p));
+    const dnnl_status_t status = dnnl_primitive_execute(primitive_.get(), stream().get(),
+                                                        static_cast<int>(args_.size()), args_.data());
+    if (status != dnnl_success) throw Error("oneDNN primitive execution failed (status " + std::to_string(status) + ")");
+    stream().wait();
+  }
+
+ private:
+  dnnl::primitive primitive_;
+  std::vector<dnnl::memory> slots_, owned_;
+  std::vector<dnnl_exec_arg_t> args_;
+  std::mutex mutex_;
+};
+
+// Plain row-major descriptor with explicit strides.
+inline dnnl::memory::desc strided_desc(const dnnl::memory::dims& dims, const dnnl::memory::dims& strides) {
+  return dnnl::memory::desc(dims, dnnl::memory::data_type::f32, strides);
+}
+
+inline dnnl::memory::desc plain_desc(const dnnl::memory::dims& dims, dnnl::memory::format_tag tag) {
+  return dnnl::memory::desc(dims, dnnl::memory::data_type::f32, tag);
+}
+
+inline dnnl::post_ops make_post_ops(bool relu, bool sum) {
+  dnnl::post_ops ops;
+  if (sum) ops.append_sum(1.0f);
+  if (relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+  return ops;
+}
+
+// Turns oneDNN's exception into a cpudl Error naming the operation and its shape.
+template <class Fn>
+auto with_context(const std::string& what, Fn&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const dnnl::error& e) {
+    throw Error(what + ": oneDNN: " + e.what());
+  }
+}
+
+}  // namespace cpudl::onednn

@@ -1,0 +1,137 @@
+// Matmul and linear layers through oneDNN's matmul and inner-product primitives.
+#include <string>
+
+#include "onednn/dense.h"
+#include "onednn/executable.h"
+#include "onednn/primitive_cache.h"
+
+namespace cpudl::onednn {
+namespace {
+
+using dims = dnnl::memory::dims;
+using tag = dnnl::memory::format_tag;
+
+enum OpId : std::int64_t { kMatmul = 1, kLinearForward, kLinearBackwardData, kLinearBackwardWeights };
+
+std::string shape_text(const MatmulShape& s) {
+  return "matmul [" + std::to_string(s.batch) + "x" + std::to_string(s.m) + "x" + std::to_string(s.k) + "] x [" +
+         std::to_string(s.k) + "x" + std::to_string(s.n) + "]";
+}
+
+struct MatmulEntry {
+  Executable exec;
+  bool has_bias = false;
+};
+
+std::shared_ptr<MatmulEntry> make_matmul(const MatmulShape& s, bool bias, const MatmulEpilogue& e) {
+  const bool batched = s.batch > 1;
+  auto md = [&](std::int64_t rows, std::int64_t cols, bool transposed) {
+    // Stored as rows x cols row-major, or as its transpose (cols x rows) read through strides.
+    dims d = {rows, cols};
+    dims st = transposed ? dims{1, rows} : dims{cols, 1};
+    if (batched) {
+      d.insert(d.begin(), s.batch);
+      st.insert(st.begin(), rows * cols);
+    }
+    return strided_desc(d, st);
+  };
+  const auto a_md = md(s.m, s.k, s.transpose_a);
+  const auto b_md = md(s.k, s.n, s.transpose_b);
+  const auto c_md = md(s.m, s.n, false);
+  const auto bias_md = batched ? plain_desc({1, 1, s.n}, tag::abc) : plain_desc({1, s.n}, tag::ab);
+  dnnl::primitive_attr attr;
+  attr.set_post_ops(make_post_ops(e.activation == Activation::relu, e.accumulate));
+  const auto desc = bias ? dnnl::matmul::desc(a_md, b_md, bias_md, c_md) : dnnl::matmul::desc(a_md, b_md, c_md);
+  const dnnl::matmul::primitive_desc pd(desc, attr, engine());
+  auto entry = std::make_shared<MatmulEntry>();
+  entry->exec.set_primitive(dnnl::matmul(pd));
+  entry->has_bias = bias;
+  entry->exec.bind(DNNL_ARG_SRC, a_md);
+  entry->exec.bind(DNNL_ARG_WEIGHTS, b_md);
+  entry->exec.bind(DNNL_ARG_DST, c_md);
+  if (bias) entry->exec.bind(DNNL_ARG_BIAS, bias_md);
+  return entry;
+}
+
+struct LinearEntry {
+  Executable exec;
+};
+
+}  // namespace
+
+void matmul(const MatmulShape& s, const float* a, const float* b, float* c, const MatmulEpilogue& e) {
+  if (s.batch < 1 || s.m < 1 || s.n < 1 || s.k < 1)
+    throw Error(shape_text(s) + ": every dimension must be at least 1");
+  static PrimitiveCache<MatmulEntry> cache;
+  PrimitiveKey key(kMatmul);
+  key.add(s.batch).add(s.m).add(s.n).add(s.k).add(s.transpose_a).add(s.transpose_b);
+  key.add(e.bias != nullptr).add(static_cast<int>(e.activation)).add(e.accumulate);
+  const auto entry = with_context(shape_text(s), [&] {
+    return cache.get(key, [&] { return make_matmul(s, e.bias != nullptr, e); });
+  });
+  if (entry->has_bias)
+    entry->exec.run({a, b, c, e.bias});
+  else
+    entry->exec.run({a, b, c});
+}
+
+namespace {
+std::string linear_text(const LinearShape& s) {
+  return "linear [" + std::to_string(s.batch) + "x" + std::to_string(s.in) + "] -> " + std::to_string(s.out);
+}
+void check(const LinearShape& s) {
+  if (s.batch < 1 || s.in < 1 || s.out < 1) throw Error(linear_text(s) + ": every dimension must be at least 1");
+}
+}  // namespace
+
+void linear_forward(const LinearShape& s, const float* x, const float* weight, const float* bias, float* y,
+                    Activation activation) {
+  check(s);
+  static PrimitiveCache<LinearEntry> cache;
+  PrimitiveKey key(kLinearForward);
+  key.add(s.batch).add(s.in).add(s.out).add(bias != nullptr).add(static_cast<int>(activation));
+  const auto entry = with_context(linear_text(s), [&] {
+    return cache.get(key, [&] {
+      const auto x_md = plain_desc({s.batch, s.in}, tag::nc);
+      const auto w_md = plain_desc({s.out, s.in}, tag::oi);
+      const auto b_md = plain_desc({s.out}, tag::x);
+      const auto y_md = plain_desc({s.batch, s.out}, tag::nc);
+      dnnl::primitive_attr attr;
+      attr.set_post_ops(make_post_ops(activation == Activation::relu, false));
+      const auto desc = bias ? dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_training, x_md, w_md, b_md, y_md)
+                             : dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_training, x_md, w_md, y_md);
+      const dnnl::inner_product_forward::primitive_desc pd(desc, attr, engine());
+      auto e = std::make_shared<LinearEntry>();
+      e->exec.set_primitive(dnnl::inner_product_forward(pd));
+      e->exec.bind(DNNL_ARG_SRC, x_md);
+      e->exec.bind(DNNL_ARG_WEIGHTS, w_md);
+      e->exec.bind(DNNL_ARG_DST, y_md);
+      if (bias) e->exec.bind(DNNL_ARG_BIAS, b_md);
+      return e;
+    });
+  });
+  if (bias)
+    entry->exec.run({x, weight, y, bias});
+  else
+    entry->exec.run({x, weight, y});
+}
+
+// dX = dY W and dW = dY^T X as plain matmuls read PyTorch's (out x in) weight layout in place,
+// so no weight reorder is ever needed on the backward path.
+void linear_backward_data(const LinearShape& s, const float* dy, const float* weight, float* dx) {
+  check(s);
+  matmul(MatmulShape{1, s.batch, s.in, s.out, false, false}, dy, weight, dx);
+}
+
+void linear_backward_weights(const LinearShape& s, const float* x, const float* dy, float* dweight, float* dbias) {
+  check(s);
+  matmul(MatmulShape{1, s.out, s.in, s.batch, true, false}, dy, x, dweight);
+  if (dbias) {
+    // db = column sums of dY: a 1 x batch ones-vector product keeps it on the GEMM path.
+    thread_local std::vector<float> ones;
+    if (ones.size() < static_cast<std::size_t>(s.batch)) ones.assign(static_cast<std::size_t>(s.batch), 1.0f);
+    matmul(MatmulShape{1, 1, s.out, s.batch, false, false}, ones.data(), dy, dbias);
+  }
+}
+
+}  // namespace cpudl::onednn

@@ -1,0 +1,347 @@
+// oneDNN-backed dense ops against the direct-loop references of dense_reference.h: matmul,
+// linear, convolution, pooling and batch norm, forward and backward, both activation layouts;
+// plus the primitive cache and weight-reorder counters.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "cpudl/error.h"
+#include "dense_reference.h"
+#include "onednn/dense.h"
+#include "onednn/engine.h"
+
+namespace cpudl::onednn {
+namespace {
+
+std::vector<float> random_vector(std::size_t n, unsigned seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+// |got - want| <= tolerance * (1 + |want|), elementwise, reporting the first failure.
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, double tolerance, const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], tolerance * (1.0 + std::fabs(want[i]))) << what << " at " << i;
+}
+
+std::vector<float> to_nhwc(const std::vector<float>& x, std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w) {
+  std::vector<float> y(x.size());
+  for (std::int64_t a = 0; a < n; ++a)
+    for (std::int64_t b = 0; b < c; ++b)
+      for (std::int64_t i = 0; i < h * w; ++i)
+        y[static_cast<std::size_t>((a * h * w + i) * c + b)] = x[static_cast<std::size_t>((a * c + b) * h * w + i)];
+  return y;
+}
+
+std::vector<float> to_nchw(const std::vector<float>& x, std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w) {
+  std::vector<float> y(x.size());
+  for (std::int64_t a = 0; a < n; ++a)
+    for (std::int64_t b = 0; b < c; ++b)
+      for (std::int64_t i = 0; i < h * w; ++i)
+        y[static_cast<std::size_t>((a * c + b) * h * w + i)] = x[static_cast<std::size_t>((a * h * w + i) * c + b)];
+  return y;
+}
+
+// ------------------------------------------------------------------------------------ matmul
+std::vector<float> reference_matmul(const MatmulShape& s, const std::vector<float>& a, const std::vector<float>& b) {
+  std::vector<float> c(static_cast<std::size_t>(s.batch * s.m * s.n));
+  for (std::int64_t p = 0; p < s.batch; ++p)
+    for (std::int64_t i = 0; i < s.m; ++i)
+      for (std::int64_t j = 0; j < s.n; ++j) {
+        double acc = 0;
+        for (std::int64_t l = 0; l < s.k; ++l) {
+          const float av = s.transpose_a ? a[static_cast<std::size_t>(p * s.m * s.k + l * s.m + i)]
+                                         : a[static_cast<std::size_t>(p * s.m * s.k + i * s.k + l)];
+          const float bv = s.transpose_b ? b[static_cast<std::size_t>(p * s.k * s.n + j * s.k + l)]
+                                         : b[static_cast<std::size_t>(p * s.k * s.n + l * s.n + j)];
+          acc += static_cast<double>(av) * bv;
+        }
+        c[static_cast<std::size_t>(p * s.m * s.n + i * s.n + j)] = static_cast<float>(acc);
+      }
+  return c;
+}
+
+TEST(Matmul, MatchesReferenceAcrossShapesAndTransposes) {
+  const MatmulShape shapes[] = {{1, 1, 1, 1}, {1, 7, 13, 5}, {1, 64, 65, 33}, {3, 17, 9, 31}, {1, 128, 96, 256}};
+  for (MatmulShape s : shapes)
+    for (int t = 0; t < 4; ++t) {
+      s.transpose_a = t & 1;
+      s.transpose_b = t & 2;
+      SCOPED_TRACE(testing::Message() << s.batch << "x" << s.m << "x" << s.n << "x" << s.k << " t" << t);
+      const auto a = random_vector(static_cast<std::size_t>(s.batch * s.m * s.k), 1);
+      const auto b = random_vector(static_cast<std::size_t>(s.batch * s.k * s.n), 2);
+      std::vector<float> c(static_cast<std::size_t>(s.batch * s.m * s.n));
+      matmul(s, a.data(), b.data(), c.data());
+      expect_close(c, reference_matmul(s, a, b), 1e-5, "matmul");
+    }
+}
+
+TEST(Matmul, BiasReluAndAccumulateEpilogues) {
+  const MatmulShape s{1, 9, 21, 14};
+  const auto a = random_vector(9 * 14, 3), b = random_vector(14 * 21, 4), bias = random_vector(21, 5);
+  auto want = reference_matmul(s, a, b);
+  std::vector<float> c(want.size());
+  matmul(s, a.data(), b.data(), c.data(), {bias.data(), Activation::relu, false});
+  std::vector<float> relu_want(want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) relu_want[i] = std::max(0.0f, want[i] + bias[i % 21]);
+  expect_close(c, relu_want, 1e-5, "bias+relu");
+
+  std::vector<float> acc = random_vector(want.size(), 6), acc_want = acc;
+  for (std::size_t i = 0; i < want.size(); ++i) acc_want[i] += want[i];
+  matmul(s, a.data(), b.data(), acc.data(), {nullptr, Activation::none, true});
+  expect_close(acc, acc_want, 1e-5, "accumulate");
+}
+
+TEST(Matmul, RejectsEmptyShapes) {
+  float x = 0;
+  try {
+    matmul(MatmulShape{1, 0, 3, 3}, &x, &x, &x);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("matmul [1x0x3]"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Linear, ForwardAndBackwardMatchReference) {
+  const LinearShape s{5, 19, 11};
+  const auto x = random_vector(5 * 19, 7), w = random_vector(11 * 19, 8), bias = random_vector(11, 9);
+  const auto dy = random_vector(5 * 11, 10);
+  std::vector<float> y(5 * 11), dx(5 * 19), dw(11 * 19), db(11);
+  linear_forward(s, x.data(), w.data(), bias.data(), y.data());
+  const auto xw = reference_matmul(MatmulShape{1, 5, 11, 19, false, true}, x, w);
+  std::vector<float> y_want(xw);
+  for (std::size_t i = 0; i < y_want.size(); ++i) y_want[i] += bias[i % 11];
+  expect_close(y, y_want, 1e-5, "linear forward");
+  linear_backward_data(s, dy.data(), w.data(), dx.data());
+  expect_close(dx, reference_matmul(MatmulShape{1, 5, 19, 11}, dy, w), 1e-5, "linear backward data");
+  linear_backward_weights(s, x.data(), dy.data(), dw.data(), db.data());
+  expect_close(dw, reference_matmul(MatmulShape{1, 11, 19, 5, true, false}, dy, x), 1e-5, "linear dW");
+  std::vector<float> db_want(11, 0.0f);
+  for (std::size_t i = 0; i < dy.size(); ++i) db_want[i % 11] += dy[i];
+  expect_close(db, db_want, 1e-5, "linear db");
+}
+
+// ------------------------------------------------------------------------------- convolution
+struct ConvCase {
+  ConvShape shape;
+  const char* name;
+};
+
+std::vector<ConvCase> conv_cases() {
+  auto make = [](std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w, std::int64_t o, std::int64_t k,
+                 std::int64_t stride, std::int64_t pad, std::int64_t dilation, std::int64_t groups) {
+    ConvShape s;
+    s.batch = n, s.in_channels = c, s.height = h, s.width = w, s.out_channels = o;
+    s.kernel_h = s.kernel_w = k, s.stride_h = s.stride_w = stride, s.pad_h = s.pad_w = pad;
+    s.dilation_h = s.dilation_w = dilation, s.groups = groups;
+    return s;
+  };
+  return {{make(2, 3, 7, 9, 4, 3, 1, 1, 1, 1), "3x3 same"},
+          {make(2, 5, 11, 8, 6, 3, 2, 0, 1, 1), "3x3 stride 2"},
+          {make(1, 4, 12, 12, 8, 3, 1, 2, 2, 1), "dilated"},
+          {make(2, 4, 9, 9, 6, 3, 1, 1, 1, 2), "2 groups"},
+          {make(2, 8, 10, 10, 8, 3, 2, 1, 1, 8), "depthwise"},
+          {make(3, 16, 7, 7, 32, 1, 1, 0, 1, 1), "1x1"},
+          {make(2, 1, 28, 28, 6, 5, 1, 2, 1, 1), "lenet conv1"},
+          {make(1, 3, 15, 15, 16, 7, 2, 3, 1, 1), "7x7 stem"}};
+}
+
+TEST(Conv2d, ForwardBackwardMatchReferenceInBothLayouts) {
+  for (const auto& c : conv_cases())
+    for (ActivationLayout layout : {ActivationLayout::nchw, ActivationLayout::nhwc}) {
+      ConvShape s = c.shape;
+      s.layout = layout;
+      SCOPED_TRACE(testing::Message() << c.name << (layout == ActivationLayout::nhwc ? " nhwc" : " nchw"));
+      const std::int64_t oh = s.out_height(), ow = s.out_width();
+      const auto x = random_vector(static_cast<std::size_t>(s.batch * s.in_channels * s.height * s.width), 11);
+      const auto w = random_vector(static_cast<std::size_t>(s.out_channels * (s.in_channels / s.groups) * s.kernel_h * s.kernel_w), 12);
+      const auto bias = random_vector(static_cast<std::size_t>(s.out_channels), 13);
+      const auto dy = random_vector(static_cast<std::size_t>(s.batch * s.out_channels * oh * ow), 14);
+      const bool nhwc = layout == ActivationLayout::nhwc;
+      auto in = [&](const std::vector<float>& v, std::int64_t ch, std::int64_t h, std::int64_t wd) {
+        return nhwc ? to_nhwc(v, s.batch, ch, h, wd) : v;
+      };
+      auto out = [&](const std::vector<float>& v, std::int64_t ch, std::int64_t h, std::int64_t wd) {
+        return nhwc ? to_nchw(v, s.batch, ch, h, wd) : v;
+      };
+
+      const auto x_l = in(x, s.in_channels, s.height, s.width);
+      std::vector<float> y(dy.size());
+      conv2d_forward(s, x_l.data(), w.data(), 0, bias.data(), y.data());
+      expect_close(out(y, s.out_channels, oh, ow), reference::conv2d_forward(s, x, w, &bias), 1e-4, "forward");
+
+      const auto dy_l = in(dy, s.out_channels, oh, ow);
+      std::vector<float> dx(x.size());
+      conv2d_backward_data(s, dy_l.data(), w.data(), 0, dx.data());
+      expect_close(out(dx, s.in_channels, s.height, s.width), reference::conv2d_backward_data(s, dy, w), 1e-4,
+                   "backward data");
+
+      std::vector<float> dw(w.size()), db(bias.size()), db_want;
+      conv2d_backward_weights(s, x_l.data(), dy_l.data(), dw.data(), db.data());
+      const auto dw_want = reference::conv2d_backward_weights(s, x, dy, &db_want);
+      expect_close(dw, dw_want, 1e-4, "backward weights");
+      expect_close(db, db_want, 1e-4, "backward bias");
+    }
+}
+
+TEST(Conv2d, FusedResidualAndRelu) {
+  ConvShape s = conv_cases()[0].shape;
+  s.layout = ActivationLayout::nhwc;
+  const std::int64_t oh = s.out_height(), ow = s.out_width();
+  const auto x = random_vector(static_cast<std::size_t>(s.batch * s.in_channels * s.height * s.width), 21);
+  const auto w = random_vector(static_cast<std::size_t>(s.out_channels * s.in_channels * 9), 22);
+  const auto residual = random_vector(static_cast<std::size_t>(s.batch * s.out_channels * oh * ow), 23);
+  std::vector<float> y(residual.size());
+  conv2d_forward(s, to_nhwc(x, s.batch, s.in_channels, s.height, s.width).data(), w.data(), 0, nullptr, y.data(),
+                 {Activation::relu, residual.data()});
+  auto want = reference::conv2d_forward(s, x, w, nullptr);
+  const auto residual_nchw = to_nchw(residual, s.batch, s.out_channels, oh, ow);
+  for (std::size_t i = 0; i < want.size(); ++i) want[i] = std::max(0.0f, want[i] + residual_nchw[i]);
+  expect_close(to_nchw(y, s.batch, s.out_channels, oh, ow), want, 1e-4, "conv+residual+relu");
+}
+
+TEST(Conv2d, SteadyLoopCreatesNoPrimitiveAndReordersWeightsOncePerVersion) {
+  ConvShape s = conv_cases()[5].shape;
+  s.layout = ActivationLayout::nhwc;
+  const auto x = random_vector(static_cast<std::size_t>(s.batch * s.in_channels * s.height * s.width), 31);
+  const auto w = random_vector(static_cast<std::size_t>(s.out_channels * s.in_channels), 32);
+  std::vector<float> y(static_cast<std::size_t>(s.batch * s.out_channels * s.out_height() * s.out_width()));
+  conv2d_forward(s, x.data(), w.data(), 7, nullptr, y.data());  // warm-up: creates and reorders
+  const auto created = counters().primitives_created.load();
+  const auto reorders = counters().reorders.load();
+  for (int i = 0; i < 20; ++i) conv2d_forward(s, x.data(), w.data(), 7, nullptr, y.data());
+  EXPECT_EQ(counters().primitives_created.load(), created);
+  EXPECT_EQ(counters().reorders.load(), reorders);
+  const auto before_bump = counters().reorders.load();
+  conv2d_forward(s, x.data(), w.data(), 8, nullptr, y.data());  // weights changed: at most one reorder
+  EXPECT_LE(counters().reorders.load(), before_bump + 1);
+  // And the result is still right after the cached path.
+  auto x_nchw = to_nchw(x, s.batch, s.in_channels, s.height, s.width);
+  s.layout = ActivationLayout::nchw;
+  expect_close(to_nchw(y, s.batch, s.out_channels, s.out_height(), s.out_width()),
+               reference::conv2d_forward(s, x_nchw, w, nullptr), 1e-4, "cached forward");
+}
+
+TEST(Conv2d, BadShapesNameTheProblem) {
+  ConvShape s = conv_cases()[0].shape;
+  s.groups = 2;  // 3 input channels are not divisible by 2
+  float v = 0;
+  try {
+    conv2d_forward(s, &v, &v, 0, nullptr, &v);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("groups must divide"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("conv2d [2x3x7x9]"), std::string::npos) << e.what();
+  }
+  s = conv_cases()[0].shape;
+  s.kernel_h = 20;
+  EXPECT_THROW(conv2d_forward(s, &v, &v, 0, nullptr, &v), Error);
+}
+
+// ----------------------------------------------------------------------------------- pooling
+TEST(Pool2d, ForwardBackwardMatchReference) {
+  struct Case {
+    std::int64_t k, stride, pad;
+    PoolKind kind;
+  };
+  const Case cases[] = {{2, 2, 0, PoolKind::max},
+                        {3, 2, 1, PoolKind::max},
+                        {3, 1, 1, PoolKind::avg_include_padding},
+                        {3, 2, 1, PoolKind::avg_exclude_padding},
+                        {2, 2, 0, PoolKind::avg_include_padding}};
+  for (const Case& c : cases)
+    for (ActivationLayout layout : {ActivationLayout::nchw, ActivationLayout::nhwc}) {
+      PoolShape s;
+      s.batch = 2, s.channels = 5, s.height = 9, s.width = 8;
+      s.kernel_h = s.kernel_w = c.k, s.stride_h = s.stride_w = c.stride, s.pad_h = s.pad_w = c.pad;
+      s.kind = c.kind, s.layout = layout;
+      SCOPED_TRACE(testing::Message() << "k" << c.k << " s" << c.stride << " p" << c.pad << " kind "
+                                      << static_cast<int>(c.kind) << " layout " << static_cast<int>(layout));
+      const bool nhwc = layout == ActivationLayout::nhwc;
+      const std::int64_t oh = s.out_height(), ow = s.out_width();
+      const auto x = random_vector(static_cast<std::size_t>(2 * 5 * 9 * 8), 41);
+      const auto dy = random_vector(static_cast<std::size_t>(2 * 5 * oh * ow), 42);
+      std::vector<unsigned char> workspace(pool2d_workspace_bytes(s));
+      std::vector<float> y(dy.size()), dx(x.size());
+      const auto x_l = nhwc ? to_nhwc(x, 2, 5, 9, 8) : x;
+      pool2d_forward(s, x_l.data(), y.data(), workspace.empty() ? nullptr : workspace.data());
+      expect_close(nhwc ? to_nchw(y, 2, 5, oh, ow) : y, reference::pool2d_forward(s, x, nullptr), 1e-6, "forward");
+      const auto dy_l = nhwc ? to_nhwc(dy, 2, 5, oh, ow) : dy;
+      pool2d_backward(s, dy_l.data(), workspace.empty() ? nullptr : workspace.data(), dx.data());
+      expect_close(nhwc ? to_nchw(dx, 2, 5, 9, 8) : dx, reference::pool2d_backward(s, x, dy), 1e-6, "backward");
+    }
+}
+
+TEST(Pool2d, MaxBackwardWithoutWorkspaceIsAnError) {
+  PoolShape s;
+  s.batch = 1, s.channels = 1, s.height = 4, s.width = 4, s.kernel_h = s.kernel_w = 2, s.stride_h = s.stride_w = 2;
+  float v[16] = {};
+  EXPECT_THROW(pool2d_backward(s, v, nullptr, v), Error);
+}
+
+// -------------------------------------------------------------------------------- batch norm
+TEST(BatchNorm, TrainingInferenceAndBackwardMatchFormulas) {
+  for (ActivationLayout layout : {ActivationLayout::nchw, ActivationLayout::nhwc}) {
+    BatchNormShape s;
+    s.batch = 3, s.channels = 4, s.height = 5, s.width = 6, s.layout = layout;
+    const std::int64_t C = 4, HW = 30, M = 3 * 30;
+    const auto x = random_vector(static_cast<std::size_t>(3 * C * HW), 51, -2.0f, 3.0f);
+    const auto scale = random_vector(4, 52, 0.5f, 1.5f), shift = random_vector(4, 53);
+    const auto dy = random_vector(x.size(), 54);
+    const bool nhwc = layout == ActivationLayout::nhwc;
+    auto in = [&](const std::vector<float>& v) { return nhwc ? to_nhwc(v, 3, C, 5, 6) : v; };
+    auto out = [&](const std::vector<float>& v) { return nhwc ? to_nchw(v, 3, C, 5, 6) : v; };
+
+    std::vector<double> mean(4, 0), var(4, 0);
+    for (std::size_t i = 0; i < x.size(); ++i) mean[(i / HW) % C] += x[i] / static_cast<double>(M);
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const double d = x[i] - mean[(i / HW) % C];
+      var[(i / HW) % C] += d * d / static_cast<double>(M);
+    }
+    std::vector<float> y_want(x.size()), xhat(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const std::size_t c = (i / HW) % C;
+      xhat[i] = static_cast<float>((x[i] - mean[c]) / std::sqrt(var[c] + s.epsilon));
+      y_want[i] = scale[c] * xhat[i] + shift[c];
+    }
+
+    std::vector<float> y(x.size()), m(4), v(4);
+    batch_norm_forward_training(s, in(x).data(), scale.data(), shift.data(), y.data(), m.data(), v.data());
+    expect_close(out(y), y_want, 1e-5, "training forward");
+    expect_close(m, std::vector<float>(mean.begin(), mean.end()), 1e-6, "mean");
+    expect_close(v, std::vector<float>(var.begin(), var.end()), 1e-5, "biased variance");
+
+    std::vector<float> yi(x.size());
+    batch_norm_forward_inference(s, in(x).data(), scale.data(), shift.data(), m.data(), v.data(), yi.data(),
+                                 Activation::relu);
+    std::vector<float> relu_want(y_want);
+    for (auto& t : relu_want) t = std::max(0.0f, t);
+    expect_close(out(yi), relu_want, 1e-5, "inference + relu");
+
+    std::vector<double> sum_dy(4, 0), sum_dy_xhat(4, 0);
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      sum_dy[(i / HW) % C] += dy[i];
+      sum_dy_xhat[(i / HW) % C] += dy[i] * xhat[i];
+    }
+    std::vector<float> dx_want(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const std::size_t c = (i / HW) % C;
+      const double rstd = 1.0 / std::sqrt(var[c] + s.epsilon);
+      dx_want[i] = static_cast<float>(scale[c] * rstd *
+                                      (dy[i] - sum_dy[c] / static_cast<double>(M) - xhat[i] * sum_dy_xhat[c] / static_cast<double>(M)));
+    }
+    std::vector<float> dx(x.size()), dscale(4), dshift(4);
+    batch_norm_backward(s, in(x).data(), in(dy).data(), scale.data(), shift.data(), m.data(), v.data(), dx.data(), dscale.data(),
+                        dshift.data());
+    expect_close(out(dx), dx_want, 1e-4, "backward data");
+    expect_close(dscale, std::vector<float>(sum_dy_xhat.begin(), sum_dy_xhat.end()), 1e-4, "dscale");
+    expect_close(dshift, std::vector<float>(sum_dy.begin(), sum_dy.end()), 1e-5, "dshift");
+  }
+}
+
+}  // namespace
+}  // namespace cpudl::onednn
