@@ -130,4 +130,40 @@ TEST(Cli, DoctorMeasureReportsPositiveRoofs) {
   EXPECT_GT(m["bandwidth_gbs_one_core"].get<double>(), 0.1);
 }
 
+TEST(Cli, MissingBlasLibraryNamesThePackage) {
+  const Result r = run("bench gemm --sizes 64 --threads 1 --backends openblas --min-time 0.001",
+                       "CPUDL_BLAS_LIBRARY=/nonexistent/libopenblas.so.0");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("cannot load /nonexistent/libopenblas.so.0"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("install the Debian package libopenblas0-openmp"), std::string::npos) << r.err;
+  const Result matmul = run("bench gemm --sizes 64 --threads 1 --backends onednn --min-time 0.001", "CPUDL_BLAS=blas9");
+  EXPECT_EQ(matmul.exit_code, 2);
+}
+
+TEST(Cli, BenchGemmAndConvEmitOneJsonRecordPerMeasurement) {
+  const Result gemm = run("bench gemm --json --sizes 64 --threads 1 --backends onednn --min-time 0.001");
+  ASSERT_EQ(gemm.exit_code, 0) << gemm.err;
+  std::istringstream lines(gemm.out);
+  int records = 0;
+  for (std::string line; std::getline(lines, line); ++records) {
+    const auto j = nlohmann::json::parse(line);
+    for (const char* key : {"op", "backend", "m", "n", "k", "threads", "gflops", "pct_peak"})
+      EXPECT_TRUE(j.contains(key)) << key << " in " << line;
+    EXPECT_GT(j["gflops"].get<double>(), 0.0);
+  }
+  EXPECT_EQ(records, 6);  // one square size + five layer shapes, one backend, one thread count
+  const Result conv = run("bench conv --json --model lenet5 --batch 2 --threads 1 --min-time 0.001");
+  ASSERT_EQ(conv.exit_code, 0) << conv.err;
+  std::istringstream conv_lines(conv.out);
+  records = 0;
+  for (std::string line; std::getline(conv_lines, line); ++records) {
+    const auto j = nlohmann::json::parse(line);
+    EXPECT_EQ(j["model"], "lenet5");
+    EXPECT_GT(j["pct_peak"].get<double>(), 0.0);
+  }
+  EXPECT_EQ(records, 6);  // two layers x three passes
+  EXPECT_EQ(run("bench conv --model vgg").exit_code, 2);
+  EXPECT_EQ(run("bench gemm --sizes 0").exit_code, 2);
+}
+
 }  // namespace

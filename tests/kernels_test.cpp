@@ -104,14 +104,15 @@ TEST(Kernels, F32SumMatchesReference) {
   EXPECT_EQ(reference(ones, 5), 5.0f);
 }
 
-TEST(Kernels, FmaProbeCountsItsWork) {
-  for_each_runnable(f32_fma_probe_variants(), [&](FmaProbeFn fn) {
-    float sink = 0;
-    const std::uint64_t flops = fn(1000, &sink);
-    EXPECT_EQ(flops % 1000, 0u);
-    EXPECT_GE(flops / 1000, 96u);  // at least 12 chains x 4 lanes x 2 flops per iteration
-    EXPECT_TRUE(std::isfinite(sink));
-  });
+TEST(Kernels, RoofProbesCountTheirWork) {
+  for (const auto* variants : {&f32_fma_probe_variants(), &int8_dot_probe_variants(), &bf16_dot_probe_variants()})
+    for_each_runnable(*variants, [&](FmaProbeFn fn) {
+      float sink = 0;
+      const std::uint64_t ops = fn(1000, &sink);
+      EXPECT_EQ(ops % 1000, 0u);
+      EXPECT_GE(ops / 1000, 32u);  // at least 16 chains x 2 operations per iteration
+      EXPECT_TRUE(std::isfinite(sink));
+    });
 }
 
 TEST(Dispatch, TablePicksTheBestVariantTheLevelAllows) {

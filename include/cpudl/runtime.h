@@ -176,4 +176,16 @@ struct MeasuredPeaks {
 // Takes about `seconds` in total (split between the FMA and bandwidth probes).
 MeasuredPeaks measure_peaks(double seconds = 1.5);
 
+// One compute roof on `threads` threads, measured for about `seconds` with the active level's
+// probe. `native` is false when the level has no instruction for it (the scalar reference ran).
+enum class ComputeRoof { fp32_fma, int8_dot, bf16_dot };
+struct RoofMeasurement {
+  double gops = 0;  // billions of operations per second (multiply and add counted apart)
+  std::string kernel;
+  bool native = true;
+};
+RoofMeasurement measure_compute_roof(ComputeRoof roof, int threads, double seconds);
+// Memory read bandwidth in GB/s on `threads` threads.
+double measure_read_bandwidth(int threads, double seconds);
+
 }  // namespace cpudl

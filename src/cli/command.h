@@ -10,5 +10,6 @@ namespace cpudl::cli {
 using Action = std::function<int()>;
 
 void add_doctor_command(CLI::App& app, Action& action);
+void add_bench_command(CLI::App& app, Action& action);
 
 }  // namespace cpudl::cli

@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1, 1);
   cpudl::cli::Action action;
   cpudl::cli::add_doctor_command(app, action);
+  cpudl::cli::add_bench_command(app, action);
 
   // CLI11 reports a misspelt command only as "a subcommand is required": name it instead.
   const auto subcommands = app.get_subcommands([](const CLI::App*) { return true; });

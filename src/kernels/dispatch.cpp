@@ -46,6 +46,18 @@ const std::vector<KernelVariant<FmaProbeFn>>& f32_fma_probe_variants() {
       CPUDL_VARIANT(generic, f32_fma_probe__ref)};
   return v;
 }
+const std::vector<KernelVariant<FmaProbeFn>>& int8_dot_probe_variants() {
+  static const std::vector<KernelVariant<FmaProbeFn>> v = {
+      CPUDL_VARIANT(avx512_vnni, int8_dot_probe__avx512_vnni), CPUDL_VARIANT(avx512, int8_dot_probe__avx512),
+      CPUDL_VARIANT(avx2, int8_dot_probe__avx2), CPUDL_VARIANT(generic, int8_dot_probe__ref)};
+  return v;
+}
+
+const std::vector<KernelVariant<FmaProbeFn>>& bf16_dot_probe_variants() {
+  static const std::vector<KernelVariant<FmaProbeFn>> v = {CPUDL_VARIANT(avx512_bf16, bf16_dot_probe__avx512_bf16),
+                                                           CPUDL_VARIANT(generic, bf16_dot_probe__ref)};
+  return v;
+}
 #undef CPUDL_VARIANT
 
 namespace {

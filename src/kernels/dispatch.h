@@ -27,7 +27,9 @@ using FmaProbeFn = std::uint64_t (*)(std::uint64_t iterations, float* sink);
   X(f32_mul, F32BinaryFn)         \
   X(f32_relu, F32UnaryFn)         \
   X(f32_sum, F32ReduceFn)         \
-  X(f32_fma_probe, FmaProbeFn)
+  X(f32_fma_probe, FmaProbeFn)   \
+  X(int8_dot_probe, FmaProbeFn)  \
+  X(bf16_dot_probe, FmaProbeFn)
 
 template <class Fn>
 struct KernelVariant {

@@ -1,6 +1,10 @@
 // Matmul and linear layers through oneDNN's matmul and inner-product primitives.
+#include <omp.h>
+
+#include <algorithm>
 #include <string>
 
+#include "blas/blas.h"
 #include "onednn/dense.h"
 #include "onednn/executable.h"
 #include "onednn/primitive_cache.h"
@@ -57,11 +61,32 @@ struct LinearEntry {
   Executable exec;
 };
 
+// CPUDL_BLAS=openblas|blis: the same contract through the library's cblas_sgemm, with the
+// epilogue applied afterwards (CBLAS has no fused bias or activation).
+void cblas_matmul(blas::Backend backend, const MatmulShape& s, const float* a, const float* b, float* c,
+                  const MatmulEpilogue& e) {
+  const int threads = omp_get_max_threads();
+  for (std::int64_t p = 0; p < s.batch; ++p) {
+    float* cp = c + p * s.m * s.n;
+    blas::cblas_sgemm(backend, s.transpose_a, s.transpose_b, s.m, s.n, s.k, a + p * s.m * s.k, b + p * s.k * s.n, cp,
+                      e.accumulate, threads);
+    if (!e.bias && e.activation == Activation::none) continue;
+    for (std::int64_t i = 0; i < s.m; ++i)
+      for (std::int64_t j = 0; j < s.n; ++j) {
+        float& v = cp[i * s.n + j];
+        if (e.bias) v += e.bias[j];
+        if (e.activation == Activation::relu) v = std::max(0.0f, v);
+      }
+  }
+}
+
 }  // namespace
 
 void matmul(const MatmulShape& s, const float* a, const float* b, float* c, const MatmulEpilogue& e) {
   if (s.batch < 1 || s.m < 1 || s.n < 1 || s.k < 1)
     throw Error(shape_text(s) + ": every dimension must be at least 1");
+  if (const blas::Backend backend = blas::active_backend(); backend != blas::Backend::onednn)
+    return cblas_matmul(backend, s, a, b, c, e);
   static PrimitiveCache<MatmulEntry> cache;
   PrimitiveKey key(kMatmul);
   key.add(s.batch).add(s.m).add(s.n).add(s.k).add(s.transpose_a).add(s.transpose_b);

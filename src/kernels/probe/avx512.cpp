@@ -19,3 +19,22 @@ std::uint64_t f32_fma_probe__avx512(std::uint64_t iterations, float* sink) {
 }
 
 }  // namespace cpudl::kernels
+
+namespace cpudl::kernels {
+
+// AVX-512BW without VNNI: VPMADDUBSW + VPMADDWD + VPADDD, 64 multiply-accumulates per chain step.
+std::uint64_t int8_dot_probe__avx512(std::uint64_t iterations, float* sink) {
+  constexpr int kChains = 8;
+  __m512i acc[kChains];
+  for (int j = 0; j < kChains; ++j) acc[j] = _mm512_setzero_si512();
+  const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-2), ones = _mm512_set1_epi16(1);
+  for (std::uint64_t i = 0; i < iterations; ++i)
+    for (int j = 0; j < kChains; ++j)
+      acc[j] = _mm512_add_epi32(acc[j], _mm512_madd_epi16(_mm512_maddubs_epi16(a, b), ones));
+  __m512i total = _mm512_setzero_si512();
+  for (int j = 0; j < kChains; ++j) total = _mm512_add_epi32(total, acc[j]);
+  *sink = static_cast<float>(_mm512_reduce_add_epi32(total));
+  return iterations * kChains * 64 * 2;
+}
+
+}  // namespace cpudl::kernels

@@ -18,3 +18,35 @@ std::uint64_t f32_fma_probe__ref(std::uint64_t iterations, float* sink) {
 }
 
 }  // namespace cpudl::kernels
+
+namespace cpudl::kernels {
+
+// Scalar u8 x s8 multiply-accumulate chains: the reference, and what a CPU without SIMD int8
+// dot products does.
+std::uint64_t int8_dot_probe__ref(std::uint64_t iterations, float* sink) {
+  constexpr int kChains = 16;
+  std::int32_t acc[kChains] = {};
+  std::uint8_t a[kChains];
+  std::int8_t b[kChains];
+  for (int j = 0; j < kChains; ++j) a[j] = static_cast<std::uint8_t>(j + 1), b[j] = static_cast<std::int8_t>(j - 8);
+  for (std::uint64_t i = 0; i < iterations; ++i)
+    for (int j = 0; j < kChains; ++j) acc[j] += static_cast<std::int32_t>(a[j]) * b[j];
+  std::int64_t total = 0;
+  for (int j = 0; j < kChains; ++j) total += acc[j];
+  *sink = static_cast<float>(total);
+  return iterations * kChains * 2;
+}
+
+// bf16 has no portable arithmetic: products of bf16 values widened to f32, as the reference.
+std::uint64_t bf16_dot_probe__ref(std::uint64_t iterations, float* sink) {
+  constexpr int kChains = 16;
+  float acc[kChains] = {};
+  for (std::uint64_t i = 0; i < iterations; ++i)
+    for (int j = 0; j < kChains; ++j) acc[j] = acc[j] * 0.5f + 1.0f;  // bf16-exact operands
+  float total = 0;
+  for (int j = 0; j < kChains; ++j) total += acc[j];
+  *sink = total;
+  return iterations * kChains * 2;
+}
+
+}  // namespace cpudl::kernels

@@ -1,0 +1,37 @@
+// Switchable BLAS for matmul, as CPU deep-learning guides advise trying: CPUDL_BLAS=onednn (the
+// default), openblas or blis. OpenBLAS and BLIS are loaded at run time (dlopen of their CBLAS
+// symbols), so neither is a dependency; a missing one is a clear error naming the package.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace cpudl::blas {
+
+enum class Backend : int { onednn = 0, openblas = 1, blis = 2 };
+inline constexpr Backend kAllBackends[] = {Backend::onednn, Backend::openblas, Backend::blis};
+
+std::string_view backend_name(Backend backend);
+// Parses a CPUDL_BLAS value; UsageError on an unknown name.
+Backend parse_backend(std::string_view name);
+// The backend CPUDL_BLAS selects (read once).
+Backend active_backend();
+
+// Loads the backend's library if it is not loaded yet. Throws Error naming the library and the
+// Debian package to install when it cannot be loaded. CPUDL_BLAS_LIBRARY=/path/lib.so overrides
+// the library file for openblas and blis.
+void require(Backend backend);
+// Whether it can be loaded, and if not, why (the message require() would throw).
+bool available(Backend backend, std::string* why = nullptr);
+// What was loaded: "libopenblas.so.0 (OpenBLAS 0.3.21 ... Haswell)".
+std::string describe(Backend backend);
+
+// Row-major C[m x n] = op(A) op(B) (+ C when accumulate) through a CBLAS backend (openblas, blis),
+// using `threads` threads of its own pool.
+void cblas_sgemm(Backend backend, bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, std::int64_t k,
+                 const float* a, const float* b, float* c, bool accumulate, int threads);
+
+}  // namespace cpudl::blas

@@ -1,0 +1,240 @@
+// `cpudl bench peak|gemm|conv`: the machine's roofs, and dense compute measured against them,
+// each BLAS side by side, on 1..N threads. Text table, or one JSON record per measurement.
+#include <omp.h>
+
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "bench/timing.h"
+#include "bench/workloads.h"
+#include "blas/blas.h"
+#include "cli/command.h"
+#include "cpudl/error.h"
+#include "cpudl/runtime.h"
+
+namespace cpudl::cli {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+struct BenchOptions {
+  bool json = false;
+  std::string threads;  // "1,2"; empty = 1..default threads
+  double min_time = 0.25;
+  std::string sizes = "256,512,1024,2048";
+  std::string backends;  // empty = every available one
+  std::string model = "all";
+  std::int64_t batch = 0;
+};
+
+std::vector<std::int64_t> parse_list(const std::string& text, const char* flag) {
+  std::vector<std::int64_t> out;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    char* end = nullptr;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 1)
+      throw UsageError(std::string(flag) + " " + text + ": expected a comma-separated list of positive integers");
+    out.push_back(v);
+  }
+  return out;
+}
+
+std::vector<int> thread_counts(const BenchOptions& o) {
+  std::vector<int> out;
+  if (o.threads.empty()) {
+    for (int t = 1; t <= runtime().threads.threads; ++t) out.push_back(t);
+  } else {
+    for (std::int64_t t : parse_list(o.threads, "--threads")) out.push_back(static_cast<int>(t));
+  }
+  return out;
+}
+
+// Prints each record as it is measured: a JSON line, or a table row.
+class Report {
+ public:
+  explicit Report(bool json) : json_(json) {}
+  void header(const char* title, const char* columns) {
+    if (!json_) std::printf("\n%s\n%s\n", title, columns);
+  }
+  void record(const Json& r, const std::string& row) {
+    if (json_)
+      std::printf("%s\n", r.dump().c_str());
+    else
+      std::printf("%s\n", row.c_str());
+    std::fflush(stdout);
+  }
+
+ private:
+  bool json_;
+};
+
+std::string format(const char* fmt, auto... args) {
+  char buffer[512];
+  std::snprintf(buffer, sizeof buffer, fmt, args...);
+  return buffer;
+}
+
+// fp32 roof per thread count, measured once per run.
+double fp32_roof(int threads) {
+  static std::map<int, double> roofs;
+  if (!roofs.count(threads)) roofs[threads] = measure_compute_roof(ComputeRoof::fp32_fma, threads, 0.3).gops;
+  return roofs[threads];
+}
+
+std::vector<float> random_buffer(std::size_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+int run_peak(const BenchOptions& o) {
+  Report report(o.json);
+  report.header("Roofs measured on this machine", "roof                 threads   throughput        kernel");
+  const struct {
+    ComputeRoof roof;
+    const char* name;
+  } roofs[] = {{ComputeRoof::fp32_fma, "fp32_fma"}, {ComputeRoof::bf16_dot, "bf16_dot"}, {ComputeRoof::int8_dot, "int8_dot"}};
+  for (int t : thread_counts(o)) {
+    for (const auto& r : roofs) {
+      const RoofMeasurement m = measure_compute_roof(r.roof, t, o.min_time * 2);
+      Json j = {{"op", std::string("peak_") + r.name}, {"threads", t}, {"gops", m.gops}, {"kernel", m.kernel},
+                {"native", m.native}};
+      report.record(j, format("%-20s %7d %9.1f GOP/s     %s%s", r.name, t, m.gops, m.kernel.c_str(),
+                              m.native ? "" : "  (no native instruction: scalar reference)"));
+    }
+    const double gbs = measure_read_bandwidth(t, o.min_time * 2);
+    report.record(Json{{"op", "peak_bandwidth"}, {"threads", t}, {"gbs", gbs}},
+                  format("%-20s %7d %9.1f GB/s", "memory_read", t, gbs));
+  }
+  return 0;
+}
+
+int run_gemm(const BenchOptions& o) {
+  std::vector<blas::Backend> backends;
+  if (o.backends.empty()) {
+    for (blas::Backend b : blas::kAllBackends)
+      if (blas::available(b)) backends.push_back(b);
+  } else {
+    std::stringstream in(o.backends);
+    for (std::string name; std::getline(in, name, ',');) {
+      const blas::Backend b = blas::parse_backend(name);
+      blas::require(b);
+      backends.push_back(b);
+    }
+  }
+  Report report(o.json);
+  std::string libraries;
+  for (blas::Backend b : backends)
+    libraries += "\n  " + std::string(blas::backend_name(b)) + ": " + blas::describe(b);
+  report.header(("SGEMM, C = A B, fp32 (median time; % of the fp32 FMA roof measured at the same threads)" + libraries).c_str(),
+                "backend   threads      m      n      k   ms        GFLOP/s  %peak  shape");
+  const auto workloads = bench::gemm_workloads(parse_list(o.sizes, "--sizes"));
+  const int saved_threads = omp_get_max_threads();
+  for (int t : thread_counts(o)) {
+    omp_set_num_threads(t);
+    const double roof = fp32_roof(t);
+    for (const auto& w : workloads) {
+      const auto a = random_buffer(static_cast<std::size_t>(w.m * w.k), 1);
+      const auto b = random_buffer(static_cast<std::size_t>(w.k * w.n), 2);
+      std::vector<float> c(static_cast<std::size_t>(w.m * w.n));
+      for (blas::Backend backend : backends) {
+        auto call = [&] {
+          if (backend == blas::Backend::onednn)
+            onednn::matmul(onednn::MatmulShape{1, w.m, w.n, w.k}, a.data(), b.data(), c.data());
+          else
+            blas::cblas_sgemm(backend, false, false, w.m, w.n, w.k, a.data(), b.data(), c.data(), false, t);
+        };
+        // onednn::matmul honours CPUDL_BLAS; the bench names its backend explicitly instead.
+        const bench::Timing timing = bench::time_calls(call, o.min_time);
+        const double gflops = 2.0 * static_cast<double>(w.m * w.n * w.k) / timing.median_seconds * 1e-9;
+        Json j = {{"op", "gemm"}, {"backend", blas::backend_name(backend)}, {"label", w.label}, {"m", w.m},
+                  {"n", w.n}, {"k", w.k}, {"threads", t}, {"ms", timing.median_seconds * 1e3},
+                  {"gflops", gflops}, {"pct_peak", 100.0 * gflops / roof}};
+        report.record(j, format("%-9s %7d %6lld %6lld %6lld %8.3f %9.1f %5.1f%%  %s",
+                                std::string(blas::backend_name(backend)).c_str(), t, static_cast<long long>(w.m),
+                                static_cast<long long>(w.n), static_cast<long long>(w.k),
+                                timing.median_seconds * 1e3, gflops, 100.0 * gflops / roof, w.label.c_str()));
+      }
+    }
+  }
+  omp_set_num_threads(saved_threads);
+  return 0;
+}
+
+int run_conv(const BenchOptions& o) {
+  const auto workloads = bench::conv_workloads(o.model, o.batch);
+  Report report(o.json);
+  report.header("Convolution through oneDNN, fp32, NHWC activations (median; % of the fp32 roof at the same threads)",
+                "model      layer                     batch threads pass              ms    GFLOP/s  %peak");
+  const int saved_threads = omp_get_max_threads();
+  for (int t : thread_counts(o)) {
+    omp_set_num_threads(t);
+    const double roof = fp32_roof(t);
+    for (const auto& w : workloads) {
+      const auto& s = w.shape;
+      const auto x = random_buffer(static_cast<std::size_t>(s.batch * s.in_channels * s.height * s.width), 1);
+      const auto wt = random_buffer(static_cast<std::size_t>(s.out_channels * s.in_channels / s.groups * s.kernel_h * s.kernel_w), 2);
+      const auto bias = random_buffer(static_cast<std::size_t>(s.out_channels), 3);
+      const auto dy = random_buffer(static_cast<std::size_t>(s.batch * s.out_channels * s.out_height() * s.out_width()), 4);
+      std::vector<float> y(dy.size()), dx(x.size()), dw(wt.size()), db(bias.size());
+      const struct {
+        const char* name;
+        std::function<void()> fn;
+      } passes[] = {
+          {"forward", [&] { onednn::conv2d_forward(s, x.data(), wt.data(), 1, bias.data(), y.data()); }},
+          {"backward_data", [&] { onednn::conv2d_backward_data(s, dy.data(), wt.data(), 1, dx.data()); }},
+          {"backward_weights", [&] { onednn::conv2d_backward_weights(s, x.data(), dy.data(), dw.data(), db.data()); }},
+      };
+      for (const auto& pass : passes) {
+        const bench::Timing timing = bench::time_calls(pass.fn, o.min_time);
+        const double gflops = s.flops() / timing.median_seconds * 1e-9;
+        Json j = {{"op", std::string("conv_") + pass.name}, {"backend", "onednn"}, {"model", w.model},
+                  {"layer", w.layer}, {"n", s.batch}, {"c", s.in_channels}, {"h", s.height}, {"w", s.width},
+                  {"oc", s.out_channels}, {"kh", s.kernel_h}, {"kw", s.kernel_w}, {"stride", s.stride_h},
+                  {"pad", s.pad_h}, {"groups", s.groups}, {"threads", t}, {"ms", timing.median_seconds * 1e3},
+                  {"gflops", gflops}, {"pct_peak", 100.0 * gflops / roof}};
+        report.record(j, format("%-10s %-25s %5lld %7d %-16s %8.3f %9.1f %5.1f%%", w.model.c_str(), w.layer.c_str(),
+                                static_cast<long long>(s.batch), t, pass.name, timing.median_seconds * 1e3, gflops,
+                                100.0 * gflops / roof));
+      }
+    }
+  }
+  omp_set_num_threads(saved_threads);
+  return 0;
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app, Action& action) {
+  CLI::App* bench = app.add_subcommand("bench", "Measure the machine's roofs and cpudl's kernels against them");
+  bench->require_subcommand(1, 1);
+  auto options = std::make_shared<BenchOptions>();
+  auto common = [options](CLI::App* sub) {
+    sub->add_flag("--json", options->json, "One JSON object per measurement, one per line");
+    sub->add_option("--threads", options->threads, "Comma-separated thread counts (default 1..N)");
+    sub->add_option("--min-time", options->min_time, "Seconds to time each measurement (default 0.25)")
+        ->check(CLI::Range(0.001, 60.0));
+  };
+  CLI::App* peak = bench->add_subcommand("peak", "fp32 FMA, bf16 and int8 dot-product throughput, memory bandwidth");
+  common(peak);
+  peak->callback([&action, options] { action = [options] { return run_peak(*options); }; });
+  CLI::App* gemm = bench->add_subcommand("gemm", "SGEMM: square sizes and real-layer shapes, every BLAS side by side");
+  common(gemm);
+  gemm->add_option("--sizes", options->sizes, "Square sizes (default 256,512,1024,2048)");
+  gemm->add_option("--backends", options->backends, "onednn,openblas,blis (default: every one installed)");
+  gemm->callback([&action, options] { action = [options] { return run_gemm(*options); }; });
+  CLI::App* conv = bench->add_subcommand("conv", "Convolutions of ResNet-18, LeNet-5 and SimpleCNN, forward and backward");
+  common(conv);
+  conv->add_option("--model", options->model, "resnet18, lenet5, simplecnn or all (default)");
+  conv->add_option("--batch", options->batch, "Batch size (default: 16 for resnet18, 256 for MNIST models)")
+      ->check(CLI::PositiveNumber);
+  conv->callback([&action, options] { action = [options] { return run_conv(*options); }; });
+}
+
+}  // namespace cpudl::cli

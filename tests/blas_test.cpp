@@ -1,0 +1,52 @@
+// Switchable BLAS: backend names, the clear error for a missing library, and OpenBLAS/BLIS
+// results against the oneDNN path when those libraries are installed.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "blas/blas.h"
+#include "cpudl/error.h"
+#include "onednn/dense.h"
+
+namespace cpudl::blas {
+namespace {
+
+TEST(Blas, BackendNames) {
+  for (Backend b : kAllBackends) EXPECT_EQ(parse_backend(backend_name(b)), b);
+  try {
+    parse_backend("mkl");
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("CPUDL_BLAS=mkl: unknown backend"), std::string::npos);
+  }
+  EXPECT_TRUE(available(Backend::onednn));
+}
+
+TEST(Blas, CblasBackendsAgreeWithOneDnn) {
+  std::mt19937 gen(5);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  const std::int64_t m = 37, n = 29, k = 53;
+  std::vector<float> a(static_cast<std::size_t>(m * k)), b(static_cast<std::size_t>(k * n));
+  for (auto& x : a) x = dist(gen);
+  for (auto& x : b) x = dist(gen);
+  int tested = 0;
+  for (Backend backend : {Backend::openblas, Backend::blis}) {
+    if (!available(backend)) continue;
+    for (int t = 0; t < 4; ++t) {
+      const bool ta = t & 1, tb = t & 2;
+      std::vector<float> want(static_cast<std::size_t>(m * n)), got(want.size(), 1.0f);
+      onednn::matmul(onednn::MatmulShape{1, m, n, k, ta, tb}, a.data(), b.data(), want.data());
+      cblas_sgemm(backend, ta, tb, m, n, k, a.data(), b.data(), got.data(), false, 2);
+      for (std::size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], 1e-4) << backend_name(backend) << " t" << t << " at " << i;
+      std::vector<float> acc(want.size(), 1.0f);
+      cblas_sgemm(backend, ta, tb, m, n, k, a.data(), b.data(), acc.data(), true, 1);
+      for (std::size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(acc[i], want[i] + 1.0f, 1e-4);
+    }
+    ++tested;
+  }
+  if (tested == 0) GTEST_SKIP() << "neither OpenBLAS nor BLIS is installed (make bench installs them)";
+}
+
+}  // namespace
+}  // namespace cpudl::blas
