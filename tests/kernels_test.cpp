@@ -89,19 +89,250 @@ TEST(Kernels, ReluReferenceSemantics) {
   EXPECT_TRUE(std::isnan(y[3]));
 }
 
-TEST(Kernels, F32SumMatchesReference) {
-  const auto reference = f32_sum_variants().back().fn;
+TEST(Kernels, SubAndDivMatchReferenceExactly) {
+  check_binary(f32_sub_variants(), f32_sub_variants().back().fn);
+  check_binary(f32_div_variants(), f32_div_variants().back().fn);
+}
+
+// |got - want| <= rtol |want| + atol, with NaN matching NaN and infinities matching exactly.
+::testing::AssertionResult close(float got, float want, double rtol, double atol) {
+  if (std::isnan(want) && std::isnan(got)) return ::testing::AssertionSuccess();
+  if (std::isinf(want) && got == want) return ::testing::AssertionSuccess();
+  if (std::fabs(static_cast<double>(got) - want) <= rtol * std::fabs(static_cast<double>(want)) + atol)
+    return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "got " << got << " want " << want << " (diff "
+                                       << std::fabs(static_cast<double>(got) - want) << ")";
+}
+
+std::vector<float> spread(std::size_t n, float lo, float hi, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+struct UnaryCase {
+  const std::vector<KernelVariant<F32UnaryFn>>* variants;
+  const char* name;
+  float lo, hi;
+  std::vector<float> specials;
+  double rtol, atol;
+};
+
+TEST(Kernels, TranscendentalsMatchDoubleReference) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const UnaryCase cases[] = {
+      {&f32_exp_variants(), "exp", -100.0f, 89.0f, {0.0f, -0.0f, 1e-8f, 88.7f, 88.72f, 89.0f, -87.5f, -103.0f, -104.5f, inf, -inf, nan}, 3e-7, 1e-44},
+      {&f32_log_variants(), "log", 0.0f, 100.0f, {0.0f, -1.0f, 1.0f, 1.0000001f, 0.9999999f, 1e-40f, 1e-45f, 3e38f, inf, nan}, 3e-7, 1e-7},
+      {&f32_tanh_variants(), "tanh", -12.0f, 12.0f, {0.0f, 1e-6f, -1e-6f, 0.6249f, 0.6251f, 9.0f, -20.0f, inf, -inf, nan}, 4e-7, 1e-30},
+      {&f32_sigmoid_variants(), "sigmoid", -90.0f, 90.0f, {0.0f, -100.0f, 100.0f, inf, -inf, nan}, 4e-7, 1e-40},
+      {&f32_gelu_variants(), "gelu", -12.0f, 12.0f, {0.0f, 1e-6f, -1e-6f, -5.0f, -9.0f, 30.0f, nan}, 1e-6, 1e-38},
+  };
+  for (const UnaryCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    const auto reference = c.variants->back().fn;
+    for_each_runnable(*c.variants, [&](F32UnaryFn fn) {
+      for (std::size_t n : kSizes) {
+        auto x = spread(n, c.lo, c.hi, 7);
+        for (std::size_t i = 0; i < c.specials.size() && i < n; ++i) x[i * 3 % n] = c.specials[i];
+        std::vector<float> want(n), got(n + 1, 7.0f);
+        reference(x.data(), want.data(), n);
+        fn(x.data(), got.data(), n);
+        for (std::size_t i = 0; i < n; ++i) ASSERT_TRUE(close(got[i], want[i], c.rtol, c.atol)) << "x=" << x[i] << " n=" << n;
+        ASSERT_EQ(got[n], 7.0f) << "wrote past the end, n=" << n;
+      }
+      // A dense sweep of the whole range, beyond what random draws hit.
+      std::vector<float> x(20001);
+      for (std::size_t i = 0; i < x.size(); ++i) x[i] = c.lo + (c.hi - c.lo) * static_cast<float>(i) / 20000.0f;
+      std::vector<float> want(x.size()), got(x.size());
+      reference(x.data(), want.data(), x.size());
+      fn(x.data(), got.data(), x.size());
+      for (std::size_t i = 0; i < x.size(); ++i) ASSERT_TRUE(close(got[i], want[i], c.rtol, c.atol)) << "x=" << x[i];
+    });
+  }
+}
+
+TEST(Kernels, BackwardKernelsMatchReference) {
+  const struct {
+    const std::vector<KernelVariant<F32UnaryBackwardFn>>* variants;
+    const char* name;
+    float lo, hi;
+    double rtol, atol;
+  } cases[] = {{&f32_relu_backward_variants(), "relu", -3, 3, 0, 0},
+               {&f32_gelu_backward_variants(), "gelu", -9, 9, 1e-6, 1e-7},
+               {&f32_sigmoid_backward_variants(), "sigmoid", 0, 1, 1e-6, 1e-7},
+               {&f32_tanh_backward_variants(), "tanh", -1, 1, 1e-6, 1e-7}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    const auto reference = c.variants->back().fn;
+    for_each_runnable(*c.variants, [&](F32UnaryBackwardFn fn) {
+      for (std::size_t n : kSizes) {
+        auto saved = spread(n, c.lo, c.hi, 8);
+        if (n > 2) saved[1] = 0.0f;  // relu's boundary: no gradient at exactly 0
+        const auto dy = spread(n, -2, 2, 9);
+        std::vector<float> want(n), got(n);
+        reference(saved.data(), dy.data(), want.data(), n);
+        fn(saved.data(), dy.data(), got.data(), n);
+        for (std::size_t i = 0; i < n; ++i) ASSERT_TRUE(close(got[i], want[i], c.rtol, c.atol)) << "i=" << i << " n=" << n;
+      }
+    });
+  }
+}
+
+TEST(Kernels, ReductionsMatchReference) {
+  const auto sum_ref = f32_sum_variants().back().fn;
   for_each_runnable(f32_sum_variants(), [&](F32ReduceFn fn) {
     for (std::size_t n : kSizes) {
       const auto x = random_values(n, 4, false);
       double magnitude = 0;
       for (std::size_t i = 1; i <= n; ++i) magnitude += std::fabs(x[i]);
-      const float expected = reference(x.data() + 1, n);
-      EXPECT_NEAR(fn(x.data() + 1, n), expected, 1e-6 * magnitude + 1e-6) << "n=" << n;
+      EXPECT_NEAR(fn(x.data() + 1, n), sum_ref(x.data() + 1, n), 1e-6 * magnitude + 1e-6) << "n=" << n;
+    }
+  });
+  const auto max_ref = f32_max_variants().back().fn;
+  for_each_runnable(f32_max_variants(), [&](F32ReduceFn fn) {
+    for (std::size_t n : kSizes) {
+      const auto x = spread(n, -50, 50, 10);
+      EXPECT_EQ(fn(x.data(), n), max_ref(x.data(), n)) << "n=" << n;
+    }
+  });
+  const auto argmax_ref = f32_argmax_variants().back().fn;
+  for_each_runnable(f32_argmax_variants(), [&](F32ArgmaxFn fn) {
+    for (std::size_t n : kSizes) {
+      if (n == 0) continue;
+      auto x = spread(n, -50, 50, 11);
+      EXPECT_EQ(fn(x.data(), n), argmax_ref(x.data(), n)) << "n=" << n;
+      x[n - 1] = 1000.0f;  // maximum in the tail
+      EXPECT_EQ(fn(x.data(), n), n - 1);
+      x[n / 2] = 1000.0f;  // a tie: the first one wins
+      EXPECT_EQ(fn(x.data(), n), n / 2) << "n=" << n;
     }
   });
   const float ones[5] = {1, 1, 1, 1, 1};
-  EXPECT_EQ(reference(ones, 5), 5.0f);
+  EXPECT_EQ(sum_ref(ones, 5), 5.0f);
+}
+
+// Row-wise kernels on non-contiguous rows (ld > cols), checking the gaps stay untouched.
+TEST(Kernels, SoftmaxAndLogSoftmaxMatchReference) {
+  for (const auto* variants : {&f32_softmax_variants(), &f32_log_softmax_variants()}) {
+    const auto reference = variants->back().fn;
+    const bool log = variants == &f32_log_softmax_variants();
+    SCOPED_TRACE(log ? "log_softmax" : "softmax");
+    for_each_runnable(*variants, [&](F32RowwiseFn fn) {
+      for (std::size_t cols : {1, 2, 7, 8, 9, 16, 17, 33, 100, 1000}) {
+        const std::size_t rows = 3, ld_in = cols + 3, ld_out = cols + 1;
+        auto x = spread(rows * ld_in, -20, 20, 12);
+        x[0] = 80.0f;  // large logits must not overflow
+        std::vector<float> want(rows * ld_out, -7.0f), got(rows * ld_out, -7.0f);
+        reference(x.data(), want.data(), rows, cols, ld_in, ld_out);
+        fn(x.data(), got.data(), rows, cols, ld_in, ld_out);
+        for (std::size_t i = 0; i < want.size(); ++i)
+          ASSERT_TRUE(close(got[i], want[i], log ? 1e-6 : 2e-6, log ? 2e-6 : 1e-12)) << "cols=" << cols << " i=" << i;
+      }
+    });
+  }
+}
+
+TEST(Kernels, CrossEntropyMatchesReference) {
+  const auto reference = f32_cross_entropy_variants().back().fn;
+  for_each_runnable(f32_cross_entropy_variants(), [&](CrossEntropyFn fn) {
+    for (std::size_t classes : {1, 2, 10, 17, 1000})
+      for (float smoothing : {0.0f, 0.1f}) {
+        const std::size_t rows = 4, ld = classes + 2;
+        const auto logits = spread(rows * ld, -8, 8, 13);
+        std::vector<std::int32_t> labels(rows);
+        for (std::size_t r = 0; r < rows; ++r) labels[r] = static_cast<std::int32_t>((r * 7 + 3) % classes);
+        std::vector<float> loss_want(rows), loss_got(rows), grad_want(rows * classes), grad_got(rows * classes);
+        reference({logits.data(), labels.data(), rows, classes, ld, smoothing, loss_want.data(), grad_want.data(), classes});
+        fn({logits.data(), labels.data(), rows, classes, ld, smoothing, loss_got.data(), grad_got.data(), classes});
+        for (std::size_t r = 0; r < rows; ++r) ASSERT_TRUE(close(loss_got[r], loss_want[r], 2e-6, 2e-6)) << classes;
+        for (std::size_t i = 0; i < grad_want.size(); ++i)
+          ASSERT_TRUE(close(grad_got[i], grad_want[i], 2e-6, 1e-7)) << classes << " i=" << i;
+        // Loss alone (no gradient buffer) gives the same loss.
+        std::vector<float> loss_only(rows);
+        fn({logits.data(), labels.data(), rows, classes, ld, smoothing, loss_only.data(), nullptr, classes});
+        EXPECT_EQ(loss_only, loss_got);
+      }
+  });
+}
+
+TEST(Kernels, LayerNormMatchesReference) {
+  const auto fwd_ref = f32_layer_norm_forward_variants().back().fn;
+  const auto bwd_ref = f32_layer_norm_backward_variants().back().fn;
+  const auto& fwd_variants = f32_layer_norm_forward_variants();
+  const auto& bwd_variants = f32_layer_norm_backward_variants();
+  for (std::size_t v = 0; v < fwd_variants.size(); ++v) {
+    if (fwd_variants[v].level > kMachineLevel) continue;
+    SCOPED_TRACE(fwd_variants[v].name);
+    for (std::size_t cols : {1, 7, 8, 17, 64, 100, 768})
+      for (bool affine : {false, true}) {
+        const std::size_t rows = 5;
+        auto x = spread(rows * cols, -3, 3, 14);
+        for (auto& t : x) t += 100.0f;  // a large offset: one-pass variance would lose digits
+        const auto gamma = spread(cols, 0.5f, 1.5f, 15), beta = spread(cols, -1, 1, 16), dy = spread(rows * cols, -1, 1, 17);
+        const float* g = affine ? gamma.data() : nullptr;
+        const float* b = affine ? beta.data() : nullptr;
+        std::vector<float> y_want(rows * cols), y_got(rows * cols), mean_w(rows), mean_g(rows), rstd_w(rows), rstd_g(rows);
+        fwd_ref(x.data(), g, b, y_want.data(), mean_w.data(), rstd_w.data(), rows, cols, 1e-5f);
+        fwd_variants[v].fn(x.data(), g, b, y_got.data(), mean_g.data(), rstd_g.data(), rows, cols, 1e-5f);
+        for (std::size_t i = 0; i < y_want.size(); ++i) ASSERT_TRUE(close(y_got[i], y_want[i], 1e-5, 2e-5)) << cols << " i=" << i;
+        for (std::size_t r = 0; r < rows; ++r) {
+          ASSERT_TRUE(close(mean_g[r], mean_w[r], 1e-6, 0));
+          ASSERT_TRUE(close(rstd_g[r], rstd_w[r], 1e-4, 0));
+        }
+        std::vector<float> dx_w(rows * cols), dx_g(rows * cols), dg_w(cols, 0.5f), dg_g(cols, 0.5f), db_w(cols, 0.25f), db_g(cols, 0.25f);
+        bwd_ref(x.data(), dy.data(), g, mean_w.data(), rstd_w.data(), dx_w.data(), dg_w.data(), db_w.data(), rows, cols);
+        bwd_variants[v].fn(x.data(), dy.data(), g, mean_w.data(), rstd_w.data(), dx_g.data(), dg_g.data(), db_g.data(), rows, cols);
+        for (std::size_t i = 0; i < dx_w.size(); ++i) ASSERT_TRUE(close(dx_g[i], dx_w[i], 1e-4, 1e-4)) << cols << " i=" << i;
+        for (std::size_t j = 0; j < cols; ++j) {
+          ASSERT_TRUE(close(dg_g[j], dg_w[j], 1e-5, 1e-5)) << "dgamma " << j;
+          ASSERT_TRUE(close(db_g[j], db_w[j], 1e-6, 1e-6)) << "dbeta " << j;
+        }
+      }
+  }
+}
+
+TEST(Kernels, OptimizerStepsMatchReference) {
+  const SgdParams sgd_cases[] = {{0.1f, 0.0f, 0.0f, 0.0f, false, false},
+                                 {0.05f, 0.9f, 0.0f, 1e-4f, false, true},
+                                 {0.05f, 0.9f, 0.1f, 1e-4f, true, false}};
+  const auto sgd_ref = f32_sgd_step_variants().back().fn;
+  for_each_runnable(f32_sgd_step_variants(), [&](SgdStepFn fn) {
+    for (const SgdParams& p : sgd_cases)
+      for (std::size_t n : kSizes) {
+        auto w_want = spread(n, -1, 1, 18), buf_want = spread(n, -1, 1, 19);
+        auto w_got = w_want, buf_got = buf_want;
+        const auto grad = spread(n, -1, 1, 20);
+        for (int step = 0; step < 3; ++step) {
+          sgd_ref(w_want.data(), grad.data(), buf_want.data(), n, p);
+          fn(w_got.data(), grad.data(), buf_got.data(), n, p);
+        }
+        for (std::size_t i = 0; i < n; ++i) {
+          ASSERT_TRUE(close(w_got[i], w_want[i], 1e-6, 1e-7)) << "n=" << n << " i=" << i;
+          ASSERT_TRUE(close(buf_got[i], buf_want[i], 1e-6, 1e-7));
+        }
+      }
+  });
+  const auto adam_ref = f32_adam_step_variants().back().fn;
+  for_each_runnable(f32_adam_step_variants(), [&](AdamStepFn fn) {
+    for (bool decoupled : {false, true})
+      for (std::size_t n : kSizes) {
+        auto w_want = spread(n, -1, 1, 21), m_want = std::vector<float>(n, 0.0f), v_want = std::vector<float>(n, 0.0f);
+        auto w_got = w_want, m_got = m_want, v_got = v_want;
+        for (std::int64_t step = 1; step <= 10; ++step) {
+          const auto grad = spread(n, -1, 1, static_cast<unsigned>(100 + step));
+          const AdamParams p{1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, decoupled, step};
+          adam_ref(w_want.data(), grad.data(), m_want.data(), v_want.data(), n, p);
+          fn(w_got.data(), grad.data(), m_got.data(), v_got.data(), n, p);
+        }
+        for (std::size_t i = 0; i < n; ++i) {
+          ASSERT_TRUE(close(w_got[i], w_want[i], 1e-6, 1e-7)) << "n=" << n << " i=" << i;
+          ASSERT_TRUE(close(m_got[i], m_want[i], 1e-5, 1e-7));  // m, v ~ 0.1, 1e-3: fma-level rounding
+          ASSERT_TRUE(close(v_got[i], v_want[i], 1e-5, 1e-8));
+        }
+      }
+  });
 }
 
 TEST(Kernels, RoofProbesCountTheirWork) {

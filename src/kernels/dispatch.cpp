@@ -5,40 +5,51 @@
 #include <cstdio>
 
 #include "kernels/eltwise/eltwise.h"
+#include "kernels/norm/norm.h"
+#include "kernels/optim/optim.h"
 #include "kernels/probe/probe.h"
+#include "kernels/reduce/reduce.h"
+#include "kernels/softmax/softmax.h"
 
 namespace cpudl::kernels {
 
 #define CPUDL_VARIANT(level, fn) \
   { IsaLevel::level, #fn, fn }
 
-const std::vector<KernelVariant<F32BinaryFn>>& f32_add_variants() {
-  static const std::vector<KernelVariant<F32BinaryFn>> v = {
-      CPUDL_VARIANT(avx512, f32_add__avx512), CPUDL_VARIANT(avx2, f32_add__avx2),
-      CPUDL_VARIANT(generic, f32_add__ref)};
-  return v;
-}
+// The common case: an AVX-512 and an AVX2 variant over the portable reference.
+#define CPUDL_STANDARD_VARIANTS(kernel, Fn)                                                      \
+  const std::vector<KernelVariant<Fn>>& kernel##_variants() {                                    \
+    static const std::vector<KernelVariant<Fn>> v = {CPUDL_VARIANT(avx512, kernel##__avx512),     \
+                                                     CPUDL_VARIANT(avx2, kernel##__avx2),         \
+                                                     CPUDL_VARIANT(generic, kernel##__ref)};      \
+    return v;                                                                                    \
+  }
 
-const std::vector<KernelVariant<F32BinaryFn>>& f32_mul_variants() {
-  static const std::vector<KernelVariant<F32BinaryFn>> v = {
-      CPUDL_VARIANT(avx512, f32_mul__avx512), CPUDL_VARIANT(avx2, f32_mul__avx2),
-      CPUDL_VARIANT(generic, f32_mul__ref)};
-  return v;
-}
-
-const std::vector<KernelVariant<F32UnaryFn>>& f32_relu_variants() {
-  static const std::vector<KernelVariant<F32UnaryFn>> v = {
-      CPUDL_VARIANT(avx512, f32_relu__avx512), CPUDL_VARIANT(avx2, f32_relu__avx2),
-      CPUDL_VARIANT(generic, f32_relu__ref)};
-  return v;
-}
-
-const std::vector<KernelVariant<F32ReduceFn>>& f32_sum_variants() {
-  static const std::vector<KernelVariant<F32ReduceFn>> v = {
-      CPUDL_VARIANT(avx512, f32_sum__avx512), CPUDL_VARIANT(avx2, f32_sum__avx2),
-      CPUDL_VARIANT(generic, f32_sum__ref)};
-  return v;
-}
+CPUDL_STANDARD_VARIANTS(f32_add, F32BinaryFn)
+CPUDL_STANDARD_VARIANTS(f32_sub, F32BinaryFn)
+CPUDL_STANDARD_VARIANTS(f32_mul, F32BinaryFn)
+CPUDL_STANDARD_VARIANTS(f32_div, F32BinaryFn)
+CPUDL_STANDARD_VARIANTS(f32_relu, F32UnaryFn)
+CPUDL_STANDARD_VARIANTS(f32_gelu, F32UnaryFn)
+CPUDL_STANDARD_VARIANTS(f32_sigmoid, F32UnaryFn)
+CPUDL_STANDARD_VARIANTS(f32_tanh, F32UnaryFn)
+CPUDL_STANDARD_VARIANTS(f32_exp, F32UnaryFn)
+CPUDL_STANDARD_VARIANTS(f32_log, F32UnaryFn)
+CPUDL_STANDARD_VARIANTS(f32_relu_backward, F32UnaryBackwardFn)
+CPUDL_STANDARD_VARIANTS(f32_gelu_backward, F32UnaryBackwardFn)
+CPUDL_STANDARD_VARIANTS(f32_sigmoid_backward, F32UnaryBackwardFn)
+CPUDL_STANDARD_VARIANTS(f32_tanh_backward, F32UnaryBackwardFn)
+CPUDL_STANDARD_VARIANTS(f32_sum, F32ReduceFn)
+CPUDL_STANDARD_VARIANTS(f32_max, F32ReduceFn)
+CPUDL_STANDARD_VARIANTS(f32_argmax, F32ArgmaxFn)
+CPUDL_STANDARD_VARIANTS(f32_softmax, F32RowwiseFn)
+CPUDL_STANDARD_VARIANTS(f32_log_softmax, F32RowwiseFn)
+CPUDL_STANDARD_VARIANTS(f32_cross_entropy, CrossEntropyFn)
+CPUDL_STANDARD_VARIANTS(f32_layer_norm_forward, LayerNormForwardFn)
+CPUDL_STANDARD_VARIANTS(f32_layer_norm_backward, LayerNormBackwardFn)
+CPUDL_STANDARD_VARIANTS(f32_sgd_step, SgdStepFn)
+CPUDL_STANDARD_VARIANTS(f32_adam_step, AdamStepFn)
+#undef CPUDL_STANDARD_VARIANTS
 
 const std::vector<KernelVariant<FmaProbeFn>>& f32_fma_probe_variants() {
   static const std::vector<KernelVariant<FmaProbeFn>> v = {

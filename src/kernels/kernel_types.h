@@ -1,0 +1,67 @@
+// Signatures of cpudl's native kernels and the parameter blocks they take. Plain declarations
+// and aggregates only: this header is included by ISA-flagged files (see dispatch.h).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace cpudl::kernels {
+
+// Elementwise over n contiguous floats.
+using F32BinaryFn = void (*)(const float* a, const float* b, float* out, std::size_t n);
+using F32UnaryFn = void (*)(const float* x, float* out, std::size_t n);
+// dx = f'(.) * dy, where the first argument is the forward input x (relu, gelu) or the forward
+// output y (sigmoid, tanh): whichever makes the derivative cheapest.
+using F32UnaryBackwardFn = void (*)(const float* saved, const float* dy, float* dx, std::size_t n);
+
+using F32ReduceFn = float (*)(const float* x, std::size_t n);
+// Index of the first maximum (inputs without NaN).
+using F32ArgmaxFn = std::size_t (*)(const float* x, std::size_t n);
+
+// Row-wise over `rows` rows of `cols` floats, rows `ld_in` / `ld_out` floats apart.
+using F32RowwiseFn = void (*)(const float* x, float* y, std::size_t rows, std::size_t cols, std::size_t ld_in,
+                              std::size_t ld_out);
+
+// Cross-entropy of logits rows against integer labels (each in [0, classes)), with label
+// smoothing: target = (1 - smoothing) one_hot + smoothing / classes. Writes the loss of each row
+// and, when dlogits is not null, d loss_row / d logits = softmax - target.
+struct CrossEntropyArgs {
+  const float* logits;
+  const std::int32_t* labels;
+  std::size_t rows, classes, ld_logits;
+  float smoothing;
+  float* loss;     // rows
+  float* dlogits;  // rows x classes (ld_grad apart), or null
+  std::size_t ld_grad;
+};
+using CrossEntropyFn = void (*)(const CrossEntropyArgs& args);
+
+// Layer norm over the last dimension (cols) of contiguous rows; gamma/beta may be null (1 / 0).
+// Forward saves mean and rstd = 1/sqrt(var + eps) per row (biased variance, as PyTorch).
+using LayerNormForwardFn = void (*)(const float* x, const float* gamma, const float* beta, float* y, float* mean,
+                                    float* rstd, std::size_t rows, std::size_t cols, float epsilon);
+// Writes dx and ADDS the rows' contributions into dgamma and dbeta (each may be null).
+using LayerNormBackwardFn = void (*)(const float* x, const float* dy, const float* gamma, const float* mean,
+                                     const float* rstd, float* dx, float* dgamma, float* dbeta, std::size_t rows,
+                                     std::size_t cols);
+
+// PyTorch's SGD: g += wd p; buf = momentum buf + (1 - dampening) g (buf = g on the first step);
+// g = nesterov ? g + momentum buf : buf; p -= lr g. momentum_buffer unused when momentum == 0.
+struct SgdParams {
+  float lr, momentum, dampening, weight_decay;
+  bool nesterov, first_step;
+};
+using SgdStepFn = void (*)(float* param, const float* grad, float* momentum_buffer, std::size_t n,
+                           const SgdParams& p);
+
+// PyTorch's Adam / AdamW (decoupled = true): one pass over param, grad, m and v.
+struct AdamParams {
+  float lr, beta1, beta2, epsilon, weight_decay;
+  bool decoupled;
+  std::int64_t step;  // 1 on the first update
+};
+using AdamStepFn = void (*)(float* param, const float* grad, float* m, float* v, std::size_t n, const AdamParams& p);
+
+using FmaProbeFn = std::uint64_t (*)(std::uint64_t iterations, float* sink);
+
+}  // namespace cpudl::kernels

@@ -1,0 +1,67 @@
+// Layer-norm bodies over the SIMD traits V; avx2.cpp / avx512.cpp define V and CPUDL_ISA.
+// Two-pass statistics (mean, then squared deviations) for accuracy on large-offset inputs.
+#include "kernels/norm/norm.h"
+#include "kernels/simd/loops.inl"
+
+#define CPUDL_PASTE2(a, b) a##__##b
+#define CPUDL_PASTE(a, b) CPUDL_PASTE2(a, b)
+#define CPUDL_KERNEL(name) CPUDL_PASTE(name, CPUDL_ISA)
+
+namespace cpudl::kernels {
+
+void CPUDL_KERNEL(f32_layer_norm_forward)(const float* x, const float* gamma, const float* beta, float* y,
+                                          float* mean, float* rstd, std::size_t rows, std::size_t cols,
+                                          float epsilon) {
+  const float n = static_cast<float>(cols);
+  for (std::size_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * cols;
+    float* yr = y + r * cols;
+    const float m = reduce_sum<V>(xr, cols, [](V::F v) { return v; }) / n;
+    const V::F vm = V::set1(m);
+    const float var = reduce_sum<V>(xr, cols, [vm](V::F v) {
+                        const V::F d = V::sub(v, vm);
+                        return V::mul(d, d);
+                      }) / n;
+    const float rs = 1.0f / __builtin_sqrtf(var + epsilon);
+    const V::F vr = V::set1(rs);
+    for_vectors<V>(cols, [&](std::size_t i, std::size_t lanes) {
+      V::F out = V::mul(V::sub(load_n<V>(xr + i, lanes), vm), vr);
+      if (gamma) out = V::mul(out, load_n<V>(gamma + i, lanes));
+      if (beta) out = V::add(out, load_n<V>(beta + i, lanes));
+      store_n<V>(yr + i, out, lanes);
+    });
+    mean[r] = m;
+    rstd[r] = rs;
+  }
+}
+
+void CPUDL_KERNEL(f32_layer_norm_backward)(const float* x, const float* dy, const float* gamma, const float* mean,
+                                           const float* rstd, float* dx, float* dgamma, float* dbeta,
+                                           std::size_t rows, std::size_t cols) {
+  const float n = static_cast<float>(cols);
+  for (std::size_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * cols;
+    const float* dyr = dy + r * cols;
+    const V::F vm = V::set1(mean[r]), vr = V::set1(rstd[r]);
+    V::F sum_g = V::zero(), sum_gx = V::zero();
+    for_vectors<V>(cols, [&](std::size_t i, std::size_t lanes) {
+      const V::F xhat = V::mul(V::sub(load_n<V>(xr + i, lanes), vm), vr);
+      V::F g = load_n<V>(dyr + i, lanes);
+      if (gamma) g = V::mul(g, load_n<V>(gamma + i, lanes));
+      // Partial lanes load zeros for g, so they add nothing.
+      sum_g = V::add(sum_g, g);
+      sum_gx = V::fma(g, xhat, sum_gx);
+    });
+    const V::F a = V::set1(V::reduce_add(sum_g) / n), b = V::set1(V::reduce_add(sum_gx) / n);
+    for_vectors<V>(cols, [&](std::size_t i, std::size_t lanes) {
+      const V::F xhat = V::mul(V::sub(load_n<V>(xr + i, lanes), vm), vr);
+      const V::F d = load_n<V>(dyr + i, lanes);
+      const V::F g = gamma ? V::mul(d, load_n<V>(gamma + i, lanes)) : d;
+      store_n<V>(dx + r * cols + i, V::mul(vr, V::fnma(xhat, b, V::sub(g, a))), lanes);
+      if (dgamma) store_n<V>(dgamma + i, V::fma(d, xhat, load_n<V>(dgamma + i, lanes)), lanes);
+      if (dbeta) store_n<V>(dbeta + i, V::add(d, load_n<V>(dbeta + i, lanes)), lanes);
+    });
+  }
+}
+
+}  // namespace cpudl::kernels

@@ -1,0 +1,6 @@
+// AVX2 variants of the optim kernels (bodies shared in optim.inl).
+#include "kernels/simd/avx2.inl"
+
+namespace cpudl::kernels { namespace { using V = Avx2; } }
+#define CPUDL_ISA avx2
+#include "kernels/optim/optim.inl"

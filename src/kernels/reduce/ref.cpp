@@ -1,0 +1,27 @@
+// Portable reductions: the oracle. The sum accumulates in double, to judge float sums.
+#include <limits>
+
+#include "kernels/reduce/reduce.h"
+
+namespace cpudl::kernels {
+
+float f32_sum__ref(const float* x, std::size_t n) {
+  double sum = 0;
+  for (std::size_t i = 0; i < n; ++i) sum += x[i];
+  return static_cast<float>(sum);
+}
+
+float f32_max__ref(const float* x, std::size_t n) {
+  float best = -std::numeric_limits<float>::infinity();
+  for (std::size_t i = 0; i < n; ++i) best = x[i] > best ? x[i] : best;
+  return best;
+}
+
+std::size_t f32_argmax__ref(const float* x, std::size_t n) {
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < n; ++i)
+    if (x[i] > x[best]) best = i;
+  return best;
+}
+
+}  // namespace cpudl::kernels

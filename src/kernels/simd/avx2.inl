@@ -1,0 +1,74 @@
+// SIMD traits for AVX2 + FMA: 8 f32 lanes, masks held in vector registers. Include only from a
+// file compiled with the avx2 flags; everything here has internal linkage (see dispatch.h).
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace cpudl::kernels {
+namespace {
+
+struct Avx2 {
+  using F = __m256;
+  using I = __m256i;
+  using M = __m256;  // all-ones / all-zeros lanes
+  static constexpr int kWidth = 8;
+
+  static I tail_mask(std::size_t n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  }
+  static F load(const float* p) { return _mm256_loadu_ps(p); }
+  static F load_partial(const float* p, std::size_t n) { return _mm256_maskload_ps(p, tail_mask(n)); }
+  static void store(float* p, F v) { _mm256_storeu_ps(p, v); }
+  static void store_partial(float* p, F v, std::size_t n) { _mm256_maskstore_ps(p, tail_mask(n), v); }
+  static F set1(float x) { return _mm256_set1_ps(x); }
+  static F zero() { return _mm256_setzero_ps(); }
+  static F add(F a, F b) { return _mm256_add_ps(a, b); }
+  static F sub(F a, F b) { return _mm256_sub_ps(a, b); }
+  static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
+  static F div(F a, F b) { return _mm256_div_ps(a, b); }
+  static F min(F a, F b) { return _mm256_min_ps(a, b); }
+  static F max(F a, F b) { return _mm256_max_ps(a, b); }
+  static F fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }    // a*b + c
+  static F fnma(F a, F b, F c) { return _mm256_fnmadd_ps(a, b, c); }  // c - a*b
+  static F sqrt(F a) { return _mm256_sqrt_ps(a); }
+  static F abs(F a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a); }
+  static F sign_bit(F a) { return _mm256_and_ps(_mm256_set1_ps(-0.0f), a); }
+  static F bit_or(F a, F b) { return _mm256_or_ps(a, b); }
+  static F round(F a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static I to_int(F a) { return _mm256_cvtps_epi32(a); }  // nearest
+  static F to_float(I a) { return _mm256_cvtepi32_ps(a); }
+  static I add_int(I a, I b) { return _mm256_add_epi32(a, b); }
+  static I sub_int(I a, I b) { return _mm256_sub_epi32(a, b); }
+  static I set1_int(int x) { return _mm256_set1_epi32(x); }
+  static I shift_left(I a, int bits) { return _mm256_slli_epi32(a, bits); }
+  static I shift_right_arith(I a, int bits) { return _mm256_srai_epi32(a, bits); }
+  static I shift_right_logical(I a, int bits) { return _mm256_srli_epi32(a, bits); }
+  static I and_int(I a, I b) { return _mm256_and_si256(a, b); }
+  static I or_int(I a, I b) { return _mm256_or_si256(a, b); }
+  static F bits_to_float(I a) { return _mm256_castsi256_ps(a); }
+  static I float_to_bits(F a) { return _mm256_castps_si256(a); }
+  static M greater(F a, F b) { return _mm256_cmp_ps(a, b, _CMP_GT_OQ); }
+  static M less(F a, F b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
+  static M equal(F a, F b) { return _mm256_cmp_ps(a, b, _CMP_EQ_OQ); }
+  static M is_nan(F a) { return _mm256_cmp_ps(a, a, _CMP_UNORD_Q); }
+  static M mask_or(M a, M b) { return _mm256_or_ps(a, b); }
+  static F select(M m, F if_true, F if_false) { return _mm256_blendv_ps(if_false, if_true, m); }
+  static bool any(M m) { return _mm256_movemask_ps(m) != 0; }
+  static int first_set(M m) { return __builtin_ctz(static_cast<unsigned>(_mm256_movemask_ps(m))); }
+  static float reduce_add(F v) {
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+  }
+  static float reduce_max(F v) {
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+  }
+};
+
+}  // namespace
+}  // namespace cpudl::kernels

@@ -1,0 +1,99 @@
+// Loop skeletons over a SIMD traits type V: full vectors (two per iteration where independent
+// work helps), then one masked tail. Included by ISA kernel files only, after the traits.
+
+namespace cpudl::kernels {
+namespace {
+
+template <class V, class Op>
+void map_unary(const float* x, float* out, std::size_t n, Op op) {
+  constexpr std::size_t W = V::kWidth;
+  std::size_t i = 0;
+  for (; i + 2 * W <= n; i += 2 * W) {
+    const auto a = op(V::load(x + i)), b = op(V::load(x + i + W));
+    V::store(out + i, a);
+    V::store(out + i + W, b);
+  }
+  for (; i + W <= n; i += W) V::store(out + i, op(V::load(x + i)));
+  if (i < n) V::store_partial(out + i, op(V::load_partial(x + i, n - i)), n - i);
+}
+
+template <class V, class Op>
+void map_binary(const float* a, const float* b, float* out, std::size_t n, Op op) {
+  constexpr std::size_t W = V::kWidth;
+  std::size_t i = 0;
+  for (; i + 2 * W <= n; i += 2 * W) {
+    const auto r0 = op(V::load(a + i), V::load(b + i)), r1 = op(V::load(a + i + W), V::load(b + i + W));
+    V::store(out + i, r0);
+    V::store(out + i + W, r1);
+  }
+  for (; i + W <= n; i += W) V::store(out + i, op(V::load(a + i), V::load(b + i)));
+  if (i < n) V::store_partial(out + i, op(V::load_partial(a + i, n - i), V::load_partial(b + i, n - i)), n - i);
+}
+
+// Sum of op(x[i]) with four accumulators (hides add latency).
+template <class V, class Op>
+float reduce_sum(const float* x, std::size_t n, Op op) {
+  constexpr std::size_t W = V::kWidth;
+  auto s0 = V::zero(), s1 = V::zero(), s2 = V::zero(), s3 = V::zero();
+  std::size_t i = 0;
+  for (; i + 4 * W <= n; i += 4 * W) {
+    s0 = V::add(s0, op(V::load(x + i)));
+    s1 = V::add(s1, op(V::load(x + i + W)));
+    s2 = V::add(s2, op(V::load(x + i + 2 * W)));
+    s3 = V::add(s3, op(V::load(x + i + 3 * W)));
+  }
+  for (; i + W <= n; i += W) s0 = V::add(s0, op(V::load(x + i)));
+  if (i < n) {
+    // Masked-off lanes load 0, which op may map to non-zero: zero them after op.
+    const auto tail = op(V::load_partial(x + i, n - i));
+    float lanes[V::kWidth] = {};
+    V::store_partial(lanes, tail, n - i);
+    s1 = V::add(s1, V::load(lanes));
+  }
+  return V::reduce_add(V::add(V::add(s0, s1), V::add(s2, s3)));
+}
+
+template <class V>
+float reduce_max(const float* x, std::size_t n) {
+  constexpr std::size_t W = V::kWidth;
+  auto m0 = V::set1(-__builtin_inff()), m1 = m0;
+  std::size_t i = 0;
+  for (; i + 2 * W <= n; i += 2 * W) {
+    m0 = V::max(m0, V::load(x + i));
+    m1 = V::max(m1, V::load(x + i + W));
+  }
+  for (; i + W <= n; i += W) m0 = V::max(m0, V::load(x + i));
+  float best = V::reduce_max(V::max(m0, m1));
+  for (; i < n; ++i) best = x[i] > best ? x[i] : best;
+  return best;
+}
+
+}  // namespace
+}  // namespace cpudl::kernels
+
+namespace cpudl::kernels {
+namespace {
+
+// Calls body(offset, lanes) over [0, n) in vectors: lanes == V::kWidth except for the tail.
+template <class V, class Body>
+void for_vectors(std::size_t n, Body body) {
+  std::size_t i = 0;
+  for (; i + V::kWidth <= n; i += V::kWidth) body(i, std::size_t{V::kWidth});
+  if (i < n) body(i, n - i);
+}
+
+template <class V>
+typename V::F load_n(const float* p, std::size_t lanes) {
+  return lanes == V::kWidth ? V::load(p) : V::load_partial(p, lanes);
+}
+
+template <class V>
+void store_n(float* p, typename V::F v, std::size_t lanes) {
+  if (lanes == V::kWidth)
+    V::store(p, v);
+  else
+    V::store_partial(p, v, lanes);
+}
+
+}  // namespace
+}  // namespace cpudl::kernels

@@ -1,0 +1,6 @@
+// AVX512 variants of softmax, log-softmax and cross-entropy (bodies in softmax.inl).
+#include "kernels/simd/avx512.inl"
+
+namespace cpudl::kernels { namespace { using V = Avx512; } }
+#define CPUDL_ISA avx512
+#include "kernels/softmax/softmax.inl"

@@ -1,0 +1,94 @@
+// Softmax-family bodies over the SIMD traits V; avx2.cpp / avx512.cpp define V and CPUDL_ISA.
+// Each row: one pass for the maximum, one for the exponentials and their sum, one to scale.
+#include "kernels/simd/loops.inl"
+#include "kernels/simd/math.inl"
+#include "kernels/softmax/softmax.h"
+
+#define CPUDL_PASTE2(a, b) a##__##b
+#define CPUDL_PASTE(a, b) CPUDL_PASTE2(a, b)
+#define CPUDL_KERNEL(name) CPUDL_PASTE(name, CPUDL_ISA)
+
+namespace cpudl::kernels {
+namespace {
+
+using Math = VectorMath<V>;
+
+// y = exp(x - shift), returning the sum of y (tail lanes excluded).
+float exp_shifted_store(const float* x, float* y, std::size_t n, float shift) {
+  const V::F s = V::set1(shift);
+  V::F acc0 = V::zero(), acc1 = V::zero();
+  std::size_t i = 0;
+  constexpr std::size_t W = V::kWidth;
+  for (; i + 2 * W <= n; i += 2 * W) {
+    const V::F e0 = Math::exp(V::sub(V::load(x + i), s)), e1 = Math::exp(V::sub(V::load(x + i + W), s));
+    V::store(y + i, e0);
+    V::store(y + i + W, e1);
+    acc0 = V::add(acc0, e0);
+    acc1 = V::add(acc1, e1);
+  }
+  for (; i + W <= n; i += W) {
+    const V::F e = Math::exp(V::sub(V::load(x + i), s));
+    V::store(y + i, e);
+    acc0 = V::add(acc0, e);
+  }
+  float sum = V::reduce_add(V::add(acc0, acc1));
+  if (i < n) {
+    float lanes[V::kWidth] = {};
+    V::store_partial(lanes, Math::exp(V::sub(V::load_partial(x + i, n - i), s)), n - i);
+    for (std::size_t j = 0; j < n - i; ++j) {
+      y[i + j] = lanes[j];
+      sum += lanes[j];
+    }
+  }
+  return sum;
+}
+
+float log_sum_exp(const float* x, std::size_t n) {
+  const float m = reduce_max<V>(x, n);
+  const V::F shift = V::set1(m);
+  const float s = reduce_sum<V>(x, n, [shift](V::F v) { return Math::exp(V::sub(v, shift)); });
+  return m + __builtin_logf(s);
+}
+
+}  // namespace
+
+void CPUDL_KERNEL(f32_softmax)(const float* x, float* y, std::size_t rows, std::size_t cols, std::size_t ld_in,
+                               std::size_t ld_out) {
+  for (std::size_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * ld_in;
+    float* yr = y + r * ld_out;
+    const float sum = exp_shifted_store(xr, yr, cols, reduce_max<V>(xr, cols));
+    const V::F inv = V::set1(1.0f / sum);
+    map_unary<V>(yr, yr, cols, [inv](V::F v) { return V::mul(v, inv); });
+  }
+}
+
+void CPUDL_KERNEL(f32_log_softmax)(const float* x, float* y, std::size_t rows, std::size_t cols,
+                                   std::size_t ld_in, std::size_t ld_out) {
+  for (std::size_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * ld_in;
+    const V::F lse = V::set1(log_sum_exp(xr, cols));
+    map_unary<V>(xr, y + r * ld_out, cols, [lse](V::F v) { return V::sub(v, lse); });
+  }
+}
+
+// loss = lse - (1 - eps) x[label] - eps/C sum(x); grad = exp(x - lse) - eps/C - (1 - eps)[label].
+void CPUDL_KERNEL(f32_cross_entropy)(const CrossEntropyArgs& a) {
+  const float eps = a.smoothing, uniform = eps / static_cast<float>(a.classes);
+  for (std::size_t r = 0; r < a.rows; ++r) {
+    const float* x = a.logits + r * a.ld_logits;
+    const auto label = static_cast<std::size_t>(a.labels[r]);
+    const float lse = log_sum_exp(x, a.classes);
+    float loss = lse - (1.0f - eps) * x[label];
+    if (eps != 0.0f) loss -= uniform * reduce_sum<V>(x, a.classes, [](V::F v) { return v; });
+    a.loss[r] = loss;
+    if (a.dlogits) {
+      float* g = a.dlogits + r * a.ld_grad;
+      const V::F shift = V::set1(lse), u = V::set1(uniform);
+      map_unary<V>(x, g, a.classes, [shift, u](V::F v) { return V::sub(Math::exp(V::sub(v, shift)), u); });
+      g[label] -= 1.0f - eps;
+    }
+  }
+}
+
+}  // namespace cpudl::kernels
