@@ -1,47 +1,118 @@
-// Google Benchmark suite for the native kernels: each reports GB/s, to be read against the
-// memory bandwidth that `cpudl doctor --measure` measures in the same session.
+// Google Benchmark suite for the native kernels. Memory-bound kernels report GB/s of useful
+// traffic (bytes read + bytes written) and `pct_bw`: that rate over the read bandwidth measured
+// by the same process at start, on the same number of threads.
 #include <benchmark/benchmark.h>
 
 #include <vector>
 
 #include "kernels/dispatch.h"
+#include "runtime/parallel.h"
 
 namespace {
 
 using namespace cpudl::kernels;
 
-template <class Fn>
-const KernelVariant<Fn>* variant_at(const std::vector<KernelVariant<Fn>>& variants, int index) {
-  const auto& v = variants[static_cast<std::size_t>(index)];
-  return v.level <= cpudl::runtime().isa.detected ? &v : nullptr;
+constexpr std::size_t kBig = std::size_t{16} << 20;  // 16 Mi floats = 64 MiB per tensor
+
+double bandwidth_gbs(int threads) {
+  static std::vector<double> measured(64, 0.0);
+  if (measured[static_cast<std::size_t>(threads)] == 0.0)
+    measured[static_cast<std::size_t>(threads)] = cpudl::measure_read_bandwidth(threads, 0.5);
+  return measured[static_cast<std::size_t>(threads)];
 }
 
-void BM_f32_add(benchmark::State& state) {
-  const auto* v = variant_at(f32_add_variants(), static_cast<int>(state.range(1)));
-  if (!v) return state.SkipWithError("variant not supported by this CPU");
+void report(benchmark::State& state, const char* kernel, std::size_t bytes_per_call, int threads) {
+  state.SetLabel(kernel);
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * bytes_per_call));
+  state.counters["pct_bw"] = benchmark::Counter(
+      static_cast<double>(state.iterations() * bytes_per_call) / (bandwidth_gbs(threads) * 1e9) * 100.0,
+      benchmark::Counter::kIsRate);
+  state.counters["threads"] = threads;
+}
+
+int threads_arg(const benchmark::State& state) {
+  return state.range(1) == 0 ? cpudl::runtime().threads.threads : static_cast<int>(state.range(1));
+}
+
+void BM_binary(benchmark::State& state, F32BinaryFn (*pick)(), const char* name) {
   const auto n = static_cast<std::size_t>(state.range(0));
+  const int threads = threads_arg(state);
   std::vector<float> a(n, 1.0f), b(n, 2.0f), c(n);
+  const F32BinaryFn fn = pick();
   for (auto _ : state) {
-    v->fn(a.data(), b.data(), c.data(), n);
-    benchmark::DoNotOptimize(c.data());
+    cpudl::parallel_for(n, 1 << 16, threads, [&](std::size_t lo, std::size_t hi) { fn(a.data() + lo, b.data() + lo, c.data() + lo, hi - lo); });
+    benchmark::ClobberMemory();
   }
-  state.SetLabel(v->name);
-  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * n * 3 * sizeof(float)));
+  report(state, name, n * 3 * sizeof(float), threads);
 }
 
-void BM_f32_sum(benchmark::State& state) {
-  const auto* v = variant_at(f32_sum_variants(), static_cast<int>(state.range(1)));
-  if (!v) return state.SkipWithError("variant not supported by this CPU");
+void BM_unary(benchmark::State& state, F32UnaryFn (*pick)(), const char* name) {
   const auto n = static_cast<std::size_t>(state.range(0));
-  std::vector<float> a(n, 1.0f);
-  for (auto _ : state) benchmark::DoNotOptimize(v->fn(a.data(), n));
-  state.SetLabel(v->name);
-  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * n * sizeof(float)));
+  const int threads = threads_arg(state);
+  std::vector<float> x(n, 0.5f), y(n);
+  const F32UnaryFn fn = pick();
+  for (auto _ : state) {
+    cpudl::parallel_for(n, 1 << 16, threads, [&](std::size_t lo, std::size_t hi) { fn(x.data() + lo, y.data() + lo, hi - lo); });
+    benchmark::ClobberMemory();
+  }
+  report(state, name, n * 2 * sizeof(float), threads);
 }
 
-// Sizes: in L1, in L2, and 64 MiB (memory-bound); variant index 0 = best, 2 = reference.
-BENCHMARK(BM_f32_add)->ArgsProduct({{4096, 65536, 16 << 20}, {0, 1, 2}});
-BENCHMARK(BM_f32_sum)->ArgsProduct({{4096, 65536, 16 << 20}, {0, 1, 2}});
+void BM_sum(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  const int threads = threads_arg(state);
+  std::vector<float> x(n, 1.0f);
+  std::vector<float> partial(64);
+  const auto& k = kernel_table().f32_sum;
+  for (auto _ : state) {
+    cpudl::parallel_for(n, 1 << 16, threads, [&](std::size_t lo, std::size_t hi) {
+      partial[static_cast<std::size_t>(omp_get_thread_num())] = k.fn(x.data() + lo, hi - lo);
+    });
+    benchmark::DoNotOptimize(partial.data());
+  }
+  report(state, k.name, n * sizeof(float), threads);
+}
+
+void BM_adam(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  const int threads = threads_arg(state);
+  std::vector<float> w(n, 0.1f), g(n, 0.01f), m(n, 0.0f), v(n, 0.0f);
+  const auto& k = kernel_table().f32_adam_step;
+  std::int64_t step = 0;
+  for (auto _ : state) {
+    const cpudl::kernels::AdamParams p{1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, false, ++step};
+    cpudl::parallel_for(n, 1 << 16, threads, [&](std::size_t lo, std::size_t hi) {
+      k.fn(w.data() + lo, g.data() + lo, m.data() + lo, v.data() + lo, hi - lo, p);
+    });
+    benchmark::ClobberMemory();
+  }
+  report(state, k.name, n * 7 * sizeof(float), threads);  // reads w, g, m, v; writes w, m, v
+}
+
+void BM_softmax(benchmark::State& state) {
+  const std::size_t rows = static_cast<std::size_t>(state.range(0)) / 1000, cols = 1000;
+  const int threads = threads_arg(state);
+  std::vector<float> x(rows * cols, 0.5f), y(rows * cols);
+  const auto& k = kernel_table().f32_softmax;
+  for (auto _ : state) {
+    cpudl::parallel_for(rows, 16, threads, [&](std::size_t lo, std::size_t hi) {
+      k.fn(x.data() + lo * cols, y.data() + lo * cols, hi - lo, cols, cols, cols);
+    });
+    benchmark::ClobberMemory();
+  }
+  report(state, k.name, rows * cols * 2 * sizeof(float), threads);
+}
+
+#define PICK(kernel) [] { return kernel_table().kernel.fn; }, #kernel
+
+// Args: {elements, threads (0 = the pool's default)}.
+BENCHMARK_CAPTURE(BM_binary, add, PICK(f32_add))->Args({kBig, 1})->Args({kBig, 0})->Args({1 << 16, 1});
+BENCHMARK_CAPTURE(BM_unary, relu, PICK(f32_relu))->Args({kBig, 1})->Args({kBig, 0});
+BENCHMARK_CAPTURE(BM_unary, gelu, PICK(f32_gelu))->Args({kBig, 1})->Args({kBig, 0});
+BENCHMARK_CAPTURE(BM_unary, exp, PICK(f32_exp))->Args({kBig, 1})->Args({kBig, 0});
+BENCHMARK(BM_sum)->Args({kBig, 1})->Args({kBig, 0});
+BENCHMARK(BM_adam)->Args({kBig, 1})->Args({kBig, 0});
+BENCHMARK(BM_softmax)->Args({kBig, 1})->Args({kBig, 0});
 
 }  // namespace
 

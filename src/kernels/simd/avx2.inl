@@ -21,6 +21,10 @@ struct Avx2 {
   static F load_partial(const float* p, std::size_t n) { return _mm256_maskload_ps(p, tail_mask(n)); }
   static void store(float* p, F v) { _mm256_storeu_ps(p, v); }
   static void store_partial(float* p, F v, std::size_t n) { _mm256_maskstore_ps(p, tail_mask(n), v); }
+  static constexpr std::size_t kAlignment = 32;
+  // Non-temporal store (p aligned to kAlignment): skips the read-for-ownership of the line.
+  static void stream(float* p, F v) { _mm256_stream_ps(p, v); }
+  static void fence() { _mm_sfence(); }
   static F set1(float x) { return _mm256_set1_ps(x); }
   static F zero() { return _mm256_setzero_ps(); }
   static F add(F a, F b) { return _mm256_add_ps(a, b); }

@@ -19,6 +19,10 @@ struct Avx512 {
   static F load_partial(const float* p, std::size_t n) { return _mm512_maskz_loadu_ps(tail_mask(n), p); }
   static void store(float* p, F v) { _mm512_storeu_ps(p, v); }
   static void store_partial(float* p, F v, std::size_t n) { _mm512_mask_storeu_ps(p, tail_mask(n), v); }
+  static constexpr std::size_t kAlignment = 64;
+  // Non-temporal store (p aligned to kAlignment): skips the read-for-ownership of the line.
+  static void stream(float* p, F v) { _mm512_stream_ps(p, v); }
+  static void fence() { _mm_sfence(); }
   static F set1(float x) { return _mm512_set1_ps(x); }
   static F zero() { return _mm512_setzero_ps(); }
   static F add(F a, F b) { return _mm512_add_ps(a, b); }

@@ -4,30 +4,57 @@
 namespace cpudl::kernels {
 namespace {
 
-template <class V, class Op>
-void map_unary(const float* x, float* out, std::size_t n, Op op) {
+// Outputs at least this large bypass the cache (non-temporal stores): they cannot stay cached
+// anyway, and skipping the read-for-ownership of each line saves a quarter to a third of the
+// memory traffic of an elementwise op.
+inline constexpr std::size_t kStreamingBytes = std::size_t{4} << 20;
+
+// out[i..] = value(i) for vectors of V::kWidth lanes: value(i) computes lanes i..i+W-1 (reading
+// past n is avoided by the masked head and tail).
+template <class V, class Value, class PartialValue>
+void map_into(float* out, std::size_t n, Value value, PartialValue partial_value) {
   constexpr std::size_t W = V::kWidth;
   std::size_t i = 0;
+  if (n * sizeof(float) >= kStreamingBytes) {
+    const std::size_t misaligned = reinterpret_cast<std::uintptr_t>(out) % V::kAlignment;
+    if (misaligned % sizeof(float) == 0) {
+      const std::size_t head = misaligned ? (V::kAlignment - misaligned) / sizeof(float) : 0;
+      if (head) V::store_partial(out, partial_value(0, head), head);
+      for (i = head; i + 4 * W <= n; i += 4 * W) {  // four independent vectors keep long
+        const auto a = value(i), b = value(i + W);    // dependency chains (exp) overlapped
+        const auto c = value(i + 2 * W), d = value(i + 3 * W);
+        V::stream(out + i, a);
+        V::stream(out + i + W, b);
+        V::stream(out + i + 2 * W, c);
+        V::stream(out + i + 3 * W, d);
+      }
+      for (; i + W <= n; i += W) V::stream(out + i, value(i));
+      V::fence();
+      if (i < n) V::store_partial(out + i, partial_value(i, n - i), n - i);
+      return;
+    }
+  }
   for (; i + 2 * W <= n; i += 2 * W) {
-    const auto a = op(V::load(x + i)), b = op(V::load(x + i + W));
+    const auto a = value(i), b = value(i + W);
     V::store(out + i, a);
     V::store(out + i + W, b);
   }
-  for (; i + W <= n; i += W) V::store(out + i, op(V::load(x + i)));
-  if (i < n) V::store_partial(out + i, op(V::load_partial(x + i, n - i)), n - i);
+  for (; i + W <= n; i += W) V::store(out + i, value(i));
+  if (i < n) V::store_partial(out + i, partial_value(i, n - i), n - i);
+}
+
+template <class V, class Op>
+void map_unary(const float* x, float* out, std::size_t n, Op op) {
+  map_into<V>(
+      out, n, [&](std::size_t i) { return op(V::load(x + i)); },
+      [&](std::size_t i, std::size_t lanes) { return op(V::load_partial(x + i, lanes)); });
 }
 
 template <class V, class Op>
 void map_binary(const float* a, const float* b, float* out, std::size_t n, Op op) {
-  constexpr std::size_t W = V::kWidth;
-  std::size_t i = 0;
-  for (; i + 2 * W <= n; i += 2 * W) {
-    const auto r0 = op(V::load(a + i), V::load(b + i)), r1 = op(V::load(a + i + W), V::load(b + i + W));
-    V::store(out + i, r0);
-    V::store(out + i + W, r1);
-  }
-  for (; i + W <= n; i += W) V::store(out + i, op(V::load(a + i), V::load(b + i)));
-  if (i < n) V::store_partial(out + i, op(V::load_partial(a + i, n - i), V::load_partial(b + i, n - i)), n - i);
+  map_into<V>(
+      out, n, [&](std::size_t i) { return op(V::load(a + i), V::load(b + i)); },
+      [&](std::size_t i, std::size_t lanes) { return op(V::load_partial(a + i, lanes), V::load_partial(b + i, lanes)); });
 }
 
 // Sum of op(x[i]) with four accumulators (hides add latency).

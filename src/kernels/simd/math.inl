@@ -14,11 +14,16 @@ struct VectorMath {
 
   // exp(x) = 2^n * p(r), x = n ln2 + r, |r| <= ln2/2 (Cephes expf polynomial). 2^n is applied in
   // two halves so that n from -150 (denormal results) to 128 (overflow to inf) stays exact.
-  static F exp(F x) {
-    const F nan_mask_source = x;
-    const F xc = V::min(V::max(x, V::set1(-104.0f)), V::set1(89.0f));
-    const F n = V::round(V::mul(xc, V::set1(1.44269504088896341f)));
-    F r = V::fnma(n, V::set1(0.693359375f), xc);
+  static F exp(F x) { return exp_sum<false>(x, V::zero()); }
+
+  // exp(a + b) for an exactly known a and a small b (|b| < 2), without rounding a + b first:
+  // the reduction r = (a - n ln2_hi) + b - n ln2_lo keeps b's low bits.
+  template <bool kHasB>
+  static F exp_sum(F a, F b) {
+    const F clamped = V::min(V::max(a, V::set1(-104.0f)), V::set1(89.0f));
+    const F n = V::round(V::mul(kHasB ? V::add(clamped, b) : clamped, V::set1(1.44269504088896341f)));
+    F r = V::fnma(n, V::set1(0.693359375f), clamped);
+    if constexpr (kHasB) r = V::add(r, b);
     r = V::fnma(n, V::set1(-2.12194440e-4f), r);
     F p = V::set1(1.9875691500e-4f);
     p = V::fma(p, r, V::set1(1.3981999507e-3f));
@@ -34,7 +39,7 @@ struct VectorMath {
     const F scale_a = V::bits_to_float(V::shift_left(V::add_int(half, V::set1_int(127)), 23));
     const F scale_b = V::bits_to_float(V::shift_left(V::add_int(rest, V::set1_int(127)), 23));
     const F result = V::mul(V::mul(p, scale_a), scale_b);
-    return V::select(V::is_nan(nan_mask_source), nan_mask_source, result);
+    return V::select(V::is_nan(a), a, result);
   }
 
   // log(x) = e ln2 + log(m), m in [sqrt(1/2), sqrt(2)) (Cephes logf polynomial). Denormals are
@@ -129,7 +134,7 @@ struct VectorMath {
     p = V::fma(p, t, V::set1(-1.26551223f));
     const F hi = V::mul(V::set1(0.5f), V::mul(x, x));  // x^2/2 = hi + lo exactly
     const F lo = V::mul(V::set1(0.5f), V::fma(x, x, V::sub(V::zero(), V::mul(x, x))));
-    const F erfc_az = V::mul(t, V::mul(exp(V::sub(V::zero(), hi)), exp(V::sub(p, lo))));
+    const F erfc_az = V::mul(t, exp_sum<true>(V::sub(V::zero(), hi), V::sub(p, lo)));
     const F tail = V::mul(V::set1(0.5f), V::select(V::less(x, V::zero()), erfc_az, V::sub(V::set1(2.0f), erfc_az)));
     return V::select(V::less(az, V::set1(1.0f)), near_zero, tail);
   }
