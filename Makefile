@@ -23,10 +23,11 @@ test-asan: deps
 demo: build
 	@./build/cpudl doctor --measure
 
-# Microbenchmarks of the native kernels, read against the roofs measured in the same run.
+# Every compute-core benchmark in one run (roofs, GEMM with each BLAS, convolutions, native
+# kernels), written to docs/BENCHMARKS.md. Installs OpenBLAS and BLIS to compare against.
 bench: build
-	@./build/cpudl doctor --measure --json | python3 -c 'import json,sys; m=json.load(sys.stdin)["measured"]; print("roofs: %.1f GFLOP/s fp32 on 1 core, %.1f GB/s read on 1 core" % (m["fp32_gflops_one_core"], m["bandwidth_gbs_one_core"]))'
-	@./build/bench/cpudl_bench_kernels --benchmark_counters_tabular=true
+	@scripts/install-deps.sh --bench
+	@bench/run-benchmarks.sh
 
 format:
 	@clang-format -i $$(git ls-files '*.cpp' '*.h')

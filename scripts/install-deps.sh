@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages that cpudl's build, tests and demo need, and nothing when they
 # are all present (one dpkg-query call: about a second). Safe to run again and again.
+#   --bench  also the peers that `make bench` compares against (OpenBLAS and BLIS, OpenMP builds,
+#            loaded at run time by CPUDL_BLAS: never needed to build or test cpudl).
 set -euo pipefail
 
 packages=(
@@ -11,6 +13,9 @@ packages=(
   libcli11-dev                          # command-line parsing
   libdnnl-dev                           # oneDNN: convolution, matmul, pooling, batch norm
 )
+if [ "${1:-}" = "--bench" ]; then
+  packages+=(libopenblas0-openmp libblis4-openmp python3)
+fi
 
 missing=()
 while read -r status name; do

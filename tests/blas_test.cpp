@@ -48,5 +48,23 @@ TEST(Blas, CblasBackendsAgreeWithOneDnn) {
   if (tested == 0) GTEST_SKIP() << "neither OpenBLAS nor BLIS is installed (make bench installs them)";
 }
 
+TEST(Blas, SlowKernelWarningNamesTheKernel) {
+  if (!available(Backend::openblas)) GTEST_SKIP() << "OpenBLAS is not installed";
+  const std::string kernel = kernel_name(Backend::openblas);
+  ASSERT_FALSE(kernel.empty());
+  const bool avx512_kernel = kernel == "SkylakeX" || kernel == "Cooperlake" || kernel == "SapphireRapids";
+  // The same library on an AVX-512 CPU: warned unless it picked an AVX-512 kernel.
+  const std::string warning = slow_kernel_warning(Backend::openblas, true);
+  EXPECT_EQ(warning.empty(), avx512_kernel) << warning;
+  if (!warning.empty()) {
+    EXPECT_NE(warning.find(kernel), std::string::npos) << warning;
+  }
+  // On a CPU without AVX-512 an AVX2 kernel is the right one.
+  if (!avx512_kernel) {
+    EXPECT_EQ(slow_kernel_warning(Backend::openblas, false), "");
+  }
+  EXPECT_EQ(slow_kernel_warning(Backend::onednn, true), "");
+}
+
 }  // namespace
 }  // namespace cpudl::blas

@@ -78,7 +78,7 @@ TEST(Cli, DoctorJsonMatchesTheRuntime) {
     EXPECT_EQ(j["isa"][name].get<bool>(), rt.cpu.usable[f]) << name;
   }
   for (const char* key : {"cpu", "cores", "caches", "numa_nodes", "memory", "cgroup", "affinity", "os_state",
-                          "detected_level", "level_reason", "threads", "threads_reason", "kernels", "warnings"})
+                          "detected_level", "level_reason", "threads", "threads_reason", "kernels", "warnings", "blas"})
     EXPECT_TRUE(j.contains(key)) << key;
   EXPECT_EQ(j["cores"]["logical"].get<std::size_t>(), rt.system.online_cpus.size());
   EXPECT_FALSE(j.contains("measured"));
@@ -128,6 +128,8 @@ TEST(Cli, DoctorMeasureReportsPositiveRoofs) {
   EXPECT_GT(m["fp32_gflops_one_core"].get<double>(), 0.5);
   EXPECT_GE(m["fp32_gflops_all_cores"].get<double>(), 0.5);
   EXPECT_GT(m["bandwidth_gbs_one_core"].get<double>(), 0.1);
+  EXPECT_GT(m["matmul"]["gflops"]["onednn"].get<double>(), 0.5);
+  EXPECT_FALSE(m["matmul"]["fastest"].get<std::string>().empty());
 }
 
 TEST(Cli, MissingBlasLibraryNamesThePackage) {

@@ -29,6 +29,14 @@ bool available(Backend backend, std::string* why = nullptr);
 // What was loaded: "libopenblas.so.0 (OpenBLAS 0.3.21 ... Haswell)".
 std::string describe(Backend backend);
 
+// The kernel family a CBLAS library picked for this CPU ("Zen", "Haswell", "zen3", "generic"),
+// or empty when it does not say.
+std::string kernel_name(Backend backend);
+// A warning when an installed library would run a kernel older than the CPU supports (OpenBLAS
+// forced or defaulted to AVX2 kernels on an AVX-512 CPU, BLIS falling back to its generic
+// kernel). Empty when all is well or the library is not installed.
+std::string slow_kernel_warning(Backend backend, bool cpu_has_avx512);
+
 // Row-major C[m x n] = op(A) op(B) (+ C when accumulate) through a CBLAS backend (openblas, blis),
 // using `threads` threads of its own pool.
 void cblas_sgemm(Backend backend, bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, std::int64_t k,

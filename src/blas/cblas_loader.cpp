@@ -2,6 +2,7 @@
 // was built with (Debian builds 32-bit BLAS integers; a 64-bit build is detected and honoured).
 #include <dlfcn.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <mutex>
 
@@ -21,7 +22,7 @@ using SetThreads = void (*)(int);
 struct Library {
   std::once_flag once;
   void* handle = nullptr;
-  std::string error, description;
+  std::string error, description, kernel;
   void* sgemm = nullptr;
   bool int64 = false;
   SetThreads set_threads = nullptr;
@@ -84,8 +85,10 @@ void load(Backend backend, Library& lib) {
       lib.int64 = text.find("USE64BITINT") != std::string::npos;
       lib.description += " (" + text;
       using CoreName = const char* (*)();
-      if (auto core = reinterpret_cast<CoreName>(dlsym(lib.handle, "openblas_get_corename")))
-        lib.description += std::string(", kernel ") + core();
+      if (auto core = reinterpret_cast<CoreName>(dlsym(lib.handle, "openblas_get_corename"))) {
+        lib.kernel = core();
+        lib.description += ", kernel " + lib.kernel;
+      }
       lib.description += ")";
     }
   } else {
@@ -100,7 +103,10 @@ void load(Backend backend, Library& lib) {
       lib.description += std::string(" (BLIS ") + version();
     auto arch_id = reinterpret_cast<ArchId>(dlsym(lib.handle, "bli_arch_query_id"));
     auto arch_name = reinterpret_cast<ArchName>(dlsym(lib.handle, "bli_arch_string"));
-    if (arch_id && arch_name) lib.description += std::string(", kernel ") + arch_name(arch_id());
+    if (arch_id && arch_name) {
+      lib.kernel = arch_name(arch_id());
+      lib.description += ", kernel " + lib.kernel;
+    }
     if (lib.description.find('(') != std::string::npos) lib.description += ")";
   }
 }
@@ -148,6 +154,28 @@ std::string describe(Backend backend) {
   std::string why;
   if (!available(backend, &why)) return why;
   return library(backend).description;
+}
+
+std::string kernel_name(Backend backend) {
+  if (backend == Backend::onednn || !available(backend)) return {};
+  return library(backend).kernel;
+}
+
+std::string slow_kernel_warning(Backend backend, bool cpu_has_avx512) {
+  std::string kernel = kernel_name(backend);
+  if (kernel.empty()) return {};
+  for (char& c : kernel) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (backend == Backend::blis && kernel == "generic")
+    return "BLIS " + describe(backend) + " does not recognise this CPU and runs its generic kernel (typically " +
+           "~15% of peak): avoid CPUDL_BLAS=blis here";
+  if (backend == Backend::openblas && cpu_has_avx512) {
+    const bool avx512_kernel = kernel == "skylakex" || kernel == "cooperlake" || kernel == "sapphirerapids";
+    if (!avx512_kernel)
+      return "OpenBLAS runs its " + kernel_name(backend) + " kernel (AVX2 or older) on this AVX-512 CPU" +
+             (std::getenv("OPENBLAS_CORETYPE") ? " because OPENBLAS_CORETYPE forces it" : "") +
+             ": about half the speed it could reach";
+  }
+  return {};
 }
 
 void cblas_sgemm(Backend backend, bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, std::int64_t k,

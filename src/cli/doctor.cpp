@@ -3,7 +3,11 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "bench/timing.h"
+#include "blas/blas.h"
 #include "cli/command.h"
+#include "onednn/dense.h"
+#include "onednn/engine.h"
 #include "cpudl/runtime.h"
 #include "kernels/dispatch.h"
 
@@ -15,6 +19,28 @@ using Json = nlohmann::ordered_json;
 template <class T>
 Json optional_json(const std::optional<T>& value) {
   return value ? Json(*value) : Json(nullptr);
+}
+
+// SGEMM 1024^3 on the pool through each installed BLAS, GFLOP/s by backend.
+Json measure_matmul_paths(int threads) {
+  const std::int64_t n = 1024;
+  std::vector<float> a(static_cast<std::size_t>(n * n), 0.5f), b(a.size(), 0.25f), c(a.size());
+  Json result = Json::object();
+  std::string fastest;
+  double best = 0;
+  for (blas::Backend backend : blas::kAllBackends) {
+    if (!blas::available(backend)) continue;
+    auto call = [&] {
+      if (backend == blas::Backend::onednn)
+        onednn::matmul(onednn::MatmulShape{1, n, n, n}, a.data(), b.data(), c.data());
+      else
+        blas::cblas_sgemm(backend, false, false, n, n, n, a.data(), b.data(), c.data(), false, threads);
+    };
+    const double gflops = 2.0 * static_cast<double>(n * n * n) / bench::time_calls(call, 0.15).median_seconds * 1e-9;
+    result[std::string(blas::backend_name(backend))] = gflops;
+    if (gflops > best) best = gflops, fastest = blas::backend_name(backend);
+  }
+  return Json{{"shape", "1024x1024x1024"}, {"gflops", result}, {"fastest", fastest}};
 }
 
 Json doctor_json(const Runtime& rt, const std::optional<MeasuredPeaks>& peaks) {
@@ -68,7 +94,17 @@ Json doctor_json(const Runtime& rt, const std::optional<MeasuredPeaks>& peaks) {
   j["kernels"] = kernels_json;
   j["frequency_governor"] = optional_json(sys.frequency_governor);
   j["thermal_throttle_events"] = optional_json(sys.thermal_throttle_events);
-  j["warnings"] = performance_warnings(rt.cpu, sys, rt.threads, process_environment());
+  std::vector<std::string> warnings = performance_warnings(rt.cpu, sys, rt.threads, process_environment());
+  for (blas::Backend backend : {blas::Backend::openblas, blas::Backend::blis})
+    if (std::string w = blas::slow_kernel_warning(backend, rt.cpu.has(CpuFeature::avx512f)); !w.empty())
+      warnings.push_back(std::move(w));
+  j["warnings"] = warnings;
+  Json libraries = Json::object();
+  for (blas::Backend backend : blas::kAllBackends)
+    libraries[std::string(blas::backend_name(backend))] =
+        blas::available(backend) ? Json(blas::describe(backend)) : Json(nullptr);
+  j["blas"] = {{"active", blas::backend_name(blas::active_backend())}, {"libraries", libraries},
+               {"onednn_version", onednn::version()}};
   if (peaks) {
     j["measured"] = {{"threads", peaks->threads},
                      {"fp32_gflops_one_core", peaks->fp32_gflops_one_core},
@@ -76,7 +112,8 @@ Json doctor_json(const Runtime& rt, const std::optional<MeasuredPeaks>& peaks) {
                      {"bandwidth_gbs_one_core", peaks->bandwidth_gbs_one_core},
                      {"bandwidth_gbs_all_cores", peaks->bandwidth_gbs_all_cores},
                      {"fma_kernel", peaks->fma_kernel},
-                     {"bandwidth_kernel", peaks->bandwidth_kernel}};
+                     {"bandwidth_kernel", peaks->bandwidth_kernel},
+                     {"matmul", measure_matmul_paths(peaks->threads)}};
   }
   return j;
 }
@@ -152,6 +189,11 @@ void print_text(const Json& j) {
   std::printf("Kernels      ");
   for (const auto& [kernel, variant] : j["kernels"].items()) std::printf(" %s", text(variant).c_str());
   std::printf("\nGovernor      %s\n", j["frequency_governor"].is_null() ? "not readable" : text(j["frequency_governor"]).c_str());
+  std::printf("BLAS          %s active (CPUDL_BLAS); oneDNN %s", text(j["blas"]["active"]).c_str(),
+              text(j["blas"]["onednn_version"]).c_str());
+  for (const auto& [backend, library] : j["blas"]["libraries"].items())
+    if (backend != "onednn") std::printf("; %s: %s", backend.c_str(), library.is_null() ? "not installed" : text(library).c_str());
+  std::printf("\n");
   std::printf("Throttling    %s\n", j["thermal_throttle_events"].is_null() ? "no counters" : (text(j["thermal_throttle_events"]) + " events").c_str());
   if (j.contains("measured")) {
     const Json& m = j["measured"];
@@ -162,6 +204,10 @@ void print_text(const Json& j) {
     std::printf("  memory read     %.1f GB/s on 1 core, %.1f GB/s on %d threads\n",
                 m["bandwidth_gbs_one_core"].get<double>(), m["bandwidth_gbs_all_cores"].get<double>(),
                 m["threads"].get<int>());
+    std::printf("  matmul %s    ", m["matmul"]["shape"].get<std::string>().c_str());
+    for (const auto& [backend, gflops] : m["matmul"]["gflops"].items())
+      std::printf(" %s %.1f GFLOP/s;", backend.c_str(), gflops.get<double>());
+    std::printf(" fastest: %s\n", m["matmul"]["fastest"].get<std::string>().c_str());
   }
   std::printf("\nWarnings:%s\n", j["warnings"].empty() ? " none" : "");
   for (const Json& w : j["warnings"]) std::printf("  - %s\n", w.get<std::string>().c_str());
