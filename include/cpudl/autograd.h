@@ -1,0 +1,53 @@
+// Define-by-run reverse-mode autodiff, as PyTorch's: each differentiable op records a Node that
+// maps the gradient of its output to gradients of its inputs; backward() walks them in
+// dependency order and frees the graph as it goes.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cpudl/tensor.h"
+
+namespace cpudl {
+
+class Node {
+ public:
+  explicit Node(std::string name) : name_(std::move(name)) {}
+  virtual ~Node() = default;
+  // Gradients with respect to each input (undefined where an input needs none).
+  virtual std::vector<Tensor> apply(const Tensor& grad_output) = 0;
+  // Drops saved tensors once the node has run (the graph is freed after backward).
+  virtual void release() {}
+  const std::string& name() const { return name_; }
+  // One entry per input: the node its gradient flows to (null when it needs none).
+  std::vector<std::shared_ptr<Node>> next;
+
+ private:
+  std::string name_;
+};
+
+// Disables graph recording in its scope (torch.no_grad()).
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+bool grad_mode_enabled();
+
+namespace autograd {
+using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_output)>;
+// Records `out` as the result of op `name` on `inputs` when grad mode is on and any input
+// requires grad; `backward` maps d(loss)/d(out) to d(loss)/d(input) for each input.
+void record(Tensor& out, const char* name, const std::vector<Tensor>& inputs, BackwardFn backward);
+// Live autograd nodes in the process (a leak check for tests).
+std::int64_t live_nodes();
+}  // namespace autograd
+
+}  // namespace cpudl

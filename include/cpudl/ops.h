@@ -1,0 +1,67 @@
+// Differentiable operations on tensors, as torch.* and torch.nn.functional: each is defined once
+// (src/ops/), with its shape rule, forward on cpudl's kernels, and backward.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "cpudl/tensor.h"
+
+namespace cpudl {
+
+// ---- element-wise, broadcasting (NumPy rules)
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor add(const Tensor& a, float b);
+Tensor mul(const Tensor& a, float b);
+Tensor neg(const Tensor& a);
+// In place, not differentiable (optimisers, gradient accumulation): a += b, broadcasting b.
+void add_(const Tensor& a, const Tensor& b);
+
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor pow(const Tensor& x, float exponent);
+Tensor clamp(const Tensor& x, std::optional<float> min, std::optional<float> max);
+Tensor relu(const Tensor& x);
+Tensor leaky_relu(const Tensor& x, float negative_slope = 0.01f);
+Tensor gelu(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor tanh(const Tensor& x);
+
+inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+inline Tensor operator*(const Tensor& a, float b) { return mul(a, b); }
+inline Tensor operator*(float a, const Tensor& b) { return mul(b, a); }
+inline Tensor operator+(const Tensor& a, float b) { return add(a, b); }
+inline Tensor operator-(const Tensor& a) { return neg(a); }
+
+// ---- reductions (dims empty = all)
+Tensor sum(const Tensor& x, std::vector<std::int64_t> dims = {}, bool keepdim = false);
+Tensor mean(const Tensor& x, std::vector<std::int64_t> dims = {}, bool keepdim = false);
+Tensor max(const Tensor& x, std::int64_t dim, bool keepdim = false);  // values
+Tensor argmax(const Tensor& x, std::int64_t dim, bool keepdim = false);  // i64 indices
+// Sums a broadcast gradient back to `shape` (the inverse of expand).
+Tensor sum_to(const Tensor& x, const Shape& shape);
+
+// ---- linear algebra
+// Matrix product with batching: [.., m, k] x [.., k, n] (a 2-D operand broadcasts over batches).
+Tensor matmul(const Tensor& a, const Tensor& b);
+// y = x W^T + b, W [out, in] as torch.nn.Linear.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
+// ---- normalised exponentials and losses (mean reduction, as PyTorch's default)
+Tensor softmax(const Tensor& x, std::int64_t dim = -1);
+Tensor log_softmax(const Tensor& x, std::int64_t dim = -1);
+// logits [N, C], target [N] of class indices (i32 or i64).
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, float label_smoothing = 0.0f);
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target);
+Tensor mse_loss(const Tensor& input, const Tensor& target);
+Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target);
+
+}  // namespace cpudl

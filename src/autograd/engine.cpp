@@ -1,0 +1,151 @@
+// The backward pass: dependency-counted topological order from the root, gradients summed per
+// node, leaves' gradients accumulated into .grad, each node's saved tensors freed after it runs.
+#include <atomic>
+#include <unordered_map>
+
+#include "cpudl/autograd.h"
+#include "cpudl/error.h"
+#include "cpudl/ops.h"
+
+namespace cpudl {
+
+namespace {
+thread_local bool g_grad_enabled = true;
+std::atomic<std::int64_t> g_live_nodes{0};
+
+// A node whose backward is a function of the output gradient (most ops).
+class FunctionNode final : public Node {
+ public:
+  FunctionNode(const char* name, autograd::BackwardFn fn) : Node(name), fn_(std::move(fn)) { ++g_live_nodes; }
+  ~FunctionNode() override { --g_live_nodes; }
+  std::vector<Tensor> apply(const Tensor& grad) override {
+    if (!fn_)
+      throw Error("backward through " + name() +
+                  " a second time: its saved tensors were freed (pass retain_graph=true to the first backward)");
+    return fn_(grad);
+  }
+  void release() override { fn_ = nullptr; }
+
+ private:
+  autograd::BackwardFn fn_;
+};
+
+// Sums gradients into a leaf's .grad.
+class AccumulateGrad final : public Node {
+ public:
+  explicit AccumulateGrad(std::weak_ptr<TensorImpl> leaf) : Node("AccumulateGrad"), leaf_(std::move(leaf)) {
+    ++g_live_nodes;
+  }
+  ~AccumulateGrad() override { --g_live_nodes; }
+  std::vector<Tensor> apply(const Tensor& grad) override {
+    if (auto leaf = leaf_.lock()) {
+      if (leaf->shape != grad.shape())
+        throw Error("gradient of shape " + shape_text(grad.shape()) + " for a tensor of shape " + shape_text(leaf->shape));
+      if (!leaf->grad) {
+        leaf->grad = grad.contiguous().detach().clone().impl();  // own buffer: later steps add into it
+      } else {
+        add_(Tensor(leaf->grad), grad);  // in place: optimisers may hold this buffer
+      }
+    }
+    return {};
+  }
+
+ private:
+  std::weak_ptr<TensorImpl> leaf_;
+};
+
+std::shared_ptr<Node> gradient_edge(const Tensor& t) {
+  if (!t.defined() || !t.requires_grad()) return nullptr;
+  const auto& impl = t.impl();
+  if (impl->grad_fn) return impl->grad_fn;
+  auto acc = impl->grad_accumulator.lock();
+  if (!acc) {
+    acc = std::make_shared<AccumulateGrad>(impl);
+    impl->grad_accumulator = acc;
+  }
+  return acc;
+}
+
+}  // namespace
+
+NoGradGuard::NoGradGuard() : previous_(g_grad_enabled) { g_grad_enabled = false; }
+NoGradGuard::~NoGradGuard() { g_grad_enabled = previous_; }
+bool grad_mode_enabled() { return g_grad_enabled; }
+
+namespace autograd {
+
+void record(Tensor& out, const char* name, const std::vector<Tensor>& inputs, BackwardFn backward) {
+  if (!g_grad_enabled) return;
+  bool any = false;
+  for (const Tensor& t : inputs) any = any || (t.defined() && t.requires_grad());
+  if (!any) return;
+  auto node = std::make_shared<FunctionNode>(name, std::move(backward));
+  node->next.reserve(inputs.size());
+  for (const Tensor& t : inputs) node->next.push_back(gradient_edge(t));
+  out.impl()->grad_fn = node;
+  out.impl()->requires_grad = true;
+}
+
+std::int64_t live_nodes() { return g_live_nodes.load(); }
+
+}  // namespace autograd
+
+void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
+  if (!requires_grad())
+    throw Error("backward() on a tensor that does not require grad (shape " + shape_text(shape()) +
+                "): no input of the computation has requires_grad set");
+  Tensor seed = gradient;
+  if (!seed.defined()) {
+    if (numel() != 1)
+      throw Error("backward() on a tensor of shape " + shape_text(shape()) +
+                  " needs an explicit gradient (implicit only for one-element outputs)");
+    seed = Tensor::ones(shape());
+  } else if (seed.shape() != shape()) {
+    throw Error("backward(): gradient of shape " + shape_text(seed.shape()) + " for a tensor of shape " +
+                shape_text(shape()));
+  }
+  NoGradGuard no_grad;  // the backward pass itself is not recorded (no double backward)
+  const std::shared_ptr<Node> root = gradient_edge(*this);
+
+  // Count, for every node reachable from the root, how many edges lead into it.
+  std::unordered_map<Node*, int> dependencies;
+  std::vector<Node*> stack = {root.get()};
+  dependencies[root.get()] = 0;
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (const auto& next : n->next) {
+      if (!next) continue;
+      if (dependencies.count(next.get()) == 0) stack.push_back(next.get());
+      ++dependencies[next.get()];
+    }
+  }
+
+  std::unordered_map<Node*, Tensor> pending;  // summed incoming gradients
+  pending[root.get()] = seed;
+  std::vector<std::shared_ptr<Node>> ready = {root};
+  while (!ready.empty()) {
+    std::shared_ptr<Node> node = std::move(ready.back());
+    ready.pop_back();
+    // A node no gradient reached (an input whose backward returned none) still releases its
+    // edges, so nodes that also hang below other paths become ready.
+    std::vector<Tensor> input_grads;
+    if (auto it = pending.find(node.get()); it != pending.end()) {
+      const Tensor grad = std::move(it->second);
+      pending.erase(it);
+      input_grads = node->apply(grad);
+      if (!retain_graph) node->release();
+    }
+    for (std::size_t i = 0; i < node->next.size(); ++i) {
+      const auto& next = node->next[i];
+      if (!next) continue;
+      if (i < input_grads.size() && input_grads[i].defined()) {
+        Tensor& slot = pending[next.get()];
+        slot = slot.defined() ? add(slot, input_grads[i]) : input_grads[i];
+      }
+      if (--dependencies[next.get()] == 0) ready.push_back(next);
+    }
+  }
+}
+
+}  // namespace cpudl

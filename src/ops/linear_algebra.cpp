@@ -1,0 +1,99 @@
+// matmul and linear on oneDNN (src/onednn/), with their backward passes.
+#include "onednn/dense.h"
+#include "ops/op_helpers.h"
+
+namespace cpudl {
+using namespace ops_detail;
+
+namespace {
+
+// Batched product of contiguous [batch, m, k] x [batch or 1, k, n] buffers, with transposes.
+void batched_matmul(const float* a, const float* b, float* c, std::int64_t batch, std::int64_t m, std::int64_t n,
+                    std::int64_t k, bool ta, bool tb, bool b_shared) {
+  if (b_shared && !ta) {
+    onednn::matmul(onednn::MatmulShape{1, batch * m, n, k, false, tb}, a, b, c);  // fold the batch into m
+  } else if (b_shared) {
+    for (std::int64_t i = 0; i < batch; ++i) onednn::matmul(onednn::MatmulShape{1, m, n, k, ta, tb}, a + i * m * k, b, c + i * m * n);
+  } else {
+    onednn::matmul(onednn::MatmulShape{batch, m, n, k, ta, tb}, a, b, c);
+  }
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  require_f32(a_in, "matmul", "first operand");
+  require_f32(b_in, "matmul", "second operand");
+  if (a_in.dim() == 0 || b_in.dim() == 0) throw Error("matmul: operands must have at least one dimension");
+  // Vectors are promoted to matrices and the added dimension removed again, as torch.matmul.
+  const bool a_vector = a_in.dim() == 1, b_vector = b_in.dim() == 1;
+  const Tensor a = a_vector ? a_in.unsqueeze(0) : a_in;
+  const Tensor b = b_vector ? b_in.unsqueeze(1) : b_in;
+  const std::int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
+  if (b.size(-2) != k)
+    throw Error("matmul: shapes " + shape_text(a_in.shape()) + " and " + shape_text(b_in.shape()) +
+                " cannot be multiplied (" + std::to_string(k) + " vs " + std::to_string(b.size(-2)) + ")");
+  const Shape batch_a(a.shape().begin(), a.shape().end() - 2), batch_b(b.shape().begin(), b.shape().end() - 2);
+  if (!batch_b.empty() && batch_a != batch_b)
+    throw Error("matmul: batch dimensions " + shape_text(batch_a) + " and " + shape_text(batch_b) + " differ");
+  const std::int64_t batch = shape_numel(batch_a);
+  Shape out_shape = batch_a;
+  out_shape.push_back(m);
+  out_shape.push_back(n);
+  const Tensor ac = contiguous_values(a), bc = contiguous_values(b);
+  Tensor out = Tensor::empty(out_shape);
+  if (out.numel() > 0) {
+    if (k == 0)
+      std::fill(out.data(), out.data() + out.numel(), 0.0f);
+    else
+      batched_matmul(ac.data(), bc.data(), out.data(), batch, m, n, k, false, false, batch_b.empty());
+  }
+  const bool b_shared = batch_b.empty();
+  autograd::record(out, "matmul", {a, b}, [ac, bc, batch, m, n, k, b_shared](const Tensor& g) {
+    const Tensor gc = contiguous_values(g);
+    Tensor da = Tensor::empty(ac.shape()), db = Tensor::zeros(bc.shape());
+    batched_matmul(gc.data(), bc.data(), da.data(), batch, m, k, n, false, true, b_shared);  // dA = G B^T
+    if (b_shared) {
+      onednn::matmul(onednn::MatmulShape{1, k, n, batch * m, true, false}, ac.data(), gc.data(), db.data());  // A^T G
+    } else {
+      onednn::matmul(onednn::MatmulShape{batch, k, n, m, true, false}, ac.data(), gc.data(), db.data());
+    }
+    return std::vector<Tensor>{da, db};
+  });
+  Tensor result = out;
+  if (a_vector) result = result.squeeze(-2);
+  if (b_vector) result = result.squeeze(-1);
+  return result;
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  require_f32(x, "linear", "input");
+  require_f32(weight, "linear", "weight");
+  if (weight.dim() != 2) throw Error("linear: weight of shape " + shape_text(weight.shape()) + ", expected [out, in]");
+  const std::int64_t in = weight.size(1), out_features = weight.size(0);
+  if (x.dim() < 1 || x.size(-1) != in)
+    throw Error("linear: input of shape " + shape_text(x.shape()) + " does not end in " + std::to_string(in) +
+                " features (weight " + shape_text(weight.shape()) + ")");
+  if (bias.defined() && (bias.dim() != 1 || bias.size(0) != out_features))
+    throw Error("linear: bias of shape " + shape_text(bias.shape()) + ", expected [" + std::to_string(out_features) + "]");
+  const std::int64_t rows = x.numel() / std::max<std::int64_t>(in, 1);
+  Shape out_shape = x.shape();
+  out_shape.back() = out_features;
+  const Tensor xc = contiguous_values(x), wc = contiguous_values(weight);
+  const Tensor bc = bias.defined() ? contiguous_values(bias) : Tensor();
+  Tensor y = Tensor::empty(out_shape);
+  const onednn::LinearShape s{rows, in, out_features};
+  if (rows > 0) onednn::linear_forward(s, xc.data(), wc.data(), bc.defined() ? bc.data() : nullptr, y.data());
+  const bool has_bias = bias.defined();
+  autograd::record(y, "linear", {x, weight, bias}, [xc, wc, s, has_bias](const Tensor& g) {
+    const Tensor gc = contiguous_values(g);
+    Tensor dx = Tensor::empty(xc.shape()), dw = Tensor::empty(wc.shape());
+    Tensor db = has_bias ? Tensor::empty({s.out}) : Tensor();
+    onednn::linear_backward_data(s, gc.data(), wc.data(), dx.data());
+    onednn::linear_backward_weights(s, xc.data(), gc.data(), dw.data(), has_bias ? db.data() : nullptr);
+    return std::vector<Tensor>{dx, dw, db};
+  });
+  return y;
+}
+
+}  // namespace cpudl

@@ -1,0 +1,55 @@
+// Helpers for walking strided views: dim normalisation, broadcasting shapes, and copies between
+// any two layouts of the same shape. Internal to the tensor and op code.
+#pragma once
+
+#include <cstdint>
+
+#include "cpudl/error.h"
+#include "cpudl/tensor.h"
+
+namespace cpudl {
+
+inline std::int64_t normalize_dim(std::int64_t dim, std::int64_t ndim) {
+  const std::int64_t d = dim < 0 ? dim + ndim : dim;
+  if (d < 0 || d >= std::max<std::int64_t>(ndim, 1))
+    throw Error("dimension " + std::to_string(dim) + " out of range for a tensor of " + std::to_string(ndim) + " dims");
+  return d;
+}
+
+// NumPy/PyTorch broadcasting; throws naming `op` and both shapes when they do not broadcast.
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
+
+// Copies src into dst (same shape, any strides, same dtype).
+void copy_strided(const Tensor& src, const Tensor& dst);
+
+// Calls fn(offset_a, offset_b, offset_out, inner) for every innermost row of a broadcast
+// element-wise op: a and b are views already expanded to out's shape; `inner` is the length of
+// the last dimension, whose strides are (stride_a, stride_b, 1).
+template <class Fn>
+void for_each_row(const Shape& shape, const Shape& stride_a, const Shape& stride_b, Fn fn) {
+  const std::size_t nd = shape.size();
+  if (nd == 0) {
+    fn(0, 0, 0, 1);
+    return;
+  }
+  const std::int64_t inner = shape[nd - 1];
+  std::int64_t rows = 1;
+  for (std::size_t d = 0; d + 1 < nd; ++d) rows *= shape[d];
+  std::vector<std::int64_t> index(nd, 0);
+  std::int64_t oa = 0, ob = 0;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    fn(oa, ob, r * inner, inner);
+    for (std::size_t d = nd - 1; d-- > 0;) {  // odometer over the outer dims
+      if (++index[d] < shape[d]) {
+        oa += stride_a[d];
+        ob += stride_b[d];
+        break;
+      }
+      oa -= stride_a[d] * (shape[d] - 1);
+      ob -= stride_b[d] * (shape[d] - 1);
+      index[d] = 0;
+    }
+  }
+}
+
+}  // namespace cpudl

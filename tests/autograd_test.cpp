@@ -1,0 +1,216 @@
+// Autograd: every differentiable op's gradient against central finite differences, gradient
+// accumulation, graph freeing, no-grad mode and the errors users hit.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+
+#include "cpudl/autograd.h"
+#include "cpudl/error.h"
+#include "cpudl/ops.h"
+
+namespace cpudl {
+namespace {
+
+using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
+
+// loss = sum(f(inputs) * w) for a fixed random w, accumulated in double.
+double weighted_loss(const Fn& f, const std::vector<Tensor>& inputs, const Tensor& w) {
+  NoGradGuard no_grad;
+  const std::vector<float> out = f(inputs).to_vector(), wv = w.to_vector();
+  double s = 0;
+  for (std::size_t i = 0; i < out.size(); ++i) s += static_cast<double>(out[i]) * wv[i];
+  return s;
+}
+
+// Compares autograd's gradient of every f32 input with central differences (step eps). A
+// wrong derivative (a missing factor, a wrong sign, a transposed operand) is off by O(1).
+void check_gradients(const char* name, const Fn& f, std::vector<Tensor> inputs, double eps = 1e-2, double tol = 1e-2) {
+  SCOPED_TRACE(name);
+  for (Tensor& t : inputs)
+    if (t.dtype() == DType::f32) t.set_requires_grad(true);
+  const Tensor out = f(inputs);
+  Generator gen(99);
+  const Tensor w = Tensor::randn(out.shape(), gen);
+  sum(mul(out, w)).backward();
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].dtype() != DType::f32) continue;
+    const Tensor grad = inputs[i].grad();
+    ASSERT_TRUE(grad.defined()) << "no gradient for input " << i;
+    ASSERT_EQ(grad.shape(), inputs[i].shape());
+    const std::vector<float> g = grad.to_vector();
+    float* x = inputs[i].data();
+    for (std::int64_t j = 0; j < inputs[i].numel(); ++j) {
+      const float saved = x[j];
+      x[j] = saved + static_cast<float>(eps);
+      const double up = weighted_loss(f, inputs, w);
+      x[j] = saved - static_cast<float>(eps);
+      const double down = weighted_loss(f, inputs, w);
+      x[j] = saved;
+      const double numeric = (up - down) / (2 * eps);
+      ASSERT_NEAR(g[static_cast<std::size_t>(j)], numeric, tol * std::max(1.0, std::fabs(numeric)))
+          << "input " << i << " element " << j;
+    }
+  }
+}
+
+Tensor randn(const Shape& shape, std::uint64_t seed, float scale = 1.0f) {
+  Generator g(seed);
+  return mul(Tensor::randn(shape, g), scale).detach();
+}
+
+// Values bounded away from 0 (kinks of relu/clamp, poles of div/log).
+Tensor away_from_zero(const Shape& shape, std::uint64_t seed) {
+  Tensor t = randn(shape, seed);
+  for (std::int64_t i = 0; i < t.numel(); ++i) t.data()[i] += t.data()[i] >= 0 ? 0.3f : -0.3f;
+  return t;
+}
+
+TEST(Autograd, ArithmeticWithBroadcasting) {
+  check_gradients("add", [](auto& v) { return add(v[0], v[1]); }, {randn({2, 3}, 1), randn({3}, 2)});
+  check_gradients("sub", [](auto& v) { return sub(v[0], v[1]); }, {randn({2, 1}, 3), randn({2, 4}, 4)});
+  check_gradients("mul", [](auto& v) { return mul(v[0], v[1]); }, {randn({3, 1, 2}, 5), randn({4, 1}, 6)});
+  check_gradients("div", [](auto& v) { return div(v[0], v[1]); }, {randn({2, 3}, 7), away_from_zero({2, 3}, 8)}, 1e-3);
+  check_gradients("scalar ops", [](auto& v) { return add(mul(v[0], 3.0f), 1.0f); }, {randn({5}, 9)});
+  check_gradients("neg", [](auto& v) { return -v[0]; }, {randn({4}, 10)});
+}
+
+TEST(Autograd, UnaryFunctions) {
+  check_gradients("exp", [](auto& v) { return exp(v[0]); }, {randn({6}, 11)}, 1e-3);
+  check_gradients("log", [](auto& v) { return log(v[0]); }, {add(exp(randn({6}, 12)), 0.5f).detach()}, 1e-3);
+  check_gradients("sqrt", [](auto& v) { return sqrt(v[0]); }, {add(exp(randn({6}, 13)), 0.5f).detach()}, 1e-3);
+  check_gradients("pow", [](auto& v) { return pow(v[0], 3.0f); }, {randn({6}, 14)}, 1e-3);
+  check_gradients("clamp", [](auto& v) { return clamp(v[0], -0.5f, 0.8f); }, {randn({20}, 15)}, 1e-3);
+  check_gradients("relu", [](auto& v) { return relu(v[0]); }, {away_from_zero({20}, 16)});
+  check_gradients("leaky_relu", [](auto& v) { return leaky_relu(v[0], 0.1f); }, {away_from_zero({20}, 17)});
+  check_gradients("gelu", [](auto& v) { return gelu(v[0]); }, {randn({20}, 18, 2.0f)}, 1e-3);
+  check_gradients("sigmoid", [](auto& v) { return sigmoid(v[0]); }, {randn({20}, 19, 3.0f)}, 1e-3);
+  check_gradients("tanh", [](auto& v) { return tanh(v[0]); }, {randn({20}, 20, 2.0f)}, 1e-3);
+}
+
+TEST(Autograd, Reductions) {
+  check_gradients("sum all", [](auto& v) { return sum(v[0]); }, {randn({3, 4}, 21)});
+  check_gradients("sum dims", [](auto& v) { return sum(v[0], {0, 2}); }, {randn({2, 3, 4}, 22)});
+  check_gradients("sum keepdim", [](auto& v) { return sum(v[0], {-1}, true); }, {randn({2, 3, 4}, 23)});
+  check_gradients("mean", [](auto& v) { return mean(v[0], {1}); }, {randn({3, 5}, 24)});
+  check_gradients("max", [](auto& v) { return max(v[0], 1); }, {randn({4, 6}, 25)});
+  check_gradients("max dim 0", [](auto& v) { return max(v[0], 0, true); }, {randn({4, 6}, 26)});
+}
+
+TEST(Autograd, MatmulAndLinear) {
+  check_gradients("matmul 2d", [](auto& v) { return matmul(v[0], v[1]); }, {randn({3, 4}, 31), randn({4, 5}, 32)});
+  check_gradients("matmul batched", [](auto& v) { return matmul(v[0], v[1]); }, {randn({2, 3, 4}, 33), randn({2, 4, 2}, 34)});
+  check_gradients("matmul broadcast", [](auto& v) { return matmul(v[0], v[1]); }, {randn({2, 3, 4}, 35), randn({4, 2}, 36)});
+  check_gradients("matmul vector", [](auto& v) { return matmul(v[0], v[1]); }, {randn({3, 4}, 37), randn({4}, 38)});
+  check_gradients("linear", [](auto& v) { return linear(v[0], v[1], v[2]); }, {randn({5, 4}, 39), randn({3, 4}, 40), randn({3}, 41)});
+  check_gradients("linear 3d no bias", [](auto& v) { return linear(v[0], v[1]); }, {randn({2, 3, 4}, 42), randn({6, 4}, 43)});
+}
+
+TEST(Autograd, SoftmaxAndLosses) {
+  check_gradients("softmax", [](auto& v) { return softmax(v[0], -1); }, {randn({3, 5}, 51)}, 1e-3);
+  check_gradients("softmax dim 0", [](auto& v) { return softmax(v[0], 0); }, {randn({3, 5}, 52)}, 1e-3);
+  check_gradients("log_softmax", [](auto& v) { return log_softmax(v[0], 1); }, {randn({4, 3, 2}, 53)}, 1e-3);
+  const std::vector<std::int64_t> labels = {2, 0, 4, 1};
+  const Tensor target = Tensor::from_buffer(labels.data(), {4}, DType::i64);
+  check_gradients("cross_entropy", [target](auto& v) { return cross_entropy(v[0], target); }, {randn({4, 5}, 54)}, 1e-3);
+  check_gradients("cross_entropy smoothing", [target](auto& v) { return cross_entropy(v[0], target, 0.1f); }, {randn({4, 5}, 55)}, 1e-3);
+  check_gradients("nll", [target](auto& v) { return nll_loss(log_softmax(v[0]), target); }, {randn({4, 5}, 56)}, 1e-3);
+  check_gradients("mse", [](auto& v) { return mse_loss(v[0], v[1]); }, {randn({3, 4}, 57), randn({3, 4}, 58)}, 1e-3);
+  check_gradients("bce_with_logits", [](auto& v) { return binary_cross_entropy_with_logits(v[0], v[1]); },
+                  {randn({6}, 59, 3.0f), sigmoid(randn({6}, 60)).detach()}, 1e-3);
+}
+
+TEST(Autograd, ViewsPassGradientsThrough) {
+  check_gradients("permute", [](auto& v) { return mul(v[0].permute({1, 0}), v[1]); }, {randn({3, 2}, 61), randn({2, 3}, 62)});
+  check_gradients("slice", [](auto& v) { return v[0].slice(1, 1, 4, 2); }, {randn({2, 5}, 63)});
+  check_gradients("expand", [](auto& v) { return mul(v[0].expand({3, 4}), v[1]); }, {randn({3, 1}, 64), randn({3, 4}, 65)});
+  check_gradients("reshape of permuted", [](auto& v) { return v[0].permute({1, 0}).reshape({6}); }, {randn({2, 3}, 66)});
+  check_gradients("flatten unsqueeze", [](auto& v) { return v[0].flatten().unsqueeze(0); }, {randn({2, 3}, 67)});
+}
+
+TEST(Autograd, CrossEntropyMatchesLogSoftmaxNll) {
+  const Tensor logits = randn({6, 7}, 70, 2.0f);
+  const std::vector<std::int32_t> labels = {0, 6, 3, 3, 1, 2};
+  const Tensor target = Tensor::from_buffer(labels.data(), {6}, DType::i32);
+  EXPECT_NEAR(cross_entropy(logits, target).item(), nll_loss(log_softmax(logits), target).item(), 1e-5);
+}
+
+TEST(Autograd, GradientsAccumulateAndGraphIsFreed) {
+  Tensor x = randn({3}, 71);
+  x.set_requires_grad();
+  Tensor y = sum(mul(x, x));
+  y.backward(Tensor(), /*retain_graph=*/true);
+  const std::vector<float> once = x.grad().to_vector();
+  y.backward();
+  const std::vector<float> twice = x.grad().to_vector();
+  for (std::size_t i = 0; i < once.size(); ++i) EXPECT_FLOAT_EQ(twice[i], 2 * once[i]);
+  try {
+    y.backward();
+    FAIL() << "a freed graph must not run again";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("a second time"), std::string::npos) << e.what();
+  }
+  x.zero_grad();
+  EXPECT_FALSE(x.grad().defined());
+}
+
+TEST(Autograd, ThousandStepsDoNotGrowTheGraph) {
+  // A tiny regression trained by hand: loss must fall and no autograd node may survive a step.
+  Tensor w = Tensor::zeros({3, 1});
+  w.set_requires_grad();
+  const Tensor x = randn({16, 3}, 72);
+  const Tensor y = matmul(x, Tensor::from_vector({1.0f, -2.0f, 0.5f}, {3, 1}));
+  const std::int64_t baseline = autograd::live_nodes();
+  float first = 0, last = 0;
+  for (int step = 0; step < 1000; ++step) {
+    Tensor loss = mse_loss(matmul(x, w), y);
+    if (step == 0) first = loss.item();
+    last = loss.item();
+    loss.backward();
+    {
+      NoGradGuard no_grad;
+      add_(w, mul(w.grad(), -0.05f));
+    }
+    w.zero_grad();
+  }
+  EXPECT_LT(last, first * 1e-3);
+  EXPECT_LE(autograd::live_nodes(), baseline + 1);  // at most w's gradient accumulator
+}
+
+TEST(Autograd, NoGradAndDetach) {
+  Tensor x = randn({3}, 73);
+  x.set_requires_grad();
+  {
+    NoGradGuard no_grad;
+    EXPECT_FALSE(mul(x, x).requires_grad());
+  }
+  EXPECT_TRUE(mul(x, x).requires_grad());
+  EXPECT_FALSE(x.detach().requires_grad());
+  EXPECT_TRUE(x.is_leaf());
+  EXPECT_FALSE(mul(x, x).is_leaf());
+}
+
+TEST(Autograd, ErrorsNameTheProblem) {
+  const Tensor x = randn({3}, 74);
+  try {
+    sum(x).backward();
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("does not require grad"), std::string::npos) << e.what();
+  }
+  Tensor y = randn({3}, 75);
+  y.set_requires_grad();
+  EXPECT_THROW(mul(y, y).backward(), Error);  // non-scalar without an explicit gradient
+  const std::vector<std::int64_t> bad = {5};
+  try {
+    cross_entropy(randn({1, 3}, 76), Tensor::from_buffer(bad.data(), {1}, DType::i64));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "cross_entropy: target 5 at position 0 is out of range [0, 3)");
+  }
+  EXPECT_THROW(linear(randn({2, 5}, 77), randn({3, 4}, 78)), Error);
+  EXPECT_THROW(Tensor::zeros({2}, DType::i32).set_requires_grad(), Error);
+}
+
+}  // namespace
+}  // namespace cpudl

@@ -1,0 +1,130 @@
+// Tensor storage, factories, views and element access.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "cpudl/error.h"
+#include "cpudl/ops.h"
+#include "cpudl/tensor.h"
+
+namespace cpudl {
+namespace {
+
+TEST(Tensor, FactoriesAndAlignment) {
+  const Tensor z = Tensor::zeros({2, 3});
+  EXPECT_EQ(z.shape(), (Shape{2, 3}));
+  EXPECT_EQ(z.strides(), (Shape{3, 1}));
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(z.raw_data()) % 64, 0u);
+  for (float v : z.to_vector()) EXPECT_EQ(v, 0.0f);
+  EXPECT_EQ(Tensor::full({2}, 3.5f).to_vector(), (std::vector<float>{3.5f, 3.5f}));
+  EXPECT_EQ(Tensor::arange(0, 5).to_vector(), (std::vector<float>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(Tensor::arange(1, 2, 0.25f).numel(), 4);
+  EXPECT_EQ(Tensor::scalar(2.0f).dim(), 0);
+  EXPECT_EQ(Tensor::scalar(2.0f).item(), 2.0f);
+  EXPECT_THROW(Tensor::from_vector({1, 2, 3}, {2, 2}), Error);
+  EXPECT_EQ(Tensor::zeros({3}, DType::i32).dtype(), DType::i32);
+  EXPECT_THROW(Tensor::zeros({3}, DType::i32).data(), Error);  // f32 access to an int tensor
+}
+
+TEST(Tensor, SeededRandomIsReproducibleAndDistributedRight) {
+  Generator a(42), b(42);
+  EXPECT_EQ(Tensor::randn({16}, a).to_vector(), Tensor::randn({16}, b).to_vector());
+  Generator g(7);
+  const auto n = Tensor::randn({20000}, g).to_vector();
+  double mean = 0, var = 0;
+  for (float v : n) mean += v / 20000.0;
+  for (float v : n) var += (v - mean) * (v - mean) / 20000.0;
+  EXPECT_NEAR(mean, 0.0, 0.03);
+  EXPECT_NEAR(var, 1.0, 0.05);
+  for (float v : Tensor::rand({1000}, g).to_vector()) {
+    EXPECT_GE(v, 0.0f);
+    EXPECT_LT(v, 1.0f);
+  }
+}
+
+TEST(Tensor, ViewsShareStorage) {
+  Tensor t = Tensor::arange(0, 24).reshape({2, 3, 4});
+  EXPECT_TRUE(t.is_contiguous());
+  Tensor p = t.permute({2, 0, 1});
+  EXPECT_EQ(p.shape(), (Shape{4, 2, 3}));
+  EXPECT_FALSE(p.is_contiguous());
+  EXPECT_EQ(p.at({3, 1, 2}), t.at({1, 2, 3}));
+  t.set({1, 2, 3}, 100.0f);
+  EXPECT_EQ(p.at({3, 1, 2}), 100.0f);  // same storage
+  EXPECT_EQ(p.contiguous().at({3, 1, 2}), 100.0f);
+  EXPECT_TRUE(p.contiguous().is_contiguous());
+  EXPECT_THROW(p.view({24}), Error);  // not viewable: reshape copies instead
+  EXPECT_EQ(p.reshape({24}).numel(), 24);
+
+  Tensor s = t.slice(2, 1, 4, 2);  // columns 1 and 3
+  EXPECT_EQ(s.shape(), (Shape{2, 3, 2}));
+  EXPECT_EQ(s.at({0, 1, 1}), t.at({0, 1, 3}));
+  EXPECT_EQ(t.slice(0, -1, 2).shape(), (Shape{1, 3, 4}));
+
+  Tensor e = Tensor::arange(0, 3).reshape({3, 1}).expand({3, 4});
+  EXPECT_EQ(e.strides()[1], 0);
+  EXPECT_EQ(e.at({2, 3}), 2.0f);
+  EXPECT_THROW(Tensor::zeros({3, 2}).expand({3, 4}), Error);
+
+  EXPECT_EQ(t.transpose(0, 2).shape(), (Shape{4, 3, 2}));
+  EXPECT_EQ(t.unsqueeze(1).shape(), (Shape{2, 1, 3, 4}));
+  EXPECT_EQ(t.unsqueeze(-1).shape(), (Shape{2, 3, 4, 1}));
+  EXPECT_EQ(t.unsqueeze(1).squeeze(1).shape(), t.shape());
+  EXPECT_EQ(t.flatten(1).shape(), (Shape{2, 12}));
+  EXPECT_EQ(t.view({-1, 6}).shape(), (Shape{4, 6}));
+  EXPECT_THROW(t.view({5, -1}), Error);
+}
+
+TEST(Tensor, ElementAccessErrorsNameTheProblem) {
+  const Tensor t = Tensor::zeros({2, 3});
+  try {
+    t.at({2, 0});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("index 2 out of range for dim 0 of shape [2, 3]"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(t.at({0}), Error);
+  EXPECT_THROW(t.item(), Error);
+}
+
+TEST(Tensor, PrintingShowsValuesAndShape) {
+  const std::string s = Tensor::arange(0, 4).reshape({2, 2}).to_string();
+  EXPECT_EQ(s, "tensor([[0, 1], [2, 3]], shape=[2, 2])");
+  EXPECT_NE(Tensor::zeros({100}).to_string().find("..."), std::string::npos);
+}
+
+TEST(Tensor, BroadcastingErrorsNameOpAndShapes) {
+  try {
+    add(Tensor::zeros({2, 3}), Tensor::zeros({4}));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "add: shapes [2, 3] and [4] do not broadcast");
+  }
+  try {
+    matmul(Tensor::zeros({2, 3}), Tensor::zeros({4, 5}));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("matmul: shapes [2, 3] and [4, 5] cannot be multiplied"), std::string::npos);
+  }
+}
+
+TEST(Tensor, ForwardValuesOfBroadcastingOps) {
+  const Tensor a = Tensor::from_vector({1, 2, 3, 4, 5, 6}, {2, 3});
+  const Tensor b = Tensor::from_vector({10, 20, 30}, {3});
+  EXPECT_EQ(add(a, b).to_vector(), (std::vector<float>{11, 22, 33, 14, 25, 36}));
+  const Tensor col = Tensor::from_vector({1, -1}, {2, 1});
+  EXPECT_EQ(mul(a, col).to_vector(), (std::vector<float>{1, 2, 3, -4, -5, -6}));
+  EXPECT_EQ(sum(a, {0}).to_vector(), (std::vector<float>{5, 7, 9}));
+  EXPECT_EQ(sum(a, {1}, true).shape(), (Shape{2, 1}));
+  EXPECT_EQ(sum(a).item(), 21.0f);
+  EXPECT_EQ(mean(a, {1}).to_vector(), (std::vector<float>{2, 5}));
+  EXPECT_EQ(max(a, 1).to_vector(), (std::vector<float>{3, 6}));
+  const Tensor am = argmax(a, 0);
+  EXPECT_EQ(am.dtype(), DType::i64);
+  EXPECT_EQ(am.data_as<std::int64_t>()[2], 1);
+  EXPECT_EQ(matmul(a, Tensor::ones({3, 1})).to_vector(), (std::vector<float>{6, 15}));
+  EXPECT_EQ(matmul(a, Tensor::ones({3})).shape(), (Shape{2}));
+}
+
+}  // namespace
+}  // namespace cpudl
