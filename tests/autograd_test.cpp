@@ -128,6 +128,77 @@ TEST(Autograd, ViewsPassGradientsThrough) {
   check_gradients("flatten unsqueeze", [](auto& v) { return v[0].flatten().unsqueeze(0); }, {randn({2, 3}, 67)});
 }
 
+// Distinct values 0.1 apart in shuffled order: no near-ties for max pooling's finite differences.
+Tensor distinct(const Shape& shape, std::uint64_t seed) {
+  Tensor t = Tensor::empty(shape);
+  const std::int64_t n = t.numel();
+  for (std::int64_t i = 0; i < n; ++i) t.data()[i] = 0.1f * static_cast<float>(i) - 0.05f * static_cast<float>(n);
+  Generator g(seed);
+  for (std::int64_t i = n - 1; i > 0; --i) std::swap(t.data()[i], t.data()[g.next_u64() % static_cast<std::uint64_t>(i + 1)]);
+  return t;
+}
+
+TEST(Autograd, ConvolutionAndPooling) {
+  check_gradients("conv2d", [](auto& v) { return conv2d(v[0], v[1], v[2], {1, 1, 1, 1}); },
+                  {randn({2, 3, 5, 5}, 81), randn({4, 3, 3, 3}, 82, 0.5f), randn({4}, 83)}, 1e-2, 2e-2);
+  check_gradients("conv2d strided dilated grouped", [](auto& v) { return conv2d(v[0], v[1], Tensor(), {2, 1, 1, 0, 2, 1, 2}); },
+                  {randn({1, 4, 7, 6}, 84), randn({6, 2, 3, 2}, 85, 0.5f)}, 1e-2, 2e-2);
+  check_gradients("max_pool2d", [](auto& v) { return max_pool2d(v[0], 2); }, {distinct({2, 2, 4, 6}, 86)}, 1e-3);
+  check_gradients("max_pool2d padded", [](auto& v) { return max_pool2d(v[0], 3, 2, 1); }, {distinct({1, 2, 5, 5}, 87)}, 1e-3);
+  check_gradients("avg_pool2d", [](auto& v) { return avg_pool2d(v[0], 3, 2, 1); }, {randn({1, 2, 5, 5}, 88)});
+  check_gradients("avg_pool2d exclude pad", [](auto& v) { return avg_pool2d(v[0], 3, 2, 1, false); }, {randn({1, 2, 5, 5}, 89)});
+  check_gradients("adaptive_avg_pool2d", [](auto& v) { return adaptive_avg_pool2d(v[0], 3, 2); }, {randn({2, 2, 7, 5}, 90)});
+}
+
+TEST(Autograd, Normalisation) {
+  check_gradients("batch_norm2d training",
+                  [](auto& v) { return batch_norm2d(v[0], Tensor(), Tensor(), v[1], v[2], true); },
+                  {randn({4, 3, 2, 2}, 91), add(randn({3}, 92, 0.2f), 1.0f).detach(), randn({3}, 93)}, 1e-2, 3e-2);
+  const Tensor rm = randn({3}, 94, 0.1f), rv = add(exp(randn({3}, 95, 0.3f)), 0.0f).detach();
+  check_gradients("batch_norm2d inference", [rm, rv](auto& v) { return batch_norm2d(v[0], rm, rv, v[1], v[2], false); },
+                  {randn({2, 3, 2, 2}, 96), randn({3}, 97), randn({3}, 98)});
+  check_gradients("layer_norm", [](auto& v) { return layer_norm(v[0], 1, v[1], v[2]); },
+                  {randn({3, 6}, 99), randn({6}, 100), randn({6}, 101)}, 1e-2, 2e-2);
+  check_gradients("layer_norm 2 dims, no affine", [](auto& v) { return layer_norm(v[0], 2); }, {randn({2, 3, 4}, 102)}, 1e-2, 2e-2);
+}
+
+TEST(Autograd, EmbeddingConcatDropout) {
+  const std::vector<std::int64_t> idx = {3, 0, 3, 1, 4, 2};
+  const Tensor indices = Tensor::from_buffer(idx.data(), {2, 3}, DType::i64);
+  check_gradients("embedding", [indices](auto& v) { return embedding(indices, v[0]); }, {randn({5, 4}, 111)});
+  check_gradients("concat", [](auto& v) { return concat({v[0], v[1]}, 1); }, {randn({2, 3}, 112), randn({2, 2}, 113)});
+  // Dropout: the same mask on forward and backward, mean preserved, identity in eval.
+  Generator g(5);
+  Tensor x = Tensor::ones({20000});
+  x.set_requires_grad();
+  Tensor y = dropout(x, 0.25f, true, g);
+  const auto yv = y.to_vector();
+  double mean_y = 0;
+  for (float v : yv) mean_y += v / 20000.0;
+  EXPECT_NEAR(mean_y, 1.0, 0.03);
+  sum(y).backward();
+  EXPECT_EQ(x.grad().to_vector(), yv);  // d/dx of mask * x is the mask, and y = mask here
+  EXPECT_EQ(dropout(x, 0.5f, false).impl(), x.impl());
+  EXPECT_THROW(dropout(x, 1.5f, true), Error);
+}
+
+TEST(Autograd, BatchNormUpdatesRunningStatisticsAsPyTorch) {
+  const Tensor x = randn({4, 2, 3, 3}, 120, 2.0f);
+  Tensor rm = Tensor::zeros({2}), rv = Tensor::ones({2});
+  batch_norm2d(x, rm, rv, Tensor(), Tensor(), true, 0.1f);
+  // Reference: per-channel batch mean and unbiased variance.
+  for (std::int64_t c = 0; c < 2; ++c) {
+    double m = 0, v = 0;
+    const std::int64_t count = 4 * 9;
+    for (std::int64_t n = 0; n < 4; ++n)
+      for (std::int64_t i = 0; i < 9; ++i) m += x.data()[(n * 2 + c) * 9 + i] / static_cast<double>(count);
+    for (std::int64_t n = 0; n < 4; ++n)
+      for (std::int64_t i = 0; i < 9; ++i) v += std::pow(x.data()[(n * 2 + c) * 9 + i] - m, 2) / static_cast<double>(count - 1);
+    EXPECT_NEAR(rm.data()[c], 0.1 * m, 1e-5);
+    EXPECT_NEAR(rv.data()[c], 0.9 + 0.1 * v, 1e-4);
+  }
+}
+
 TEST(Autograd, CrossEntropyMatchesLogSoftmaxNll) {
   const Tensor logits = randn({6, 7}, 70, 2.0f);
   const std::vector<std::int32_t> labels = {0, 6, 3, 3, 1, 2};

@@ -55,6 +55,27 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 // y = x W^T + b, W [out, in] as torch.nn.Linear.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
+// ---- layers (NCHW activations and OIHW weights, as PyTorch)
+struct Conv2dOptions {
+  std::int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1, dilation_w = 1, groups = 1;
+};
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), const Conv2dOptions& options = {});
+Tensor max_pool2d(const Tensor& x, std::int64_t kernel, std::int64_t stride = 0, std::int64_t padding = 0);
+Tensor avg_pool2d(const Tensor& x, std::int64_t kernel, std::int64_t stride = 0, std::int64_t padding = 0,
+                  bool count_include_pad = true);
+Tensor adaptive_avg_pool2d(const Tensor& x, std::int64_t out_h, std::int64_t out_w);
+// Training: normalises with the batch statistics and updates running_mean/running_var in place
+// (unbiased variance, PyTorch's momentum convention). Inference: uses the running statistics.
+Tensor batch_norm2d(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                    const Tensor& bias, bool training, float momentum = 0.1f, float eps = 1e-5f);
+// Normalises over the last `normalized_dims` dimensions.
+Tensor layer_norm(const Tensor& x, std::int64_t normalized_dims, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), float eps = 1e-5f);
+Tensor dropout(const Tensor& x, float p, bool training, Generator& gen = default_generator());
+// Rows of weight [num, dim] picked by integer indices (any shape): result [..., dim].
+Tensor embedding(const Tensor& indices, const Tensor& weight);
+Tensor concat(const std::vector<Tensor>& tensors, std::int64_t dim);
+
 // ---- normalised exponentials and losses (mean reduction, as PyTorch's default)
 Tensor softmax(const Tensor& x, std::int64_t dim = -1);
 Tensor log_softmax(const Tensor& x, std::int64_t dim = -1);

@@ -1,0 +1,300 @@
+// Convolution, pooling and batch normalisation (through oneDNN), layer norm (native kernels),
+// dropout, embedding and concatenation.
+#include <cmath>
+#include <cstring>
+
+#include "onednn/dense.h"
+#include "ops/op_helpers.h"
+
+namespace cpudl {
+using namespace ops_detail;
+
+namespace {
+
+void require_4d(const Tensor& x, const char* op) {
+  require_f32(x, op, "input");
+  if (x.dim() != 4) throw Error(std::string(op) + ": input of shape " + shape_text(x.shape()) + ", expected [N, C, H, W]");
+}
+
+// A version key for a weight buffer: changes whenever the tensor is updated in place, so
+// oneDNN's blocked copy is refreshed exactly when needed.
+std::uint64_t weights_version(const Tensor& w) { return w.version() * 2 + 1; }
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& o) {
+  require_4d(x, "conv2d");
+  require_f32(weight, "conv2d", "weight");
+  if (weight.dim() != 4) throw Error("conv2d: weight of shape " + shape_text(weight.shape()) + ", expected [O, I/groups, KH, KW]");
+  onednn::ConvShape s;
+  s.batch = x.size(0), s.in_channels = x.size(1), s.height = x.size(2), s.width = x.size(3);
+  s.out_channels = weight.size(0), s.kernel_h = weight.size(2), s.kernel_w = weight.size(3);
+  s.stride_h = o.stride_h, s.stride_w = o.stride_w, s.pad_h = o.pad_h, s.pad_w = o.pad_w;
+  s.dilation_h = o.dilation_h, s.dilation_w = o.dilation_w, s.groups = o.groups;
+  if (o.groups < 1 || weight.size(1) * o.groups != s.in_channels)
+    throw Error("conv2d: input of shape " + shape_text(x.shape()) + " has " + std::to_string(s.in_channels) +
+                " channels, but weight " + shape_text(weight.shape()) + " with groups=" + std::to_string(o.groups) +
+                " expects " + std::to_string(weight.size(1) * o.groups));
+  if (bias.defined() && (bias.dim() != 1 || bias.size(0) != s.out_channels))
+    throw Error("conv2d: bias of shape " + shape_text(bias.shape()) + ", expected [" + std::to_string(s.out_channels) + "]");
+  s.validate();
+  const Tensor xc = contiguous_values(x), wc = contiguous_values(weight);
+  const Tensor bc = bias.defined() ? contiguous_values(bias) : Tensor();
+  Tensor y = Tensor::empty({s.batch, s.out_channels, s.out_height(), s.out_width()});
+  const std::uint64_t version = weight.is_contiguous() ? weights_version(weight) : 0;
+  onednn::conv2d_forward(s, xc.data(), wc.data(), version, bc.defined() ? bc.data() : nullptr, y.data());
+  const bool has_bias = bias.defined();
+  autograd::record(y, "conv2d", {x, weight, bias}, [s, xc, wc, version, has_bias](const Tensor& g) {
+    const Tensor gc = contiguous_values(g);
+    Tensor dx = Tensor::empty(xc.shape()), dw = Tensor::empty(wc.shape());
+    Tensor db = has_bias ? Tensor::empty({s.out_channels}) : Tensor();
+    onednn::conv2d_backward_data(s, gc.data(), wc.data(), version, dx.data());
+    onednn::conv2d_backward_weights(s, xc.data(), gc.data(), dw.data(), has_bias ? db.data() : nullptr);
+    return std::vector<Tensor>{dx, dw, db};
+  });
+  return y;
+}
+
+namespace {
+Tensor pool2d(const Tensor& x, std::int64_t kernel, std::int64_t stride, std::int64_t padding, onednn::PoolKind kind,
+              const char* name) {
+  require_4d(x, name);
+  onednn::PoolShape s;
+  s.batch = x.size(0), s.channels = x.size(1), s.height = x.size(2), s.width = x.size(3);
+  s.kernel_h = s.kernel_w = kernel;
+  s.stride_h = s.stride_w = stride > 0 ? stride : kernel;  // PyTorch: stride defaults to kernel
+  s.pad_h = s.pad_w = padding;
+  s.kind = kind;
+  s.validate();
+  const Tensor xc = contiguous_values(x);
+  Tensor y = Tensor::empty({s.batch, s.channels, s.out_height(), s.out_width()});
+  const bool training = grad_mode_enabled() && x.requires_grad();
+  auto workspace = std::make_shared<std::vector<unsigned char>>(training ? onednn::pool2d_workspace_bytes(s) : 0);
+  onednn::pool2d_forward(s, xc.data(), y.data(), workspace->empty() ? nullptr : workspace->data());
+  autograd::record(y, name, {x}, [s, workspace](const Tensor& g) {
+    const Tensor gc = contiguous_values(g);
+    Tensor dx = Tensor::empty({s.batch, s.channels, s.height, s.width});
+    onednn::pool2d_backward(s, gc.data(), workspace->empty() ? nullptr : workspace->data(), dx.data());
+    return std::vector<Tensor>{dx};
+  });
+  return y;
+}
+}  // namespace
+
+Tensor max_pool2d(const Tensor& x, std::int64_t kernel, std::int64_t stride, std::int64_t padding) {
+  return pool2d(x, kernel, stride, padding, onednn::PoolKind::max, "max_pool2d");
+}
+
+Tensor avg_pool2d(const Tensor& x, std::int64_t kernel, std::int64_t stride, std::int64_t padding, bool count_include_pad) {
+  return pool2d(x, kernel, stride, padding,
+                count_include_pad ? onednn::PoolKind::avg_include_padding : onednn::PoolKind::avg_exclude_padding,
+                "avg_pool2d");
+}
+
+// PyTorch's bins: output i averages input [floor(i*in/out), ceil((i+1)*in/out)).
+Tensor adaptive_avg_pool2d(const Tensor& x, std::int64_t out_h, std::int64_t out_w) {
+  require_4d(x, "adaptive_avg_pool2d");
+  if (out_h < 1 || out_w < 1) throw Error("adaptive_avg_pool2d: output size must be positive");
+  const std::int64_t n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
+  const Tensor xc = contiguous_values(x);
+  Tensor y = Tensor::empty({n, c, out_h, out_w});
+  auto bin = [](std::int64_t i, std::int64_t in, std::int64_t out) {
+    return std::make_pair(i * in / out, ((i + 1) * in + out - 1) / out);
+  };
+  for (std::int64_t p = 0; p < n * c; ++p)
+    for (std::int64_t i = 0; i < out_h; ++i)
+      for (std::int64_t j = 0; j < out_w; ++j) {
+        const auto [h0, h1] = bin(i, h, out_h);
+        const auto [w0, w1] = bin(j, w, out_w);
+        double acc = 0;
+        for (std::int64_t a = h0; a < h1; ++a)
+          for (std::int64_t b = w0; b < w1; ++b) acc += xc.data()[(p * h + a) * w + b];
+        y.data()[(p * out_h + i) * out_w + j] = static_cast<float>(acc / static_cast<double>((h1 - h0) * (w1 - w0)));
+      }
+  autograd::record(y, "adaptive_avg_pool2d", {x}, [n, c, h, w, out_h, out_w, bin](const Tensor& g) {
+    const Tensor gc = contiguous_values(g);
+    Tensor dx = Tensor::zeros({n, c, h, w});
+    for (std::int64_t p = 0; p < n * c; ++p)
+      for (std::int64_t i = 0; i < out_h; ++i)
+        for (std::int64_t j = 0; j < out_w; ++j) {
+          const auto [h0, h1] = bin(i, h, out_h);
+          const auto [w0, w1] = bin(j, w, out_w);
+          const float share = gc.data()[(p * out_h + i) * out_w + j] / static_cast<float>((h1 - h0) * (w1 - w0));
+          for (std::int64_t a = h0; a < h1; ++a)
+            for (std::int64_t b = w0; b < w1; ++b) dx.data()[(p * h + a) * w + b] += share;
+        }
+    return std::vector<Tensor>{dx};
+  });
+  return y;
+}
+
+Tensor batch_norm2d(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                    const Tensor& bias, bool training, float momentum, float eps) {
+  require_4d(x, "batch_norm2d");
+  const std::int64_t c = x.size(1);
+  auto check_channel = [&](const Tensor& t, const char* what) {
+    if (t.defined() && (t.dim() != 1 || t.size(0) != c))
+      throw Error(std::string("batch_norm2d: ") + what + " of shape " + shape_text(t.shape()) + ", expected [" +
+                  std::to_string(c) + "] for input " + shape_text(x.shape()));
+  };
+  check_channel(running_mean, "running_mean");
+  check_channel(running_var, "running_var");
+  check_channel(weight, "weight");
+  check_channel(bias, "bias");
+  onednn::BatchNormShape s;
+  s.batch = x.size(0), s.channels = c, s.height = x.size(2), s.width = x.size(3), s.epsilon = eps;
+  const Tensor xc = contiguous_values(x);
+  const Tensor scale = weight.defined() ? contiguous_values(weight) : Tensor::ones({c});
+  const Tensor shift = bias.defined() ? contiguous_values(bias) : Tensor::zeros({c});
+  Tensor y = Tensor::empty(x.shape());
+  if (!training) {
+    if (!running_mean.defined() || !running_var.defined())
+      throw Error("batch_norm2d: inference needs running_mean and running_var");
+    const Tensor rm = contiguous_values(running_mean), rv = contiguous_values(running_var);
+    onednn::batch_norm_forward_inference(s, xc.data(), scale.data(), shift.data(), rm.data(), rv.data(), y.data());
+    // Inference is a per-channel affine map: y = x a + b with a = scale / sqrt(var + eps).
+    Tensor a = Tensor::empty({c});
+    for (std::int64_t i = 0; i < c; ++i) a.data()[i] = scale.data()[i] / std::sqrt(rv.data()[i] + eps);
+    autograd::record(y, "batch_norm2d", {x, weight, bias}, [a, xc, rm, rv, eps](const Tensor& g) {
+      const Tensor ar = a.reshape({1, -1, 1, 1});
+      const Tensor xhat = div(sub(xc, rm.reshape({1, -1, 1, 1})), sqrt(add(rv, eps)).reshape({1, -1, 1, 1}));
+      return std::vector<Tensor>{mul(g, ar), sum(mul(g, xhat), {0, 2, 3}), sum(g, {0, 2, 3})};
+    });
+    return y;
+  }
+  if (x.numel() / c <= 1) throw Error("batch_norm2d: training needs more than one value per channel, got input " + shape_text(x.shape()));
+  Tensor mean = Tensor::empty({c}), var = Tensor::empty({c});
+  onednn::batch_norm_forward_training(s, xc.data(), scale.data(), shift.data(), y.data(), mean.data(), var.data());
+  if (running_mean.defined() && running_var.defined()) {
+    // PyTorch updates the running variance with the unbiased batch variance.
+    const double count = static_cast<double>(x.numel() / c);
+    float* rm = running_mean.data();
+    float* rv = running_var.data();
+    for (std::int64_t i = 0; i < c; ++i) {
+      rm[i] = (1.0f - momentum) * rm[i] + momentum * mean.data()[i];
+      rv[i] = (1.0f - momentum) * rv[i] + momentum * static_cast<float>(var.data()[i] * count / (count - 1.0));
+    }
+    running_mean.bump_version();
+    running_var.bump_version();
+  }
+  autograd::record(y, "batch_norm2d", {x, weight, bias}, [s, xc, scale, shift, mean, var](const Tensor& g) {
+    const Tensor gc = contiguous_values(g);
+    Tensor dx = Tensor::empty(xc.shape()), dscale = Tensor::empty({s.channels}), dshift = Tensor::empty({s.channels});
+    onednn::batch_norm_backward(s, xc.data(), gc.data(), scale.data(), shift.data(), mean.data(), var.data(), dx.data(),
+                                dscale.data(), dshift.data());
+    return std::vector<Tensor>{dx, dscale, dshift};
+  });
+  return y;
+}
+
+Tensor layer_norm(const Tensor& x, std::int64_t normalized_dims, const Tensor& weight, const Tensor& bias, float eps) {
+  require_f32(x, "layer_norm", "input");
+  if (normalized_dims < 1 || normalized_dims > x.dim())
+    throw Error("layer_norm: cannot normalise the last " + std::to_string(normalized_dims) + " dims of " + shape_text(x.shape()));
+  const Shape norm_shape(x.shape().end() - normalized_dims, x.shape().end());
+  for (const Tensor* t : {&weight, &bias})
+    if (t->defined() && t->shape() != norm_shape)
+      throw Error("layer_norm: weight/bias of shape " + shape_text(t->shape()) + ", expected " + shape_text(norm_shape));
+  const std::int64_t cols = shape_numel(norm_shape), rows = cols ? x.numel() / cols : 0;
+  const Tensor xc = contiguous_values(x);
+  const Tensor wc = weight.defined() ? contiguous_values(weight) : Tensor();
+  const Tensor bc = bias.defined() ? contiguous_values(bias) : Tensor();
+  Tensor y = Tensor::empty(x.shape()), mean = Tensor::empty({rows}), rstd = Tensor::empty({rows});
+  native().f32_layer_norm_forward.fn(xc.data(), wc.defined() ? wc.data() : nullptr, bc.defined() ? bc.data() : nullptr,
+                                     y.data(), mean.data(), rstd.data(), static_cast<std::size_t>(rows),
+                                     static_cast<std::size_t>(cols), eps);
+  const bool has_w = weight.defined(), has_b = bias.defined();
+  autograd::record(y, "layer_norm", {x, weight, bias}, [xc, wc, mean, rstd, rows, cols, has_w, has_b, norm_shape](const Tensor& g) {
+    const Tensor gc = contiguous_values(g);
+    Tensor dx = Tensor::empty(xc.shape());
+    Tensor dw = has_w ? Tensor::zeros(norm_shape) : Tensor(), db = has_b ? Tensor::zeros(norm_shape) : Tensor();
+    native().f32_layer_norm_backward.fn(xc.data(), gc.data(), has_w ? wc.data() : nullptr, mean.data(), rstd.data(),
+                                        dx.data(), has_w ? dw.data() : nullptr, has_b ? db.data() : nullptr,
+                                        static_cast<std::size_t>(rows), static_cast<std::size_t>(cols));
+    return std::vector<Tensor>{dx, dw, db};
+  });
+  return y;
+}
+
+Tensor dropout(const Tensor& x, float p, bool training, Generator& gen) {
+  require_f32(x, "dropout", "input");
+  if (p < 0.0f || p > 1.0f) throw Error("dropout: probability " + std::to_string(p) + " is not in [0, 1]");
+  if (!training || p == 0.0f) return x;
+  Tensor mask = Tensor::empty(x.shape());
+  const float keep_scale = p >= 1.0f ? 0.0f : 1.0f / (1.0f - p);
+  for (std::int64_t i = 0; i < mask.numel(); ++i) mask.data()[i] = gen.uniform() >= p ? keep_scale : 0.0f;
+  return mul(x, mask);  // the mask's gradient is the mask: mul's backward does it
+}
+
+Tensor embedding(const Tensor& indices, const Tensor& weight) {
+  require_f32(weight, "embedding", "weight");
+  if (weight.dim() != 2) throw Error("embedding: weight of shape " + shape_text(weight.shape()) + ", expected [num, dim]");
+  const std::int64_t num = weight.size(0), dim = weight.size(1);
+  const Tensor ic = contiguous_values(indices);
+  std::vector<std::int64_t> idx(static_cast<std::size_t>(ic.numel()));
+  for (std::int64_t i = 0; i < ic.numel(); ++i) {
+    const std::int64_t v = ic.dtype() == DType::i64 ? ic.data_as<std::int64_t>()[i]
+                           : ic.dtype() == DType::i32 ? ic.data_as<std::int32_t>()[i]
+                                                      : throw Error("embedding: indices must be i32 or i64");
+    if (v < 0 || v >= num)
+      throw Error("embedding: index " + std::to_string(v) + " at position " + std::to_string(i) + " is out of range [0, " +
+                  std::to_string(num) + ")");
+    idx[static_cast<std::size_t>(i)] = v;
+  }
+  Shape out_shape = indices.shape();
+  out_shape.push_back(dim);
+  const Tensor wc = contiguous_values(weight);
+  Tensor y = Tensor::empty(out_shape);
+  for (std::size_t i = 0; i < idx.size(); ++i)
+    std::memcpy(y.data() + static_cast<std::int64_t>(i) * dim, wc.data() + idx[i] * dim, static_cast<std::size_t>(dim) * sizeof(float));
+  autograd::record(y, "embedding", {weight}, [idx, num, dim](const Tensor& g) {
+    const Tensor gc = contiguous_values(g);
+    Tensor dw = Tensor::zeros({num, dim});
+    for (std::size_t i = 0; i < idx.size(); ++i)
+      for (std::int64_t j = 0; j < dim; ++j) dw.data()[idx[i] * dim + j] += gc.data()[static_cast<std::int64_t>(i) * dim + j];
+    return std::vector<Tensor>{dw};
+  });
+  return y;
+}
+
+Tensor concat(const std::vector<Tensor>& tensors, std::int64_t dim) {
+  if (tensors.empty()) throw Error("concat: no tensors");
+  const Shape& first = tensors[0].shape();
+  const std::int64_t d = normalize_dim(dim, static_cast<std::int64_t>(first.size()));
+  Shape out_shape = first;
+  out_shape[static_cast<std::size_t>(d)] = 0;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    require_f32(tensors[i], "concat", "input");
+    const Shape& s = tensors[i].shape();
+    bool ok = s.size() == first.size();
+    for (std::size_t k = 0; ok && k < s.size(); ++k) ok = static_cast<std::int64_t>(k) == d || s[k] == first[k];
+    if (!ok)
+      throw Error("concat: tensor " + std::to_string(i) + " of shape " + shape_text(s) + " does not match " +
+                  shape_text(first) + " outside dimension " + std::to_string(d));
+    out_shape[static_cast<std::size_t>(d)] += s[static_cast<std::size_t>(d)];
+  }
+  Tensor out = Tensor::empty(out_shape);
+  std::vector<std::int64_t> sizes;
+  {
+    NoGradGuard no_grad;
+    std::int64_t at = 0;
+    for (const Tensor& t : tensors) {
+      const std::int64_t len = t.size(d);
+      copy_strided(t.contiguous(), out.slice(d, at, at + len));
+      sizes.push_back(len);
+      at += len;
+    }
+  }
+  autograd::record(out, "concat", tensors, [sizes, d](const Tensor& g) {
+    std::vector<Tensor> grads;
+    std::int64_t at = 0;
+    for (std::int64_t len : sizes) {
+      grads.push_back(contiguous_values(g.slice(d, at, at + len)));
+      at += len;
+    }
+    return grads;
+  });
+  return out;
+}
+
+}  // namespace cpudl
