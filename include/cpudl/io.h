@@ -1,0 +1,33 @@
+// File formats cpudl reads and writes. safetensors (Hugging Face's format, which PyTorch users
+// save with safetensors.torch.save_file) holds state dicts and model files.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include "cpudl/nn.h"
+
+namespace cpudl::io {
+
+struct SafetensorsFile {
+  nn::NamedTensors tensors;                        // in file order
+  std::map<std::string, std::string> metadata;     // the "__metadata__" string map
+};
+
+// Reads and validates the whole file: header size, JSON, dtypes (F32, BF16, I8, I32, I64),
+// shapes, and that every tensor's byte range lies inside the data section, matches its shape and
+// overlaps no other. Errors name the file and the tensor or field.
+SafetensorsFile load_safetensors(const std::filesystem::path& path);
+SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& name_for_errors);
+
+// Writes atomically: a temporary file in the same directory, fsync, then rename over `path`, so
+// a failure never leaves a half-written file and never touches an existing one.
+void save_safetensors(const std::filesystem::path& path, const nn::NamedTensors& tensors,
+                      const std::map<std::string, std::string>& metadata = {});
+std::string serialize_safetensors(const nn::NamedTensors& tensors, const std::map<std::string, std::string>& metadata);
+
+// Atomically replaces `path` with `contents` (temporary file, fsync, rename, fsync of the directory).
+void write_file_atomically(const std::filesystem::path& path, const std::string& contents);
+
+}  // namespace cpudl::io

@@ -1,0 +1,126 @@
+// Optimisers with PyTorch 1.13's exact update rules, each one fused pass over a parameter's
+// memory (src/kernels/optim/), learning-rate schedules and gradient clipping.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "cpudl/tensor.h"
+
+namespace cpudl::optim {
+
+class Optimizer {
+ public:
+  explicit Optimizer(std::vector<Tensor> params, float lr);
+  virtual ~Optimizer() = default;
+  // Updates every parameter that has a gradient; parameters without one are skipped.
+  virtual void step() = 0;
+  void zero_grad();
+  float lr() const { return lr_; }
+  void set_lr(float lr) { lr_ = lr; }
+  const std::vector<Tensor>& params() const { return params_; }
+  std::int64_t steps() const { return steps_; }
+  // Optimiser state tensors (momentum buffers, Adam moments), for checkpoints.
+  virtual std::vector<Tensor> state() const = 0;
+
+ protected:
+  std::vector<Tensor> params_;
+  float lr_;
+  std::int64_t steps_ = 0;
+};
+
+struct SgdOptions {
+  float lr = 0.01f, momentum = 0.0f, dampening = 0.0f, weight_decay = 0.0f;
+  bool nesterov = false;
+};
+
+class Sgd : public Optimizer {
+ public:
+  Sgd(std::vector<Tensor> params, const SgdOptions& options);
+  void step() override;
+  std::vector<Tensor> state() const override { return momentum_; }
+
+ private:
+  SgdOptions options_;
+  std::vector<Tensor> momentum_;
+  std::vector<bool> started_;
+};
+
+struct AdamOptions {
+  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.0f;
+  bool decoupled_weight_decay = false;  // AdamW
+};
+
+class Adam : public Optimizer {
+ public:
+  Adam(std::vector<Tensor> params, const AdamOptions& options);
+  void step() override;
+  std::vector<Tensor> state() const override;
+
+ private:
+  AdamOptions options_;
+  std::vector<Tensor> m_, v_;
+  std::vector<std::int64_t> param_steps_;
+};
+
+// AdamW: Adam with decoupled weight decay (PyTorch's default weight_decay 0.01).
+inline AdamOptions adamw_options(float lr = 1e-3f, float weight_decay = 0.01f) {
+  AdamOptions o;
+  o.lr = lr;
+  o.weight_decay = weight_decay;
+  o.decoupled_weight_decay = true;
+  return o;
+}
+
+// Learning-rate schedules, stepped once per epoch (or per step for warm-up), as torch.optim.lr_scheduler.
+class LrScheduler {
+ public:
+  explicit LrScheduler(Optimizer& optimizer) : optimizer_(optimizer), base_lr_(optimizer.lr()) {}
+  virtual ~LrScheduler() = default;
+  void step() {
+    ++epoch_;
+    optimizer_.set_lr(lr_at(epoch_));
+  }
+  virtual float lr_at(std::int64_t epoch) const = 0;
+
+ protected:
+  Optimizer& optimizer_;
+  float base_lr_;
+  std::int64_t epoch_ = 0;
+};
+
+class StepLr : public LrScheduler {
+ public:
+  StepLr(Optimizer& o, std::int64_t step_size, float gamma = 0.1f) : LrScheduler(o), step_size_(step_size), gamma_(gamma) {}
+  float lr_at(std::int64_t epoch) const override;
+
+ private:
+  std::int64_t step_size_;
+  float gamma_;
+};
+
+class CosineAnnealingLr : public LrScheduler {
+ public:
+  CosineAnnealingLr(Optimizer& o, std::int64_t t_max, float eta_min = 0.0f) : LrScheduler(o), t_max_(t_max), eta_min_(eta_min) {}
+  float lr_at(std::int64_t epoch) const override;
+
+ private:
+  std::int64_t t_max_;
+  float eta_min_;
+};
+
+// Linear warm-up from start_factor * lr to lr over `warmup` steps (torch's LinearLR).
+class LinearWarmup : public LrScheduler {
+ public:
+  LinearWarmup(Optimizer& o, std::int64_t warmup, float start_factor = 1.0f / 3.0f);
+  float lr_at(std::int64_t step) const override;
+
+ private:
+  std::int64_t warmup_;
+  float start_factor_;
+};
+
+// Scales all gradients so that their global L2 norm is at most max_norm; returns the norm before.
+float clip_grad_norm(const std::vector<Tensor>& params, float max_norm);
+
+}  // namespace cpudl::optim

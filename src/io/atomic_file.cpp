@@ -1,0 +1,63 @@
+// Crash-safe file replacement: write a temporary file beside the target, fsync it, rename it over
+// the target, fsync the directory. Readers see the old file or the new one, never a mix.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "cpudl/error.h"
+#include "cpudl/io.h"
+
+namespace cpudl::io {
+
+namespace {
+std::string os_error(const std::string& what, const std::filesystem::path& path) {
+  return what + " " + path.string() + ": " + std::strerror(errno);
+}
+}  // namespace
+
+void write_file_atomically(const std::filesystem::path& path, const std::string& contents) {
+  const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  // Built with appends: GCC 12 raises a false -Wrestrict on "." + name + "..." (GCC bug 105329).
+  std::string hidden_name = ".";
+  hidden_name += path.filename().string();
+  hidden_name += ".tmp.XXXXXX";
+  std::string tmpl = (dir / hidden_name).string();
+  const int fd = mkstemp(tmpl.data());
+  if (fd < 0) throw Error(os_error("cannot create a temporary file beside", path));
+  const std::filesystem::path tmp = tmpl;
+  auto fail = [&](const std::string& what) {
+    const std::string message = os_error(what, path);
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw Error(message);
+  };
+  std::size_t written = 0;
+  while (written < contents.size()) {
+    const ssize_t n = ::write(fd, contents.data() + written, contents.size() - written);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail("cannot write");
+    }
+    written += static_cast<std::size_t>(n);
+  }
+  if (::fchmod(fd, 0644) != 0) fail("cannot set permissions of");
+  if (::fsync(fd) != 0) fail("cannot sync");
+  if (::close(fd) != 0) {
+    ::unlink(tmp.c_str());
+    throw Error(os_error("cannot close", path));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string message = os_error("cannot rename a temporary file onto", path);
+    ::unlink(tmp.c_str());
+    throw Error(message);
+  }
+  if (const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY); dfd >= 0) {
+    ::fsync(dfd);  // make the rename itself durable
+    ::close(dfd);
+  }
+}
+
+}  // namespace cpudl::io

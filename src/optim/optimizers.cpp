@@ -1,0 +1,136 @@
+// SGD and Adam/AdamW on the fused kernels, split across the pool per parameter.
+#include <cmath>
+
+#include "cpudl/error.h"
+#include "cpudl/optim.h"
+#include "kernels/dispatch.h"
+#include "runtime/parallel.h"
+
+namespace cpudl::optim {
+
+namespace {
+constexpr std::size_t kGrain = std::size_t{1} << 15;
+
+Tensor gradient_of(const Tensor& p, std::size_t index) {
+  Tensor g = p.grad();
+  if (!g.defined()) return g;
+  if (g.shape() != p.shape())
+    throw Error("optimizer: gradient of parameter " + std::to_string(index) + " has shape " + shape_text(g.shape()) +
+                ", the parameter " + shape_text(p.shape()));
+  return g.contiguous();
+}
+}  // namespace
+
+Optimizer::Optimizer(std::vector<Tensor> params, float lr) : params_(std::move(params)), lr_(lr) {
+  if (!(lr >= 0.0f)) throw Error("optimizer: learning rate must be >= 0, got " + std::to_string(lr));
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    if (!params_[i].defined() || params_[i].dtype() != DType::f32 || !params_[i].is_contiguous())
+      throw Error("optimizer: parameter " + std::to_string(i) + " must be a contiguous f32 tensor");
+  }
+}
+
+void Optimizer::zero_grad() {
+  for (const Tensor& p : params_) p.zero_grad();
+}
+
+Sgd::Sgd(std::vector<Tensor> params, const SgdOptions& o) : Optimizer(std::move(params), o.lr), options_(o) {
+  if (o.nesterov && (o.momentum <= 0.0f || o.dampening != 0.0f))
+    throw Error("SGD: Nesterov momentum requires a momentum and zero dampening");
+  for (const Tensor& p : params_) momentum_.push_back(o.momentum != 0.0f ? Tensor::zeros(p.shape()) : Tensor());
+  started_.assign(params_.size(), false);
+}
+
+void Sgd::step() {
+  const auto fn = kernels::kernel_table().f32_sgd_step.fn;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const Tensor g = gradient_of(params_[i], i);
+    if (!g.defined()) continue;
+    const kernels::SgdParams p{lr_, options_.momentum, options_.dampening, options_.weight_decay, options_.nesterov,
+                               !started_[i]};
+    float* w = params_[i].data();
+    const float* gd = g.data();
+    float* buf = momentum_[i].defined() ? momentum_[i].data() : nullptr;
+    parallel_for(static_cast<std::size_t>(params_[i].numel()), kGrain, [&](std::size_t b, std::size_t e) {
+      fn(w + b, gd + b, buf ? buf + b : nullptr, e - b, p);
+    });
+    started_[i] = true;
+    params_[i].bump_version();
+  }
+  ++steps_;
+}
+
+Adam::Adam(std::vector<Tensor> params, const AdamOptions& o) : Optimizer(std::move(params), o.lr), options_(o) {
+  if (o.beta1 < 0 || o.beta1 >= 1 || o.beta2 < 0 || o.beta2 >= 1) throw Error("Adam: betas must be in [0, 1)");
+  for (const Tensor& p : params_) {
+    m_.push_back(Tensor::zeros(p.shape()));
+    v_.push_back(Tensor::zeros(p.shape()));
+  }
+  param_steps_.assign(params_.size(), 0);
+}
+
+std::vector<Tensor> Adam::state() const {
+  std::vector<Tensor> s = m_;
+  s.insert(s.end(), v_.begin(), v_.end());
+  return s;
+}
+
+void Adam::step() {
+  const auto fn = kernels::kernel_table().f32_adam_step.fn;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const Tensor g = gradient_of(params_[i], i);
+    if (!g.defined()) continue;
+    const kernels::AdamParams p{lr_, options_.beta1, options_.beta2, options_.eps, options_.weight_decay,
+                                options_.decoupled_weight_decay, ++param_steps_[i]};
+    float* w = params_[i].data();
+    const float* gd = g.data();
+    float *m = m_[i].data(), *v = v_[i].data();
+    parallel_for(static_cast<std::size_t>(params_[i].numel()), kGrain, [&](std::size_t b, std::size_t e) {
+      fn(w + b, gd + b, m + b, v + b, e - b, p);
+    });
+    params_[i].bump_version();
+  }
+  ++steps_;
+}
+
+float StepLr::lr_at(std::int64_t epoch) const {
+  return base_lr_ * std::pow(gamma_, static_cast<float>(epoch / std::max<std::int64_t>(step_size_, 1)));
+}
+
+float CosineAnnealingLr::lr_at(std::int64_t epoch) const {
+  const double t = static_cast<double>(std::min(epoch, t_max_)) / static_cast<double>(std::max<std::int64_t>(t_max_, 1));
+  return static_cast<float>(eta_min_ + (base_lr_ - eta_min_) * (1 + std::cos(M_PI * t)) / 2);
+}
+
+LinearWarmup::LinearWarmup(Optimizer& o, std::int64_t warmup, float start_factor)
+    : LrScheduler(o), warmup_(warmup), start_factor_(start_factor) {
+  o.set_lr(lr_at(0));
+}
+
+float LinearWarmup::lr_at(std::int64_t step) const {
+  if (step >= warmup_) return base_lr_;
+  const float f = start_factor_ + (1.0f - start_factor_) * static_cast<float>(step) / static_cast<float>(std::max<std::int64_t>(warmup_, 1));
+  return base_lr_ * f;
+}
+
+float clip_grad_norm(const std::vector<Tensor>& params, float max_norm) {
+  double total = 0;
+  for (const Tensor& p : params) {
+    const Tensor g = p.grad();
+    if (!g.defined()) continue;
+    const Tensor gc = g.contiguous();
+    for (std::int64_t i = 0; i < gc.numel(); ++i) total += static_cast<double>(gc.data()[i]) * gc.data()[i];
+  }
+  const auto norm = static_cast<float>(std::sqrt(total));
+  const float scale = max_norm / (norm + 1e-6f);  // PyTorch's clip_coef
+  if (scale < 1.0f)
+    for (const Tensor& p : params) {
+      const Tensor g = p.grad();
+      if (!g.defined()) continue;
+      float* d = g.data();
+      for (std::int64_t i = 0; i < g.numel(); ++i) d[i] *= scale;
+      g.bump_version();
+    }
+  return norm;
+}
+
+}  // namespace cpudl::optim
