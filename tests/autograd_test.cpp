@@ -285,3 +285,15 @@ TEST(Autograd, ErrorsNameTheProblem) {
 
 }  // namespace
 }  // namespace cpudl
+namespace cpudl {
+namespace {
+TEST(Autograd, ResidualBlockWithBatchNorm) {
+  check_gradients("residual block", [](auto& v) {
+    Tensor h = relu(batch_norm2d(conv2d(v[0], v[1], Tensor(), {1, 1, 1, 1}), Tensor(), Tensor(), v[2], Tensor(), true));
+    h = batch_norm2d(conv2d(h, v[3], Tensor(), {1, 1, 1, 1}), Tensor(), Tensor(), v[4], Tensor(), true);
+    return relu(add(h, v[0]));
+  }, {randn({2, 3, 4, 4}, 131), randn({3, 3, 3, 3}, 132, 0.3f), add(randn({3}, 133, 0.1f), 1.0f).detach(),
+      randn({3, 3, 3, 3}, 134, 0.3f), add(randn({3}, 135, 0.1f), 1.0f).detach()}, 1e-3, 3e-2);
+}
+}  // namespace
+}  // namespace cpudl
