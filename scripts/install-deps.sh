@@ -12,6 +12,7 @@ packages=(
   nlohmann-json3-dev                    # JSON output (doctor --json, bench --json)
   libcli11-dev                          # command-line parsing
   libdnnl-dev                           # oneDNN: convolution, matmul, pooling, batch norm
+  zlib1g-dev                            # gzip-compressed IDX files
 )
 if [ "${1:-}" = "--bench" ]; then
   packages+=(libopenblas0-openmp libblis4-openmp python3)
