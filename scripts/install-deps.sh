@@ -13,6 +13,7 @@ packages=(
   libcli11-dev                          # command-line parsing
   libdnnl-dev                           # oneDNN: convolution, matmul, pooling, batch norm
   zlib1g-dev                            # gzip-compressed IDX files
+  clang libclang-rt-14-dev              # libFuzzer targets for the file parsers
 )
 if [ "${1:-}" = "--bench" ]; then
   packages+=(libopenblas0-openmp libblis4-openmp python3)

@@ -3,6 +3,8 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "cpudl/tensor.h"
@@ -17,6 +19,8 @@ struct IdxArray {
 // Reads a plain or gzip-compressed IDX file. Errors name the file and what is wrong (magic,
 // dimensions, a size that disagrees with the dimensions, truncation).
 IdxArray read_idx(const std::filesystem::path& path);
+// The same on bytes already in memory (what the fuzz target drives).
+IdxArray parse_idx(std::string_view bytes, const std::string& name_for_errors);
 
 struct Dataset {
   Tensor images;  // [N, 1, H, W] f32, (pixel / 255 - mean) / std

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with clang (ASan + UBSan) and runs each for a bounded time on the
+# committed seed corpus. Usage: run_fuzzers.sh SOURCE_DIR BUILD_DIR SECONDS
+set -euo pipefail
+src=$1 out=$2 seconds=${3:-10}
+mkdir -p "$out"
+flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I"$src/include" -I"$src/src")
+clang++ "${flags[@]}" "$src/fuzz/idx_fuzz.cpp" "$src/src/data/idx.cpp" -lz -o "$out/idx_fuzz"
+clang++ "${flags[@]}" "$src/fuzz/safetensors_fuzz.cpp" "$src/src/io/safetensors_header.cpp" "$src/src/tensor/storage.cpp" -o "$out/safetensors_fuzz"
+for target in idx safetensors; do
+  corpus="$out/corpus_$target"
+  mkdir -p "$corpus"
+  cp "$src/tests/fuzz_corpus/$target/"* "$corpus/"
+  "$out/${target}_fuzz" -max_total_time="$seconds" -max_len=4096 -print_final_stats=1 "$corpus" 2>&1 | tail -4
+done
+echo "fuzzed idx and safetensors for ${seconds}s each: no crash"
