@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -23,11 +24,55 @@ IdxArray read_idx(const std::filesystem::path& path);
 IdxArray parse_idx(std::string_view bytes, const std::string& name_for_errors);
 
 struct Dataset {
-  Tensor images;  // [N, 1, H, W] f32, (pixel / 255 - mean) / std
+  Tensor images;  // [N, C, H, W] f32 normalised, or [N, F] features for CSV
   Tensor labels;  // [N] i64
+  std::string kind;                // "mnist", "cifar10", "csv"
+  std::vector<float> mean, std;    // the per-channel normalisation applied (empty for CSV)
+  std::int64_t classes = 10;
 };
 // MNIST from DIR/{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz], normalised as the popular
 // tutorial does (mean 0.5, std 0.5). Labels must lie in 0..9 and match the image count.
 Dataset load_mnist(const std::filesystem::path& dir, bool train, float mean = 0.5f, float std = 0.5f);
+
+// CIFAR-10 binary batches: DIR/data_batch_{1..5}.bin (train) or DIR/test_batch.bin, records of
+// one label byte and 3x32x32 pixel bytes, normalised per channel with CIFAR-10's statistics.
+Dataset load_cifar10(const std::filesystem::path& dir, bool train);
+// CSV: one sample per line, numeric features then an integer label in the last column; a first
+// line that does not parse as numbers is a header. Errors name the file, line and column.
+Dataset load_csv(const std::filesystem::path& path, std::int64_t classes = 0);
+// Whichever of MNIST, CIFAR-10 or train.csv/test.csv the directory holds.
+Dataset load_dataset(const std::filesystem::path& dir, bool train);
+
+// An image file as [channels, height, width] floats in [0, 1]: binary or ASCII PGM (P5/P2), or
+// PNG (8-bit grey, grey+alpha, RGB, RGBA; not interlaced). Alpha is dropped.
+Tensor read_image(const std::filesystem::path& path);
+
+// Batches of a dataset in a seeded order, assembled on a background thread while the previous
+// batch trains. Augmentation (images only): random crop after zero-padding, horizontal flip.
+struct LoaderOptions {
+  std::int64_t batch = 256;
+  bool shuffle = true, drop_last = false;
+  std::uint64_t seed = 0;
+  std::int64_t crop_padding = 0;  // > 0: random crop of the original size from the padded image
+  bool horizontal_flip = false;
+};
+
+class DataLoader {
+ public:
+  DataLoader(const Dataset& dataset, const LoaderOptions& options);
+  ~DataLoader();
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+  // Starts an epoch: the order depends only on (seed, epoch), so a resumed run sees the same
+  // batches. `skip` batches are skipped without being assembled.
+  void start_epoch(std::int64_t epoch, std::int64_t skip = 0);
+  // The next batch of the epoch; false when the epoch is over.
+  bool next(Tensor& x, Tensor& y);
+  std::int64_t batches_per_epoch() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 }  // namespace cpudl::data

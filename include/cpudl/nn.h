@@ -149,8 +149,9 @@ class Sequential : public Module {
 // lenet5: conv1 6@5x5 pad 2, ReLU, max-pool 2, conv2 16@5x5, ReLU, max-pool 2, fc1 120, fc2 84, fc3 10.
 // mlp: fc1 784-1024, fc2 1024-1024, fc3 1024-10 with ReLU (input flattened).
 // resnet18: torchvision's, with `cifar_stem` = 3x3 stride-1 conv1 and no max-pool.
+// mlp_inputs: the mlp's input features (0 = in_channels * 28 * 28).
 ModulePtr make_model(const std::string& name, std::int64_t num_classes = 10, std::int64_t in_channels = 1,
-                     bool cifar_stem = true);
+                     bool cifar_stem = true, std::int64_t mlp_inputs = 0);
 std::vector<std::string> model_names();
 
 }  // namespace cpudl::nn

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "cpudl/nn.h"
 #include "cpudl/tensor.h"
 
 namespace cpudl::optim {
@@ -20,8 +21,10 @@ class Optimizer {
   void set_lr(float lr) { lr_ = lr; }
   const std::vector<Tensor>& params() const { return params_; }
   std::int64_t steps() const { return steps_; }
-  // Optimiser state tensors (momentum buffers, Adam moments), for checkpoints.
-  virtual std::vector<Tensor> state() const = 0;
+  // Everything the next step depends on (buffers, moments, step counts), by name, for
+  // checkpoints. load_state_dict checks every name and shape before changing anything.
+  virtual nn::NamedTensors state_dict() const = 0;
+  virtual void load_state_dict(const nn::NamedTensors& state) = 0;
 
  protected:
   std::vector<Tensor> params_;
@@ -38,7 +41,8 @@ class Sgd : public Optimizer {
  public:
   Sgd(std::vector<Tensor> params, const SgdOptions& options);
   void step() override;
-  std::vector<Tensor> state() const override { return momentum_; }
+  nn::NamedTensors state_dict() const override;
+  void load_state_dict(const nn::NamedTensors& state) override;
 
  private:
   SgdOptions options_;
@@ -55,7 +59,8 @@ class Adam : public Optimizer {
  public:
   Adam(std::vector<Tensor> params, const AdamOptions& options);
   void step() override;
-  std::vector<Tensor> state() const override;
+  nn::NamedTensors state_dict() const override;
+  void load_state_dict(const nn::NamedTensors& state) override;
 
  private:
   AdamOptions options_;

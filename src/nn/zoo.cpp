@@ -123,10 +123,11 @@ class ResNet18 : public Module {
 
 std::vector<std::string> model_names() { return {"simplecnn", "lenet5", "mlp", "resnet18"}; }
 
-ModulePtr make_model(const std::string& name, std::int64_t classes, std::int64_t in_channels, bool cifar_stem) {
+ModulePtr make_model(const std::string& name, std::int64_t classes, std::int64_t in_channels, bool cifar_stem,
+                     std::int64_t mlp_inputs) {
   if (name == "simplecnn") return std::make_shared<SimpleCnn>(in_channels, classes);
   if (name == "lenet5") return std::make_shared<LeNet5>(in_channels, classes);
-  if (name == "mlp") return std::make_shared<Mlp>(in_channels * 28 * 28, classes);
+  if (name == "mlp") return std::make_shared<Mlp>(mlp_inputs > 0 ? mlp_inputs : in_channels * 28 * 28, classes);
   if (name == "resnet18") return std::make_shared<ResNet18>(in_channels, classes, cifar_stem);
   throw UsageError("unknown model '" + name + "' (expected simplecnn, lenet5, mlp or resnet18)");
 }

@@ -1,5 +1,7 @@
 // SGD and Adam/AdamW on the fused kernels, split across the pool per parameter.
 #include <cmath>
+#include <cstring>
+#include <map>
 
 #include "cpudl/error.h"
 #include "cpudl/optim.h"
@@ -68,10 +70,60 @@ Adam::Adam(std::vector<Tensor> params, const AdamOptions& o) : Optimizer(std::mo
   param_steps_.assign(params_.size(), 0);
 }
 
-std::vector<Tensor> Adam::state() const {
-  std::vector<Tensor> s = m_;
-  s.insert(s.end(), v_.begin(), v_.end());
+namespace {
+Tensor i64_scalar(std::int64_t v) { return Tensor::from_buffer(&v, {}, DType::i64); }
+std::int64_t i64_value(const Tensor& t) { return t.data_as<std::int64_t>()[0]; }
+
+// Checks that `state` holds exactly the names and shapes of `expected`, then copies it over.
+void load_named(const char* who, const nn::NamedTensors& expected, const nn::NamedTensors& state) {
+  std::map<std::string, Tensor> given(state.begin(), state.end());
+  if (given.size() != expected.size())
+    throw Error(std::string(who) + " state: " + std::to_string(given.size()) + " entries, expected " + std::to_string(expected.size()) +
+                " (a checkpoint of another model or optimiser?)");
+  for (const auto& [name, t] : expected) {
+    const auto it = given.find(name);
+    if (it == given.end()) throw Error(std::string(who) + " state: missing " + name);
+    if (it->second.shape() != t.shape() || it->second.dtype() != t.dtype())
+      throw Error(std::string(who) + " state: " + name + " is " + shape_text(it->second.shape()) + ", expected " + shape_text(t.shape()));
+  }
+  for (const auto& [name, t] : expected) std::memcpy(t.raw_data(), given.at(name).contiguous().raw_data(), static_cast<std::size_t>(t.numel()) * dtype_size(t.dtype()));
+}
+}  // namespace
+
+nn::NamedTensors Sgd::state_dict() const {
+  nn::NamedTensors s = {{"steps", i64_scalar(steps_)}};
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    s.emplace_back("started." + std::to_string(i), i64_scalar(started_[i] ? 1 : 0));
+    if (momentum_[i].defined()) s.emplace_back("momentum." + std::to_string(i), momentum_[i]);
+  }
   return s;
+}
+
+void Sgd::load_state_dict(const nn::NamedTensors& state) {
+  const nn::NamedTensors expected = state_dict();
+  load_named("SGD", expected, state);
+  steps_ = i64_value(expected[0].second);
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    for (const auto& [name, t] : expected)
+      if (name == "started." + std::to_string(i)) started_[i] = i64_value(t) != 0;
+  }
+}
+
+nn::NamedTensors Adam::state_dict() const {
+  nn::NamedTensors s = {{"steps", i64_scalar(steps_)}};
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    s.emplace_back("step." + std::to_string(i), i64_scalar(param_steps_[i]));
+    s.emplace_back("m." + std::to_string(i), m_[i]);
+    s.emplace_back("v." + std::to_string(i), v_[i]);
+  }
+  return s;
+}
+
+void Adam::load_state_dict(const nn::NamedTensors& state) {
+  const nn::NamedTensors expected = state_dict();
+  load_named("Adam", expected, state);
+  steps_ = i64_value(expected[0].second);
+  for (std::size_t i = 0; i < params_.size(); ++i) param_steps_[i] = i64_value(expected[1 + 3 * i].second);
 }
 
 void Adam::step() {

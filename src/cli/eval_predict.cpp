@@ -1,0 +1,148 @@
+// `cpudl eval` (accuracy, loss, confusion matrix of a model file on a dataset) and
+// `cpudl predict` (top-k classes of images), both from the model file's own metadata.
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "cli/command.h"
+#include "cpudl/autograd.h"
+#include "cpudl/data.h"
+#include "cpudl/error.h"
+#include "train/trainer.h"
+
+namespace cpudl::cli {
+namespace {
+
+struct EvalOptions {
+  std::string model, data;
+  bool json = false;
+};
+
+int run_eval(const EvalOptions& o) {
+  train::ModelFile m = train::load_model_file(o.model);
+  const data::Dataset test = data::load_dataset(o.data, false);
+  Shape sample(test.images.shape().begin() + 1, test.images.shape().end());
+  if (sample != m.input_shape)
+    throw Error(o.data + ": samples are " + shape_text(sample) + ", the model " + o.model + " takes " + shape_text(m.input_shape));
+  const train::Evaluation e = train::evaluate(*m.model, test, m.classes);
+  if (o.json) {
+    std::printf("%s\n", nlohmann::ordered_json{{"accuracy", e.accuracy}, {"loss", e.loss}, {"samples", test.images.size(0)},
+                                               {"confusion", e.confusion}}
+                            .dump()
+                            .c_str());
+    return 0;
+  }
+  std::printf("%s on %s: accuracy %.2f%% (%lld samples), loss %.4f\n\nconfusion (rows: true class, columns: predicted)\n      ",
+              o.model.c_str(), o.data.c_str(), 100 * e.accuracy, static_cast<long long>(test.images.size(0)), e.loss);
+  for (std::size_t j = 0; j < e.confusion.size(); ++j) std::printf("%6zu", j);
+  std::printf("\n");
+  for (std::size_t i = 0; i < e.confusion.size(); ++i) {
+    std::printf("%6zu", i);
+    for (std::int64_t v : e.confusion[i]) std::printf("%6lld", static_cast<long long>(v));
+    std::printf("\n");
+  }
+  return 0;
+}
+
+struct PredictOptions {
+  std::string model;
+  std::vector<std::string> inputs;
+  int top = 3;
+  bool json = false, ascii = false;
+};
+
+// An input as [C, H, W] in [0, 1]: an image file, or idx:FILE:INDEX (one sample of an IDX file).
+Tensor read_input(const std::string& spec) {
+  if (spec.rfind("idx:", 0) == 0) {
+    const auto colon = spec.rfind(':');
+    if (colon <= 4) throw UsageError(spec + ": expected idx:FILE:INDEX");
+    const std::string file = spec.substr(4, colon - 4);
+    char* end = nullptr;
+    const long long index = std::strtoll(spec.c_str() + colon + 1, &end, 10);
+    if (*end || index < 0) throw UsageError(spec + ": INDEX must be a non-negative integer");
+    const data::IdxArray a = data::read_idx(file);
+    if (a.dims.size() != 3) throw Error(file + ": expected an IDX image file (3 dimensions)");
+    if (index >= a.dims[0]) throw Error(spec + ": index out of range (" + std::to_string(a.dims[0]) + " images)");
+    const std::int64_t h = a.dims[1], w = a.dims[2];
+    Tensor t = Tensor::empty({1, h, w});
+    for (std::int64_t i = 0; i < h * w; ++i) t.data()[i] = a.values[static_cast<std::size_t>(index * h * w + i)] / 255.0f;
+    return t;
+  }
+  return data::read_image(spec);
+}
+
+void print_ascii(const Tensor& img) {
+  static const char* shades = " .:-=+*#%@";
+  const std::int64_t h = img.size(1), w = img.size(2);
+  for (std::int64_t y = 0; y < h; y += 2) {  // two rows per line: characters are tall
+    std::printf("    ");
+    for (std::int64_t x = 0; x < w; ++x) {
+      const float v = (img.at({0, y, x}) + (y + 1 < h ? img.at({0, y + 1, x}) : 0)) / 2;
+      std::putchar(shades[std::min(9, static_cast<int>(v * 10))]);
+    }
+    std::printf("\n");
+  }
+}
+
+int run_predict(const PredictOptions& o) {
+  train::ModelFile m = train::load_model_file(o.model);
+  NoGradGuard no_grad;
+  nlohmann::ordered_json all = nlohmann::ordered_json::array();
+  for (const std::string& spec : o.inputs) {
+    Tensor img = read_input(spec);
+    if (img.size(0) == 3 && m.input_shape[0] == 1) {  // colour into a grey model: luminance
+      Tensor grey = Tensor::empty({1, img.size(1), img.size(2)});
+      const std::int64_t n = img.size(1) * img.size(2);
+      for (std::int64_t i = 0; i < n; ++i) grey.data()[i] = 0.299f * img.data()[i] + 0.587f * img.data()[n + i] + 0.114f * img.data()[2 * n + i];
+      img = grey;
+    }
+    if (img.shape() != m.input_shape)
+      throw Error(spec + ": image of " + shape_text(img.shape()) + " (channels, height, width), the model takes " + shape_text(m.input_shape));
+    Tensor x = Tensor::empty(img.shape());
+    const std::int64_t plane = img.size(1) * img.size(2);
+    for (std::int64_t c = 0; c < img.size(0); ++c)
+      for (std::int64_t i = 0; i < plane; ++i)
+        x.data()[c * plane + i] = (img.data()[c * plane + i] - m.mean[static_cast<std::size_t>(c) % m.mean.size()]) / m.std[static_cast<std::size_t>(c) % m.std.size()];
+    const Tensor probs = softmax(m.model->forward(x.unsqueeze(0)), 1);
+    std::vector<std::pair<float, int>> ranked;
+    for (int k = 0; k < probs.size(1); ++k) ranked.emplace_back(probs.at({0, k}), k);
+    std::sort(ranked.begin(), ranked.end(), std::greater<>());
+    ranked.resize(static_cast<std::size_t>(std::min<int>(o.top, static_cast<int>(ranked.size()))));
+    if (o.json) {
+      nlohmann::ordered_json top = nlohmann::ordered_json::array();
+      for (auto [p, k] : ranked) top.push_back({{"class", k}, {"probability", p}});
+      all.push_back({{"input", spec}, {"top", top}});
+      continue;
+    }
+    if (o.ascii && img.size(0) == 1) print_ascii(img);
+    std::printf("%s:", spec.c_str());
+    for (auto [p, k] : ranked) std::printf("  %d (%.1f%%)", k, 100 * p);
+    std::printf("\n");
+  }
+  if (o.json) std::printf("%s\n", all.dump().c_str());
+  return 0;
+}
+
+}  // namespace
+
+void add_eval_command(CLI::App& app, Action& action) {
+  auto o = std::make_shared<EvalOptions>();
+  CLI::App* e = app.add_subcommand("eval", "Accuracy, loss and confusion matrix of a model file on a dataset's test split");
+  e->add_option("--model", o->model, "Model file written by cpudl train")->required();
+  e->add_option("--data", o->data, "Data directory (as for train)")->required();
+  e->add_flag("--json", o->json, "One JSON object");
+  e->callback([&action, o] { action = [o] { return run_eval(*o); }; });
+}
+
+void add_predict_command(CLI::App& app, Action& action) {
+  auto o = std::make_shared<PredictOptions>();
+  CLI::App* p = app.add_subcommand("predict", "Top classes of images (PGM, PNG, or idx:FILE:INDEX)");
+  p->add_option("--model", o->model, "Model file written by cpudl train")->required();
+  p->add_option("inputs", o->inputs, "Images: PGM/PNG files or idx:FILE:INDEX")->required();
+  p->add_option("--top", o->top, "Classes to show (default 3)")->check(CLI::Range(1, 1000));
+  p->add_flag("--ascii", o->ascii, "Draw each grey image as ASCII art beside its prediction");
+  p->add_flag("--json", o->json, "One JSON array");
+  p->callback([&action, o] { action = [o] { return run_predict(*o); }; });
+}
+
+}  // namespace cpudl::cli

@@ -1,0 +1,312 @@
+// The training loop, model files and checkpoints.
+#include "train/trainer.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <sstream>
+
+#include "cpudl/autograd.h"
+#include "cpudl/error.h"
+#include "cpudl/io.h"
+#include "cpudl/optim.h"
+
+namespace cpudl::train {
+
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string join(const std::vector<float>& v) {
+  std::ostringstream s;
+  s.precision(9);
+  for (std::size_t i = 0; i < v.size(); ++i) s << (i ? "," : "") << v[i];
+  return s.str();
+}
+
+std::vector<float> split_floats(const std::string& text, const std::string& file, const char* key) {
+  std::vector<float> out;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    char* end = nullptr;
+    const float v = std::strtof(item.c_str(), &end);
+    if (item.empty() || *end) throw Error(file + ": metadata " + key + " = '" + text + "' is not a list of numbers");
+    out.push_back(v);
+  }
+  return out;
+}
+
+std::int64_t peak_memory_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<std::int64_t>(usage.ru_maxrss) * 1024;
+}
+
+// The model a dataset needs: input channels / features and classes from the data.
+nn::ModulePtr build_model(const std::string& name, const data::Dataset& d) {
+  const Shape& s = d.images.shape();
+  if (d.kind == "csv") {
+    if (name != "mlp") throw UsageError("--model " + name + ": CSV data needs --model mlp");
+    return nn::make_model("mlp", d.classes, s[1], true, /*mlp_inputs=*/s[1]);
+  }
+  if (name == "simplecnn" || name == "lenet5" || name == "mlp") {
+    if (s[2] != 28 || s[3] != 28)
+      throw Error("--model " + name + " takes 28x28 images; the data's images are " + std::to_string(s[2]) + "x" + std::to_string(s[3]));
+  }
+  return nn::make_model(name, d.classes, s[1], /*cifar_stem=*/s[2] <= 64, s[1] * s[2] * s[3]);
+}
+
+std::unique_ptr<optim::Optimizer> build_optimizer(const TrainConfig& c, const std::vector<Tensor>& params) {
+  if (c.optimizer == "adam" || c.optimizer == "adamw") {
+    optim::AdamOptions o;
+    o.lr = c.lr;
+    o.decoupled_weight_decay = c.optimizer == "adamw";
+    o.weight_decay = c.weight_decay >= 0 ? c.weight_decay : (o.decoupled_weight_decay ? 0.01f : 0.0f);
+    return std::make_unique<optim::Adam>(params, o);
+  }
+  if (c.optimizer == "sgd") {
+    optim::SgdOptions o;
+    o.lr = c.lr;
+    o.momentum = c.momentum;
+    o.weight_decay = std::max(0.0f, c.weight_decay);
+    return std::make_unique<optim::Sgd>(params, o);
+  }
+  throw UsageError("--optimizer " + c.optimizer + ": expected adam, adamw or sgd");
+}
+
+nn::NamedTensors prefixed(const std::string& prefix, const nn::NamedTensors& t) {
+  nn::NamedTensors out;
+  for (const auto& [n, v] : t) out.emplace_back(prefix + n, v);
+  return out;
+}
+
+nn::NamedTensors with_prefix(const nn::NamedTensors& t, const std::string& prefix) {
+  nn::NamedTensors out;
+  for (const auto& [n, v] : t)
+    if (n.rfind(prefix, 0) == 0) out.emplace_back(n.substr(prefix.size()), v);
+  return out;
+}
+
+void check_writable(const std::filesystem::path& path, const char* flag) {
+  const auto dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  if (!std::filesystem::is_directory(dir) || ::access(dir.c_str(), W_OK) != 0)
+    throw Error(std::string(flag) + " " + path.string() + ": cannot write into " + dir.string());
+}
+
+}  // namespace
+
+Evaluation evaluate(nn::Module& model, const data::Dataset& d, std::int64_t classes, std::int64_t batch) {
+  NoGradGuard no_grad;
+  model.eval();
+  Evaluation e;
+  e.confusion.assign(static_cast<std::size_t>(classes), std::vector<std::int64_t>(static_cast<std::size_t>(classes), 0));
+  const std::int64_t n = d.images.size(0);
+  std::int64_t correct = 0;
+  double loss = 0;
+  for (std::int64_t i = 0; i < n; i += batch) {
+    const Tensor x = d.images.slice(0, i, i + batch), y = d.labels.slice(0, i, i + batch).contiguous();
+    const Tensor logits = model.forward(x);
+    if (logits.size(1) != classes) throw Error("the model has " + std::to_string(logits.size(1)) + " outputs, the data " + std::to_string(classes) + " classes");
+    loss += cross_entropy(logits, y).item() * static_cast<double>(x.size(0));
+    const Tensor pred = argmax(logits, 1);
+    for (std::int64_t j = 0; j < x.size(0); ++j) {
+      const std::int64_t t = y.data_as<std::int64_t>()[j], p = pred.data_as<std::int64_t>()[j];
+      correct += t == p;
+      ++e.confusion[static_cast<std::size_t>(t)][static_cast<std::size_t>(p)];
+    }
+  }
+  e.accuracy = static_cast<double>(correct) / static_cast<double>(n);
+  e.loss = loss / static_cast<double>(n);
+  return e;
+}
+
+ModelFile load_model_file(const std::filesystem::path& path) {
+  const io::SafetensorsFile f = io::load_safetensors(path);
+  ModelFile m;
+  m.metadata = f.metadata;
+  auto get = [&](const char* key) {
+    const auto it = f.metadata.find(key);
+    if (it == f.metadata.end())
+      throw Error(path.string() + ": metadata has no '" + key + "' (not a cpudl model file; train one with cpudl train)");
+    return it->second;
+  };
+  const std::string arch = get("architecture");
+  for (float v : split_floats(get("input_shape"), path.string(), "input_shape")) m.input_shape.push_back(static_cast<std::int64_t>(v));
+  m.classes = static_cast<std::int64_t>(std::stoll(get("classes")));
+  m.mean = split_floats(get("normalization_mean"), path.string(), "normalization_mean");
+  m.std = split_floats(get("normalization_std"), path.string(), "normalization_std");
+  if (m.input_shape.empty()) throw Error(path.string() + ": empty input_shape");
+  const std::int64_t features = shape_numel(m.input_shape);
+  const bool cifar_stem = m.input_shape.size() == 3 && m.input_shape[1] <= 64;
+  m.model = nn::make_model(arch, m.classes, m.input_shape[0], cifar_stem, features);
+  try {
+    m.model->load_state_dict(f.tensors);
+  } catch (const Error& e) {
+    throw Error(path.string() + ": " + e.what());
+  }
+  m.model->eval();
+  return m;
+}
+
+int run(const TrainConfig& config_in, const Callbacks& cb, Summary& summary) {
+  TrainConfig c = config_in;
+  if (c.epochs < 1) throw UsageError("--epochs must be at least 1");
+  if (c.batch < 1) throw UsageError("--batch must be at least 1");
+  if (!(c.lr > 0)) throw UsageError("--lr must be positive");
+  if (c.out.empty()) throw UsageError("--out FILE is required");
+  check_writable(c.out, "--out");
+  if (c.checkpoint.empty()) c.checkpoint = c.out.string() + ".ckpt";
+  check_writable(c.checkpoint, "--checkpoint");
+
+  // Resume: the checkpoint's settings win; an explicit conflicting --model is an error.
+  io::SafetensorsFile ckpt;
+  int start_epoch = 1;
+  std::int64_t start_step = 0, global_step = 0;
+  if (!c.resume.empty()) {
+    ckpt = io::load_safetensors(c.resume);
+    const auto& md = ckpt.metadata;
+    auto need = [&](const char* key) {
+      const auto it = md.find(key);
+      if (it == md.end()) throw Error(c.resume.string() + ": not a cpudl checkpoint (metadata has no '" + key + "')");
+      return it->second;
+    };
+    if (need("format") != "cpudl-checkpoint-1") throw Error(c.resume.string() + ": unknown checkpoint format " + need("format"));
+    if (c.model_given && need("architecture") != c.model)
+      throw Error(c.resume.string() + ": checkpoint of model " + need("architecture") + ", but --model is " + c.model);
+    c.model = need("architecture");
+    c.optimizer = need("optimizer");
+    c.lr = std::stof(need("lr"));
+    c.momentum = std::stof(need("momentum"));
+    c.weight_decay = std::stof(need("weight_decay"));
+    c.batch = std::stoll(need("batch"));
+    c.seed = std::stoull(need("seed"));
+    c.shuffle = need("shuffle") == "1";
+    start_epoch = std::stoi(need("epoch"));
+    start_step = std::stoll(need("step_in_epoch"));
+    global_step = std::stoll(need("global_step"));
+  }
+
+  const data::Dataset train_set = data::load_dataset(c.data, true), test_set = data::load_dataset(c.data, false);
+  if (test_set.images.dim() != train_set.images.dim() || test_set.images.numel() / std::max<std::int64_t>(1, test_set.images.size(0)) !=
+                                                             train_set.images.numel() / train_set.images.size(0))
+    throw Error(c.data.string() + ": test samples are shaped " + shape_text(test_set.images.shape()) + ", train samples " +
+                shape_text(train_set.images.shape()));
+  manual_seed(c.seed);
+  nn::ModulePtr model = build_model(c.model, train_set);
+  if (!c.init.empty()) {
+    const io::SafetensorsFile init = io::load_safetensors(c.init);
+    try {
+      model->load_state_dict(init.tensors);
+    } catch (const Error& e) {
+      throw Error(c.init.string() + ": " + e.what());
+    }
+    if (cb.info) cb.info("initial weights from " + c.init.string());
+  }
+  std::unique_ptr<optim::Optimizer> opt = build_optimizer(c, model->parameters());
+  if (!c.resume.empty()) {
+    try {
+      model->load_state_dict(with_prefix(ckpt.tensors, "model."));
+      opt->load_state_dict(with_prefix(ckpt.tensors, "optimizer."));
+    } catch (const Error& e) {
+      throw Error(c.resume.string() + ": " + e.what());
+    }
+    for (const auto& [n, t] : ckpt.tensors)
+      if (n == "rng") default_generator().seed(static_cast<std::uint64_t>(t.data_as<std::int64_t>()[0]));
+    if (cb.info) cb.info("resumed from " + c.resume.string() + " at epoch " + std::to_string(start_epoch) + ", step " + std::to_string(start_step));
+  }
+
+  const bool images = train_set.images.dim() == 4;
+  data::LoaderOptions lo;
+  lo.batch = c.batch;
+  lo.shuffle = c.shuffle;
+  lo.seed = c.seed;
+  if (train_set.kind == "cifar10") lo.crop_padding = 4, lo.horizontal_flip = true;  // standard CIFAR augmentation
+  data::DataLoader loader(train_set, lo);
+  const std::int64_t steps_per_epoch = loader.batches_per_epoch();
+
+  std::map<std::string, std::string> model_metadata = {
+      {"architecture", c.model},
+      {"classes", std::to_string(train_set.classes)},
+      {"dataset", train_set.kind},
+      {"normalization_mean", join(train_set.mean)},
+      {"normalization_std", join(train_set.std)},
+  };
+  {
+    Shape s(train_set.images.shape().begin() + 1, train_set.images.shape().end());
+    std::vector<float> f(s.begin(), s.end());
+    model_metadata["input_shape"] = join(f);
+  }
+  (void)images;
+
+  auto write_checkpoint = [&](int epoch, std::int64_t step_in_epoch) {
+    nn::NamedTensors tensors = prefixed("model.", model->state_dict());
+    const nn::NamedTensors opt_state = prefixed("optimizer.", opt->state_dict());
+    tensors.insert(tensors.end(), opt_state.begin(), opt_state.end());
+    const auto rng = static_cast<std::int64_t>(default_generator().state());
+    tensors.emplace_back("rng", Tensor::from_buffer(&rng, {}, DType::i64));
+    std::map<std::string, std::string> md = model_metadata;
+    md["format"] = "cpudl-checkpoint-1";
+    md["optimizer"] = c.optimizer;
+    md["lr"] = std::to_string(c.lr);
+    md["momentum"] = std::to_string(c.momentum);
+    md["weight_decay"] = std::to_string(c.weight_decay);
+    md["batch"] = std::to_string(c.batch);
+    md["seed"] = std::to_string(c.seed);
+    md["shuffle"] = c.shuffle ? "1" : "0";
+    md["epoch"] = std::to_string(epoch);
+    md["step_in_epoch"] = std::to_string(step_in_epoch);
+    md["global_step"] = std::to_string(global_step);
+    io::save_safetensors(c.checkpoint, tensors, md);
+  };
+
+  summary.parameters = model->parameter_count();
+  double total_seconds = 0, total_images = 0;
+  for (int epoch = start_epoch; epoch <= c.epochs; ++epoch) {
+    const std::int64_t first_step = epoch == start_epoch ? start_step : 0;
+    loader.start_epoch(epoch, first_step);
+    model->train();
+    const auto start = Clock::now();
+    double loss_sum = 0, images_seen = 0;
+    Tensor x, y;
+    for (std::int64_t step = first_step; loader.next(x, y); ++step) {
+      opt->zero_grad();
+      Tensor loss = cross_entropy(model->forward(x), y);
+      loss.backward();
+      opt->step();
+      ++global_step;
+      const float l = loss.item();
+      if (!std::isfinite(l)) throw Error("the loss became " + std::to_string(l) + " at epoch " + std::to_string(epoch) + ", step " + std::to_string(step + 1) + ": lower --lr");
+      loss_sum += static_cast<double>(l) * static_cast<double>(x.size(0));
+      images_seen += static_cast<double>(x.size(0));
+      const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      if (cb.step) cb.step({epoch, c.epochs, step + 1, steps_per_epoch, l, images_seen / std::max(seconds, 1e-9), seconds});
+      if (c.stop_after >= 0 && global_step == c.stop_after) std::raise(SIGTERM);
+      if (g_stop_signal) {
+        const int signal = g_stop_signal;
+        write_checkpoint(epoch, step + 1);
+        if (cb.info) cb.info("stopped by signal " + std::to_string(signal) + ": checkpoint " + c.checkpoint.string() + " (resume with --resume); " + c.out.string() + " not written");
+        return 128 + signal;
+      }
+      if (c.checkpoint_every > 0 && global_step % c.checkpoint_every == 0) write_checkpoint(epoch, step + 1);
+    }
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    total_seconds += seconds;
+    total_images += images_seen;
+    const Evaluation ev = evaluate(*model, test_set, train_set.classes);
+    write_checkpoint(epoch + 1, 0);
+    if (cb.epoch) cb.epoch({epoch, loss_sum / std::max(images_seen, 1.0), ev.accuracy, ev.loss, seconds, images_seen / std::max(seconds, 1e-9)});
+    summary.test_accuracy = ev.accuracy;
+    ++summary.epochs_run;
+  }
+  summary.images_per_second = total_images / std::max(total_seconds, 1e-9);
+  summary.seconds_per_epoch = total_seconds / std::max(summary.epochs_run, 1);
+  summary.peak_memory_bytes = peak_memory_bytes();
+  io::save_safetensors(c.out, model->state_dict(), model_metadata);
+  return 0;
+}
+
+}  // namespace cpudl::train

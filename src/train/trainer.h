@@ -1,0 +1,83 @@
+// The training loop behind `cpudl train`: data, model, optimiser, per-epoch evaluation, model
+// files with their metadata, and checkpoints that make an interrupted run resumable to the same
+// result. Output (progress bars, JSON) is the caller's: it receives callbacks.
+#pragma once
+
+#include <atomic>
+#include <csignal>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <string>
+
+#include "cpudl/data.h"
+#include "cpudl/nn.h"
+
+namespace cpudl::train {
+
+struct TrainConfig {
+  std::string model = "simplecnn";
+  bool model_given = false;  // --model passed explicitly (checked against a resumed checkpoint)
+  std::filesystem::path data, out, init, resume, checkpoint;
+  int epochs = 5;
+  std::int64_t batch = 256;
+  std::string optimizer = "adam";
+  float lr = 1e-3f, momentum = 0.0f;
+  float weight_decay = -1.0f;  // < 0: the optimiser's default (0, or 0.01 for AdamW)
+  std::uint64_t seed = 0;
+  bool shuffle = true;
+  std::int64_t checkpoint_every = 0;  // steps; 0 = only at epoch ends and on signals
+  std::int64_t stop_after = -1;       // testing: raise SIGTERM after this many steps
+};
+
+struct StepProgress {
+  int epoch, epochs;
+  std::int64_t step, steps;  // within the epoch
+  float loss;
+  double images_per_second, seconds;
+};
+
+struct EpochReport {
+  int epoch;
+  double loss, test_accuracy, test_loss, seconds, images_per_second;
+};
+
+struct Summary {
+  double test_accuracy = 0, images_per_second = 0, seconds_per_epoch = 0;
+  std::int64_t peak_memory_bytes = 0, parameters = 0;
+  int epochs_run = 0;
+};
+
+struct Callbacks {
+  std::function<void(const std::string&)> info;  // one-line notes (resume, checkpoint written)
+  std::function<void(const StepProgress&)> step;
+  std::function<void(const EpochReport&)> epoch;
+};
+
+// Set by SIGINT/SIGTERM handlers: the loop checkpoints at the next step boundary and returns.
+extern volatile std::sig_atomic_t g_stop_signal;
+
+// Runs training. Returns 0, or 128 + signal number when stopped by a signal (after writing the
+// checkpoint and without writing the model file). Throws Error / UsageError on bad input.
+int run(const TrainConfig& config, const Callbacks& callbacks, Summary& summary);
+
+// Model files: safetensors with the state dict and metadata naming the architecture and input
+// normalisation, so eval and predict need nothing else.
+struct ModelFile {
+  nn::ModulePtr model;
+  std::map<std::string, std::string> metadata;
+  std::vector<float> mean, std;
+  Shape input_shape;  // per sample, e.g. [1, 28, 28]
+  std::int64_t classes = 10;
+};
+ModelFile load_model_file(const std::filesystem::path& path);
+
+// Evaluation of a model on a dataset (eval mode, no graph): accuracy, mean loss, confusion matrix.
+struct Evaluation {
+  double accuracy = 0, loss = 0;
+  std::vector<std::vector<std::int64_t>> confusion;  // [true][predicted]
+};
+Evaluation evaluate(nn::Module& model, const data::Dataset& data, std::int64_t classes, std::int64_t batch = 1000);
+
+}  // namespace cpudl::train
