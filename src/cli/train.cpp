@@ -18,6 +18,7 @@ namespace {
 struct TrainOptions {
   train::TrainConfig config;
   int threads = 0;
+  std::int64_t log_every = 0;
   bool json = false, no_shuffle = false;
   std::string out, data, init, resume, checkpoint;
 };
@@ -59,6 +60,14 @@ int run_train(TrainOptions& o) {
     std::fflush(stdout);
   };
   cb.step = [&](const train::StepProgress& p) {
+    if (o.log_every > 0 && p.step % o.log_every == 0) {
+      if (o.json)
+        std::printf("%s\n", nlohmann::ordered_json{{"epoch", p.epoch}, {"step", p.step}, {"loss", p.loss}}.dump().c_str());
+      else
+        std::printf("%sepoch %d step %lld/%lld: loss %.6f\n", tty ? "\r\033[K" : "", p.epoch, static_cast<long long>(p.step),
+                    static_cast<long long>(p.steps), p.loss);
+      std::fflush(stdout);
+    }
     if (!tty || (p.seconds - last_draw < 0.1 && p.step != p.steps)) return;
     last_draw = p.seconds;
     const int width = 30, filled = static_cast<int>(width * p.step / std::max<std::int64_t>(p.steps, 1));
@@ -124,6 +133,7 @@ void add_train_command(CLI::App& app, Action& action) {
   t->add_option("--checkpoint", o->checkpoint, "Checkpoint file (default: --out with .ckpt appended)");
   t->add_option("--checkpoint-every", o->config.checkpoint_every, "Also checkpoint every N steps")->check(CLI::NonNegativeNumber);
   t->add_option("--stop-after", o->config.stop_after, "Testing: act as if SIGTERM arrived after N steps")->group("");
+  t->add_option("--log-every", o->log_every, "Also report the loss every N steps")->check(CLI::NonNegativeNumber);
   t->add_flag("--json", o->json, "One JSON object per epoch and a final summary, on stdout");
   t->callback([&action, o] { action = [o] { return run_train(*o); }; });
 }

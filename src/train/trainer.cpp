@@ -53,7 +53,7 @@ nn::ModulePtr build_model(const std::string& name, const data::Dataset& d) {
     if (name != "mlp") throw UsageError("--model " + name + ": CSV data needs --model mlp");
     return nn::make_model("mlp", d.classes, s[1], true, /*mlp_inputs=*/s[1]);
   }
-  if (name == "simplecnn" || name == "lenet5" || name == "mlp") {
+  if (name == "simplecnn" || name == "lenet5") {
     if (s[2] != 28 || s[3] != 28)
       throw Error("--model " + name + " takes 28x28 images; the data's images are " + std::to_string(s[2]) + "x" + std::to_string(s[3]));
   }
