@@ -3,6 +3,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -96,6 +97,79 @@ TEST_F(Idx, LoadsMnistLayoutAndChecksConsistency) {
     EXPECT_NE(std::string(e.what()).find("t10k-images-idx3-ubyte[.gz]: missing"), std::string::npos) << e.what();
   }
   EXPECT_THROW(load_mnist(dir / "nope", true), Error);
+}
+
+}  // namespace
+}  // namespace cpudl::data
+
+namespace cpudl::data {
+namespace {
+
+Dataset numbered(std::int64_t n) {
+  Dataset d{Tensor::empty({n, 1, 4, 4}), Tensor::empty({n}, DType::i64), "test", {}, {}, 10};
+  for (std::int64_t i = 0; i < n; ++i) {
+    for (int p = 0; p < 16; ++p) d.images.data()[i * 16 + p] = static_cast<float>(i * 100 + p);
+    d.labels.data_as<std::int64_t>()[i] = i;
+  }
+  return d;
+}
+
+std::vector<std::vector<std::int64_t>> epoch_labels(DataLoader& loader, std::int64_t epoch, std::int64_t skip = 0) {
+  std::vector<std::vector<std::int64_t>> out;
+  loader.start_epoch(epoch, skip);
+  Tensor x, y;
+  while (loader.next(x, y)) {
+    std::vector<std::int64_t> labels(y.data_as<std::int64_t>(), y.data_as<std::int64_t>() + y.numel());
+    for (std::int64_t i = 0; i < y.numel(); ++i) EXPECT_EQ(x.at({i, 0, 0, 0}), static_cast<float>(labels[static_cast<std::size_t>(i)] * 100));
+    out.push_back(labels);
+  }
+  return out;
+}
+
+TEST(DataLoader, SeededOrderIndependentOfWorkersAndResumable) {
+  const Dataset d = numbered(23);
+  LoaderOptions o;
+  o.batch = 5, o.seed = 9;
+  DataLoader one(d, o);
+  o.workers = 3;
+  DataLoader three(d, o);
+  const auto a = epoch_labels(one, 1), b = epoch_labels(three, 1);
+  EXPECT_EQ(a, b);
+  ASSERT_EQ(a.size(), 5u);  // 23 samples: four batches of 5 and one of 3
+  EXPECT_EQ(a.back().size(), 3u);
+  std::vector<std::int64_t> all;
+  for (const auto& batch : a) all.insert(all.end(), batch.begin(), batch.end());
+  std::sort(all.begin(), all.end());
+  for (std::int64_t i = 0; i < 23; ++i) EXPECT_EQ(all[static_cast<std::size_t>(i)], i);  // a permutation
+  EXPECT_NE(epoch_labels(one, 2), a);                                                   // a new order per epoch
+  const auto resumed = epoch_labels(one, 1, 2);
+  EXPECT_EQ(resumed, std::vector<std::vector<std::int64_t>>(a.begin() + 2, a.end()));
+  o.drop_last = true, o.shuffle = false, o.workers = 2;
+  DataLoader ordered(d, o);
+  const auto c = epoch_labels(ordered, 1);
+  ASSERT_EQ(c.size(), 4u);
+  EXPECT_EQ(c[0], (std::vector<std::int64_t>{0, 1, 2, 3, 4}));
+}
+
+TEST(DataLoader, AugmentationCropsAndFlips) {
+  const Dataset d = numbered(8);
+  LoaderOptions o;
+  o.batch = 8, o.shuffle = false, o.crop_padding = 1, o.horizontal_flip = true;
+  DataLoader loader(d, o);
+  loader.start_epoch(1);
+  Tensor x, y;
+  ASSERT_TRUE(loader.next(x, y));
+  int changed = 0;
+  for (std::int64_t i = 0; i < 8; ++i) {
+    // Every output pixel is 0 (padding) or a pixel of the same sample.
+    for (std::int64_t p = 0; p < 16; ++p) {
+      const float v = x.data()[i * 16 + p];
+      EXPECT_TRUE(v == 0.0f || (v >= static_cast<float>(i * 100) && v < static_cast<float>(i * 100 + 16))) << v;
+    }
+    changed += x.at({i, 0, 1, 1}) != static_cast<float>(i * 100 + 5);
+  }
+  EXPECT_GT(changed, 0);
+  EXPECT_THROW(DataLoader(d, LoaderOptions{0}), Error);
 }
 
 }  // namespace

@@ -47,7 +47,7 @@ Dataset load_dataset(const std::filesystem::path& dir, bool train);
 // PNG (8-bit grey, grey+alpha, RGB, RGBA; not interlaced). Alpha is dropped.
 Tensor read_image(const std::filesystem::path& path);
 
-// Batches of a dataset in a seeded order, assembled on a background thread while the previous
+// Batches of a dataset in a seeded order, assembled on background threads while the previous
 // batch trains. Augmentation (images only): random crop after zero-padding, horizontal flip.
 struct LoaderOptions {
   std::int64_t batch = 256;
@@ -55,6 +55,7 @@ struct LoaderOptions {
   std::uint64_t seed = 0;
   std::int64_t crop_padding = 0;  // > 0: random crop of the original size from the padded image
   bool horizontal_flip = false;
+  int workers = 1;  // background threads assembling batches (results do not depend on it)
 };
 
 class DataLoader {

@@ -124,6 +124,9 @@ void add_train_command(CLI::App& app, Action& action) {
   t->add_option("--lr", o->config.lr, "Learning rate (default 1e-3)")->check(CLI::PositiveNumber);
   t->add_option("--momentum", o->config.momentum, "SGD momentum (default 0)")->check(CLI::Range(0.0, 1.0));
   t->add_option("--weight-decay", o->config.weight_decay, "Weight decay (default 0; AdamW 0.01)")->check(CLI::Range(0.0, 1.0));
+  t->add_option("--workers", o->config.workers,
+                "Data-loading threads (default 1: a batch is gathered far faster than it trains, and more would compete with the compute threads)")
+      ->check(CLI::Range(1, 64));
   t->add_option("--threads", o->threads, "Compute threads (default: usable physical cores)")->check(CLI::Range(1, 4096));
   t->add_option("--seed", o->config.seed, "Seed for initialisation and shuffling (default 0)");
   t->add_option("--out", o->out, "Model file to write (safetensors)");

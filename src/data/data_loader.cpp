@@ -1,10 +1,12 @@
-// The DataLoader: a seeded permutation per epoch, batches gathered (and augmented) by one
-// background thread into a two-slot queue, so loading overlaps the training step. One thread
-// suffices: gathering a batch is memory copies, far cheaper than the step it overlaps, and a
-// second loader thread would only contend with the compute pool for the cores.
+// The DataLoader: a seeded permutation per epoch; batches gathered (and augmented) by `workers`
+// background threads, worker k taking batches k, k + W, ..., delivered in order from a bounded
+// window of 2W batches, so loading overlaps the training step. Augmentation draws come from a
+// generator seeded per (seed, epoch, batch): results depend on neither the worker count nor on
+// where a resumed epoch starts. One worker is the default: gathering a batch is memory copies,
+// far cheaper than the step it overlaps, and more threads would contend with the compute pool.
 #include <condition_variable>
 #include <cstring>
-#include <deque>
+#include <map>
 #include <mutex>
 #include <numeric>
 #include <thread>
@@ -21,14 +23,22 @@ struct DataLoader::State {
 
   std::mutex mutex;
   std::condition_variable changed;
-  std::deque<std::pair<Tensor, Tensor>> ready;
-  bool epoch_done = true, stop = false;
-  std::thread worker;
+  std::map<std::int64_t, std::pair<Tensor, Tensor>> ready;  // by batch index
+  std::int64_t next_batch = 0, end_batch = 0;               // what next() returns, and the epoch's end
+  bool stop = false;
+  std::vector<std::thread> workers;
+  std::vector<std::int64_t> order;
 
   State(const Dataset& d, const LoaderOptions& o) : data(d), options(o) {}
 
-  // Copies samples order[begin, end) into a batch, applying augmentation with `gen`.
-  std::pair<Tensor, Tensor> gather(const std::vector<std::int64_t>& order, std::int64_t begin, std::int64_t end, Generator& gen) {
+  std::int64_t batches_per_epoch() const {
+    return options.drop_last ? n / options.batch : (n + options.batch - 1) / options.batch;
+  }
+
+  std::pair<Tensor, Tensor> gather(std::int64_t batch_index, std::int64_t epoch) {
+    const std::int64_t begin = batch_index * options.batch, end = std::min(n, begin + options.batch);
+    Generator gen(options.seed * 0x2545F4914F6CDD1Dull + static_cast<std::uint64_t>(epoch) * 1000003ull +
+                  static_cast<std::uint64_t>(batch_index) * 7919ull + 7);
     Shape xs = data.images.shape();
     xs[0] = end - begin;
     Tensor x = Tensor::empty(xs), y = Tensor::empty({end - begin}, DType::i64);
@@ -59,33 +69,19 @@ struct DataLoader::State {
     return {x, y};
   }
 
-  void run_epoch(std::int64_t epoch, std::int64_t skip) {
-    std::vector<std::int64_t> order(static_cast<std::size_t>(n));
-    std::iota(order.begin(), order.end(), 0);
-    Generator shuffle(options.seed * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(epoch) + 1);
-    if (options.shuffle)
-      for (std::int64_t i = n - 1; i > 0; --i)
-        std::swap(order[static_cast<std::size_t>(i)], order[static_cast<std::size_t>(shuffle.next_u64() % static_cast<std::uint64_t>(i + 1))]);
-    Generator augment(options.seed * 31 + static_cast<std::uint64_t>(epoch) * 1000003 + 7);
-    const std::int64_t batches = batches_per_epoch();
-    for (std::int64_t b = 0; b < batches; ++b) {
-      const std::int64_t begin = b * options.batch, end = std::min(n, begin + options.batch);
-      // Augmentation draws are made for skipped batches too, so a resumed epoch matches.
-      auto batch = gather(order, begin, end, augment);
-      if (b < skip) continue;
-      std::unique_lock<std::mutex> lock(mutex);
-      changed.wait(lock, [&] { return ready.size() < 2 || stop; });
-      if (stop) return;
-      ready.push_back(std::move(batch));
+  void work(int k, std::int64_t epoch, std::int64_t first) {
+    const int count = options.workers;
+    for (std::int64_t b = first + k; b < end_batch; b += count) {
+      {
+        std::unique_lock<std::mutex> lock(mutex);
+        changed.wait(lock, [&] { return stop || b < next_batch + 2 * count; });
+        if (stop) return;
+      }
+      auto batch = gather(b, epoch);
+      std::lock_guard<std::mutex> lock(mutex);
+      ready.emplace(b, std::move(batch));
       changed.notify_all();
     }
-    std::lock_guard<std::mutex> lock(mutex);
-    epoch_done = true;
-    changed.notify_all();
-  }
-
-  std::int64_t batches_per_epoch() const {
-    return options.drop_last ? n / options.batch : (n + options.batch - 1) / options.batch;
   }
 
   void join() {
@@ -94,7 +90,8 @@ struct DataLoader::State {
       stop = true;
       changed.notify_all();
     }
-    if (worker.joinable()) worker.join();
+    for (auto& t : workers) t.join();
+    workers.clear();
     std::lock_guard<std::mutex> lock(mutex);
     stop = false;
     ready.clear();
@@ -103,9 +100,11 @@ struct DataLoader::State {
 
 DataLoader::DataLoader(const Dataset& dataset, const LoaderOptions& options) : state_(std::make_unique<State>(dataset, options)) {
   if (options.batch < 1) throw Error("batch size must be at least 1, got " + std::to_string(options.batch));
+  if (options.workers < 1 || options.workers > 64) throw Error("--workers must be between 1 and 64, got " + std::to_string(options.workers));
   state_->n = dataset.images.size(0);
   if (state_->n == 0) throw Error("the dataset is empty");
-  if (dataset.labels.numel() != state_->n) throw Error("dataset has " + std::to_string(state_->n) + " samples but " + std::to_string(dataset.labels.numel()) + " labels");
+  if (dataset.labels.numel() != state_->n)
+    throw Error("dataset has " + std::to_string(state_->n) + " samples but " + std::to_string(dataset.labels.numel()) + " labels");
   state_->sample_floats = dataset.images.numel() / state_->n;
 }
 
@@ -114,20 +113,31 @@ DataLoader::~DataLoader() { state_->join(); }
 std::int64_t DataLoader::batches_per_epoch() const { return state_->batches_per_epoch(); }
 
 void DataLoader::start_epoch(std::int64_t epoch, std::int64_t skip) {
-  state_->join();
-  state_->epoch_done = false;
-  State* s = state_.get();
-  state_->worker = std::thread([s, epoch, skip] { s->run_epoch(epoch, skip); });
+  State& s = *state_;
+  s.join();
+  s.order.resize(static_cast<std::size_t>(s.n));
+  std::iota(s.order.begin(), s.order.end(), 0);
+  if (s.options.shuffle) {
+    Generator shuffle(s.options.seed * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(epoch) + 1);
+    for (std::int64_t i = s.n - 1; i > 0; --i)
+      std::swap(s.order[static_cast<std::size_t>(i)], s.order[static_cast<std::size_t>(shuffle.next_u64() % static_cast<std::uint64_t>(i + 1))]);
+  }
+  s.next_batch = std::min(skip, s.batches_per_epoch());
+  s.end_batch = s.batches_per_epoch();
+  s.workers.reserve(static_cast<std::size_t>(s.options.workers));
+  for (int k = 0; k < s.options.workers; ++k) s.workers.emplace_back([&s, k, epoch, first = s.next_batch] { s.work(k, epoch, first); });
 }
 
 bool DataLoader::next(Tensor& x, Tensor& y) {
-  std::unique_lock<std::mutex> lock(state_->mutex);
-  state_->changed.wait(lock, [&] { return !state_->ready.empty() || state_->epoch_done; });
-  if (state_->ready.empty()) return false;
-  x = std::move(state_->ready.front().first);
-  y = std::move(state_->ready.front().second);
-  state_->ready.pop_front();
-  state_->changed.notify_all();
+  State& s = *state_;
+  std::unique_lock<std::mutex> lock(s.mutex);
+  if (s.next_batch >= s.end_batch) return false;
+  s.changed.wait(lock, [&] { return s.ready.count(s.next_batch) > 0; });
+  auto node = s.ready.extract(s.next_batch);
+  x = std::move(node.mapped().first);
+  y = std::move(node.mapped().second);
+  ++s.next_batch;
+  s.changed.notify_all();
   return true;
 }
 

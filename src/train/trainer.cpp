@@ -224,6 +224,7 @@ int run(const TrainConfig& config_in, const Callbacks& cb, Summary& summary) {
   lo.batch = c.batch;
   lo.shuffle = c.shuffle;
   lo.seed = c.seed;
+  lo.workers = c.workers;
   if (train_set.kind == "cifar10") lo.crop_padding = 4, lo.horizontal_flip = true;  // standard CIFAR augmentation
   data::DataLoader loader(train_set, lo);
   const std::int64_t steps_per_epoch = loader.batches_per_epoch();

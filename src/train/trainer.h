@@ -28,6 +28,7 @@ struct TrainConfig {
   std::uint64_t seed = 0;
   bool shuffle = true;
   std::int64_t checkpoint_every = 0;  // steps; 0 = only at epoch ends and on signals
+  int workers = 1;                    // data-loading threads
   std::int64_t stop_after = -1;       // testing: raise SIGTERM after this many steps
 };
 
