@@ -27,6 +27,9 @@ void save_safetensors(const std::filesystem::path& path, const nn::NamedTensors&
                       const std::map<std::string, std::string>& metadata = {});
 std::string serialize_safetensors(const nn::NamedTensors& tensors, const std::map<std::string, std::string>& metadata);
 
+// The whole file as bytes; Error naming the file when it cannot be opened or read.
+std::string read_file(const std::filesystem::path& path);
+
 // Atomically replaces `path` with `contents` (temporary file, fsync, rename, fsync of the directory).
 void write_file_atomically(const std::filesystem::path& path, const std::string& contents);
 

@@ -4,18 +4,9 @@
 
 #include "cpudl/data.h"
 #include "cpudl/error.h"
+#include "cpudl/io.h"
 
 namespace cpudl::data {
-
-namespace {
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path.string() + ": cannot open");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-}  // namespace
 
 Dataset load_cifar10(const std::filesystem::path& dir, bool train) {
   std::vector<std::filesystem::path> files;
@@ -26,7 +17,7 @@ Dataset load_cifar10(const std::filesystem::path& dir, bool train) {
   constexpr std::size_t kRecord = 1 + 3 * 32 * 32;
   std::string bytes;
   for (const auto& f : files) {
-    std::string part = read_file(f);
+    std::string part = io::read_file(f);
     if (part.empty() || part.size() % kRecord != 0)
       throw Error(f.string() + ": " + std::to_string(part.size()) + " bytes is not a whole number of 3073-byte CIFAR-10 records");
     bytes += part;

@@ -8,18 +8,11 @@
 
 #include "cpudl/data.h"
 #include "cpudl/error.h"
+#include "cpudl/io.h"
 
 namespace cpudl::data {
 
 namespace {
-
-std::string read_all(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path.string() + ": cannot open");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 Tensor read_pgm(const std::string& bytes, const std::string& name) {
   std::size_t pos = 2;
@@ -128,7 +121,7 @@ Tensor read_png(const std::string& bytes, const std::string& name) {
 }  // namespace
 
 Tensor read_image(const std::filesystem::path& path) {
-  const std::string bytes = read_all(path), name = path.string();
+  const std::string bytes = io::read_file(path), name = path.string();
   if (bytes.size() >= 8 && std::memcmp(bytes.data(), "\x89PNG\r\n\x1a\n", 8) == 0) return read_png(bytes, name);
   if (bytes.size() >= 2 && bytes[0] == 'P' && (bytes[1] == '5' || bytes[1] == '2')) return read_pgm(bytes, name);
   throw Error(name + ": not a PGM (P5/P2) or PNG image");

@@ -1,4 +1,4 @@
-// Crash-safe file replacement: write a temporary file beside the target, fsync it, rename it over
+// Whole-file reading, and crash-safe file replacement: write a temporary file beside the target, fsync it, rename it over
 // the target, fsync the directory. Readers see the old file or the new one, never a mix.
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -6,6 +6,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 
 #include "cpudl/error.h"
 #include "cpudl/io.h"
@@ -17,6 +19,15 @@ std::string os_error(const std::string& what, const std::filesystem::path& path)
   return what + " " + path.string() + ": " + std::strerror(errno);
 }
 }  // namespace
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path.string() + ": cannot open (" + std::strerror(errno) + ")");
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  if (in.bad()) throw Error(path.string() + ": read error");
+  return buffer.str();
+}
 
 void write_file_atomically(const std::filesystem::path& path, const std::string& contents) {
   const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");

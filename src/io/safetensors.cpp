@@ -35,14 +35,7 @@ SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& n
   return file;
 }
 
-SafetensorsFile load_safetensors(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path.string() + ": cannot open (" + std::strerror(errno) + ")");
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) throw Error(path.string() + ": read error");
-  return parse_safetensors(buffer.str(), path.string());
-}
+SafetensorsFile load_safetensors(const std::filesystem::path& path) { return parse_safetensors(read_file(path), path.string()); }
 
 std::string serialize_safetensors(const nn::NamedTensors& tensors, const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json header;

@@ -87,6 +87,13 @@ struct WeightsCache {
     plain = dnnl::memory(plain_md, engine(), DNNL_MEMORY_NONE);
     blocked = dnnl::memory(wanted, engine());
   }
+  // Binds DNNL_ARG_WEIGHTS: the blocked copy, or a per-call slot for the caller's buffer.
+  void bind(Executable& exec, const dnnl::memory::desc& plain_md) {
+    if (needs_reorder)
+      exec.bind_owned(DNNL_ARG_WEIGHTS, blocked);
+    else
+      exec.bind(DNNL_ARG_WEIGHTS, plain_md);
+  }
   void refresh(const float* weights, std::uint64_t weights_version) {
     if (!needs_reorder) return;
     if (weights_version != 0 && source == weights && version == weights_version) return;
@@ -154,10 +161,7 @@ void conv2d_forward(const ConvShape& s, const float* src, const float* weights, 
       e->exec.bind(DNNL_ARG_DST, g.dst);
       if (bias) e->exec.bind(DNNL_ARG_BIAS, g.bias);
       if (epilogue.residual) e->exec.bind(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, g.dst);
-      if (e->weights.needs_reorder)
-        e->exec.bind_owned(DNNL_ARG_WEIGHTS, e->weights.blocked);
-      else
-        e->exec.bind(DNNL_ARG_WEIGHTS, g.weights_plain);
+      e->weights.bind(e->exec, g.weights_plain);
       return e;
     });
   });
@@ -189,10 +193,7 @@ void conv2d_backward_data(const ConvShape& s, const float* diff_dst, const float
       e->weights.init(g.weights_plain, pd.weights_desc());
       e->exec.bind(DNNL_ARG_DIFF_DST, g.dst);
       e->exec.bind(DNNL_ARG_DIFF_SRC, g.src);
-      if (e->weights.needs_reorder)
-        e->exec.bind_owned(DNNL_ARG_WEIGHTS, e->weights.blocked);
-      else
-        e->exec.bind(DNNL_ARG_WEIGHTS, g.weights_plain);
+      e->weights.bind(e->exec, g.weights_plain);
       return e;
     });
   });
