@@ -2,6 +2,7 @@
 // here best first, and add it to CPUDL_KERNELS in dispatch.h.
 #include "kernels/dispatch.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "kernels/eltwise/eltwise.h"
@@ -97,9 +98,14 @@ std::vector<std::pair<const char*, const char*>> describe(const KernelTable& tab
   return out;
 }
 
+std::size_t g_streaming_store_bytes = std::size_t{32} << 20;
+
 const KernelTable& kernel_table() {
   static const KernelTable table = [] {
-    KernelTable t = make_kernel_table(runtime().isa.active);
+    const Runtime& rt = runtime();
+    // Stream only what cannot stay in the last-level cache (per call: kernels see one thread's part).
+    g_streaming_store_bytes = std::max<std::size_t>(std::size_t{4} << 20, rt.system.l3_bytes.value_or(32u << 20));
+    KernelTable t = make_kernel_table(rt.isa.active);
     if (verbose())
       for (const auto& [kernel, variant] : describe(t))
         std::fprintf(stderr, "cpudl: kernel %s -> %s (level %s)\n", kernel, variant,

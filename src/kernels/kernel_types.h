@@ -64,4 +64,10 @@ using AdamStepFn = void (*)(float* param, const float* grad, float* m, float* v,
 
 using FmaProbeFn = std::uint64_t (*)(std::uint64_t iterations, float* sink);
 
+// Outputs at least this large are written with non-temporal stores (they would not stay cached
+// anyway, and skipping each line's read-for-ownership saves memory traffic). Set once at start
+// from the last-level cache size (dispatch.cpp): an output that fits in L3 is better left there
+// for the op that reads it next.
+extern std::size_t g_streaming_store_bytes;
+
 }  // namespace cpudl::kernels

@@ -1,13 +1,10 @@
 // Loop skeletons over a SIMD traits type V: full vectors (two per iteration where independent
 // work helps), then one masked tail. Included by ISA kernel files only, after the traits.
 
+#include "kernels/kernel_types.h"
+
 namespace cpudl::kernels {
 namespace {
-
-// Outputs at least this large bypass the cache (non-temporal stores): they cannot stay cached
-// anyway, and skipping the read-for-ownership of each line saves a quarter to a third of the
-// memory traffic of an elementwise op.
-inline constexpr std::size_t kStreamingBytes = std::size_t{4} << 20;
 
 // out[i..] = value(i) for vectors of V::kWidth lanes: value(i) computes lanes i..i+W-1 (reading
 // past n is avoided by the masked head and tail).
@@ -15,7 +12,7 @@ template <class V, class Value, class PartialValue>
 void map_into(float* out, std::size_t n, Value value, PartialValue partial_value) {
   constexpr std::size_t W = V::kWidth;
   std::size_t i = 0;
-  if (n * sizeof(float) >= kStreamingBytes) {
+  if (n * sizeof(float) >= g_streaming_store_bytes) {  // see kernel_types.h
     const std::size_t misaligned = reinterpret_cast<std::uintptr_t>(out) % V::kAlignment;
     if (misaligned % sizeof(float) == 0) {
       const std::size_t head = misaligned ? (V::kAlignment - misaligned) / sizeof(float) : 0;
