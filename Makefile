@@ -29,10 +29,12 @@ demo: build
 	  idx:data/mnist/t10k-images-idx3-ubyte:0 idx:data/mnist/t10k-images-idx3-ubyte:700 \
 	  idx:data/mnist/t10k-images-idx3-ubyte:1400
 
-# Every compute-core benchmark in one run (roofs, GEMM with each BLAS, convolutions, native
-# kernels), written to docs/BENCHMARKS.md. Installs OpenBLAS and BLIS to compare against.
+# Every benchmark in one run (roofs, GEMM with each BLAS, convolutions, native kernels, the
+# oneDNN wrapper's overhead, MNIST training), written to docs/BENCHMARKS.md. Installs OpenBLAS
+# and BLIS to compare against.
 bench: build
 	@scripts/install-deps.sh --bench
+	@scripts/fetch-mnist.sh data/mnist
 	@bench/run-benchmarks.sh
 
 format:

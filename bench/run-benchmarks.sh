@@ -35,6 +35,11 @@ run "$bin bench peak"
 run "$bin bench gemm"
 run "$bin bench conv"
 run "build/bench/cpudl_bench_kernels --benchmark_min_time=0.3"
+run "build/bench/cpudl_bench_wrapper --benchmark_min_time=0.3"
+if [ -f data/mnist/train-images-idx3-ubyte ]; then
+  run "$bin train --model simplecnn --data data/mnist --out build/bench-simplecnn.safetensors --json"
+  run "$bin train --model lenet5 --data data/mnist --out build/bench-lenet5.safetensors --json"
+fi
 mv "$tmp" "$out"
 trap - EXIT
 echo "wrote $out" >&2
