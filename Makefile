@@ -38,7 +38,7 @@ bench: build
 	@bench/run-benchmarks.sh
 
 format:
-	@clang-format -i $$(git ls-files '*.cpp' '*.h')
+	@clang-format -i $$(git ls-files '*.cpp' '*.h' '*.inl')
 
 clean:
 	@rm -rf build build-debug build-asan

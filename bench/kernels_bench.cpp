@@ -40,7 +40,9 @@ void BM_binary(benchmark::State& state, F32BinaryFn (*pick)(), const char* name)
   std::vector<float> a(n, 1.0f), b(n, 2.0f), c(n);
   const F32BinaryFn fn = pick();
   for (auto _ : state) {
-    cpudl::parallel_for(n, 1 << 16, threads, [&](std::size_t lo, std::size_t hi) { fn(a.data() + lo, b.data() + lo, c.data() + lo, hi - lo); });
+    cpudl::parallel_for(n, 1 << 16, threads, [&](std::size_t lo, std::size_t hi) {
+      fn(a.data() + lo, b.data() + lo, c.data() + lo, hi - lo);
+    });
     benchmark::ClobberMemory();
   }
   report(state, name, n * 3 * sizeof(float), threads);
@@ -52,7 +54,8 @@ void BM_unary(benchmark::State& state, F32UnaryFn (*pick)(), const char* name) {
   std::vector<float> x(n, 0.5f), y(n);
   const F32UnaryFn fn = pick();
   for (auto _ : state) {
-    cpudl::parallel_for(n, 1 << 16, threads, [&](std::size_t lo, std::size_t hi) { fn(x.data() + lo, y.data() + lo, hi - lo); });
+    cpudl::parallel_for(n, 1 << 16, threads,
+                        [&](std::size_t lo, std::size_t hi) { fn(x.data() + lo, y.data() + lo, hi - lo); });
     benchmark::ClobberMemory();
   }
   report(state, name, n * 2 * sizeof(float), threads);

@@ -18,8 +18,9 @@ void BM_matmul_cpudl(benchmark::State& state) {
   const auto n = state.range(0);
   std::vector<float> a(static_cast<std::size_t>(n * n), 0.5f), b(a.size(), 0.25f), c(a.size());
   for (auto _ : state) onednn::matmul(onednn::MatmulShape{1, n, n, n}, a.data(), b.data(), c.data());
-  state.counters["gflops"] = benchmark::Counter(2.0 * static_cast<double>(n * n * n) * 1e-9 *
-                                                static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  state.counters["gflops"] = benchmark::Counter(
+      2.0 * static_cast<double>(n * n * n) * 1e-9 * static_cast<double>(state.iterations()),
+      benchmark::Counter::kIsRate);
 }
 
 void BM_matmul_onednn_direct(benchmark::State& state) {
@@ -35,8 +36,9 @@ void BM_matmul_onednn_direct(benchmark::State& state) {
     prim.execute(onednn::stream(), {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
     onednn::stream().wait();
   }
-  state.counters["gflops"] = benchmark::Counter(2.0 * static_cast<double>(n * n * n) * 1e-9 *
-                                                static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  state.counters["gflops"] = benchmark::Counter(
+      2.0 * static_cast<double>(n * n * n) * 1e-9 * static_cast<double>(state.iterations()),
+      benchmark::Counter::kIsRate);
 }
 
 BENCHMARK(BM_matmul_cpudl)->Arg(16)->Arg(64)->Arg(512)->Arg(1024);

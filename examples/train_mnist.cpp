@@ -38,7 +38,8 @@ int main(int argc, char** argv) try {
     std::int64_t correct = 0;
     for (std::int64_t i = 0; i < test.labels.numel(); ++i)
       correct += predicted.data_as<std::int64_t>()[i] == test.labels.data_as<std::int64_t>()[i];
-    std::printf("epoch %d: loss %.4f, test accuracy %.2f%%, %.0f images/s\n", epoch, total_loss / static_cast<double>(n),
+    std::printf("epoch %d: loss %.4f, test accuracy %.2f%%, %.0f images/s\n", epoch,
+                total_loss / static_cast<double>(n),
                 100.0 * static_cast<double>(correct) / static_cast<double>(test.labels.numel()),
                 static_cast<double>(n) / seconds);
   }

@@ -7,7 +7,8 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   try {
-    const auto array = cpudl::data::parse_idx(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz.idx");
+    const auto array =
+        cpudl::data::parse_idx(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz.idx");
     std::uint64_t count = 1;
     for (auto d : array.dims) count *= static_cast<std::uint64_t>(d);
     if (count != array.values.size()) __builtin_trap();  // accepted files must be self-consistent

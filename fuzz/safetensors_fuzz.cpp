@@ -12,7 +12,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const auto header = cpudl::io::parse_safetensors_header(bytes, "fuzz.safetensors");
     for (const auto& e : header.entries) {
       const std::uint64_t n = static_cast<std::uint64_t>(cpudl::shape_numel(e.shape));
-      if (header.data_start + e.end > size || e.end - e.begin != n * cpudl::dtype_size(e.dtype)) __builtin_trap();
+      if (header.data_start + e.end > size || e.end - e.begin != n * cpudl::dtype_size(e.dtype))
+        __builtin_trap();
     }
   } catch (const cpudl::Error&) {
   }

@@ -77,8 +77,9 @@ TEST(Cli, DoctorJsonMatchesTheRuntime) {
     ASSERT_TRUE(j["isa"].contains(name)) << name;
     EXPECT_EQ(j["isa"][name].get<bool>(), rt.cpu.usable[f]) << name;
   }
-  for (const char* key : {"cpu", "cores", "caches", "numa_nodes", "memory", "cgroup", "affinity", "os_state",
-                          "detected_level", "level_reason", "threads", "threads_reason", "kernels", "warnings", "blas"})
+  for (const char* key :
+       {"cpu", "cores", "caches", "numa_nodes", "memory", "cgroup", "affinity", "os_state", "detected_level",
+        "level_reason", "threads", "threads_reason", "kernels", "warnings", "blas"})
     EXPECT_TRUE(j.contains(key)) << key;
   EXPECT_EQ(j["cores"]["logical"].get<std::size_t>(), rt.system.online_cpus.size());
   EXPECT_FALSE(j.contains("measured"));
@@ -138,7 +139,8 @@ TEST(Cli, MissingBlasLibraryNamesThePackage) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("cannot load /nonexistent/libopenblas.so.0"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("install the Debian package libopenblas0-openmp"), std::string::npos) << r.err;
-  const Result matmul = run("bench gemm --sizes 64 --threads 1 --backends onednn --min-time 0.001", "CPUDL_BLAS=blas9");
+  const Result matmul =
+      run("bench gemm --sizes 64 --threads 1 --backends onednn --min-time 0.001", "CPUDL_BLAS=blas9");
   EXPECT_EQ(matmul.exit_code, 2);
 }
 

@@ -22,7 +22,8 @@ std::string idx_bytes(const std::vector<std::uint32_t>& dims, std::size_t values
 
 class Idx : public ::testing::Test {
  protected:
-  std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / ("cpudl_idx_" + std::to_string(::getpid()));
+  std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / ("cpudl_idx_" + std::to_string(::getpid()));
   void SetUp() override { std::filesystem::create_directories(dir); }
   void TearDown() override { std::filesystem::remove_all(dir); }
   std::filesystem::path write(const std::string& name, const std::string& bytes) {
@@ -86,7 +87,8 @@ TEST_F(Idx, LoadsMnistLayoutAndChecksConsistency) {
     load_mnist(dir, true);
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("label 12 at index 2 is outside 0..9"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("label 12 at index 2 is outside 0..9"), std::string::npos)
+        << e.what();
   }
   write("train-images-idx3-ubyte", idx_bytes({4, 28, 28}, 4 * 784));
   EXPECT_THROW(load_mnist(dir, true), Error);  // 4 images, 3 labels
@@ -94,7 +96,8 @@ TEST_F(Idx, LoadsMnistLayoutAndChecksConsistency) {
     load_mnist(dir, false);
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("t10k-images-idx3-ubyte[.gz]: missing"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("t10k-images-idx3-ubyte[.gz]: missing"), std::string::npos)
+        << e.what();
   }
   EXPECT_THROW(load_mnist(dir / "nope", true), Error);
 }
@@ -114,13 +117,15 @@ Dataset numbered(std::int64_t n) {
   return d;
 }
 
-std::vector<std::vector<std::int64_t>> epoch_labels(DataLoader& loader, std::int64_t epoch, std::int64_t skip = 0) {
+std::vector<std::vector<std::int64_t>> epoch_labels(DataLoader& loader, std::int64_t epoch,
+                                                    std::int64_t skip = 0) {
   std::vector<std::vector<std::int64_t>> out;
   loader.start_epoch(epoch, skip);
   Tensor x, y;
   while (loader.next(x, y)) {
     std::vector<std::int64_t> labels(y.data_as<std::int64_t>(), y.data_as<std::int64_t>() + y.numel());
-    for (std::int64_t i = 0; i < y.numel(); ++i) EXPECT_EQ(x.at({i, 0, 0, 0}), static_cast<float>(labels[static_cast<std::size_t>(i)] * 100));
+    for (std::int64_t i = 0; i < y.numel(); ++i)
+      EXPECT_EQ(x.at({i, 0, 0, 0}), static_cast<float>(labels[static_cast<std::size_t>(i)] * 100));
     out.push_back(labels);
   }
   return out;
@@ -141,7 +146,7 @@ TEST(DataLoader, SeededOrderIndependentOfWorkersAndResumable) {
   for (const auto& batch : a) all.insert(all.end(), batch.begin(), batch.end());
   std::sort(all.begin(), all.end());
   for (std::int64_t i = 0; i < 23; ++i) EXPECT_EQ(all[static_cast<std::size_t>(i)], i);  // a permutation
-  EXPECT_NE(epoch_labels(one, 2), a);                                                   // a new order per epoch
+  EXPECT_NE(epoch_labels(one, 2), a);  // a new order per epoch
   const auto resumed = epoch_labels(one, 1, 2);
   EXPECT_EQ(resumed, std::vector<std::vector<std::int64_t>>(a.begin() + 2, a.end()));
   o.drop_last = true, o.shuffle = false, o.workers = 2;
@@ -164,7 +169,8 @@ TEST(DataLoader, AugmentationCropsAndFlips) {
     // Every output pixel is 0 (padding) or a pixel of the same sample.
     for (std::int64_t p = 0; p < 16; ++p) {
       const float v = x.data()[i * 16 + p];
-      EXPECT_TRUE(v == 0.0f || (v >= static_cast<float>(i * 100) && v < static_cast<float>(i * 100 + 16))) << v;
+      EXPECT_TRUE(v == 0.0f || (v >= static_cast<float>(i * 100) && v < static_cast<float>(i * 100 + 16)))
+          << v;
     }
     changed += x.at({i, 0, 1, 1}) != static_cast<float>(i * 100 + 5);
   }

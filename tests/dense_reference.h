@@ -45,15 +45,16 @@ inline std::size_t weight_index(const ConvShape& s, std::int64_t oc, std::int64_
   return static_cast<std::size_t>(((oc * icg + icl) * s.kernel_h + kh) * s.kernel_w + kw);
 }
 
-inline std::vector<float> conv2d_forward(const ConvShape& s, const std::vector<float>& x, const std::vector<float>& w,
-                                         const std::vector<float>* bias) {
+inline std::vector<float> conv2d_forward(const ConvShape& s, const std::vector<float>& x,
+                                         const std::vector<float>& w, const std::vector<float>* bias) {
   const std::int64_t oh = s.out_height(), ow = s.out_width();
   std::vector<double> y(static_cast<std::size_t>(s.batch * s.out_channels * oh * ow), 0.0);
-  for_each_conv_tap(s, [&](auto n, auto oc, auto h, auto wo, auto ic, auto icl, auto kh, auto kw, auto ih, auto iw) {
-    y[nchw(s, n, oc, h, wo, s.out_channels, oh, ow)] +=
-        static_cast<double>(x[nchw(s, n, ic, ih, iw, s.in_channels, s.height, s.width)]) *
-        w[weight_index(s, oc, icl, kh, kw)];
-  });
+  for_each_conv_tap(
+      s, [&](auto n, auto oc, auto h, auto wo, auto ic, auto icl, auto kh, auto kw, auto ih, auto iw) {
+        y[nchw(s, n, oc, h, wo, s.out_channels, oh, ow)] +=
+            static_cast<double>(x[nchw(s, n, ic, ih, iw, s.in_channels, s.height, s.width)]) *
+            w[weight_index(s, oc, icl, kh, kw)];
+      });
   std::vector<float> out(y.size());
   for (std::size_t i = 0; i < y.size(); ++i) {
     const auto oc = static_cast<std::size_t>((static_cast<std::int64_t>(i) / (oh * ow)) % s.out_channels);
@@ -66,21 +67,26 @@ inline std::vector<float> conv2d_backward_data(const ConvShape& s, const std::ve
                                                const std::vector<float>& w) {
   const std::int64_t oh = s.out_height(), ow = s.out_width();
   std::vector<double> dx(static_cast<std::size_t>(s.batch * s.in_channels * s.height * s.width), 0.0);
-  for_each_conv_tap(s, [&](auto n, auto oc, auto h, auto wo, auto ic, auto icl, auto kh, auto kw, auto ih, auto iw) {
-    dx[nchw(s, n, ic, ih, iw, s.in_channels, s.height, s.width)] +=
-        static_cast<double>(dy[nchw(s, n, oc, h, wo, s.out_channels, oh, ow)]) * w[weight_index(s, oc, icl, kh, kw)];
-  });
+  for_each_conv_tap(
+      s, [&](auto n, auto oc, auto h, auto wo, auto ic, auto icl, auto kh, auto kw, auto ih, auto iw) {
+        dx[nchw(s, n, ic, ih, iw, s.in_channels, s.height, s.width)] +=
+            static_cast<double>(dy[nchw(s, n, oc, h, wo, s.out_channels, oh, ow)]) *
+            w[weight_index(s, oc, icl, kh, kw)];
+      });
   return std::vector<float>(dx.begin(), dx.end());
 }
 
 inline std::vector<float> conv2d_backward_weights(const ConvShape& s, const std::vector<float>& x,
                                                   const std::vector<float>& dy, std::vector<float>* dbias) {
   const std::int64_t oh = s.out_height(), ow = s.out_width();
-  std::vector<double> dw(static_cast<std::size_t>(s.out_channels * (s.in_channels / s.groups) * s.kernel_h * s.kernel_w));
-  for_each_conv_tap(s, [&](auto n, auto oc, auto h, auto wo, auto ic, auto icl, auto kh, auto kw, auto ih, auto iw) {
-    dw[weight_index(s, oc, icl, kh, kw)] += static_cast<double>(dy[nchw(s, n, oc, h, wo, s.out_channels, oh, ow)]) *
-                                           x[nchw(s, n, ic, ih, iw, s.in_channels, s.height, s.width)];
-  });
+  std::vector<double> dw(
+      static_cast<std::size_t>(s.out_channels * (s.in_channels / s.groups) * s.kernel_h * s.kernel_w));
+  for_each_conv_tap(
+      s, [&](auto n, auto oc, auto h, auto wo, auto ic, auto icl, auto kh, auto kw, auto ih, auto iw) {
+        dw[weight_index(s, oc, icl, kh, kw)] +=
+            static_cast<double>(dy[nchw(s, n, oc, h, wo, s.out_channels, oh, ow)]) *
+            x[nchw(s, n, ic, ih, iw, s.in_channels, s.height, s.width)];
+      });
   if (dbias) {
     dbias->assign(static_cast<std::size_t>(s.out_channels), 0.0f);
     std::vector<double> acc(dbias->size(), 0.0);
@@ -92,7 +98,8 @@ inline std::vector<float> conv2d_backward_weights(const ConvShape& s, const std:
 }
 
 // Pooling: returns the output, and for max pooling the flat input index each output came from.
-inline std::vector<float> pool2d_forward(const PoolShape& s, const std::vector<float>& x, std::vector<std::size_t>* argmax) {
+inline std::vector<float> pool2d_forward(const PoolShape& s, const std::vector<float>& x,
+                                         std::vector<std::size_t>* argmax) {
   const std::int64_t oh = s.out_height(), ow = s.out_width();
   std::vector<float> y(static_cast<std::size_t>(s.batch * s.channels * oh * ow));
   if (argmax) argmax->assign(y.size(), 0);
@@ -129,7 +136,8 @@ inline std::vector<float> pool2d_forward(const PoolShape& s, const std::vector<f
   return y;
 }
 
-inline std::vector<float> pool2d_backward(const PoolShape& s, const std::vector<float>& x, const std::vector<float>& dy) {
+inline std::vector<float> pool2d_backward(const PoolShape& s, const std::vector<float>& x,
+                                          const std::vector<float>& dy) {
   std::vector<float> dx(x.size(), 0.0f);
   std::vector<std::size_t> argmax;
   pool2d_forward(s, x, &argmax);

@@ -22,32 +22,38 @@ std::vector<float> random_vector(std::size_t n, unsigned seed, float lo = -1.0f,
 }
 
 // |got - want| <= tolerance * (1 + |want|), elementwise, reporting the first failure.
-void expect_close(const std::vector<float>& got, const std::vector<float>& want, double tolerance, const char* what) {
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, double tolerance,
+                  const char* what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (std::size_t i = 0; i < got.size(); ++i)
     ASSERT_NEAR(got[i], want[i], tolerance * (1.0 + std::fabs(want[i]))) << what << " at " << i;
 }
 
-std::vector<float> to_nhwc(const std::vector<float>& x, std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w) {
+std::vector<float> to_nhwc(const std::vector<float>& x, std::int64_t n, std::int64_t c, std::int64_t h,
+                           std::int64_t w) {
   std::vector<float> y(x.size());
   for (std::int64_t a = 0; a < n; ++a)
     for (std::int64_t b = 0; b < c; ++b)
       for (std::int64_t i = 0; i < h * w; ++i)
-        y[static_cast<std::size_t>((a * h * w + i) * c + b)] = x[static_cast<std::size_t>((a * c + b) * h * w + i)];
+        y[static_cast<std::size_t>((a * h * w + i) * c + b)] =
+            x[static_cast<std::size_t>((a * c + b) * h * w + i)];
   return y;
 }
 
-std::vector<float> to_nchw(const std::vector<float>& x, std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w) {
+std::vector<float> to_nchw(const std::vector<float>& x, std::int64_t n, std::int64_t c, std::int64_t h,
+                           std::int64_t w) {
   std::vector<float> y(x.size());
   for (std::int64_t a = 0; a < n; ++a)
     for (std::int64_t b = 0; b < c; ++b)
       for (std::int64_t i = 0; i < h * w; ++i)
-        y[static_cast<std::size_t>((a * c + b) * h * w + i)] = x[static_cast<std::size_t>((a * h * w + i) * c + b)];
+        y[static_cast<std::size_t>((a * c + b) * h * w + i)] =
+            x[static_cast<std::size_t>((a * h * w + i) * c + b)];
   return y;
 }
 
 // ------------------------------------------------------------------------------------ matmul
-std::vector<float> reference_matmul(const MatmulShape& s, const std::vector<float>& a, const std::vector<float>& b) {
+std::vector<float> reference_matmul(const MatmulShape& s, const std::vector<float>& a,
+                                    const std::vector<float>& b) {
   std::vector<float> c(static_cast<std::size_t>(s.batch * s.m * s.n));
   for (std::int64_t p = 0; p < s.batch; ++p)
     for (std::int64_t i = 0; i < s.m; ++i)
@@ -66,7 +72,8 @@ std::vector<float> reference_matmul(const MatmulShape& s, const std::vector<floa
 }
 
 TEST(Matmul, MatchesReferenceAcrossShapesAndTransposes) {
-  const MatmulShape shapes[] = {{1, 1, 1, 1}, {1, 7, 13, 5}, {1, 64, 65, 33}, {3, 17, 9, 31}, {1, 128, 96, 256}};
+  const MatmulShape shapes[] = {
+      {1, 1, 1, 1}, {1, 7, 13, 5}, {1, 64, 65, 33}, {3, 17, 9, 31}, {1, 128, 96, 256}};
   for (MatmulShape s : shapes)
     for (int t = 0; t < 4; ++t) {
       s.transpose_a = t & 1;
@@ -132,8 +139,9 @@ struct ConvCase {
 };
 
 std::vector<ConvCase> conv_cases() {
-  auto make = [](std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w, std::int64_t o, std::int64_t k,
-                 std::int64_t stride, std::int64_t pad, std::int64_t dilation, std::int64_t groups) {
+  auto make = [](std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w, std::int64_t o,
+                 std::int64_t k, std::int64_t stride, std::int64_t pad, std::int64_t dilation,
+                 std::int64_t groups) {
     ConvShape s;
     s.batch = n, s.in_channels = c, s.height = h, s.width = w, s.out_channels = o;
     s.kernel_h = s.kernel_w = k, s.stride_h = s.stride_w = stride, s.pad_h = s.pad_w = pad;
@@ -157,8 +165,11 @@ TEST(Conv2d, ForwardBackwardMatchReferenceInBothLayouts) {
       s.layout = layout;
       SCOPED_TRACE(testing::Message() << c.name << (layout == ActivationLayout::nhwc ? " nhwc" : " nchw"));
       const std::int64_t oh = s.out_height(), ow = s.out_width();
-      const auto x = random_vector(static_cast<std::size_t>(s.batch * s.in_channels * s.height * s.width), 11);
-      const auto w = random_vector(static_cast<std::size_t>(s.out_channels * (s.in_channels / s.groups) * s.kernel_h * s.kernel_w), 12);
+      const auto x =
+          random_vector(static_cast<std::size_t>(s.batch * s.in_channels * s.height * s.width), 11);
+      const auto w = random_vector(
+          static_cast<std::size_t>(s.out_channels * (s.in_channels / s.groups) * s.kernel_h * s.kernel_w),
+          12);
       const auto bias = random_vector(static_cast<std::size_t>(s.out_channels), 13);
       const auto dy = random_vector(static_cast<std::size_t>(s.batch * s.out_channels * oh * ow), 14);
       const bool nhwc = layout == ActivationLayout::nhwc;
@@ -172,7 +183,8 @@ TEST(Conv2d, ForwardBackwardMatchReferenceInBothLayouts) {
       const auto x_l = in(x, s.in_channels, s.height, s.width);
       std::vector<float> y(dy.size());
       conv2d_forward(s, x_l.data(), w.data(), 0, bias.data(), y.data());
-      expect_close(out(y, s.out_channels, oh, ow), reference::conv2d_forward(s, x, w, &bias), 1e-4, "forward");
+      expect_close(out(y, s.out_channels, oh, ow), reference::conv2d_forward(s, x, w, &bias), 1e-4,
+                   "forward");
 
       const auto dy_l = in(dy, s.out_channels, oh, ow);
       std::vector<float> dx(x.size());
@@ -196,8 +208,8 @@ TEST(Conv2d, FusedResidualAndRelu) {
   const auto w = random_vector(static_cast<std::size_t>(s.out_channels * s.in_channels * 9), 22);
   const auto residual = random_vector(static_cast<std::size_t>(s.batch * s.out_channels * oh * ow), 23);
   std::vector<float> y(residual.size());
-  conv2d_forward(s, to_nhwc(x, s.batch, s.in_channels, s.height, s.width).data(), w.data(), 0, nullptr, y.data(),
-                 {Activation::relu, residual.data()});
+  conv2d_forward(s, to_nhwc(x, s.batch, s.in_channels, s.height, s.width).data(), w.data(), 0, nullptr,
+                 y.data(), {Activation::relu, residual.data()});
   auto want = reference::conv2d_forward(s, x, w, nullptr);
   const auto residual_nchw = to_nchw(residual, s.batch, s.out_channels, oh, ow);
   for (std::size_t i = 0; i < want.size(); ++i) want[i] = std::max(0.0f, want[i] + residual_nchw[i]);
@@ -269,16 +281,19 @@ TEST(Pool2d, ForwardBackwardMatchReference) {
       std::vector<float> y(dy.size()), dx(x.size());
       const auto x_l = nhwc ? to_nhwc(x, 2, 5, 9, 8) : x;
       pool2d_forward(s, x_l.data(), y.data(), workspace.empty() ? nullptr : workspace.data());
-      expect_close(nhwc ? to_nchw(y, 2, 5, oh, ow) : y, reference::pool2d_forward(s, x, nullptr), 1e-6, "forward");
+      expect_close(nhwc ? to_nchw(y, 2, 5, oh, ow) : y, reference::pool2d_forward(s, x, nullptr), 1e-6,
+                   "forward");
       const auto dy_l = nhwc ? to_nhwc(dy, 2, 5, oh, ow) : dy;
       pool2d_backward(s, dy_l.data(), workspace.empty() ? nullptr : workspace.data(), dx.data());
-      expect_close(nhwc ? to_nchw(dx, 2, 5, 9, 8) : dx, reference::pool2d_backward(s, x, dy), 1e-6, "backward");
+      expect_close(nhwc ? to_nchw(dx, 2, 5, 9, 8) : dx, reference::pool2d_backward(s, x, dy), 1e-6,
+                   "backward");
     }
 }
 
 TEST(Pool2d, MaxBackwardWithoutWorkspaceIsAnError) {
   PoolShape s;
-  s.batch = 1, s.channels = 1, s.height = 4, s.width = 4, s.kernel_h = s.kernel_w = 2, s.stride_h = s.stride_w = 2;
+  s.batch = 1, s.channels = 1, s.height = 4, s.width = 4, s.kernel_h = s.kernel_w = 2,
+  s.stride_h = s.stride_w = 2;
   float v[16] = {};
   EXPECT_THROW(pool2d_backward(s, v, nullptr, v), Error);
 }
@@ -331,12 +346,13 @@ TEST(BatchNorm, TrainingInferenceAndBackwardMatchFormulas) {
     for (std::size_t i = 0; i < x.size(); ++i) {
       const std::size_t c = (i / HW) % C;
       const double rstd = 1.0 / std::sqrt(var[c] + s.epsilon);
-      dx_want[i] = static_cast<float>(scale[c] * rstd *
-                                      (dy[i] - sum_dy[c] / static_cast<double>(M) - xhat[i] * sum_dy_xhat[c] / static_cast<double>(M)));
+      dx_want[i] = static_cast<float>(
+          scale[c] * rstd *
+          (dy[i] - sum_dy[c] / static_cast<double>(M) - xhat[i] * sum_dy_xhat[c] / static_cast<double>(M)));
     }
     std::vector<float> dx(x.size()), dscale(4), dshift(4);
-    batch_norm_backward(s, in(x).data(), in(dy).data(), scale.data(), shift.data(), m.data(), v.data(), dx.data(), dscale.data(),
-                        dshift.data());
+    batch_norm_backward(s, in(x).data(), in(dy).data(), scale.data(), shift.data(), m.data(), v.data(),
+                        dx.data(), dscale.data(), dshift.data());
     expect_close(out(dx), dx_want, 1e-4, "backward data");
     expect_close(dscale, std::vector<float>(sum_dy_xhat.begin(), sum_dy_xhat.end()), 1e-4, "dscale");
     expect_close(dshift, std::vector<float>(sum_dy.begin(), sum_dy.end()), 1e-5, "dshift");

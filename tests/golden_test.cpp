@@ -57,18 +57,30 @@ std::map<std::string, Op> golden_ops() {
       {"tanh", [](auto& v) { return tanh(v[0]); }},
       {"softmax", [](auto& v) { return softmax(v[0], -1); }},
       {"log_softmax", [](auto& v) { return log_softmax(v[0], 1); }},
-      {"sum", [](auto& v) { return sum(v[0], {0, 2}); }},
+      {"sum",
+       [](auto& v) {
+         return sum(v[0], {0, 2});
+       }},
       {"mean", [](auto& v) { return mean(v[0], {1}); }},
       {"max", [](auto& v) { return max(v[0], 1); }},
       {"linear", [](auto& v) { return linear(v[0], v[1], v[2]); }},
-      {"conv2d", [](auto& v) { return conv2d(v[0], v[1], v[2], {2, 2, 1, 1, 1, 1, 2}); }},
-      {"conv2d_dilated", [](auto& v) { return conv2d(v[0], v[1], Tensor(), {1, 1, 2, 2, 2, 2, 1}); }},
+      {"conv2d",
+       [](auto& v) {
+         return conv2d(v[0], v[1], v[2], {2, 2, 1, 1, 1, 1, 2});
+       }},
+      {"conv2d_dilated",
+       [](auto& v) {
+         return conv2d(v[0], v[1], Tensor(), {1, 1, 2, 2, 2, 2, 1});
+       }},
       {"max_pool2d", [](auto& v) { return max_pool2d(v[0], 3, 2, 1); }},
       {"avg_pool2d", [](auto& v) { return avg_pool2d(v[0], 3, 2, 1); }},
       {"adaptive_avg_pool2d", [](auto& v) { return adaptive_avg_pool2d(v[0], 3, 2); }},
       {"batch_norm2d", [](auto& v) { return batch_norm2d(v[0], Tensor(), Tensor(), v[1], v[2], true); }},
       {"layer_norm", [](auto& v) { return layer_norm(v[0], 1, v[1], v[2]); }},
-      {"concat", [](auto& v) { return concat({v[0], v[1]}, 1); }},
+      {"concat",
+       [](auto& v) {
+         return concat({v[0], v[1]}, 1);
+       }},
       {"embedding", [indices](auto& v) { return embedding(indices, v[0]); }},
       {"cross_entropy", [labels](auto& v) { return cross_entropy(v[0], labels, 0.1f); }},
       {"nll_loss", [labels](auto& v) { return nll_loss(log_softmax(v[0], 1), labels); }},
@@ -93,7 +105,8 @@ TEST(Golden, EveryOpMatchesPyTorchForwardAndBackward) {
     expect_close(out, fixtures.at(name + ".out"), 2e-5, name + " output");
     sum(mul(out, fixtures.at(name + ".w"))).backward();
     for (std::size_t i = 0; i < inputs.size(); ++i)
-      expect_close(inputs[i].grad(), fixtures.at(name + ".grad" + std::to_string(i)), 2e-5, name + " grad" + std::to_string(i));
+      expect_close(inputs[i].grad(), fixtures.at(name + ".grad" + std::to_string(i)), 2e-5,
+                   name + " grad" + std::to_string(i));
     ++checked;
   }
   EXPECT_EQ(checked, 34);
@@ -113,7 +126,8 @@ void formula_fill(nn::Module& model) {
   for (auto& [name, p] : model.named_parameters()) {
     float* d = p.data();
     const double fan_in = static_cast<double>(p.numel() / p.size(0));
-    const bool weight_1d = p.dim() == 1 && name.size() >= 6 && name.compare(name.size() - 6, 6, "weight") == 0;
+    const bool weight_1d =
+        p.dim() == 1 && name.size() >= 6 && name.compare(name.size() - 6, 6, "weight") == 0;
     for (std::int64_t k = 0; k < p.numel(); ++k) {
       const double u = std::sin(12.9898 * static_cast<double>(k) + 78.233 * i);
       d[k] = static_cast<float>(p.dim() > 1 ? u / std::sqrt(fan_in) : weight_1d ? 1 + 0.1 * u : 0.1 * u);
@@ -123,7 +137,8 @@ void formula_fill(nn::Module& model) {
   }
 }
 
-void check_model(const std::string& name, nn::Module& model, const std::map<std::string, Tensor>& f, double tol) {
+void check_model(const std::string& name, nn::Module& model, const std::map<std::string, Tensor>& f,
+                 double tol) {
   const Tensor logits = model.forward(f.at("input"));
   expect_close(logits, f.at("logits"), tol, name + " logits");
   cross_entropy(logits, f.at("target")).backward();
@@ -177,13 +192,16 @@ TEST(Golden, TwentyTrainingStepsFollowPyTorch) {
       const std::vector<float> losses = ref.at("losses").to_vector();
       for (std::int64_t step = 0; step < xs.size(0); ++step) {
         opt->zero_grad();
-        Tensor loss = cross_entropy(model->forward(xs.slice(0, step, step + 1).squeeze(0)), ys.slice(0, step, step + 1).squeeze(0));
-        EXPECT_NEAR(loss.item(), losses[static_cast<std::size_t>(step)], 1e-3 * std::max(1.0f, losses[static_cast<std::size_t>(step)]))
+        Tensor loss = cross_entropy(model->forward(xs.slice(0, step, step + 1).squeeze(0)),
+                                    ys.slice(0, step, step + 1).squeeze(0));
+        EXPECT_NEAR(loss.item(), losses[static_cast<std::size_t>(step)],
+                    1e-3 * std::max(1.0f, losses[static_cast<std::size_t>(step)]))
             << "step " << step;
         loss.backward();
         opt->step();
       }
-      for (const auto& [pname, p] : model->state_dict()) expect_close(p, ref.at("final." + pname), 1e-3, "final " + pname);
+      for (const auto& [pname, p] : model->state_dict())
+        expect_close(p, ref.at("final." + pname), 1e-3, "final " + pname);
     }
 }
 

@@ -16,7 +16,8 @@ namespace {
 const IsaLevel kMachineLevel = runtime().isa.detected;
 
 // 0, 1, around every vector width and unroll (8, 16, 32, 64), and a few odd large sizes.
-const std::size_t kSizes[] = {0, 1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 63, 64, 65, 127, 128, 129, 1000, 4097};
+const std::size_t kSizes[] = {0,  1,  2,  3,  7,  8,  9,   15,  16,  17,   31,
+                              32, 33, 47, 63, 64, 65, 127, 128, 129, 1000, 4097};
 
 std::vector<float> random_values(std::size_t n, unsigned seed, bool specials) {
   std::mt19937 gen(seed);
@@ -123,11 +124,41 @@ struct UnaryCase {
 TEST(Kernels, TranscendentalsMatchDoubleReference) {
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
   const UnaryCase cases[] = {
-      {&f32_exp_variants(), "exp", -100.0f, 89.0f, {0.0f, -0.0f, 1e-8f, 88.7f, 88.72f, 89.0f, -87.5f, -103.0f, -104.5f, inf, -inf, nan}, 3e-7, 1e-44},
-      {&f32_log_variants(), "log", 0.0f, 100.0f, {0.0f, -1.0f, 1.0f, 1.0000001f, 0.9999999f, 1e-40f, 1e-45f, 3e38f, inf, nan}, 3e-7, 1e-7},
-      {&f32_tanh_variants(), "tanh", -12.0f, 12.0f, {0.0f, 1e-6f, -1e-6f, 0.6249f, 0.6251f, 9.0f, -20.0f, inf, -inf, nan}, 4e-7, 1e-30},
-      {&f32_sigmoid_variants(), "sigmoid", -90.0f, 90.0f, {0.0f, -100.0f, 100.0f, inf, -inf, nan}, 4e-7, 1e-40},
-      {&f32_gelu_variants(), "gelu", -12.0f, 12.0f, {0.0f, 1e-6f, -1e-6f, -5.0f, -9.0f, 30.0f, nan}, 1e-6, 1e-38},
+      {&f32_exp_variants(),
+       "exp",
+       -100.0f,
+       89.0f,
+       {0.0f, -0.0f, 1e-8f, 88.7f, 88.72f, 89.0f, -87.5f, -103.0f, -104.5f, inf, -inf, nan},
+       3e-7,
+       1e-44},
+      {&f32_log_variants(),
+       "log",
+       0.0f,
+       100.0f,
+       {0.0f, -1.0f, 1.0f, 1.0000001f, 0.9999999f, 1e-40f, 1e-45f, 3e38f, inf, nan},
+       3e-7,
+       1e-7},
+      {&f32_tanh_variants(),
+       "tanh",
+       -12.0f,
+       12.0f,
+       {0.0f, 1e-6f, -1e-6f, 0.6249f, 0.6251f, 9.0f, -20.0f, inf, -inf, nan},
+       4e-7,
+       1e-30},
+      {&f32_sigmoid_variants(),
+       "sigmoid",
+       -90.0f,
+       90.0f,
+       {0.0f, -100.0f, 100.0f, inf, -inf, nan},
+       4e-7,
+       1e-40},
+      {&f32_gelu_variants(),
+       "gelu",
+       -12.0f,
+       12.0f,
+       {0.0f, 1e-6f, -1e-6f, -5.0f, -9.0f, 30.0f, nan},
+       1e-6,
+       1e-38},
   };
   for (const UnaryCase& c : cases) {
     SCOPED_TRACE(c.name);
@@ -139,16 +170,19 @@ TEST(Kernels, TranscendentalsMatchDoubleReference) {
         std::vector<float> want(n), got(n + 1, 7.0f);
         reference(x.data(), want.data(), n);
         fn(x.data(), got.data(), n);
-        for (std::size_t i = 0; i < n; ++i) ASSERT_TRUE(close(got[i], want[i], c.rtol, c.atol)) << "x=" << x[i] << " n=" << n;
+        for (std::size_t i = 0; i < n; ++i)
+          ASSERT_TRUE(close(got[i], want[i], c.rtol, c.atol)) << "x=" << x[i] << " n=" << n;
         ASSERT_EQ(got[n], 7.0f) << "wrote past the end, n=" << n;
       }
       // A dense sweep of the whole range, beyond what random draws hit.
       std::vector<float> x(20001);
-      for (std::size_t i = 0; i < x.size(); ++i) x[i] = c.lo + (c.hi - c.lo) * static_cast<float>(i) / 20000.0f;
+      for (std::size_t i = 0; i < x.size(); ++i)
+        x[i] = c.lo + (c.hi - c.lo) * static_cast<float>(i) / 20000.0f;
       std::vector<float> want(x.size()), got(x.size());
       reference(x.data(), want.data(), x.size());
       fn(x.data(), got.data(), x.size());
-      for (std::size_t i = 0; i < x.size(); ++i) ASSERT_TRUE(close(got[i], want[i], c.rtol, c.atol)) << "x=" << x[i];
+      for (std::size_t i = 0; i < x.size(); ++i)
+        ASSERT_TRUE(close(got[i], want[i], c.rtol, c.atol)) << "x=" << x[i];
     });
   }
 }
@@ -174,7 +208,8 @@ TEST(Kernels, BackwardKernelsMatchReference) {
         std::vector<float> want(n), got(n);
         reference(saved.data(), dy.data(), want.data(), n);
         fn(saved.data(), dy.data(), got.data(), n);
-        for (std::size_t i = 0; i < n; ++i) ASSERT_TRUE(close(got[i], want[i], c.rtol, c.atol)) << "i=" << i << " n=" << n;
+        for (std::size_t i = 0; i < n; ++i)
+          ASSERT_TRUE(close(got[i], want[i], c.rtol, c.atol)) << "i=" << i << " n=" << n;
       }
     });
   }
@@ -228,7 +263,8 @@ TEST(Kernels, SoftmaxAndLogSoftmaxMatchReference) {
         reference(x.data(), want.data(), rows, cols, ld_in, ld_out);
         fn(x.data(), got.data(), rows, cols, ld_in, ld_out);
         for (std::size_t i = 0; i < want.size(); ++i)
-          ASSERT_TRUE(close(got[i], want[i], log ? 1e-6 : 2e-6, log ? 2e-6 : 1e-12)) << "cols=" << cols << " i=" << i;
+          ASSERT_TRUE(close(got[i], want[i], log ? 1e-6 : 2e-6, log ? 2e-6 : 1e-12))
+              << "cols=" << cols << " i=" << i;
       }
     });
   }
@@ -243,10 +279,14 @@ TEST(Kernels, CrossEntropyMatchesReference) {
         const auto logits = spread(rows * ld, -8, 8, 13);
         std::vector<std::int32_t> labels(rows);
         for (std::size_t r = 0; r < rows; ++r) labels[r] = static_cast<std::int32_t>((r * 7 + 3) % classes);
-        std::vector<float> loss_want(rows), loss_got(rows), grad_want(rows * classes), grad_got(rows * classes);
-        reference({logits.data(), labels.data(), rows, classes, ld, smoothing, loss_want.data(), grad_want.data(), classes});
-        fn({logits.data(), labels.data(), rows, classes, ld, smoothing, loss_got.data(), grad_got.data(), classes});
-        for (std::size_t r = 0; r < rows; ++r) ASSERT_TRUE(close(loss_got[r], loss_want[r], 2e-6, 2e-6)) << classes;
+        std::vector<float> loss_want(rows), loss_got(rows), grad_want(rows * classes),
+            grad_got(rows * classes);
+        reference({logits.data(), labels.data(), rows, classes, ld, smoothing, loss_want.data(),
+                   grad_want.data(), classes});
+        fn({logits.data(), labels.data(), rows, classes, ld, smoothing, loss_got.data(), grad_got.data(),
+            classes});
+        for (std::size_t r = 0; r < rows; ++r)
+          ASSERT_TRUE(close(loss_got[r], loss_want[r], 2e-6, 2e-6)) << classes;
         for (std::size_t i = 0; i < grad_want.size(); ++i)
           ASSERT_TRUE(close(grad_got[i], grad_want[i], 2e-6, 1e-7)) << classes << " i=" << i;
         // Loss alone (no gradient buffer) gives the same loss.
@@ -270,21 +310,28 @@ TEST(Kernels, LayerNormMatchesReference) {
         const std::size_t rows = 5;
         auto x = spread(rows * cols, -3, 3, 14);
         for (auto& t : x) t += 100.0f;  // a large offset: one-pass variance would lose digits
-        const auto gamma = spread(cols, 0.5f, 1.5f, 15), beta = spread(cols, -1, 1, 16), dy = spread(rows * cols, -1, 1, 17);
+        const auto gamma = spread(cols, 0.5f, 1.5f, 15), beta = spread(cols, -1, 1, 16),
+                   dy = spread(rows * cols, -1, 1, 17);
         const float* g = affine ? gamma.data() : nullptr;
         const float* b = affine ? beta.data() : nullptr;
-        std::vector<float> y_want(rows * cols), y_got(rows * cols), mean_w(rows), mean_g(rows), rstd_w(rows), rstd_g(rows);
+        std::vector<float> y_want(rows * cols), y_got(rows * cols), mean_w(rows), mean_g(rows), rstd_w(rows),
+            rstd_g(rows);
         fwd_ref(x.data(), g, b, y_want.data(), mean_w.data(), rstd_w.data(), rows, cols, 1e-5f);
         fwd_variants[v].fn(x.data(), g, b, y_got.data(), mean_g.data(), rstd_g.data(), rows, cols, 1e-5f);
-        for (std::size_t i = 0; i < y_want.size(); ++i) ASSERT_TRUE(close(y_got[i], y_want[i], 1e-5, 2e-5)) << cols << " i=" << i;
+        for (std::size_t i = 0; i < y_want.size(); ++i)
+          ASSERT_TRUE(close(y_got[i], y_want[i], 1e-5, 2e-5)) << cols << " i=" << i;
         for (std::size_t r = 0; r < rows; ++r) {
           ASSERT_TRUE(close(mean_g[r], mean_w[r], 1e-6, 0));
           ASSERT_TRUE(close(rstd_g[r], rstd_w[r], 1e-4, 0));
         }
-        std::vector<float> dx_w(rows * cols), dx_g(rows * cols), dg_w(cols, 0.5f), dg_g(cols, 0.5f), db_w(cols, 0.25f), db_g(cols, 0.25f);
-        bwd_ref(x.data(), dy.data(), g, mean_w.data(), rstd_w.data(), dx_w.data(), dg_w.data(), db_w.data(), rows, cols);
-        bwd_variants[v].fn(x.data(), dy.data(), g, mean_w.data(), rstd_w.data(), dx_g.data(), dg_g.data(), db_g.data(), rows, cols);
-        for (std::size_t i = 0; i < dx_w.size(); ++i) ASSERT_TRUE(close(dx_g[i], dx_w[i], 1e-4, 1e-4)) << cols << " i=" << i;
+        std::vector<float> dx_w(rows * cols), dx_g(rows * cols), dg_w(cols, 0.5f), dg_g(cols, 0.5f),
+            db_w(cols, 0.25f), db_g(cols, 0.25f);
+        bwd_ref(x.data(), dy.data(), g, mean_w.data(), rstd_w.data(), dx_w.data(), dg_w.data(), db_w.data(),
+                rows, cols);
+        bwd_variants[v].fn(x.data(), dy.data(), g, mean_w.data(), rstd_w.data(), dx_g.data(), dg_g.data(),
+                           db_g.data(), rows, cols);
+        for (std::size_t i = 0; i < dx_w.size(); ++i)
+          ASSERT_TRUE(close(dx_g[i], dx_w[i], 1e-4, 1e-4)) << cols << " i=" << i;
         for (std::size_t j = 0; j < cols; ++j) {
           ASSERT_TRUE(close(dg_g[j], dg_w[j], 1e-5, 1e-5)) << "dgamma " << j;
           ASSERT_TRUE(close(db_g[j], db_w[j], 1e-6, 1e-6)) << "dbeta " << j;
@@ -318,7 +365,8 @@ TEST(Kernels, OptimizerStepsMatchReference) {
   for_each_runnable(f32_adam_step_variants(), [&](AdamStepFn fn) {
     for (bool decoupled : {false, true})
       for (std::size_t n : kSizes) {
-        auto w_want = spread(n, -1, 1, 21), m_want = std::vector<float>(n, 0.0f), v_want = std::vector<float>(n, 0.0f);
+        auto w_want = spread(n, -1, 1, 21), m_want = std::vector<float>(n, 0.0f),
+             v_want = std::vector<float>(n, 0.0f);
         auto w_got = w_want, m_got = m_want, v_got = v_want;
         for (std::int64_t step = 1; step <= 10; ++step) {
           const auto grad = spread(n, -1, 1, static_cast<unsigned>(100 + step));
@@ -336,7 +384,8 @@ TEST(Kernels, OptimizerStepsMatchReference) {
 }
 
 TEST(Kernels, RoofProbesCountTheirWork) {
-  for (const auto* variants : {&f32_fma_probe_variants(), &int8_dot_probe_variants(), &bf16_dot_probe_variants()})
+  for (const auto* variants :
+       {&f32_fma_probe_variants(), &int8_dot_probe_variants(), &bf16_dot_probe_variants()})
     for_each_runnable(*variants, [&](FmaProbeFn fn) {
       float sink = 0;
       const std::uint64_t ops = fn(1000, &sink);
@@ -364,7 +413,8 @@ TEST(Dispatch, TablePicksTheBestVariantTheLevelAllows) {
 }
 
 TEST(ParallelFor, CoversTheRangeOnceInDisjointPieces) {
-  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{5}, std::size_t{1000}, std::size_t{100003}}) {
+  for (std::size_t n :
+       {std::size_t{0}, std::size_t{1}, std::size_t{5}, std::size_t{1000}, std::size_t{100003}}) {
     std::vector<int> hits(n, 0);
     parallel_for(n, 16, 4, [&](std::size_t b, std::size_t e) {
       for (std::size_t i = b; i < e; ++i) ++hits[i];

@@ -26,7 +26,8 @@ std::vector<std::string> names(const nn::NamedTensors& t) {
 TEST(Nn, ZooParameterNamesAndCountsMatchPyTorch) {
   // Counts and names as torch/torchvision report them for the same definitions.
   const auto simple = nn::make_model("simplecnn");
-  EXPECT_EQ(names(simple->state_dict()), (std::vector<std::string>{"conv1.weight", "conv1.bias", "fc.weight", "fc.bias"}));
+  EXPECT_EQ(names(simple->state_dict()),
+            (std::vector<std::string>{"conv1.weight", "conv1.bias", "fc.weight", "fc.bias"}));
   EXPECT_EQ(simple->parameter_count(), 216650);
   EXPECT_EQ(nn::make_model("lenet5")->parameter_count(), 61706);
   EXPECT_EQ(nn::make_model("mlp")->parameter_count(), 1863690);
@@ -68,15 +69,16 @@ TEST(Nn, DefaultInitialisationBounds) {
 TEST(Nn, LoadStateDictReportsEveryProblem) {
   const auto m = nn::make_model("lenet5");
   nn::NamedTensors sd = m->state_dict();
-  sd.erase(sd.begin());                                    // conv1.weight missing
-  sd.emplace_back("extra.weight", Tensor::zeros({1}));      // unexpected
-  sd[0].second = Tensor::zeros({7});                        // conv1.bias mis-shaped
+  sd.erase(sd.begin());                                 // conv1.weight missing
+  sd.emplace_back("extra.weight", Tensor::zeros({1}));  // unexpected
+  sd[0].second = Tensor::zeros({7});                    // conv1.bias mis-shaped
   try {
     m->load_state_dict(sd);
     FAIL();
   } catch (const Error& e) {
     const std::string msg = e.what();
-    EXPECT_NE(msg.find("conv1.bias is f32[7] in the state dict, the model expects f32[6]"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("conv1.bias is f32[7] in the state dict, the model expects f32[6]"), std::string::npos)
+        << msg;
     EXPECT_NE(msg.find("missing: conv1.weight"), std::string::npos) << msg;
     EXPECT_NE(msg.find("unexpected: extra.weight"), std::string::npos) << msg;
   }
@@ -156,7 +158,8 @@ TEST(Optim, SchedulesAndClipping) {
 
 class Safetensors : public ::testing::Test {
  protected:
-  std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / ("cpudl_st_" + std::to_string(::getpid()));
+  std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / ("cpudl_st_" + std::to_string(::getpid()));
   void SetUp() override { std::filesystem::create_directories(dir); }
   void TearDown() override { std::filesystem::remove_all(dir); }
 };
@@ -183,7 +186,8 @@ TEST_F(Safetensors, RoundTripKeepsNamesOrderDtypesAndMetadata) {
 
 std::string header_file(const std::string& json, std::size_t data_bytes) {
   std::string out(8, '\0');
-  for (int i = 0; i < 8; ++i) out[static_cast<std::size_t>(i)] = static_cast<char>((json.size() >> (8 * i)) & 0xff);
+  for (int i = 0; i < 8; ++i)
+    out[static_cast<std::size_t>(i)] = static_cast<char>((json.size() >> (8 * i)) & 0xff);
   return out + json + std::string(data_bytes, '\0');
 }
 
@@ -195,11 +199,18 @@ TEST_F(Safetensors, CorruptFilesGiveOneClearError) {
       {header_file("{}", 0).substr(0, 9), "exceeds the file"},
       {header_file("{not json", 0), "header is not valid JSON"},
       {header_file(R"({"w":{"dtype":"F16","shape":[1],"data_offsets":[0,2]}})", 2), "unsupported dtype F16"},
-      {header_file(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 4), "outside the 4-byte data section"},
-      {header_file(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8), "8 bytes of data for shape [3]"},
-      {header_file(R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4), "non-integer or negative"},
-      {header_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8), "overlap"},
-      {header_file(R"({"w":{"dtype":"F32","shape":[1]}})", 4), "expected an object with dtype, shape and data_offsets"},
+      {header_file(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 4),
+       "outside the 4-byte data section"},
+      {header_file(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8),
+       "8 bytes of data for shape [3]"},
+      {header_file(R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4),
+       "non-integer or negative"},
+      {header_file(
+           R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+           8),
+       "overlap"},
+      {header_file(R"({"w":{"dtype":"F32","shape":[1]}})", 4),
+       "expected an object with dtype, shape and data_offsets"},
   };
   for (const auto& c : cases) {
     try {
@@ -218,7 +229,8 @@ TEST_F(Safetensors, FailedWriteLeavesThePreviousFileIntact) {
   io::save_safetensors(path, {{"w", Tensor::ones({2})}});
   const auto before = std::filesystem::file_size(path);
   EXPECT_THROW(io::save_safetensors(path, {{"w", Tensor()}}), Error);  // fails while serialising
-  EXPECT_THROW(io::save_safetensors(dir / "no-such-dir" / "x.safetensors", {{"w", Tensor::ones({2})}}), Error);
+  EXPECT_THROW(io::save_safetensors(dir / "no-such-dir" / "x.safetensors", {{"w", Tensor::ones({2})}}),
+               Error);
   EXPECT_EQ(std::filesystem::file_size(path), before);
   EXPECT_EQ(io::load_safetensors(path).tensors[0].second.to_vector(), (std::vector<float>{1, 1}));
   for (const auto& entry : std::filesystem::directory_iterator(dir))  // no temporary left behind

@@ -7,7 +7,9 @@
 namespace cpudl {
 namespace {
 
-SystemInfo fixture(const char* name) { return read_system_info(std::string(CPUDL_FIXTURES_DIR) + "/" + name); }
+SystemInfo fixture(const char* name) {
+  return read_system_info(std::string(CPUDL_FIXTURES_DIR) + "/" + name);
+}
 
 TEST(ParseCpuList, RangesAndSingles) {
   EXPECT_EQ(parse_cpu_list("0-3,8,10-11\n"), (std::vector<int>{0, 1, 2, 3, 8, 10, 11}));

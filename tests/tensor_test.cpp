@@ -81,7 +81,8 @@ TEST(Tensor, ElementAccessErrorsNameTheProblem) {
     t.at({2, 0});
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("index 2 out of range for dim 0 of shape [2, 3]"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("index 2 out of range for dim 0 of shape [2, 3]"), std::string::npos)
+        << e.what();
   }
   EXPECT_THROW(t.at({0}), Error);
   EXPECT_THROW(t.item(), Error);
@@ -104,7 +105,8 @@ TEST(Tensor, BroadcastingErrorsNameOpAndShapes) {
     matmul(Tensor::zeros({2, 3}), Tensor::zeros({4, 5}));
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("matmul: shapes [2, 3] and [4, 5] cannot be multiplied"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("matmul: shapes [2, 3] and [4, 5] cannot be multiplied"),
+              std::string::npos);
   }
 }
 

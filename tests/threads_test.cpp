@@ -17,7 +17,9 @@ EnvLookup env_of(std::map<std::string, std::string> vars) {
   };
 }
 
-SystemInfo fixture(const char* name) { return read_system_info(std::string(CPUDL_FIXTURES_DIR) + "/" + name); }
+SystemInfo fixture(const char* name) {
+  return read_system_info(std::string(CPUDL_FIXTURES_DIR) + "/" + name);
+}
 
 TEST(PlanThreads, PhysicalCoresNotHardwareThreads) {
   const ThreadPlan plan = plan_threads(fixture("two_socket_numa"), env_of({}));
@@ -73,8 +75,8 @@ CpuFeatures cpu_with(std::initializer_list<CpuFeature> features) {
 
 TEST(PerformanceWarnings, NameWhatSlowsPeopleDown) {
   using F = CpuFeature;
-  const CpuFeatures avx512_cpu = cpu_with({F::avx, F::avx2, F::fma, F::f16c, F::avx512f, F::avx512cd,
-                                           F::avx512bw, F::avx512dq, F::avx512vl});
+  const CpuFeatures avx512_cpu = cpu_with(
+      {F::avx, F::avx2, F::fma, F::f16c, F::avx512f, F::avx512cd, F::avx512bw, F::avx512dq, F::avx512vl});
   const SystemInfo sys = fixture("cgroup_v2_quota");
   const auto env = env_of({{"OMP_NUM_THREADS", "8"}, {"OPENBLAS_CORETYPE", "Haswell"}});
   const auto warnings = performance_warnings(avx512_cpu, sys, plan_threads(sys, env_of({})), env);

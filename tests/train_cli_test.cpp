@@ -31,12 +31,15 @@ std::string slurp(const fs::path& p) {
 
 class TrainCli : public ::testing::Test {
  protected:
-  fs::path dir = fs::path(::testing::TempDir()) / ("cpudl_train_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" + std::to_string(getpid()));
+  fs::path dir =
+      fs::path(::testing::TempDir()) /
+      ("cpudl_train_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
+       std::to_string(getpid()));
   void SetUp() override { fs::create_directories(dir); }
   void TearDown() override { fs::remove_all(dir); }
   Result run(const std::string& args) {
-    const std::string command = "env -u CPUDL_ISA CPUDL_THREADS=2 " + std::string(CPUDL_BINARY) + " " + args + " >" +
-                                (dir / "out.txt").string() + " 2>" + (dir / "err.txt").string();
+    const std::string command = "env -u CPUDL_ISA CPUDL_THREADS=2 " + std::string(CPUDL_BINARY) + " " + args +
+                                " >" + (dir / "out.txt").string() + " 2>" + (dir / "err.txt").string();
     const int status = std::system(command.c_str());
     return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(dir / "out.txt"), slurp(dir / "err.txt")};
   }
@@ -44,7 +47,10 @@ class TrainCli : public ::testing::Test {
 };
 
 TEST_F(TrainCli, PerStepLossesFollowPyTorchFromItsInitialWeights) {
-  const Result r = run("train --model simplecnn --data " + kTiny + " --init " + kTiny + "/simplecnn_init.safetensors --no-shuffle --batch 32 --epochs 1 --json --log-every 1 --out " + path("m.safetensors"));
+  const Result r =
+      run("train --model simplecnn --data " + kTiny + " --init " + kTiny +
+          "/simplecnn_init.safetensors --no-shuffle --batch 32 --epochs 1 --json --log-every 1 --out " +
+          path("m.safetensors"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto reference = nlohmann::json::parse(slurp(kTiny + "/pytorch_losses.json"))["losses"];
   std::istringstream lines(r.out);
@@ -55,36 +61,46 @@ TEST_F(TrainCli, PerStepLossesFollowPyTorchFromItsInitialWeights) {
     if (j.contains("step")) losses.push_back(j["loss"].get<double>());
     if (j.contains("summary")) {
       summary = true;
-      for (const char* key : {"test_accuracy", "images_per_second", "seconds_per_epoch", "peak_memory_bytes"}) EXPECT_TRUE(j.contains(key)) << key;
+      for (const char* key : {"test_accuracy", "images_per_second", "seconds_per_epoch", "peak_memory_bytes"})
+        EXPECT_TRUE(j.contains(key)) << key;
     }
   }
   EXPECT_TRUE(summary);
   ASSERT_EQ(losses.size(), 20u);
-  for (std::size_t i = 0; i < 20; ++i) EXPECT_NEAR(losses[i], reference[i].get<double>(), 1e-3) << "step " << i + 1;
+  for (std::size_t i = 0; i < 20; ++i)
+    EXPECT_NEAR(losses[i], reference[i].get<double>(), 1e-3) << "step " << i + 1;
 }
 
 TEST_F(TrainCli, ResumeAfterSigtermGivesTheUninterruptedResult) {
-  const std::string common = "train --model lenet5 --data " + kTiny + " --batch 64 --epochs 2 --seed 3 --optimizer sgd --lr 0.05 --momentum 0.9";
+  const std::string common = "train --model lenet5 --data " + kTiny +
+                             " --batch 64 --epochs 2 --seed 3 --optimizer sgd --lr 0.05 --momentum 0.9";
   ASSERT_EQ(run(common + " --out " + path("full.safetensors")).exit_code, 0);
   const Result stopped = run(common + " --out " + path("resumed.safetensors") + " --stop-after 13");
   EXPECT_EQ(stopped.exit_code, 143) << stopped.err;  // 128 + SIGTERM
   EXPECT_NE(stopped.err.find("resume with --resume"), std::string::npos) << stopped.err;
   EXPECT_FALSE(fs::exists(path("resumed.safetensors")));  // the model is not final
   ASSERT_TRUE(fs::exists(path("resumed.safetensors.ckpt")));
-  const Result resumed = run("train --data " + kTiny + " --epochs 2 --resume " + path("resumed.safetensors.ckpt") + " --out " + path("resumed.safetensors"));
+  const Result resumed = run("train --data " + kTiny + " --epochs 2 --resume " +
+                             path("resumed.safetensors.ckpt") + " --out " + path("resumed.safetensors"));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
-  const auto a = cpudl::io::load_safetensors(path("full.safetensors")), b = cpudl::io::load_safetensors(path("resumed.safetensors"));
+  const auto a = cpudl::io::load_safetensors(path("full.safetensors")),
+             b = cpudl::io::load_safetensors(path("resumed.safetensors"));
   ASSERT_EQ(a.tensors.size(), b.tensors.size());
   for (std::size_t i = 0; i < a.tensors.size(); ++i) {
     ASSERT_EQ(a.tensors[i].first, b.tensors[i].first);
-    const auto va = a.tensors[i].second.dtype() == cpudl::DType::f32 ? a.tensors[i].second.to_vector() : std::vector<float>{};
-    const auto vb = b.tensors[i].second.dtype() == cpudl::DType::f32 ? b.tensors[i].second.to_vector() : std::vector<float>{};
-    for (std::size_t k = 0; k < va.size(); ++k) ASSERT_NEAR(va[k], vb[k], 1e-6) << a.tensors[i].first << " element " << k;
+    const auto va = a.tensors[i].second.dtype() == cpudl::DType::f32 ? a.tensors[i].second.to_vector()
+                                                                     : std::vector<float>{};
+    const auto vb = b.tensors[i].second.dtype() == cpudl::DType::f32 ? b.tensors[i].second.to_vector()
+                                                                     : std::vector<float>{};
+    for (std::size_t k = 0; k < va.size(); ++k)
+      ASSERT_NEAR(va[k], vb[k], 1e-6) << a.tensors[i].first << " element " << k;
   }
   // A checkpoint of another model is refused with the reason.
-  const Result other = run("train --model simplecnn --data " + kTiny + " --resume " + path("resumed.safetensors.ckpt") + " --out " + path("x.safetensors"));
+  const Result other = run("train --model simplecnn --data " + kTiny + " --resume " +
+                           path("resumed.safetensors.ckpt") + " --out " + path("x.safetensors"));
   EXPECT_EQ(other.exit_code, 1);
-  EXPECT_NE(other.err.find("checkpoint of model lenet5, but --model is simplecnn"), std::string::npos) << other.err;
+  EXPECT_NE(other.err.find("checkpoint of model lenet5, but --model is simplecnn"), std::string::npos)
+      << other.err;
 }
 
 TEST_F(TrainCli, BadInputGivesOneClearLineAndKeepsPreviousFiles) {
@@ -101,12 +117,17 @@ TEST_F(TrainCli, BadInputGivesOneClearLineAndKeepsPreviousFiles) {
     int code;
   } cases[] = {
       {"train --data " + path("nowhere") + " --out " + path("keep.safetensors"), "no such data directory", 1},
-      {"train --data " + path("bad") + " --out " + path("keep.safetensors"), "train-images-idx3-ubyte: not an unsigned-byte IDX file", 1},
+      {"train --data " + path("bad") + " --out " + path("keep.safetensors"),
+       "train-images-idx3-ubyte: not an unsigned-byte IDX file", 1},
       {"train --data " + kTiny + " --out " + path("no/such/dir/m.safetensors"), "cannot write into", 1},
       {"train --data " + kTiny + " --model vgg --out " + path("keep.safetensors"), "vgg", 2},
       {"train --data " + kTiny + " --epochs 0 --out " + path("keep.safetensors"), "--epochs", 2},
-      {"train --data " + kTiny + " --resume " + path("keep.safetensors") + " --out " + path("keep.safetensors"), "truncated or not safetensors", 1},
-      {"train --data " + kTiny + " --init " + kTiny + "/simplecnn_init.safetensors --model lenet5 --out " + path("keep.safetensors"), "missing: conv2.weight", 1},
+      {"train --data " + kTiny + " --resume " + path("keep.safetensors") + " --out " +
+           path("keep.safetensors"),
+       "truncated or not safetensors", 1},
+      {"train --data " + kTiny + " --init " + kTiny + "/simplecnn_init.safetensors --model lenet5 --out " +
+           path("keep.safetensors"),
+       "missing: conv2.weight", 1},
       {"eval --model " + path("keep.safetensors") + " --data " + kTiny, "truncated or not safetensors", 1},
       {"predict --model " + path("keep.safetensors"), "inputs", 2},
   };
@@ -114,34 +135,46 @@ TEST_F(TrainCli, BadInputGivesOneClearLineAndKeepsPreviousFiles) {
     const Result r = run(c.args);
     EXPECT_EQ(r.exit_code, c.code) << c.args << "\n" << r.err;
     EXPECT_NE(r.err.find(c.expected), std::string::npos) << c.args << "\n" << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n') <= 4, true) << r.err;  // one line (+ usage for code 2)
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n') <= 4, true)
+        << r.err;  // one line (+ usage for code 2)
   }
   EXPECT_EQ(slurp(path("keep.safetensors")), "previous model");
 }
 
 // A minimal PNG writer for the test: one IDAT, filter 0 on every row.
 std::string png(int w, int h, int channels, const std::vector<unsigned char>& pixels) {
-  auto be = [](std::uint32_t v) { return std::string{static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8), static_cast<char>(v)}; };
+  auto be = [](std::uint32_t v) {
+    return std::string{static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8),
+                       static_cast<char>(v)};
+  };
   auto chunk = [&](const std::string& type, const std::string& data) {
     const std::string td = type + data;
-    return be(static_cast<std::uint32_t>(data.size())) + td + be(static_cast<std::uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(td.data()), static_cast<uInt>(td.size()))));
+    return be(static_cast<std::uint32_t>(data.size())) + td +
+           be(static_cast<std::uint32_t>(
+               crc32(0, reinterpret_cast<const Bytef*>(td.data()), static_cast<uInt>(td.size()))));
   };
   std::string raw;
   for (int y = 0; y < h; ++y) {
     raw += '\0';
-    raw.append(reinterpret_cast<const char*>(&pixels[static_cast<std::size_t>(y * w * channels)]), static_cast<std::size_t>(w * channels));
+    raw.append(reinterpret_cast<const char*>(&pixels[static_cast<std::size_t>(y * w * channels)]),
+               static_cast<std::size_t>(w * channels));
   }
   uLongf len = compressBound(raw.size());
   std::string z(len, '\0');
   compress(reinterpret_cast<Bytef*>(z.data()), &len, reinterpret_cast<const Bytef*>(raw.data()), raw.size());
   z.resize(len);
   const char colour = channels == 1 ? 0 : 2;
-  return std::string("\x89PNG\r\n\x1a\n", 8) + chunk("IHDR", be(static_cast<std::uint32_t>(w)) + be(static_cast<std::uint32_t>(h)) + std::string{8, colour, 0, 0, 0}) +
+  return std::string("\x89PNG\r\n\x1a\n", 8) +
+         chunk("IHDR", be(static_cast<std::uint32_t>(w)) + be(static_cast<std::uint32_t>(h)) +
+                           std::string{8, colour, 0, 0, 0}) +
          chunk("IDAT", z) + chunk("IEND", "");
 }
 
 TEST_F(TrainCli, EvalAndPredictReadTheModelFileAlone) {
-  ASSERT_EQ(run("train --model lenet5 --data " + kTiny + " --epochs 2 --batch 32 --out " + path("m.safetensors")).exit_code, 0);
+  ASSERT_EQ(
+      run("train --model lenet5 --data " + kTiny + " --epochs 2 --batch 32 --out " + path("m.safetensors"))
+          .exit_code,
+      0);
   const Result e = run("eval --json --model " + path("m.safetensors") + " --data " + kTiny);
   ASSERT_EQ(e.exit_code, 0) << e.err;
   const auto j = nlohmann::json::parse(e.out);
@@ -155,17 +188,21 @@ TEST_F(TrainCli, EvalAndPredictReadTheModelFileAlone) {
   const std::string idx = slurp(kTiny + "/t10k-images-idx3-ubyte");
   std::vector<unsigned char> pixels(idx.begin() + 16, idx.begin() + 16 + 784), rgb;
   for (unsigned char p : pixels) rgb.insert(rgb.end(), {p, p, p});
-  std::ofstream(path("a.pgm"), std::ios::binary) << "P5\n# test\n28 28\n255\n" << std::string(pixels.begin(), pixels.end());
+  std::ofstream(path("a.pgm"), std::ios::binary) << "P5\n# test\n28 28\n255\n"
+                                                 << std::string(pixels.begin(), pixels.end());
   std::ofstream(path("a.png"), std::ios::binary) << png(28, 28, 1, pixels);
   std::ofstream(path("rgb.png"), std::ios::binary) << png(28, 28, 3, rgb);
   std::ofstream(path("small.pgm"), std::ios::binary) << "P5 4 4 255\n" << std::string(16, '\x10');
-  const Result p = run("predict --json --model " + path("m.safetensors") + " idx:" + kTiny + "/t10k-images-idx3-ubyte:0 " + path("a.pgm") + " " + path("a.png") + " " + path("rgb.png"));
+  const Result p =
+      run("predict --json --model " + path("m.safetensors") + " idx:" + kTiny + "/t10k-images-idx3-ubyte:0 " +
+          path("a.pgm") + " " + path("a.png") + " " + path("rgb.png"));
   ASSERT_EQ(p.exit_code, 0) << p.err;
   const auto preds = nlohmann::json::parse(p.out);
   ASSERT_EQ(preds.size(), 4u);
   for (const auto& pr : preds) {
     EXPECT_EQ(pr["top"][0]["class"], preds[0]["top"][0]["class"]) << pr.dump();
-    EXPECT_NEAR(pr["top"][0]["probability"].get<double>(), preds[0]["top"][0]["probability"].get<double>(), 1e-2);
+    EXPECT_NEAR(pr["top"][0]["probability"].get<double>(), preds[0]["top"][0]["probability"].get<double>(),
+                1e-2);
   }
   const Result small = run("predict --model " + path("m.safetensors") + " " + path("small.pgm"));
   EXPECT_EQ(small.exit_code, 1);
@@ -182,7 +219,8 @@ TEST_F(TrainCli, CsvAndCifarDirectoriesTrain) {
     if (i < 40) test << b << "," << a << "," << (b > a ? 1 : 0) << "\n";
   }
   train.close(), test.close();
-  const Result csv = run("train --model mlp --data " + path("csv") + " --epochs 3 --batch 20 --json --out " + path("csv.safetensors"));
+  const Result csv = run("train --model mlp --data " + path("csv") + " --epochs 3 --batch 20 --json --out " +
+                         path("csv.safetensors"));
   ASSERT_EQ(csv.exit_code, 0) << csv.err;
   EXPECT_NE(csv.out.find("\"summary\":true"), std::string::npos);
   std::ofstream(dir / "csv" / "train.csv", std::ios::app) << "0.5,oops,1\n";
@@ -195,12 +233,16 @@ TEST_F(TrainCli, CsvAndCifarDirectoriesTrain) {
     records += static_cast<char>(i % 10);
     records += std::string(3072, static_cast<char>(i * 12));
   }
-  for (const char* f : {"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin", "data_batch_4.bin", "data_batch_5.bin", "test_batch.bin"})
+  for (const char* f : {"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin", "data_batch_4.bin",
+                        "data_batch_5.bin", "test_batch.bin"})
     std::ofstream(dir / "cifar" / f, std::ios::binary) << records;
-  const Result cifar = run("train --model mlp --data " + path("cifar") + " --epochs 1 --batch 50 --out " + path("cifar.safetensors"));
+  const Result cifar = run("train --model mlp --data " + path("cifar") + " --epochs 1 --batch 50 --out " +
+                           path("cifar.safetensors"));
   ASSERT_EQ(cifar.exit_code, 0) << cifar.err;
-  const Result wrong = run("train --model simplecnn --data " + path("cifar") + " --out " + path("cifar.safetensors"));
-  EXPECT_NE(wrong.err.find("takes 28x28 images; the data's images are 32x32"), std::string::npos) << wrong.err;
+  const Result wrong =
+      run("train --model simplecnn --data " + path("cifar") + " --out " + path("cifar.safetensors"));
+  EXPECT_NE(wrong.err.find("takes 28x28 images; the data's images are 32x32"), std::string::npos)
+      << wrong.err;
 }
 
 }  // namespace

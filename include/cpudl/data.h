@@ -24,10 +24,10 @@ IdxArray read_idx(const std::filesystem::path& path);
 IdxArray parse_idx(std::string_view bytes, const std::string& name_for_errors);
 
 struct Dataset {
-  Tensor images;  // [N, C, H, W] f32 normalised, or [N, F] features for CSV
-  Tensor labels;  // [N] i64
-  std::string kind;                // "mnist", "cifar10", "csv"
-  std::vector<float> mean, std;    // the per-channel normalisation applied (empty for CSV)
+  Tensor images;                 // [N, C, H, W] f32 normalised, or [N, F] features for CSV
+  Tensor labels;                 // [N] i64
+  std::string kind;              // "mnist", "cifar10", "csv"
+  std::vector<float> mean, std;  // the per-channel normalisation applied (empty for CSV)
   std::int64_t classes = 10;
 };
 // MNIST from DIR/{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz], normalised as the popular

@@ -11,8 +11,8 @@
 namespace cpudl::io {
 
 struct SafetensorsFile {
-  nn::NamedTensors tensors;                        // in file order
-  std::map<std::string, std::string> metadata;     // the "__metadata__" string map
+  nn::NamedTensors tensors;                     // in file order
+  std::map<std::string, std::string> metadata;  // the "__metadata__" string map
 };
 
 // Reads and validates the whole file: header size, JSON, dtypes (F32, BF16, I8, I32, I64),
@@ -25,7 +25,8 @@ SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& n
 // a failure never leaves a half-written file and never touches an existing one.
 void save_safetensors(const std::filesystem::path& path, const nn::NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata = {});
-std::string serialize_safetensors(const nn::NamedTensors& tensors, const std::map<std::string, std::string>& metadata);
+std::string serialize_safetensors(const nn::NamedTensors& tensors,
+                                  const std::map<std::string, std::string>& metadata);
 
 // The whole file as bytes; Error naming the file when it cannot be opened or read.
 std::string read_file(const std::filesystem::path& path);

@@ -44,7 +44,7 @@ inline Tensor operator-(const Tensor& a) { return neg(a); }
 // ---- reductions (dims empty = all)
 Tensor sum(const Tensor& x, std::vector<std::int64_t> dims = {}, bool keepdim = false);
 Tensor mean(const Tensor& x, std::vector<std::int64_t> dims = {}, bool keepdim = false);
-Tensor max(const Tensor& x, std::int64_t dim, bool keepdim = false);  // values
+Tensor max(const Tensor& x, std::int64_t dim, bool keepdim = false);     // values
 Tensor argmax(const Tensor& x, std::int64_t dim, bool keepdim = false);  // i64 indices
 // Sums a broadcast gradient back to `shape` (the inverse of expand).
 Tensor sum_to(const Tensor& x, const Shape& shape);
@@ -59,15 +59,17 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 struct Conv2dOptions {
   std::int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1, dilation_w = 1, groups = 1;
 };
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), const Conv2dOptions& options = {});
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+              const Conv2dOptions& options = {});
 Tensor max_pool2d(const Tensor& x, std::int64_t kernel, std::int64_t stride = 0, std::int64_t padding = 0);
 Tensor avg_pool2d(const Tensor& x, std::int64_t kernel, std::int64_t stride = 0, std::int64_t padding = 0,
                   bool count_include_pad = true);
 Tensor adaptive_avg_pool2d(const Tensor& x, std::int64_t out_h, std::int64_t out_w);
 // Training: normalises with the batch statistics and updates running_mean/running_var in place
 // (unbiased variance, PyTorch's momentum convention). Inference: uses the running statistics.
-Tensor batch_norm2d(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
-                    const Tensor& bias, bool training, float momentum = 0.1f, float eps = 1e-5f);
+Tensor batch_norm2d(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                    const Tensor& weight, const Tensor& bias, bool training, float momentum = 0.1f,
+                    float eps = 1e-5f);
 // Normalises over the last `normalized_dims` dimensions.
 Tensor layer_norm(const Tensor& x, std::int64_t normalized_dims, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), float eps = 1e-5f);

@@ -96,7 +96,8 @@ class LrScheduler {
 
 class StepLr : public LrScheduler {
  public:
-  StepLr(Optimizer& o, std::int64_t step_size, float gamma = 0.1f) : LrScheduler(o), step_size_(step_size), gamma_(gamma) {}
+  StepLr(Optimizer& o, std::int64_t step_size, float gamma = 0.1f)
+      : LrScheduler(o), step_size_(step_size), gamma_(gamma) {}
   float lr_at(std::int64_t epoch) const override;
 
  private:
@@ -106,7 +107,8 @@ class StepLr : public LrScheduler {
 
 class CosineAnnealingLr : public LrScheduler {
  public:
-  CosineAnnealingLr(Optimizer& o, std::int64_t t_max, float eta_min = 0.0f) : LrScheduler(o), t_max_(t_max), eta_min_(eta_min) {}
+  CosineAnnealingLr(Optimizer& o, std::int64_t t_max, float eta_min = 0.0f)
+      : LrScheduler(o), t_max_(t_max), eta_min_(eta_min) {}
   float lr_at(std::int64_t epoch) const override;
 
  private:

@@ -15,24 +15,24 @@ namespace cpudl {
 // ---------------------------------------------------------------------------------------------
 // Instruction-set features, named as Linux's /proc/cpuinfo names them.
 // X(name, leaf, subleaf, register, bit, os_state)
-#define CPUDL_CPU_FEATURES(X)                 \
-  X(sse4_2, 1, 0, ecx, 20, sse)               \
-  X(avx, 1, 0, ecx, 28, avx)                  \
-  X(avx2, 7, 0, ebx, 5, avx)                  \
-  X(fma, 1, 0, ecx, 12, avx)                  \
-  X(f16c, 1, 0, ecx, 29, avx)                 \
-  X(avx_vnni, 7, 1, eax, 4, avx)              \
-  X(avx512f, 7, 0, ebx, 16, avx512)           \
-  X(avx512cd, 7, 0, ebx, 28, avx512)          \
-  X(avx512bw, 7, 0, ebx, 30, avx512)          \
-  X(avx512dq, 7, 0, ebx, 17, avx512)          \
-  X(avx512vl, 7, 0, ebx, 31, avx512)          \
-  X(avx512_vnni, 7, 0, ecx, 11, avx512)       \
-  X(avx512_bf16, 7, 1, eax, 5, avx512)        \
-  X(avx512_fp16, 7, 0, edx, 23, avx512)       \
-  X(avx512vbmi, 7, 0, ecx, 1, avx512)         \
-  X(amx_tile, 7, 0, edx, 24, amx)             \
-  X(amx_bf16, 7, 0, edx, 22, amx)             \
+#define CPUDL_CPU_FEATURES(X)           \
+  X(sse4_2, 1, 0, ecx, 20, sse)         \
+  X(avx, 1, 0, ecx, 28, avx)            \
+  X(avx2, 7, 0, ebx, 5, avx)            \
+  X(fma, 1, 0, ecx, 12, avx)            \
+  X(f16c, 1, 0, ecx, 29, avx)           \
+  X(avx_vnni, 7, 1, eax, 4, avx)        \
+  X(avx512f, 7, 0, ebx, 16, avx512)     \
+  X(avx512cd, 7, 0, ebx, 28, avx512)    \
+  X(avx512bw, 7, 0, ebx, 30, avx512)    \
+  X(avx512dq, 7, 0, ebx, 17, avx512)    \
+  X(avx512vl, 7, 0, ebx, 31, avx512)    \
+  X(avx512_vnni, 7, 0, ecx, 11, avx512) \
+  X(avx512_bf16, 7, 1, eax, 5, avx512)  \
+  X(avx512_fp16, 7, 0, edx, 23, avx512) \
+  X(avx512vbmi, 7, 0, ecx, 1, avx512)   \
+  X(amx_tile, 7, 0, edx, 24, amx)       \
+  X(amx_bf16, 7, 0, edx, 22, amx)       \
   X(amx_int8, 7, 0, edx, 25, amx)
 
 enum class CpuFeature : int {
@@ -58,7 +58,7 @@ struct CpuFeatures {
   std::string vendor;      // "GenuineIntel", "AuthenticAMD", ...
   std::string model_name;  // brand string, trimmed
   int family = 0, model = 0, stepping = 0;
-  std::string hypervisor;  // hypervisor vendor signature; empty on bare metal
+  std::string hypervisor;              // hypervisor vendor signature; empty on bare metal
   bool cpuid[kCpuFeatureCount] = {};   // what CPUID advertises
   bool usable[kCpuFeatureCount] = {};  // advertised and its register state enabled by the OS
   OsState os;
@@ -106,21 +106,21 @@ struct NumaNode {
 };
 
 struct CgroupCpuLimit {
-  std::string version;              // "v2", "v1", or "none" when no cgroup CPU controller is found
-  std::optional<double> cpus;       // quota / period; nullopt = unlimited or unknown
-  std::string path;                 // the file the limit was read from
+  std::string version;         // "v2", "v1", or "none" when no cgroup CPU controller is found
+  std::optional<double> cpus;  // quota / period; nullopt = unlimited or unknown
+  std::string path;            // the file the limit was read from
 };
 
 struct SystemInfo {
-  std::vector<int> online_cpus;            // logical CPUs online
-  std::optional<int> physical_cores;       // distinct (package, core) pairs among online CPUs
+  std::vector<int> online_cpus;       // logical CPUs online
+  std::optional<int> physical_cores;  // distinct (package, core) pairs among online CPUs
   std::optional<int> sockets;
   std::optional<std::uint64_t> l1d_bytes, l2_bytes, l3_bytes;  // per instance, as cpu0 sees them
   std::vector<NumaNode> numa_nodes;
   std::optional<std::uint64_t> mem_total_bytes, mem_available_bytes;
   std::optional<std::uint64_t> cgroup_memory_limit_bytes;
   CgroupCpuLimit cgroup_cpu;
-  std::vector<int> affinity;               // Cpus_allowed_list of this process
+  std::vector<int> affinity;                 // Cpus_allowed_list of this process
   std::optional<int> usable_physical_cores;  // physical cores with at least one allowed CPU
   std::optional<std::string> frequency_governor;
   std::optional<std::uint64_t> thermal_throttle_events;  // summed over CPUs (Intel only)

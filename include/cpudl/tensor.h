@@ -144,8 +144,8 @@ struct TensorImpl {
   // autograd
   bool requires_grad = false;
   std::shared_ptr<TensorImpl> grad;
-  std::shared_ptr<Node> grad_fn;          // set on results of differentiable ops
-  std::weak_ptr<Node> grad_accumulator;   // leaves: where their gradient is summed
+  std::shared_ptr<Node> grad_fn;         // set on results of differentiable ops
+  std::weak_ptr<Node> grad_accumulator;  // leaves: where their gradient is summed
   std::shared_ptr<std::uint64_t> version = std::make_shared<std::uint64_t>(0);  // shared by views
 };
 

@@ -20,8 +20,9 @@ class FunctionNode final : public Node {
   ~FunctionNode() override { --g_live_nodes; }
   std::vector<Tensor> apply(const Tensor& grad) override {
     if (!fn_)
-      throw Error("backward through " + name() +
-                  " a second time: its saved tensors were freed (pass retain_graph=true to the first backward)");
+      throw Error(
+          "backward through " + name() +
+          " a second time: its saved tensors were freed (pass retain_graph=true to the first backward)");
     return fn_(grad);
   }
   void release() override { fn_ = nullptr; }
@@ -40,7 +41,8 @@ class AccumulateGrad final : public Node {
   std::vector<Tensor> apply(const Tensor& grad) override {
     if (auto leaf = leaf_.lock()) {
       if (leaf->shape != grad.shape())
-        throw Error("gradient of shape " + shape_text(grad.shape()) + " for a tensor of shape " + shape_text(leaf->shape));
+        throw Error("gradient of shape " + shape_text(grad.shape()) + " for a tensor of shape " +
+                    shape_text(leaf->shape));
       if (!leaf->grad) {
         leaf->grad = grad.contiguous().detach().clone().impl();  // own buffer: later steps add into it
       } else {

@@ -39,7 +39,7 @@ std::string slow_kernel_warning(Backend backend, bool cpu_has_avx512);
 
 // Row-major C[m x n] = op(A) op(B) (+ C when accumulate) through a CBLAS backend (openblas, blis),
 // using `threads` threads of its own pool.
-void cblas_sgemm(Backend backend, bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, std::int64_t k,
-                 const float* a, const float* b, float* c, bool accumulate, int threads);
+void cblas_sgemm(Backend backend, bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n,
+                 std::int64_t k, const float* a, const float* b, float* c, bool accumulate, int threads);
 
 }  // namespace cpudl::blas

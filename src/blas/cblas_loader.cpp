@@ -13,10 +13,10 @@ namespace cpudl::blas {
 namespace {
 
 enum { kRowMajor = 101, kNoTrans = 111, kTrans = 112 };
-using Sgemm32 = void (*)(int, int, int, std::int32_t, std::int32_t, std::int32_t, float, const float*, std::int32_t,
-                         const float*, std::int32_t, float, float*, std::int32_t);
-using Sgemm64 = void (*)(int, int, int, std::int64_t, std::int64_t, std::int64_t, float, const float*, std::int64_t,
-                         const float*, std::int64_t, float, float*, std::int64_t);
+using Sgemm32 = void (*)(int, int, int, std::int32_t, std::int32_t, std::int32_t, float, const float*,
+                         std::int32_t, const float*, std::int32_t, float, float*, std::int32_t);
+using Sgemm64 = void (*)(int, int, int, std::int64_t, std::int64_t, std::int64_t, float, const float*,
+                         std::int64_t, const float*, std::int64_t, float, float*, std::int64_t);
 using SetThreads = void (*)(int);
 
 struct Library {
@@ -68,8 +68,8 @@ void load(Backend backend, Library& lib) {
   }
   const std::string name(backend_name(backend));
   if (!lib.handle) {
-    lib.error = "CPUDL_BLAS=" + name + ": cannot load " + tried + " (install the Debian package " + c.package +
-                ", or point CPUDL_BLAS_LIBRARY at the library)";
+    lib.error = "CPUDL_BLAS=" + name + ": cannot load " + tried + " (install the Debian package " +
+                c.package + ", or point CPUDL_BLAS_LIBRARY at the library)";
     return;
   }
   lib.sgemm = dlsym(lib.handle, "cblas_sgemm");
@@ -115,9 +115,12 @@ void load(Backend backend, Library& lib) {
 
 std::string_view backend_name(Backend backend) {
   switch (backend) {
-    case Backend::onednn: return "onednn";
-    case Backend::openblas: return "openblas";
-    case Backend::blis: return "blis";
+    case Backend::onednn:
+      return "onednn";
+    case Backend::openblas:
+      return "openblas";
+    case Backend::blis:
+      return "blis";
   }
   return "unknown";
 }
@@ -125,7 +128,8 @@ std::string_view backend_name(Backend backend) {
 Backend parse_backend(std::string_view name) {
   for (Backend b : kAllBackends)
     if (backend_name(b) == name) return b;
-  throw UsageError("CPUDL_BLAS=" + std::string(name) + ": unknown backend (expected onednn, openblas or blis)");
+  throw UsageError("CPUDL_BLAS=" + std::string(name) +
+                   ": unknown backend (expected onednn, openblas or blis)");
 }
 
 Backend active_backend() {
@@ -166,7 +170,8 @@ std::string slow_kernel_warning(Backend backend, bool cpu_has_avx512) {
   if (kernel.empty()) return {};
   for (char& c : kernel) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (backend == Backend::blis && kernel == "generic")
-    return "BLIS " + describe(backend) + " does not recognise this CPU and runs its generic kernel (typically " +
+    return "BLIS " + describe(backend) +
+           " does not recognise this CPU and runs its generic kernel (typically " +
            "~15% of peak): avoid CPUDL_BLAS=blis here";
   if (backend == Backend::openblas && cpu_has_avx512) {
     const bool avx512_kernel = kernel == "skylakex" || kernel == "cooperlake" || kernel == "sapphirerapids";
@@ -178,8 +183,8 @@ std::string slow_kernel_warning(Backend backend, bool cpu_has_avx512) {
   return {};
 }
 
-void cblas_sgemm(Backend backend, bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, std::int64_t k,
-                 const float* a, const float* b, float* c, bool accumulate, int threads) {
+void cblas_sgemm(Backend backend, bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n,
+                 std::int64_t k, const float* a, const float* b, float* c, bool accumulate, int threads) {
   require(backend);
   Library& lib = library(backend);
   if (lib.set_threads && lib.threads_set != threads) {
@@ -195,9 +200,10 @@ void cblas_sgemm(Backend backend, bool transpose_a, bool transpose_b, std::int64
     if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX)
       throw Error("sgemm " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + ": " +
                   std::string(backend_name(backend)) + " was built with 32-bit integers");
-    reinterpret_cast<Sgemm32>(lib.sgemm)(kRowMajor, ta, tb, static_cast<std::int32_t>(m), static_cast<std::int32_t>(n),
-                                         static_cast<std::int32_t>(k), 1.0f, a, static_cast<std::int32_t>(lda), b,
-                                         static_cast<std::int32_t>(ldb), beta, c, static_cast<std::int32_t>(n));
+    reinterpret_cast<Sgemm32>(lib.sgemm)(kRowMajor, ta, tb, static_cast<std::int32_t>(m),
+                                         static_cast<std::int32_t>(n), static_cast<std::int32_t>(k), 1.0f, a,
+                                         static_cast<std::int32_t>(lda), b, static_cast<std::int32_t>(ldb),
+                                         beta, c, static_cast<std::int32_t>(n));
   }
 }
 

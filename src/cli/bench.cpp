@@ -37,7 +37,8 @@ std::vector<std::int64_t> parse_list(const std::string& text, const char* flag) 
     char* end = nullptr;
     const long long v = std::strtoll(item.c_str(), &end, 10);
     if (item.empty() || *end != '\0' || v < 1)
-      throw UsageError(std::string(flag) + " " + text + ": expected a comma-separated list of positive integers");
+      throw UsageError(std::string(flag) + " " + text +
+                       ": expected a comma-separated list of positive integers");
     out.push_back(v);
   }
   return out;
@@ -99,11 +100,16 @@ int run_peak(const BenchOptions& o) {
   const struct {
     ComputeRoof roof;
     const char* name;
-  } roofs[] = {{ComputeRoof::fp32_fma, "fp32_fma"}, {ComputeRoof::bf16_dot, "bf16_dot"}, {ComputeRoof::int8_dot, "int8_dot"}};
+  } roofs[] = {{ComputeRoof::fp32_fma, "fp32_fma"},
+               {ComputeRoof::bf16_dot, "bf16_dot"},
+               {ComputeRoof::int8_dot, "int8_dot"}};
   for (int t : thread_counts(o)) {
     for (const auto& r : roofs) {
       const RoofMeasurement m = measure_compute_roof(r.roof, t, o.min_time * 2);
-      Json j = {{"op", std::string("peak_") + r.name}, {"threads", t}, {"gops", m.gops}, {"kernel", m.kernel},
+      Json j = {{"op", std::string("peak_") + r.name},
+                {"threads", t},
+                {"gops", m.gops},
+                {"kernel", m.kernel},
                 {"native", m.native}};
       report.record(j, format("%-20s %7d %9.1f GOP/s     %s%s", r.name, t, m.gops, m.kernel.c_str(),
                               m.native ? "" : "  (no native instruction: scalar reference)"));
@@ -132,8 +138,10 @@ int run_gemm(const BenchOptions& o) {
   std::string libraries;
   for (blas::Backend b : backends)
     libraries += "\n  " + std::string(blas::backend_name(b)) + ": " + blas::describe(b);
-  report.header(("SGEMM, C = A B, fp32 (median time; % of the fp32 FMA roof measured at the same threads)" + libraries).c_str(),
-                "backend   threads      m      n      k   ms        GFLOP/s  %peak  shape");
+  report.header(
+      ("SGEMM, C = A B, fp32 (median time; % of the fp32 FMA roof measured at the same threads)" + libraries)
+          .c_str(),
+      "backend   threads      m      n      k   ms        GFLOP/s  %peak  shape");
   const auto workloads = bench::gemm_workloads(parse_list(o.sizes, "--sizes"));
   const int saved_threads = omp_get_max_threads();
   for (int t : thread_counts(o)) {
@@ -153,13 +161,16 @@ int run_gemm(const BenchOptions& o) {
         // onednn::matmul honours CPUDL_BLAS; the bench names its backend explicitly instead.
         const bench::Timing timing = bench::time_calls(call, o.min_time);
         const double gflops = 2.0 * static_cast<double>(w.m * w.n * w.k) / timing.median_seconds * 1e-9;
-        Json j = {{"op", "gemm"}, {"backend", blas::backend_name(backend)}, {"label", w.label}, {"m", w.m},
-                  {"n", w.n}, {"k", w.k}, {"threads", t}, {"ms", timing.median_seconds * 1e3},
+        Json j = {{"op", "gemm"},     {"backend", blas::backend_name(backend)},
+                  {"label", w.label}, {"m", w.m},
+                  {"n", w.n},         {"k", w.k},
+                  {"threads", t},     {"ms", timing.median_seconds * 1e3},
                   {"gflops", gflops}, {"pct_peak", 100.0 * gflops / roof}};
-        report.record(j, format("%-9s %7d %6lld %6lld %6lld %8.3f %9.1f %5.1f%%  %s",
-                                std::string(blas::backend_name(backend)).c_str(), t, static_cast<long long>(w.m),
-                                static_cast<long long>(w.n), static_cast<long long>(w.k),
-                                timing.median_seconds * 1e3, gflops, 100.0 * gflops / roof, w.label.c_str()));
+        report.record(
+            j, format("%-9s %7d %6lld %6lld %6lld %8.3f %9.1f %5.1f%%  %s",
+                      std::string(blas::backend_name(backend)).c_str(), t, static_cast<long long>(w.m),
+                      static_cast<long long>(w.n), static_cast<long long>(w.k), timing.median_seconds * 1e3,
+                      gflops, 100.0 * gflops / roof, w.label.c_str()));
       }
     }
   }
@@ -170,8 +181,9 @@ int run_gemm(const BenchOptions& o) {
 int run_conv(const BenchOptions& o) {
   const auto workloads = bench::conv_workloads(o.model, o.batch);
   Report report(o.json);
-  report.header("Convolution through oneDNN, fp32, NHWC activations (median; % of the fp32 roof at the same threads)",
-                "model      layer                     batch threads pass              ms    GFLOP/s  %peak");
+  report.header(
+      "Convolution through oneDNN, fp32, NHWC activations (median; % of the fp32 roof at the same threads)",
+      "model      layer                     batch threads pass              ms    GFLOP/s  %peak");
   const int saved_threads = omp_get_max_threads();
   for (int t : thread_counts(o)) {
     omp_set_num_threads(t);
@@ -179,9 +191,11 @@ int run_conv(const BenchOptions& o) {
     for (const auto& w : workloads) {
       const auto& s = w.shape;
       const auto x = random_buffer(static_cast<std::size_t>(s.batch * s.in_channels * s.height * s.width), 1);
-      const auto wt = random_buffer(static_cast<std::size_t>(s.out_channels * s.in_channels / s.groups * s.kernel_h * s.kernel_w), 2);
+      const auto wt = random_buffer(
+          static_cast<std::size_t>(s.out_channels * s.in_channels / s.groups * s.kernel_h * s.kernel_w), 2);
       const auto bias = random_buffer(static_cast<std::size_t>(s.out_channels), 3);
-      const auto dy = random_buffer(static_cast<std::size_t>(s.batch * s.out_channels * s.out_height() * s.out_width()), 4);
+      const auto dy = random_buffer(
+          static_cast<std::size_t>(s.batch * s.out_channels * s.out_height() * s.out_width()), 4);
       std::vector<float> y(dy.size()), dx(x.size()), dw(wt.size()), db(bias.size());
       const struct {
         const char* name;
@@ -189,19 +203,33 @@ int run_conv(const BenchOptions& o) {
       } passes[] = {
           {"forward", [&] { onednn::conv2d_forward(s, x.data(), wt.data(), 1, bias.data(), y.data()); }},
           {"backward_data", [&] { onednn::conv2d_backward_data(s, dy.data(), wt.data(), 1, dx.data()); }},
-          {"backward_weights", [&] { onednn::conv2d_backward_weights(s, x.data(), dy.data(), dw.data(), db.data()); }},
+          {"backward_weights",
+           [&] { onednn::conv2d_backward_weights(s, x.data(), dy.data(), dw.data(), db.data()); }},
       };
       for (const auto& pass : passes) {
         const bench::Timing timing = bench::time_calls(pass.fn, o.min_time);
         const double gflops = s.flops() / timing.median_seconds * 1e-9;
-        Json j = {{"op", std::string("conv_") + pass.name}, {"backend", "onednn"}, {"model", w.model},
-                  {"layer", w.layer}, {"n", s.batch}, {"c", s.in_channels}, {"h", s.height}, {"w", s.width},
-                  {"oc", s.out_channels}, {"kh", s.kernel_h}, {"kw", s.kernel_w}, {"stride", s.stride_h},
-                  {"pad", s.pad_h}, {"groups", s.groups}, {"threads", t}, {"ms", timing.median_seconds * 1e3},
-                  {"gflops", gflops}, {"pct_peak", 100.0 * gflops / roof}};
-        report.record(j, format("%-10s %-25s %5lld %7d %-16s %8.3f %9.1f %5.1f%%", w.model.c_str(), w.layer.c_str(),
-                                static_cast<long long>(s.batch), t, pass.name, timing.median_seconds * 1e3, gflops,
-                                100.0 * gflops / roof));
+        Json j = {{"op", std::string("conv_") + pass.name},
+                  {"backend", "onednn"},
+                  {"model", w.model},
+                  {"layer", w.layer},
+                  {"n", s.batch},
+                  {"c", s.in_channels},
+                  {"h", s.height},
+                  {"w", s.width},
+                  {"oc", s.out_channels},
+                  {"kh", s.kernel_h},
+                  {"kw", s.kernel_w},
+                  {"stride", s.stride_h},
+                  {"pad", s.pad_h},
+                  {"groups", s.groups},
+                  {"threads", t},
+                  {"ms", timing.median_seconds * 1e3},
+                  {"gflops", gflops},
+                  {"pct_peak", 100.0 * gflops / roof}};
+        report.record(j, format("%-10s %-25s %5lld %7d %-16s %8.3f %9.1f %5.1f%%", w.model.c_str(),
+                                w.layer.c_str(), static_cast<long long>(s.batch), t, pass.name,
+                                timing.median_seconds * 1e3, gflops, 100.0 * gflops / roof));
       }
     }
   }
@@ -212,7 +240,8 @@ int run_conv(const BenchOptions& o) {
 }  // namespace
 
 void add_bench_command(CLI::App& app, Action& action) {
-  CLI::App* bench = app.add_subcommand("bench", "Measure the machine's roofs and cpudl's kernels against them");
+  CLI::App* bench =
+      app.add_subcommand("bench", "Measure the machine's roofs and cpudl's kernels against them");
   bench->require_subcommand(1, 1);
   auto options = std::make_shared<BenchOptions>();
   auto common = [options](CLI::App* sub) {
@@ -221,15 +250,18 @@ void add_bench_command(CLI::App& app, Action& action) {
     sub->add_option("--min-time", options->min_time, "Seconds to time each measurement (default 0.25)")
         ->check(CLI::Range(0.001, 60.0));
   };
-  CLI::App* peak = bench->add_subcommand("peak", "fp32 FMA, bf16 and int8 dot-product throughput, memory bandwidth");
+  CLI::App* peak =
+      bench->add_subcommand("peak", "fp32 FMA, bf16 and int8 dot-product throughput, memory bandwidth");
   common(peak);
   peak->callback([&action, options] { action = [options] { return run_peak(*options); }; });
-  CLI::App* gemm = bench->add_subcommand("gemm", "SGEMM: square sizes and real-layer shapes, every BLAS side by side");
+  CLI::App* gemm =
+      bench->add_subcommand("gemm", "SGEMM: square sizes and real-layer shapes, every BLAS side by side");
   common(gemm);
   gemm->add_option("--sizes", options->sizes, "Square sizes (default 256,512,1024,2048)");
   gemm->add_option("--backends", options->backends, "onednn,openblas,blis (default: every one installed)");
   gemm->callback([&action, options] { action = [options] { return run_gemm(*options); }; });
-  CLI::App* conv = bench->add_subcommand("conv", "Convolutions of ResNet-18, LeNet-5 and SimpleCNN, forward and backward");
+  CLI::App* conv =
+      bench->add_subcommand("conv", "Convolutions of ResNet-18, LeNet-5 and SimpleCNN, forward and backward");
   common(conv);
   conv->add_option("--model", options->model, "resnet18, lenet5, simplecnn or all (default)");
   conv->add_option("--batch", options->batch, "Batch size (default: 16 for resnet18, 256 for MNIST models)")

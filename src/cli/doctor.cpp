@@ -6,10 +6,10 @@
 #include "bench/timing.h"
 #include "blas/blas.h"
 #include "cli/command.h"
-#include "onednn/dense.h"
-#include "onednn/engine.h"
 #include "cpudl/runtime.h"
 #include "kernels/dispatch.h"
+#include "onednn/dense.h"
+#include "onednn/engine.h"
 
 namespace cpudl::cli {
 namespace {
@@ -36,7 +36,8 @@ Json measure_matmul_paths(int threads) {
       else
         blas::cblas_sgemm(backend, false, false, n, n, n, a.data(), b.data(), c.data(), false, threads);
     };
-    const double gflops = 2.0 * static_cast<double>(n * n * n) / bench::time_calls(call, 0.15).median_seconds * 1e-9;
+    const double gflops =
+        2.0 * static_cast<double>(n * n * n) / bench::time_calls(call, 0.15).median_seconds * 1e-9;
     result[std::string(blas::backend_name(backend))] = gflops;
     if (gflops > best) best = gflops, fastest = blas::backend_name(backend);
   }
@@ -62,7 +63,8 @@ Json doctor_json(const Runtime& rt, const std::optional<MeasuredPeaks>& peaks) {
                  {"l3_bytes", optional_json(sys.l3_bytes)}};
   Json numa = Json::array();
   for (const NumaNode& node : sys.numa_nodes)
-    numa.push_back({{"node", node.id}, {"cpus", node.cpus}, {"memory_bytes", optional_json(node.memory_bytes)}});
+    numa.push_back(
+        {{"node", node.id}, {"cpus", node.cpus}, {"memory_bytes", optional_json(node.memory_bytes)}});
   j["numa_nodes"] = numa;
   j["memory"] = {{"total_bytes", optional_json(sys.mem_total_bytes)},
                  {"available_bytes", optional_json(sys.mem_available_bytes)},
@@ -90,7 +92,8 @@ Json doctor_json(const Runtime& rt, const std::optional<MeasuredPeaks>& peaks) {
   j["threads"] = rt.threads.threads;
   j["threads_reason"] = rt.threads.reason;
   Json kernels_json;
-  for (const auto& [kernel, variant] : kernels::describe(kernels::kernel_table())) kernels_json[kernel] = variant;
+  for (const auto& [kernel, variant] : kernels::describe(kernels::kernel_table()))
+    kernels_json[kernel] = variant;
   j["kernels"] = kernels_json;
   j["frequency_governor"] = optional_json(sys.frequency_governor);
   j["thermal_throttle_events"] = optional_json(sys.thermal_throttle_events);
@@ -103,7 +106,8 @@ Json doctor_json(const Runtime& rt, const std::optional<MeasuredPeaks>& peaks) {
   for (blas::Backend backend : blas::kAllBackends)
     libraries[std::string(blas::backend_name(backend))] =
         blas::available(backend) ? Json(blas::describe(backend)) : Json(nullptr);
-  j["blas"] = {{"active", blas::backend_name(blas::active_backend())}, {"libraries", libraries},
+  j["blas"] = {{"active", blas::backend_name(blas::active_backend())},
+               {"libraries", libraries},
                {"onednn_version", onednn::version()}};
   if (peaks) {
     j["measured"] = {{"threads", peaks->threads},
@@ -161,15 +165,18 @@ void print_text(const Json& j) {
   std::printf("Cores      %s logical, %s physical, %s socket(s); %s physical usable by this process\n",
               text(j["cores"]["logical"]).c_str(), text(j["cores"]["physical"]).c_str(),
               text(j["cores"]["sockets"]).c_str(), text(j["cores"]["usable_physical"]).c_str());
-  std::printf("Caches     L1d %s, L2 %s, L3 %s (per instance)\n", bytes_text(j["caches"]["l1d_bytes"]).c_str(),
-              bytes_text(j["caches"]["l2_bytes"]).c_str(), bytes_text(j["caches"]["l3_bytes"]).c_str());
+  std::printf("Caches     L1d %s, L2 %s, L3 %s (per instance)\n",
+              bytes_text(j["caches"]["l1d_bytes"]).c_str(), bytes_text(j["caches"]["l2_bytes"]).c_str(),
+              bytes_text(j["caches"]["l3_bytes"]).c_str());
   if (j["numa_nodes"].empty()) std::printf("NUMA       unknown\n");
   for (const Json& node : j["numa_nodes"])
-    std::printf("NUMA       node %d: CPUs %s, memory %s\n", node["node"].get<int>(), cpu_list_text(node["cpus"]).c_str(),
-                bytes_text(node["memory_bytes"]).c_str());
-  std::printf("Memory     %s total, %s available, cgroup limit %s\n", bytes_text(j["memory"]["total_bytes"]).c_str(),
-              bytes_text(j["memory"]["available_bytes"]).c_str(),
-              j["memory"]["cgroup_limit_bytes"].is_null() ? "none" : bytes_text(j["memory"]["cgroup_limit_bytes"]).c_str());
+    std::printf("NUMA       node %d: CPUs %s, memory %s\n", node["node"].get<int>(),
+                cpu_list_text(node["cpus"]).c_str(), bytes_text(node["memory_bytes"]).c_str());
+  std::printf(
+      "Memory     %s total, %s available, cgroup limit %s\n", bytes_text(j["memory"]["total_bytes"]).c_str(),
+      bytes_text(j["memory"]["available_bytes"]).c_str(),
+      j["memory"]["cgroup_limit_bytes"].is_null() ? "none"
+                                                  : bytes_text(j["memory"]["cgroup_limit_bytes"]).c_str());
   std::printf("cgroup     %s, CPU quota %s\n", text(j["cgroup"]["version"]).c_str(),
               j["cgroup"]["cpu_quota"].is_null() ? "none" : text(j["cgroup"]["cpu_quota"]).c_str());
   std::printf("Affinity   CPUs %s\n", cpu_list_text(j["affinity"]).c_str());
@@ -188,13 +195,17 @@ void print_text(const Json& j) {
   std::printf("Threads       %s  (%s)\n", text(j["threads"]).c_str(), text(j["threads_reason"]).c_str());
   std::printf("Kernels      ");
   for (const auto& [kernel, variant] : j["kernels"].items()) std::printf(" %s", text(variant).c_str());
-  std::printf("\nGovernor      %s\n", j["frequency_governor"].is_null() ? "not readable" : text(j["frequency_governor"]).c_str());
+  std::printf("\nGovernor      %s\n",
+              j["frequency_governor"].is_null() ? "not readable" : text(j["frequency_governor"]).c_str());
   std::printf("BLAS          %s active (CPUDL_BLAS); oneDNN %s", text(j["blas"]["active"]).c_str(),
               text(j["blas"]["onednn_version"]).c_str());
   for (const auto& [backend, library] : j["blas"]["libraries"].items())
-    if (backend != "onednn") std::printf("; %s: %s", backend.c_str(), library.is_null() ? "not installed" : text(library).c_str());
+    if (backend != "onednn")
+      std::printf("; %s: %s", backend.c_str(), library.is_null() ? "not installed" : text(library).c_str());
   std::printf("\n");
-  std::printf("Throttling    %s\n", j["thermal_throttle_events"].is_null() ? "no counters" : (text(j["thermal_throttle_events"]) + " events").c_str());
+  std::printf("Throttling    %s\n", j["thermal_throttle_events"].is_null()
+                                        ? "no counters"
+                                        : (text(j["thermal_throttle_events"]) + " events").c_str());
   if (j.contains("measured")) {
     const Json& m = j["measured"];
     std::printf("\nMeasured (%s, %s):\n", text(m["fma_kernel"]).c_str(), text(m["bandwidth_kernel"]).c_str());
@@ -216,7 +227,8 @@ void print_text(const Json& j) {
 }  // namespace
 
 void add_doctor_command(CLI::App& app, Action& action) {
-  CLI::App* doctor = app.add_subcommand("doctor", "Report the CPU, memory, limits and the kernels cpudl will use");
+  CLI::App* doctor =
+      app.add_subcommand("doctor", "Report the CPU, memory, limits and the kernels cpudl will use");
   auto json = std::make_shared<bool>(false);
   auto measure = std::make_shared<bool>(false);
   doctor->add_flag("--json", *json, "Print one JSON object (keys documented in docs/CLI.md)");

@@ -23,17 +23,22 @@ int run_eval(const EvalOptions& o) {
   const data::Dataset test = data::load_dataset(o.data, false);
   Shape sample(test.images.shape().begin() + 1, test.images.shape().end());
   if (sample != m.input_shape)
-    throw Error(o.data + ": samples are " + shape_text(sample) + ", the model " + o.model + " takes " + shape_text(m.input_shape));
+    throw Error(o.data + ": samples are " + shape_text(sample) + ", the model " + o.model + " takes " +
+                shape_text(m.input_shape));
   const train::Evaluation e = train::evaluate(*m.model, test, m.classes);
   if (o.json) {
-    std::printf("%s\n", nlohmann::ordered_json{{"accuracy", e.accuracy}, {"loss", e.loss}, {"samples", test.images.size(0)},
+    std::printf("%s\n", nlohmann::ordered_json{{"accuracy", e.accuracy},
+                                               {"loss", e.loss},
+                                               {"samples", test.images.size(0)},
                                                {"confusion", e.confusion}}
                             .dump()
                             .c_str());
     return 0;
   }
-  std::printf("%s on %s: accuracy %.2f%% (%lld samples), loss %.4f\n\nconfusion (rows: true class, columns: predicted)\n      ",
-              o.model.c_str(), o.data.c_str(), 100 * e.accuracy, static_cast<long long>(test.images.size(0)), e.loss);
+  std::printf(
+      "%s on %s: accuracy %.2f%% (%lld samples), loss %.4f\n\nconfusion (rows: true class, columns: "
+      "predicted)\n      ",
+      o.model.c_str(), o.data.c_str(), 100 * e.accuracy, static_cast<long long>(test.images.size(0)), e.loss);
   for (std::size_t j = 0; j < e.confusion.size(); ++j) std::printf("%6zu", j);
   std::printf("\n");
   for (std::size_t i = 0; i < e.confusion.size(); ++i) {
@@ -62,10 +67,12 @@ Tensor read_input(const std::string& spec) {
     if (*end || index < 0) throw UsageError(spec + ": INDEX must be a non-negative integer");
     const data::IdxArray a = data::read_idx(file);
     if (a.dims.size() != 3) throw Error(file + ": expected an IDX image file (3 dimensions)");
-    if (index >= a.dims[0]) throw Error(spec + ": index out of range (" + std::to_string(a.dims[0]) + " images)");
+    if (index >= a.dims[0])
+      throw Error(spec + ": index out of range (" + std::to_string(a.dims[0]) + " images)");
     const std::int64_t h = a.dims[1], w = a.dims[2];
     Tensor t = Tensor::empty({1, h, w});
-    for (std::int64_t i = 0; i < h * w; ++i) t.data()[i] = a.values[static_cast<std::size_t>(index * h * w + i)] / 255.0f;
+    for (std::int64_t i = 0; i < h * w; ++i)
+      t.data()[i] = a.values[static_cast<std::size_t>(index * h * w + i)] / 255.0f;
     return t;
   }
   return data::read_image(spec);
@@ -93,16 +100,20 @@ int run_predict(const PredictOptions& o) {
     if (img.size(0) == 3 && m.input_shape[0] == 1) {  // colour into a grey model: luminance
       Tensor grey = Tensor::empty({1, img.size(1), img.size(2)});
       const std::int64_t n = img.size(1) * img.size(2);
-      for (std::int64_t i = 0; i < n; ++i) grey.data()[i] = 0.299f * img.data()[i] + 0.587f * img.data()[n + i] + 0.114f * img.data()[2 * n + i];
+      for (std::int64_t i = 0; i < n; ++i)
+        grey.data()[i] = 0.299f * img.data()[i] + 0.587f * img.data()[n + i] + 0.114f * img.data()[2 * n + i];
       img = grey;
     }
     if (img.shape() != m.input_shape)
-      throw Error(spec + ": image of " + shape_text(img.shape()) + " (channels, height, width), the model takes " + shape_text(m.input_shape));
+      throw Error(spec + ": image of " + shape_text(img.shape()) +
+                  " (channels, height, width), the model takes " + shape_text(m.input_shape));
     Tensor x = Tensor::empty(img.shape());
     const std::int64_t plane = img.size(1) * img.size(2);
     for (std::int64_t c = 0; c < img.size(0); ++c)
       for (std::int64_t i = 0; i < plane; ++i)
-        x.data()[c * plane + i] = (img.data()[c * plane + i] - m.mean[static_cast<std::size_t>(c) % m.mean.size()]) / m.std[static_cast<std::size_t>(c) % m.std.size()];
+        x.data()[c * plane + i] =
+            (img.data()[c * plane + i] - m.mean[static_cast<std::size_t>(c) % m.mean.size()]) /
+            m.std[static_cast<std::size_t>(c) % m.std.size()];
     const Tensor probs = softmax(m.model->forward(x.unsqueeze(0)), 1);
     std::vector<std::pair<float, int>> ranked;
     for (int k = 0; k < probs.size(1); ++k) ranked.emplace_back(probs.at({0, k}), k);
@@ -127,7 +138,8 @@ int run_predict(const PredictOptions& o) {
 
 void add_eval_command(CLI::App& app, Action& action) {
   auto o = std::make_shared<EvalOptions>();
-  CLI::App* e = app.add_subcommand("eval", "Accuracy, loss and confusion matrix of a model file on a dataset's test split");
+  CLI::App* e = app.add_subcommand(
+      "eval", "Accuracy, loss and confusion matrix of a model file on a dataset's test split");
   e->add_option("--model", o->model, "Model file written by cpudl train")->required();
   e->add_option("--data", o->data, "Data directory (as for train)")->required();
   e->add_flag("--json", o->json, "One JSON object");

@@ -28,7 +28,8 @@ void on_signal(int signal) { train::g_stop_signal = signal; }
 std::string eta_text(double seconds) {
   char b[32];
   if (seconds >= 3600)
-    std::snprintf(b, sizeof b, "%dh%02dm", static_cast<int>(seconds / 3600), static_cast<int>(seconds / 60) % 60);
+    std::snprintf(b, sizeof b, "%dh%02dm", static_cast<int>(seconds / 3600),
+                  static_cast<int>(seconds / 60) % 60);
   else
     std::snprintf(b, sizeof b, "%dm%02ds", static_cast<int>(seconds / 60), static_cast<int>(seconds) % 60);
   return b;
@@ -62,31 +63,38 @@ int run_train(TrainOptions& o) {
   cb.step = [&](const train::StepProgress& p) {
     if (o.log_every > 0 && p.step % o.log_every == 0) {
       if (o.json)
-        std::printf("%s\n", nlohmann::ordered_json{{"epoch", p.epoch}, {"step", p.step}, {"loss", p.loss}}.dump().c_str());
+        std::printf(
+            "%s\n",
+            nlohmann::ordered_json{{"epoch", p.epoch}, {"step", p.step}, {"loss", p.loss}}.dump().c_str());
       else
-        std::printf("%sepoch %d step %lld/%lld: loss %.6f\n", tty ? "\r\033[K" : "", p.epoch, static_cast<long long>(p.step),
-                    static_cast<long long>(p.steps), p.loss);
+        std::printf("%sepoch %d step %lld/%lld: loss %.6f\n", tty ? "\r\033[K" : "", p.epoch,
+                    static_cast<long long>(p.step), static_cast<long long>(p.steps), p.loss);
       std::fflush(stdout);
     }
     if (!tty || (p.seconds - last_draw < 0.1 && p.step != p.steps)) return;
     last_draw = p.seconds;
     const int width = 30, filled = static_cast<int>(width * p.step / std::max<std::int64_t>(p.steps, 1));
     const double eta = p.seconds / static_cast<double>(p.step) * static_cast<double>(p.steps - p.step);
-    std::fprintf(stderr, "\r\033[Kepoch %d/%d [%.*s%*s] %lld/%lld  %.0f img/s  loss %.4f  ETA %s", p.epoch, p.epochs, filled,
-                 "==============================", width - filled, "", static_cast<long long>(p.step), static_cast<long long>(p.steps),
-                 p.images_per_second, p.loss, eta_text(eta).c_str());
+    std::fprintf(stderr, "\r\033[Kepoch %d/%d [%.*s%*s] %lld/%lld  %.0f img/s  loss %.4f  ETA %s", p.epoch,
+                 p.epochs, filled, "==============================", width - filled, "",
+                 static_cast<long long>(p.step), static_cast<long long>(p.steps), p.images_per_second, p.loss,
+                 eta_text(eta).c_str());
     std::fflush(stderr);
   };
   cb.epoch = [&](const train::EpochReport& e) {
     if (o.json) {
-      std::printf("%s\n", nlohmann::ordered_json{{"epoch", e.epoch}, {"loss", e.loss}, {"test_loss", e.test_loss},
-                                                 {"test_accuracy", e.test_accuracy}, {"seconds", e.seconds},
+      std::printf("%s\n", nlohmann::ordered_json{{"epoch", e.epoch},
+                                                 {"loss", e.loss},
+                                                 {"test_loss", e.test_loss},
+                                                 {"test_accuracy", e.test_accuracy},
+                                                 {"seconds", e.seconds},
                                                  {"images_per_second", e.images_per_second}}
                               .dump()
                               .c_str());
     } else {
-      std::printf("%sepoch %d: loss %.4f, test loss %.4f, test accuracy %.2f%%, %.1f s, %.0f images/s\n", tty ? "\r\033[K" : "", e.epoch,
-                  e.loss, e.test_loss, 100 * e.test_accuracy, e.seconds, e.images_per_second);
+      std::printf("%sepoch %d: loss %.4f, test loss %.4f, test accuracy %.2f%%, %.1f s, %.0f images/s\n",
+                  tty ? "\r\033[K" : "", e.epoch, e.loss, e.test_loss, 100 * e.test_accuracy, e.seconds,
+                  e.images_per_second);
     }
     std::fflush(stdout);
   };
@@ -94,17 +102,26 @@ int run_train(TrainOptions& o) {
   const int code = train::run(c, cb, s);
   if (code != 0) return code;
   if (o.json) {
-    std::printf("%s\n", nlohmann::ordered_json{{"summary", true}, {"model", c.model}, {"epochs", s.epochs_run},
-                                               {"test_accuracy", s.test_accuracy}, {"images_per_second", s.images_per_second},
-                                               {"seconds_per_epoch", s.seconds_per_epoch}, {"peak_memory_bytes", s.peak_memory_bytes},
-                                               {"parameters", s.parameters}, {"threads", runtime().threads.threads}, {"out", o.out}}
+    std::printf("%s\n", nlohmann::ordered_json{{"summary", true},
+                                               {"model", c.model},
+                                               {"epochs", s.epochs_run},
+                                               {"test_accuracy", s.test_accuracy},
+                                               {"images_per_second", s.images_per_second},
+                                               {"seconds_per_epoch", s.seconds_per_epoch},
+                                               {"peak_memory_bytes", s.peak_memory_bytes},
+                                               {"parameters", s.parameters},
+                                               {"threads", runtime().threads.threads},
+                                               {"out", o.out}}
                             .dump()
                             .c_str());
   } else {
-    std::printf("trained %s (%lld parameters) on %d threads: %.2f s/epoch, %.0f images/s, test accuracy %.2f%%, peak memory %.1f MiB\n"
-                "saved %s\n",
-                c.model.c_str(), static_cast<long long>(s.parameters), runtime().threads.threads, s.seconds_per_epoch,
-                s.images_per_second, 100 * s.test_accuracy, static_cast<double>(s.peak_memory_bytes) / (1 << 20), o.out.c_str());
+    std::printf(
+        "trained %s (%lld parameters) on %d threads: %.2f s/epoch, %.0f images/s, test accuracy %.2f%%, peak "
+        "memory %.1f MiB\n"
+        "saved %s\n",
+        c.model.c_str(), static_cast<long long>(s.parameters), runtime().threads.threads, s.seconds_per_epoch,
+        s.images_per_second, 100 * s.test_accuracy, static_cast<double>(s.peak_memory_bytes) / (1 << 20),
+        o.out.c_str());
   }
   return 0;
 }
@@ -113,30 +130,39 @@ int run_train(TrainOptions& o) {
 
 void add_train_command(CLI::App& app, Action& action) {
   auto o = std::make_shared<TrainOptions>();
-  CLI::App* t = app.add_subcommand("train", "Train a zoo model (defaults: the PyTorch CPU tutorial's settings)");
+  CLI::App* t =
+      app.add_subcommand("train", "Train a zoo model (defaults: the PyTorch CPU tutorial's settings)");
   t->add_option("--model", o->config.model, "simplecnn, lenet5, mlp or resnet18 (default simplecnn)")
       ->check(CLI::IsMember({"simplecnn", "lenet5", "mlp", "resnet18"}))
       ->each([o](const std::string&) { o->config.model_given = true; });
   t->add_option("--data", o->data, "Directory with MNIST IDX files, CIFAR-10 batches, or train.csv/test.csv");
   t->add_option("--epochs", o->config.epochs, "Epochs (default 5)")->check(CLI::Range(1, 100000));
   t->add_option("--batch", o->config.batch, "Batch size (default 256)")->check(CLI::Range(1, 1 << 20));
-  t->add_option("--optimizer", o->config.optimizer, "adam, adamw or sgd (default adam)")->check(CLI::IsMember({"adam", "adamw", "sgd"}));
+  t->add_option("--optimizer", o->config.optimizer, "adam, adamw or sgd (default adam)")
+      ->check(CLI::IsMember({"adam", "adamw", "sgd"}));
   t->add_option("--lr", o->config.lr, "Learning rate (default 1e-3)")->check(CLI::PositiveNumber);
   t->add_option("--momentum", o->config.momentum, "SGD momentum (default 0)")->check(CLI::Range(0.0, 1.0));
-  t->add_option("--weight-decay", o->config.weight_decay, "Weight decay (default 0; AdamW 0.01)")->check(CLI::Range(0.0, 1.0));
+  t->add_option("--weight-decay", o->config.weight_decay, "Weight decay (default 0; AdamW 0.01)")
+      ->check(CLI::Range(0.0, 1.0));
   t->add_option("--workers", o->config.workers,
-                "Data-loading threads (default 1: a batch is gathered far faster than it trains, and more would compete with the compute threads)")
+                "Data-loading threads (default 1: a batch is gathered far faster than it trains, and more "
+                "would compete with the compute threads)")
       ->check(CLI::Range(1, 64));
-  t->add_option("--threads", o->threads, "Compute threads (default: usable physical cores)")->check(CLI::Range(1, 4096));
+  t->add_option("--threads", o->threads, "Compute threads (default: usable physical cores)")
+      ->check(CLI::Range(1, 4096));
   t->add_option("--seed", o->config.seed, "Seed for initialisation and shuffling (default 0)");
   t->add_option("--out", o->out, "Model file to write (safetensors)");
-  t->add_option("--init", o->init, "Start from the weights of this safetensors file (e.g. exported from PyTorch)");
+  t->add_option("--init", o->init,
+                "Start from the weights of this safetensors file (e.g. exported from PyTorch)");
   t->add_flag("--no-shuffle", o->no_shuffle, "Keep the training data in file order");
   t->add_option("--resume", o->resume, "Continue from a checkpoint");
   t->add_option("--checkpoint", o->checkpoint, "Checkpoint file (default: --out with .ckpt appended)");
-  t->add_option("--checkpoint-every", o->config.checkpoint_every, "Also checkpoint every N steps")->check(CLI::NonNegativeNumber);
-  t->add_option("--stop-after", o->config.stop_after, "Testing: act as if SIGTERM arrived after N steps")->group("");
-  t->add_option("--log-every", o->log_every, "Also report the loss every N steps")->check(CLI::NonNegativeNumber);
+  t->add_option("--checkpoint-every", o->config.checkpoint_every, "Also checkpoint every N steps")
+      ->check(CLI::NonNegativeNumber);
+  t->add_option("--stop-after", o->config.stop_after, "Testing: act as if SIGTERM arrived after N steps")
+      ->group("");
+  t->add_option("--log-every", o->log_every, "Also report the loss every N steps")
+      ->check(CLI::NonNegativeNumber);
   t->add_flag("--json", o->json, "One JSON object per epoch and a final summary, on stdout");
   t->callback([&action, o] { action = [o] { return run_train(*o); }; });
 }

@@ -56,14 +56,17 @@ struct DataLoader::State {
         continue;
       }
       const std::int64_t p = options.crop_padding;
-      const std::int64_t dy = p ? static_cast<std::int64_t>(gen.next_u64() % static_cast<std::uint64_t>(2 * p + 1)) - p : 0;
-      const std::int64_t dx = p ? static_cast<std::int64_t>(gen.next_u64() % static_cast<std::uint64_t>(2 * p + 1)) - p : 0;
+      const std::int64_t dy =
+          p ? static_cast<std::int64_t>(gen.next_u64() % static_cast<std::uint64_t>(2 * p + 1)) - p : 0;
+      const std::int64_t dx =
+          p ? static_cast<std::int64_t>(gen.next_u64() % static_cast<std::uint64_t>(2 * p + 1)) - p : 0;
       const bool flip = options.horizontal_flip && (gen.next_u64() & 1);
       for (std::int64_t ch = 0; ch < c; ++ch)
         for (std::int64_t r = 0; r < h; ++r)
           for (std::int64_t q = 0; q < w; ++q) {
             const std::int64_t sr = r + dy, sq = (flip ? w - 1 - q : q) + dx;
-            dst[(ch * h + r) * w + q] = (sr < 0 || sr >= h || sq < 0 || sq >= w) ? 0.0f : s[(ch * h + sr) * w + sq];
+            dst[(ch * h + r) * w + q] =
+                (sr < 0 || sr >= h || sq < 0 || sq >= w) ? 0.0f : s[(ch * h + sr) * w + sq];
           }
     }
     return {x, y};
@@ -98,13 +101,16 @@ struct DataLoader::State {
   }
 };
 
-DataLoader::DataLoader(const Dataset& dataset, const LoaderOptions& options) : state_(std::make_unique<State>(dataset, options)) {
+DataLoader::DataLoader(const Dataset& dataset, const LoaderOptions& options)
+    : state_(std::make_unique<State>(dataset, options)) {
   if (options.batch < 1) throw Error("batch size must be at least 1, got " + std::to_string(options.batch));
-  if (options.workers < 1 || options.workers > 64) throw Error("--workers must be between 1 and 64, got " + std::to_string(options.workers));
+  if (options.workers < 1 || options.workers > 64)
+    throw Error("--workers must be between 1 and 64, got " + std::to_string(options.workers));
   state_->n = dataset.images.size(0);
   if (state_->n == 0) throw Error("the dataset is empty");
   if (dataset.labels.numel() != state_->n)
-    throw Error("dataset has " + std::to_string(state_->n) + " samples but " + std::to_string(dataset.labels.numel()) + " labels");
+    throw Error("dataset has " + std::to_string(state_->n) + " samples but " +
+                std::to_string(dataset.labels.numel()) + " labels");
   state_->sample_floats = dataset.images.numel() / state_->n;
 }
 
@@ -120,12 +126,14 @@ void DataLoader::start_epoch(std::int64_t epoch, std::int64_t skip) {
   if (s.options.shuffle) {
     Generator shuffle(s.options.seed * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(epoch) + 1);
     for (std::int64_t i = s.n - 1; i > 0; --i)
-      std::swap(s.order[static_cast<std::size_t>(i)], s.order[static_cast<std::size_t>(shuffle.next_u64() % static_cast<std::uint64_t>(i + 1))]);
+      std::swap(s.order[static_cast<std::size_t>(i)],
+                s.order[static_cast<std::size_t>(shuffle.next_u64() % static_cast<std::uint64_t>(i + 1))]);
   }
   s.next_batch = std::min(skip, s.batches_per_epoch());
   s.end_batch = s.batches_per_epoch();
   s.workers.reserve(static_cast<std::size_t>(s.options.workers));
-  for (int k = 0; k < s.options.workers; ++k) s.workers.emplace_back([&s, k, epoch, first = s.next_batch] { s.work(k, epoch, first); });
+  for (int k = 0; k < s.options.workers; ++k)
+    s.workers.emplace_back([&s, k, epoch, first = s.next_batch] { s.work(k, epoch, first); });
 }
 
 bool DataLoader::next(Tensor& x, Tensor& y) {

@@ -28,26 +28,34 @@ Tensor read_pgm(const std::string& bytes, const std::string& name) {
     }
     long v = 0;
     std::size_t digits = 0;
-    while (pos < bytes.size() && std::isdigit(static_cast<unsigned char>(bytes[pos])) && digits < 9) v = v * 10 + (bytes[pos++] - '0'), ++digits;
+    while (pos < bytes.size() && std::isdigit(static_cast<unsigned char>(bytes[pos])) && digits < 9)
+      v = v * 10 + (bytes[pos++] - '0'), ++digits;
     if (digits == 0) throw Error(name + ": malformed PGM header");
     return v;
   };
   const bool binary = bytes[1] == '5';
   const long w = next_int(), h = next_int(), maxval = next_int();
   if (w < 1 || h < 1 || w > 16384 || h > 16384 || maxval < 1 || maxval > 255)
-    throw Error(name + ": PGM of " + std::to_string(w) + "x" + std::to_string(h) + ", max " + std::to_string(maxval) + " (8-bit images up to 16384x16384 supported)");
+    throw Error(name + ": PGM of " + std::to_string(w) + "x" + std::to_string(h) + ", max " +
+                std::to_string(maxval) + " (8-bit images up to 16384x16384 supported)");
   Tensor t = Tensor::empty({1, h, w});
   if (binary) {
     ++pos;  // the single whitespace after maxval
-    if (bytes.size() < pos + static_cast<std::size_t>(w * h)) throw Error(name + ": truncated PGM pixel data");
-    for (long i = 0; i < w * h; ++i) t.data()[i] = static_cast<unsigned char>(bytes[pos + static_cast<std::size_t>(i)]) / static_cast<float>(maxval);
+    if (bytes.size() < pos + static_cast<std::size_t>(w * h))
+      throw Error(name + ": truncated PGM pixel data");
+    for (long i = 0; i < w * h; ++i)
+      t.data()[i] =
+          static_cast<unsigned char>(bytes[pos + static_cast<std::size_t>(i)]) / static_cast<float>(maxval);
   } else {
-    for (long i = 0; i < w * h; ++i) t.data()[i] = static_cast<float>(next_int()) / static_cast<float>(maxval);
+    for (long i = 0; i < w * h; ++i)
+      t.data()[i] = static_cast<float>(next_int()) / static_cast<float>(maxval);
   }
   return t;
 }
 
-std::uint32_t be32(const unsigned char* p) { return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) | p[3]; }
+std::uint32_t be32(const unsigned char* p) {
+  return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) | p[3];
+}
 
 Tensor read_png(const std::string& bytes, const std::string& name) {
   const auto* b = reinterpret_cast<const unsigned char*>(bytes.data());
@@ -68,9 +76,11 @@ Tensor read_png(const std::string& bytes, const std::string& name) {
       const int depth = data[8], color = data[9], interlace = data[12];
       channels = color == 0 ? 1 : color == 2 ? 3 : color == 4 ? 2 : color == 6 ? 4 : 0;
       if (depth != 8 || channels == 0 || interlace != 0)
-        throw Error(name + ": PNG with bit depth " + std::to_string(depth) + ", colour type " + std::to_string(color) + ", interlace " +
-                    std::to_string(interlace) + " (supported: 8-bit grey, grey+alpha, RGB, RGBA, not interlaced)");
-      if (width < 1 || height < 1 || width > 16384 || height > 16384) throw Error(name + ": PNG of " + std::to_string(width) + "x" + std::to_string(height));
+        throw Error(name + ": PNG with bit depth " + std::to_string(depth) + ", colour type " +
+                    std::to_string(color) + ", interlace " + std::to_string(interlace) +
+                    " (supported: 8-bit grey, grey+alpha, RGB, RGBA, not interlaced)");
+      if (width < 1 || height < 1 || width > 16384 || height > 16384)
+        throw Error(name + ": PNG of " + std::to_string(width) + "x" + std::to_string(height));
       header = true;
     } else if (type == "IDAT") {
       idat.append(reinterpret_cast<const char*>(data), len);
@@ -83,7 +93,8 @@ Tensor read_png(const std::string& bytes, const std::string& name) {
   const std::size_t stride = static_cast<std::size_t>(width) * static_cast<std::size_t>(channels);
   std::vector<unsigned char> raw((stride + 1) * height);
   uLongf raw_len = raw.size();
-  if (uncompress(raw.data(), &raw_len, reinterpret_cast<const Bytef*>(idat.data()), idat.size()) != Z_OK || raw_len != raw.size())
+  if (uncompress(raw.data(), &raw_len, reinterpret_cast<const Bytef*>(idat.data()), idat.size()) != Z_OK ||
+      raw_len != raw.size())
     throw Error(name + ": corrupt PNG image data");
   std::vector<unsigned char> pixels(stride * height), prev(stride, 0);
   const std::size_t bpp = static_cast<std::size_t>(channels);
@@ -95,16 +106,24 @@ Tensor read_png(const std::string& bytes, const std::string& name) {
       const int a = x >= bpp ? out[x - bpp] : 0, up = prev[x], c = x >= bpp ? prev[x - bpp] : 0;
       int v = in[x];
       switch (filter) {
-        case 0: break;
-        case 1: v += a; break;
-        case 2: v += up; break;
-        case 3: v += (a + up) / 2; break;
+        case 0:
+          break;
+        case 1:
+          v += a;
+          break;
+        case 2:
+          v += up;
+          break;
+        case 3:
+          v += (a + up) / 2;
+          break;
         case 4: {
           const int p = a + up - c, pa = std::abs(p - a), pb = std::abs(p - up), pc = std::abs(p - c);
           v += (pa <= pb && pa <= pc) ? a : (pb <= pc ? up : c);
           break;
         }
-        default: throw Error(name + ": unknown PNG row filter " + std::to_string(filter));
+        default:
+          throw Error(name + ": unknown PNG row filter " + std::to_string(filter));
       }
       out[x] = static_cast<unsigned char>(v);
     }
@@ -114,7 +133,8 @@ Tensor read_png(const std::string& bytes, const std::string& name) {
   Tensor t = Tensor::empty({colour, static_cast<std::int64_t>(height), static_cast<std::int64_t>(width)});
   for (int ch = 0; ch < colour; ++ch)
     for (std::size_t i = 0; i < static_cast<std::size_t>(width) * height; ++i)
-      t.data()[static_cast<std::size_t>(ch) * width * height + i] = pixels[i * bpp + static_cast<std::size_t>(ch)] / 255.0f;
+      t.data()[static_cast<std::size_t>(ch) * width * height + i] =
+          pixels[i * bpp + static_cast<std::size_t>(ch)] / 255.0f;
   return t;
 }
 
@@ -122,8 +142,10 @@ Tensor read_png(const std::string& bytes, const std::string& name) {
 
 Tensor read_image(const std::filesystem::path& path) {
   const std::string bytes = io::read_file(path), name = path.string();
-  if (bytes.size() >= 8 && std::memcmp(bytes.data(), "\x89PNG\r\n\x1a\n", 8) == 0) return read_png(bytes, name);
-  if (bytes.size() >= 2 && bytes[0] == 'P' && (bytes[1] == '5' || bytes[1] == '2')) return read_pgm(bytes, name);
+  if (bytes.size() >= 8 && std::memcmp(bytes.data(), "\x89PNG\r\n\x1a\n", 8) == 0)
+    return read_png(bytes, name);
+  if (bytes.size() >= 2 && bytes[0] == 'P' && (bytes[1] == '5' || bytes[1] == '2'))
+    return read_pgm(bytes, name);
   throw Error(name + ": not a PGM (P5/P2) or PNG image");
 }
 

@@ -1,5 +1,5 @@
-// Whole-file reading, and crash-safe file replacement: write a temporary file beside the target, fsync it, rename it over
-// the target, fsync the directory. Readers see the old file or the new one, never a mix.
+// Whole-file reading, and crash-safe file replacement: write a temporary file beside the target, fsync it,
+// rename it over the target, fsync the directory. Readers see the old file or the new one, never a mix.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>

@@ -31,13 +31,17 @@ SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& n
   SafetensorsFile file;
   file.metadata = header.metadata;
   for (const SafetensorsEntry& e : header.entries)
-    file.tensors.emplace_back(e.name, Tensor::from_buffer(bytes.data() + header.data_start + e.begin, e.shape, e.dtype));
+    file.tensors.emplace_back(
+        e.name, Tensor::from_buffer(bytes.data() + header.data_start + e.begin, e.shape, e.dtype));
   return file;
 }
 
-SafetensorsFile load_safetensors(const std::filesystem::path& path) { return parse_safetensors(read_file(path), path.string()); }
+SafetensorsFile load_safetensors(const std::filesystem::path& path) {
+  return parse_safetensors(read_file(path), path.string());
+}
 
-std::string serialize_safetensors(const nn::NamedTensors& tensors, const std::map<std::string, std::string>& metadata) {
+std::string serialize_safetensors(const nn::NamedTensors& tensors,
+                                  const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json header;
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::uint64_t offset = 0;
@@ -47,17 +51,20 @@ std::string serialize_safetensors(const nn::NamedTensors& tensors, const std::ma
     if (header.contains(name)) throw Error("safetensors: tensor name '" + name + "' appears twice");
     const Tensor c = t.contiguous();
     const std::uint64_t bytes = static_cast<std::uint64_t>(c.numel()) * dtype_size(c.dtype());
-    header[name] = {{"dtype", dtype_code(c.dtype())}, {"shape", c.shape()}, {"data_offsets", {offset, offset + bytes}}};
+    header[name] = {
+        {"dtype", dtype_code(c.dtype())}, {"shape", c.shape()}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
     contiguous.push_back(c);
   }
   std::string json = header.dump();
   json.append((8 - json.size() % 8) % 8, ' ');  // pad so the data section starts 8-byte aligned
   std::string out(8, '\0');
-  for (int i = 0; i < 8; ++i) out[static_cast<std::size_t>(i)] = static_cast<char>((json.size() >> (8 * i)) & 0xff);
+  for (int i = 0; i < 8; ++i)
+    out[static_cast<std::size_t>(i)] = static_cast<char>((json.size() >> (8 * i)) & 0xff);
   out += json;
   for (const Tensor& c : contiguous)
-    out.append(static_cast<const char*>(c.raw_data()), static_cast<std::size_t>(c.numel()) * dtype_size(c.dtype()));
+    out.append(static_cast<const char*>(c.raw_data()),
+               static_cast<std::size_t>(c.numel()) * dtype_size(c.dtype()));
   return out;
 }
 

@@ -20,12 +20,14 @@ const std::pair<const char*, DType> kDtypes[] = {
 SafetensorsHeader parse_safetensors_header(std::string_view bytes, const std::string& name) {
   auto fail = [&](const std::string& why) { throw Error(name + ": " + why); };
   if (bytes.size() < 8)
-    fail("not a safetensors file (" + std::to_string(bytes.size()) + " bytes, shorter than the 8-byte header length)");
+    fail("not a safetensors file (" + std::to_string(bytes.size()) +
+         " bytes, shorter than the 8-byte header length)");
   std::uint64_t header_len = 0;
-  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | static_cast<unsigned char>(bytes[static_cast<std::size_t>(i)]);
+  for (int i = 7; i >= 0; --i)
+    header_len = (header_len << 8) | static_cast<unsigned char>(bytes[static_cast<std::size_t>(i)]);
   if (header_len > kMaxHeaderBytes || header_len > bytes.size() - 8)
-    fail("header length " + std::to_string(header_len) + " exceeds the file (" + std::to_string(bytes.size()) +
-         " bytes): truncated or not safetensors");
+    fail("header length " + std::to_string(header_len) + " exceeds the file (" +
+         std::to_string(bytes.size()) + " bytes): truncated or not safetensors");
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(bytes.substr(8, static_cast<std::size_t>(header_len)));
@@ -46,14 +48,16 @@ SafetensorsHeader parse_safetensors_header(std::string_view bytes, const std::st
       continue;
     }
     const std::string where = "tensor '" + key + "'";
-    if (!value.is_object() || !value.contains("dtype") || !value.contains("shape") || !value.contains("data_offsets"))
+    if (!value.is_object() || !value.contains("dtype") || !value.contains("shape") ||
+        !value.contains("data_offsets"))
       fail(where + ": expected an object with dtype, shape and data_offsets");
     const auto& jd = value["dtype"];
     if (!jd.is_string()) fail(where + ": dtype is not a string");
     std::optional<DType> dtype;
     for (const auto& [code, d] : kDtypes)
       if (jd.get<std::string>() == code) dtype = d;
-    if (!dtype) fail(where + ": unsupported dtype " + jd.get<std::string>() + " (supported: F32, BF16, I8, I32, I64)");
+    if (!dtype)
+      fail(where + ": unsupported dtype " + jd.get<std::string>() + " (supported: F32, BF16, I8, I32, I64)");
     const auto& js = value["shape"];
     if (!js.is_array()) fail(where + ": shape is not an array");
     Shape shape;
@@ -61,7 +65,8 @@ SafetensorsHeader parse_safetensors_header(std::string_view bytes, const std::st
     for (const auto& d : js) {
       if (!d.is_number_unsigned()) fail(where + ": shape has a non-integer or negative entry");
       const std::uint64_t v = d.get<std::uint64_t>();
-      if (v > (std::uint64_t{1} << 40) || (v && numel > (std::uint64_t{1} << 42) / v)) fail(where + ": shape too large");
+      if (v > (std::uint64_t{1} << 40) || (v && numel > (std::uint64_t{1} << 42) / v))
+        fail(where + ": shape too large");
       numel *= v;
       shape.push_back(static_cast<std::int64_t>(v));
     }
@@ -70,11 +75,11 @@ SafetensorsHeader parse_safetensors_header(std::string_view bytes, const std::st
       fail(where + ": data_offsets must be two non-negative integers");
     const std::uint64_t begin = jo[0].get<std::uint64_t>(), end = jo[1].get<std::uint64_t>();
     if (begin > end || end > data_size)
-      fail(where + ": data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) + ") outside the " +
-           std::to_string(data_size) + "-byte data section (truncated file?)");
+      fail(where + ": data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
+           ") outside the " + std::to_string(data_size) + "-byte data section (truncated file?)");
     if (end - begin != numel * dtype_size(*dtype))
-      fail(where + ": " + std::to_string(end - begin) + " bytes of data for shape " + shape_text(shape) + " of " +
-           jd.get<std::string>() + " (expected " + std::to_string(numel * dtype_size(*dtype)) + ")");
+      fail(where + ": " + std::to_string(end - begin) + " bytes of data for shape " + shape_text(shape) +
+           " of " + jd.get<std::string>() + " (expected " + std::to_string(numel * dtype_size(*dtype)) + ")");
     out.entries.push_back({key, *dtype, shape, begin, end});
   }
   std::stable_sort(out.entries.begin(), out.entries.end(),

@@ -18,12 +18,12 @@ namespace cpudl::kernels {
   { IsaLevel::level, #fn, fn }
 
 // The common case: an AVX-512 and an AVX2 variant over the portable reference.
-#define CPUDL_STANDARD_VARIANTS(kernel, Fn)                                                      \
-  const std::vector<KernelVariant<Fn>>& kernel##_variants() {                                    \
-    static const std::vector<KernelVariant<Fn>> v = {CPUDL_VARIANT(avx512, kernel##__avx512),     \
-                                                     CPUDL_VARIANT(avx2, kernel##__avx2),         \
-                                                     CPUDL_VARIANT(generic, kernel##__ref)};      \
-    return v;                                                                                    \
+#define CPUDL_STANDARD_VARIANTS(kernel, Fn)                                                   \
+  const std::vector<KernelVariant<Fn>>& kernel##_variants() {                                 \
+    static const std::vector<KernelVariant<Fn>> v = {CPUDL_VARIANT(avx512, kernel##__avx512), \
+                                                     CPUDL_VARIANT(avx2, kernel##__avx2),     \
+                                                     CPUDL_VARIANT(generic, kernel##__ref)};  \
+    return v;                                                                                 \
   }
 
 CPUDL_STANDARD_VARIANTS(f32_add, F32BinaryFn)
@@ -53,9 +53,9 @@ CPUDL_STANDARD_VARIANTS(f32_adam_step, AdamStepFn)
 #undef CPUDL_STANDARD_VARIANTS
 
 const std::vector<KernelVariant<FmaProbeFn>>& f32_fma_probe_variants() {
-  static const std::vector<KernelVariant<FmaProbeFn>> v = {
-      CPUDL_VARIANT(avx512, f32_fma_probe__avx512), CPUDL_VARIANT(avx2, f32_fma_probe__avx2),
-      CPUDL_VARIANT(generic, f32_fma_probe__ref)};
+  static const std::vector<KernelVariant<FmaProbeFn>> v = {CPUDL_VARIANT(avx512, f32_fma_probe__avx512),
+                                                           CPUDL_VARIANT(avx2, f32_fma_probe__avx2),
+                                                           CPUDL_VARIANT(generic, f32_fma_probe__ref)};
   return v;
 }
 const std::vector<KernelVariant<FmaProbeFn>>& int8_dot_probe_variants() {
@@ -66,8 +66,8 @@ const std::vector<KernelVariant<FmaProbeFn>>& int8_dot_probe_variants() {
 }
 
 const std::vector<KernelVariant<FmaProbeFn>>& bf16_dot_probe_variants() {
-  static const std::vector<KernelVariant<FmaProbeFn>> v = {CPUDL_VARIANT(avx512_bf16, bf16_dot_probe__avx512_bf16),
-                                                           CPUDL_VARIANT(generic, bf16_dot_probe__ref)};
+  static const std::vector<KernelVariant<FmaProbeFn>> v = {
+      CPUDL_VARIANT(avx512_bf16, bf16_dot_probe__avx512_bf16), CPUDL_VARIANT(generic, bf16_dot_probe__ref)};
   return v;
 }
 #undef CPUDL_VARIANT
@@ -104,7 +104,8 @@ const KernelTable& kernel_table() {
   static const KernelTable table = [] {
     const Runtime& rt = runtime();
     // Stream only what cannot stay in the last-level cache (per call: kernels see one thread's part).
-    g_streaming_store_bytes = std::max<std::size_t>(std::size_t{4} << 20, rt.system.l3_bytes.value_or(32u << 20));
+    g_streaming_store_bytes =
+        std::max<std::size_t>(std::size_t{4} << 20, rt.system.l3_bytes.value_or(32u << 20));
     KernelTable t = make_kernel_table(rt.isa.active);
     if (verbose())
       for (const auto& [kernel, variant] : describe(t))

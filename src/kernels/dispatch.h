@@ -18,33 +18,33 @@
 namespace cpudl::kernels {
 
 // X(kernel, function type): every native kernel, once.
-#define CPUDL_KERNELS(X)                            \
-  X(f32_add, F32BinaryFn)                           \
-  X(f32_sub, F32BinaryFn)                           \
-  X(f32_mul, F32BinaryFn)                           \
-  X(f32_div, F32BinaryFn)                           \
-  X(f32_relu, F32UnaryFn)                           \
-  X(f32_gelu, F32UnaryFn)                           \
-  X(f32_sigmoid, F32UnaryFn)                        \
-  X(f32_tanh, F32UnaryFn)                           \
-  X(f32_exp, F32UnaryFn)                            \
-  X(f32_log, F32UnaryFn)                            \
-  X(f32_relu_backward, F32UnaryBackwardFn)          \
-  X(f32_gelu_backward, F32UnaryBackwardFn)          \
-  X(f32_sigmoid_backward, F32UnaryBackwardFn)       \
-  X(f32_tanh_backward, F32UnaryBackwardFn)          \
-  X(f32_sum, F32ReduceFn)                           \
-  X(f32_max, F32ReduceFn)                           \
-  X(f32_argmax, F32ArgmaxFn)                        \
-  X(f32_softmax, F32RowwiseFn)                      \
-  X(f32_log_softmax, F32RowwiseFn)                  \
-  X(f32_cross_entropy, CrossEntropyFn)              \
-  X(f32_layer_norm_forward, LayerNormForwardFn)     \
-  X(f32_layer_norm_backward, LayerNormBackwardFn)   \
-  X(f32_sgd_step, SgdStepFn)                        \
-  X(f32_adam_step, AdamStepFn)                      \
-  X(f32_fma_probe, FmaProbeFn)                      \
-  X(int8_dot_probe, FmaProbeFn)                     \
+#define CPUDL_KERNELS(X)                          \
+  X(f32_add, F32BinaryFn)                         \
+  X(f32_sub, F32BinaryFn)                         \
+  X(f32_mul, F32BinaryFn)                         \
+  X(f32_div, F32BinaryFn)                         \
+  X(f32_relu, F32UnaryFn)                         \
+  X(f32_gelu, F32UnaryFn)                         \
+  X(f32_sigmoid, F32UnaryFn)                      \
+  X(f32_tanh, F32UnaryFn)                         \
+  X(f32_exp, F32UnaryFn)                          \
+  X(f32_log, F32UnaryFn)                          \
+  X(f32_relu_backward, F32UnaryBackwardFn)        \
+  X(f32_gelu_backward, F32UnaryBackwardFn)        \
+  X(f32_sigmoid_backward, F32UnaryBackwardFn)     \
+  X(f32_tanh_backward, F32UnaryBackwardFn)        \
+  X(f32_sum, F32ReduceFn)                         \
+  X(f32_max, F32ReduceFn)                         \
+  X(f32_argmax, F32ArgmaxFn)                      \
+  X(f32_softmax, F32RowwiseFn)                    \
+  X(f32_log_softmax, F32RowwiseFn)                \
+  X(f32_cross_entropy, CrossEntropyFn)            \
+  X(f32_layer_norm_forward, LayerNormForwardFn)   \
+  X(f32_layer_norm_backward, LayerNormBackwardFn) \
+  X(f32_sgd_step, SgdStepFn)                      \
+  X(f32_adam_step, AdamStepFn)                    \
+  X(f32_fma_probe, FmaProbeFn)                    \
+  X(int8_dot_probe, FmaProbeFn)                   \
   X(bf16_dot_probe, FmaProbeFn)
 
 template <class Fn>

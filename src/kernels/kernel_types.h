@@ -38,12 +38,13 @@ using CrossEntropyFn = void (*)(const CrossEntropyArgs& args);
 
 // Layer norm over the last dimension (cols) of contiguous rows; gamma/beta may be null (1 / 0).
 // Forward saves mean and rstd = 1/sqrt(var + eps) per row (biased variance, as PyTorch).
-using LayerNormForwardFn = void (*)(const float* x, const float* gamma, const float* beta, float* y, float* mean,
-                                    float* rstd, std::size_t rows, std::size_t cols, float epsilon);
+using LayerNormForwardFn = void (*)(const float* x, const float* gamma, const float* beta, float* y,
+                                    float* mean, float* rstd, std::size_t rows, std::size_t cols,
+                                    float epsilon);
 // Writes dx and ADDS the rows' contributions into dgamma and dbeta (each may be null).
 using LayerNormBackwardFn = void (*)(const float* x, const float* dy, const float* gamma, const float* mean,
-                                     const float* rstd, float* dx, float* dgamma, float* dbeta, std::size_t rows,
-                                     std::size_t cols);
+                                     const float* rstd, float* dx, float* dgamma, float* dbeta,
+                                     std::size_t rows, std::size_t cols);
 
 // PyTorch's SGD: g += wd p; buf = momentum buf + (1 - dampening) g (buf = g on the first step);
 // g = nesterov ? g + momentum buf : buf; p -= lr g. momentum_buffer unused when momentum == 0.
@@ -60,7 +61,8 @@ struct AdamParams {
   bool decoupled;
   std::int64_t step;  // 1 on the first update
 };
-using AdamStepFn = void (*)(float* param, const float* grad, float* m, float* v, std::size_t n, const AdamParams& p);
+using AdamStepFn = void (*)(float* param, const float* grad, float* m, float* v, std::size_t n,
+                            const AdamParams& p);
 
 using FmaProbeFn = std::uint64_t (*)(std::uint64_t iterations, float* sink);
 

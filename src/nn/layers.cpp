@@ -18,7 +18,8 @@ Tensor uniform(const Shape& shape, float bound) {
 }  // namespace
 
 Linear::Linear(std::int64_t in, std::int64_t out, bool has_bias) {
-  if (in < 1 || out < 1) throw Error("Linear(" + std::to_string(in) + ", " + std::to_string(out) + "): sizes must be positive");
+  if (in < 1 || out < 1)
+    throw Error("Linear(" + std::to_string(in) + ", " + std::to_string(out) + "): sizes must be positive");
   const float bound = 1.0f / std::sqrt(static_cast<float>(in));
   weight = register_parameter("weight", uniform({out, in}, bound));
   if (has_bias) bias = register_parameter("bias", uniform({out}, bound));
@@ -26,11 +27,11 @@ Linear::Linear(std::int64_t in, std::int64_t out, bool has_bias) {
 
 Tensor Linear::forward(const Tensor& x) { return linear(x, weight, bias); }
 
-Conv2d::Conv2d(std::int64_t in, std::int64_t out, std::int64_t kernel, std::int64_t stride, std::int64_t padding,
-               bool has_bias, std::int64_t dilation, std::int64_t groups) {
+Conv2d::Conv2d(std::int64_t in, std::int64_t out, std::int64_t kernel, std::int64_t stride,
+               std::int64_t padding, bool has_bias, std::int64_t dilation, std::int64_t groups) {
   if (in < 1 || out < 1 || kernel < 1 || groups < 1 || in % groups || out % groups)
-    throw Error("Conv2d(" + std::to_string(in) + ", " + std::to_string(out) + ", kernel " + std::to_string(kernel) +
-                ", groups " + std::to_string(groups) + "): invalid configuration");
+    throw Error("Conv2d(" + std::to_string(in) + ", " + std::to_string(out) + ", kernel " +
+                std::to_string(kernel) + ", groups " + std::to_string(groups) + "): invalid configuration");
   options = Conv2dOptions{stride, stride, padding, padding, dilation, dilation, groups};
   const float bound = 1.0f / std::sqrt(static_cast<float>(in / groups * kernel * kernel));
   weight = register_parameter("weight", uniform({out, in / groups, kernel, kernel}, bound));
@@ -62,7 +63,9 @@ LayerNorm::LayerNorm(const Shape& normalized_shape, float eps) : eps(eps) {
 
 Tensor LayerNorm::forward(const Tensor& x) { return layer_norm(x, weight.dim(), weight, bias, eps); }
 
-Embedding::Embedding(std::int64_t num, std::int64_t dim) { weight = register_parameter("weight", Tensor::randn({num, dim})); }
+Embedding::Embedding(std::int64_t num, std::int64_t dim) {
+  weight = register_parameter("weight", Tensor::randn({num, dim}));
+}
 
 Tensor Embedding::forward(const Tensor& indices) { return embedding(indices, weight); }
 

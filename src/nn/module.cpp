@@ -68,9 +68,9 @@ void Module::load_state_dict(const NamedTensors& state, bool strict) {
     used.insert(name);
     const Tensor& source = it->second;
     if (source.shape() != target.shape() || source.dtype() != target.dtype()) {
-      mismatched.push_back(name + " is " + std::string(dtype_name(source.dtype())) + shape_text(source.shape()) +
-                           " in the state dict, the model expects " + std::string(dtype_name(target.dtype())) +
-                           shape_text(target.shape()));
+      mismatched.push_back(name + " is " + std::string(dtype_name(source.dtype())) +
+                           shape_text(source.shape()) + " in the state dict, the model expects " +
+                           std::string(dtype_name(target.dtype())) + shape_text(target.shape()));
     }
   }
   std::vector<std::string> unexpected;

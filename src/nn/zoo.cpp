@@ -58,7 +58,8 @@ void kaiming_normal_fan_out(Conv2d& conv) {
   std::copy(fresh.data(), fresh.data() + fresh.numel(), w.data());
 }
 
-std::shared_ptr<Conv2d> resnet_conv(std::int64_t in, std::int64_t out, std::int64_t k, std::int64_t stride, std::int64_t pad) {
+std::shared_ptr<Conv2d> resnet_conv(std::int64_t in, std::int64_t out, std::int64_t k, std::int64_t stride,
+                                    std::int64_t pad) {
   auto c = std::make_shared<Conv2d>(in, out, k, stride, pad, /*bias=*/false);
   kaiming_normal_fan_out(*c);
   return c;
@@ -73,8 +74,8 @@ class BasicBlock : public Module {
     bn2 = register_module("bn2", std::make_shared<BatchNorm2d>(out));
     if (stride != 1 || in != out) {
       downsample = register_module(
-          "downsample", std::make_shared<Sequential>(std::vector<ModulePtr>{resnet_conv(in, out, 1, stride, 0),
-                                                                            std::make_shared<BatchNorm2d>(out)}));
+          "downsample", std::make_shared<Sequential>(std::vector<ModulePtr>{
+                            resnet_conv(in, out, 1, stride, 0), std::make_shared<BatchNorm2d>(out)}));
     }
   }
   Tensor forward(const Tensor& x) override {
@@ -90,7 +91,8 @@ class BasicBlock : public Module {
 class ResNet18 : public Module {
  public:
   ResNet18(std::int64_t in_channels, std::int64_t classes, bool cifar_stem) : cifar_stem_(cifar_stem) {
-    conv1 = register_module("conv1", cifar_stem ? resnet_conv(in_channels, 64, 3, 1, 1) : resnet_conv(in_channels, 64, 7, 2, 3));
+    conv1 = register_module(
+        "conv1", cifar_stem ? resnet_conv(in_channels, 64, 3, 1, 1) : resnet_conv(in_channels, 64, 7, 2, 3));
     bn1 = register_module("bn1", std::make_shared<BatchNorm2d>(64));
     const std::int64_t widths[] = {64, 128, 256, 512};
     std::int64_t in = 64;
@@ -127,7 +129,8 @@ ModulePtr make_model(const std::string& name, std::int64_t classes, std::int64_t
                      std::int64_t mlp_inputs) {
   if (name == "simplecnn") return std::make_shared<SimpleCnn>(in_channels, classes);
   if (name == "lenet5") return std::make_shared<LeNet5>(in_channels, classes);
-  if (name == "mlp") return std::make_shared<Mlp>(mlp_inputs > 0 ? mlp_inputs : in_channels * 28 * 28, classes);
+  if (name == "mlp")
+    return std::make_shared<Mlp>(mlp_inputs > 0 ? mlp_inputs : in_channels * 28 * 28, classes);
   if (name == "resnet18") return std::make_shared<ResNet18>(in_channels, classes, cifar_stem);
   throw UsageError("unknown model '" + name + "' (expected simplecnn, lenet5, mlp or resnet18)");
 }

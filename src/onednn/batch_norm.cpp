@@ -16,8 +16,8 @@ using flags = dnnl::normalization_flags;
 enum OpId : std::int64_t { kBnTraining = 300, kBnInference, kBnBackward };
 
 std::string bn_text(const BatchNormShape& s) {
-  return "batch_norm [" + std::to_string(s.batch) + "x" + std::to_string(s.channels) + "x" + std::to_string(s.height) +
-         "x" + std::to_string(s.width) + "]";
+  return "batch_norm [" + std::to_string(s.batch) + "x" + std::to_string(s.channels) + "x" +
+         std::to_string(s.height) + "x" + std::to_string(s.width) + "]";
 }
 
 void validate(const BatchNormShape& s) {
@@ -31,7 +31,13 @@ PrimitiveKey bn_key(std::int64_t op, const BatchNormShape& s, std::int64_t extra
   std::int32_t eps_bits;
   static_assert(sizeof eps_bits == sizeof s.epsilon);
   std::memcpy(&eps_bits, &s.epsilon, sizeof eps_bits);
-  key.add(s.batch).add(s.channels).add(s.height).add(s.width).add(static_cast<int>(s.layout)).add(eps_bits).add(extra);
+  key.add(s.batch)
+      .add(s.channels)
+      .add(s.height)
+      .add(s.width)
+      .add(static_cast<int>(s.layout))
+      .add(eps_bits)
+      .add(extra);
   return key;
 }
 
@@ -54,8 +60,8 @@ struct BnEntry {
 
 }  // namespace
 
-void batch_norm_forward_training(const BatchNormShape& s, const float* src, const float* scale, const float* shift,
-                                 float* dst, float* mean, float* variance) {
+void batch_norm_forward_training(const BatchNormShape& s, const float* src, const float* scale,
+                                 const float* shift, float* dst, float* mean, float* variance) {
   validate(s);
   static PrimitiveCache<BnEntry> cache;
   const auto entry = with_context(bn_text(s), [&] {
@@ -75,8 +81,9 @@ void batch_norm_forward_training(const BatchNormShape& s, const float* src, cons
   entry->exec.run({src, scale, shift, dst, mean, variance});
 }
 
-void batch_norm_forward_inference(const BatchNormShape& s, const float* src, const float* scale, const float* shift,
-                                  const float* mean, const float* variance, float* dst, Activation activation) {
+void batch_norm_forward_inference(const BatchNormShape& s, const float* src, const float* scale,
+                                  const float* shift, const float* mean, const float* variance, float* dst,
+                                  Activation activation) {
   validate(s);
   static PrimitiveCache<BnEntry> cache;
   const bool relu = activation == Activation::relu;
@@ -84,8 +91,8 @@ void batch_norm_forward_inference(const BatchNormShape& s, const float* src, con
     return cache.get(bn_key(kBnInference, s, relu), [&] {
       auto f = flags::use_scale | flags::use_shift | flags::use_global_stats;
       if (relu) f = f | flags::fuse_norm_relu;
-      const dnnl::batch_normalization_forward::desc desc(dnnl::prop_kind::forward_inference, data_md(s), s.epsilon,
-                                                         f);
+      const dnnl::batch_normalization_forward::desc desc(dnnl::prop_kind::forward_inference, data_md(s),
+                                                         s.epsilon, f);
       const dnnl::batch_normalization_forward::primitive_desc pd(desc, engine());
       auto e = std::make_shared<BnEntry>();
       e->exec.set_primitive(dnnl::batch_normalization_forward(pd));
@@ -102,8 +109,8 @@ void batch_norm_forward_inference(const BatchNormShape& s, const float* src, con
 }
 
 void batch_norm_backward(const BatchNormShape& s, const float* src, const float* diff_dst, const float* scale,
-                         const float* shift, const float* mean, const float* variance, float* diff_src, float* diff_scale,
-                         float* diff_shift) {
+                         const float* shift, const float* mean, const float* variance, float* diff_src,
+                         float* diff_scale, float* diff_shift) {
   validate(s);
   static PrimitiveCache<BnEntry> cache;
   const auto entry = with_context(bn_text(s) + " backward", [&] {

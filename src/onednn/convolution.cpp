@@ -16,22 +16,37 @@ using tag = dnnl::memory::format_tag;
 enum OpId : std::int64_t { kConvForward = 100, kConvBackwardData, kConvBackwardWeights };
 
 std::string conv_text(const ConvShape& s) {
-  return "conv2d [" + std::to_string(s.batch) + "x" + std::to_string(s.in_channels) + "x" + std::to_string(s.height) +
-         "x" + std::to_string(s.width) + "] * [" + std::to_string(s.out_channels) + "x" +
-         std::to_string(s.in_channels / std::max<std::int64_t>(1, s.groups)) + "x" + std::to_string(s.kernel_h) + "x" +
-         std::to_string(s.kernel_w) + "] stride " + std::to_string(s.stride_h) + " pad " + std::to_string(s.pad_h) +
-         " groups " + std::to_string(s.groups);
+  return "conv2d [" + std::to_string(s.batch) + "x" + std::to_string(s.in_channels) + "x" +
+         std::to_string(s.height) + "x" + std::to_string(s.width) + "] * [" + std::to_string(s.out_channels) +
+         "x" + std::to_string(s.in_channels / std::max<std::int64_t>(1, s.groups)) + "x" +
+         std::to_string(s.kernel_h) + "x" + std::to_string(s.kernel_w) + "] stride " +
+         std::to_string(s.stride_h) + " pad " + std::to_string(s.pad_h) + " groups " +
+         std::to_string(s.groups);
 }
 
 PrimitiveKey conv_key(std::int64_t op, const ConvShape& s) {
   PrimitiveKey key(op);
-  key.add(s.batch).add(s.in_channels).add(s.height).add(s.width).add(s.out_channels).add(s.kernel_h).add(s.kernel_w);
-  key.add(s.stride_h).add(s.stride_w).add(s.pad_h).add(s.pad_w).add(s.dilation_h).add(s.dilation_w).add(s.groups);
+  key.add(s.batch)
+      .add(s.in_channels)
+      .add(s.height)
+      .add(s.width)
+      .add(s.out_channels)
+      .add(s.kernel_h)
+      .add(s.kernel_w);
+  key.add(s.stride_h)
+      .add(s.stride_w)
+      .add(s.pad_h)
+      .add(s.pad_w)
+      .add(s.dilation_h)
+      .add(s.dilation_w)
+      .add(s.groups);
   key.add(static_cast<int>(s.layout));
   return key;
 }
 
-tag activation_tag(ActivationLayout layout) { return layout == ActivationLayout::nhwc ? tag::nhwc : tag::nchw; }
+tag activation_tag(ActivationLayout layout) {
+  return layout == ActivationLayout::nhwc ? tag::nhwc : tag::nchw;
+}
 
 struct Geometry {
   dnnl::memory::desc src, dst, weights_plain, weights_any, bias;
@@ -64,12 +79,12 @@ Geometry geometry(const ConvShape& s) {
 
 dnnl::convolution_forward::primitive_desc forward_pd(const Geometry& g, bool bias,
                                                      const dnnl::primitive_attr& attr) {
-  const auto desc = bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
-                                                           dnnl::algorithm::convolution_direct, g.src, g.weights_any,
-                                                           g.bias, g.dst, g.strides, g.dilates, g.pad_l, g.pad_r)
-                         : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
-                                                           dnnl::algorithm::convolution_direct, g.src, g.weights_any,
-                                                           g.dst, g.strides, g.dilates, g.pad_l, g.pad_r);
+  const auto desc = bias ? dnnl::convolution_forward::desc(
+                               dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, g.src,
+                               g.weights_any, g.bias, g.dst, g.strides, g.dilates, g.pad_l, g.pad_r)
+                         : dnnl::convolution_forward::desc(
+                               dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, g.src,
+                               g.weights_any, g.dst, g.strides, g.dilates, g.pad_l, g.pad_r);
   return dnnl::convolution_forward::primitive_desc(desc, attr, engine());
 }
 
@@ -123,16 +138,19 @@ struct BackwardWeightsEntry {
 }  // namespace
 
 double ConvShape::flops() const {
-  return 2.0 * static_cast<double>(batch) * static_cast<double>(out_channels) * static_cast<double>(out_height()) *
-         static_cast<double>(out_width()) * static_cast<double>(in_channels / std::max<std::int64_t>(1, groups)) *
+  return 2.0 * static_cast<double>(batch) * static_cast<double>(out_channels) *
+         static_cast<double>(out_height()) * static_cast<double>(out_width()) *
+         static_cast<double>(in_channels / std::max<std::int64_t>(1, groups)) *
          static_cast<double>(kernel_h * kernel_w);
 }
 
 void ConvShape::validate() const {
   auto fail = [&](const std::string& why) { throw Error(conv_text(*this) + ": " + why); };
-  if (batch < 1 || in_channels < 1 || height < 1 || width < 1 || out_channels < 1 || kernel_h < 1 || kernel_w < 1)
+  if (batch < 1 || in_channels < 1 || height < 1 || width < 1 || out_channels < 1 || kernel_h < 1 ||
+      kernel_w < 1)
     fail("every size must be at least 1");
-  if (stride_h < 1 || stride_w < 1 || dilation_h < 1 || dilation_w < 1) fail("stride and dilation must be at least 1");
+  if (stride_h < 1 || stride_w < 1 || dilation_h < 1 || dilation_w < 1)
+    fail("stride and dilation must be at least 1");
   if (pad_h < 0 || pad_w < 0) fail("padding must not be negative");
   if (groups < 1 || in_channels % groups != 0 || out_channels % groups != 0)
     fail("groups must divide both in_channels and out_channels");
@@ -151,7 +169,8 @@ void conv2d_forward(const ConvShape& s, const float* src, const float* weights, 
       dnnl::primitive_attr attr;
       dnnl::post_ops ops;
       if (epilogue.residual) ops.append_binary(dnnl::algorithm::binary_add, g.dst);
-      if (epilogue.activation == Activation::relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+      if (epilogue.activation == Activation::relu)
+        ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
       attr.set_post_ops(ops);
       const auto pd = forward_pd(g, bias != nullptr, attr);
       auto e = std::make_shared<ForwardEntry>();
@@ -185,8 +204,9 @@ void conv2d_backward_data(const ConvShape& s, const float* diff_dst, const float
     return cache.get(conv_key(kConvBackwardData, s), [&] {
       const Geometry g = geometry(s);
       const auto hint = forward_pd(g, false, dnnl::primitive_attr());
-      const dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct, g.src, g.weights_any, g.dst,
-                                                       g.strides, g.dilates, g.pad_l, g.pad_r);
+      const dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct, g.src,
+                                                       g.weights_any, g.dst, g.strides, g.dilates, g.pad_l,
+                                                       g.pad_r);
       const dnnl::convolution_backward_data::primitive_desc pd(desc, engine(), hint);
       auto e = std::make_shared<BackwardDataEntry>();
       e->exec.set_primitive(dnnl::convolution_backward_data(pd));
@@ -214,13 +234,13 @@ void conv2d_backward_weights(const ConvShape& s, const float* src, const float* 
     return cache.get(key, [&] {
       const Geometry g = geometry(s);
       const auto hint = forward_pd(g, diff_bias != nullptr, dnnl::primitive_attr());
-      const auto desc =
-          diff_bias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, g.src,
-                                                               g.weights_any, g.bias, g.dst, g.strides, g.dilates,
-                                                               g.pad_l, g.pad_r)
-                    : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, g.src,
-                                                               g.weights_any, g.dst, g.strides, g.dilates, g.pad_l,
-                                                               g.pad_r);
+      const auto desc = diff_bias
+                            ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct,
+                                                                       g.src, g.weights_any, g.bias, g.dst,
+                                                                       g.strides, g.dilates, g.pad_l, g.pad_r)
+                            : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct,
+                                                                       g.src, g.weights_any, g.dst, g.strides,
+                                                                       g.dilates, g.pad_l, g.pad_r);
       const dnnl::convolution_backward_weights::primitive_desc pd(desc, engine(), hint);
       auto e = std::make_shared<BackwardWeightsEntry>();
       e->exec.set_primitive(dnnl::convolution_backward_weights(pd));

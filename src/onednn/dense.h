@@ -25,9 +25,10 @@ struct MatmulShape {
 struct MatmulEpilogue {
   const float* bias = nullptr;  // length n, or null
   Activation activation = Activation::none;
-  bool accumulate = false;      // C += result (oneDNN's sum post-op)
+  bool accumulate = false;  // C += result (oneDNN's sum post-op)
 };
-void matmul(const MatmulShape& shape, const float* a, const float* b, float* c, const MatmulEpilogue& epilogue = {});
+void matmul(const MatmulShape& shape, const float* a, const float* b, float* c,
+            const MatmulEpilogue& epilogue = {});
 
 // Linear layer, PyTorch's convention: y[n x out] = x[n x in] W[out x in]^T + b.
 struct LinearShape {
@@ -37,7 +38,8 @@ void linear_forward(const LinearShape& s, const float* x, const float* weight, c
                     Activation activation = Activation::none);
 void linear_backward_data(const LinearShape& s, const float* dy, const float* weight, float* dx);
 // Writes (not accumulates) dW and, when non-null, db.
-void linear_backward_weights(const LinearShape& s, const float* x, const float* dy, float* dweight, float* dbias);
+void linear_backward_weights(const LinearShape& s, const float* x, const float* dy, float* dweight,
+                             float* dbias);
 
 struct ConvShape {
   std::int64_t batch = 0, in_channels = 0, height = 0, width = 0;
@@ -45,8 +47,12 @@ struct ConvShape {
   std::int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1, dilation_w = 1;
   std::int64_t groups = 1;
   ActivationLayout layout = ActivationLayout::nchw;
-  std::int64_t out_height() const { return (height + 2 * pad_h - dilation_h * (kernel_h - 1) - 1) / stride_h + 1; }
-  std::int64_t out_width() const { return (width + 2 * pad_w - dilation_w * (kernel_w - 1) - 1) / stride_w + 1; }
+  std::int64_t out_height() const {
+    return (height + 2 * pad_h - dilation_h * (kernel_h - 1) - 1) / stride_h + 1;
+  }
+  std::int64_t out_width() const {
+    return (width + 2 * pad_w - dilation_w * (kernel_w - 1) - 1) / stride_w + 1;
+  }
   // Multiply-adds x 2 of the forward pass (padded taps included).
   double flops() const;
   void validate() const;  // throws Error naming the bad field
@@ -88,14 +94,14 @@ struct BatchNormShape {
   ActivationLayout layout = ActivationLayout::nchw;
   float epsilon = 1e-5f;
 };
-void batch_norm_forward_training(const BatchNormShape& s, const float* src, const float* scale, const float* shift,
-                                 float* dst, float* mean, float* variance);
-void batch_norm_forward_inference(const BatchNormShape& s, const float* src, const float* scale, const float* shift,
-                                  const float* mean, const float* variance, float* dst,
+void batch_norm_forward_training(const BatchNormShape& s, const float* src, const float* scale,
+                                 const float* shift, float* dst, float* mean, float* variance);
+void batch_norm_forward_inference(const BatchNormShape& s, const float* src, const float* scale,
+                                  const float* shift, const float* mean, const float* variance, float* dst,
                                   Activation activation = Activation::none);
 // oneDNN 2.6 lists the shift among the backward pass's inputs, so it is passed too.
 void batch_norm_backward(const BatchNormShape& s, const float* src, const float* diff_dst, const float* scale,
-                         const float* shift, const float* mean, const float* variance, float* diff_src, float* diff_scale,
-                         float* diff_shift);
+                         const float* shift, const float* mean, const float* variance, float* diff_src,
+                         float* diff_scale, float* diff_shift);
 
 }  // namespace cpudl::onednn

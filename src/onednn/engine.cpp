@@ -10,12 +10,18 @@ namespace {
 
 dnnl::cpu_isa onednn_isa(IsaLevel level) {
   switch (level) {
-    case IsaLevel::generic: return dnnl::cpu_isa::sse41;
-    case IsaLevel::avx2: return dnnl::cpu_isa::avx2;
-    case IsaLevel::avx512: return dnnl::cpu_isa::avx512_core;
-    case IsaLevel::avx512_vnni: return dnnl::cpu_isa::avx512_core_vnni;
-    case IsaLevel::avx512_bf16: return dnnl::cpu_isa::avx512_core_bf16;
-    case IsaLevel::amx: return dnnl::cpu_isa::avx512_core_amx;
+    case IsaLevel::generic:
+      return dnnl::cpu_isa::sse41;
+    case IsaLevel::avx2:
+      return dnnl::cpu_isa::avx2;
+    case IsaLevel::avx512:
+      return dnnl::cpu_isa::avx512_core;
+    case IsaLevel::avx512_vnni:
+      return dnnl::cpu_isa::avx512_core_vnni;
+    case IsaLevel::avx512_bf16:
+      return dnnl::cpu_isa::avx512_core_bf16;
+    case IsaLevel::amx:
+      return dnnl::cpu_isa::avx512_core_amx;
   }
   return dnnl::cpu_isa::all;
 }

@@ -3,8 +3,8 @@
 #pragma once
 
 #include <mutex>
-#include <span>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -40,7 +40,8 @@ class Executable {
     for (const void* p : pointers) slots_[i++].set_data_handle(const_cast<void*>(p));
     const dnnl_status_t status = dnnl_primitive_execute(primitive_.get(), stream().get(),
                                                         static_cast<int>(args_.size()), args_.data());
-    if (status != dnnl_success) throw Error("oneDNN primitive execution failed (status " + std::to_string(status) + ")");
+    if (status != dnnl_success)
+      throw Error("oneDNN primitive execution failed (status " + std::to_string(status) + ")");
     stream().wait();
   }
 

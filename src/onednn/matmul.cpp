@@ -18,8 +18,8 @@ using tag = dnnl::memory::format_tag;
 enum OpId : std::int64_t { kMatmul = 1, kLinearForward, kLinearBackwardData, kLinearBackwardWeights };
 
 std::string shape_text(const MatmulShape& s) {
-  return "matmul [" + std::to_string(s.batch) + "x" + std::to_string(s.m) + "x" + std::to_string(s.k) + "] x [" +
-         std::to_string(s.k) + "x" + std::to_string(s.n) + "]";
+  return "matmul [" + std::to_string(s.batch) + "x" + std::to_string(s.m) + "x" + std::to_string(s.k) +
+         "] x [" + std::to_string(s.k) + "x" + std::to_string(s.n) + "]";
 }
 
 struct MatmulEntry {
@@ -45,7 +45,8 @@ std::shared_ptr<MatmulEntry> make_matmul(const MatmulShape& s, bool bias, const 
   const auto bias_md = batched ? plain_desc({1, 1, s.n}, tag::abc) : plain_desc({1, s.n}, tag::ab);
   dnnl::primitive_attr attr;
   attr.set_post_ops(make_post_ops(e.activation == Activation::relu, e.accumulate));
-  const auto desc = bias ? dnnl::matmul::desc(a_md, b_md, bias_md, c_md) : dnnl::matmul::desc(a_md, b_md, c_md);
+  const auto desc =
+      bias ? dnnl::matmul::desc(a_md, b_md, bias_md, c_md) : dnnl::matmul::desc(a_md, b_md, c_md);
   const dnnl::matmul::primitive_desc pd(desc, attr, engine());
   auto entry = std::make_shared<MatmulEntry>();
   entry->exec.set_primitive(dnnl::matmul(pd));
@@ -68,8 +69,8 @@ void cblas_matmul(blas::Backend backend, const MatmulShape& s, const float* a, c
   const int threads = omp_get_max_threads();
   for (std::int64_t p = 0; p < s.batch; ++p) {
     float* cp = c + p * s.m * s.n;
-    blas::cblas_sgemm(backend, s.transpose_a, s.transpose_b, s.m, s.n, s.k, a + p * s.m * s.k, b + p * s.k * s.n, cp,
-                      e.accumulate, threads);
+    blas::cblas_sgemm(backend, s.transpose_a, s.transpose_b, s.m, s.n, s.k, a + p * s.m * s.k,
+                      b + p * s.k * s.n, cp, e.accumulate, threads);
     if (!e.bias && e.activation == Activation::none) continue;
     for (std::int64_t i = 0; i < s.m; ++i)
       for (std::int64_t j = 0; j < s.n; ++j) {
@@ -91,9 +92,8 @@ void matmul(const MatmulShape& s, const float* a, const float* b, float* c, cons
   PrimitiveKey key(kMatmul);
   key.add(s.batch).add(s.m).add(s.n).add(s.k).add(s.transpose_a).add(s.transpose_b);
   key.add(e.bias != nullptr).add(static_cast<int>(e.activation)).add(e.accumulate);
-  const auto entry = with_context(shape_text(s), [&] {
-    return cache.get(key, [&] { return make_matmul(s, e.bias != nullptr, e); });
-  });
+  const auto entry = with_context(
+      shape_text(s), [&] { return cache.get(key, [&] { return make_matmul(s, e.bias != nullptr, e); }); });
   if (entry->has_bias)
     entry->exec.run({a, b, c, e.bias});
   else
@@ -105,7 +105,8 @@ std::string linear_text(const LinearShape& s) {
   return "linear [" + std::to_string(s.batch) + "x" + std::to_string(s.in) + "] -> " + std::to_string(s.out);
 }
 void check(const LinearShape& s) {
-  if (s.batch < 1 || s.in < 1 || s.out < 1) throw Error(linear_text(s) + ": every dimension must be at least 1");
+  if (s.batch < 1 || s.in < 1 || s.out < 1)
+    throw Error(linear_text(s) + ": every dimension must be at least 1");
 }
 }  // namespace
 
@@ -123,8 +124,9 @@ void linear_forward(const LinearShape& s, const float* x, const float* weight, c
       const auto y_md = plain_desc({s.batch, s.out}, tag::nc);
       dnnl::primitive_attr attr;
       attr.set_post_ops(make_post_ops(activation == Activation::relu, false));
-      const auto desc = bias ? dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_training, x_md, w_md, b_md, y_md)
-                             : dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_training, x_md, w_md, y_md);
+      const auto desc =
+          bias ? dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_training, x_md, w_md, b_md, y_md)
+               : dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_training, x_md, w_md, y_md);
       const dnnl::inner_product_forward::primitive_desc pd(desc, attr, engine());
       auto e = std::make_shared<LinearEntry>();
       e->exec.set_primitive(dnnl::inner_product_forward(pd));
@@ -148,7 +150,8 @@ void linear_backward_data(const LinearShape& s, const float* dy, const float* we
   matmul(MatmulShape{1, s.batch, s.in, s.out, false, false}, dy, weight, dx);
 }
 
-void linear_backward_weights(const LinearShape& s, const float* x, const float* dy, float* dweight, float* dbias) {
+void linear_backward_weights(const LinearShape& s, const float* x, const float* dy, float* dweight,
+                             float* dbias) {
   check(s);
   matmul(MatmulShape{1, s.out, s.in, s.batch, true, false}, dy, x, dweight);
   if (dbias) {

@@ -17,9 +17,9 @@ enum OpId : std::int64_t { kPoolForward = 200, kPoolBackward };
 std::string pool_text(const PoolShape& s) {
   static const char* kinds[] = {"max", "avg (padding counted)", "avg (padding excluded)"};
   return std::string(kinds[static_cast<int>(s.kind)]) + " pool2d [" + std::to_string(s.batch) + "x" +
-         std::to_string(s.channels) + "x" + std::to_string(s.height) + "x" + std::to_string(s.width) + "] kernel " +
-         std::to_string(s.kernel_h) + "x" + std::to_string(s.kernel_w) + " stride " + std::to_string(s.stride_h) +
-         " pad " + std::to_string(s.pad_h);
+         std::to_string(s.channels) + "x" + std::to_string(s.height) + "x" + std::to_string(s.width) +
+         "] kernel " + std::to_string(s.kernel_h) + "x" + std::to_string(s.kernel_w) + " stride " +
+         std::to_string(s.stride_h) + " pad " + std::to_string(s.pad_h);
 }
 
 PrimitiveKey pool_key(std::int64_t op, const PoolShape& s, bool training) {
@@ -32,9 +32,12 @@ PrimitiveKey pool_key(std::int64_t op, const PoolShape& s, bool training) {
 
 dnnl::algorithm algorithm_of(PoolKind kind) {
   switch (kind) {
-    case PoolKind::max: return dnnl::algorithm::pooling_max;
-    case PoolKind::avg_include_padding: return dnnl::algorithm::pooling_avg_include_padding;
-    case PoolKind::avg_exclude_padding: return dnnl::algorithm::pooling_avg_exclude_padding;
+    case PoolKind::max:
+      return dnnl::algorithm::pooling_max;
+    case PoolKind::avg_include_padding:
+      return dnnl::algorithm::pooling_avg_include_padding;
+    case PoolKind::avg_exclude_padding:
+      return dnnl::algorithm::pooling_avg_exclude_padding;
   }
   return dnnl::algorithm::pooling_max;
 }
@@ -59,8 +62,8 @@ PoolDescs descs(const PoolShape& s) {
 dnnl::pooling_forward::primitive_desc forward_pd(const PoolShape& s, bool training) {
   const PoolDescs d = descs(s);
   const dnnl::pooling_forward::desc desc(
-      training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference, algorithm_of(s.kind), d.src,
-      d.dst, d.strides, d.kernel, d.pad_l, d.pad_r);
+      training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference, algorithm_of(s.kind),
+      d.src, d.dst, d.strides, d.kernel, d.pad_l, d.pad_r);
   return dnnl::pooling_forward::primitive_desc(desc, engine());
 }
 
@@ -120,8 +123,8 @@ void pool2d_backward(const PoolShape& s, const float* diff_dst, const void* work
     return cache.get(pool_key(kPoolBackward, s, true), [&] {
       const PoolDescs d = descs(s);
       const auto hint = forward_pd(s, true);
-      const dnnl::pooling_backward::desc desc(algorithm_of(s.kind), d.src, d.dst, d.strides, d.kernel, d.pad_l,
-                                              d.pad_r);
+      const dnnl::pooling_backward::desc desc(algorithm_of(s.kind), d.src, d.dst, d.strides, d.kernel,
+                                              d.pad_l, d.pad_r);
       const dnnl::pooling_backward::primitive_desc pd(desc, engine(), hint);
       auto e = std::make_shared<PoolEntry>();
       e->exec.set_primitive(dnnl::pooling_backward(pd));

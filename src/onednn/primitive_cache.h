@@ -30,11 +30,13 @@ class PrimitiveKey {
     return *this;
   }
   bool operator==(const PrimitiveKey& other) const {
-    return size_ == other.size_ && std::equal(values_.begin(), values_.begin() + size_, other.values_.begin());
+    return size_ == other.size_ &&
+           std::equal(values_.begin(), values_.begin() + size_, other.values_.begin());
   }
   std::size_t hash() const {
     std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the words
-    for (std::size_t i = 0; i < size_; ++i) h = (h ^ static_cast<std::uint64_t>(values_[i])) * 1099511628211ull;
+    for (std::size_t i = 0; i < size_; ++i)
+      h = (h ^ static_cast<std::uint64_t>(values_[i])) * 1099511628211ull;
     return static_cast<std::size_t>(h);
   }
 

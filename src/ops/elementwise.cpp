@@ -12,7 +12,8 @@ namespace {
 // out = op(a, b) with broadcasting: the contiguous kernel on whole rows where both inputs run
 // contiguously along the last dimension, the scalar `op` elsewhere (stride-0 rows).
 template <class Scalar>
-Tensor broadcast_binary(const Tensor& a, const Tensor& b, kernels::F32BinaryFn kernel, Scalar op, const char* name) {
+Tensor broadcast_binary(const Tensor& a, const Tensor& b, kernels::F32BinaryFn kernel, Scalar op,
+                        const char* name) {
   require_f32(a, name, "first operand");
   require_f32(b, name, "second operand");
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
@@ -28,14 +29,16 @@ Tensor broadcast_binary(const Tensor& a, const Tensor& b, kernels::F32BinaryFn k
   const Tensor ea = a.expand(shape), eb = b.expand(shape);
   const float *pa = ea.data(), *pb = eb.data();
   float* po = out.data();
-  const std::int64_t sa = shape.empty() ? 1 : ea.strides().back(), sb = shape.empty() ? 1 : eb.strides().back();
-  for_each_row(shape, ea.strides(), eb.strides(), [&](std::int64_t oa, std::int64_t ob, std::int64_t oo, std::int64_t n) {
-    if (sa == 1 && sb == 1) {
-      kernel(pa + oa, pb + ob, po + oo, static_cast<std::size_t>(n));
-    } else {
-      for (std::int64_t i = 0; i < n; ++i) po[oo + i] = op(pa[oa + i * sa], pb[ob + i * sb]);
-    }
-  });
+  const std::int64_t sa = shape.empty() ? 1 : ea.strides().back(),
+                     sb = shape.empty() ? 1 : eb.strides().back();
+  for_each_row(shape, ea.strides(), eb.strides(),
+               [&](std::int64_t oa, std::int64_t ob, std::int64_t oo, std::int64_t n) {
+                 if (sa == 1 && sb == 1) {
+                   kernel(pa + oa, pb + ob, po + oo, static_cast<std::size_t>(n));
+                 } else {
+                   for (std::int64_t i = 0; i < n; ++i) po[oo + i] = op(pa[oa + i * sa], pb[ob + i * sb]);
+                 }
+               });
   return out;
 }
 
@@ -44,21 +47,28 @@ Tensor detached(const Tensor& t) { return t.detach(); }
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) {
-  Tensor out = broadcast_binary(a, b, native().f32_add.fn, [](float x, float y) { return x + y; }, "add");
+  Tensor out = broadcast_binary(
+      a, b, native().f32_add.fn, [](float x, float y) { return x + y; }, "add");
   const Shape sa = a.shape(), sb = b.shape();
-  autograd::record(out, "add", {a, b}, [sa, sb](const Tensor& g) { return std::vector<Tensor>{sum_to(g, sa), sum_to(g, sb)}; });
+  autograd::record(out, "add", {a, b}, [sa, sb](const Tensor& g) {
+    return std::vector<Tensor>{sum_to(g, sa), sum_to(g, sb)};
+  });
   return out;
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
-  Tensor out = broadcast_binary(a, b, native().f32_sub.fn, [](float x, float y) { return x - y; }, "sub");
+  Tensor out = broadcast_binary(
+      a, b, native().f32_sub.fn, [](float x, float y) { return x - y; }, "sub");
   const Shape sa = a.shape(), sb = b.shape();
-  autograd::record(out, "sub", {a, b}, [sa, sb](const Tensor& g) { return std::vector<Tensor>{sum_to(g, sa), sum_to(neg(g), sb)}; });
+  autograd::record(out, "sub", {a, b}, [sa, sb](const Tensor& g) {
+    return std::vector<Tensor>{sum_to(g, sa), sum_to(neg(g), sb)};
+  });
   return out;
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
-  Tensor out = broadcast_binary(a, b, native().f32_mul.fn, [](float x, float y) { return x * y; }, "mul");
+  Tensor out = broadcast_binary(
+      a, b, native().f32_mul.fn, [](float x, float y) { return x * y; }, "mul");
   const Tensor av = detached(a), bv = detached(b);
   autograd::record(out, "mul", {a, b}, [av, bv](const Tensor& g) {
     return std::vector<Tensor>{sum_to(mul(g, bv), av.shape()), sum_to(mul(g, av), bv.shape())};
@@ -67,7 +77,8 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
-  Tensor out = broadcast_binary(a, b, native().f32_div.fn, [](float x, float y) { return x / y; }, "div");
+  Tensor out = broadcast_binary(
+      a, b, native().f32_div.fn, [](float x, float y) { return x / y; }, "div");
   const Tensor av = detached(a), bv = detached(b);
   autograd::record(out, "div", {a, b}, [av, bv](const Tensor& g) {
     const Tensor ga = div(g, bv);
@@ -89,9 +100,11 @@ void add_(const Tensor& a, const Tensor& b) {
     float* pa = a.data();
     const float* pb = b.data();
     const auto add_fn = native().f32_add.fn;
-    parallel_for(static_cast<std::size_t>(a.numel()), kGrain, [&](std::size_t s, std::size_t e) { add_fn(pa + s, pb + s, pa + s, e - s); });
+    parallel_for(static_cast<std::size_t>(a.numel()), kGrain,
+                 [&](std::size_t s, std::size_t e) { add_fn(pa + s, pb + s, pa + s, e - s); });
   } else {
-    const Tensor sum_values = broadcast_binary(a, b, native().f32_add.fn, [](float x, float y) { return x + y; }, "add_");
+    const Tensor sum_values = broadcast_binary(
+        a, b, native().f32_add.fn, [](float x, float y) { return x + y; }, "add_");
     copy_strided(sum_values, a);
   }
   a.bump_version();
@@ -121,7 +134,8 @@ Tensor sqrt(const Tensor& x) {
     for (std::size_t i = 0; i < n; ++i) o[i] = std::sqrt(in[i]);
   });
   const Tensor y = detached(out);
-  autograd::record(out, "sqrt", {x}, [y](const Tensor& g) { return std::vector<Tensor>{div(mul(g, 0.5f), y)}; });
+  autograd::record(out, "sqrt", {x},
+                   [y](const Tensor& g) { return std::vector<Tensor>{div(mul(g, 0.5f), y)}; });
   return out;
 }
 
@@ -149,7 +163,8 @@ Tensor clamp(const Tensor& x, std::optional<float> lo, std::optional<float> hi) 
     // PyTorch: the gradient passes where min <= x <= max.
     const Tensor gc = contiguous_values(g), xc = contiguous_values(xv);
     Tensor dx = Tensor::empty(xv.shape());
-    for (std::int64_t i = 0; i < dx.numel(); ++i) dx.data()[i] = (xc.data()[i] >= l && xc.data()[i] <= h) ? gc.data()[i] : 0.0f;
+    for (std::int64_t i = 0; i < dx.numel(); ++i)
+      dx.data()[i] = (xc.data()[i] >= l && xc.data()[i] <= h) ? gc.data()[i] : 0.0f;
     return std::vector<Tensor>{dx};
   });
   return out;
@@ -157,8 +172,10 @@ Tensor clamp(const Tensor& x, std::optional<float> lo, std::optional<float> hi) 
 
 namespace {
 // An activation whose derivative kernel takes the forward input (relu, gelu) or output.
-Tensor activation(const Tensor& x, const char* name, const kernels::KernelVariant<kernels::F32UnaryFn>& forward,
-                  const kernels::KernelVariant<kernels::F32UnaryBackwardFn>& backward, bool backward_uses_output) {
+Tensor activation(const Tensor& x, const char* name,
+                  const kernels::KernelVariant<kernels::F32UnaryFn>& forward,
+                  const kernels::KernelVariant<kernels::F32UnaryBackwardFn>& backward,
+                  bool backward_uses_output) {
   require_f32(x, name, "input");
   Tensor out = map_contiguous(x, forward.fn);
   const Tensor saved = backward_uses_output ? out.detach() : contiguous_values(x);
@@ -168,17 +185,26 @@ Tensor activation(const Tensor& x, const char* name, const kernels::KernelVarian
     Tensor dx = Tensor::empty(saved.shape());
     const float *s = saved.data(), *pg = gc.data();
     float* pd = dx.data();
-    parallel_for(static_cast<std::size_t>(dx.numel()), kGrain, [&](std::size_t b, std::size_t e) { fn(s + b, pg + b, pd + b, e - b); });
+    parallel_for(static_cast<std::size_t>(dx.numel()), kGrain,
+                 [&](std::size_t b, std::size_t e) { fn(s + b, pg + b, pd + b, e - b); });
     return std::vector<Tensor>{dx};
   });
   return out;
 }
 }  // namespace
 
-Tensor relu(const Tensor& x) { return activation(x, "relu", native().f32_relu, native().f32_relu_backward, false); }
-Tensor gelu(const Tensor& x) { return activation(x, "gelu", native().f32_gelu, native().f32_gelu_backward, false); }
-Tensor sigmoid(const Tensor& x) { return activation(x, "sigmoid", native().f32_sigmoid, native().f32_sigmoid_backward, true); }
-Tensor tanh(const Tensor& x) { return activation(x, "tanh", native().f32_tanh, native().f32_tanh_backward, true); }
+Tensor relu(const Tensor& x) {
+  return activation(x, "relu", native().f32_relu, native().f32_relu_backward, false);
+}
+Tensor gelu(const Tensor& x) {
+  return activation(x, "gelu", native().f32_gelu, native().f32_gelu_backward, false);
+}
+Tensor sigmoid(const Tensor& x) {
+  return activation(x, "sigmoid", native().f32_sigmoid, native().f32_sigmoid_backward, true);
+}
+Tensor tanh(const Tensor& x) {
+  return activation(x, "tanh", native().f32_tanh, native().f32_tanh_backward, true);
+}
 
 Tensor leaky_relu(const Tensor& x, float slope) {
   require_f32(x, "leaky_relu", "input");
@@ -189,7 +215,8 @@ Tensor leaky_relu(const Tensor& x, float slope) {
   autograd::record(out, "leaky_relu", {x}, [xv, slope](const Tensor& g) {
     const Tensor gc = contiguous_values(g);
     Tensor dx = Tensor::empty(xv.shape());
-    for (std::int64_t i = 0; i < dx.numel(); ++i) dx.data()[i] = xv.data()[i] > 0.0f ? gc.data()[i] : gc.data()[i] * slope;
+    for (std::int64_t i = 0; i < dx.numel(); ++i)
+      dx.data()[i] = xv.data()[i] > 0.0f ? gc.data()[i] : gc.data()[i] * slope;
     return std::vector<Tensor>{dx};
   });
   return out;

@@ -13,7 +13,8 @@ namespace {
 
 void require_4d(const Tensor& x, const char* op) {
   require_f32(x, op, "input");
-  if (x.dim() != 4) throw Error(std::string(op) + ": input of shape " + shape_text(x.shape()) + ", expected [N, C, H, W]");
+  if (x.dim() != 4)
+    throw Error(std::string(op) + ": input of shape " + shape_text(x.shape()) + ", expected [N, C, H, W]");
 }
 
 // A version key for a weight buffer: changes whenever the tensor is updated in place, so
@@ -25,7 +26,8 @@ std::uint64_t weights_version(const Tensor& w) { return w.version() * 2 + 1; }
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& o) {
   require_4d(x, "conv2d");
   require_f32(weight, "conv2d", "weight");
-  if (weight.dim() != 4) throw Error("conv2d: weight of shape " + shape_text(weight.shape()) + ", expected [O, I/groups, KH, KW]");
+  if (weight.dim() != 4)
+    throw Error("conv2d: weight of shape " + shape_text(weight.shape()) + ", expected [O, I/groups, KH, KW]");
   onednn::ConvShape s;
   s.batch = x.size(0), s.in_channels = x.size(1), s.height = x.size(2), s.width = x.size(3);
   s.out_channels = weight.size(0), s.kernel_h = weight.size(2), s.kernel_w = weight.size(3);
@@ -33,10 +35,11 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   s.dilation_h = o.dilation_h, s.dilation_w = o.dilation_w, s.groups = o.groups;
   if (o.groups < 1 || weight.size(1) * o.groups != s.in_channels)
     throw Error("conv2d: input of shape " + shape_text(x.shape()) + " has " + std::to_string(s.in_channels) +
-                " channels, but weight " + shape_text(weight.shape()) + " with groups=" + std::to_string(o.groups) +
-                " expects " + std::to_string(weight.size(1) * o.groups));
+                " channels, but weight " + shape_text(weight.shape()) + " with groups=" +
+                std::to_string(o.groups) + " expects " + std::to_string(weight.size(1) * o.groups));
   if (bias.defined() && (bias.dim() != 1 || bias.size(0) != s.out_channels))
-    throw Error("conv2d: bias of shape " + shape_text(bias.shape()) + ", expected [" + std::to_string(s.out_channels) + "]");
+    throw Error("conv2d: bias of shape " + shape_text(bias.shape()) + ", expected [" +
+                std::to_string(s.out_channels) + "]");
   s.validate();
   const Tensor xc = contiguous_values(x), wc = contiguous_values(weight);
   const Tensor bc = bias.defined() ? contiguous_values(bias) : Tensor();
@@ -56,8 +59,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
 }
 
 namespace {
-Tensor pool2d(const Tensor& x, std::int64_t kernel, std::int64_t stride, std::int64_t padding, onednn::PoolKind kind,
-              const char* name) {
+Tensor pool2d(const Tensor& x, std::int64_t kernel, std::int64_t stride, std::int64_t padding,
+              onednn::PoolKind kind, const char* name) {
   require_4d(x, name);
   onednn::PoolShape s;
   s.batch = x.size(0), s.channels = x.size(1), s.height = x.size(2), s.width = x.size(3);
@@ -69,7 +72,8 @@ Tensor pool2d(const Tensor& x, std::int64_t kernel, std::int64_t stride, std::in
   const Tensor xc = contiguous_values(x);
   Tensor y = Tensor::empty({s.batch, s.channels, s.out_height(), s.out_width()});
   const bool training = grad_mode_enabled() && x.requires_grad();
-  auto workspace = std::make_shared<std::vector<unsigned char>>(training ? onednn::pool2d_workspace_bytes(s) : 0);
+  auto workspace =
+      std::make_shared<std::vector<unsigned char>>(training ? onednn::pool2d_workspace_bytes(s) : 0);
   onednn::pool2d_forward(s, xc.data(), y.data(), workspace->empty() ? nullptr : workspace->data());
   autograd::record(y, name, {x}, [s, workspace](const Tensor& g) {
     const Tensor gc = contiguous_values(g);
@@ -85,10 +89,12 @@ Tensor max_pool2d(const Tensor& x, std::int64_t kernel, std::int64_t stride, std
   return pool2d(x, kernel, stride, padding, onednn::PoolKind::max, "max_pool2d");
 }
 
-Tensor avg_pool2d(const Tensor& x, std::int64_t kernel, std::int64_t stride, std::int64_t padding, bool count_include_pad) {
-  return pool2d(x, kernel, stride, padding,
-                count_include_pad ? onednn::PoolKind::avg_include_padding : onednn::PoolKind::avg_exclude_padding,
-                "avg_pool2d");
+Tensor avg_pool2d(const Tensor& x, std::int64_t kernel, std::int64_t stride, std::int64_t padding,
+                  bool count_include_pad) {
+  return pool2d(
+      x, kernel, stride, padding,
+      count_include_pad ? onednn::PoolKind::avg_include_padding : onednn::PoolKind::avg_exclude_padding,
+      "avg_pool2d");
 }
 
 // PyTorch's bins: output i averages input [floor(i*in/out), ceil((i+1)*in/out)).
@@ -109,7 +115,8 @@ Tensor adaptive_avg_pool2d(const Tensor& x, std::int64_t out_h, std::int64_t out
         double acc = 0;
         for (std::int64_t a = h0; a < h1; ++a)
           for (std::int64_t b = w0; b < w1; ++b) acc += xc.data()[(p * h + a) * w + b];
-        y.data()[(p * out_h + i) * out_w + j] = static_cast<float>(acc / static_cast<double>((h1 - h0) * (w1 - w0)));
+        y.data()[(p * out_h + i) * out_w + j] =
+            static_cast<float>(acc / static_cast<double>((h1 - h0) * (w1 - w0)));
       }
   autograd::record(y, "adaptive_avg_pool2d", {x}, [n, c, h, w, out_h, out_w, bin](const Tensor& g) {
     const Tensor gc = contiguous_values(g);
@@ -119,7 +126,8 @@ Tensor adaptive_avg_pool2d(const Tensor& x, std::int64_t out_h, std::int64_t out
         for (std::int64_t j = 0; j < out_w; ++j) {
           const auto [h0, h1] = bin(i, h, out_h);
           const auto [w0, w1] = bin(j, w, out_w);
-          const float share = gc.data()[(p * out_h + i) * out_w + j] / static_cast<float>((h1 - h0) * (w1 - w0));
+          const float share =
+              gc.data()[(p * out_h + i) * out_w + j] / static_cast<float>((h1 - h0) * (w1 - w0));
           for (std::int64_t a = h0; a < h1; ++a)
             for (std::int64_t b = w0; b < w1; ++b) dx.data()[(p * h + a) * w + b] += share;
         }
@@ -128,14 +136,14 @@ Tensor adaptive_avg_pool2d(const Tensor& x, std::int64_t out_h, std::int64_t out
   return y;
 }
 
-Tensor batch_norm2d(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
-                    const Tensor& bias, bool training, float momentum, float eps) {
+Tensor batch_norm2d(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                    const Tensor& weight, const Tensor& bias, bool training, float momentum, float eps) {
   require_4d(x, "batch_norm2d");
   const std::int64_t c = x.size(1);
   auto check_channel = [&](const Tensor& t, const char* what) {
     if (t.defined() && (t.dim() != 1 || t.size(0) != c))
-      throw Error(std::string("batch_norm2d: ") + what + " of shape " + shape_text(t.shape()) + ", expected [" +
-                  std::to_string(c) + "] for input " + shape_text(x.shape()));
+      throw Error(std::string("batch_norm2d: ") + what + " of shape " + shape_text(t.shape()) +
+                  ", expected [" + std::to_string(c) + "] for input " + shape_text(x.shape()));
   };
   check_channel(running_mean, "running_mean");
   check_channel(running_var, "running_var");
@@ -151,7 +159,8 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& running_mean, const Tensor& r
     if (!running_mean.defined() || !running_var.defined())
       throw Error("batch_norm2d: inference needs running_mean and running_var");
     const Tensor rm = contiguous_values(running_mean), rv = contiguous_values(running_var);
-    onednn::batch_norm_forward_inference(s, xc.data(), scale.data(), shift.data(), rm.data(), rv.data(), y.data());
+    onednn::batch_norm_forward_inference(s, xc.data(), scale.data(), shift.data(), rm.data(), rv.data(),
+                                         y.data());
     // Inference is a per-channel affine map: y = x a + b with a = scale / sqrt(var + eps).
     Tensor a = Tensor::empty({c});
     for (std::int64_t i = 0; i < c; ++i) a.data()[i] = scale.data()[i] / std::sqrt(rv.data()[i] + eps);
@@ -162,9 +171,12 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& running_mean, const Tensor& r
     });
     return y;
   }
-  if (x.numel() / c <= 1) throw Error("batch_norm2d: training needs more than one value per channel, got input " + shape_text(x.shape()));
+  if (x.numel() / c <= 1)
+    throw Error("batch_norm2d: training needs more than one value per channel, got input " +
+                shape_text(x.shape()));
   Tensor mean = Tensor::empty({c}), var = Tensor::empty({c});
-  onednn::batch_norm_forward_training(s, xc.data(), scale.data(), shift.data(), y.data(), mean.data(), var.data());
+  onednn::batch_norm_forward_training(s, xc.data(), scale.data(), shift.data(), y.data(), mean.data(),
+                                      var.data());
   if (running_mean.defined() && running_var.defined()) {
     // PyTorch updates the running variance with the unbiased batch variance.
     const double count = static_cast<double>(x.numel() / c);
@@ -172,47 +184,55 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& running_mean, const Tensor& r
     float* rv = running_var.data();
     for (std::int64_t i = 0; i < c; ++i) {
       rm[i] = (1.0f - momentum) * rm[i] + momentum * mean.data()[i];
-      rv[i] = (1.0f - momentum) * rv[i] + momentum * static_cast<float>(var.data()[i] * count / (count - 1.0));
+      rv[i] =
+          (1.0f - momentum) * rv[i] + momentum * static_cast<float>(var.data()[i] * count / (count - 1.0));
     }
     running_mean.bump_version();
     running_var.bump_version();
   }
   autograd::record(y, "batch_norm2d", {x, weight, bias}, [s, xc, scale, shift, mean, var](const Tensor& g) {
     const Tensor gc = contiguous_values(g);
-    Tensor dx = Tensor::empty(xc.shape()), dscale = Tensor::empty({s.channels}), dshift = Tensor::empty({s.channels});
-    onednn::batch_norm_backward(s, xc.data(), gc.data(), scale.data(), shift.data(), mean.data(), var.data(), dx.data(),
-                                dscale.data(), dshift.data());
+    Tensor dx = Tensor::empty(xc.shape()), dscale = Tensor::empty({s.channels}),
+           dshift = Tensor::empty({s.channels});
+    onednn::batch_norm_backward(s, xc.data(), gc.data(), scale.data(), shift.data(), mean.data(), var.data(),
+                                dx.data(), dscale.data(), dshift.data());
     return std::vector<Tensor>{dx, dscale, dshift};
   });
   return y;
 }
 
-Tensor layer_norm(const Tensor& x, std::int64_t normalized_dims, const Tensor& weight, const Tensor& bias, float eps) {
+Tensor layer_norm(const Tensor& x, std::int64_t normalized_dims, const Tensor& weight, const Tensor& bias,
+                  float eps) {
   require_f32(x, "layer_norm", "input");
   if (normalized_dims < 1 || normalized_dims > x.dim())
-    throw Error("layer_norm: cannot normalise the last " + std::to_string(normalized_dims) + " dims of " + shape_text(x.shape()));
+    throw Error("layer_norm: cannot normalise the last " + std::to_string(normalized_dims) + " dims of " +
+                shape_text(x.shape()));
   const Shape norm_shape(x.shape().end() - normalized_dims, x.shape().end());
   for (const Tensor* t : {&weight, &bias})
     if (t->defined() && t->shape() != norm_shape)
-      throw Error("layer_norm: weight/bias of shape " + shape_text(t->shape()) + ", expected " + shape_text(norm_shape));
+      throw Error("layer_norm: weight/bias of shape " + shape_text(t->shape()) + ", expected " +
+                  shape_text(norm_shape));
   const std::int64_t cols = shape_numel(norm_shape), rows = cols ? x.numel() / cols : 0;
   const Tensor xc = contiguous_values(x);
   const Tensor wc = weight.defined() ? contiguous_values(weight) : Tensor();
   const Tensor bc = bias.defined() ? contiguous_values(bias) : Tensor();
   Tensor y = Tensor::empty(x.shape()), mean = Tensor::empty({rows}), rstd = Tensor::empty({rows});
-  native().f32_layer_norm_forward.fn(xc.data(), wc.defined() ? wc.data() : nullptr, bc.defined() ? bc.data() : nullptr,
-                                     y.data(), mean.data(), rstd.data(), static_cast<std::size_t>(rows),
-                                     static_cast<std::size_t>(cols), eps);
+  native().f32_layer_norm_forward.fn(xc.data(), wc.defined() ? wc.data() : nullptr,
+                                     bc.defined() ? bc.data() : nullptr, y.data(), mean.data(), rstd.data(),
+                                     static_cast<std::size_t>(rows), static_cast<std::size_t>(cols), eps);
   const bool has_w = weight.defined(), has_b = bias.defined();
-  autograd::record(y, "layer_norm", {x, weight, bias}, [xc, wc, mean, rstd, rows, cols, has_w, has_b, norm_shape](const Tensor& g) {
-    const Tensor gc = contiguous_values(g);
-    Tensor dx = Tensor::empty(xc.shape());
-    Tensor dw = has_w ? Tensor::zeros(norm_shape) : Tensor(), db = has_b ? Tensor::zeros(norm_shape) : Tensor();
-    native().f32_layer_norm_backward.fn(xc.data(), gc.data(), has_w ? wc.data() : nullptr, mean.data(), rstd.data(),
-                                        dx.data(), has_w ? dw.data() : nullptr, has_b ? db.data() : nullptr,
-                                        static_cast<std::size_t>(rows), static_cast<std::size_t>(cols));
-    return std::vector<Tensor>{dx, dw, db};
-  });
+  autograd::record(y, "layer_norm", {x, weight, bias},
+                   [xc, wc, mean, rstd, rows, cols, has_w, has_b, norm_shape](const Tensor& g) {
+                     const Tensor gc = contiguous_values(g);
+                     Tensor dx = Tensor::empty(xc.shape());
+                     Tensor dw = has_w ? Tensor::zeros(norm_shape) : Tensor(),
+                            db = has_b ? Tensor::zeros(norm_shape) : Tensor();
+                     native().f32_layer_norm_backward.fn(
+                         xc.data(), gc.data(), has_w ? wc.data() : nullptr, mean.data(), rstd.data(),
+                         dx.data(), has_w ? dw.data() : nullptr, has_b ? db.data() : nullptr,
+                         static_cast<std::size_t>(rows), static_cast<std::size_t>(cols));
+                     return std::vector<Tensor>{dx, dw, db};
+                   });
   return y;
 }
 
@@ -228,17 +248,18 @@ Tensor dropout(const Tensor& x, float p, bool training, Generator& gen) {
 
 Tensor embedding(const Tensor& indices, const Tensor& weight) {
   require_f32(weight, "embedding", "weight");
-  if (weight.dim() != 2) throw Error("embedding: weight of shape " + shape_text(weight.shape()) + ", expected [num, dim]");
+  if (weight.dim() != 2)
+    throw Error("embedding: weight of shape " + shape_text(weight.shape()) + ", expected [num, dim]");
   const std::int64_t num = weight.size(0), dim = weight.size(1);
   const Tensor ic = contiguous_values(indices);
   std::vector<std::int64_t> idx(static_cast<std::size_t>(ic.numel()));
   for (std::int64_t i = 0; i < ic.numel(); ++i) {
-    const std::int64_t v = ic.dtype() == DType::i64 ? ic.data_as<std::int64_t>()[i]
+    const std::int64_t v = ic.dtype() == DType::i64   ? ic.data_as<std::int64_t>()[i]
                            : ic.dtype() == DType::i32 ? ic.data_as<std::int32_t>()[i]
                                                       : throw Error("embedding: indices must be i32 or i64");
     if (v < 0 || v >= num)
-      throw Error("embedding: index " + std::to_string(v) + " at position " + std::to_string(i) + " is out of range [0, " +
-                  std::to_string(num) + ")");
+      throw Error("embedding: index " + std::to_string(v) + " at position " + std::to_string(i) +
+                  " is out of range [0, " + std::to_string(num) + ")");
     idx[static_cast<std::size_t>(i)] = v;
   }
   Shape out_shape = indices.shape();
@@ -246,12 +267,14 @@ Tensor embedding(const Tensor& indices, const Tensor& weight) {
   const Tensor wc = contiguous_values(weight);
   Tensor y = Tensor::empty(out_shape);
   for (std::size_t i = 0; i < idx.size(); ++i)
-    std::memcpy(y.data() + static_cast<std::int64_t>(i) * dim, wc.data() + idx[i] * dim, static_cast<std::size_t>(dim) * sizeof(float));
+    std::memcpy(y.data() + static_cast<std::int64_t>(i) * dim, wc.data() + idx[i] * dim,
+                static_cast<std::size_t>(dim) * sizeof(float));
   autograd::record(y, "embedding", {weight}, [idx, num, dim](const Tensor& g) {
     const Tensor gc = contiguous_values(g);
     Tensor dw = Tensor::zeros({num, dim});
     for (std::size_t i = 0; i < idx.size(); ++i)
-      for (std::int64_t j = 0; j < dim; ++j) dw.data()[idx[i] * dim + j] += gc.data()[static_cast<std::int64_t>(i) * dim + j];
+      for (std::int64_t j = 0; j < dim; ++j)
+        dw.data()[idx[i] * dim + j] += gc.data()[static_cast<std::int64_t>(i) * dim + j];
     return std::vector<Tensor>{dw};
   });
   return y;
@@ -267,7 +290,8 @@ Tensor concat(const std::vector<Tensor>& tensors, std::int64_t dim) {
     require_f32(tensors[i], "concat", "input");
     const Shape& s = tensors[i].shape();
     bool ok = s.size() == first.size();
-    for (std::size_t k = 0; ok && k < s.size(); ++k) ok = static_cast<std::int64_t>(k) == d || s[k] == first[k];
+    for (std::size_t k = 0; ok && k < s.size(); ++k)
+      ok = static_cast<std::int64_t>(k) == d || s[k] == first[k];
     if (!ok)
       throw Error("concat: tensor " + std::to_string(i) + " of shape " + shape_text(s) + " does not match " +
                   shape_text(first) + " outside dimension " + std::to_string(d));

@@ -8,12 +8,13 @@ using namespace ops_detail;
 namespace {
 
 // Batched product of contiguous [batch, m, k] x [batch or 1, k, n] buffers, with transposes.
-void batched_matmul(const float* a, const float* b, float* c, std::int64_t batch, std::int64_t m, std::int64_t n,
-                    std::int64_t k, bool ta, bool tb, bool b_shared) {
+void batched_matmul(const float* a, const float* b, float* c, std::int64_t batch, std::int64_t m,
+                    std::int64_t n, std::int64_t k, bool ta, bool tb, bool b_shared) {
   if (b_shared && !ta) {
     onednn::matmul(onednn::MatmulShape{1, batch * m, n, k, false, tb}, a, b, c);  // fold the batch into m
   } else if (b_shared) {
-    for (std::int64_t i = 0; i < batch; ++i) onednn::matmul(onednn::MatmulShape{1, m, n, k, ta, tb}, a + i * m * k, b, c + i * m * n);
+    for (std::int64_t i = 0; i < batch; ++i)
+      onednn::matmul(onednn::MatmulShape{1, m, n, k, ta, tb}, a + i * m * k, b, c + i * m * n);
   } else {
     onednn::matmul(onednn::MatmulShape{batch, m, n, k, ta, tb}, a, b, c);
   }
@@ -33,9 +34,11 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   if (b.size(-2) != k)
     throw Error("matmul: shapes " + shape_text(a_in.shape()) + " and " + shape_text(b_in.shape()) +
                 " cannot be multiplied (" + std::to_string(k) + " vs " + std::to_string(b.size(-2)) + ")");
-  const Shape batch_a(a.shape().begin(), a.shape().end() - 2), batch_b(b.shape().begin(), b.shape().end() - 2);
+  const Shape batch_a(a.shape().begin(), a.shape().end() - 2),
+      batch_b(b.shape().begin(), b.shape().end() - 2);
   if (!batch_b.empty() && batch_a != batch_b)
-    throw Error("matmul: batch dimensions " + shape_text(batch_a) + " and " + shape_text(batch_b) + " differ");
+    throw Error("matmul: batch dimensions " + shape_text(batch_a) + " and " + shape_text(batch_b) +
+                " differ");
   const std::int64_t batch = shape_numel(batch_a);
   Shape out_shape = batch_a;
   out_shape.push_back(m);
@@ -54,7 +57,8 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
     Tensor da = Tensor::empty(ac.shape()), db = Tensor::zeros(bc.shape());
     batched_matmul(gc.data(), bc.data(), da.data(), batch, m, k, n, false, true, b_shared);  // dA = G B^T
     if (b_shared) {
-      onednn::matmul(onednn::MatmulShape{1, k, n, batch * m, true, false}, ac.data(), gc.data(), db.data());  // A^T G
+      onednn::matmul(onednn::MatmulShape{1, k, n, batch * m, true, false}, ac.data(), gc.data(),
+                     db.data());  // A^T G
     } else {
       onednn::matmul(onednn::MatmulShape{batch, k, n, m, true, false}, ac.data(), gc.data(), db.data());
     }
@@ -69,13 +73,15 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   require_f32(x, "linear", "input");
   require_f32(weight, "linear", "weight");
-  if (weight.dim() != 2) throw Error("linear: weight of shape " + shape_text(weight.shape()) + ", expected [out, in]");
+  if (weight.dim() != 2)
+    throw Error("linear: weight of shape " + shape_text(weight.shape()) + ", expected [out, in]");
   const std::int64_t in = weight.size(1), out_features = weight.size(0);
   if (x.dim() < 1 || x.size(-1) != in)
     throw Error("linear: input of shape " + shape_text(x.shape()) + " does not end in " + std::to_string(in) +
                 " features (weight " + shape_text(weight.shape()) + ")");
   if (bias.defined() && (bias.dim() != 1 || bias.size(0) != out_features))
-    throw Error("linear: bias of shape " + shape_text(bias.shape()) + ", expected [" + std::to_string(out_features) + "]");
+    throw Error("linear: bias of shape " + shape_text(bias.shape()) + ", expected [" +
+                std::to_string(out_features) + "]");
   const std::int64_t rows = x.numel() / std::max<std::int64_t>(in, 1);
   Shape out_shape = x.shape();
   out_shape.back() = out_features;

@@ -21,7 +21,8 @@ inline constexpr std::size_t kGrain = std::size_t{1} << 15;
 inline void require_f32(const Tensor& t, const char* op, const char* what) {
   if (!t.defined()) throw Error(std::string(op) + ": " + what + " is undefined");
   if (t.dtype() != DType::f32)
-    throw Error(std::string(op) + ": " + what + " has dtype " + std::string(dtype_name(t.dtype())) + ", expected f32");
+    throw Error(std::string(op) + ": " + what + " has dtype " + std::string(dtype_name(t.dtype())) +
+                ", expected f32");
 }
 
 // The tensor's values as a contiguous f32 tensor, without recording a graph edge.
@@ -36,7 +37,8 @@ Tensor map_contiguous(const Tensor& x, Fn fn) {
   Tensor out = Tensor::empty(x.shape());
   const float* in = xc.data();
   float* o = out.data();
-  parallel_for(static_cast<std::size_t>(x.numel()), kGrain, [&](std::size_t b, std::size_t e) { fn(in + b, o + b, e - b); });
+  parallel_for(static_cast<std::size_t>(x.numel()), kGrain,
+               [&](std::size_t b, std::size_t e) { fn(in + b, o + b, e - b); });
   return out;
 }
 

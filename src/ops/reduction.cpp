@@ -61,15 +61,19 @@ Tensor sum(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim) {
   if (p.rows == 1) {
     // One long row: split it across the pool and add the partial sums.
     std::vector<double> partial(64, 0.0);
-    parallel_for(static_cast<std::size_t>(p.cols), kGrain, std::min(64, runtime().threads.threads), [&](std::size_t b, std::size_t e) {
-      partial[static_cast<std::size_t>(omp_get_thread_num())] = sum_fn(in + b, e - b);
-    });
+    parallel_for(static_cast<std::size_t>(p.cols), kGrain, std::min(64, runtime().threads.threads),
+                 [&](std::size_t b, std::size_t e) {
+                   partial[static_cast<std::size_t>(omp_get_thread_num())] = sum_fn(in + b, e - b);
+                 });
     o[0] = static_cast<float>(std::accumulate(partial.begin(), partial.end(), 0.0));
   } else {
-    parallel_for(static_cast<std::size_t>(p.rows), std::max<std::size_t>(1, kGrain / static_cast<std::size_t>(std::max<std::int64_t>(p.cols, 1))),
-                 [&](std::size_t b, std::size_t e) {
-                   for (std::size_t r = b; r < e; ++r) o[r] = sum_fn(in + r * static_cast<std::size_t>(p.cols), static_cast<std::size_t>(p.cols));
-                 });
+    parallel_for(
+        static_cast<std::size_t>(p.rows),
+        std::max<std::size_t>(1, kGrain / static_cast<std::size_t>(std::max<std::int64_t>(p.cols, 1))),
+        [&](std::size_t b, std::size_t e) {
+          for (std::size_t r = b; r < e; ++r)
+            o[r] = sum_fn(in + r * static_cast<std::size_t>(p.cols), static_cast<std::size_t>(p.cols));
+        });
   }
   const Shape in_shape = x.shape(), keep_shape = p.keepdim_shape;
   autograd::record(out, "sum", {x}, [in_shape, keep_shape](const Tensor& g) {
@@ -86,7 +90,8 @@ Tensor mean(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim) {
 Tensor sum_to(const Tensor& x, const Shape& shape) {
   if (x.shape() == shape) return x;
   const Shape& from = x.shape();
-  if (shape.size() > from.size()) throw Error("sum_to: cannot reduce " + shape_text(from) + " to " + shape_text(shape));
+  if (shape.size() > from.size())
+    throw Error("sum_to: cannot reduce " + shape_text(from) + " to " + shape_text(shape));
   const std::size_t lead = from.size() - shape.size();
   std::vector<std::int64_t> dims;
   for (std::size_t i = 0; i < from.size(); ++i) {
@@ -104,7 +109,8 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
 
 namespace {
 // Per-row max value and first index of the maximum along `dim`.
-std::pair<Tensor, std::vector<std::int64_t>> max_along(const Tensor& x, std::int64_t dim, bool keepdim, Shape* keep_shape) {
+std::pair<Tensor, std::vector<std::int64_t>> max_along(const Tensor& x, std::int64_t dim, bool keepdim,
+                                                       Shape* keep_shape) {
   const ReducePlan p = plan(x.shape(), {dim});
   if (p.cols == 0) throw Error("max/argmax over an empty dimension of shape " + shape_text(x.shape()));
   const Tensor xr = rows_last(x, p);

@@ -23,7 +23,8 @@ LastDim move_last(const Tensor& x, std::int64_t dim) {
     if (i != d) l.order.push_back(i);
   l.order.push_back(d);
   l.inverse.assign(static_cast<std::size_t>(nd), 0);
-  for (std::size_t i = 0; i < l.order.size(); ++i) l.inverse[static_cast<std::size_t>(l.order[i])] = static_cast<std::int64_t>(i);
+  for (std::size_t i = 0; i < l.order.size(); ++i)
+    l.inverse[static_cast<std::size_t>(l.order[i])] = static_cast<std::int64_t>(i);
   l.rows = nd == 0 ? x.reshape({1}) : x.permute(l.order).contiguous();
   l.cols = nd == 0 ? 1 : x.size(d);
   l.count = l.cols ? l.rows.numel() / l.cols : 0;
@@ -45,8 +46,9 @@ Tensor softmax_family(const Tensor& x, std::int64_t dim, bool log) {
   const auto cols = static_cast<std::size_t>(l.cols);
   const float* in = l.rows.data();
   float* out = y_rows.data();
-  parallel_for(static_cast<std::size_t>(l.count), std::max<std::size_t>(1, kGrain / std::max<std::size_t>(cols, 1)),
-               [&](std::size_t b, std::size_t e) { fn(in + b * cols, out + b * cols, e - b, cols, cols, cols); });
+  parallel_for(
+      static_cast<std::size_t>(l.count), std::max<std::size_t>(1, kGrain / std::max<std::size_t>(cols, 1)),
+      [&](std::size_t b, std::size_t e) { fn(in + b * cols, out + b * cols, e - b, cols, cols, cols); });
   Tensor y = restore(y_rows, l, x.shape());
   const Tensor saved = y_rows.detach();
   autograd::record(y, name, {x}, [saved, l, log, shape = x.shape()](const Tensor& g) {
@@ -61,7 +63,8 @@ Tensor softmax_family(const Tensor& x, std::int64_t dim, bool log) {
       double s = 0;
       for (std::int64_t j = 0; j < cols; ++j) s += log ? grr[j] : static_cast<double>(grr[j]) * yr[j];
       for (std::int64_t j = 0; j < cols; ++j)
-        d[j] = log ? static_cast<float>(grr[j] - std::exp(yr[j]) * s) : static_cast<float>(yr[j] * (grr[j] - s));
+        d[j] =
+            log ? static_cast<float>(grr[j] - std::exp(yr[j]) * s) : static_cast<float>(yr[j] * (grr[j] - s));
     }
     return std::vector<Tensor>{restore(dx, l, shape)};
   });
@@ -69,20 +72,29 @@ Tensor softmax_family(const Tensor& x, std::int64_t dim, bool log) {
 }
 
 // Class indices as int64, checked against [0, classes).
-std::vector<std::int64_t> class_targets(const Tensor& target, std::int64_t rows, std::int64_t classes, const char* op) {
+std::vector<std::int64_t> class_targets(const Tensor& target, std::int64_t rows, std::int64_t classes,
+                                        const char* op) {
   if (target.dim() != 1 || target.size(0) != rows)
-    throw Error(std::string(op) + ": target of shape " + shape_text(target.shape()) + ", expected [" + std::to_string(rows) + "]");
+    throw Error(std::string(op) + ": target of shape " + shape_text(target.shape()) + ", expected [" +
+                std::to_string(rows) + "]");
   std::vector<std::int64_t> t(static_cast<std::size_t>(rows));
   const Tensor tc = contiguous_values(target);
   for (std::int64_t i = 0; i < rows; ++i) {
     switch (tc.dtype()) {
-      case DType::i64: t[static_cast<std::size_t>(i)] = tc.data_as<std::int64_t>()[i]; break;
-      case DType::i32: t[static_cast<std::size_t>(i)] = tc.data_as<std::int32_t>()[i]; break;
-      default: throw Error(std::string(op) + ": target must hold class indices (i32 or i64), not " + std::string(dtype_name(tc.dtype())));
+      case DType::i64:
+        t[static_cast<std::size_t>(i)] = tc.data_as<std::int64_t>()[i];
+        break;
+      case DType::i32:
+        t[static_cast<std::size_t>(i)] = tc.data_as<std::int32_t>()[i];
+        break;
+      default:
+        throw Error(std::string(op) + ": target must hold class indices (i32 or i64), not " +
+                    std::string(dtype_name(tc.dtype())));
     }
     if (t[static_cast<std::size_t>(i)] < 0 || t[static_cast<std::size_t>(i)] >= classes)
-      throw Error(std::string(op) + ": target " + std::to_string(t[static_cast<std::size_t>(i)]) + " at position " +
-                  std::to_string(i) + " is out of range [0, " + std::to_string(classes) + ")");
+      throw Error(std::string(op) + ": target " + std::to_string(t[static_cast<std::size_t>(i)]) +
+                  " at position " + std::to_string(i) + " is out of range [0, " + std::to_string(classes) +
+                  ")");
   }
   return t;
 }
@@ -94,8 +106,10 @@ Tensor log_softmax(const Tensor& x, std::int64_t dim) { return softmax_family(x,
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, float label_smoothing) {
   require_f32(logits, "cross_entropy", "logits");
-  if (logits.dim() != 2) throw Error("cross_entropy: logits of shape " + shape_text(logits.shape()) + ", expected [N, C]");
-  if (label_smoothing < 0.0f || label_smoothing > 1.0f) throw Error("cross_entropy: label_smoothing must be in [0, 1]");
+  if (logits.dim() != 2)
+    throw Error("cross_entropy: logits of shape " + shape_text(logits.shape()) + ", expected [N, C]");
+  if (label_smoothing < 0.0f || label_smoothing > 1.0f)
+    throw Error("cross_entropy: label_smoothing must be in [0, 1]");
   const std::int64_t rows = logits.size(0), classes = logits.size(1);
   if (rows == 0) throw Error("cross_entropy: empty batch");
   const std::vector<std::int64_t> t64 = class_targets(target, rows, classes, "cross_entropy");
@@ -104,9 +118,10 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, float label_smo
   std::vector<float> row_loss(static_cast<std::size_t>(rows));
   Tensor dlogits = Tensor::empty(logits.shape());
   const bool need_grad = grad_mode_enabled() && logits.requires_grad();
-  native().f32_cross_entropy.fn({lc.data(), labels.data(), static_cast<std::size_t>(rows), static_cast<std::size_t>(classes),
-                                  static_cast<std::size_t>(classes), label_smoothing, row_loss.data(),
-                                  need_grad ? dlogits.data() : nullptr, static_cast<std::size_t>(classes)});
+  native().f32_cross_entropy.fn({lc.data(), labels.data(), static_cast<std::size_t>(rows),
+                                 static_cast<std::size_t>(classes), static_cast<std::size_t>(classes),
+                                 label_smoothing, row_loss.data(), need_grad ? dlogits.data() : nullptr,
+                                 static_cast<std::size_t>(classes)});
   double total = 0;
   for (float v : row_loss) total += v;
   Tensor loss = Tensor::scalar(static_cast<float>(total / static_cast<double>(rows)));
@@ -118,7 +133,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, float label_smo
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target) {
   require_f32(log_probs, "nll_loss", "input");
-  if (log_probs.dim() != 2) throw Error("nll_loss: input of shape " + shape_text(log_probs.shape()) + ", expected [N, C]");
+  if (log_probs.dim() != 2)
+    throw Error("nll_loss: input of shape " + shape_text(log_probs.shape()) + ", expected [N, C]");
   const std::int64_t rows = log_probs.size(0), classes = log_probs.size(1);
   const std::vector<std::int64_t> t = class_targets(target, rows, classes, "nll_loss");
   const Tensor lc = contiguous_values(log_probs);
@@ -136,7 +152,8 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target) {
 
 Tensor mse_loss(const Tensor& input, const Tensor& target) {
   if (input.shape() != target.shape())
-    throw Error("mse_loss: input of shape " + shape_text(input.shape()) + " and target of shape " + shape_text(target.shape()));
+    throw Error("mse_loss: input of shape " + shape_text(input.shape()) + " and target of shape " +
+                shape_text(target.shape()));
   const Tensor d = sub(input, target);
   return mean(mul(d, d));
 }
@@ -145,8 +162,8 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
   require_f32(logits, "binary_cross_entropy_with_logits", "logits");
   require_f32(target, "binary_cross_entropy_with_logits", "target");
   if (logits.shape() != target.shape())
-    throw Error("binary_cross_entropy_with_logits: logits of shape " + shape_text(logits.shape()) + " and target of shape " +
-                shape_text(target.shape()));
+    throw Error("binary_cross_entropy_with_logits: logits of shape " + shape_text(logits.shape()) +
+                " and target of shape " + shape_text(target.shape()));
   const Tensor x = contiguous_values(logits), y = contiguous_values(target);
   const std::int64_t n = x.numel();
   // max(x, 0) - x y + log(1 + exp(-|x|)): stable for large |x|.

@@ -17,8 +17,8 @@ Tensor gradient_of(const Tensor& p, std::size_t index) {
   Tensor g = p.grad();
   if (!g.defined()) return g;
   if (g.shape() != p.shape())
-    throw Error("optimizer: gradient of parameter " + std::to_string(index) + " has shape " + shape_text(g.shape()) +
-                ", the parameter " + shape_text(p.shape()));
+    throw Error("optimizer: gradient of parameter " + std::to_string(index) + " has shape " +
+                shape_text(g.shape()) + ", the parameter " + shape_text(p.shape()));
   return g.contiguous();
 }
 }  // namespace
@@ -38,7 +38,8 @@ void Optimizer::zero_grad() {
 Sgd::Sgd(std::vector<Tensor> params, const SgdOptions& o) : Optimizer(std::move(params), o.lr), options_(o) {
   if (o.nesterov && (o.momentum <= 0.0f || o.dampening != 0.0f))
     throw Error("SGD: Nesterov momentum requires a momentum and zero dampening");
-  for (const Tensor& p : params_) momentum_.push_back(o.momentum != 0.0f ? Tensor::zeros(p.shape()) : Tensor());
+  for (const Tensor& p : params_)
+    momentum_.push_back(o.momentum != 0.0f ? Tensor::zeros(p.shape()) : Tensor());
   started_.assign(params_.size(), false);
 }
 
@@ -47,22 +48,23 @@ void Sgd::step() {
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const Tensor g = gradient_of(params_[i], i);
     if (!g.defined()) continue;
-    const kernels::SgdParams p{lr_, options_.momentum, options_.dampening, options_.weight_decay, options_.nesterov,
-                               !started_[i]};
+    const kernels::SgdParams p{
+        lr_, options_.momentum, options_.dampening, options_.weight_decay, options_.nesterov, !started_[i]};
     float* w = params_[i].data();
     const float* gd = g.data();
     float* buf = momentum_[i].defined() ? momentum_[i].data() : nullptr;
-    parallel_for(static_cast<std::size_t>(params_[i].numel()), kGrain, [&](std::size_t b, std::size_t e) {
-      fn(w + b, gd + b, buf ? buf + b : nullptr, e - b, p);
-    });
+    parallel_for(static_cast<std::size_t>(params_[i].numel()), kGrain,
+                 [&](std::size_t b, std::size_t e) { fn(w + b, gd + b, buf ? buf + b : nullptr, e - b, p); });
     started_[i] = true;
     params_[i].bump_version();
   }
   ++steps_;
 }
 
-Adam::Adam(std::vector<Tensor> params, const AdamOptions& o) : Optimizer(std::move(params), o.lr), options_(o) {
-  if (o.beta1 < 0 || o.beta1 >= 1 || o.beta2 < 0 || o.beta2 >= 1) throw Error("Adam: betas must be in [0, 1)");
+Adam::Adam(std::vector<Tensor> params, const AdamOptions& o)
+    : Optimizer(std::move(params), o.lr), options_(o) {
+  if (o.beta1 < 0 || o.beta1 >= 1 || o.beta2 < 0 || o.beta2 >= 1)
+    throw Error("Adam: betas must be in [0, 1)");
   for (const Tensor& p : params_) {
     m_.push_back(Tensor::zeros(p.shape()));
     v_.push_back(Tensor::zeros(p.shape()));
@@ -78,15 +80,18 @@ std::int64_t i64_value(const Tensor& t) { return t.data_as<std::int64_t>()[0]; }
 void load_named(const char* who, const nn::NamedTensors& expected, const nn::NamedTensors& state) {
   std::map<std::string, Tensor> given(state.begin(), state.end());
   if (given.size() != expected.size())
-    throw Error(std::string(who) + " state: " + std::to_string(given.size()) + " entries, expected " + std::to_string(expected.size()) +
-                " (a checkpoint of another model or optimiser?)");
+    throw Error(std::string(who) + " state: " + std::to_string(given.size()) + " entries, expected " +
+                std::to_string(expected.size()) + " (a checkpoint of another model or optimiser?)");
   for (const auto& [name, t] : expected) {
     const auto it = given.find(name);
     if (it == given.end()) throw Error(std::string(who) + " state: missing " + name);
     if (it->second.shape() != t.shape() || it->second.dtype() != t.dtype())
-      throw Error(std::string(who) + " state: " + name + " is " + shape_text(it->second.shape()) + ", expected " + shape_text(t.shape()));
+      throw Error(std::string(who) + " state: " + name + " is " + shape_text(it->second.shape()) +
+                  ", expected " + shape_text(t.shape()));
   }
-  for (const auto& [name, t] : expected) std::memcpy(t.raw_data(), given.at(name).contiguous().raw_data(), static_cast<std::size_t>(t.numel()) * dtype_size(t.dtype()));
+  for (const auto& [name, t] : expected)
+    std::memcpy(t.raw_data(), given.at(name).contiguous().raw_data(),
+                static_cast<std::size_t>(t.numel()) * dtype_size(t.dtype()));
 }
 }  // namespace
 
@@ -131,14 +136,18 @@ void Adam::step() {
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const Tensor g = gradient_of(params_[i], i);
     if (!g.defined()) continue;
-    const kernels::AdamParams p{lr_, options_.beta1, options_.beta2, options_.eps, options_.weight_decay,
-                                options_.decoupled_weight_decay, ++param_steps_[i]};
+    const kernels::AdamParams p{lr_,
+                                options_.beta1,
+                                options_.beta2,
+                                options_.eps,
+                                options_.weight_decay,
+                                options_.decoupled_weight_decay,
+                                ++param_steps_[i]};
     float* w = params_[i].data();
     const float* gd = g.data();
     float *m = m_[i].data(), *v = v_[i].data();
-    parallel_for(static_cast<std::size_t>(params_[i].numel()), kGrain, [&](std::size_t b, std::size_t e) {
-      fn(w + b, gd + b, m + b, v + b, e - b, p);
-    });
+    parallel_for(static_cast<std::size_t>(params_[i].numel()), kGrain,
+                 [&](std::size_t b, std::size_t e) { fn(w + b, gd + b, m + b, v + b, e - b, p); });
     params_[i].bump_version();
   }
   ++steps_;
@@ -149,7 +158,8 @@ float StepLr::lr_at(std::int64_t epoch) const {
 }
 
 float CosineAnnealingLr::lr_at(std::int64_t epoch) const {
-  const double t = static_cast<double>(std::min(epoch, t_max_)) / static_cast<double>(std::max<std::int64_t>(t_max_, 1));
+  const double t =
+      static_cast<double>(std::min(epoch, t_max_)) / static_cast<double>(std::max<std::int64_t>(t_max_, 1));
   return static_cast<float>(eta_min_ + (base_lr_ - eta_min_) * (1 + std::cos(M_PI * t)) / 2);
 }
 
@@ -160,7 +170,8 @@ LinearWarmup::LinearWarmup(Optimizer& o, std::int64_t warmup, float start_factor
 
 float LinearWarmup::lr_at(std::int64_t step) const {
   if (step >= warmup_) return base_lr_;
-  const float f = start_factor_ + (1.0f - start_factor_) * static_cast<float>(step) / static_cast<float>(std::max<std::int64_t>(warmup_, 1));
+  const float f = start_factor_ + (1.0f - start_factor_) * static_cast<float>(step) /
+                                      static_cast<float>(std::max<std::int64_t>(warmup_, 1));
   return base_lr_ * f;
 }
 

@@ -74,8 +74,7 @@ CpuFeatures probe_cpu_features() {
   const unsigned base_family = (leaf1.eax >> 8) & 0xf;
   const unsigned base_model = (leaf1.eax >> 4) & 0xf;
   out.stepping = static_cast<int>(leaf1.eax & 0xf);
-  out.family = static_cast<int>(base_family == 0xf ? base_family + ((leaf1.eax >> 20) & 0xff)
-                                                   : base_family);
+  out.family = static_cast<int>(base_family == 0xf ? base_family + ((leaf1.eax >> 20) & 0xff) : base_family);
   out.model = static_cast<int>((base_family == 0x6 || base_family == 0xf)
                                    ? (((leaf1.eax >> 16) & 0xf) << 4) | base_model
                                    : base_model);
@@ -124,8 +123,7 @@ CpuFeatures probe_cpu_features() {
   const bool amx_advertised = out.cpuid[static_cast<int>(CpuFeature::amx_tile)];
   out.os.amx_permission = out.os.amx && amx_advertised && request_amx_permission();
 
-  const bool state_ok[] = {/*sse*/ true, out.os.avx, out.os.avx512,
-                           out.os.amx && out.os.amx_permission};
+  const bool state_ok[] = {/*sse*/ true, out.os.avx, out.os.avx512, out.os.amx && out.os.amx_permission};
   enum { sse, avx, avx512, amx };
   index = 0;
 #define CPUDL_USABLE_FEATURE(name, leaf, subleaf, r, bit, state) \

@@ -41,12 +41,18 @@ std::optional<IsaLevel> parse_isa_level(std::string_view name) {
 std::vector<CpuFeature> isa_level_features(IsaLevel level) {
   using F = CpuFeature;
   switch (level) {
-    case IsaLevel::generic: return {};
-    case IsaLevel::avx2: return {F::avx, F::avx2, F::fma, F::f16c};
-    case IsaLevel::avx512: return {F::avx512f, F::avx512cd, F::avx512bw, F::avx512dq, F::avx512vl};
-    case IsaLevel::avx512_vnni: return {F::avx512_vnni};
-    case IsaLevel::avx512_bf16: return {F::avx512_bf16};
-    case IsaLevel::amx: return {F::amx_tile, F::amx_bf16, F::amx_int8};
+    case IsaLevel::generic:
+      return {};
+    case IsaLevel::avx2:
+      return {F::avx, F::avx2, F::fma, F::f16c};
+    case IsaLevel::avx512:
+      return {F::avx512f, F::avx512cd, F::avx512bw, F::avx512dq, F::avx512vl};
+    case IsaLevel::avx512_vnni:
+      return {F::avx512_vnni};
+    case IsaLevel::avx512_bf16:
+      return {F::avx512_bf16};
+    case IsaLevel::amx:
+      return {F::amx_tile, F::amx_bf16, F::amx_int8};
   }
   return {};
 }
@@ -71,8 +77,7 @@ IsaChoice choose_isa_level(const CpuFeatures& cpu, std::optional<std::string> re
     if (!level) {
       std::string known;
       for (auto n : kLevelNames) known += (known.empty() ? "" : ", ") + std::string(n);
-      throw UsageError("CPUDL_ISA=" + *requested + ": unknown level (expected one of " + known +
-                       ")");
+      throw UsageError("CPUDL_ISA=" + *requested + ": unknown level (expected one of " + known + ")");
     }
     if (*level > choice.detected)
       throw UsageError("CPUDL_ISA=" + *requested + ": this CPU cannot run it (missing " +
@@ -91,8 +96,8 @@ IsaChoice choose_isa_level(const CpuFeatures& cpu, std::optional<std::string> re
       missing += (missing.empty() ? "" : ", ") + std::string(cpu_feature_name(f));
       if (cpu.cpuid[static_cast<int>(f)]) missing += " (state not enabled by the OS)";
     }
-    choice.reason = "highest level whose features are all present; " +
-                    std::string(isa_level_name(next)) + " needs " + missing;
+    choice.reason = "highest level whose features are all present; " + std::string(isa_level_name(next)) +
+                    " needs " + missing;
   }
   return choice;
 }

@@ -25,9 +25,12 @@ double seconds_since(Clock::time_point start) {
 const kernels::KernelVariant<kernels::FmaProbeFn>& probe_for(ComputeRoof roof) {
   const kernels::KernelTable& table = kernels::kernel_table();
   switch (roof) {
-    case ComputeRoof::int8_dot: return table.int8_dot_probe;
-    case ComputeRoof::bf16_dot: return table.bf16_dot_probe;
-    case ComputeRoof::fp32_fma: break;
+    case ComputeRoof::int8_dot:
+      return table.int8_dot_probe;
+    case ComputeRoof::bf16_dot:
+      return table.bf16_dot_probe;
+    case ComputeRoof::fp32_fma:
+      break;
   }
   return table.f32_fma_probe;
 }
@@ -53,7 +56,8 @@ RoofMeasurement measure_compute_roof(ComputeRoof roof, int threads, double secon
     probe.fn(iterations, &sink);
     const double t = seconds_since(start);
     if (t > 0.005 || iterations > (std::uint64_t{1} << 40)) {
-      iterations = static_cast<std::uint64_t>(static_cast<double>(iterations) * (seconds / 3) / std::max(t, 1e-6));
+      iterations =
+          static_cast<std::uint64_t>(static_cast<double>(iterations) * (seconds / 3) / std::max(t, 1e-6));
       break;
     }
     iterations *= 4;
@@ -79,12 +83,14 @@ double measure_read_bandwidth(int threads, double seconds) {
   // pages land on their NUMA nodes).
   std::uint64_t bytes = std::uint64_t{256} << 20;
   if (rt.system.l3_bytes) bytes = std::max<std::uint64_t>(bytes, *rt.system.l3_bytes * 8);
-  if (rt.system.mem_available_bytes) bytes = std::min<std::uint64_t>(bytes, *rt.system.mem_available_bytes / 4);
+  if (rt.system.mem_available_bytes)
+    bytes = std::min<std::uint64_t>(bytes, *rt.system.mem_available_bytes / 4);
   const std::size_t n = static_cast<std::size_t>(bytes / sizeof(float)) / 64 * 64;
   std::unique_ptr<float, AlignedFree> buffer(static_cast<float*>(std::aligned_alloc(64, n * sizeof(float))));
   if (!buffer) return 0;
   float* data = buffer.get();
-  parallel_for(n, 1 << 16, threads, [&](std::size_t b, std::size_t e) { std::fill(data + b, data + e, 1.0f); });
+  parallel_for(n, 1 << 16, threads,
+               [&](std::size_t b, std::size_t e) { std::fill(data + b, data + e, 1.0f); });
 
   double best = 0;
   const auto budget_start = Clock::now();

@@ -17,7 +17,8 @@ template <class Fn>
 void parallel_for(std::size_t n, std::size_t grain, int threads, Fn&& fn) {
   if (n == 0) return;
   const std::size_t max_chunks = std::max<std::size_t>(1, n / std::max<std::size_t>(1, grain));
-  const int chunks = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(std::max(1, threads)), max_chunks));
+  const int chunks =
+      static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(std::max(1, threads)), max_chunks));
   if (chunks == 1 || omp_in_parallel()) {
     fn(std::size_t{0}, n);
     return;

@@ -15,9 +15,9 @@ std::optional<IsaLevel> openblas_core_level(std::string name) {
     if (name == avx512) return IsaLevel::avx512;
   for (const char* avx2 : {"haswell", "zen", "skylake"})
     if (name == avx2) return IsaLevel::avx2;
-  for (const char* older : {"sandybridge", "nehalem", "core2", "penryn", "dunnington", "atom",
-                            "prescott", "katmai", "coppermine", "northwood", "barcelona",
-                            "bulldozer", "piledriver", "steamroller", "excavator", "opteron"})
+  for (const char* older :
+       {"sandybridge", "nehalem", "core2", "penryn", "dunnington", "atom", "prescott", "katmai", "coppermine",
+        "northwood", "barcelona", "bulldozer", "piledriver", "steamroller", "excavator", "opteron"})
     if (name == older) return IsaLevel::generic;
   return std::nullopt;
 }

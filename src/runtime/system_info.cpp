@@ -283,7 +283,8 @@ void read_topology(const fs::path& root, SystemInfo& info) {
     if (*level == 3 && kind != "Instruction") info.l3_bytes = size;
   }
 
-  if (const auto governor = read_text(cpu_dir / ("cpu" + std::to_string(first_cpu)) / "cpufreq/scaling_governor"))
+  if (const auto governor =
+          read_text(cpu_dir / ("cpu" + std::to_string(first_cpu)) / "cpufreq/scaling_governor"))
     info.frequency_governor = std::string(trim(*governor));
 
   // Affinity: the allowed list of this process (what sched_getaffinity returns).
@@ -358,10 +359,17 @@ std::optional<std::uint64_t> parse_cache_size(std::string_view text) {
   std::uint64_t multiplier = 1;
   if (!text.empty()) {
     switch (text.back()) {
-      case 'K': multiplier = std::uint64_t{1} << 10; break;
-      case 'M': multiplier = std::uint64_t{1} << 20; break;
-      case 'G': multiplier = std::uint64_t{1} << 30; break;
-      default: break;
+      case 'K':
+        multiplier = std::uint64_t{1} << 10;
+        break;
+      case 'M':
+        multiplier = std::uint64_t{1} << 20;
+        break;
+      case 'G':
+        multiplier = std::uint64_t{1} << 30;
+        break;
+      default:
+        break;
     }
     if (multiplier != 1) text.remove_suffix(1);
   }

@@ -55,8 +55,8 @@ ThreadPlan plan_threads(const SystemInfo& system, const EnvLookup& env) {
   }
   plan.usable_cores = std::max(1, usable);
   plan.threads = plan.usable_cores;
-  plan.reason = "min(physical cores, affinity, cgroup quota) = " + std::to_string(plan.threads) +
-                ", limited by " + why;
+  plan.reason =
+      "min(physical cores, affinity, cgroup quota) = " + std::to_string(plan.threads) + ", limited by " + why;
   if (const auto n = parse_thread_count(env, "CPUDL_THREADS")) {
     plan.threads = *n;
     plan.reason = "CPUDL_THREADS=" + std::to_string(*n);

@@ -12,7 +12,8 @@ namespace cpudl {
 inline std::int64_t normalize_dim(std::int64_t dim, std::int64_t ndim) {
   const std::int64_t d = dim < 0 ? dim + ndim : dim;
   if (d < 0 || d >= std::max<std::int64_t>(ndim, 1))
-    throw Error("dimension " + std::to_string(dim) + " out of range for a tensor of " + std::to_string(ndim) + " dims");
+    throw Error("dimension " + std::to_string(dim) + " out of range for a tensor of " + std::to_string(ndim) +
+                " dims");
   return d;
 }
 

@@ -76,7 +76,8 @@ Tensor Tensor::randn(const Shape& shape, Generator& gen) {
 
 Tensor Tensor::from_vector(const std::vector<float>& values, const Shape& shape) {
   if (static_cast<std::int64_t>(values.size()) != shape_numel(shape))
-    throw Error("from_vector: " + std::to_string(values.size()) + " values do not fill shape " + shape_text(shape));
+    throw Error("from_vector: " + std::to_string(values.size()) + " values do not fill shape " +
+                shape_text(shape));
   Tensor t = empty(shape);
   std::copy(values.begin(), values.end(), t.data());
   return t;
@@ -95,7 +96,9 @@ std::int64_t Tensor::numel() const { return shape_numel(shape()); }
 DType Tensor::dtype() const { return checked(impl_).dtype; }
 std::int64_t Tensor::offset() const { return checked(impl_).offset; }
 
-std::int64_t Tensor::size(std::int64_t d) const { return shape()[static_cast<std::size_t>(normalize_dim(d, dim()))]; }
+std::int64_t Tensor::size(std::int64_t d) const {
+  return shape()[static_cast<std::size_t>(normalize_dim(d, dim()))];
+}
 
 bool Tensor::is_contiguous() const {
   const TensorImpl& t = checked(impl_);
@@ -114,7 +117,8 @@ void* Tensor::raw_data() const {
 }
 
 float* Tensor::data() const {
-  if (dtype() != DType::f32) throw Error("tensor of dtype " + std::string(dtype_name(dtype())) + " where f32 was expected");
+  if (dtype() != DType::f32)
+    throw Error("tensor of dtype " + std::string(dtype_name(dtype())) + " where f32 was expected");
   return static_cast<float*>(raw_data());
 }
 
@@ -126,7 +130,8 @@ std::vector<float> Tensor::to_vector() const {
 namespace {
 std::int64_t element_offset(const TensorImpl& t, std::initializer_list<std::int64_t> index) {
   if (index.size() != t.shape.size())
-    throw Error("index of " + std::to_string(index.size()) + " dims into a tensor of shape " + shape_text(t.shape));
+    throw Error("index of " + std::to_string(index.size()) + " dims into a tensor of shape " +
+                shape_text(t.shape));
   std::int64_t off = 0;
   std::size_t d = 0;
   for (std::int64_t i : index) {
@@ -139,14 +144,17 @@ std::int64_t element_offset(const TensorImpl& t, std::initializer_list<std::int6
 }
 }  // namespace
 
-float Tensor::at(std::initializer_list<std::int64_t> index) const { return data()[element_offset(*impl_, index)]; }
+float Tensor::at(std::initializer_list<std::int64_t> index) const {
+  return data()[element_offset(*impl_, index)];
+}
 void Tensor::set(std::initializer_list<std::int64_t> index, float value) {
   data()[element_offset(*impl_, index)] = value;
   bump_version();
 }
 
 float Tensor::item() const {
-  if (numel() != 1) throw Error("item() of a tensor of shape " + shape_text(shape()) + " (one element expected)");
+  if (numel() != 1)
+    throw Error("item() of a tensor of shape " + shape_text(shape()) + " (one element expected)");
   return contiguous().data()[0];
 }
 
@@ -172,8 +180,14 @@ Tensor& Tensor::set_requires_grad(bool on) {
 }
 
 Tensor Tensor::grad() const { return checked(impl_).grad ? Tensor(impl_->grad) : Tensor(); }
-void Tensor::set_grad(const Tensor& g) const { checked(impl_), impl_->grad = g.impl(); }
-void Tensor::zero_grad() const { checked(impl_), impl_->grad.reset(); }
+void Tensor::set_grad(const Tensor& g) const {
+  checked(impl_);
+  impl_->grad = g.impl();
+}
+void Tensor::zero_grad() const {
+  checked(impl_);
+  impl_->grad.reset();
+}
 bool Tensor::is_leaf() const { return checked(impl_).grad_fn == nullptr; }
 std::shared_ptr<Node> Tensor::grad_fn() const { return checked(impl_).grad_fn; }
 

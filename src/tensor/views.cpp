@@ -80,14 +80,16 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
     const std::int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
     const std::int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
     if (da != db && da != 1 && db != 1)
-      throw Error(std::string(op) + ": shapes " + shape_text(a) + " and " + shape_text(b) + " do not broadcast");
+      throw Error(std::string(op) + ": shapes " + shape_text(a) + " and " + shape_text(b) +
+                  " do not broadcast");
     out[i] = da == 1 ? db : da;
   }
   return out;
 }
 
 void copy_strided(const Tensor& src, const Tensor& dst) {
-  if (src.shape() != dst.shape()) throw Error("copy: shape " + shape_text(src.shape()) + " into " + shape_text(dst.shape()));
+  if (src.shape() != dst.shape())
+    throw Error("copy: shape " + shape_text(src.shape()) + " into " + shape_text(dst.shape()));
   if (src.dtype() != dst.dtype()) throw Error("copy: dtype mismatch");
   const std::size_t es = dtype_size(src.dtype());
   const auto* s = static_cast<const char*>(src.raw_data());
@@ -98,22 +100,26 @@ void copy_strided(const Tensor& src, const Tensor& dst) {
   }
   const Shape& shape = src.shape();
   if (shape_numel(shape) == 0) return;
-  for_each_row(shape, src.strides(), dst.strides(), [&](std::int64_t os, std::int64_t od, std::int64_t, std::int64_t inner) {
-    const std::int64_t ss = shape.empty() ? 1 : src.strides().back(), ds = shape.empty() ? 1 : dst.strides().back();
-    for (std::int64_t i = 0; i < inner; ++i)
-      std::memcpy(d + (od + i * ds) * static_cast<std::int64_t>(es), s + (os + i * ss) * static_cast<std::int64_t>(es), es);
-  });
+  for_each_row(shape, src.strides(), dst.strides(),
+               [&](std::int64_t os, std::int64_t od, std::int64_t, std::int64_t inner) {
+                 const std::int64_t ss = shape.empty() ? 1 : src.strides().back(),
+                                    ds = shape.empty() ? 1 : dst.strides().back();
+                 for (std::int64_t i = 0; i < inner; ++i)
+                   std::memcpy(d + (od + i * ds) * static_cast<std::int64_t>(es),
+                               s + (os + i * ss) * static_cast<std::int64_t>(es), es);
+               });
 }
 
 Tensor Tensor::view(const Shape& requested) const {
   const Shape shape = infer_shape(requested, numel(), this->shape());
   const auto strides = view_strides(this->shape(), this->strides(), shape);
   if (!strides)
-    throw Error("view " + shape_text(requested) + " of a non-contiguous tensor of shape " + shape_text(this->shape()) +
-                ": use reshape()");
+    throw Error("view " + shape_text(requested) + " of a non-contiguous tensor of shape " +
+                shape_text(this->shape()) + ": use reshape()");
   Tensor out = make_view(*this, shape, *strides, offset());
   const Shape input_shape = this->shape();
-  autograd::record(out, "view", {*this}, [input_shape](const Tensor& g) { return std::vector<Tensor>{g.reshape(input_shape)}; });
+  autograd::record(out, "view", {*this},
+                   [input_shape](const Tensor& g) { return std::vector<Tensor>{g.reshape(input_shape)}; });
   return out;
 }
 
@@ -126,25 +132,29 @@ Tensor Tensor::reshape(const Shape& requested) const {
 Tensor Tensor::permute(const std::vector<std::int64_t>& dims) const {
   const std::int64_t nd = dim();
   if (static_cast<std::int64_t>(dims.size()) != nd)
-    throw Error("permute of a " + std::to_string(nd) + "-dim tensor with " + std::to_string(dims.size()) + " dims");
+    throw Error("permute of a " + std::to_string(nd) + "-dim tensor with " + std::to_string(dims.size()) +
+                " dims");
   Shape shape(dims.size()), strides(dims.size());
   std::vector<std::int64_t> inverse(dims.size(), -1);
   for (std::size_t i = 0; i < dims.size(); ++i) {
     const std::int64_t d = normalize_dim(dims[i], nd);
-    if (inverse[static_cast<std::size_t>(d)] != -1) throw Error("permute: dimension " + std::to_string(d) + " repeated");
+    if (inverse[static_cast<std::size_t>(d)] != -1)
+      throw Error("permute: dimension " + std::to_string(d) + " repeated");
     inverse[static_cast<std::size_t>(d)] = static_cast<std::int64_t>(i);
     shape[i] = this->shape()[static_cast<std::size_t>(d)];
     strides[i] = this->strides()[static_cast<std::size_t>(d)];
   }
   Tensor out = make_view(*this, shape, strides, offset());
-  autograd::record(out, "permute", {*this}, [inverse](const Tensor& g) { return std::vector<Tensor>{g.permute(inverse)}; });
+  autograd::record(out, "permute", {*this},
+                   [inverse](const Tensor& g) { return std::vector<Tensor>{g.permute(inverse)}; });
   return out;
 }
 
 Tensor Tensor::transpose(std::int64_t a, std::int64_t b) const {
   std::vector<std::int64_t> dims(static_cast<std::size_t>(dim()));
   std::iota(dims.begin(), dims.end(), 0);
-  std::swap(dims[static_cast<std::size_t>(normalize_dim(a, dim()))], dims[static_cast<std::size_t>(normalize_dim(b, dim()))]);
+  std::swap(dims[static_cast<std::size_t>(normalize_dim(a, dim()))],
+            dims[static_cast<std::size_t>(normalize_dim(b, dim()))]);
   return permute(dims);
 }
 
@@ -157,7 +167,8 @@ Tensor Tensor::slice(std::int64_t d, std::int64_t start, std::int64_t end, std::
   Shape shape = this->shape(), strides = this->strides();
   shape[static_cast<std::size_t>(nd)] = (end - start + step - 1) / step;
   strides[static_cast<std::size_t>(nd)] *= step;
-  Tensor out = make_view(*this, shape, strides, offset() + start * this->strides()[static_cast<std::size_t>(nd)]);
+  Tensor out =
+      make_view(*this, shape, strides, offset() + start * this->strides()[static_cast<std::size_t>(nd)]);
   const Shape input_shape = this->shape();
   autograd::record(out, "slice", {*this}, [input_shape, nd, start, end, step](const Tensor& g) {
     Tensor full = Tensor::zeros(input_shape);
@@ -186,12 +197,13 @@ Tensor Tensor::expand(const Shape& target) const {
     } else if (have == 1) {
       strides[i] = 0;
     } else {
-      throw Error("expand " + shape_text(shape) + " to " + shape_text(target) + ": dimension " + std::to_string(i) +
-                  " has size " + std::to_string(have) + ", not 1");
+      throw Error("expand " + shape_text(shape) + " to " + shape_text(target) + ": dimension " +
+                  std::to_string(i) + " has size " + std::to_string(have) + ", not 1");
     }
   }
   Tensor out = make_view(*this, out_shape, strides, offset());
-  autograd::record(out, "expand", {*this}, [shape](const Tensor& g) { return std::vector<Tensor>{sum_to(g, shape)}; });
+  autograd::record(out, "expand", {*this},
+                   [shape](const Tensor& g) { return std::vector<Tensor>{sum_to(g, shape)}; });
   return out;
 }
 

@@ -34,7 +34,8 @@ std::vector<float> split_floats(const std::string& text, const std::string& file
   for (std::string item; std::getline(in, item, ',');) {
     char* end = nullptr;
     const float v = std::strtof(item.c_str(), &end);
-    if (item.empty() || *end) throw Error(file + ": metadata " + key + " = '" + text + "' is not a list of numbers");
+    if (item.empty() || *end)
+      throw Error(file + ": metadata " + key + " = '" + text + "' is not a list of numbers");
     out.push_back(v);
   }
   return out;
@@ -55,7 +56,8 @@ nn::ModulePtr build_model(const std::string& name, const data::Dataset& d) {
   }
   if (name == "simplecnn" || name == "lenet5") {
     if (s[2] != 28 || s[3] != 28)
-      throw Error("--model " + name + " takes 28x28 images; the data's images are " + std::to_string(s[2]) + "x" + std::to_string(s[3]));
+      throw Error("--model " + name + " takes 28x28 images; the data's images are " + std::to_string(s[2]) +
+                  "x" + std::to_string(s[3]));
   }
   return nn::make_model(name, d.classes, s[1], /*cifar_stem=*/s[2] <= 64, s[1] * s[2] * s[3]);
 }
@@ -103,14 +105,17 @@ Evaluation evaluate(nn::Module& model, const data::Dataset& d, std::int64_t clas
   NoGradGuard no_grad;
   model.eval();
   Evaluation e;
-  e.confusion.assign(static_cast<std::size_t>(classes), std::vector<std::int64_t>(static_cast<std::size_t>(classes), 0));
+  e.confusion.assign(static_cast<std::size_t>(classes),
+                     std::vector<std::int64_t>(static_cast<std::size_t>(classes), 0));
   const std::int64_t n = d.images.size(0);
   std::int64_t correct = 0;
   double loss = 0;
   for (std::int64_t i = 0; i < n; i += batch) {
     const Tensor x = d.images.slice(0, i, i + batch), y = d.labels.slice(0, i, i + batch).contiguous();
     const Tensor logits = model.forward(x);
-    if (logits.size(1) != classes) throw Error("the model has " + std::to_string(logits.size(1)) + " outputs, the data " + std::to_string(classes) + " classes");
+    if (logits.size(1) != classes)
+      throw Error("the model has " + std::to_string(logits.size(1)) + " outputs, the data " +
+                  std::to_string(classes) + " classes");
     loss += cross_entropy(logits, y).item() * static_cast<double>(x.size(0));
     const Tensor pred = argmax(logits, 1);
     for (std::int64_t j = 0; j < x.size(0); ++j) {
@@ -131,11 +136,13 @@ ModelFile load_model_file(const std::filesystem::path& path) {
   auto get = [&](const char* key) {
     const auto it = f.metadata.find(key);
     if (it == f.metadata.end())
-      throw Error(path.string() + ": metadata has no '" + key + "' (not a cpudl model file; train one with cpudl train)");
+      throw Error(path.string() + ": metadata has no '" + key +
+                  "' (not a cpudl model file; train one with cpudl train)");
     return it->second;
   };
   const std::string arch = get("architecture");
-  for (float v : split_floats(get("input_shape"), path.string(), "input_shape")) m.input_shape.push_back(static_cast<std::int64_t>(v));
+  for (float v : split_floats(get("input_shape"), path.string(), "input_shape"))
+    m.input_shape.push_back(static_cast<std::int64_t>(v));
   m.classes = static_cast<std::int64_t>(std::stoll(get("classes")));
   m.mean = split_floats(get("normalization_mean"), path.string(), "normalization_mean");
   m.std = split_floats(get("normalization_std"), path.string(), "normalization_std");
@@ -171,12 +178,15 @@ int run(const TrainConfig& config_in, const Callbacks& cb, Summary& summary) {
     const auto& md = ckpt.metadata;
     auto need = [&](const char* key) {
       const auto it = md.find(key);
-      if (it == md.end()) throw Error(c.resume.string() + ": not a cpudl checkpoint (metadata has no '" + key + "')");
+      if (it == md.end())
+        throw Error(c.resume.string() + ": not a cpudl checkpoint (metadata has no '" + key + "')");
       return it->second;
     };
-    if (need("format") != "cpudl-checkpoint-1") throw Error(c.resume.string() + ": unknown checkpoint format " + need("format"));
+    if (need("format") != "cpudl-checkpoint-1")
+      throw Error(c.resume.string() + ": unknown checkpoint format " + need("format"));
     if (c.model_given && need("architecture") != c.model)
-      throw Error(c.resume.string() + ": checkpoint of model " + need("architecture") + ", but --model is " + c.model);
+      throw Error(c.resume.string() + ": checkpoint of model " + need("architecture") + ", but --model is " +
+                  c.model);
     c.model = need("architecture");
     c.optimizer = need("optimizer");
     c.lr = std::stof(need("lr"));
@@ -190,11 +200,13 @@ int run(const TrainConfig& config_in, const Callbacks& cb, Summary& summary) {
     global_step = std::stoll(need("global_step"));
   }
 
-  const data::Dataset train_set = data::load_dataset(c.data, true), test_set = data::load_dataset(c.data, false);
-  if (test_set.images.dim() != train_set.images.dim() || test_set.images.numel() / std::max<std::int64_t>(1, test_set.images.size(0)) !=
-                                                             train_set.images.numel() / train_set.images.size(0))
-    throw Error(c.data.string() + ": test samples are shaped " + shape_text(test_set.images.shape()) + ", train samples " +
-                shape_text(train_set.images.shape()));
+  const data::Dataset train_set = data::load_dataset(c.data, true),
+                      test_set = data::load_dataset(c.data, false);
+  if (test_set.images.dim() != train_set.images.dim() ||
+      test_set.images.numel() / std::max<std::int64_t>(1, test_set.images.size(0)) !=
+          train_set.images.numel() / train_set.images.size(0))
+    throw Error(c.data.string() + ": test samples are shaped " + shape_text(test_set.images.shape()) +
+                ", train samples " + shape_text(train_set.images.shape()));
   manual_seed(c.seed);
   nn::ModulePtr model = build_model(c.model, train_set);
   if (!c.init.empty()) {
@@ -216,7 +228,9 @@ int run(const TrainConfig& config_in, const Callbacks& cb, Summary& summary) {
     }
     for (const auto& [n, t] : ckpt.tensors)
       if (n == "rng") default_generator().seed(static_cast<std::uint64_t>(t.data_as<std::int64_t>()[0]));
-    if (cb.info) cb.info("resumed from " + c.resume.string() + " at epoch " + std::to_string(start_epoch) + ", step " + std::to_string(start_step));
+    if (cb.info)
+      cb.info("resumed from " + c.resume.string() + " at epoch " + std::to_string(start_epoch) + ", step " +
+              std::to_string(start_step));
   }
 
   const bool images = train_set.images.dim() == 4;
@@ -225,7 +239,8 @@ int run(const TrainConfig& config_in, const Callbacks& cb, Summary& summary) {
   lo.shuffle = c.shuffle;
   lo.seed = c.seed;
   lo.workers = c.workers;
-  if (train_set.kind == "cifar10") lo.crop_padding = 4, lo.horizontal_flip = true;  // standard CIFAR augmentation
+  if (train_set.kind == "cifar10")
+    lo.crop_padding = 4, lo.horizontal_flip = true;  // standard CIFAR augmentation
   data::DataLoader loader(train_set, lo);
   const std::int64_t steps_per_epoch = loader.batches_per_epoch();
 
@@ -280,16 +295,22 @@ int run(const TrainConfig& config_in, const Callbacks& cb, Summary& summary) {
       opt->step();
       ++global_step;
       const float l = loss.item();
-      if (!std::isfinite(l)) throw Error("the loss became " + std::to_string(l) + " at epoch " + std::to_string(epoch) + ", step " + std::to_string(step + 1) + ": lower --lr");
+      if (!std::isfinite(l))
+        throw Error("the loss became " + std::to_string(l) + " at epoch " + std::to_string(epoch) +
+                    ", step " + std::to_string(step + 1) + ": lower --lr");
       loss_sum += static_cast<double>(l) * static_cast<double>(x.size(0));
       images_seen += static_cast<double>(x.size(0));
       const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-      if (cb.step) cb.step({epoch, c.epochs, step + 1, steps_per_epoch, l, images_seen / std::max(seconds, 1e-9), seconds});
+      if (cb.step)
+        cb.step(
+            {epoch, c.epochs, step + 1, steps_per_epoch, l, images_seen / std::max(seconds, 1e-9), seconds});
       if (c.stop_after >= 0 && global_step == c.stop_after) std::raise(SIGTERM);
       if (g_stop_signal) {
         const int signal = g_stop_signal;
         write_checkpoint(epoch, step + 1);
-        if (cb.info) cb.info("stopped by signal " + std::to_string(signal) + ": checkpoint " + c.checkpoint.string() + " (resume with --resume); " + c.out.string() + " not written");
+        if (cb.info)
+          cb.info("stopped by signal " + std::to_string(signal) + ": checkpoint " + c.checkpoint.string() +
+                  " (resume with --resume); " + c.out.string() + " not written");
         return 128 + signal;
       }
       if (c.checkpoint_every > 0 && global_step % c.checkpoint_every == 0) write_checkpoint(epoch, step + 1);
@@ -299,7 +320,9 @@ int run(const TrainConfig& config_in, const Callbacks& cb, Summary& summary) {
     total_images += images_seen;
     const Evaluation ev = evaluate(*model, test_set, train_set.classes);
     write_checkpoint(epoch + 1, 0);
-    if (cb.epoch) cb.epoch({epoch, loss_sum / std::max(images_seen, 1.0), ev.accuracy, ev.loss, seconds, images_seen / std::max(seconds, 1e-9)});
+    if (cb.epoch)
+      cb.epoch({epoch, loss_sum / std::max(images_seen, 1.0), ev.accuracy, ev.loss, seconds,
+                images_seen / std::max(seconds, 1e-9)});
     summary.test_accuracy = ev.accuracy;
     ++summary.epochs_run;
   }

@@ -79,6 +79,7 @@ struct Evaluation {
   double accuracy = 0, loss = 0;
   std::vector<std::vector<std::int64_t>> confusion;  // [true][predicted]
 };
-Evaluation evaluate(nn::Module& model, const data::Dataset& data, std::int64_t classes, std::int64_t batch = 1000);
+Evaluation evaluate(nn::Module& model, const data::Dataset& data, std::int64_t classes,
+                    std::int64_t batch = 1000);
 
 }  // namespace cpudl::train

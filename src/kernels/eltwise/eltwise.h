@@ -7,20 +7,20 @@
 
 namespace cpudl::kernels {
 
-#define CPUDL_DECLARE_ELTWISE(isa)                                                              \
-  void f32_add__##isa(const float* a, const float* b, float* out, std::size_t n);                \
-  void f32_sub__##isa(const float* a, const float* b, float* out, std::size_t n);                \
-  void f32_mul__##isa(const float* a, const float* b, float* out, std::size_t n);                \
-  void f32_div__##isa(const float* a, const float* b, float* out, std::size_t n);                \
-  void f32_relu__##isa(const float* x, float* out, std::size_t n);                               \
-  void f32_gelu__##isa(const float* x, float* out, std::size_t n);                               \
-  void f32_sigmoid__##isa(const float* x, float* out, std::size_t n);                            \
-  void f32_tanh__##isa(const float* x, float* out, std::size_t n);                               \
-  void f32_exp__##isa(const float* x, float* out, std::size_t n);                                \
-  void f32_log__##isa(const float* x, float* out, std::size_t n);                                \
-  void f32_relu_backward__##isa(const float* x, const float* dy, float* dx, std::size_t n);      \
-  void f32_gelu_backward__##isa(const float* x, const float* dy, float* dx, std::size_t n);      \
-  void f32_sigmoid_backward__##isa(const float* y, const float* dy, float* dx, std::size_t n);   \
+#define CPUDL_DECLARE_ELTWISE(isa)                                                             \
+  void f32_add__##isa(const float* a, const float* b, float* out, std::size_t n);              \
+  void f32_sub__##isa(const float* a, const float* b, float* out, std::size_t n);              \
+  void f32_mul__##isa(const float* a, const float* b, float* out, std::size_t n);              \
+  void f32_div__##isa(const float* a, const float* b, float* out, std::size_t n);              \
+  void f32_relu__##isa(const float* x, float* out, std::size_t n);                             \
+  void f32_gelu__##isa(const float* x, float* out, std::size_t n);                             \
+  void f32_sigmoid__##isa(const float* x, float* out, std::size_t n);                          \
+  void f32_tanh__##isa(const float* x, float* out, std::size_t n);                             \
+  void f32_exp__##isa(const float* x, float* out, std::size_t n);                              \
+  void f32_log__##isa(const float* x, float* out, std::size_t n);                              \
+  void f32_relu_backward__##isa(const float* x, const float* dy, float* dx, std::size_t n);    \
+  void f32_gelu_backward__##isa(const float* x, const float* dy, float* dx, std::size_t n);    \
+  void f32_sigmoid_backward__##isa(const float* y, const float* dy, float* dx, std::size_t n); \
   void f32_tanh_backward__##isa(const float* y, const float* dy, float* dx, std::size_t n);
 
 CPUDL_DECLARE_ELTWISE(ref)

@@ -13,18 +13,38 @@ namespace cpudl::kernels {
 using F = V::F;
 using Math = VectorMath<V>;  // called through lambdas below: a function pointer would not inline
 
-void CPUDL_KERNEL(f32_add)(const float* a, const float* b, float* out, std::size_t n) { map_binary<V>(a, b, out, n, [](F x, F y) { return V::add(x, y); }); }
-void CPUDL_KERNEL(f32_sub)(const float* a, const float* b, float* out, std::size_t n) { map_binary<V>(a, b, out, n, [](F x, F y) { return V::sub(x, y); }); }
-void CPUDL_KERNEL(f32_mul)(const float* a, const float* b, float* out, std::size_t n) { map_binary<V>(a, b, out, n, [](F x, F y) { return V::mul(x, y); }); }
-void CPUDL_KERNEL(f32_div)(const float* a, const float* b, float* out, std::size_t n) { map_binary<V>(a, b, out, n, [](F x, F y) { return V::div(x, y); }); }
+void CPUDL_KERNEL(f32_add)(const float* a, const float* b, float* out, std::size_t n) {
+  map_binary<V>(a, b, out, n, [](F x, F y) { return V::add(x, y); });
+}
+void CPUDL_KERNEL(f32_sub)(const float* a, const float* b, float* out, std::size_t n) {
+  map_binary<V>(a, b, out, n, [](F x, F y) { return V::sub(x, y); });
+}
+void CPUDL_KERNEL(f32_mul)(const float* a, const float* b, float* out, std::size_t n) {
+  map_binary<V>(a, b, out, n, [](F x, F y) { return V::mul(x, y); });
+}
+void CPUDL_KERNEL(f32_div)(const float* a, const float* b, float* out, std::size_t n) {
+  map_binary<V>(a, b, out, n, [](F x, F y) { return V::div(x, y); });
+}
 
 // max(0, x) keeps NaN: the max instruction returns its second operand when either is NaN.
-void CPUDL_KERNEL(f32_relu)(const float* x, float* out, std::size_t n) { map_unary<V>(x, out, n, [](F v) { return V::max(V::zero(), v); }); }
-void CPUDL_KERNEL(f32_gelu)(const float* x, float* out, std::size_t n) { map_unary<V>(x, out, n, [](F v) { return Math::gelu(v); }); }
-void CPUDL_KERNEL(f32_sigmoid)(const float* x, float* out, std::size_t n) { map_unary<V>(x, out, n, [](F v) { return Math::sigmoid(v); }); }
-void CPUDL_KERNEL(f32_tanh)(const float* x, float* out, std::size_t n) { map_unary<V>(x, out, n, [](F v) { return Math::tanh(v); }); }
-void CPUDL_KERNEL(f32_exp)(const float* x, float* out, std::size_t n) { map_unary<V>(x, out, n, [](F v) { return Math::exp(v); }); }
-void CPUDL_KERNEL(f32_log)(const float* x, float* out, std::size_t n) { map_unary<V>(x, out, n, [](F v) { return Math::log(v); }); }
+void CPUDL_KERNEL(f32_relu)(const float* x, float* out, std::size_t n) {
+  map_unary<V>(x, out, n, [](F v) { return V::max(V::zero(), v); });
+}
+void CPUDL_KERNEL(f32_gelu)(const float* x, float* out, std::size_t n) {
+  map_unary<V>(x, out, n, [](F v) { return Math::gelu(v); });
+}
+void CPUDL_KERNEL(f32_sigmoid)(const float* x, float* out, std::size_t n) {
+  map_unary<V>(x, out, n, [](F v) { return Math::sigmoid(v); });
+}
+void CPUDL_KERNEL(f32_tanh)(const float* x, float* out, std::size_t n) {
+  map_unary<V>(x, out, n, [](F v) { return Math::tanh(v); });
+}
+void CPUDL_KERNEL(f32_exp)(const float* x, float* out, std::size_t n) {
+  map_unary<V>(x, out, n, [](F v) { return Math::exp(v); });
+}
+void CPUDL_KERNEL(f32_log)(const float* x, float* out, std::size_t n) {
+  map_unary<V>(x, out, n, [](F v) { return Math::log(v); });
+}
 
 void CPUDL_KERNEL(f32_relu_backward)(const float* x, const float* dy, float* dx, std::size_t n) {
   map_binary<V>(x, dy, dx, n, [](F xv, F g) { return V::select(V::greater(xv, V::zero()), g, V::zero()); });

@@ -21,20 +21,36 @@ double gelu_derivative(double x) {
 }
 }  // namespace
 
-void f32_add__ref(const float* a, const float* b, float* out, std::size_t n) { map2(a, b, out, n, [](float x, float y) { return x + y; }); }
-void f32_sub__ref(const float* a, const float* b, float* out, std::size_t n) { map2(a, b, out, n, [](float x, float y) { return x - y; }); }
-void f32_mul__ref(const float* a, const float* b, float* out, std::size_t n) { map2(a, b, out, n, [](float x, float y) { return x * y; }); }
-void f32_div__ref(const float* a, const float* b, float* out, std::size_t n) { map2(a, b, out, n, [](float x, float y) { return x / y; }); }
+void f32_add__ref(const float* a, const float* b, float* out, std::size_t n) {
+  map2(a, b, out, n, [](float x, float y) { return x + y; });
+}
+void f32_sub__ref(const float* a, const float* b, float* out, std::size_t n) {
+  map2(a, b, out, n, [](float x, float y) { return x - y; });
+}
+void f32_mul__ref(const float* a, const float* b, float* out, std::size_t n) {
+  map2(a, b, out, n, [](float x, float y) { return x * y; });
+}
+void f32_div__ref(const float* a, const float* b, float* out, std::size_t n) {
+  map2(a, b, out, n, [](float x, float y) { return x / y; });
+}
 
 // max(0, x) with x propagated when it is NaN, as MAXPS(0, x) and PyTorch's relu do.
 void f32_relu__ref(const float* x, float* out, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) out[i] = 0.0f > x[i] ? 0.0f : x[i];
 }
 void f32_gelu__ref(const float* x, float* out, std::size_t n) { map(x, out, n, gelu); }
-void f32_sigmoid__ref(const float* x, float* out, std::size_t n) { map(x, out, n, [](double v) { return 1.0 / (1.0 + std::exp(-v)); }); }
-void f32_tanh__ref(const float* x, float* out, std::size_t n) { map(x, out, n, [](double v) { return std::tanh(v); }); }
-void f32_exp__ref(const float* x, float* out, std::size_t n) { map(x, out, n, [](double v) { return std::exp(v); }); }
-void f32_log__ref(const float* x, float* out, std::size_t n) { map(x, out, n, [](double v) { return std::log(v); }); }
+void f32_sigmoid__ref(const float* x, float* out, std::size_t n) {
+  map(x, out, n, [](double v) { return 1.0 / (1.0 + std::exp(-v)); });
+}
+void f32_tanh__ref(const float* x, float* out, std::size_t n) {
+  map(x, out, n, [](double v) { return std::tanh(v); });
+}
+void f32_exp__ref(const float* x, float* out, std::size_t n) {
+  map(x, out, n, [](double v) { return std::exp(v); });
+}
+void f32_log__ref(const float* x, float* out, std::size_t n) {
+  map(x, out, n, [](double v) { return std::log(v); });
+}
 
 // PyTorch's threshold_backward: the gradient passes where x > 0.
 void f32_relu_backward__ref(const float* x, const float* dy, float* dx, std::size_t n) {

@@ -6,12 +6,13 @@
 
 namespace cpudl::kernels {
 
-#define CPUDL_DECLARE_NORM(isa)                                                                                   \
-  void f32_layer_norm_forward__##isa(const float* x, const float* gamma, const float* beta, float* y, float* mean,  \
-                                     float* rstd, std::size_t rows, std::size_t cols, float epsilon);               \
-  void f32_layer_norm_backward__##isa(const float* x, const float* dy, const float* gamma, const float* mean,       \
-                                      const float* rstd, float* dx, float* dgamma, float* dbeta, std::size_t rows,  \
-                                      std::size_t cols);
+#define CPUDL_DECLARE_NORM(isa)                                                                       \
+  void f32_layer_norm_forward__##isa(const float* x, const float* gamma, const float* beta, float* y, \
+                                     float* mean, float* rstd, std::size_t rows, std::size_t cols,    \
+                                     float epsilon);                                                  \
+  void f32_layer_norm_backward__##isa(const float* x, const float* dy, const float* gamma,            \
+                                      const float* mean, const float* rstd, float* dx, float* dgamma, \
+                                      float* dbeta, std::size_t rows, std::size_t cols);
 
 CPUDL_DECLARE_NORM(ref)
 CPUDL_DECLARE_NORM(avx2)

@@ -18,10 +18,12 @@ void CPUDL_KERNEL(f32_layer_norm_forward)(const float* x, const float* gamma, co
     float* yr = y + r * cols;
     const float m = reduce_sum<V>(xr, cols, [](V::F v) { return v; }) / n;
     const V::F vm = V::set1(m);
-    const float var = reduce_sum<V>(xr, cols, [vm](V::F v) {
-                        const V::F d = V::sub(v, vm);
-                        return V::mul(d, d);
-                      }) / n;
+    const float var = reduce_sum<V>(xr, cols,
+                                    [vm](V::F v) {
+                                      const V::F d = V::sub(v, vm);
+                                      return V::mul(d, d);
+                                    }) /
+                      n;
     const float rs = 1.0f / __builtin_sqrtf(var + epsilon);
     const V::F vr = V::set1(rs);
     for_vectors<V>(cols, [&](std::size_t i, std::size_t lanes) {
@@ -35,9 +37,9 @@ void CPUDL_KERNEL(f32_layer_norm_forward)(const float* x, const float* gamma, co
   }
 }
 
-void CPUDL_KERNEL(f32_layer_norm_backward)(const float* x, const float* dy, const float* gamma, const float* mean,
-                                           const float* rstd, float* dx, float* dgamma, float* dbeta,
-                                           std::size_t rows, std::size_t cols) {
+void CPUDL_KERNEL(f32_layer_norm_backward)(const float* x, const float* dy, const float* gamma,
+                                           const float* mean, const float* rstd, float* dx, float* dgamma,
+                                           float* dbeta, std::size_t rows, std::size_t cols) {
   const float n = static_cast<float>(cols);
   for (std::size_t r = 0; r < rows; ++r) {
     const float* xr = x + r * cols;

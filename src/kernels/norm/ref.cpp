@@ -17,7 +17,8 @@ void f32_layer_norm_forward__ref(const float* x, const float* gamma, const float
     v /= static_cast<double>(cols);
     const double rs = 1.0 / std::sqrt(v + epsilon);
     for (std::size_t j = 0; j < cols; ++j)
-      y[r * cols + j] = static_cast<float>((xr[j] - m) * rs * (gamma ? gamma[j] : 1.0) + (beta ? beta[j] : 0.0));
+      y[r * cols + j] =
+          static_cast<float>((xr[j] - m) * rs * (gamma ? gamma[j] : 1.0) + (beta ? beta[j] : 0.0));
     mean[r] = static_cast<float>(m);
     rstd[r] = static_cast<float>(rs);
   }

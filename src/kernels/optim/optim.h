@@ -7,10 +7,11 @@
 
 namespace cpudl::kernels {
 
-#define CPUDL_DECLARE_OPTIM(isa)                                                                           \
-  void f32_sgd_step__##isa(float* param, const float* grad, float* momentum_buffer, std::size_t n,           \
-                           const SgdParams& p);                                                             \
-  void f32_adam_step__##isa(float* param, const float* grad, float* m, float* v, std::size_t n, const AdamParams& p);
+#define CPUDL_DECLARE_OPTIM(isa)                                                                   \
+  void f32_sgd_step__##isa(float* param, const float* grad, float* momentum_buffer, std::size_t n, \
+                           const SgdParams& p);                                                    \
+  void f32_adam_step__##isa(float* param, const float* grad, float* m, float* v, std::size_t n,    \
+                            const AdamParams& p);
 
 CPUDL_DECLARE_OPTIM(ref)
 CPUDL_DECLARE_OPTIM(avx2)

@@ -8,7 +8,8 @@
 
 namespace cpudl::kernels {
 
-void CPUDL_KERNEL(f32_sgd_step)(float* param, const float* grad, float* buf, std::size_t n, const SgdParams& p) {
+void CPUDL_KERNEL(f32_sgd_step)(float* param, const float* grad, float* buf, std::size_t n,
+                                const SgdParams& p) {
   const V::F lr = V::set1(p.lr), wd = V::set1(p.weight_decay), mom = V::set1(p.momentum),
              keep = V::set1(1.0f - p.dampening);
   const bool decay = p.weight_decay != 0.0f, momentum = p.momentum != 0.0f;
@@ -28,7 +29,8 @@ void CPUDL_KERNEL(f32_sgd_step)(float* param, const float* grad, float* buf, std
 void CPUDL_KERNEL(f32_adam_step)(float* param, const float* grad, float* m, float* v, std::size_t n,
                                  const AdamParams& p) {
   const double bias1 = 1.0 - __builtin_pow(static_cast<double>(p.beta1), static_cast<double>(p.step));
-  const double bias2_sqrt = __builtin_sqrt(1.0 - __builtin_pow(static_cast<double>(p.beta2), static_cast<double>(p.step)));
+  const double bias2_sqrt =
+      __builtin_sqrt(1.0 - __builtin_pow(static_cast<double>(p.beta2), static_cast<double>(p.step)));
   const V::F step_size = V::set1(static_cast<float>(p.lr / bias1));
   const V::F inv_bias2 = V::set1(1.0f / static_cast<float>(bias2_sqrt));
   const V::F b1 = V::set1(p.beta1), b2 = V::set1(p.beta2), one_b1 = V::set1(1.0f - p.beta1),

@@ -17,9 +17,11 @@ void f32_sgd_step__ref(float* param, const float* grad, float* buf, std::size_t 
   }
 }
 
-void f32_adam_step__ref(float* param, const float* grad, float* m, float* v, std::size_t n, const AdamParams& p) {
+void f32_adam_step__ref(float* param, const float* grad, float* m, float* v, std::size_t n,
+                        const AdamParams& p) {
   const double bias1 = 1.0 - std::pow(static_cast<double>(p.beta1), static_cast<double>(p.step));
-  const double bias2_sqrt = std::sqrt(1.0 - std::pow(static_cast<double>(p.beta2), static_cast<double>(p.step)));
+  const double bias2_sqrt =
+      std::sqrt(1.0 - std::pow(static_cast<double>(p.beta2), static_cast<double>(p.step)));
   const float step_size = static_cast<float>(p.lr / bias1);
   for (std::size_t i = 0; i < n; ++i) {
     float g = grad[i];

@@ -12,8 +12,10 @@ namespace cpudl::kernels {
 #define CPUDL_DECLARE_PROBE(isa) std::uint64_t f32_fma_probe__##isa(std::uint64_t iterations, float* sink);
 // The same for 8-bit integer dot products (u8 x s8 -> s32) and bf16 dot products (-> f32); an
 // operation is a multiply or an add, so one multiply-accumulate counts 2.
-#define CPUDL_DECLARE_INT8_PROBE(isa) std::uint64_t int8_dot_probe__##isa(std::uint64_t iterations, float* sink);
-#define CPUDL_DECLARE_BF16_PROBE(isa) std::uint64_t bf16_dot_probe__##isa(std::uint64_t iterations, float* sink);
+#define CPUDL_DECLARE_INT8_PROBE(isa) \
+  std::uint64_t int8_dot_probe__##isa(std::uint64_t iterations, float* sink);
+#define CPUDL_DECLARE_BF16_PROBE(isa) \
+  std::uint64_t bf16_dot_probe__##isa(std::uint64_t iterations, float* sink);
 
 CPUDL_DECLARE_PROBE(ref)
 CPUDL_DECLARE_PROBE(avx2)

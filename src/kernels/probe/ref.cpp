@@ -28,7 +28,8 @@ std::uint64_t int8_dot_probe__ref(std::uint64_t iterations, float* sink) {
   std::int32_t acc[kChains] = {};
   std::uint8_t a[kChains];
   std::int8_t b[kChains];
-  for (int j = 0; j < kChains; ++j) a[j] = static_cast<std::uint8_t>(j + 1), b[j] = static_cast<std::int8_t>(j - 8);
+  for (int j = 0; j < kChains; ++j)
+    a[j] = static_cast<std::uint8_t>(j + 1), b[j] = static_cast<std::int8_t>(j - 8);
   for (std::uint64_t i = 0; i < iterations; ++i)
     for (int j = 0; j < kChains; ++j) acc[j] += static_cast<std::int32_t>(a[j]) * b[j];
   std::int64_t total = 0;

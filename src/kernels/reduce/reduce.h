@@ -6,9 +6,9 @@
 
 namespace cpudl::kernels {
 
-#define CPUDL_DECLARE_REDUCE(isa)                          \
-  float f32_sum__##isa(const float* x, std::size_t n);      \
-  float f32_max__##isa(const float* x, std::size_t n);      \
+#define CPUDL_DECLARE_REDUCE(isa)                      \
+  float f32_sum__##isa(const float* x, std::size_t n); \
+  float f32_max__##isa(const float* x, std::size_t n); \
   std::size_t f32_argmax__##isa(const float* x, std::size_t n);
 
 CPUDL_DECLARE_REDUCE(ref)

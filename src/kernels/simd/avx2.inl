@@ -15,7 +15,8 @@ struct Avx2 {
   static constexpr int kWidth = 8;
 
   static I tail_mask(std::size_t n) {
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)),
+                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   }
   static F load(const float* p) { return _mm256_loadu_ps(p); }
   static F load_partial(const float* p, std::size_t n) { return _mm256_maskload_ps(p, tail_mask(n)); }

@@ -18,7 +18,7 @@ void map_into(float* out, std::size_t n, Value value, PartialValue partial_value
       const std::size_t head = misaligned ? (V::kAlignment - misaligned) / sizeof(float) : 0;
       if (head) V::store_partial(out, partial_value(0, head), head);
       for (i = head; i + 4 * W <= n; i += 4 * W) {  // four independent vectors keep long
-        const auto a = value(i), b = value(i + W);    // dependency chains (exp) overlapped
+        const auto a = value(i), b = value(i + W);  // dependency chains (exp) overlapped
         const auto c = value(i + 2 * W), d = value(i + 3 * W);
         V::stream(out + i, a);
         V::stream(out + i + W, b);
@@ -51,7 +51,9 @@ template <class V, class Op>
 void map_binary(const float* a, const float* b, float* out, std::size_t n, Op op) {
   map_into<V>(
       out, n, [&](std::size_t i) { return op(V::load(a + i), V::load(b + i)); },
-      [&](std::size_t i, std::size_t lanes) { return op(V::load_partial(a + i, lanes), V::load_partial(b + i, lanes)); });
+      [&](std::size_t i, std::size_t lanes) {
+        return op(V::load_partial(a + i, lanes), V::load_partial(b + i, lanes));
+      });
 }
 
 // Sum of op(x[i]) with four accumulators (hides add latency).

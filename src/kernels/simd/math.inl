@@ -54,7 +54,8 @@ struct VectorMath {
     // m in [1, 2): fold to [sqrt(1/2), sqrt(2)).
     const typename V::M big = V::greater(m, V::set1(1.41421356237f));
     m = V::select(big, V::mul(m, V::set1(0.5f)), m);
-    exponent = V::add_int(exponent, V::float_to_bits(V::select(big, V::bits_to_float(V::set1_int(1)), V::zero())));
+    exponent =
+        V::add_int(exponent, V::float_to_bits(V::select(big, V::bits_to_float(V::set1_int(1)), V::zero())));
     F e = V::to_float(exponent);
     e = V::select(tiny, V::sub(e, V::set1(23.0f)), e);
     const F f = V::sub(m, V::set1(1.0f));
@@ -90,8 +91,9 @@ struct VectorMath {
     p = V::fma(p, x2, V::set1(-3.33332819422e-1f));
     const F small = V::fma(V::mul(p, x2), x, x);
     const F e = exp(V::add(ax, ax));
-    const F large = V::bit_or(V::fnma(V::set1(2.0f), V::div(V::set1(1.0f), V::add(e, V::set1(1.0f))), V::set1(1.0f)),
-                              V::sign_bit(x));
+    const F large =
+        V::bit_or(V::fnma(V::set1(2.0f), V::div(V::set1(1.0f), V::add(e, V::set1(1.0f))), V::set1(1.0f)),
+                  V::sign_bit(x));
     const F result = V::select(V::less(ax, V::set1(0.625f)), small, large);
     return V::select(V::is_nan(x), x, result);
   }
@@ -135,7 +137,8 @@ struct VectorMath {
     const F hi = V::mul(V::set1(0.5f), V::mul(x, x));  // x^2/2 = hi + lo exactly
     const F lo = V::mul(V::set1(0.5f), V::fma(x, x, V::sub(V::zero(), V::mul(x, x))));
     const F erfc_az = V::mul(t, exp_sum<true>(V::sub(V::zero(), hi), V::sub(p, lo)));
-    const F tail = V::mul(V::set1(0.5f), V::select(V::less(x, V::zero()), erfc_az, V::sub(V::set1(2.0f), erfc_az)));
+    const F tail =
+        V::mul(V::set1(0.5f), V::select(V::less(x, V::zero()), erfc_az, V::sub(V::set1(2.0f), erfc_az)));
     return V::select(V::less(az, V::set1(1.0f)), near_zero, tail);
   }
 

@@ -20,7 +20,8 @@ void f32_softmax__ref(const float* x, float* y, std::size_t rows, std::size_t co
                       std::size_t ld_out) {
   for (std::size_t r = 0; r < rows; ++r) {
     const double lse = log_sum_exp(x + r * ld_in, cols);
-    for (std::size_t j = 0; j < cols; ++j) y[r * ld_out + j] = static_cast<float>(std::exp(x[r * ld_in + j] - lse));
+    for (std::size_t j = 0; j < cols; ++j)
+      y[r * ld_out + j] = static_cast<float>(std::exp(x[r * ld_in + j] - lse));
   }
 }
 

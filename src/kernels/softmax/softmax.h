@@ -6,11 +6,11 @@
 
 namespace cpudl::kernels {
 
-#define CPUDL_DECLARE_SOFTMAX(isa)                                                                        \
-  void f32_softmax__##isa(const float* x, float* y, std::size_t rows, std::size_t cols, std::size_t ld_in,   \
-                          std::size_t ld_out);                                                              \
-  void f32_log_softmax__##isa(const float* x, float* y, std::size_t rows, std::size_t cols, std::size_t ld_in, \
-                              std::size_t ld_out);                                                          \
+#define CPUDL_DECLARE_SOFTMAX(isa)                                                                         \
+  void f32_softmax__##isa(const float* x, float* y, std::size_t rows, std::size_t cols, std::size_t ld_in, \
+                          std::size_t ld_out);                                                             \
+  void f32_log_softmax__##isa(const float* x, float* y, std::size_t rows, std::size_t cols,                \
+                              std::size_t ld_in, std::size_t ld_out);                                      \
   void f32_cross_entropy__##isa(const CrossEntropyArgs& args);
 
 CPUDL_DECLARE_SOFTMAX(ref)

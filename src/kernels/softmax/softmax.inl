@@ -52,8 +52,8 @@ float log_sum_exp(const float* x, std::size_t n) {
 
 }  // namespace
 
-void CPUDL_KERNEL(f32_softmax)(const float* x, float* y, std::size_t rows, std::size_t cols, std::size_t ld_in,
-                               std::size_t ld_out) {
+void CPUDL_KERNEL(f32_softmax)(const float* x, float* y, std::size_t rows, std::size_t cols,
+                               std::size_t ld_in, std::size_t ld_out) {
   for (std::size_t r = 0; r < rows; ++r) {
     const float* xr = x + r * ld_in;
     float* yr = y + r * ld_out;
