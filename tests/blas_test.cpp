@@ -2,6 +2,7 @@
 // results against the oneDNN path when those libraries are installed.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 
 #include "blas/blas.h"
@@ -46,6 +47,35 @@ TEST(Blas, CblasBackendsAgreeWithOneDnn) {
     ++tested;
   }
   if (tested == 0) GTEST_SKIP() << "neither OpenBLAS nor BLIS is installed (make bench installs them)";
+}
+
+TEST(Blas, NativeSgemmMatchesOneDnnOnEdgeShapes) {
+  std::mt19937 gen(6);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  // Sizes around the 6x16 tile and the 256/144/4080 blocks, including k beyond one KC block.
+  const std::int64_t shapes[][3] = {{1, 1, 1},      {5, 15, 7},    {6, 16, 256},   {7, 17, 257},
+                                    {145, 33, 300}, {13, 4097, 5}, {64, 1024, 784}};
+  for (const auto& s : shapes) {
+    const std::int64_t m = s[0], n = s[1], k = s[2];
+    std::vector<float> a(static_cast<std::size_t>(m * k)), b(static_cast<std::size_t>(k * n));
+    for (auto& x : a) x = dist(gen);
+    for (auto& x : b) x = dist(gen);
+    for (int t = 0; t < 4; ++t) {
+      const bool ta = t & 1, tb = t & 2;
+      std::vector<float> want(static_cast<std::size_t>(m * n)), got(want.size(), 9.0f),
+          acc(want.size(), 1.0f);
+      onednn::matmul(onednn::MatmulShape{1, m, n, k, ta, tb}, a.data(), b.data(), want.data());
+      native_sgemm(ta, tb, m, n, k, a.data(), b.data(), got.data(), false, 2);
+      native_sgemm(ta, tb, m, n, k, a.data(), b.data(), acc.data(), true, 1);
+      for (std::size_t i = 0; i < want.size(); ++i) {
+        ASSERT_NEAR(got[i], want[i], 1e-4 * std::sqrt(static_cast<double>(k)))
+            << m << "x" << n << "x" << k << " t" << t << " at " << i;
+        ASSERT_NEAR(acc[i], want[i] + 1.0f, 1e-4 * std::sqrt(static_cast<double>(k)));
+      }
+    }
+  }
+  EXPECT_EQ(parse_backend("native"), Backend::native);
+  EXPECT_TRUE(available(Backend::native));
 }
 
 TEST(Blas, SlowKernelWarningNamesTheKernel) {

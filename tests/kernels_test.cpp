@@ -383,6 +383,24 @@ TEST(Kernels, OptimizerStepsMatchReference) {
   });
 }
 
+TEST(Kernels, GemmMicrokernelMatchesReference) {
+  const auto reference = f32_gemm_6x16_variants().back().fn;
+  for_each_runnable(f32_gemm_6x16_variants(), [&](GemmMicrokernelFn fn) {
+    for (std::int64_t k : {1, 2, 7, 64, 257}) {
+      const auto a = spread(static_cast<std::size_t>(6 * k), -1, 1, 30),
+                 b = spread(static_cast<std::size_t>(16 * k), -1, 1, 31);
+      for (bool accumulate : {false, true}) {
+        std::vector<float> want(6 * 20, 0.5f),
+            got(6 * 20, 0.5f);  // ldc 20: columns 16..19 must stay untouched
+        reference(k, a.data(), b.data(), want.data(), 20, accumulate);
+        fn(k, a.data(), b.data(), got.data(), 20, accumulate);
+        for (std::size_t i = 0; i < want.size(); ++i)
+          ASSERT_TRUE(close(got[i], want[i], 1e-5, 1e-5 * static_cast<double>(k))) << "k=" << k << " i=" << i;
+      }
+    }
+  });
+}
+
 TEST(Kernels, RoofProbesCountTheirWork) {
   for (const auto* variants :
        {&f32_fma_probe_variants(), &int8_dot_probe_variants(), &bf16_dot_probe_variants()})

@@ -11,8 +11,9 @@
 
 namespace cpudl::blas {
 
-enum class Backend : int { onednn = 0, openblas = 1, blis = 2 };
-inline constexpr Backend kAllBackends[] = {Backend::onednn, Backend::openblas, Backend::blis};
+enum class Backend : int { onednn = 0, openblas = 1, blis = 2, native = 3 };
+inline constexpr Backend kAllBackends[] = {Backend::onednn, Backend::native, Backend::openblas,
+                                           Backend::blis};
 
 std::string_view backend_name(Backend backend);
 // Parses a CPUDL_BLAS value; UsageError on an unknown name.
@@ -36,6 +37,11 @@ std::string kernel_name(Backend backend);
 // forced or defaulted to AVX2 kernels on an AVX-512 CPU, BLIS falling back to its generic
 // kernel). Empty when all is well or the library is not installed.
 std::string slow_kernel_warning(Backend backend, bool cpu_has_avx512);
+
+// cpudl's own blocked SGEMM on the kernel table's microkernel (native_gemm.cpp): same contract
+// as cblas_sgemm, on the OpenMP pool.
+void native_sgemm(bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, std::int64_t k,
+                  const float* a, const float* b, float* c, bool accumulate, int threads);
 
 // Row-major C[m x n] = op(A) op(B) (+ C when accumulate) through a CBLAS backend (openblas, blis),
 // using `threads` threads of its own pool.

@@ -30,7 +30,7 @@ struct Library {
 };
 
 Library& library(Backend backend) {
-  static Library libraries[3];
+  static Library libraries[4];  // by Backend value (onednn and native need none)
   return libraries[static_cast<int>(backend)];
 }
 
@@ -121,6 +121,8 @@ std::string_view backend_name(Backend backend) {
       return "openblas";
     case Backend::blis:
       return "blis";
+    case Backend::native:
+      return "native";
   }
   return "unknown";
 }
@@ -141,7 +143,7 @@ Backend active_backend() {
 }
 
 bool available(Backend backend, std::string* why) {
-  if (backend == Backend::onednn) return true;
+  if (backend == Backend::onednn || backend == Backend::native) return true;
   Library& lib = library(backend);
   std::call_once(lib.once, [&] { load(backend, lib); });
   if (!lib.error.empty() && why) *why = lib.error;
@@ -155,13 +157,14 @@ void require(Backend backend) {
 
 std::string describe(Backend backend) {
   if (backend == Backend::onednn) return "oneDNN matmul";
+  if (backend == Backend::native) return "cpudl blocked SGEMM (6x16 microkernel)";
   std::string why;
   if (!available(backend, &why)) return why;
   return library(backend).description;
 }
 
 std::string kernel_name(Backend backend) {
-  if (backend == Backend::onednn || !available(backend)) return {};
+  if (backend == Backend::onednn || backend == Backend::native || !available(backend)) return {};
   return library(backend).kernel;
 }
 
@@ -185,6 +188,8 @@ std::string slow_kernel_warning(Backend backend, bool cpu_has_avx512) {
 
 void cblas_sgemm(Backend backend, bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n,
                  std::int64_t k, const float* a, const float* b, float* c, bool accumulate, int threads) {
+  if (backend == Backend::native)
+    return native_sgemm(transpose_a, transpose_b, m, n, k, a, b, c, accumulate, threads);
   require(backend);
   Library& lib = library(backend);
   if (lib.set_threads && lib.threads_set != threads) {

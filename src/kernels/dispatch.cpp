@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "kernels/eltwise/eltwise.h"
+#include "kernels/gemm/gemm.h"
 #include "kernels/norm/norm.h"
 #include "kernels/optim/optim.h"
 #include "kernels/probe/probe.h"
@@ -58,6 +59,14 @@ const std::vector<KernelVariant<FmaProbeFn>>& f32_fma_probe_variants() {
                                                            CPUDL_VARIANT(generic, f32_fma_probe__ref)};
   return v;
 }
+// AVX-512 machines run the AVX2 microkernel here: oneDNN's AVX-512 sgemm is already at ~93% of
+// peak there (CONVENTIONS.md), so the native GEMM is for AVX2 CPUs.
+const std::vector<KernelVariant<GemmMicrokernelFn>>& f32_gemm_6x16_variants() {
+  static const std::vector<KernelVariant<GemmMicrokernelFn>> v = {CPUDL_VARIANT(avx2, f32_gemm_6x16__avx2),
+                                                                  CPUDL_VARIANT(generic, f32_gemm_6x16__ref)};
+  return v;
+}
+
 const std::vector<KernelVariant<FmaProbeFn>>& int8_dot_probe_variants() {
   static const std::vector<KernelVariant<FmaProbeFn>> v = {
       CPUDL_VARIANT(avx512_vnni, int8_dot_probe__avx512_vnni), CPUDL_VARIANT(avx512, int8_dot_probe__avx512),

@@ -43,6 +43,7 @@ namespace cpudl::kernels {
   X(f32_layer_norm_backward, LayerNormBackwardFn) \
   X(f32_sgd_step, SgdStepFn)                      \
   X(f32_adam_step, AdamStepFn)                    \
+  X(f32_gemm_6x16, GemmMicrokernelFn)             \
   X(f32_fma_probe, FmaProbeFn)                    \
   X(int8_dot_probe, FmaProbeFn)                   \
   X(bf16_dot_probe, FmaProbeFn)

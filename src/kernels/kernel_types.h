@@ -66,6 +66,10 @@ using AdamStepFn = void (*)(float* param, const float* grad, float* m, float* v,
 
 using FmaProbeFn = std::uint64_t (*)(std::uint64_t iterations, float* sink);
 
+// C[6 x 16] (+)= packed A sliver x packed B sliver (see kernels/gemm/gemm.h).
+using GemmMicrokernelFn = void (*)(std::int64_t k, const float* a_panel, const float* b_panel, float* c,
+                                   std::int64_t ldc, bool accumulate);
+
 // Outputs at least this large are written with non-temporal stores (they would not stay cached
 // anyway, and skipping each line's read-for-ownership saves memory traffic). Set once at start
 // from the last-level cache size (dispatch.cpp): an output that fits in L3 is better left there

@@ -62,8 +62,8 @@ struct LinearEntry {
   Executable exec;
 };
 
-// CPUDL_BLAS=openblas|blis: the same contract through the library's cblas_sgemm, with the
-// epilogue applied afterwards (CBLAS has no fused bias or activation).
+// CPUDL_BLAS=native|openblas|blis: the same contract through that SGEMM, with the epilogue
+// applied afterwards (CBLAS has no fused bias or activation).
 void cblas_matmul(blas::Backend backend, const MatmulShape& s, const float* a, const float* b, float* c,
                   const MatmulEpilogue& e) {
   const int threads = omp_get_max_threads();

@@ -1,0 +1,101 @@
+// cpudl's own SGEMM: BLIS's five loops around the 6x16 microkernel of the kernel table. Written
+// because oneDNN 2.6's AVX2 sgemm reaches ~70% of the FMA roof on Zen 3 (docs/BENCHMARKS.md),
+// where a packed register-blocked kernel reaches more. Blocks: KC = 256 (a 6x256 A sliver and a
+// 256x16 B sliver stay in L1), MC = 144 rows of packed A in L2, NC = 4080 columns of packed B
+// in L3.
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "blas/blas.h"
+#include "kernels/dispatch.h"
+#include "kernels/gemm/gemm.h"
+
+namespace cpudl::blas {
+
+namespace {
+constexpr std::int64_t kKc = 256, kMc = 144, kNc = 4080;
+constexpr std::int64_t kMr = kernels::kGemmMr, kNr = kernels::kGemmNr;
+
+struct AlignedBuffer {
+  std::vector<float> storage;
+  float* get(std::size_t n) {
+    if (storage.size() < n + 16) storage.resize(n + 16);
+    return reinterpret_cast<float*>((reinterpret_cast<std::uintptr_t>(storage.data()) + 63) & ~std::uintptr_t{63});
+  }
+};
+}  // namespace
+
+void native_sgemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const float* a, const float* b, float* c,
+                  bool accumulate, int threads) {
+  const auto ukernel = kernels::kernel_table().f32_gemm_6x16.fn;
+  // Element (i, p) of op(A) and (p, j) of op(B), row-major storage.
+  const std::int64_t a_row = ta ? 1 : k, a_col = ta ? m : 1, b_row = tb ? 1 : n, b_col = tb ? k : 1;
+  if (k == 0) {
+    if (!accumulate)
+      for (std::int64_t i = 0; i < m; ++i) std::fill(c + i * n, c + i * n + n, 0.0f);
+    return;
+  }
+  thread_local AlignedBuffer a_buffer, b_buffer;
+  const std::int64_t m_strips = (m + kMr - 1) / kMr;
+  float* ap = a_buffer.get(static_cast<std::size_t>(m_strips * kMr * kKc));
+  float* bp = b_buffer.get(static_cast<std::size_t>((kNc / kNr + 1) * kNr * kKc));
+
+  for (std::int64_t jc = 0; jc < n; jc += kNc) {
+    const std::int64_t nc = std::min(kNc, n - jc), n_strips = (nc + kNr - 1) / kNr;
+    for (std::int64_t pc = 0; pc < k; pc += kKc) {
+      const std::int64_t kc = std::min(kKc, k - pc);
+      const bool add = accumulate || pc > 0;
+#pragma omp parallel num_threads(threads)
+      {
+        // Pack B (kc x nc) as 16-column slivers, zero-padded; and all of A (m x kc) as 6-row slivers.
+#pragma omp for schedule(static)
+        for (std::int64_t s = 0; s < n_strips; ++s) {
+          float* dst = bp + s * kNr * kc;
+          for (std::int64_t p = 0; p < kc; ++p)
+            for (std::int64_t j = 0; j < kNr; ++j) {
+              const std::int64_t col = jc + s * kNr + j;
+              dst[p * kNr + j] = col < jc + nc ? b[(pc + p) * b_row + col * b_col] : 0.0f;
+            }
+        }
+#pragma omp for schedule(static)
+        for (std::int64_t s = 0; s < m_strips; ++s) {
+          float* dst = ap + s * kMr * kc;
+          for (std::int64_t p = 0; p < kc; ++p)
+            for (std::int64_t i = 0; i < kMr; ++i) {
+              const std::int64_t row = s * kMr + i;
+              dst[p * kMr + i] = row < m ? a[row * a_row + (pc + p) * a_col] : 0.0f;
+            }
+        }
+        // Tiles: each thread takes whole B slivers and sweeps an L2-sized block of A under them.
+        for (std::int64_t ic = 0; ic < m; ic += kMc) {
+          const std::int64_t mc = std::min(kMc, m - ic);
+#pragma omp for schedule(static)
+          for (std::int64_t js = 0; js < n_strips; ++js) {
+            const std::int64_t j0 = jc + js * kNr, nr = std::min(kNr, jc + nc - j0);
+            for (std::int64_t i0 = ic; i0 < ic + mc; i0 += kMr) {
+              const std::int64_t mr = std::min(kMr, m - i0);
+              const float* a_sliver = ap + (i0 / kMr) * kMr * kc;
+              const float* b_sliver = bp + js * kNr * kc;
+              if (mr == kMr && nr == kNr) {
+                ukernel(kc, a_sliver, b_sliver, c + i0 * n + j0, n, add);
+              } else {
+                float tile[kMr * kNr];
+                ukernel(kc, a_sliver, b_sliver, tile, kNr, false);
+                for (std::int64_t i = 0; i < mr; ++i)
+                  for (std::int64_t j = 0; j < nr; ++j) {
+                    float& out = c[(i0 + i) * n + j0 + j];
+                    out = (add ? out : 0.0f) + tile[i * kNr + j];
+                  }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace cpudl::blas
