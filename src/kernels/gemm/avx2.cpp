@@ -6,7 +6,8 @@
 
 namespace cpudl::kernels {
 
-void f32_gemm_6x16__avx2(std::int64_t k, const float* a, const float* b, float* c, std::int64_t ldc, bool accumulate) {
+void f32_gemm_6x16__avx2(std::int64_t k, const float* a, const float* b, float* c, std::int64_t ldc,
+                         bool accumulate) {
   __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
   __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
   for (std::int64_t p = 0; p < k; ++p) {

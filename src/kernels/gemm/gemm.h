@@ -11,9 +11,9 @@ inline constexpr int kGemmMr = 6, kGemmNr = 16;
 
 // accumulate: add to C instead of overwriting it. Full 6 x 16 tiles only (edges go through a
 // temporary tile in the driver).
-#define CPUDL_DECLARE_GEMM(isa)                                                                                     \
-  void f32_gemm_6x16__##isa(std::int64_t k, const float* a_panel, const float* b_panel, float* c, std::int64_t ldc, \
-                            bool accumulate);
+#define CPUDL_DECLARE_GEMM(isa)                                                                   \
+  void f32_gemm_6x16__##isa(std::int64_t k, const float* a_panel, const float* b_panel, float* c, \
+                            std::int64_t ldc, bool accumulate);
 
 CPUDL_DECLARE_GEMM(ref)
 CPUDL_DECLARE_GEMM(avx2)

@@ -3,7 +3,8 @@
 
 namespace cpudl::kernels {
 
-void f32_gemm_6x16__ref(std::int64_t k, const float* a, const float* b, float* c, std::int64_t ldc, bool accumulate) {
+void f32_gemm_6x16__ref(std::int64_t k, const float* a, const float* b, float* c, std::int64_t ldc,
+                        bool accumulate) {
   float acc[kGemmMr][kGemmNr] = {};
   for (std::int64_t p = 0; p < k; ++p)
     for (int i = 0; i < kGemmMr; ++i)
