@@ -1,4 +1,4 @@
-// What cpudl's oneDNN wrapper costs: onednn::matmul / conv2d_forward (cache look-up, pointer
+// What cpudl's oneDNN wrapper costs: onednn::matmul_onednn (cache look-up, pointer
 // binding) against the same oneDNN primitive created once and executed directly, in one process.
 // The ratio of the two times is the wrapper's overhead.
 #include <benchmark/benchmark.h>
@@ -17,7 +17,7 @@ using namespace cpudl;
 void BM_matmul_cpudl(benchmark::State& state) {
   const auto n = state.range(0);
   std::vector<float> a(static_cast<std::size_t>(n * n), 0.5f), b(a.size(), 0.25f), c(a.size());
-  for (auto _ : state) onednn::matmul(onednn::MatmulShape{1, n, n, n}, a.data(), b.data(), c.data());
+  for (auto _ : state) onednn::matmul_onednn(onednn::MatmulShape{1, n, n, n}, a.data(), b.data(), c.data());
   state.counters["gflops"] = benchmark::Counter(
       2.0 * static_cast<double>(n * n * n) * 1e-9 * static_cast<double>(state.iterations()),
       benchmark::Counter::kIsRate);

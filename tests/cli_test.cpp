@@ -166,6 +166,11 @@ TEST(Cli, BenchGemmAndConvEmitOneJsonRecordPerMeasurement) {
     EXPECT_GT(j["pct_peak"].get<double>(), 0.0);
   }
   EXPECT_EQ(records, 6);  // two layers x three passes
+  // CPUDL_BLAS must not relabel the bench's explicit onednn row (it reroutes only library matmuls).
+  const Result relabel =
+      run("bench gemm --json --sizes 64 --threads 1 --backends onednn --min-time 0.001", "CPUDL_BLAS=native");
+  ASSERT_EQ(relabel.exit_code, 0) << relabel.err;
+  EXPECT_EQ(nlohmann::json::parse(relabel.out.substr(0, relabel.out.find('\n')))["backend"], "onednn");
   EXPECT_EQ(run("bench conv --model vgg").exit_code, 2);
   EXPECT_EQ(run("bench gemm --sizes 0").exit_code, 2);
 }

@@ -44,7 +44,7 @@ class AccumulateGrad final : public Node {
         throw Error("gradient of shape " + shape_text(grad.shape()) + " for a tensor of shape " +
                     shape_text(leaf->shape));
       if (!leaf->grad) {
-        leaf->grad = grad.contiguous().detach().clone().impl();  // own buffer: later steps add into it
+        leaf->grad = grad.detach().clone().impl();  // own contiguous buffer: later steps add into it
       } else {
         add_(Tensor(leaf->grad), grad);  // in place: optimisers may hold this buffer
       }

@@ -32,7 +32,7 @@ Json measure_matmul_paths(int threads) {
     if (!blas::available(backend)) continue;
     auto call = [&] {
       if (backend == blas::Backend::onednn)
-        onednn::matmul(onednn::MatmulShape{1, n, n, n}, a.data(), b.data(), c.data());
+        onednn::matmul_onednn(onednn::MatmulShape{1, n, n, n}, a.data(), b.data(), c.data());
       else
         blas::cblas_sgemm(backend, false, false, n, n, n, a.data(), b.data(), c.data(), false, threads);
     };

@@ -27,8 +27,12 @@ struct MatmulEpilogue {
   Activation activation = Activation::none;
   bool accumulate = false;  // C += result (oneDNN's sum post-op)
 };
+// The engine CPUDL_BLAS selects (oneDNN by default).
 void matmul(const MatmulShape& shape, const float* a, const float* b, float* c,
             const MatmulEpilogue& epilogue = {});
+// oneDNN's matmul whatever CPUDL_BLAS says: for benchmarks and reports that name their backend.
+void matmul_onednn(const MatmulShape& shape, const float* a, const float* b, float* c,
+                   const MatmulEpilogue& epilogue = {});
 
 // Linear layer, PyTorch's convention: y[n x out] = x[n x in] W[out x in]^T + b.
 struct LinearShape {

@@ -84,10 +84,17 @@ void cblas_matmul(blas::Backend backend, const MatmulShape& s, const float* a, c
 }  // namespace
 
 void matmul(const MatmulShape& s, const float* a, const float* b, float* c, const MatmulEpilogue& e) {
+  if (const blas::Backend backend = blas::active_backend(); backend != blas::Backend::onednn) {
+    if (s.batch < 1 || s.m < 1 || s.n < 1 || s.k < 1)
+      throw Error(shape_text(s) + ": every dimension must be at least 1");
+    return cblas_matmul(backend, s, a, b, c, e);
+  }
+  matmul_onednn(s, a, b, c, e);
+}
+
+void matmul_onednn(const MatmulShape& s, const float* a, const float* b, float* c, const MatmulEpilogue& e) {
   if (s.batch < 1 || s.m < 1 || s.n < 1 || s.k < 1)
     throw Error(shape_text(s) + ": every dimension must be at least 1");
-  if (const blas::Backend backend = blas::active_backend(); backend != blas::Backend::onednn)
-    return cblas_matmul(backend, s, a, b, c, e);
   static PrimitiveCache<MatmulEntry> cache;
   PrimitiveKey key(kMatmul);
   key.add(s.batch).add(s.m).add(s.n).add(s.k).add(s.transpose_a).add(s.transpose_b);
