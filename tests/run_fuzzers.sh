@@ -7,10 +7,13 @@ mkdir -p "$out"
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I"$src/include" -I"$src/src")
 clang++ "${flags[@]}" "$src/fuzz/idx_fuzz.cpp" "$src/src/data/idx.cpp" -lz -o "$out/idx_fuzz"
 clang++ "${flags[@]}" "$src/fuzz/safetensors_fuzz.cpp" "$src/src/io/safetensors_header.cpp" "$src/src/tensor/storage.cpp" -o "$out/safetensors_fuzz"
-for target in idx safetensors; do
+clang++ "${flags[@]}" -DONNX_NAMESPACE=onnx -DONNX_ML=1 "$src/fuzz/onnx_fuzz.cpp" "$src/src/infer/onnx_loader.cpp" \
+  "$src/src/infer/graph.cpp" "$src/src/tensor/storage.cpp" -lonnx_proto -lprotobuf -o "$out/onnx_fuzz"
+for target in idx safetensors onnx; do
   corpus="$out/corpus_$target"
   mkdir -p "$corpus"
   cp "$src/tests/fuzz_corpus/$target/"* "$corpus/"
-  "$out/${target}_fuzz" -max_total_time="$seconds" -max_len=4096 -print_final_stats=1 "$corpus" 2>&1 | tail -4
+  "$out/${target}_fuzz" -max_total_time="$seconds" -max_len=4096 -print_final_stats=1 "$corpus" > "$out/$target.log" 2>&1 || { tail -30 "$out/$target.log"; exit 1; }
+  tail -4 "$out/$target.log"
 done
-echo "fuzzed idx and safetensors for ${seconds}s each: no crash"
+echo "fuzzed idx, safetensors and onnx for ${seconds}s each: no crash"

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "cli_sandbox.h"
 #include "cpudl/io.h"
 
 namespace {
@@ -17,34 +18,9 @@ namespace {
 namespace fs = std::filesystem;
 const std::string kTiny = std::string(CPUDL_FIXTURES_DIR) + "/../golden/mnist_tiny";
 
-struct Result {
-  int exit_code = -1;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-class TrainCli : public ::testing::Test {
- protected:
-  fs::path dir =
-      fs::path(::testing::TempDir()) /
-      ("cpudl_train_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
-       std::to_string(getpid()));
-  void SetUp() override { fs::create_directories(dir); }
-  void TearDown() override { fs::remove_all(dir); }
-  Result run(const std::string& args) {
-    const std::string command = "env -u CPUDL_ISA CPUDL_THREADS=2 " + std::string(CPUDL_BINARY) + " " + args +
-                                " >" + (dir / "out.txt").string() + " 2>" + (dir / "err.txt").string();
-    const int status = std::system(command.c_str());
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(dir / "out.txt"), slurp(dir / "err.txt")};
-  }
-  std::string path(const std::string& name) const { return (dir / name).string(); }
-};
+using Result = cpudl::testing::CliResult;
+using cpudl::testing::slurp;
+using TrainCli = cpudl::testing::CliSandbox;
 
 TEST_F(TrainCli, PerStepLossesFollowPyTorchFromItsInitialWeights) {
   const Result r =

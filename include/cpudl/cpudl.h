@@ -4,6 +4,7 @@
 #include "cpudl/autograd.h"
 #include "cpudl/data.h"
 #include "cpudl/error.h"
+#include "cpudl/inference.h"
 #include "cpudl/io.h"
 #include "cpudl/nn.h"
 #include "cpudl/ops.h"

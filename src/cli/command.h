@@ -14,5 +14,7 @@ void add_bench_command(CLI::App& app, Action& action);
 void add_train_command(CLI::App& app, Action& action);
 void add_eval_command(CLI::App& app, Action& action);
 void add_predict_command(CLI::App& app, Action& action);
+void add_run_command(CLI::App& app, Action& action);
+void add_info_command(CLI::App& app, Action& action);
 
 }  // namespace cpudl::cli

@@ -28,6 +28,8 @@ int main(int argc, char** argv) {
   cpudl::cli::add_train_command(app, action);
   cpudl::cli::add_eval_command(app, action);
   cpudl::cli::add_predict_command(app, action);
+  cpudl::cli::add_run_command(app, action);
+  cpudl::cli::add_info_command(app, action);
 
   // CLI11 reports a misspelt command only as "a subcommand is required": name it instead.
   const auto subcommands = app.get_subcommands([](const CLI::App*) { return true; });

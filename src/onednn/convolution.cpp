@@ -163,14 +163,14 @@ void conv2d_forward(const ConvShape& s, const float* src, const float* weights, 
   static PrimitiveCache<ForwardEntry> cache;
   PrimitiveKey key = conv_key(kConvForward, s);
   key.add(bias != nullptr).add(static_cast<int>(epilogue.activation)).add(epilogue.residual != nullptr);
+  key.add(float_bits(epilogue.clip_min)).add(float_bits(epilogue.clip_max));
   const auto entry = with_context(conv_text(s), [&] {
     return cache.get(key, [&] {
       const Geometry g = geometry(s);
       dnnl::primitive_attr attr;
       dnnl::post_ops ops;
       if (epilogue.residual) ops.append_binary(dnnl::algorithm::binary_add, g.dst);
-      if (epilogue.activation == Activation::relu)
-        ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+      append_activation(ops, static_cast<int>(epilogue.activation), epilogue.clip_min, epilogue.clip_max);
       attr.set_post_ops(ops);
       const auto pd = forward_pd(g, bias != nullptr, attr);
       auto e = std::make_shared<ForwardEntry>();

@@ -12,7 +12,8 @@
 
 namespace cpudl::onednn {
 
-enum class Activation : int { none = 0, relu = 1 };
+// clip: min(max(x, clip_min), clip_max), as ONNX Clip and ReLU6 (MobileNet) need.
+enum class Activation : int { none = 0, relu = 1, clip = 2 };
 enum class ActivationLayout : int { nchw = 0, nhwc = 1 };
 
 // C[b] = op(A[b]) * op(B[b]) (+ bias[n]) (+ C[b] when accumulate), then the activation.
@@ -26,6 +27,7 @@ struct MatmulEpilogue {
   const float* bias = nullptr;  // length n, or null
   Activation activation = Activation::none;
   bool accumulate = false;  // C += result (oneDNN's sum post-op)
+  float clip_min = 0.0f, clip_max = 6.0f;  // Activation::clip's bounds
 };
 // The engine CPUDL_BLAS selects (oneDNN by default).
 void matmul(const MatmulShape& shape, const float* a, const float* b, float* c,
@@ -64,6 +66,7 @@ struct ConvShape {
 struct ConvEpilogue {
   Activation activation = Activation::none;
   const float* residual = nullptr;  // dst = act(conv + bias + residual); residual has dst's shape
+  float clip_min = 0.0f, clip_max = 6.0f;  // Activation::clip's bounds
 };
 // `weights_version`: 0 = reorder the weights on every call; otherwise the blocked copy is reused
 // while (weights pointer, version) is unchanged: bump it whenever the weights change.

@@ -61,10 +61,16 @@ inline dnnl::memory::desc plain_desc(const dnnl::memory::dims& dims, dnnl::memor
   return dnnl::memory::desc(dims, dnnl::memory::data_type::f32, tag);
 }
 
-inline dnnl::post_ops make_post_ops(bool relu, bool sum) {
+// Appends the activation (Activation from dense.h, as an int: 0 none, 1 relu, 2 clip).
+inline void append_activation(dnnl::post_ops& ops, int activation, float clip_min, float clip_max) {
+  if (activation == 1) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+  if (activation == 2) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip, clip_min, clip_max);
+}
+
+inline dnnl::post_ops make_post_ops(int activation, float clip_min, float clip_max, bool sum) {
   dnnl::post_ops ops;
   if (sum) ops.append_sum(1.0f);
-  if (relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+  append_activation(ops, activation, clip_min, clip_max);
   return ops;
 }
 

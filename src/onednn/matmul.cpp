@@ -44,7 +44,7 @@ std::shared_ptr<MatmulEntry> make_matmul(const MatmulShape& s, bool bias, const 
   const auto c_md = md(s.m, s.n, false);
   const auto bias_md = batched ? plain_desc({1, 1, s.n}, tag::abc) : plain_desc({1, s.n}, tag::ab);
   dnnl::primitive_attr attr;
-  attr.set_post_ops(make_post_ops(e.activation == Activation::relu, e.accumulate));
+  attr.set_post_ops(make_post_ops(static_cast<int>(e.activation), e.clip_min, e.clip_max, e.accumulate));
   const auto desc =
       bias ? dnnl::matmul::desc(a_md, b_md, bias_md, c_md) : dnnl::matmul::desc(a_md, b_md, c_md);
   const dnnl::matmul::primitive_desc pd(desc, attr, engine());
@@ -77,6 +77,7 @@ void cblas_matmul(blas::Backend backend, const MatmulShape& s, const float* a, c
         float& v = cp[i * s.n + j];
         if (e.bias) v += e.bias[j];
         if (e.activation == Activation::relu) v = std::max(0.0f, v);
+        if (e.activation == Activation::clip) v = std::min(std::max(v, e.clip_min), e.clip_max);
       }
   }
 }
@@ -99,6 +100,7 @@ void matmul_onednn(const MatmulShape& s, const float* a, const float* b, float* 
   PrimitiveKey key(kMatmul);
   key.add(s.batch).add(s.m).add(s.n).add(s.k).add(s.transpose_a).add(s.transpose_b);
   key.add(e.bias != nullptr).add(static_cast<int>(e.activation)).add(e.accumulate);
+  key.add(float_bits(e.clip_min)).add(float_bits(e.clip_max));
   const auto entry = with_context(
       shape_text(s), [&] { return cache.get(key, [&] { return make_matmul(s, e.bias != nullptr, e); }); });
   if (entry->has_bias)
@@ -130,7 +132,7 @@ void linear_forward(const LinearShape& s, const float* x, const float* weight, c
       const auto b_md = plain_desc({s.out}, tag::x);
       const auto y_md = plain_desc({s.batch, s.out}, tag::nc);
       dnnl::primitive_attr attr;
-      attr.set_post_ops(make_post_ops(activation == Activation::relu, false));
+      attr.set_post_ops(make_post_ops(static_cast<int>(activation), 0.0f, 6.0f, false));
       const auto desc =
           bias ? dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_training, x_md, w_md, b_md, y_md)
                : dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_training, x_md, w_md, y_md);

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <list>
 #include <memory>
@@ -44,6 +45,13 @@ class PrimitiveKey {
   std::array<std::int64_t, 40> values_{};
   std::size_t size_ = 0;
 };
+
+// A float's bit pattern, for keys that hold attribute values.
+inline std::int64_t float_bits(float value) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  return bits;
+}
 
 struct PrimitiveKeyHash {
   std::size_t operator()(const PrimitiveKey& key) const { return key.hash(); }

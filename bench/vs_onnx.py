@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""cpudl vs ONNX Runtime vs PyTorch on the same ONNX files and inputs, in one run (make bench-onnx).
+
+torchvision's resnet18 and mobilenet_v2 (random weights, no download) are exported at 3x224x224
+with a dynamic batch by torch.onnx.export (opset 13), then for batch 1 and 16 on 1 and 2 threads
+each engine is timed back to back on the same input:
+  cpudl         build/cpudl run MODEL --input X.npy --bench N --threads T --json
+  ONNX Runtime  npm onnxruntime-node (bench/ort_time.js), installed into build/bench-onnx/ unless
+                ORT_NODE_DIR names a folder whose node_modules has it; never a cpudl dependency
+  PyTorch       the exporting model itself, torch.set_num_threads(T), inference_mode, NCHW
+Latency is the median of N runs after warm-up; % of peak uses the fp32 FMA roof that
+`cpudl bench peak` measures at the start of the same run. Results go to stdout and, with
+--write-doc, into docs/BENCHMARKS.md between the onnx markers.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+import torch
+import torchvision
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CPUDL = os.environ.get("CPUDL_BIN", os.path.join(ROOT, "build", "cpudl"))
+WORK = os.path.join(ROOT, "build", "bench-onnx")
+ORT_VERSION = "1.30.0"
+
+
+def ort_dir():
+    d = os.environ.get("ORT_NODE_DIR", WORK)
+    if not os.path.isdir(os.path.join(d, "node_modules", "onnxruntime-node")):
+        print(f"installing onnxruntime-node@{ORT_VERSION} into {d} (npm, --ignore-scripts: the CPU build is in the package)", file=sys.stderr)
+        subprocess.run(["npm", "install", "--prefix", d, "--no-audit", "--no-fund", "--ignore-scripts",
+                        f"onnxruntime-node@{ORT_VERSION}"], check=True, stdout=subprocess.DEVNULL)
+    return d
+
+
+def peaks():
+    out = subprocess.run([CPUDL, "bench", "peak", "--json", "--threads", "1,2", "--min-time", "0.5"],
+                         check=True, capture_output=True, text=True).stdout
+    return {r["threads"]: r["gops"] for r in map(json.loads, out.splitlines()) if r["op"] == "peak_fp32_fma"}
+
+
+def time_torch(model, x, threads, runs):
+    torch.set_num_threads(threads)
+    with torch.inference_mode():
+        for _ in range(4):
+            model(x)
+        ms = []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            model(x)
+            ms.append(1e3 * (time.perf_counter() - t0))
+    return statistics.median(ms)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--write-doc", action="store_true")
+    args = ap.parse_args()
+    os.makedirs(WORK, exist_ok=True)
+    ort = ort_dir()
+    roof = peaks()
+    torch.manual_seed(0)
+    models = {"resnet18": torchvision.models.resnet18().eval(), "mobilenet_v2": torchvision.models.mobilenet_v2().eval()}
+    rows = []
+    for name, model in models.items():
+        path = os.path.join(WORK, f"{name}.onnx")
+        torch.onnx.export(model, torch.randn(1, 3, 224, 224), path, opset_version=13, input_names=["input"],
+                          output_names=["output"], dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}})
+        info = json.loads(subprocess.run([CPUDL, "info", path, "--json"], check=True, capture_output=True, text=True).stdout)
+        for batch in (1, 16):
+            x = torch.randn(batch, 3, 224, 224)
+            xpath = os.path.join(WORK, f"{name}_b{batch}.npy")
+            np.save(xpath, x.numpy())
+            flops = info["flops"] * batch
+            runs = args.runs if batch == 1 else max(5, args.runs // 2)
+            for threads in (1, 2):
+                c = json.loads(subprocess.run([CPUDL, "run", path, "--input", xpath, "--bench", str(runs), "--threads",
+                                               str(threads), "--json"], check=True, capture_output=True, text=True).stdout)
+                o = json.loads(subprocess.run(["node", os.path.join(ROOT, "bench", "ort_time.js"), path, xpath, str(threads), str(runs)],
+                                              check=True, capture_output=True, text=True, env=dict(os.environ, NODE_PATH=os.path.join(ort, "node_modules"))).stdout)
+                t = time_torch(model, x, threads, runs)
+                row = {"model": name, "batch": batch, "threads": threads, "cpudl_ms": c["median_ms"], "cpudl_p90_ms": c["p90_ms"],
+                       "ort_ms": o["median_ms"], "torch_ms": t, "gflop": flops / 1e9,
+                       "cpudl_pct_peak": 100 * flops / (c["median_ms"] * 1e-3) / (roof[threads] * 1e9),
+                       "ort_pct_peak": 100 * flops / (o["median_ms"] * 1e-3) / (roof[threads] * 1e9)}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    lines = ["| model | batch | threads | cpudl ms (p90) | ONNX Runtime ms | PyTorch ms | cpudl / ORT | cpudl / PyTorch | cpudl % peak | ORT % peak |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['model']} | {r['batch']} | {r['threads']} | {r['cpudl_ms']:.2f} ({r['cpudl_p90_ms']:.2f}) | {r['ort_ms']:.2f} | "
+                     f"{r['torch_ms']:.2f} | {r['cpudl_ms'] / r['ort_ms']:.2f}x | {r['cpudl_ms'] / r['torch_ms']:.2f}x | "
+                     f"{r['cpudl_pct_peak']:.0f}% | {r['ort_pct_peak']:.0f}% |")
+    table = "\n".join(lines)
+    print("\nfp32 FMA roof measured now: " + ", ".join(f"{v:.0f} GFLOP/s on {k} thread(s)" for k, v in sorted(roof.items())))
+    print(table)
+    if args.write_doc:
+        doc = os.path.join(ROOT, "docs", "BENCHMARKS.md")
+        text = open(doc).read() if os.path.exists(doc) else ""
+        begin, end = "<!-- bench-onnx:begin -->", "<!-- bench-onnx:end -->"
+        section = (f"{begin}\nCommand: `make bench-onnx` (bench/vs_onnx.py, {args.runs} runs at batch 1, {max(5, args.runs // 2)} at batch 16; "
+                   f"torch {torch.__version__}, onnxruntime-node {ORT_VERSION}). Latency is the median; "
+                   "`cpudl / X` below 1.00x means cpudl is faster. fp32 FMA roof measured in the same run: "
+                   + ", ".join(f"{v:.0f} GFLOP/s on {k} thread(s)" for k, v in sorted(roof.items())) + ".\n\n" + table + f"\n{end}")
+        if begin in text:
+            text = text[:text.index(begin)] + section + text[text.index(end) + len(end):]
+        else:
+            text += "\n## ONNX inference: cpudl vs ONNX Runtime vs PyTorch\n\n" + section + "\n"
+        open(doc, "w").write(text)
+        print(f"wrote {doc}")
+
+
+if __name__ == "__main__":
+    main()

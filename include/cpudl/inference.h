@@ -1,0 +1,77 @@
+// Running trained models: cpudl::InferenceSession loads an ONNX file (as PyTorch's
+// torch.onnx.export writes it), optimises its graph once, and compiles one plan per set of input
+// shapes (a new batch size compiles a new plan; plans are kept). Runs allocate nothing beyond the
+// returned tensors.
+//
+//   auto s = cpudl::InferenceSession("model.onnx");
+//   std::vector<cpudl::Tensor> y = s.run({x});
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cpudl/tensor.h"
+
+namespace cpudl {
+
+struct InferenceOptions {
+  bool optimize = true;   // graph rewrites (folding, fusion); off only to compare against them
+  bool profile = false;   // per-step timing (also on when CPUDL_PROFILE=1)
+};
+
+struct ModelValue {
+  std::string name;
+  DType dtype = DType::f32;
+  Shape shape;  // -1 for a dimension the model leaves free (a dynamic batch)
+};
+
+// What `cpudl info` prints: the graph as loaded, what the optimiser did, and the plan for one
+// input shape.
+struct ModelInfo {
+  std::string producer;
+  std::int64_t opset = 0;
+  std::vector<ModelValue> inputs, outputs;
+  std::map<std::string, int> ops_loaded;     // operator -> nodes in the file
+  std::map<std::string, int> ops_planned;    // operator -> kernels run per inference, after optimising
+  std::int64_t parameters = 0;               // elements of the float initializers
+  double flops = 0;                          // per inference at the planned shape
+  std::size_t arena_bytes = 0;               // the memory plan's peak
+  std::size_t unplanned_bytes = 0;           // one buffer per value
+  Shape planned_input_shape;                 // the first input's shape the plan was made for
+  std::vector<std::string> rewrites;         // one line per optimiser rewrite
+  std::map<std::string, int> rewrite_counts;
+};
+
+struct OpProfile {
+  std::string op;
+  std::int64_t calls = 0;
+  double seconds = 0, flops = 0;
+};
+
+class InferenceSession {
+ public:
+  explicit InferenceSession(const std::filesystem::path& model, InferenceOptions options = {});
+  ~InferenceSession();
+  InferenceSession(InferenceSession&&) noexcept;
+  InferenceSession& operator=(InferenceSession&&) noexcept;
+
+  // Inputs in the model's input order (f32, i64, i32 or i8 tensors of the declared types); any
+  // layout (made contiguous). Throws Error naming the input on a wrong count, shape or type.
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs);
+
+  const std::vector<ModelValue>& inputs() const;
+  const std::vector<ModelValue>& outputs() const;
+  // Compiles (or reuses) the plan for these input shapes and describes it.
+  ModelInfo info(const std::vector<Shape>& input_shapes);
+  // Accumulated per-operator time since the last reset (profiling on).
+  std::vector<OpProfile> profile() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cpudl

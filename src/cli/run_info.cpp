@@ -1,0 +1,230 @@
+// `cpudl run` (an ONNX model on .npy inputs, optionally timed) and `cpudl info` (what a model
+// holds and what the optimiser and the memory plan made of it).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "cli/command.h"
+#include "cpudl/error.h"
+#include "cpudl/inference.h"
+#include "cpudl/io.h"
+#include "cpudl/runtime.h"
+
+namespace cpudl::cli {
+namespace {
+
+struct RunOptions {
+  std::string model;
+  std::vector<std::string> inputs, outputs;
+  int bench = 0, threads = 0;
+  std::int64_t batch = 0;
+  bool json = false;
+};
+
+// The model's declared shape with free dimensions set: the batch (dim 0) to `batch`, others to 1.
+Shape concrete_shape(const ModelValue& v, std::int64_t batch) {
+  Shape s = v.shape;
+  for (std::size_t i = 0; i < s.size(); ++i)
+    if (s[i] < 0) s[i] = i == 0 ? batch : 1;
+  if (!s.empty() && batch > 0) s[0] = batch;
+  return s;
+}
+
+// Repeats (or cuts) the samples of `t` along dim 0 to `batch` rows.
+Tensor resize_batch(const Tensor& t, std::int64_t batch) {
+  if (t.dim() == 0 || t.size(0) == batch) return t;
+  Shape shape = t.shape();
+  const std::int64_t rows = shape[0];
+  shape[0] = batch;
+  Tensor out = Tensor::empty(shape, t.dtype());
+  const std::size_t row_bytes = static_cast<std::size_t>(t.numel() / rows) * dtype_size(t.dtype());
+  for (std::int64_t r = 0; r < batch; ++r)
+    std::memcpy(static_cast<char*>(out.raw_data()) + static_cast<std::size_t>(r) * row_bytes,
+                static_cast<const char*>(t.raw_data()) + static_cast<std::size_t>(r % rows) * row_bytes, row_bytes);
+  return out;
+}
+
+void print_profile(const InferenceSession& session) {
+  auto profile = session.profile();
+  std::sort(profile.begin(), profile.end(), [](const OpProfile& a, const OpProfile& b) { return a.seconds > b.seconds; });
+  double total = 0;
+  for (const auto& p : profile) total += p.seconds;
+  std::fprintf(stderr, "%-20s %8s %10s %7s %10s\n", "op", "calls", "ms/call", "share", "GFLOP/s");
+  for (const auto& p : profile) {
+    if (p.calls == 0) continue;
+    std::fprintf(stderr, "%-20s %8lld %10.3f %6.1f%% %10.1f\n", p.op.c_str(), static_cast<long long>(p.calls),
+                 1e3 * p.seconds / static_cast<double>(p.calls), 100 * p.seconds / std::max(total, 1e-12),
+                 p.flops > 0 ? p.flops / p.seconds / 1e9 : 0.0);
+  }
+}
+
+int run_model(const RunOptions& o) {
+  InferenceSession session(o.model);
+  const auto& declared = session.inputs();
+  std::vector<Tensor> inputs;
+  if (o.inputs.empty()) {
+    if (o.bench == 0) throw UsageError("give --input FILE.npy (or --bench N to time on random inputs)");
+    Generator gen(0);
+    for (const auto& v : declared) {
+      if (v.dtype != DType::f32) throw UsageError("input '" + v.name + "' is not float: give it with --input");
+      inputs.push_back(Tensor::rand(concrete_shape(v, o.batch > 0 ? o.batch : 1), gen));
+    }
+  } else {
+    if (o.inputs.size() != declared.size())
+      throw UsageError("the model takes " + std::to_string(declared.size()) + " input(s), " + std::to_string(o.inputs.size()) +
+                       " --input given");
+    for (const auto& path : o.inputs) {
+      Tensor t = io::load_npy(path);
+      inputs.push_back(o.batch > 0 ? resize_batch(t, o.batch) : t);
+    }
+  }
+  if (!o.outputs.empty() && o.outputs.size() != session.outputs().size())
+    throw UsageError("the model has " + std::to_string(session.outputs().size()) + " output(s), " +
+                     std::to_string(o.outputs.size()) + " --output given");
+
+  std::vector<Tensor> results = session.run(inputs);
+  nlohmann::ordered_json report;
+  if (o.bench > 0) {
+    using Clock = std::chrono::steady_clock;
+    for (int i = 0; i < 3; ++i) session.run(inputs);  // warm-up beyond the first (plan) run
+    std::vector<double> ms;
+    for (int i = 0; i < o.bench; ++i) {
+      const auto t0 = Clock::now();
+      session.run(inputs);
+      ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    }
+    std::sort(ms.begin(), ms.end());
+    const double median = ms[ms.size() / 2];
+    const double p90 = ms[std::min(ms.size() - 1, static_cast<std::size_t>(std::ceil(0.9 * static_cast<double>(ms.size()))) - 1)];
+    const ModelInfo info = session.info([&] {
+      std::vector<Shape> shapes;
+      for (const auto& t : inputs) shapes.push_back(t.shape());
+      return shapes;
+    }());
+    const std::int64_t batch = inputs.empty() || inputs[0].dim() == 0 ? 1 : inputs[0].size(0);
+    report = {{"model", o.model},           {"median_ms", median},
+              {"p90_ms", p90},              {"batch", batch},
+              {"threads", runtime().threads.threads}, {"iterations", o.bench},
+              {"gflops", info.flops / (median * 1e-3) / 1e9}};
+    if (!o.json)
+      std::printf("%s: batch %lld, %d threads: median %.3f ms, p90 %.3f ms over %d runs (%.1f GFLOP/s)\n", o.model.c_str(),
+                  static_cast<long long>(batch), runtime().threads.threads, median, p90, o.bench,
+                  info.flops / (median * 1e-3) / 1e9);
+  }
+  for (std::size_t i = 0; i < o.outputs.size(); ++i) io::save_npy(o.outputs[i], results[i]);
+  if (o.json) {
+    nlohmann::ordered_json outs = nlohmann::ordered_json::array();
+    for (std::size_t i = 0; i < results.size(); ++i) {
+      nlohmann::ordered_json entry = {{"name", session.outputs()[i].name}, {"shape", results[i].shape()}};
+      if (results[i].dtype() == DType::f32 && results[i].numel() <= 4096) entry["values"] = results[i].to_vector();
+      outs.push_back(entry);
+    }
+    report["outputs"] = outs;
+    std::printf("%s\n", report.dump().c_str());
+  } else if (o.bench == 0 && o.outputs.empty()) {
+    for (std::size_t i = 0; i < results.size(); ++i) {
+      const Tensor& y = results[i];
+      std::printf("%s %s", session.outputs()[i].name.c_str(), shape_text(y.shape()).c_str());
+      if (y.dtype() == DType::f32 && y.dim() == 2) {  // rows of scores: the top class of each
+        std::printf(": argmax per row");
+        const std::vector<float> v = y.to_vector();
+        for (std::int64_t r = 0; r < y.size(0); ++r) {
+          const auto row = v.begin() + r * y.size(1);
+          std::printf(" %lld", static_cast<long long>(std::max_element(row, row + y.size(1)) - row));
+        }
+      }
+      std::printf("\n");
+    }
+  }
+  if (std::getenv("CPUDL_PROFILE")) print_profile(session);
+  return 0;
+}
+
+struct InfoOptions {
+  std::string model;
+  std::int64_t batch = 1;
+  bool json = false;
+};
+
+int run_info(const InfoOptions& o) {
+  InferenceSession session(o.model);
+  std::vector<Shape> shapes;
+  for (const auto& v : session.inputs()) shapes.push_back(concrete_shape(v, o.batch));
+  const ModelInfo info = session.info(shapes);
+  auto value_json = [](const std::vector<ModelValue>& values) {
+    nlohmann::ordered_json a = nlohmann::ordered_json::array();
+    for (const auto& v : values) a.push_back({{"name", v.name}, {"dtype", std::string(dtype_name(v.dtype))}, {"shape", v.shape}});
+    return a;
+  };
+  if (o.json) {
+    nlohmann::ordered_json j = {{"model", o.model},
+                                {"producer", info.producer},
+                                {"opset", info.opset},
+                                {"inputs", value_json(info.inputs)},
+                                {"outputs", value_json(info.outputs)},
+                                {"parameters", info.parameters},
+                                {"ops", info.ops_loaded},
+                                {"batch", o.batch},
+                                {"flops", info.flops},
+                                {"planned_ops", info.ops_planned},
+                                {"arena_bytes", info.arena_bytes},
+                                {"unplanned_bytes", info.unplanned_bytes},
+                                {"rewrite_counts", info.rewrite_counts},
+                                {"rewrites", info.rewrites}};
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  auto shape_of = [](const Shape& s) {
+    std::string t = "[";
+    for (std::size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + (s[i] < 0 ? std::string("?") : std::to_string(s[i]));
+    return t + "]";
+  };
+  std::printf("%s: ONNX opset %lld, made by %s\n", o.model.c_str(), static_cast<long long>(info.opset),
+              info.producer.empty() ? "(unknown)" : info.producer.c_str());
+  for (const auto& v : info.inputs) std::printf("  input  %s %s %s\n", v.name.c_str(), std::string(dtype_name(v.dtype)).c_str(), shape_of(v.shape).c_str());
+  for (const auto& v : info.outputs) std::printf("  output %s %s %s\n", v.name.c_str(), std::string(dtype_name(v.dtype)).c_str(), shape_of(v.shape).c_str());
+  std::printf("parameters: %lld\nops in the file:", static_cast<long long>(info.parameters));
+  for (const auto& [op, n] : info.ops_loaded) std::printf(" %s %d", op.c_str(), n);
+  std::printf("\nat batch %lld: %.3f GFLOP per inference; kernels run:", static_cast<long long>(o.batch), info.flops / 1e9);
+  for (const auto& [op, n] : info.ops_planned) std::printf(" %s %d", op.c_str(), n);
+  std::printf("\nmemory plan: %.2f MiB for all intermediate values (%.2f MiB without reuse)\noptimiser:",
+              static_cast<double>(info.arena_bytes) / (1 << 20), static_cast<double>(info.unplanned_bytes) / (1 << 20));
+  if (info.rewrite_counts.empty()) std::printf(" nothing to rewrite");
+  for (const auto& [kind, n] : info.rewrite_counts) std::printf(" %s x%d;", kind.c_str(), n);
+  std::printf("\n");
+  return 0;
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app, Action& action) {
+  auto o = std::make_shared<RunOptions>();
+  CLI::App* r = app.add_subcommand("run", "Run an ONNX model on .npy inputs, optionally timed");
+  r->add_option("model", o->model, "Model file (.onnx)")->required();
+  r->add_option("--input", o->inputs, "Input .npy file, one per model input in order");
+  r->add_option("--output", o->outputs, "Write each output to this .npy file (one per model output)");
+  r->add_option("--bench", o->bench, "Time N runs after warm-up: median and p90 latency")->check(CLI::Range(1, 1000000));
+  r->add_option("--batch", o->batch, "Batch size: repeat or cut the input's samples (or random inputs) to B")
+      ->check(CLI::Range(1, 1 << 20));
+  r->add_option("--threads", o->threads, "Compute threads (default: usable physical cores)")->check(CLI::Range(1, 4096));
+  r->add_flag("--json", o->json, "One JSON object");
+  r->callback([&action, o] {
+    action = [o] {
+      if (o->threads > 0) setenv("CPUDL_THREADS", std::to_string(o->threads).c_str(), 1);
+      return run_model(*o);
+    };
+  });
+}
+
+void add_info_command(CLI::App& app, Action& action) {
+  auto o = std::make_shared<InfoOptions>();
+  CLI::App* i = app.add_subcommand("info", "What an ONNX model holds, and what cpudl's optimiser makes of it");
+  i->add_option("model", o->model, "Model file (.onnx)")->required();
+  i->add_option("--batch", o->batch, "Batch size of the plan to describe (default 1)")->check(CLI::Range(1, 1 << 20));
+  i->add_flag("--json", o->json, "One JSON object");
+  i->callback([&action, o] { action = [o] { return run_info(*o); }; });
+}
+
+}  // namespace cpudl::cli

@@ -1,0 +1,96 @@
+// The inference runtime's graph: what the ONNX loader produces and the optimiser rewrites. Values
+// are named (ONNX's own names); constants (initializers, Constant nodes, folded results) are
+// host tensors; a node keeps ONNX's operator name, inputs, outputs and attributes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cpudl/tensor.h"
+
+namespace cpudl::infer {
+
+// Element types the runtime computes with. ONNX BOOL is stored as i8 holding 0 or 1.
+inline std::size_t element_size(DType t) {
+  switch (t) {
+    case DType::f32: return 4;
+    case DType::i64: return 8;
+    case DType::i32: return 4;
+    case DType::i8: return 1;
+    case DType::bf16: return 2;
+  }
+  return 0;
+}
+inline std::int64_t element_count(const Shape& shape) {
+  std::int64_t n = 1;
+  for (std::int64_t d : shape) n *= d;
+  return n;
+}
+std::string shape_string(const Shape& shape);  // "[2, 3]"
+
+// A constant tensor: owns its bytes (contiguous, row-major, little-endian).
+struct HostTensor {
+  DType dtype = DType::f32;
+  Shape shape;
+  std::vector<std::byte> bytes;
+
+  std::int64_t numel() const { return element_count(shape); }
+  template <class T>
+  const T* data() const {
+    return reinterpret_cast<const T*>(bytes.data());
+  }
+  template <class T>
+  T* data() {
+    return reinterpret_cast<T*>(bytes.data());
+  }
+  static HostTensor zeros(DType dtype, const Shape& shape);
+  // Values as int64 (i64, i32 or i8 tensors): shape arguments, axes, indices.
+  std::vector<std::int64_t> as_int64() const;
+  std::vector<float> as_float() const;  // f32 (or integer) values as float
+};
+
+struct Attribute {
+  enum class Kind { none, i, f, s, t, ints, floats, strings } kind = Kind::none;
+  std::int64_t i = 0;
+  float f = 0.0f;
+  std::string s;
+  std::vector<std::int64_t> ints;
+  std::vector<float> floats;
+  std::vector<std::string> strings;
+  std::shared_ptr<HostTensor> t;
+};
+
+struct Node {
+  std::string name, op;  // op: ONNX operator type ("Conv"), or a fused one ("FusedConv")
+  std::vector<std::string> inputs, outputs;  // "" marks an omitted optional input
+  std::map<std::string, Attribute> attributes;
+
+  bool has(const std::string& key) const { return attributes.count(key) != 0; }
+  std::int64_t get_int(const std::string& key, std::int64_t fallback) const;
+  float get_float(const std::string& key, float fallback) const;
+  std::string get_string(const std::string& key, const std::string& fallback) const;
+  std::vector<std::int64_t> get_ints(const std::string& key, std::vector<std::int64_t> fallback = {}) const;
+  std::string label() const;  // "Conv node 'conv1'" for error messages
+};
+
+// A graph input or output: name, element type, and its declared shape (-1 for a symbolic or
+// unknown dimension such as a dynamic batch).
+struct ValueInfo {
+  std::string name;
+  DType dtype = DType::f32;
+  Shape shape;
+};
+
+struct Graph {
+  std::vector<Node> nodes;  // topologically ordered
+  std::map<std::string, std::shared_ptr<const HostTensor>> constants;
+  std::vector<ValueInfo> inputs, outputs;  // inputs exclude initializers
+  std::int64_t opset = 0;
+  std::string producer;  // "pytorch 1.13.1"
+};
+
+}  // namespace cpudl::infer

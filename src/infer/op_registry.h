@@ -1,0 +1,78 @@
+// How an operator plugs into the runtime: one build function per operator (ops/*.cpp) that, given
+// its node and the concrete shapes (and constant values) of its inputs, checks them, sets its
+// outputs' types and shapes, and returns the kernel that computes them. Build runs once per plan;
+// the kernel runs on every inference and must not allocate.
+#pragma once
+
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cpudl/error.h"
+#include "infer/graph.h"
+
+namespace cpudl::infer {
+
+struct ValueDesc {
+  DType dtype = DType::f32;
+  Shape shape;
+  bool present = true;  // false for an omitted optional input
+  std::int64_t numel() const { return element_count(shape); }
+};
+
+// A value's memory during a run: contiguous, row-major.
+struct TensorView {
+  DType dtype = DType::f32;
+  const Shape* shape = nullptr;
+  void* data = nullptr;
+  float* f32() const { return static_cast<float*>(data); }
+};
+
+using Kernel = std::function<void(std::span<const TensorView> inputs, std::span<const TensorView> outputs)>;
+
+struct OpSetup {
+  const Node& node;
+  std::int64_t opset = 0;
+  std::vector<ValueDesc> inputs;
+  std::vector<const HostTensor*> constants;  // per input: its value when known at plan time
+  std::vector<ValueDesc> outputs;            // filled by the build function
+  // Output 0 shares input 0's memory (Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout):
+  // the kernel is then empty and no copy is made.
+  bool output_aliases_input = false;
+
+  std::size_t count() const { return inputs.size(); }
+  bool has(std::size_t i) const { return i < inputs.size() && inputs[i].present; }
+  const Shape& shape(std::size_t i) const { return inputs.at(i).shape; }
+  // The value of a constant input; throws naming the node when it is not known at plan time.
+  const HostTensor& constant(std::size_t i, const char* what) const;
+  [[noreturn]] void fail(const std::string& what) const;
+  void require_inputs(std::size_t min, std::size_t max) const;
+  void require_f32(std::size_t i) const;
+  void set_output(std::size_t i, DType dtype, Shape shape) {
+    if (outputs.size() <= i) outputs.resize(i + 1);
+    outputs[i] = ValueDesc{dtype, std::move(shape), true};
+  }
+};
+
+using BuildFn = Kernel (*)(OpSetup& setup);
+
+// The build function of `op` (an op_list.h name or an internal fused op), or null.
+BuildFn find_op(const std::string& op);
+
+// Each ops/*.cpp registers its operators through one of these tables.
+struct OpEntry {
+  const char* name;
+  BuildFn build;
+};
+std::span<const OpEntry> elementwise_ops();
+std::span<const OpEntry> dense_ops();
+std::span<const OpEntry> shape_ops();
+std::span<const OpEntry> normalization_ops();
+
+// Axis in [-rank, rank) (or [-rank-1, rank] when `inclusive_end`) -> [0, rank); throws otherwise.
+std::int64_t normalize_axis(const OpSetup& setup, std::int64_t axis, std::int64_t rank, const char* what);
+// NumPy broadcasting of two shapes; throws naming the node when they do not broadcast.
+Shape broadcast_shapes(const OpSetup& setup, const Shape& a, const Shape& b);
+
+}  // namespace cpudl::infer

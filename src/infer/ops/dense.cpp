@@ -1,0 +1,394 @@
+// Dense operators on oneDNN (onednn/dense.h): Conv (bias, residual Add and activation fused by the
+// optimiser), ConvTranspose (oneDNN's backward-data convolution, which is exactly a transposed
+// convolution), Gemm, MatMul, and pooling. Weights that are constants are reordered into
+// oneDNN's blocked layout once per plan, never per run.
+#include <atomic>
+#include <cmath>
+#include <cstring>
+
+#include "infer/op_registry.h"
+#include "onednn/dense.h"
+#include "runtime/parallel.h"
+
+namespace cpudl::infer {
+namespace {
+
+// A version unique to each plan's constant weights: oneDNN's weight cache keys on (pointer,
+// version), and a pointer freed by one plan may come back in the next.
+std::uint64_t next_weights_version() {
+  static std::atomic<std::uint64_t> counter{1};
+  return counter.fetch_add(1);
+}
+
+// The activation the optimiser fused into this node (attributes cpudl.activation, cpudl.clip_*).
+struct FusedActivation {
+  onednn::Activation kind = onednn::Activation::none;
+  float lo = 0.0f, hi = 0.0f;
+};
+FusedActivation fused_activation(const OpSetup& s) {
+  FusedActivation a;
+  const std::string act = s.node.get_string("cpudl.activation", "");
+  if (act == "Relu") a.kind = onednn::Activation::relu;
+  if (act == "Clip") {
+    a.kind = onednn::Activation::clip;
+    a.lo = s.node.get_float("cpudl.clip_min", -INFINITY);
+    a.hi = s.node.get_float("cpudl.clip_max", INFINITY);
+  }
+  return a;
+}
+
+struct Window2d {
+  std::int64_t kh = 0, kw = 0, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
+};
+
+// Kernel, strides, pads and dilations of a 2-D Conv or pool, with auto_pad resolved for input
+// size h x w. cpudl's oneDNN wrappers take symmetric padding (all PyTorch exports have it).
+Window2d window(const OpSetup& s, std::int64_t h, std::int64_t w, std::int64_t kh, std::int64_t kw) {
+  Window2d win;
+  const auto kernel = s.node.get_ints("kernel_shape", {kh, kw});
+  if (kernel.size() != 2) s.fail("kernel_shape must have 2 entries (only 2-D is supported)");
+  win.kh = kernel[0];
+  win.kw = kernel[1];
+  const auto strides = s.node.get_ints("strides", {1, 1});
+  const auto dilations = s.node.get_ints("dilations", {1, 1});
+  if (strides.size() != 2 || dilations.size() != 2) s.fail("strides and dilations must have 2 entries");
+  win.sh = strides[0];
+  win.sw = strides[1];
+  win.dh = dilations[0];
+  win.dw = dilations[1];
+  if (win.kh < 1 || win.kw < 1 || win.sh < 1 || win.sw < 1 || win.dh < 1 || win.dw < 1)
+    s.fail("kernel, strides and dilations must be at least 1");
+  const std::string auto_pad = s.node.get_string("auto_pad", "NOTSET");
+  std::vector<std::int64_t> pads = s.node.get_ints("pads", {0, 0, 0, 0});
+  if (pads.size() != 4) s.fail("pads must have 4 entries");
+  if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+    const std::int64_t sizes[2] = {h, w}, k[2] = {win.kh, win.kw}, st[2] = {win.sh, win.sw}, d[2] = {win.dh, win.dw};
+    for (int i = 0; i < 2; ++i) {
+      const std::int64_t out = (sizes[i] + st[i] - 1) / st[i];
+      const std::int64_t total = std::max<std::int64_t>(0, (out - 1) * st[i] + (k[i] - 1) * d[i] + 1 - sizes[i]);
+      pads[i] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      pads[i + 2] = total - pads[i];
+    }
+  } else if (auto_pad == "VALID") {
+    pads = {0, 0, 0, 0};
+  } else if (auto_pad != "NOTSET") {
+    s.fail("auto_pad '" + auto_pad + "' is not NOTSET, SAME_UPPER, SAME_LOWER or VALID");
+  }
+  if (pads[0] != pads[2] || pads[1] != pads[3])
+    s.fail("asymmetric padding " + shape_string(pads) + " is not supported");
+  if (pads[0] < 0 || pads[1] < 0) s.fail("negative padding");
+  win.ph = pads[0];
+  win.pw = pads[1];
+  return win;
+}
+
+void require_rank(const OpSetup& s, std::size_t i, std::size_t rank, const char* what) {
+  if (s.shape(i).size() != rank)
+    s.fail(std::string(what) + " has shape " + shape_string(s.shape(i)) + ", expected rank " + std::to_string(rank));
+}
+
+// Per-channel bias for an NCHW tensor (ConvTranspose, whose oneDNN path has no bias).
+void add_channel_bias(float* y, const float* bias, std::int64_t n, std::int64_t c, std::int64_t hw) {
+  parallel_for(static_cast<std::size_t>(n * c), static_cast<std::size_t>(std::max<std::int64_t>(1, 16384 / hw)),
+               [&](std::size_t b, std::size_t e) {
+                 for (std::size_t i = b; i < e; ++i) {
+                   const float v = bias[i % static_cast<std::size_t>(c)];
+                   float* p = y + static_cast<std::int64_t>(i) * hw;
+                   for (std::int64_t j = 0; j < hw; ++j) p[j] += v;
+                 }
+               });
+}
+
+Kernel build_conv(OpSetup& s) {
+  s.require_inputs(2, 4);
+  for (std::size_t i = 0; i < s.count(); ++i)
+    if (s.has(i)) s.require_f32(i);
+  require_rank(s, 0, 4, "input X");
+  require_rank(s, 1, 4, "weights W");
+  const Shape& x = s.shape(0);
+  const Shape& w = s.shape(1);
+  onednn::ConvShape c;
+  c.batch = x[0];
+  c.in_channels = x[1];
+  c.height = x[2];
+  c.width = x[3];
+  c.out_channels = w[0];
+  c.groups = s.node.get_int("group", 1);
+  if (c.groups < 1 || c.in_channels % c.groups != 0 || w[1] * c.groups != c.in_channels || c.out_channels % c.groups != 0)
+    s.fail("weights " + shape_string(w) + " do not fit input " + shape_string(x) + " with group " + std::to_string(c.groups));
+  const Window2d win = window(s, c.height, c.width, w[2], w[3]);
+  if (win.kh != w[2] || win.kw != w[3]) s.fail("kernel_shape disagrees with the weights' shape " + shape_string(w));
+  c.kernel_h = win.kh, c.kernel_w = win.kw, c.stride_h = win.sh, c.stride_w = win.sw;
+  c.pad_h = win.ph, c.pad_w = win.pw, c.dilation_h = win.dh, c.dilation_w = win.dw;
+  if (c.out_height() < 1 || c.out_width() < 1) s.fail("the kernel does not fit the padded input " + shape_string(x));
+  const bool bias = s.has(2);
+  if (bias && (s.shape(2).size() != 1 || s.shape(2)[0] != c.out_channels))
+    s.fail("bias B has shape " + shape_string(s.shape(2)) + ", expected [" + std::to_string(c.out_channels) + "]");
+  const Shape out = {c.batch, c.out_channels, c.out_height(), c.out_width()};
+  const bool residual = s.has(3);
+  if (residual && s.shape(3) != out) s.fail("fused residual has shape " + shape_string(s.shape(3)) + ", expected " + shape_string(out));
+  s.set_output(0, DType::f32, out);
+  const FusedActivation act = fused_activation(s);
+  if (s.node.get_int("cpudl.channels_last", 0)) c.layout = onednn::ActivationLayout::nhwc;
+  const std::uint64_t version = s.constants[1] ? next_weights_version() : 0;
+  return [c, bias, residual, act, version](std::span<const TensorView> in, std::span<const TensorView> o) {
+    onednn::ConvEpilogue e;
+    e.activation = act.kind;
+    e.clip_min = act.lo;
+    e.clip_max = act.hi;
+    e.residual = residual ? in[3].f32() : nullptr;
+    onednn::conv2d_forward(c, in[0].f32(), in[1].f32(), version, bias ? in[2].f32() : nullptr, o[0].f32(), e);
+  };
+}
+
+Kernel build_conv_transpose(OpSetup& s) {
+  s.require_inputs(2, 3);
+  require_rank(s, 0, 4, "input X");
+  require_rank(s, 1, 4, "weights W");
+  const Shape& x = s.shape(0);
+  const Shape& w = s.shape(1);
+  const std::int64_t groups = s.node.get_int("group", 1);
+  if (groups < 1 || w[0] != x[1] || x[1] % groups != 0)
+    s.fail("weights " + shape_string(w) + " do not fit input " + shape_string(x) + " with group " + std::to_string(groups));
+  if (s.node.has("output_shape")) s.fail("the output_shape attribute is not supported (give pads instead)");
+  const Window2d win = window(s, x[2], x[3], w[2], w[3]);
+  const auto out_pad = s.node.get_ints("output_padding", {0, 0});
+  if (out_pad.size() != 2 || out_pad[0] < 0 || out_pad[1] < 0 || out_pad[0] >= win.sh || out_pad[1] >= win.sw)
+    s.fail("output_padding must have 2 entries, each smaller than its stride");
+  // The transposed convolution is the backward-data pass of the convolution that maps the output
+  // (C_out channels) back to the input (C_in channels), with the same weights.
+  onednn::ConvShape c;
+  c.batch = x[0];
+  c.in_channels = w[1] * groups;
+  c.out_channels = x[1];
+  c.height = win.sh * (x[2] - 1) + out_pad[0] + (win.kh - 1) * win.dh + 1 - 2 * win.ph;
+  c.width = win.sw * (x[3] - 1) + out_pad[1] + (win.kw - 1) * win.dw + 1 - 2 * win.pw;
+  if (c.height < 1 || c.width < 1) s.fail("the output would be empty");
+  c.kernel_h = win.kh, c.kernel_w = win.kw, c.stride_h = win.sh, c.stride_w = win.sw;
+  c.pad_h = win.ph, c.pad_w = win.pw, c.dilation_h = win.dh, c.dilation_w = win.dw, c.groups = groups;
+  const bool bias = s.has(2);
+  if (bias && (s.shape(2).size() != 1 || s.shape(2)[0] != c.in_channels))
+    s.fail("bias B has shape " + shape_string(s.shape(2)) + ", expected [" + std::to_string(c.in_channels) + "]");
+  s.set_output(0, DType::f32, {c.batch, c.in_channels, c.height, c.width});
+  const std::uint64_t version = s.constants[1] ? next_weights_version() : 0;
+  return [c, bias, version](std::span<const TensorView> in, std::span<const TensorView> o) {
+    onednn::conv2d_backward_data(c, in[0].f32(), in[1].f32(), version, o[0].f32());
+    if (bias) add_channel_bias(o[0].f32(), in[2].f32(), c.batch, c.in_channels, c.height * c.width);
+  };
+}
+
+Kernel build_gemm(OpSetup& s) {
+  s.require_inputs(2, 3);
+  for (std::size_t i = 0; i < s.count(); ++i)
+    if (s.has(i)) s.require_f32(i);
+  require_rank(s, 0, 2, "A");
+  require_rank(s, 1, 2, "B");
+  const bool ta = s.node.get_int("transA", 0) != 0, tb = s.node.get_int("transB", 0) != 0;
+  const float alpha = s.node.get_float("alpha", 1.0f), beta = s.node.get_float("beta", 1.0f);
+  const Shape& a = s.shape(0);
+  const Shape& b = s.shape(1);
+  onednn::MatmulShape m;
+  m.m = ta ? a[1] : a[0];
+  m.k = ta ? a[0] : a[1];
+  m.n = tb ? b[0] : b[1];
+  m.transpose_a = ta;
+  m.transpose_b = tb;
+  if ((tb ? b[1] : b[0]) != m.k)
+    s.fail("A " + shape_string(a) + " and B " + shape_string(b) + " do not multiply (transA " + std::to_string(ta) +
+           ", transB " + std::to_string(tb) + ")");
+  const Shape out = {m.m, m.n};
+  // The bias rides in oneDNN's epilogue when it is a row vector added once (beta 1, alpha 1);
+  // any other C is added after the product.
+  bool row_bias = false;
+  std::shared_ptr<std::vector<std::int64_t>> c_offsets;
+  if (s.has(2)) {
+    const Shape& c = s.shape(2);
+    const Shape bc = broadcast_shapes(s, out, c);
+    if (bc != out) s.fail("C " + shape_string(c) + " does not broadcast to " + shape_string(out));
+    row_bias = alpha == 1.0f && beta == 1.0f && element_count(c) == m.n && (c.size() == 1 || c[0] == 1);
+    if (!row_bias) {
+      c_offsets = std::make_shared<std::vector<std::int64_t>>(static_cast<std::size_t>(m.m * m.n));
+      const std::int64_t rows = c.size() == 2 ? c[0] : 1, cols = c.empty() ? 1 : c.back();
+      for (std::int64_t i = 0; i < m.m; ++i)
+        for (std::int64_t j = 0; j < m.n; ++j)
+          (*c_offsets)[static_cast<std::size_t>(i * m.n + j)] = (rows == 1 ? 0 : i) * cols + (cols == 1 ? 0 : j);
+    }
+  }
+  s.set_output(0, DType::f32, out);
+  const FusedActivation act = fused_activation(s);
+  if (c_offsets && act.kind != onednn::Activation::none) s.fail("internal: activation fused over a general C");
+  return [m, row_bias, c_offsets, alpha, beta, act](std::span<const TensorView> in, std::span<const TensorView> o) {
+    onednn::MatmulEpilogue e;
+    e.bias = row_bias ? in[2].f32() : nullptr;
+    e.activation = act.kind;
+    e.clip_min = act.lo;
+    e.clip_max = act.hi;
+    float* y = o[0].f32();
+    onednn::matmul(m, in[0].f32(), in[1].f32(), y, e);
+    if (c_offsets || alpha != 1.0f) {
+      const float* c = c_offsets ? in[2].f32() : nullptr;
+      const auto n = static_cast<std::size_t>(m.m * m.n);
+      for (std::size_t i = 0; i < n; ++i) y[i] = alpha * y[i] + (c ? beta * c[(*c_offsets)[i]] : 0.0f);
+    }
+  };
+}
+
+Kernel build_matmul(OpSetup& s) {
+  s.require_inputs(2, 3);
+  s.require_f32(0);
+  s.require_f32(1);
+  Shape a = s.shape(0), b = s.shape(1);
+  if (a.empty() || b.empty()) s.fail("MatMul inputs must have rank 1 or more");
+  const bool a_vector = a.size() == 1, b_vector = b.size() == 1;
+  if (a_vector) a.insert(a.begin(), 1);
+  if (b_vector) b.push_back(1);
+  const std::int64_t m = a[a.size() - 2], k = a.back(), n = b.back();
+  if (b[b.size() - 2] != k) s.fail("A " + shape_string(s.shape(0)) + " and B " + shape_string(s.shape(1)) + " do not multiply");
+  const Shape a_batch(a.begin(), a.end() - 2), b_batch(b.begin(), b.end() - 2);
+  const Shape batch = broadcast_shapes(s, a_batch, b_batch);
+  Shape out = batch;
+  if (!a_vector) out.push_back(m);
+  if (!b_vector) out.push_back(n);
+  s.set_output(0, DType::f32, out);
+  const bool bias = s.has(2);  // fused by the optimiser: a row vector of n added to every row
+  if (bias && element_count(s.shape(2)) != n) s.fail("internal: fused bias of the wrong size");
+  const FusedActivation act = fused_activation(s);
+  onednn::MatmulShape shape;
+  shape.n = n;
+  shape.k = k;
+  // B shared by every batch (weights): fold A's batch into its rows, one GEMM.
+  const std::int64_t batches = element_count(batch);
+  std::vector<std::int64_t> a_off, b_off;
+  if (element_count(b_batch) == 1) {
+    shape.m = m * element_count(a_batch);
+    if (element_count(a_batch) != batches) s.fail("internal: batch broadcast");
+  } else if (a_batch == b_batch) {
+    shape.batch = batches;
+    shape.m = m;
+  } else {  // broadcast batches: one GEMM per output batch
+    shape.m = m;
+    const Shape shapes[2] = {a_batch, b_batch};
+    std::vector<std::int64_t>* offsets[2] = {&a_off, &b_off};
+    const std::int64_t sizes[2] = {m * k, k * n};
+    for (int which = 0; which < 2; ++which) {
+      Shape padded(batch.size() - shapes[which].size(), 1);
+      padded.insert(padded.end(), shapes[which].begin(), shapes[which].end());
+      for (std::int64_t i = 0; i < batches; ++i) {
+        std::int64_t rest = i, off = 0, stride = 1;
+        for (std::size_t d = batch.size(); d-- > 0;) {
+          const std::int64_t idx = rest % batch[d];
+          rest /= batch[d];
+          if (padded[d] != 1) off += idx * stride;
+          stride *= padded[d];
+        }
+        offsets[which]->push_back(off * sizes[which]);
+      }
+    }
+  }
+  return [shape, bias, act, a_off, b_off, m, n](std::span<const TensorView> in, std::span<const TensorView> o) {
+    onednn::MatmulEpilogue e;
+    e.bias = bias ? in[2].f32() : nullptr;
+    e.activation = act.kind;
+    e.clip_min = act.lo;
+    e.clip_max = act.hi;
+    if (a_off.empty()) {
+      onednn::matmul(shape, in[0].f32(), in[1].f32(), o[0].f32(), e);
+      return;
+    }
+    for (std::size_t i = 0; i < a_off.size(); ++i)
+      onednn::matmul(shape, in[0].f32() + a_off[i], in[1].f32() + b_off[i], o[0].f32() + static_cast<std::int64_t>(i) * m * n, e);
+  };
+}
+
+Kernel build_pool(OpSetup& s, onednn::PoolKind kind) {
+  s.require_inputs(1, 1);
+  s.require_f32(0);
+  require_rank(s, 0, 4, "input X");
+  if (s.node.get_int("storage_order", 0) != 0) s.fail("storage_order 1 is not supported");
+  const Shape& x = s.shape(0);
+  const auto kernel = s.node.get_ints("kernel_shape");
+  if (kernel.size() != 2) s.fail("kernel_shape must have 2 entries (only 2-D pooling is supported)");
+  const Window2d win = window(s, x[2], x[3], kernel[0], kernel[1]);
+  if (win.dh != 1 || win.dw != 1) s.fail("dilated pooling is not supported");
+  onednn::PoolShape p;
+  p.batch = x[0], p.channels = x[1], p.height = x[2], p.width = x[3];
+  p.kernel_h = win.kh, p.kernel_w = win.kw, p.stride_h = win.sh, p.stride_w = win.sw, p.pad_h = win.ph, p.pad_w = win.pw;
+  p.kind = kind;
+  if (kind != onednn::PoolKind::max && s.node.get_int("count_include_pad", 0) != 0) p.kind = onednn::PoolKind::avg_include_padding;
+  if (s.node.get_int("ceil_mode", 0) != 0) {
+    // Ceil mode only differs when a window would start inside the padded input: reject that case.
+    const std::int64_t ch = (p.height + 2 * p.pad_h - p.kernel_h + p.stride_h - 1) / p.stride_h + 1;
+    const std::int64_t cw = (p.width + 2 * p.pad_w - p.kernel_w + p.stride_w - 1) / p.stride_w + 1;
+    if (ch != p.out_height() || cw != p.out_width()) s.fail("ceil_mode 1 with a partial last window is not supported");
+  }
+  if (p.out_height() < 1 || p.out_width() < 1) s.fail("the window does not fit the padded input " + shape_string(x));
+  if (s.node.get_int("cpudl.channels_last", 0)) p.layout = onednn::ActivationLayout::nhwc;
+  s.set_output(0, DType::f32, {p.batch, p.channels, p.out_height(), p.out_width()});
+  if (s.node.outputs.size() > 1 && !s.node.outputs[1].empty()) s.fail("the Indices output of MaxPool is not supported");
+  return [p](std::span<const TensorView> in, std::span<const TensorView> o) {
+    onednn::pool2d_forward(p, in[0].f32(), o[0].f32(), nullptr);
+  };
+}
+
+Kernel build_max_pool(OpSetup& s) { return build_pool(s, onednn::PoolKind::max); }
+Kernel build_average_pool(OpSetup& s) { return build_pool(s, onednn::PoolKind::avg_exclude_padding); }
+
+Kernel build_global_average_pool(OpSetup& s) {
+  s.require_inputs(1, 1);
+  s.require_f32(0);
+  const Shape& x = s.shape(0);
+  if (x.size() < 3) s.fail("input has shape " + shape_string(x) + ", expected N x C x spatial...");
+  Shape out = {x[0], x[1]};
+  std::int64_t spatial = 1;
+  for (std::size_t i = 2; i < x.size(); ++i) {
+    out.push_back(1);
+    spatial *= x[i];
+  }
+  s.set_output(0, DType::f32, out);
+  if (s.node.get_int("cpudl.channels_last", 0)) {
+    // NHWC: each image's channels are contiguous at every position; sum rows of C.
+    const std::int64_t n = x[0], c = x[1];
+    return [n, c, spatial](std::span<const TensorView> in, std::span<const TensorView> o) {
+      parallel_for(static_cast<std::size_t>(n), 1, [&](std::size_t b, std::size_t e) {
+        for (std::size_t i = b; i < e; ++i) {
+          const float* src = in[0].f32() + static_cast<std::int64_t>(i) * spatial * c;
+          float* dst = o[0].f32() + static_cast<std::int64_t>(i) * c;
+          std::fill(dst, dst + c, 0.0f);
+          for (std::int64_t p = 0; p < spatial; ++p)
+            for (std::int64_t k = 0; k < c; ++k) dst[k] += src[p * c + k];
+          for (std::int64_t k = 0; k < c; ++k) dst[k] /= static_cast<float>(spatial);
+        }
+      });
+    };
+  }
+  const std::int64_t planes = x[0] * x[1];
+  return [planes, spatial](std::span<const TensorView> in, std::span<const TensorView> o) {
+    const float* src = in[0].f32();
+    float* dst = o[0].f32();
+    parallel_for(static_cast<std::size_t>(planes), static_cast<std::size_t>(std::max<std::int64_t>(1, 16384 / spatial)),
+                 [&](std::size_t b, std::size_t e) {
+                   for (std::size_t i = b; i < e; ++i) {
+                     const float* p = src + static_cast<std::int64_t>(i) * spatial;
+                     float sum = 0.0f;
+                     for (std::int64_t j = 0; j < spatial; ++j) sum += p[j];
+                     dst[i] = sum / static_cast<float>(spatial);
+                   }
+                 });
+  };
+}
+
+const OpEntry kOps[] = {
+    {"Conv", build_conv},
+    {"ConvTranspose", build_conv_transpose},
+    {"Gemm", build_gemm},
+    {"MatMul", build_matmul},
+    {"MaxPool", build_max_pool},
+    {"AveragePool", build_average_pool},
+    {"GlobalAveragePool", build_global_average_pool},
+};
+
+}  // namespace
+
+std::span<const OpEntry> dense_ops() { return kOps; }
+
+}  // namespace cpudl::infer

@@ -1,0 +1,187 @@
+// Normalisations and reductions: BatchNormalization (inference statistics; usually folded into
+// the preceding Conv by the optimiser), LayerNormalization, Softmax, LogSoftmax and ReduceMean.
+// Row-wise work goes through the native kernel table (layer norm, softmax).
+#include <cmath>
+#include <cstring>
+
+#include "infer/op_registry.h"
+#include "kernels/dispatch.h"
+#include "runtime/parallel.h"
+
+namespace cpudl::infer {
+namespace {
+
+const kernels::KernelTable& native() { return kernels::kernel_table(); }
+
+Kernel build_batch_norm(OpSetup& s) {
+  s.require_inputs(5, 5);
+  for (std::size_t i = 0; i < 5; ++i) s.require_f32(i);
+  if (s.node.get_int("training_mode", 0) != 0) s.fail("training_mode = 1 is not supported at inference");
+  if (s.node.outputs.size() > 1) s.fail("running-statistics outputs are not supported at inference");
+  const Shape& x = s.shape(0);
+  if (x.size() < 2) s.fail("input has shape " + shape_string(x) + ", expected N x C x ...");
+  const std::int64_t c = x[1];
+  for (std::size_t i = 1; i < 5; ++i)
+    if (s.shape(i) != Shape{c}) s.fail("input " + std::to_string(i) + " has shape " + shape_string(s.shape(i)) + ", expected [" + std::to_string(c) + "]");
+  const float eps = s.node.get_float("epsilon", 1e-5f);
+  std::int64_t spatial = 1;
+  for (std::size_t i = 2; i < x.size(); ++i) spatial *= x[i];
+  s.set_output(0, DType::f32, x);
+  auto scale_shift = std::make_shared<std::vector<float>>(static_cast<std::size_t>(2 * c));
+  return [c, spatial, eps, n = x[0], scale_shift](std::span<const TensorView> in, std::span<const TensorView> o) {
+    float* scale = scale_shift->data();
+    float* shift = scale + c;
+    for (std::int64_t j = 0; j < c; ++j) {
+      scale[j] = in[1].f32()[j] / std::sqrt(in[4].f32()[j] + eps);
+      shift[j] = in[2].f32()[j] - in[3].f32()[j] * scale[j];
+    }
+    const float* src = in[0].f32();
+    float* dst = o[0].f32();
+    parallel_for(static_cast<std::size_t>(n * c), static_cast<std::size_t>(std::max<std::int64_t>(1, 16384 / spatial)),
+                 [&](std::size_t b, std::size_t e) {
+                   for (std::size_t i = b; i < e; ++i) {
+                     const std::int64_t ch = static_cast<std::int64_t>(i) % c;
+                     const float* p = src + static_cast<std::int64_t>(i) * spatial;
+                     float* q = dst + static_cast<std::int64_t>(i) * spatial;
+                     for (std::int64_t k = 0; k < spatial; ++k) q[k] = p[k] * scale[ch] + shift[ch];
+                   }
+                 });
+  };
+}
+
+Kernel build_layer_norm(OpSetup& s) {
+  s.require_inputs(1, 3);
+  for (std::size_t i = 0; i < s.count(); ++i)
+    if (s.has(i)) s.require_f32(i);
+  const Shape& x = s.shape(0);
+  const auto rank = static_cast<std::int64_t>(x.size());
+  const std::int64_t axis = normalize_axis(s, s.node.get_int("axis", -1), rank, "axis");
+  std::int64_t rows = 1, cols = 1;
+  for (std::int64_t d = 0; d < rank; ++d) (d < axis ? rows : cols) *= x[static_cast<std::size_t>(d)];
+  for (std::size_t i = 1; i < s.count(); ++i)
+    if (s.has(i) && s.inputs[i].numel() != cols)
+      s.fail("input " + std::to_string(i) + " has shape " + shape_string(s.shape(i)) + ", expected " + std::to_string(cols) + " elements (broadcast scale and bias are not supported)");
+  const float eps = s.node.get_float("epsilon", 1e-5f);
+  s.set_output(0, DType::f32, x);
+  Shape stats(x.begin(), x.begin() + axis);
+  for (std::int64_t d = axis; d < rank; ++d) stats.push_back(1);
+  const std::size_t outputs = s.node.outputs.size();
+  for (std::size_t i = 1; i < outputs; ++i) s.set_output(i, DType::f32, stats);
+  auto scratch = std::make_shared<std::vector<float>>(static_cast<std::size_t>(2 * rows));
+  const bool has_scale = s.has(1), has_bias = s.has(2);
+  return [rows, cols, eps, scratch, has_scale, has_bias](std::span<const TensorView> in, std::span<const TensorView> o) {
+    float* mean = o.size() > 1 && o[1].data ? o[1].f32() : scratch->data();
+    float* rstd = o.size() > 2 && o[2].data ? o[2].f32() : scratch->data() + rows;
+    const float* gamma = has_scale ? in[1].f32() : nullptr;
+    const float* beta = has_bias ? in[2].f32() : nullptr;
+    const auto fn = native().f32_layer_norm_forward.fn;
+    const auto c = static_cast<std::size_t>(cols);
+    parallel_for(static_cast<std::size_t>(rows), std::max<std::size_t>(1, 16384 / c), [&](std::size_t b, std::size_t e) {
+      fn(in[0].f32() + b * c, gamma, beta, o[0].f32() + b * c, mean + b, rstd + b, e - b, c, eps);
+    });
+  };
+}
+
+// Softmax over one axis. Opset 13 normalises over `axis` alone (default -1); opsets 11-12 over
+// the flattened dims from `axis` on (default 1). Both reduce to contiguous rows when every dim
+// after the axis is folded in; otherwise the rows are strided and are gathered into scratch.
+template <bool kLog>
+Kernel build_softmax(OpSetup& s) {
+  s.require_inputs(1, 1);
+  s.require_f32(0);
+  const Shape& x = s.shape(0);
+  const auto rank = static_cast<std::int64_t>(x.size());
+  const bool legacy = s.opset < 13;
+  const std::int64_t axis = normalize_axis(s, s.node.get_int("axis", legacy ? 1 : -1), std::max<std::int64_t>(rank, 1), "axis");
+  std::int64_t outer = 1, cols = 1, inner = 1;
+  for (std::int64_t d = 0; d < rank; ++d) {
+    const std::int64_t v = x[static_cast<std::size_t>(d)];
+    if (d < axis) outer *= v;
+    else if (d == axis || legacy) cols *= v;
+    else inner *= v;
+  }
+  s.set_output(0, DType::f32, x);
+  auto scratch = std::make_shared<std::vector<float>>(inner > 1 ? static_cast<std::size_t>(2 * cols) : 0);
+  return [outer, cols, inner, scratch](std::span<const TensorView> in, std::span<const TensorView> o) {
+    const auto fn = kLog ? native().f32_log_softmax.fn : native().f32_softmax.fn;
+    const auto c = static_cast<std::size_t>(cols);
+    if (inner == 1) {
+      parallel_for(static_cast<std::size_t>(outer), std::max<std::size_t>(1, 16384 / c), [&](std::size_t b, std::size_t e) {
+        fn(in[0].f32() + b * c, o[0].f32() + b * c, e - b, c, c, c);
+      });
+      return;
+    }
+    float* row = scratch->data();
+    float* result = row + cols;
+    for (std::int64_t r = 0; r < outer; ++r)
+      for (std::int64_t j = 0; j < inner; ++j) {
+        const float* src = in[0].f32() + r * cols * inner + j;
+        float* dst = o[0].f32() + r * cols * inner + j;
+        for (std::int64_t k = 0; k < cols; ++k) row[k] = src[k * inner];
+        fn(row, result, 1, c, c, c);
+        for (std::int64_t k = 0; k < cols; ++k) dst[k * inner] = result[k];
+      }
+  };
+}
+
+Kernel build_reduce_mean(OpSetup& s) {
+  s.require_inputs(1, 2);
+  s.require_f32(0);
+  const Shape& x = s.shape(0);
+  const auto rank = static_cast<std::int64_t>(x.size());
+  std::vector<std::int64_t> axes = s.has(1) ? s.constant(1, "axes").as_int64() : s.node.get_ints("axes");
+  const bool keep = s.node.get_int("keepdims", 1) != 0;
+  std::vector<bool> reduced(x.size(), axes.empty() && s.node.get_int("noop_with_empty_axes", 0) == 0);
+  for (std::int64_t a : axes) reduced[static_cast<std::size_t>(normalize_axis(s, a, rank, "axes"))] = true;
+  Shape out;
+  for (std::size_t d = 0; d < x.size(); ++d) {
+    if (!reduced[d]) out.push_back(x[d]);
+    else if (keep) out.push_back(1);
+  }
+  s.set_output(0, DType::f32, out);
+  // Each output element's inputs: the reduced dims enumerated once as offsets, the kept dims as
+  // the base offset of each output element.
+  std::vector<std::int64_t> strides(x.size(), 1);
+  for (std::size_t d = x.size(); d-- > 1;) strides[d - 1] = strides[d] * x[d];
+  auto enumerate = [&](bool want_reduced) {
+    std::vector<std::int64_t> offsets = {0};
+    for (std::size_t d = 0; d < x.size(); ++d) {
+      if (reduced[d] != want_reduced) continue;
+      std::vector<std::int64_t> next;
+      next.reserve(offsets.size() * static_cast<std::size_t>(x[d]));
+      for (std::int64_t base : offsets)
+        for (std::int64_t i = 0; i < x[d]; ++i) next.push_back(base + i * strides[d]);
+      offsets.swap(next);
+    }
+    return offsets;
+  };
+  auto inner = std::make_shared<std::vector<std::int64_t>>(enumerate(true));
+  auto bases = std::make_shared<std::vector<std::int64_t>>(enumerate(false));
+  return [inner, bases](std::span<const TensorView> in, std::span<const TensorView> o) {
+    const float* src = in[0].f32();
+    float* dst = o[0].f32();
+    const float scale = 1.0f / static_cast<float>(inner->size());
+    parallel_for(bases->size(), std::max<std::size_t>(1, 16384 / inner->size()), [&](std::size_t b, std::size_t e) {
+      for (std::size_t i = b; i < e; ++i) {
+        const float* p = src + (*bases)[i];
+        float sum = 0.0f;
+        for (std::int64_t off : *inner) sum += p[off];
+        dst[i] = sum * scale;
+      }
+    });
+  };
+}
+
+const OpEntry kOps[] = {
+    {"BatchNormalization", build_batch_norm},
+    {"LayerNormalization", build_layer_norm},
+    {"Softmax", build_softmax<false>},
+    {"LogSoftmax", build_softmax<true>},
+    {"ReduceMean", build_reduce_mean},
+};
+
+}  // namespace
+
+std::span<const OpEntry> normalization_ops() { return kOps; }
+
+}  // namespace cpudl::infer

@@ -1,0 +1,391 @@
+// The optimiser's rewrites (see optimizer.h). Patterns match only when the intermediate values
+// have no other consumer and are not graph outputs, so a rewrite never changes what is observable.
+#include "infer/optimizer.h"
+
+#include <cmath>
+#include <optional>
+#include <set>
+#include <unordered_map>
+
+#include "cpudl/error.h"
+
+namespace cpudl::infer {
+namespace {
+
+// Consumers of each value name, and the graph outputs.
+struct Uses {
+  std::unordered_map<std::string, std::vector<std::size_t>> consumers;
+  std::set<std::string> outputs;
+  explicit Uses(const Graph& g) {
+    for (std::size_t i = 0; i < g.nodes.size(); ++i)
+      for (const auto& in : g.nodes[i].inputs)
+        if (!in.empty()) consumers[in].push_back(i);
+    for (const auto& o : g.outputs) outputs.insert(o.name);
+  }
+  // The one node reading `value`, when nothing else (not even the graph's outputs) does.
+  std::optional<std::size_t> only_consumer(const std::string& value) const {
+    if (outputs.count(value)) return std::nullopt;
+    const auto it = consumers.find(value);
+    if (it == consumers.end() || it->second.size() != 1) return std::nullopt;
+    return it->second[0];
+  }
+};
+
+const HostTensor* constant_of(const Graph& g, const std::string& name) {
+  const auto it = g.constants.find(name);
+  return it == g.constants.end() ? nullptr : it->second.get();
+}
+
+bool is_scalar_constant(const Graph& g, const std::string& name, float value, float tolerance = 1e-6f) {
+  const HostTensor* t = constant_of(g, name);
+  if (!t || t->numel() != 1 || t->dtype != DType::f32) return false;
+  return std::fabs(t->data<float>()[0] - value) <= tolerance * std::max(1.0f, std::fabs(value));
+}
+
+void drop_removed(Graph& g, const std::vector<bool>& removed) {
+  std::vector<Node> kept;
+  for (std::size_t i = 0; i < g.nodes.size(); ++i)
+    if (!removed[i]) kept.push_back(std::move(g.nodes[i]));
+  g.nodes = std::move(kept);
+}
+
+void rename_input(Graph& g, const std::string& from, const std::string& to) {
+  for (auto& n : g.nodes)
+    for (auto& in : n.inputs)
+      if (in == from) in = to;
+}
+
+// Constant nodes become constants; they are folded whatever their consumers.
+void fold_constant_nodes(Graph& g) {
+  std::vector<bool> removed(g.nodes.size(), false);
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& n = g.nodes[i];
+    if (n.op != "Constant" || n.outputs.size() != 1) continue;
+    const auto it = n.attributes.find("value");
+    if (it == n.attributes.end() || !it->second.t) continue;  // value_float(s)/int(s): built at plan time
+    g.constants[n.outputs[0]] = it->second.t;
+    removed[i] = true;
+  }
+  drop_removed(g, removed);
+}
+
+// Identity and inference-mode Dropout forward their input.
+void remove_identities(Graph& g, OptimizerReport& report) {
+  Uses uses(g);
+  std::vector<bool> removed(g.nodes.size(), false);
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& n = g.nodes[i];
+    const bool dropout = n.op == "Dropout" && (n.outputs.size() == 1 || n.outputs[1].empty()) && n.inputs.size() < 3;
+    if ((n.op != "Identity" && !dropout) || n.inputs.empty() || uses.outputs.count(n.outputs[0])) continue;
+    rename_input(g, n.outputs[0], n.inputs[0]);
+    removed[i] = true;
+    report.add("removed " + n.op, "removed " + n.label());
+  }
+  drop_removed(g, removed);
+}
+
+// BatchNormalization(Conv(x, W, B)) = Conv(x, W * s, (B - mean) * s + beta), s = gamma / sqrt(var + eps),
+// per output channel; likewise for a Gemm whose output columns are the channels.
+void fold_batch_norms(Graph& g, OptimizerReport& report) {
+  Uses uses(g);
+  std::vector<bool> removed(g.nodes.size(), false);
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& bn = g.nodes[i];
+    if (bn.op != "BatchNormalization" || bn.inputs.size() != 5 || bn.outputs.size() != 1 || bn.get_int("training_mode", 0)) continue;
+    std::size_t p = 0;
+    bool found = false;
+    for (std::size_t j = 0; j < i; ++j)
+      for (const auto& out : g.nodes[j].outputs)
+        if (out == bn.inputs[0]) p = j, found = true;
+    if (!found || removed[p] || uses.only_consumer(bn.inputs[0]) != i) continue;
+    Node& conv = g.nodes[p];
+    const bool is_conv = conv.op == "Conv" && conv.inputs.size() >= 2;
+    const bool is_gemm = conv.op == "Gemm" && conv.inputs.size() >= 2 && conv.get_int("transB", 0) == 1 &&
+                         conv.get_float("alpha", 1) == 1 && conv.get_float("beta", 1) == 1;
+    if (!is_conv && !is_gemm) continue;
+    const HostTensor* w = constant_of(g, conv.inputs[1]);
+    const HostTensor* b = conv.inputs.size() > 2 && !conv.inputs[2].empty() ? constant_of(g, conv.inputs[2]) : nullptr;
+    const HostTensor* params[4];
+    bool ok = w && w->dtype == DType::f32 && !w->shape.empty() && (conv.inputs.size() < 3 || conv.inputs[2].empty() || b);
+    for (int k = 0; k < 4 && ok; ++k) {
+      params[k] = constant_of(g, bn.inputs[static_cast<std::size_t>(k + 1)]);
+      ok = params[k] && params[k]->dtype == DType::f32 && params[k]->shape == Shape{w->shape[0]};
+    }
+    if (!ok || (b && (b->dtype != DType::f32 || b->shape != Shape{w->shape[0]}))) continue;
+    const std::int64_t channels = w->shape[0], per = w->numel() / channels;
+    const float eps = bn.get_float("epsilon", 1e-5f);
+    auto w2 = std::make_shared<HostTensor>(*w);
+    auto b2 = std::make_shared<HostTensor>(HostTensor::zeros(DType::f32, {channels}));
+    for (std::int64_t c = 0; c < channels; ++c) {
+      const float scale = params[0]->data<float>()[c] / std::sqrt(params[3]->data<float>()[c] + eps);
+      for (std::int64_t k = 0; k < per; ++k) w2->data<float>()[c * per + k] *= scale;
+      const float bias = b ? b->data<float>()[c] : 0.0f;
+      b2->data<float>()[c] = (bias - params[2]->data<float>()[c]) * scale + params[1]->data<float>()[c];
+    }
+    const std::string wn = conv.name + ".folded_weight", bname = conv.name + ".folded_bias";
+    g.constants[wn] = w2;
+    g.constants[bname] = b2;
+    conv.inputs.resize(3);
+    conv.inputs[1] = wn;
+    conv.inputs[2] = bname;
+    conv.outputs[0] = bn.outputs[0];
+    removed[i] = true;
+    report.add("folded BatchNormalization", "folded " + bn.label() + " into " + conv.label());
+  }
+  drop_removed(g, removed);
+}
+
+// x * 0.5 * (1 + erf(x / sqrt(2))) in any of the orders PyTorch exports it -> Gelu(x).
+void fuse_gelu(Graph& g, OptimizerReport& report) {
+  Uses uses(g);
+  std::unordered_map<std::string, std::size_t> producer;
+  for (std::size_t i = 0; i < g.nodes.size(); ++i)
+    for (const auto& o : g.nodes[i].outputs) producer[o] = i;
+  std::vector<bool> removed(g.nodes.size(), false);
+  auto other = [](const Node& n, const std::string& v) { return n.inputs[0] == v ? n.inputs[1] : n.inputs[0]; };
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& div = g.nodes[i];
+    if (removed[i] || div.op != "Div" || div.inputs.size() != 2 || !is_scalar_constant(g, div.inputs[1], 1.41421356f, 1e-4f)) continue;
+    const std::string x = div.inputs[0];
+    auto next = [&](std::size_t from, const char* op) -> std::optional<std::size_t> {
+      const auto c = uses.only_consumer(g.nodes[from].outputs[0]);
+      if (!c || g.nodes[*c].op != op || removed[*c]) return std::nullopt;
+      return c;
+    };
+    const auto erf = next(i, "Erf");
+    const auto add = erf ? next(*erf, "Add") : std::nullopt;
+    if (!add || !is_scalar_constant(g, other(g.nodes[*add], g.nodes[*erf].outputs[0]), 1.0f)) continue;
+    const auto mul1 = next(*add, "Mul");
+    if (!mul1) continue;
+    const auto mul2 = next(*mul1, "Mul");
+    const std::string m1_other = other(g.nodes[*mul1], g.nodes[*add].outputs[0]);
+    std::size_t last;
+    if (m1_other == x && mul2 && is_scalar_constant(g, other(g.nodes[*mul2], g.nodes[*mul1].outputs[0]), 0.5f)) {
+      last = *mul2;  // (x * (1 + erf)) * 0.5
+    } else if (is_scalar_constant(g, m1_other, 0.5f) && mul2 && other(g.nodes[*mul2], g.nodes[*mul1].outputs[0]) == x) {
+      last = *mul2;  // ((1 + erf) * 0.5) * x
+    } else {
+      continue;
+    }
+    Node gelu;
+    gelu.op = "Gelu";
+    gelu.name = div.name + ".gelu";
+    gelu.inputs = {x};
+    gelu.outputs = {g.nodes[last].outputs[0]};
+    for (std::size_t k : {i, *erf, *add, *mul1}) removed[k] = true;
+    report.add("fused GELU", "fused the erf GELU pattern from " + div.label() + " into one Gelu");
+    g.nodes[last] = std::move(gelu);
+  }
+  drop_removed(g, removed);
+}
+
+}  // namespace
+
+void optimize_graph(Graph& graph, OptimizerReport& report) {
+  fold_constant_nodes(graph);
+  remove_identities(graph, report);
+  fold_batch_norms(graph, report);
+  fuse_gelu(graph, report);
+  remove_dead_nodes(graph);
+}
+
+void fuse_with_shapes(Graph& g, const std::map<std::string, ValueDesc>& descs, OptimizerReport& report) {
+  auto desc = [&](const std::string& v) -> const ValueDesc* {
+    const auto it = descs.find(v);
+    return it == descs.end() ? nullptr : &it->second;
+  };
+  std::vector<bool> removed(g.nodes.size(), false);
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    if (removed[i]) continue;
+    const std::string op = g.nodes[i].op;
+    if (op != "Conv" && op != "Gemm" && op != "MatMul") continue;
+    const ValueDesc* out = desc(g.nodes[i].outputs[0]);
+    if (!out || out->dtype != DType::f32 || out->shape.empty()) continue;
+    {
+      const Node& n = g.nodes[i];
+      const bool gemm_plain = op != "Gemm" || (n.get_float("alpha", 1) == 1 && n.get_float("beta", 1) == 1 &&
+                                               (n.inputs.size() < 3 || n.inputs[2].empty() ||
+                                                (desc(n.inputs[2]) && desc(n.inputs[2])->numel() == out->shape.back())));
+      if (!gemm_plain) continue;
+    }
+    // The fused node moves to its last absorbed consumer's slot: everything that consumer reads
+    // (a residual from another branch) is computed by then.
+    std::size_t at = i;
+    std::string parts = g.nodes[i].label();
+    auto absorb = [&](std::size_t c) {
+      g.nodes[at].outputs[0] = g.nodes[c].outputs[0];
+      parts += " + " + g.nodes[c].label();
+      Node moved = std::move(g.nodes[at]);
+      removed[at] = true;
+      g.nodes[c] = std::move(moved);
+      at = c;
+    };
+    auto consumer = [&](const char* want) -> std::optional<std::size_t> {
+      const Uses uses(g);
+      const auto c = uses.only_consumer(g.nodes[at].outputs[0]);
+      if (!c || removed[*c] || g.nodes[*c].op != want) return std::nullopt;
+      return c;
+    };
+    auto other_input = [&](std::size_t c) {
+      const Node& add = g.nodes[c];
+      return add.inputs[0] == g.nodes[at].outputs[0] ? add.inputs[1] : add.inputs[0];
+    };
+    // MatMul + Add(a constant row of n) -> MatMul with a bias.
+    if (op == "MatMul" && g.nodes[at].inputs.size() == 2) {
+      if (const auto c = consumer("Add")) {
+        const std::string other = other_input(*c);
+        const HostTensor* bias = constant_of(g, other);
+        const ValueDesc* sum = desc(g.nodes[*c].outputs[0]);
+        if (bias && bias->dtype == DType::f32 && bias->numel() == out->shape.back() &&
+            bias->shape.size() <= out->shape.size() && sum && sum->shape == out->shape) {
+          g.nodes[at].inputs.push_back(other);
+          absorb(*c);
+        }
+      }
+    }
+    // Conv + Add(a residual of the same shape).
+    if (op == "Conv" && g.nodes[at].inputs.size() <= 3) {
+      if (const auto c = consumer("Add")) {
+        const std::string other = other_input(*c);
+        const ValueDesc* r = desc(other);
+        if (other != g.nodes[at].outputs[0] && r && r->dtype == DType::f32 && r->shape == out->shape &&
+            !g.constants.count(other)) {
+          g.nodes[at].inputs.resize(3);
+          g.nodes[at].inputs.push_back(other);
+          absorb(*c);
+        }
+      }
+    }
+    // + Relu, or Clip with constant bounds.
+    if (const auto c = consumer("Relu")) {
+      g.nodes[at].attributes["cpudl.activation"] = Attribute{Attribute::Kind::s, 0, 0, "Relu", {}, {}, {}, nullptr};
+      absorb(*c);
+    } else if (const auto c = consumer("Clip")) {
+      const Node& act = g.nodes[*c];
+      float lo = act.get_float("min", -INFINITY), hi = act.get_float("max", INFINITY);
+      bool known = true;
+      for (std::size_t k = 1; k < act.inputs.size() && k < 3; ++k) {
+        if (act.inputs[k].empty()) continue;
+        const HostTensor* t = constant_of(g, act.inputs[k]);
+        known = known && t && t->numel() == 1;
+        if (known) (k == 1 ? lo : hi) = t->as_float()[0];
+      }
+      if (known) {
+        Node& n = g.nodes[at];
+        n.attributes["cpudl.activation"] = Attribute{Attribute::Kind::s, 0, 0, "Clip", {}, {}, {}, nullptr};
+        n.attributes["cpudl.clip_min"] = Attribute{Attribute::Kind::f, 0, lo, "", {}, {}, {}, nullptr};
+        n.attributes["cpudl.clip_max"] = Attribute{Attribute::Kind::f, 0, hi, "", {}, {}, {}, nullptr};
+        absorb(*c);
+      }
+    }
+    if (at != i) report.add("fused " + op + " epilogue", "fused " + parts);
+  }
+  drop_removed(g, removed);
+}
+
+void assign_layouts(Graph& g, std::map<std::string, ValueDesc>& descs, OptimizerReport& report) {
+  enum Layout { nchw, nhwc };
+  std::map<std::string, Layout> layout;  // absent: NCHW
+  std::map<std::string, std::string> converted;  // "value|layout" -> the converted value's name
+  std::vector<Node> nodes;
+  int reorders = 0;
+  auto is_4d_f32 = [&](const std::string& v) {
+    const auto it = descs.find(v);
+    return it != descs.end() && it->second.dtype == DType::f32 && it->second.shape.size() == 4 && !g.constants.count(v);
+  };
+  auto layout_of = [&](const std::string& v) {
+    const auto it = layout.find(v);
+    return it == layout.end() ? nchw : it->second;
+  };
+  auto set_attr = [](Node& n, const char* key) { n.attributes[key] = Attribute{Attribute::Kind::i, 1, 0, "", {}, {}, {}, nullptr}; };
+  // The value `v` in layout `want`, converting it (once) just before the node being placed.
+  auto ensure = [&](std::string& v, Layout want) {
+    if (v.empty() || !is_4d_f32(v) || layout_of(v) == want) return;
+    const std::string key = v + (want == nhwc ? "|nhwc" : "|nchw");
+    if (!converted.count(key)) {
+      Node r;
+      r.op = "cpudl.Reorder";
+      r.name = v + (want == nhwc ? ".to_nhwc" : ".to_nchw");
+      r.inputs = {v};
+      r.outputs = {r.name};
+      r.attributes["to_nhwc"] = Attribute{Attribute::Kind::i, want == nhwc, 0, "", {}, {}, {}, nullptr};
+      descs[r.name] = descs.at(v);
+      layout[r.name] = want;
+      converted[key] = r.name;
+      nodes.push_back(std::move(r));
+      ++reorders;
+    }
+    v = converted[key];
+  };
+  static const std::set<std::string> unary = {"Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "Erf", "Gelu", "Sqrt", "Exp", "Log", "Neg"};
+  static const std::set<std::string> binary = {"Add", "Sub", "Mul", "Div"};
+  for (Node& n : g.nodes) {
+    Layout out = nchw;
+    if (n.op == "Conv" && is_4d_f32(n.inputs[0]) && n.get_int("group", 1) >= 1) {
+      ensure(n.inputs[0], nhwc);
+      if (n.inputs.size() > 3) ensure(n.inputs[3], nhwc);
+      set_attr(n, "cpudl.channels_last");
+      out = nhwc;
+    } else if ((n.op == "MaxPool" || n.op == "AveragePool") && layout_of(n.inputs[0]) == nhwc && n.outputs.size() == 1) {
+      set_attr(n, "cpudl.channels_last");
+      out = nhwc;
+    } else if (n.op == "GlobalAveragePool" && layout_of(n.inputs[0]) == nhwc) {
+      set_attr(n, "cpudl.channels_last");  // its N x C x 1 x 1 output is the same in both layouts
+    } else if (unary.count(n.op) && n.inputs.size() >= 1) {
+      out = layout_of(n.inputs[0]);
+      for (std::size_t k = 1; k < n.inputs.size(); ++k) ensure(n.inputs[k], nchw);
+    } else if (binary.count(n.op) && n.inputs.size() == 2 && is_4d_f32(n.inputs[0]) && is_4d_f32(n.inputs[1]) &&
+               descs.at(n.inputs[0]).shape == descs.at(n.inputs[1]).shape &&
+               (layout_of(n.inputs[0]) == nhwc || layout_of(n.inputs[1]) == nhwc)) {
+      ensure(n.inputs[0], nhwc);
+      ensure(n.inputs[1], nhwc);
+      out = nhwc;
+    } else {
+      for (auto& in : n.inputs) ensure(in, nchw);
+    }
+    if (out == nhwc)
+      for (const auto& o : n.outputs) layout[o] = nhwc;
+    nodes.push_back(std::move(n));
+  }
+  // Graph outputs leave in NCHW: the producer writes a renamed value, converted into the output.
+  for (const auto& o : g.outputs) {
+    if (layout_of(o.name) != nhwc) continue;
+    const std::string inner = o.name + ".nhwc";
+    for (Node& n : nodes) {
+      for (auto& in : n.inputs)
+        if (in == o.name) in = inner;
+      for (auto& out : n.outputs)
+        if (out == o.name) out = inner;
+    }
+    descs[inner] = descs.at(o.name);
+    layout[inner] = nhwc;
+    std::string v = inner;
+    ensure(v, nchw);
+    nodes.back().outputs[0] = o.name;
+    descs[o.name] = descs.at(inner);
+  }
+  g.nodes = std::move(nodes);
+  if (reorders > 0) report.add("layout reorders", std::to_string(reorders) + " NCHW/NHWC reorder(s) at the edges of the channels-last region");
+}
+
+void remove_dead_nodes(Graph& g) {
+  std::set<std::string> live;
+  for (const auto& o : g.outputs) live.insert(o.name);
+  std::vector<bool> keep(g.nodes.size(), false);
+  for (std::size_t i = g.nodes.size(); i-- > 0;) {
+    for (const auto& o : g.nodes[i].outputs)
+      if (live.count(o)) keep[i] = true;
+    if (keep[i])
+      for (const auto& in : g.nodes[i].inputs) live.insert(in);
+  }
+  std::vector<bool> removed(g.nodes.size());
+  for (std::size_t i = 0; i < keep.size(); ++i) removed[i] = !keep[i];
+  drop_removed(g, removed);
+  for (auto it = g.constants.begin(); it != g.constants.end();) {
+    bool graph_output = false;
+    for (const auto& o : g.outputs) graph_output = graph_output || o.name == it->first;
+    it = live.count(it->first) || graph_output ? std::next(it) : g.constants.erase(it);
+  }
+}
+
+}  // namespace cpudl::infer

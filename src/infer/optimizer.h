@@ -1,0 +1,36 @@
+// Graph rewrites. Shape-free ones run once per session (Constant nodes to constants, Identity and
+// Dropout removed, BatchNormalization folded into the Conv or Gemm before it, the GELU pattern
+// exporters emit fused into one Gelu); the fusions that need shapes (bias, residual Add and
+// activation into Conv/Gemm/MatMul) run once per plan, after shape inference. Each rewrite is
+// recorded for `cpudl info`.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "infer/graph.h"
+#include "infer/op_registry.h"
+
+namespace cpudl::infer {
+
+struct OptimizerReport {
+  std::vector<std::string> rewrites;  // one line per rewrite: "folded BatchNormalization 'bn1' into Conv 'conv1'"
+  std::map<std::string, int> counts;  // rewrite kind -> how many
+  void add(const std::string& kind, const std::string& line) {
+    rewrites.push_back(line);
+    ++counts[kind];
+  }
+};
+
+void optimize_graph(Graph& graph, OptimizerReport& report);
+void fuse_with_shapes(Graph& graph, const std::map<std::string, ValueDesc>& descs, OptimizerReport& report);
+// Channels-last for the convolutional part of the graph: Conv (and the pools and elementwise ops
+// that follow it) keep 4-D activations in NHWC, the layout oneDNN's direct convolutions read;
+// everything else sees NCHW. A cpudl.Reorder node converts a value once where the two meet (the
+// graph's image input, the outputs). Conv, pools and GlobalAveragePool get cpudl.channels_last = 1.
+void assign_layouts(Graph& graph, std::map<std::string, ValueDesc>& descs, OptimizerReport& report);
+// Drops nodes none of whose outputs reach a graph output.
+void remove_dead_nodes(Graph& graph);
+
+}  // namespace cpudl::infer

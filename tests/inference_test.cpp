@@ -1,0 +1,296 @@
+// The ONNX inference runtime against PyTorch: every model of tests/onnx/ (written by
+// scripts/gen-onnx-fixtures.py with torch.onnx.export) must reproduce PyTorch's output, with and
+// without the optimiser; plus the loader's and the session's answers to bad files and inputs.
+#include <gtest/gtest.h>
+#include <onnx/onnx_pb.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "cpudl/error.h"
+#include "cpudl/inference.h"
+#include "cpudl/io.h"
+#include "infer/onnx_loader.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path kOnnx = fs::path(CPUDL_FIXTURES_DIR) / ".." / "onnx";
+
+// max |a - b| / max |b|: error relative to the output's scale.
+double relative_error(const cpudl::Tensor& a, const cpudl::Tensor& b) {
+  const auto x = a.to_vector(), y = b.to_vector();
+  EXPECT_EQ(x.size(), y.size());
+  double diff = 0, scale = 1e-12;
+  for (std::size_t i = 0; i < x.size() && i < y.size(); ++i) {
+    diff = std::max(diff, static_cast<double>(std::fabs(x[i] - y[i])));
+    scale = std::max(scale, static_cast<double>(std::fabs(y[i])));
+  }
+  return diff / scale;
+}
+
+class MatchesPyTorch : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MatchesPyTorch, OptimisedAndUnoptimised) {
+  const std::string stem = GetParam();
+  const cpudl::Tensor x = cpudl::io::load_npy(kOnnx / (stem + ".input.npy"));
+  const cpudl::Tensor expected = cpudl::io::load_npy(kOnnx / (stem + ".output.npy"));
+  for (bool optimize : {true, false}) {
+    cpudl::InferenceSession session(kOnnx / (stem + ".onnx"), {optimize, false});
+    const auto y = session.run({x});
+    ASSERT_EQ(y.size(), 1u);
+    ASSERT_EQ(y[0].shape(), expected.shape());
+    EXPECT_LT(relative_error(y[0], expected), 1e-4) << stem << (optimize ? " optimised" : " unoptimised");
+    // A second run reuses the plan and must give the same numbers.
+    EXPECT_EQ(session.run({x})[0].to_vector(), y[0].to_vector());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, MatchesPyTorch,
+                         ::testing::Values("opzoo_opset11", "opzoo_opset13", "opzoo_opset17", "simplecnn_opset13",
+                                           "simplecnn_opset17", "lenet5_opset13", "lenet5_opset17", "mlp_opset13",
+                                           "mlp_opset17", "transformer_opset13", "transformer_opset17",
+                                           "resnet18_opset13", "mobilenet_v2_opset17"));
+
+TEST(Inference, EachBatchSizeGetsItsOwnPlanAndTheSameRows) {
+  cpudl::InferenceSession session(kOnnx / "resnet18_opset13.onnx");
+  const cpudl::Tensor x = cpudl::io::load_npy(kOnnx / "resnet18_opset13.input.npy");  // batch 2
+  const cpudl::Tensor expected = cpudl::io::load_npy(kOnnx / "resnet18_opset13.output.npy");
+  const auto one = session.run({x.slice(0, 1, 2).contiguous()});
+  ASSERT_EQ(one[0].shape(), (cpudl::Shape{1, 1000}));
+  EXPECT_LT(relative_error(one[0], expected.slice(0, 1, 2).contiguous()), 1e-4);
+  EXPECT_LT(relative_error(session.run({x})[0], expected), 1e-4);
+}
+
+TEST(Inference, OptimiserFoldsAndFusesAndThePlanReusesMemory) {
+  cpudl::InferenceSession resnet(kOnnx / "resnet18_opset13.onnx");
+  const cpudl::ModelInfo info = resnet.info({{4, 3, 64, 64}});
+  EXPECT_EQ(info.rewrite_counts.at("folded BatchNormalization"), 20);
+  EXPECT_EQ(info.rewrite_counts.at("fused Conv epilogue"), 17);  // 17 ReLUs, 8 of them with the residual Add
+  EXPECT_EQ(info.ops_planned.count("BatchNormalization"), 0u);
+  EXPECT_EQ(info.ops_planned.count("Relu"), 0u);
+  EXPECT_EQ(info.ops_planned.count("Add"), 0u);
+  EXPECT_EQ(info.ops_planned.at("Conv"), 20);
+  EXPECT_EQ(info.ops_loaded.at("BatchNormalization"), 20);
+  EXPECT_LT(info.arena_bytes, info.unplanned_bytes / 2);
+  // torchvision's resnet18 at 64x64: 1.82 GFLOP per 224x224 image scales by (64/224)^2 (+ the fc layer).
+  EXPECT_NEAR(info.flops / 4, 2 * 0.1486e9, 0.02e9);
+
+  cpudl::InferenceSession mobilenet(kOnnx / "mobilenet_v2_opset17.onnx");
+  const cpudl::ModelInfo m = mobilenet.info({{1, 3, 64, 64}});
+  EXPECT_EQ(m.ops_planned.count("Clip"), 0u);  // ReLU6 rides in the convolutions
+  cpudl::InferenceSession transformer(kOnnx / "transformer_opset13.onnx");
+  const cpudl::ModelInfo t = transformer.info({{2, 10, 64}});
+  EXPECT_EQ(t.rewrite_counts.at("fused GELU"), 2);
+  EXPECT_EQ(t.ops_planned.count("Shape"), 0u);  // the exporter's shape arithmetic is folded
+  EXPECT_EQ(t.ops_planned.count("Erf"), 0u);
+}
+
+TEST(Inference, WrongInputsAreNamed) {
+  cpudl::InferenceSession session(kOnnx / "simplecnn_opset13.onnx");
+  try {
+    session.run({cpudl::Tensor::zeros({2, 1, 27, 28})});
+    FAIL() << "no error";
+  } catch (const cpudl::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("input 'input' has shape [2, 1, 27, 28], the model expects [?, 1, 28, 28]"),
+              std::string::npos) << e.what();
+  }
+  EXPECT_THROW(session.run({cpudl::Tensor::zeros({2, 1, 28, 28}, cpudl::DType::i64)}), cpudl::Error);
+  EXPECT_THROW(session.run({}), cpudl::Error);
+}
+
+// ---- the loader against bad files, built with the ONNX protobuf API
+
+onnx::ModelProto tiny_model(std::int64_t opset = 13) {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(opset);
+  auto* g = m.mutable_graph();
+  auto* in = g->add_input();
+  in->set_name("x");
+  in->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+  in->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(4);
+  auto* w = g->add_initializer();
+  w->set_name("w");
+  w->set_data_type(onnx::TensorProto::FLOAT);
+  w->add_dims(4);
+  for (int i = 0; i < 4; ++i) w->add_float_data(static_cast<float>(i));
+  auto* n = g->add_node();
+  n->set_op_type("Add");
+  n->set_name("add");
+  n->add_input("x");
+  n->add_input("w");
+  n->add_output("y");
+  g->add_output()->set_name("y");
+  g->mutable_output(0)->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+  return m;
+}
+
+std::string load_error(const onnx::ModelProto& m, const fs::path& dir = ".") {
+  try {
+    cpudl::infer::parse_onnx(m.SerializeAsString(), "m.onnx", dir);
+  } catch (const cpudl::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(OnnxLoader, TinyModelRuns) {
+  const fs::path path = fs::path(::testing::TempDir()) / "cpudl_tiny.onnx";
+  std::ofstream(path, std::ios::binary) << tiny_model().SerializeAsString();
+  cpudl::InferenceSession s(path);
+  const auto y = s.run({cpudl::Tensor::from_vector({1, 1, 1, 1}, {4})});
+  EXPECT_EQ(y[0].to_vector(), (std::vector<float>{1, 2, 3, 4}));
+  fs::remove(path);
+}
+
+TEST(OnnxLoader, TruncatedAndGarbageFiles) {
+  const std::string bytes = cpudl::io::read_file(kOnnx / "lenet5_opset13.onnx");
+  for (const std::string& broken : {bytes.substr(0, bytes.size() / 2), std::string("definitely not onnx"), std::string()}) {
+    try {
+      cpudl::infer::parse_onnx(broken, "broken.onnx", ".");
+      FAIL() << "parsed";
+    } catch (const cpudl::Error& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("broken.onnx: ", 0), 0u) << e.what();
+    }
+  }
+}
+
+TEST(OnnxLoader, EveryUnsupportedOperatorIsListedWithItsNodeAndOpset) {
+  auto m = tiny_model();
+  for (const char* op : {"NonMaxSuppression", "Loop"}) {
+    auto* n = m.mutable_graph()->add_node();
+    n->set_op_type(op);
+    n->set_name(std::string("my_") + op);
+    n->add_input("y");
+    n->add_output(std::string("z_") + op);
+  }
+  const std::string e = load_error(m);
+  EXPECT_NE(e.find("2 unsupported operator(s) at opset 13"), std::string::npos) << e;
+  EXPECT_NE(e.find("NonMaxSuppression in node 'my_NonMaxSuppression'"), std::string::npos) << e;
+  EXPECT_NE(e.find("Loop in node 'my_Loop'"), std::string::npos) << e;
+}
+
+TEST(OnnxLoader, OpsetOutsideTheSupportedRange) {
+  EXPECT_NE(load_error(tiny_model(9)).find("opset 9 is not supported (cpudl runs opsets 11 to 17)"), std::string::npos);
+  EXPECT_NE(load_error(tiny_model(18)).find("opset 18"), std::string::npos);
+}
+
+TEST(OnnxLoader, TensorDataThatDisagreesWithItsShape) {
+  auto m = tiny_model();
+  m.mutable_graph()->mutable_initializer(0)->add_dims(2);  // [4, 2] but 4 floats
+  const std::string e = load_error(m);
+  EXPECT_NE(e.find("initializer 'w': data holds 16 bytes but shape [4, 2] of f32 needs 32"), std::string::npos) << e;
+  auto raw = tiny_model();
+  auto* w = raw.mutable_graph()->mutable_initializer(0);
+  w->clear_float_data();
+  w->set_raw_data(std::string(15, '\0'));
+  EXPECT_NE(load_error(raw).find("data holds 15 bytes"), std::string::npos);
+  auto type = tiny_model();
+  type.mutable_graph()->mutable_initializer(0)->set_data_type(onnx::TensorProto::COMPLEX64);
+  EXPECT_NE(load_error(type).find("element type COMPLEX64 is not supported"), std::string::npos);
+}
+
+TEST(OnnxLoader, CyclesAndUndefinedInputs) {
+  auto cycle = tiny_model();
+  auto* g = cycle.mutable_graph();
+  g->mutable_node(0)->set_input(0, "b");
+  auto* n = g->add_node();
+  n->set_op_type("Relu");
+  n->set_name("loop_back");
+  n->add_input("y");
+  n->add_output("b");
+  EXPECT_NE(load_error(cycle).find("the graph has a cycle"), std::string::npos) << load_error(cycle);
+  auto undefined = tiny_model();
+  undefined.mutable_graph()->mutable_node(0)->set_input(1, "nowhere");
+  EXPECT_NE(load_error(undefined).find("Add node 'add': input 'nowhere' is not defined"), std::string::npos);
+}
+
+TEST(OnnxLoader, ExternalDataIsBoundsCheckedAndStaysInTheModelFolder) {
+  const fs::path dir = fs::path(::testing::TempDir()) / ("cpudl_ext_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "w.bin", std::ios::binary) << std::string(16, '\0');
+  auto with_location = [](const std::string& location, const std::string& offset) {
+    auto m = tiny_model();
+    auto* w = m.mutable_graph()->mutable_initializer(0);
+    w->clear_float_data();
+    w->set_data_location(onnx::TensorProto::EXTERNAL);
+    auto* e = w->add_external_data();
+    e->set_key("location");
+    e->set_value(location);
+    auto* o = w->add_external_data();
+    o->set_key("offset");
+    o->set_value(offset);
+    return m;
+  };
+  EXPECT_EQ(load_error(with_location("w.bin", "0"), dir), "");
+  EXPECT_NE(load_error(with_location("w.bin", "8"), dir).find("lies beyond the end of"), std::string::npos);
+  EXPECT_NE(load_error(with_location("../w.bin", "0"), dir).find("must be a relative path inside the model's folder"),
+            std::string::npos);
+  EXPECT_NE(load_error(with_location("missing.bin", "0"), dir).find("cannot open external data file"), std::string::npos);
+  EXPECT_NE(load_error(with_location("w.bin", "x"), dir).find("is not a number"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST(OnnxLoader, ShapeArgumentsMustBeKnownBeforeTheRun) {
+  // Reshape to a shape that is a graph input: cpudl plans shapes ahead, and says so.
+  auto m = tiny_model();
+  auto* g = m.mutable_graph();
+  auto* s = g->add_input();
+  s->set_name("shape");
+  s->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::INT64);
+  auto* n = g->mutable_node(0);
+  n->set_op_type("Reshape");
+  n->set_input(1, "shape");
+  const fs::path path = fs::path(::testing::TempDir()) / "cpudl_reshape.onnx";
+  std::ofstream(path, std::ios::binary) << m.SerializeAsString();
+  cpudl::InferenceSession session(path);
+  try {
+    session.run({cpudl::Tensor::zeros({4}), cpudl::Tensor::zeros({1}, cpudl::DType::i64)});
+    FAIL() << "ran";
+  } catch (const cpudl::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("Reshape node 'add': input 'shape' must be known before the run"), std::string::npos)
+        << e.what();
+  }
+  fs::remove(path);
+}
+
+// ---- .npy
+
+TEST(Npy, RoundTripsAndMatchesNumPysHeader) {
+  const cpudl::Tensor t = cpudl::Tensor::from_vector({1, 2, 3, 4, 5, 6}, {2, 3});
+  const std::string bytes = cpudl::io::serialize_npy(t);
+  EXPECT_EQ(bytes.substr(0, 8), std::string("\x93NUMPY\x01\x00", 8));
+  EXPECT_NE(bytes.find("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }"), std::string::npos);
+  EXPECT_EQ(bytes.size() % 64, 24u);  // 64-byte header, then 24 data bytes
+  const cpudl::Tensor back = cpudl::io::parse_npy(bytes, "t.npy");
+  EXPECT_EQ(back.shape(), t.shape());
+  EXPECT_EQ(back.to_vector(), t.to_vector());
+  const cpudl::Tensor ints = cpudl::io::parse_npy(cpudl::io::serialize_npy(cpudl::Tensor::zeros({3}, cpudl::DType::i64)), "i.npy");
+  EXPECT_EQ(ints.dtype(), cpudl::DType::i64);
+  EXPECT_NE(cpudl::io::serialize_npy(ints).find("'shape': (3,)"), std::string::npos);
+}
+
+TEST(Npy, BadFilesAreNamed) {
+  const std::string good = cpudl::io::serialize_npy(cpudl::Tensor::zeros({2, 2}));
+  auto error = [](const std::string& bytes) {
+    try {
+      cpudl::io::parse_npy(bytes, "x.npy");
+    } catch (const cpudl::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(error("hello").find("x.npy: not a .npy file"), std::string::npos);
+  EXPECT_NE(error(good.substr(0, good.size() - 1)).find("holds 15 data bytes, shape [2, 2] of <f4 needs 16"), std::string::npos);
+  std::string fortran = good;
+  fortran.replace(fortran.find("False"), 5, "True ");
+  EXPECT_NE(error(fortran).find("Fortran-order"), std::string::npos);
+  std::string complex = good;
+  complex.replace(complex.find("<f4"), 3, "<c8");
+  EXPECT_NE(error(complex).find("element type '<c8' is not supported"), std::string::npos);
+  EXPECT_NE(error(good.substr(0, 12)).find("truncated header"), std::string::npos);
+}
+
+}  // namespace
