@@ -12,6 +12,7 @@
 #include "cpudl/inference.h"
 #include "cpudl/io.h"
 #include "infer/onnx_loader.h"
+#include "onednn/dense.h"
 
 namespace {
 
@@ -253,6 +254,62 @@ TEST(OnnxLoader, ShapeArgumentsMustBeKnownBeforeTheRun) {
     EXPECT_NE(std::string(e.what()).find("Reshape node 'add': input 'shape' must be known before the run"), std::string::npos)
         << e.what();
   }
+  fs::remove(path);
+}
+
+TEST(OnnxLoader, LayoutReordersAroundTheConvolutionRegionKeepTheNumbers) {
+  // x [2, 16, 5, 3] -> 1x1 Conv 16 -> 16 (+ bias) -> Flatten: the input enters the blocked (or
+  // NHWC) region through a reorder and leaves it through another before Flatten.
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(13);
+  auto* g = m.mutable_graph();
+  auto* in = g->add_input();
+  in->set_name("x");
+  in->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+  const std::int64_t n = 2, c = 16, h = 5, w = 3;
+  std::vector<float> weights(c * c), bias(c);
+  for (std::size_t i = 0; i < weights.size(); ++i) weights[i] = std::sin(0.37f * static_cast<float>(i));
+  for (std::size_t i = 0; i < bias.size(); ++i) bias[i] = 0.1f * static_cast<float>(i);
+  auto add_init = [&](const char* name, const std::vector<float>& v, std::vector<std::int64_t> dims) {
+    auto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::FLOAT);
+    for (auto d : dims) t->add_dims(d);
+    for (float f : v) t->add_float_data(f);
+  };
+  add_init("w", weights, {c, c, 1, 1});
+  add_init("b", bias, {c});
+  auto* conv = g->add_node();
+  conv->set_op_type("Conv");
+  conv->add_input("x");
+  conv->add_input("w");
+  conv->add_input("b");
+  conv->add_output("c");
+  auto* flat = g->add_node();
+  flat->set_op_type("Flatten");
+  flat->add_input("c");
+  flat->add_output("y");
+  g->add_output()->set_name("y");
+  const fs::path path = fs::path(::testing::TempDir()) / ("cpudl_layout_" + std::to_string(getpid()) + ".onnx");
+  std::ofstream(path, std::ios::binary) << m.SerializeAsString();
+  cpudl::InferenceSession session(path);
+  cpudl::Generator gen(3);
+  const cpudl::Tensor x = cpudl::Tensor::randn({n, c, h, w}, gen);
+  const auto y = session.run({x})[0].to_vector();
+  const auto xv = x.to_vector();
+  ASSERT_EQ(y.size(), static_cast<std::size_t>(n * c * h * w));
+  for (std::int64_t b = 0; b < n; ++b)
+    for (std::int64_t o = 0; o < c; ++o)
+      for (std::int64_t p = 0; p < h * w; ++p) {
+        float ref = bias[o];
+        for (std::int64_t i = 0; i < c; ++i) ref += weights[o * c + i] * xv[(b * c + i) * h * w + p];
+        ASSERT_NEAR(y[(b * c + o) * h * w + p], ref, 1e-4) << b << " " << o << " " << p;
+      }
+  const auto rewrites = session.info({{n, c, h, w}}).rewrites;  // one reorder in, one before the Flatten
+  EXPECT_NE(std::find(rewrites.begin(), rewrites.end(), "2 reorder(s) at the edges of the blocked (nChw" +
+                                                            std::to_string(cpudl::onednn::blocked_layout_channels()) + "c) region"),
+            rewrites.end());
   fs::remove(path);
 }
 

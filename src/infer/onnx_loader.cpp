@@ -147,6 +147,8 @@ class Loader {
   ValueInfo read_value_info(const onnx::ValueInfoProto& v, const std::string& what) const {
     ValueInfo info;
     info.name = v.name();
+    if (info.name.empty()) fail("a " + what + " has no name");
+    if (!v.has_type() && what == "graph output") return info;  // outputs may leave their type to inference
     if (!v.has_type() || !v.type().has_tensor_type()) fail(what + " '" + v.name() + "' is not a tensor");
     const auto& tt = v.type().tensor_type();
     bool ok = false;

@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "cpudl/error.h"
+#include "onednn/dense.h"
 
 namespace cpudl::infer {
 namespace {
@@ -284,31 +285,52 @@ void fuse_with_shapes(Graph& g, const std::map<std::string, ValueDesc>& descs, O
 }
 
 void assign_layouts(Graph& g, std::map<std::string, ValueDesc>& descs, OptimizerReport& report) {
-  enum Layout { nchw, nhwc };
-  std::map<std::string, Layout> layout;  // absent: NCHW
+  // Layout codes as in onednn::ActivationLayout: 0 NCHW, 1 NHWC, 2 blocked.
+  enum Layout : std::int64_t { nchw = 0, nhwc = 1, blocked = 2 };
+  auto is_4d_f32 = [&](const std::string& v) {
+    const auto it = descs.find(v);
+    return !v.empty() && it != descs.end() && it->second.dtype == DType::f32 && it->second.shape.size() == 4 &&
+           !g.constants.count(v);
+  };
+  auto channels = [&](const std::string& v) { return descs.at(v).shape[1]; };
+  // The region's layout: blocked when every convolution's channels fit the block (a first layer
+  // with fewer input channels than a block reads NCHW directly), else NHWC.
+  const std::int64_t block = onednn::blocked_layout_channels();
+  Layout region = blocked;
+  bool any_conv = false;
+  for (const Node& n : g.nodes) {
+    if (n.op != "Conv" || !is_4d_f32(n.inputs[0]) || !is_4d_f32(n.outputs[0])) continue;
+    any_conv = true;
+    const std::int64_t cin = channels(n.inputs[0]), cout = channels(n.outputs[0]);
+    const bool first_layer = cin < block && n.get_int("group", 1) == 1;
+    if (cout % block != 0 || (cin % block != 0 && !first_layer)) region = nhwc;
+  }
+  if (!any_conv) return;
+
+  std::map<std::string, Layout> layout;          // absent: NCHW
   std::map<std::string, std::string> converted;  // "value|layout" -> the converted value's name
   std::vector<Node> nodes;
   int reorders = 0;
-  auto is_4d_f32 = [&](const std::string& v) {
-    const auto it = descs.find(v);
-    return it != descs.end() && it->second.dtype == DType::f32 && it->second.shape.size() == 4 && !g.constants.count(v);
-  };
   auto layout_of = [&](const std::string& v) {
     const auto it = layout.find(v);
     return it == layout.end() ? nchw : it->second;
   };
-  auto set_attr = [](Node& n, const char* key) { n.attributes[key] = Attribute{Attribute::Kind::i, 1, 0, "", {}, {}, {}, nullptr}; };
+  auto set_int = [](Node& n, const char* key, std::int64_t value) {
+    n.attributes[key] = Attribute{Attribute::Kind::i, value, 0, "", {}, {}, {}, nullptr};
+  };
   // The value `v` in layout `want`, converting it (once) just before the node being placed.
   auto ensure = [&](std::string& v, Layout want) {
-    if (v.empty() || !is_4d_f32(v) || layout_of(v) == want) return;
-    const std::string key = v + (want == nhwc ? "|nhwc" : "|nchw");
+    if (!is_4d_f32(v) || layout_of(v) == want) return;
+    static const char* names[] = {"nchw", "nhwc", "blocked"};
+    const std::string key = v + "|" + names[want];
     if (!converted.count(key)) {
       Node r;
       r.op = "cpudl.Reorder";
-      r.name = v + (want == nhwc ? ".to_nhwc" : ".to_nchw");
+      r.name = v + ".to_" + names[want];
       r.inputs = {v};
       r.outputs = {r.name};
-      r.attributes["to_nhwc"] = Attribute{Attribute::Kind::i, want == nhwc, 0, "", {}, {}, {}, nullptr};
+      set_int(r, "from", layout_of(v));
+      set_int(r, "to", want);
       descs[r.name] = descs.at(v);
       layout[r.name] = want;
       converted[key] = r.name;
@@ -321,36 +343,39 @@ void assign_layouts(Graph& g, std::map<std::string, ValueDesc>& descs, Optimizer
   static const std::set<std::string> binary = {"Add", "Sub", "Mul", "Div"};
   for (Node& n : g.nodes) {
     Layout out = nchw;
-    if (n.op == "Conv" && is_4d_f32(n.inputs[0]) && n.get_int("group", 1) >= 1) {
-      ensure(n.inputs[0], nhwc);
-      if (n.inputs.size() > 3) ensure(n.inputs[3], nhwc);
-      set_attr(n, "cpudl.channels_last");
-      out = nhwc;
-    } else if ((n.op == "MaxPool" || n.op == "AveragePool") && layout_of(n.inputs[0]) == nhwc && n.outputs.size() == 1) {
-      set_attr(n, "cpudl.channels_last");
-      out = nhwc;
-    } else if (n.op == "GlobalAveragePool" && layout_of(n.inputs[0]) == nhwc) {
-      set_attr(n, "cpudl.channels_last");  // its N x C x 1 x 1 output is the same in both layouts
-    } else if (unary.count(n.op) && n.inputs.size() >= 1) {
+    if (n.op == "Conv" && is_4d_f32(n.inputs[0]) && is_4d_f32(n.outputs[0])) {
+      const bool first_layer = region == blocked && channels(n.inputs[0]) % block != 0;
+      if (!first_layer) ensure(n.inputs[0], region);
+      else ensure(n.inputs[0], nchw);
+      if (n.inputs.size() > 3) ensure(n.inputs[3], region);
+      set_int(n, "cpudl.src_layout", layout_of(n.inputs[0]));
+      set_int(n, "cpudl.dst_layout", region);
+      out = region;
+    } else if ((n.op == "MaxPool" || n.op == "AveragePool") && layout_of(n.inputs[0]) != nchw && n.outputs.size() == 1) {
+      out = layout_of(n.inputs[0]);
+      set_int(n, "cpudl.layout", out);
+    } else if (n.op == "GlobalAveragePool" && layout_of(n.inputs[0]) != nchw) {
+      set_int(n, "cpudl.layout", layout_of(n.inputs[0]));  // its N x C x 1 x 1 output is plain in every layout
+    } else if (unary.count(n.op) && !n.inputs.empty()) {
       out = layout_of(n.inputs[0]);
       for (std::size_t k = 1; k < n.inputs.size(); ++k) ensure(n.inputs[k], nchw);
     } else if (binary.count(n.op) && n.inputs.size() == 2 && is_4d_f32(n.inputs[0]) && is_4d_f32(n.inputs[1]) &&
                descs.at(n.inputs[0]).shape == descs.at(n.inputs[1]).shape &&
-               (layout_of(n.inputs[0]) == nhwc || layout_of(n.inputs[1]) == nhwc)) {
-      ensure(n.inputs[0], nhwc);
-      ensure(n.inputs[1], nhwc);
-      out = nhwc;
+               (layout_of(n.inputs[0]) != nchw || layout_of(n.inputs[1]) != nchw)) {
+      ensure(n.inputs[0], region);
+      ensure(n.inputs[1], region);
+      out = region;
     } else {
       for (auto& in : n.inputs) ensure(in, nchw);
     }
-    if (out == nhwc)
-      for (const auto& o : n.outputs) layout[o] = nhwc;
+    if (out != nchw)
+      for (const auto& o : n.outputs) layout[o] = out;
     nodes.push_back(std::move(n));
   }
   // Graph outputs leave in NCHW: the producer writes a renamed value, converted into the output.
   for (const auto& o : g.outputs) {
-    if (layout_of(o.name) != nhwc) continue;
-    const std::string inner = o.name + ".nhwc";
+    if (layout_of(o.name) == nchw) continue;
+    const std::string inner = o.name + ".inner";
     for (Node& n : nodes) {
       for (auto& in : n.inputs)
         if (in == o.name) in = inner;
@@ -358,14 +383,16 @@ void assign_layouts(Graph& g, std::map<std::string, ValueDesc>& descs, Optimizer
         if (out == o.name) out = inner;
     }
     descs[inner] = descs.at(o.name);
-    layout[inner] = nhwc;
+    layout[inner] = layout_of(o.name);
     std::string v = inner;
     ensure(v, nchw);
     nodes.back().outputs[0] = o.name;
-    descs[o.name] = descs.at(inner);
   }
   g.nodes = std::move(nodes);
-  if (reorders > 0) report.add("layout reorders", std::to_string(reorders) + " NCHW/NHWC reorder(s) at the edges of the channels-last region");
+  if (reorders > 0)
+    report.add("layout reorders", std::to_string(reorders) + " reorder(s) at the edges of the " +
+                                      (region == blocked ? "blocked (nChw" + std::to_string(block) + "c)" : std::string("NHWC")) +
+                                      " region");
 }
 
 void remove_dead_nodes(Graph& g) {

@@ -25,10 +25,12 @@ struct OptimizerReport {
 
 void optimize_graph(Graph& graph, OptimizerReport& report);
 void fuse_with_shapes(Graph& graph, const std::map<std::string, ValueDesc>& descs, OptimizerReport& report);
-// Channels-last for the convolutional part of the graph: Conv (and the pools and elementwise ops
-// that follow it) keep 4-D activations in NHWC, the layout oneDNN's direct convolutions read;
+// One layout for the convolutional part of the graph: Conv (and the pools and elementwise ops
+// that follow it) keep 4-D activations in oneDNN's blocked nChw8c/nChw16c, what its direct
+// convolutions compute in, or NHWC when some convolution's channels do not fit the block;
 // everything else sees NCHW. A cpudl.Reorder node converts a value once where the two meet (the
-// graph's image input, the outputs). Conv, pools and GlobalAveragePool get cpudl.channels_last = 1.
+// graph's image input, a Flatten, the outputs). Conv gets cpudl.src_layout/dst_layout, pools and
+// GlobalAveragePool cpudl.layout (onednn::ActivationLayout codes).
 void assign_layouts(Graph& graph, std::map<std::string, ValueDesc>& descs, OptimizerReport& report);
 // Drops nodes none of whose outputs reach a graph output.
 void remove_dead_nodes(Graph& graph);

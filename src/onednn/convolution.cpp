@@ -40,12 +40,16 @@ PrimitiveKey conv_key(std::int64_t op, const ConvShape& s) {
       .add(s.dilation_h)
       .add(s.dilation_w)
       .add(s.groups);
-  key.add(static_cast<int>(s.layout));
+  key.add(static_cast<int>(s.layout)).add(s.dst_layout ? static_cast<int>(*s.dst_layout) : -1);
   return key;
 }
 
 tag activation_tag(ActivationLayout layout) {
-  return layout == ActivationLayout::nhwc ? tag::nhwc : tag::nchw;
+  switch (layout) {
+    case ActivationLayout::nhwc: return tag::nhwc;
+    case ActivationLayout::blocked: return blocked_layout_channels() == 16 ? tag::nChw16c : tag::nChw8c;
+    default: return tag::nchw;
+  }
 }
 
 struct Geometry {
@@ -57,7 +61,7 @@ Geometry geometry(const ConvShape& s) {
   Geometry g;
   const std::int64_t oh = s.out_height(), ow = s.out_width();
   g.src = plain_desc({s.batch, s.in_channels, s.height, s.width}, activation_tag(s.layout));
-  g.dst = plain_desc({s.batch, s.out_channels, oh, ow}, activation_tag(s.layout));
+  g.dst = plain_desc({s.batch, s.out_channels, oh, ow}, activation_tag(s.dst_layout.value_or(s.layout)));
   if (s.groups == 1) {
     const dims w = {s.out_channels, s.in_channels, s.kernel_h, s.kernel_w};
     g.weights_plain = plain_desc(w, tag::oihw);

@@ -9,12 +9,17 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 namespace cpudl::onednn {
 
 // clip: min(max(x, clip_min), clip_max), as ONNX Clip and ReLU6 (MobileNet) need.
 enum class Activation : int { none = 0, relu = 1, clip = 2 };
-enum class ActivationLayout : int { nchw = 0, nhwc = 1 };
+// blocked: oneDNN's nChw8c (AVX2) or nChw16c (AVX-512) -- channels in blocks of
+// blocked_layout_channels(), each block's H x W plane stored with the block innermost. It is what
+// oneDNN's direct convolutions compute in; it needs channels divisible by the block.
+enum class ActivationLayout : int { nchw = 0, nhwc = 1, blocked = 2 };
+std::int64_t blocked_layout_channels();  // 8 or 16, from the kernel level
 
 // C[b] = op(A[b]) * op(B[b]) (+ bias[n]) (+ C[b] when accumulate), then the activation.
 // A is m x k (k x m when transpose_a), B is k x n (n x k when transpose_b); batch >= 1 with
@@ -53,6 +58,9 @@ struct ConvShape {
   std::int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1, dilation_w = 1;
   std::int64_t groups = 1;
   ActivationLayout layout = ActivationLayout::nchw;
+  // The output's layout when it differs from the input's (forward only): a first layer with 3
+  // input channels reads NCHW and writes blocked.
+  std::optional<ActivationLayout> dst_layout;
   std::int64_t out_height() const {
     return (height + 2 * pad_h - dilation_h * (kernel_h - 1) - 1) / stride_h + 1;
   }

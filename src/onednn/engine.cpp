@@ -1,6 +1,8 @@
 // oneDNN set-up: capped to cpudl's active ISA level, so CPUDL_ISA governs oneDNN's JIT too.
 #include "onednn/engine.h"
 
+#include "onednn/dense.h"
+
 #include <omp.h>
 
 #include "cpudl/runtime.h"
@@ -45,6 +47,10 @@ State& state() {
 }  // namespace
 
 dnnl::engine& engine() { return state().engine; }
+
+// oneDNN runs at most cpudl's active level (above), so the level says which block its direct
+// convolutions use: 16 floats (one ZMM register) from AVX-512 on, 8 (one YMM) below.
+std::int64_t blocked_layout_channels() { return runtime().isa.active >= IsaLevel::avx512 ? 16 : 8; }
 dnnl::stream& stream() { return state().stream; }
 
 std::string version() {

@@ -129,7 +129,8 @@ Kernel build_conv(OpSetup& s) {
   if (residual && s.shape(3) != out) s.fail("fused residual has shape " + shape_string(s.shape(3)) + ", expected " + shape_string(out));
   s.set_output(0, DType::f32, out);
   const FusedActivation act = fused_activation(s);
-  if (s.node.get_int("cpudl.channels_last", 0)) c.layout = onednn::ActivationLayout::nhwc;
+  c.layout = static_cast<onednn::ActivationLayout>(s.node.get_int("cpudl.src_layout", 0));
+  if (s.node.has("cpudl.dst_layout")) c.dst_layout = static_cast<onednn::ActivationLayout>(s.node.get_int("cpudl.dst_layout", 0));
   const std::uint64_t version = s.constants[1] ? next_weights_version() : 0;
   return [c, bias, residual, act, version](std::span<const TensorView> in, std::span<const TensorView> o) {
     onednn::ConvEpilogue e;
@@ -322,7 +323,7 @@ Kernel build_pool(OpSetup& s, onednn::PoolKind kind) {
     if (ch != p.out_height() || cw != p.out_width()) s.fail("ceil_mode 1 with a partial last window is not supported");
   }
   if (p.out_height() < 1 || p.out_width() < 1) s.fail("the window does not fit the padded input " + shape_string(x));
-  if (s.node.get_int("cpudl.channels_last", 0)) p.layout = onednn::ActivationLayout::nhwc;
+  p.layout = static_cast<onednn::ActivationLayout>(s.node.get_int("cpudl.layout", 0));
   s.set_output(0, DType::f32, {p.batch, p.channels, p.out_height(), p.out_width()});
   if (s.node.outputs.size() > 1 && !s.node.outputs[1].empty()) s.fail("the Indices output of MaxPool is not supported");
   return [p](std::span<const TensorView> in, std::span<const TensorView> o) {
@@ -345,7 +346,24 @@ Kernel build_global_average_pool(OpSetup& s) {
     spatial *= x[i];
   }
   s.set_output(0, DType::f32, out);
-  if (s.node.get_int("cpudl.channels_last", 0)) {
+  const std::int64_t layout = s.node.get_int("cpudl.layout", 0);
+  if (layout == 2) {
+    // Blocked: per image, C / b blocks of H x W x b floats; block j's lane k is channel j b + k.
+    const std::int64_t n = x[0], c = x[1], b = onednn::blocked_layout_channels();
+    return [n, c, b, spatial](std::span<const TensorView> in, std::span<const TensorView> o) {
+      parallel_for(static_cast<std::size_t>(n * c / b), 1, [&](std::size_t begin, std::size_t end) {
+        for (std::size_t i = begin; i < end; ++i) {
+          const float* src = in[0].f32() + static_cast<std::int64_t>(i) * spatial * b;
+          float* dst = o[0].f32() + static_cast<std::int64_t>(i) * b;
+          float sums[16] = {};
+          for (std::int64_t p = 0; p < spatial; ++p)
+            for (std::int64_t k = 0; k < b; ++k) sums[k] += src[p * b + k];
+          for (std::int64_t k = 0; k < b; ++k) dst[k] = sums[k] / static_cast<float>(spatial);
+        }
+      });
+    };
+  }
+  if (layout == 1) {
     // NHWC: each image's channels are contiguous at every position; sum rows of C.
     const std::int64_t n = x[0], c = x[1];
     return [n, c, spatial](std::span<const TensorView> in, std::span<const TensorView> o) {

@@ -3,9 +3,11 @@
 // copy each), Concat, Split, Gather, and the shape producers Shape, Constant, ConstantOfShape.
 // Shape arguments (Reshape's shape, Slice's starts...) must be known when the plan is built: with
 // the input shapes fixed, the Shape/Gather/Concat chains exporters emit fold to constants first.
+#include <algorithm>
 #include <cstring>
 
 #include "infer/op_registry.h"
+#include "onednn/dense.h"
 #include "runtime/parallel.h"
 
 namespace cpudl::infer {
@@ -536,15 +538,37 @@ Kernel build_pad(OpSetup& s) {
 }
 
 // cpudl.Reorder (inserted by assign_layouts): the same logical N x C x H x W value converted
-// between NCHW and NHWC memory order.
+// between NCHW, NHWC and oneDNN's blocked nChw<b>c (onednn::ActivationLayout codes 0, 1, 2).
+// Each layout is described by the strides of the logical (n, c, h, w) index, with the channel
+// split into (block, lane) so that blocked fits the same form; the copy walks the destination.
 Kernel build_reorder(OpSetup& s) {
   s.require_inputs(1, 1);
   const Shape& x = s.shape(0);
   if (x.size() != 4) s.fail("internal: reorder of a non-4-D value");
+  const std::int64_t from = s.node.get_int("from", 0), to = s.node.get_int("to", 0);
   const std::int64_t n = x[0], c = x[1], h = x[2], w = x[3];
-  const bool to_nhwc = s.node.get_int("to_nhwc", 1) != 0;
-  auto copy = to_nhwc ? std::make_shared<StridedCopy>(Shape{n, h, w, c}, std::vector<std::int64_t>{c * h * w, w, 1, h * w}, 0, 4)
-                      : std::make_shared<StridedCopy>(Shape{n, c, h, w}, std::vector<std::int64_t>{h * w * c, 1, w * c, c}, 0, 4);
+  const std::int64_t b = (from == 2 || to == 2) ? onednn::blocked_layout_channels() : 1;
+  if (c % b != 0) s.fail("internal: blocked layout of " + std::to_string(c) + " channels");
+  // Strides of (n, channel block, h, w, lane) in each layout.
+  auto strides = [&](std::int64_t layout) -> std::vector<std::int64_t> {
+    switch (layout) {
+      case 1: return {h * w * c, b, w * c, c, 1};                  // NHWC
+      case 2: return {c * h * w, h * w * b, w * b, b, 1};          // nChw<b>c
+      default: return {c * h * w, b * h * w, w, 1, h * w};         // NCHW
+    }
+  };
+  const auto src = strides(from), dst = strides(to);
+  // Destination order: dims sorted by the destination's strides, outermost first.
+  std::vector<std::size_t> order = {0, 1, 2, 3, 4};
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t z) { return dst[a] > dst[z]; });
+  const std::int64_t dims[5] = {n, c / b, h, w, b};
+  Shape out_dims;
+  std::vector<std::int64_t> in_strides;
+  for (std::size_t d : order) {
+    out_dims.push_back(dims[d]);
+    in_strides.push_back(src[d]);
+  }
+  auto copy = std::make_shared<StridedCopy>(out_dims, in_strides, 0, 4);
   s.set_output(0, s.inputs[0].dtype, x);
   return [copy](std::span<const TensorView> in, std::span<const TensorView> o) { copy->run(in[0].data, o[0].data); };
 }
