@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "allocation_counter.h"
 #include "cpudl/error.h"
 #include "cpudl/inference.h"
 #include "cpudl/io.h"
@@ -86,6 +87,24 @@ TEST(Inference, OptimiserFoldsAndFusesAndThePlanReusesMemory) {
   EXPECT_EQ(t.rewrite_counts.at("fused GELU"), 2);
   EXPECT_EQ(t.ops_planned.count("Shape"), 0u);  // the exporter's shape arithmetic is folded
   EXPECT_EQ(t.ops_planned.count("Erf"), 0u);
+}
+
+TEST(Inference, SteadyStateRunsAllocateNothing) {
+  for (const char* stem : {"resnet18_opset13", "transformer_opset17", "mobilenet_v2_opset17"}) {
+    cpudl::InferenceSession session(kOnnx / (std::string(stem) + ".onnx"));
+    const cpudl::Tensor x = cpudl::io::load_npy(kOnnx / (std::string(stem) + ".input.npy"));
+    std::vector<cpudl::Tensor> y = session.run({x});  // compiles the plan, creates the primitives
+    const std::vector<cpudl::Tensor> inputs = {x};
+    session.run_into(inputs, y);
+    const auto counted = cpudl::testing::count_allocations([&] {
+      for (int i = 0; i < 3; ++i) session.run_into(inputs, y);
+    });
+    EXPECT_EQ(counted.ours, 0) << stem << " (oneDNN's own: " << counted.onednn << ")";
+    EXPECT_LT(relative_error(y[0], cpudl::io::load_npy(kOnnx / (std::string(stem) + ".output.npy"))), 1e-4);
+  }
+  cpudl::InferenceSession session(kOnnx / "lenet5_opset13.onnx");
+  std::vector<cpudl::Tensor> wrong = {cpudl::Tensor::zeros({3, 11})};
+  EXPECT_THROW(session.run_into({cpudl::io::load_npy(kOnnx / "lenet5_opset13.input.npy")}, wrong), cpudl::Error);
 }
 
 TEST(Inference, WrongInputsAreNamed) {

@@ -61,6 +61,9 @@ class InferenceSession {
   // Inputs in the model's input order (f32, i64, i32 or i8 tensors of the declared types); any
   // layout (made contiguous). Throws Error naming the input on a wrong count, shape or type.
   std::vector<Tensor> run(const std::vector<Tensor>& inputs);
+  // The same into `outputs`, which must already hold contiguous tensors of the output shapes and
+  // types (a previous run's results, say): with the plan compiled, this allocates nothing.
+  void run_into(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs);
 
   const std::vector<ModelValue>& inputs() const;
   const std::vector<ModelValue>& outputs() const;

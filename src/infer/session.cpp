@@ -19,6 +19,54 @@ struct InferenceSession::Impl {
   std::map<std::vector<Shape>, infer::OptimizerReport> plan_reports;
   bool optimize = true, profiling = false;
   std::mutex mutex;
+  // The last plan used and its input shapes: repeated runs of one shape skip the lookup (and the
+  // vector of shapes it would build).
+  infer::Plan* last_plan = nullptr;
+  std::vector<Shape> last_shapes;
+  std::vector<infer::TensorView> in_views, out_views;
+
+  void check_inputs(const std::vector<Tensor>& given) const {
+    if (given.size() != inputs.size())
+      throw Error(path.string() + ": the model takes " + std::to_string(inputs.size()) + " input(s), " +
+                  std::to_string(given.size()) + " given");
+    for (std::size_t i = 0; i < given.size(); ++i) {
+      if (!given[i].defined()) throw Error("input '" + inputs[i].name + "' is undefined");
+      if (given[i].dtype() != inputs[i].dtype)
+        throw Error("input '" + inputs[i].name + "' is " + std::string(dtype_name(given[i].dtype())) +
+                    ", the model expects " + std::string(dtype_name(inputs[i].dtype)));
+    }
+  }
+
+  infer::Plan& plan_for_inputs(const std::vector<Tensor>& given) {
+    bool same = last_plan != nullptr && last_shapes.size() == given.size();
+    for (std::size_t i = 0; same && i < given.size(); ++i) same = given[i].shape() == last_shapes[i];
+    if (same) return *last_plan;
+    std::vector<Shape> shapes;
+    for (const auto& t : given) shapes.push_back(t.shape());
+    last_plan = &plan_for(shapes);
+    last_shapes = shapes;
+    return *last_plan;
+  }
+
+  // Runs the plan on contiguous inputs into checked outputs.
+  void execute(infer::Plan& plan, const std::vector<Tensor>& given, std::vector<Tensor>& outputs) {
+    in_views.resize(given.size());
+    for (std::size_t i = 0; i < given.size(); ++i)
+      in_views[i] = infer::TensorView{given[i].dtype(), &given[i].shape(), given[i].raw_data()};
+    const auto& descs = plan.output_descs();
+    if (outputs.size() != descs.size())
+      throw Error("run_into: " + std::to_string(outputs.size()) + " output tensor(s) given, the model has " +
+                  std::to_string(descs.size()));
+    out_views.resize(descs.size());
+    for (std::size_t o = 0; o < descs.size(); ++o) {
+      const Tensor& t = outputs[o];
+      if (!t.defined() || !t.is_contiguous() || t.dtype() != descs[o].dtype || t.shape() != descs[o].shape)
+        throw Error("run_into: output " + std::to_string(o) + " must be a contiguous " +
+                    std::string(dtype_name(descs[o].dtype)) + " tensor of shape " + shape_text(descs[o].shape));
+      out_views[o] = infer::TensorView{t.dtype(), &descs[o].shape, t.raw_data()};
+    }
+    plan.run(in_views, out_views);
+  }
 
   infer::Plan& plan_for(const std::vector<Shape>& shapes) {
     auto it = plans.find(shapes);
@@ -53,30 +101,22 @@ const std::vector<ModelValue>& InferenceSession::outputs() const { return impl_-
 
 std::vector<Tensor> InferenceSession::run(const std::vector<Tensor>& inputs) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  const auto& declared = impl_->inputs;
-  if (inputs.size() != declared.size())
-    throw Error(impl_->path.string() + ": the model takes " + std::to_string(declared.size()) + " input(s), " +
-                std::to_string(inputs.size()) + " given");
-  std::vector<Shape> shapes;
+  impl_->check_inputs(inputs);
   std::vector<Tensor> contiguous;
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    if (!inputs[i].defined()) throw Error("input '" + declared[i].name + "' is undefined");
-    if (inputs[i].dtype() != declared[i].dtype)
-      throw Error("input '" + declared[i].name + "' is " + std::string(dtype_name(inputs[i].dtype())) + ", the model expects " +
-                  std::string(dtype_name(declared[i].dtype)));
-    shapes.push_back(inputs[i].shape());
-    contiguous.push_back(inputs[i].is_contiguous() ? inputs[i] : inputs[i].contiguous());
-  }
-  infer::Plan& plan = impl_->plan_for(shapes);
-  std::vector<infer::TensorView> in, out;
-  for (std::size_t i = 0; i < contiguous.size(); ++i)
-    in.push_back(infer::TensorView{contiguous[i].dtype(), &shapes[i], contiguous[i].raw_data()});
+  for (const auto& t : inputs) contiguous.push_back(t.is_contiguous() ? t : t.contiguous());
+  infer::Plan& plan = impl_->plan_for_inputs(contiguous);
   std::vector<Tensor> results;
   for (const auto& d : plan.output_descs()) results.push_back(Tensor::empty(d.shape, d.dtype));
-  for (std::size_t o = 0; o < results.size(); ++o)
-    out.push_back(infer::TensorView{results[o].dtype(), &plan.output_descs()[o].shape, results[o].raw_data()});
-  plan.run(in, out);
+  impl_->execute(plan, contiguous, results);
   return results;
+}
+
+void InferenceSession::run_into(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->check_inputs(inputs);
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    if (!inputs[i].is_contiguous()) throw Error("run_into: input '" + impl_->inputs[i].name + "' must be contiguous");
+  impl_->execute(impl_->plan_for_inputs(inputs), inputs, outputs);
 }
 
 ModelInfo InferenceSession::info(const std::vector<Shape>& input_shapes) {

@@ -64,7 +64,7 @@ void batch_norm_forward_training(const BatchNormShape& s, const float* src, cons
                                  const float* shift, float* dst, float* mean, float* variance) {
   validate(s);
   static PrimitiveCache<BnEntry> cache;
-  const auto entry = with_context(bn_text(s), [&] {
+  const auto entry = with_context([&] { return bn_text(s); }, [&] {
     return cache.get(bn_key(kBnTraining, s), [&] {
       const auto pd = training_pd(s);
       auto e = std::make_shared<BnEntry>();
@@ -87,7 +87,7 @@ void batch_norm_forward_inference(const BatchNormShape& s, const float* src, con
   validate(s);
   static PrimitiveCache<BnEntry> cache;
   const bool relu = activation == Activation::relu;
-  const auto entry = with_context(bn_text(s) + " inference", [&] {
+  const auto entry = with_context([&] { return bn_text(s) + " inference"; }, [&] {
     return cache.get(bn_key(kBnInference, s, relu), [&] {
       auto f = flags::use_scale | flags::use_shift | flags::use_global_stats;
       if (relu) f = f | flags::fuse_norm_relu;
@@ -113,7 +113,7 @@ void batch_norm_backward(const BatchNormShape& s, const float* src, const float*
                          float* diff_scale, float* diff_shift) {
   validate(s);
   static PrimitiveCache<BnEntry> cache;
-  const auto entry = with_context(bn_text(s) + " backward", [&] {
+  const auto entry = with_context([&] { return bn_text(s) + " backward"; }, [&] {
     return cache.get(bn_key(kBnBackward, s), [&] {
       const dnnl::batch_normalization_backward::desc desc(dnnl::prop_kind::backward, data_md(s), data_md(s),
                                                           s.epsilon, flags::use_scale | flags::use_shift);

@@ -44,6 +44,13 @@ PrimitiveKey conv_key(std::int64_t op, const ConvShape& s) {
   return key;
 }
 
+// Cached weights belong to one layer: layers of equal shape must not share an entry, or each call
+// would find the other layer's blocked copy and reorder again (ResNet-18 has four 64->64 3x3
+// convolutions). Weights reordered on every call (version 0) need no identity.
+void add_weights_identity(PrimitiveKey& key, const float* weights, std::uint64_t version) {
+  if (version != 0) key.add(static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(weights)));
+}
+
 tag activation_tag(ActivationLayout layout) {
   switch (layout) {
     case ActivationLayout::nhwc: return tag::nhwc;
@@ -166,9 +173,10 @@ void conv2d_forward(const ConvShape& s, const float* src, const float* weights, 
   s.validate();
   static PrimitiveCache<ForwardEntry> cache;
   PrimitiveKey key = conv_key(kConvForward, s);
+  add_weights_identity(key, weights, weights_version);
   key.add(bias != nullptr).add(static_cast<int>(epilogue.activation)).add(epilogue.residual != nullptr);
   key.add(float_bits(epilogue.clip_min)).add(float_bits(epilogue.clip_max));
-  const auto entry = with_context(conv_text(s), [&] {
+  const auto entry = with_context([&] { return conv_text(s); }, [&] {
     return cache.get(key, [&] {
       const Geometry g = geometry(s);
       dnnl::primitive_attr attr;
@@ -204,8 +212,10 @@ void conv2d_backward_data(const ConvShape& s, const float* diff_dst, const float
                           std::uint64_t weights_version, float* diff_src) {
   s.validate();
   static PrimitiveCache<BackwardDataEntry> cache;
-  const auto entry = with_context(conv_text(s) + " backward data", [&] {
-    return cache.get(conv_key(kConvBackwardData, s), [&] {
+  const auto entry = with_context([&] { return conv_text(s) + " backward data"; }, [&] {
+    PrimitiveKey key = conv_key(kConvBackwardData, s);
+    add_weights_identity(key, weights, weights_version);
+    return cache.get(key, [&] {
       const Geometry g = geometry(s);
       const auto hint = forward_pd(g, false, dnnl::primitive_attr());
       const dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct, g.src,
@@ -234,7 +244,7 @@ void conv2d_backward_weights(const ConvShape& s, const float* src, const float* 
   static PrimitiveCache<BackwardWeightsEntry> cache;
   PrimitiveKey key = conv_key(kConvBackwardWeights, s);
   key.add(diff_bias != nullptr);
-  const auto entry = with_context(conv_text(s) + " backward weights", [&] {
+  const auto entry = with_context([&] { return conv_text(s) + " backward weights"; }, [&] {
     return cache.get(key, [&] {
       const Geometry g = geometry(s);
       const auto hint = forward_pd(g, diff_bias != nullptr, dnnl::primitive_attr());

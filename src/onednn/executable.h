@@ -74,13 +74,14 @@ inline dnnl::post_ops make_post_ops(int activation, float clip_min, float clip_m
   return ops;
 }
 
-// Turns oneDNN's exception into a cpudl Error naming the operation and its shape.
-template <class Fn>
-auto with_context(const std::string& what, Fn&& fn) -> decltype(fn()) {
+// Turns oneDNN's exception into a cpudl Error naming the operation and its shape. `describe`
+// builds that name only on failure: the hot path of every call must not allocate a string.
+template <class Describe, class Fn>
+auto with_context(Describe&& describe, Fn&& fn) -> decltype(fn()) {
   try {
     return fn();
   } catch (const dnnl::error& e) {
-    throw Error(what + ": oneDNN: " + e.what());
+    throw Error(describe() + ": oneDNN: " + e.what());
   }
 }
 

@@ -101,8 +101,7 @@ void matmul_onednn(const MatmulShape& s, const float* a, const float* b, float* 
   key.add(s.batch).add(s.m).add(s.n).add(s.k).add(s.transpose_a).add(s.transpose_b);
   key.add(e.bias != nullptr).add(static_cast<int>(e.activation)).add(e.accumulate);
   key.add(float_bits(e.clip_min)).add(float_bits(e.clip_max));
-  const auto entry = with_context(
-      shape_text(s), [&] { return cache.get(key, [&] { return make_matmul(s, e.bias != nullptr, e); }); });
+  const auto entry = with_context([&] { return shape_text(s); }, [&] { return cache.get(key, [&] { return make_matmul(s, e.bias != nullptr, e); }); });
   if (entry->has_bias)
     entry->exec.run({a, b, c, e.bias});
   else
@@ -125,7 +124,7 @@ void linear_forward(const LinearShape& s, const float* x, const float* weight, c
   static PrimitiveCache<LinearEntry> cache;
   PrimitiveKey key(kLinearForward);
   key.add(s.batch).add(s.in).add(s.out).add(bias != nullptr).add(static_cast<int>(activation));
-  const auto entry = with_context(linear_text(s), [&] {
+  const auto entry = with_context([&] { return linear_text(s); }, [&] {
     return cache.get(key, [&] {
       const auto x_md = plain_desc({s.batch, s.in}, tag::nc);
       const auto w_md = plain_desc({s.out, s.in}, tag::oi);

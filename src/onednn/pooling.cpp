@@ -91,14 +91,14 @@ void PoolShape::validate() const {
 std::size_t pool2d_workspace_bytes(const PoolShape& s) {
   s.validate();
   if (!needs_workspace(s)) return 0;
-  return with_context(pool_text(s), [&] { return forward_pd(s, true).workspace_desc().get_size(); });
+  return with_context([&] { return pool_text(s); }, [&] { return forward_pd(s, true).workspace_desc().get_size(); });
 }
 
 void pool2d_forward(const PoolShape& s, const float* src, float* dst, void* workspace) {
   s.validate();
   const bool training = workspace != nullptr && needs_workspace(s);
   static PrimitiveCache<PoolEntry> cache;
-  const auto entry = with_context(pool_text(s), [&] {
+  const auto entry = with_context([&] { return pool_text(s); }, [&] {
     return cache.get(pool_key(kPoolForward, s, training), [&] {
       const auto pd = forward_pd(s, training);
       auto e = std::make_shared<PoolEntry>();
@@ -121,7 +121,7 @@ void pool2d_backward(const PoolShape& s, const float* diff_dst, const void* work
   if (needs_workspace(s) && workspace == nullptr)
     throw Error(pool_text(s) + " backward: needs the workspace written by the training forward pass");
   static PrimitiveCache<PoolEntry> cache;
-  const auto entry = with_context(pool_text(s) + " backward", [&] {
+  const auto entry = with_context([&] { return pool_text(s) + " backward"; }, [&] {
     return cache.get(pool_key(kPoolBackward, s, true), [&] {
       const PoolDescs d = descs(s);
       const auto hint = forward_pd(s, true);

@@ -64,8 +64,10 @@ class PrimitiveCache {
  public:
   explicit PrimitiveCache(std::size_t capacity = kPrimitiveCacheCapacity) : capacity_(capacity) {}
 
-  // The entry for `key`, created by `make()` on a miss.
-  std::shared_ptr<Entry> get(const PrimitiveKey& key, const std::function<std::shared_ptr<Entry>()>& make) {
+  // The entry for `key`, created by `make()` on a miss. A template, not std::function: wrapping
+  // the caller's lambda would allocate on every hit.
+  template <class Make>
+  std::shared_ptr<Entry> get(const PrimitiveKey& key, Make&& make) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (const auto it = index_.find(key); it != index_.end()) {
       lru_.splice(lru_.begin(), lru_, it->second);
