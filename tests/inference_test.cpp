@@ -50,7 +50,8 @@ TEST_P(MatchesPyTorch, OptimisedAndUnoptimised) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, MatchesPyTorch,
-                         ::testing::Values("opzoo_opset11", "opzoo_opset13", "opzoo_opset17", "simplecnn_opset13",
+                         ::testing::Values("opzoo_opset11", "opzoo_opset12", "opzoo_opset13", "opzoo_opset14",
+                                           "opzoo_opset15", "opzoo_opset16", "opzoo_opset17", "simplecnn_opset13",
                                            "simplecnn_opset17", "lenet5_opset13", "lenet5_opset17", "mlp_opset13",
                                            "mlp_opset17", "transformer_opset13", "transformer_opset17",
                                            "resnet18_opset13", "mobilenet_v2_opset17"));
