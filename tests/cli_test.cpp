@@ -175,4 +175,20 @@ TEST(Cli, BenchGemmAndConvEmitOneJsonRecordPerMeasurement) {
   EXPECT_EQ(run("bench gemm --sizes 0").exit_code, 2);
 }
 
+TEST(Cli, BenchModelCountsTheNetworksFlops) {
+  const Result r = run("bench model --model lenet5 --batch 8 --train --steps 2 --threads 1 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  for (const char* key : {"model", "mode", "batch", "threads", "images_per_second", "ms_per_step", "gflop_per_step",
+                          "gflops", "peak_gflops", "pct_peak"})
+    EXPECT_TRUE(j.contains(key)) << key;
+  // LeNet-5's multiply-adds per image, layer by layer: conv1 6x28x28x25, conv2 16x10x10x150,
+  // fc 400x120 + 120x84 + 84x10 = 416,520; x2 FLOPs, x8 images, x3 for a training step.
+  EXPECT_NEAR(j["gflop_per_step"].get<double>(), 416520.0 * 2 * 8 * 3 / 1e9, 1e-9);
+  EXPECT_EQ(j["mode"], "train");
+  EXPECT_GT(j["images_per_second"].get<double>(), 0.0);
+  EXPECT_EQ(run("bench model --model vgg").exit_code, 2);
+  EXPECT_EQ(run("bench model --model lenet5 --image-size 32").exit_code, 2);
+}
+
 }  // namespace

@@ -10,6 +10,12 @@
 
 namespace cpudl {
 
+// Multiply-adds x 2 of the dense ops (conv2d, linear, matmul) that this thread's forward calls
+// ran since the last reset: what `cpudl bench model` divides by time. A training step costs about
+// three times its forward pass (the backward computes the input and the weight gradients).
+double forward_flops();
+void reset_forward_flops();
+
 // ---- element-wise, broadcasting (NumPy rules)
 Tensor add(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);

@@ -1,4 +1,4 @@
-// `cpudl bench peak|gemm|conv`: the machine's roofs, and dense compute measured against them,
+// `cpudl bench peak|gemm|conv` (and `model`, in bench_model.cpp): the machine's roofs, and dense compute measured against them,
 // each BLAS side by side, on 1..N threads. Text table, or one JSON record per measurement.
 #include <omp.h>
 
@@ -267,6 +267,7 @@ void add_bench_command(CLI::App& app, Action& action) {
   conv->add_option("--batch", options->batch, "Batch size (default: 16 for resnet18, 256 for MNIST models)")
       ->check(CLI::PositiveNumber);
   conv->callback([&action, options] { action = [options] { return run_conv(*options); }; });
+  add_bench_model_command(*bench, action);
 }
 
 }  // namespace cpudl::cli

@@ -11,6 +11,7 @@ using Action = std::function<int()>;
 
 void add_doctor_command(CLI::App& app, Action& action);
 void add_bench_command(CLI::App& app, Action& action);
+void add_bench_model_command(CLI::App& bench, Action& action);  // `cpudl bench model`
 void add_train_command(CLI::App& app, Action& action);
 void add_eval_command(CLI::App& app, Action& action);
 void add_predict_command(CLI::App& app, Action& action);

@@ -46,6 +46,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   Tensor y = Tensor::empty({s.batch, s.out_channels, s.out_height(), s.out_width()});
   const std::uint64_t version = weight.is_contiguous() ? weights_version(weight) : 0;
   onednn::conv2d_forward(s, xc.data(), wc.data(), version, bc.defined() ? bc.data() : nullptr, y.data());
+  count_forward_flops(s.flops());
   const bool has_bias = bias.defined();
   autograd::record(y, "conv2d", {x, weight, bias}, [s, xc, wc, version, has_bias](const Tensor& g) {
     const Tensor gc = contiguous_values(g);

@@ -50,6 +50,8 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
       std::fill(out.data(), out.data() + out.numel(), 0.0f);
     else
       batched_matmul(ac.data(), bc.data(), out.data(), batch, m, n, k, false, false, batch_b.empty());
+    count_forward_flops(2.0 * static_cast<double>(batch) * static_cast<double>(m) * static_cast<double>(n) *
+                        static_cast<double>(k));
   }
   const bool b_shared = batch_b.empty();
   autograd::record(out, "matmul", {a, b}, [ac, bc, batch, m, n, k, b_shared](const Tensor& g) {
@@ -90,6 +92,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Tensor y = Tensor::empty(out_shape);
   const onednn::LinearShape s{rows, in, out_features};
   if (rows > 0) onednn::linear_forward(s, xc.data(), wc.data(), bc.defined() ? bc.data() : nullptr, y.data());
+  count_forward_flops(2.0 * static_cast<double>(rows) * static_cast<double>(in) * static_cast<double>(out_features));
   const bool has_bias = bias.defined();
   autograd::record(y, "linear", {x, weight, bias}, [xc, wc, s, has_bias](const Tensor& g) {
     const Tensor gc = contiguous_values(g);

@@ -15,6 +15,8 @@ namespace cpudl::ops_detail {
 
 inline const kernels::KernelTable& native() { return kernels::kernel_table(); }
 
+
+
 // Elements per task below which a kernel runs on the calling thread (fork/join costs ~µs).
 inline constexpr std::size_t kGrain = std::size_t{1} << 15;
 
@@ -43,3 +45,8 @@ Tensor map_contiguous(const Tensor& x, Fn fn) {
 }
 
 }  // namespace cpudl::ops_detail
+
+namespace cpudl {
+// Adds to this thread's forward FLOP count (ops.h: forward_flops).
+void count_forward_flops(double flops);
+}  // namespace cpudl

@@ -1,0 +1,128 @@
+// `cpudl bench model`: a zoo model's inference or training step on random data, as images/s,
+// ms/step, GFLOP/s and % of the fp32 FMA roof measured in the same run, so a user sees what
+// their own CPU does with a whole network rather than with one kernel.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "cli/command.h"
+#include "cpudl/autograd.h"
+#include "cpudl/error.h"
+#include "cpudl/nn.h"
+#include "cpudl/ops.h"
+#include "cpudl/optim.h"
+#include "cpudl/runtime.h"
+
+namespace cpudl::cli {
+namespace {
+
+struct ModelBenchOptions {
+  std::string model = "simplecnn";
+  std::int64_t batch = 64, image_size = 0, classes = 10;
+  bool train = false, json = false, cifar_stem = false;
+  std::string optimizer = "adam";
+  int steps = 20, threads = 0;
+};
+
+int run_model_bench(const ModelBenchOptions& o) {
+  const auto names = nn::model_names();
+  if (std::find(names.begin(), names.end(), o.model) == names.end()) {
+    std::string list;
+    for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+    throw UsageError("--model " + o.model + ": not a zoo model (" + list + ")");
+  }
+  if (o.optimizer != "adam" && o.optimizer != "sgd") throw UsageError("--optimizer must be adam or sgd");
+  // MNIST models take 1 x 28 x 28; resnet18 3 x S x S (32 by default) with torchvision's stem
+  // (7x7 stride-2 conv and max pooling) unless --cifar-stem.
+  const bool resnet = o.model == "resnet18";
+  const std::int64_t size = o.image_size > 0 ? o.image_size : (resnet ? 32 : 28);
+  if (!resnet && size != 28) throw UsageError("--image-size: " + o.model + " takes 28x28 images");
+  if (!resnet && o.cifar_stem) throw UsageError("--cifar-stem: only resnet18 has a stem to choose");
+  const std::int64_t classes = o.classes, channels = resnet ? 3 : 1;
+  nn::ModulePtr model = nn::make_model(o.model, classes, channels, o.cifar_stem);
+  Generator gen(0);
+  const Tensor x = Tensor::rand({o.batch, channels, size, size}, gen);
+  Tensor labels = Tensor::empty({o.batch}, DType::i64);
+  for (std::int64_t i = 0; i < o.batch; ++i) labels.data_as<std::int64_t>()[i] = static_cast<std::int64_t>(gen.next_u64() % classes);
+
+  std::unique_ptr<optim::Optimizer> optimizer;
+  if (o.optimizer == "sgd") optimizer = std::make_unique<optim::Sgd>(model->parameters(), optim::SgdOptions{0.01f, 0.9f});
+  else optimizer = std::make_unique<optim::Adam>(model->parameters(), optim::AdamOptions{});
+  auto step = [&] {
+    if (o.train) {
+      optimizer->zero_grad();
+      Tensor loss = cross_entropy(model->forward(x), labels);
+      loss.backward();
+      optimizer->step();
+    } else {
+      NoGradGuard no_grad;
+      model->forward(x);
+    }
+  };
+  model->train(o.train);
+  reset_forward_flops();
+  step();  // warm-up: primitives, caches, page faults; also counts one forward pass
+  const double forward = forward_flops();
+  const double flops = o.train ? 3 * forward : forward;
+  step();
+  std::vector<double> seconds;
+  for (int i = 0; i < o.steps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    step();
+    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(seconds.begin(), seconds.end());
+  const double median = seconds[seconds.size() / 2];
+  const int threads = runtime().threads.threads;
+  const double roof = measure_compute_roof(ComputeRoof::fp32_fma, threads, 0.3).gops;
+  const double gflops = flops / median / 1e9;
+  if (o.json) {
+    std::printf("%s\n", nlohmann::ordered_json{{"model", o.model},
+                                               {"mode", o.train ? "train" : "inference"},
+                                               {"optimizer", o.train ? o.optimizer : ""},
+                                               {"batch", o.batch},
+                                               {"image_size", size},
+                                               {"threads", threads},
+                                               {"images_per_second", static_cast<double>(o.batch) / median},
+                                               {"ms_per_step", median * 1e3},
+                                               {"gflop_per_step", flops / 1e9},
+                                               {"gflops", gflops},
+                                               {"peak_gflops", roof},
+                                               {"pct_peak", 100 * gflops / roof}}
+                            .dump()
+                            .c_str());
+    return 0;
+  }
+  std::printf("%s %s, batch %lld at %lldx%lld, %d threads: %.0f images/s, %.2f ms/step, %.2f GFLOP/step, "
+              "%.1f GFLOP/s = %.0f%% of the fp32 FMA roof (%.0f GFLOP/s measured now)\n",
+              o.model.c_str(), o.train ? ("training (" + o.optimizer + ")").c_str() : "inference",
+              static_cast<long long>(o.batch), static_cast<long long>(size), static_cast<long long>(size), threads,
+              static_cast<double>(o.batch) / median, median * 1e3, flops / 1e9, gflops, 100 * gflops / roof, roof);
+  return 0;
+}
+
+}  // namespace
+
+void add_bench_model_command(CLI::App& bench, Action& action) {
+  auto o = std::make_shared<ModelBenchOptions>();
+  CLI::App* m = bench.add_subcommand("model", "A zoo model's inference or training step: images/s, GFLOP/s, % of peak");
+  m->add_option("--model", o->model, "simplecnn, lenet5, mlp or resnet18 (default simplecnn)");
+  m->add_option("--batch", o->batch, "Batch size (default 64)")->check(CLI::Range(1, 1 << 16));
+  m->add_flag("--train", o->train, "Time a training step (forward, backward, optimiser) instead of inference");
+  m->add_option("--optimizer", o->optimizer, "adam (default) or sgd (momentum 0.9) for --train");
+  m->add_option("--image-size", o->image_size, "resnet18 input size (default 32)")->check(CLI::Range(8, 1024));
+  m->add_flag("--cifar-stem", o->cifar_stem, "resnet18 with a 3x3 stride-1 first conv and no max pooling");
+  m->add_option("--classes", o->classes, "Output classes (default 10)")->check(CLI::Range(2, 100000));
+  m->add_option("--steps", o->steps, "Timed steps after two warm-up steps (default 20)")->check(CLI::Range(1, 100000));
+  m->add_option("--threads", o->threads, "Compute threads (default: usable physical cores)")->check(CLI::Range(1, 4096));
+  m->add_flag("--json", o->json, "One JSON object");
+  m->callback([&action, o] {
+    action = [o] {
+      if (o->threads > 0) setenv("CPUDL_THREADS", std::to_string(o->threads).c_str(), 1);
+      return run_model_bench(*o);
+    };
+  });
+}
+
+}  // namespace cpudl::cli
