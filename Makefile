@@ -1,5 +1,5 @@
 # cpudl entry points. Each target first makes sure the Debian packages it needs are installed.
-.PHONY: deps build test test-asan demo bench bench-onnx clean format
+.PHONY: deps build test test-asan demo bench bench-onnx bench-pytorch clean format
 
 JOBS ?= $(shell nproc)
 
@@ -42,6 +42,13 @@ bench: build
 bench-onnx: build
 	@scripts/install-deps.sh --bench
 	@/usr/bin/python3 bench/vs_onnx.py --write-doc
+
+# cpudl vs Debian's PyTorch 1.13 (best and plain configurations) on MNIST training, resnet18
+# training and inference; writes the table into docs/BENCHMARKS.md.
+bench-pytorch: build
+	@scripts/install-deps.sh --bench
+	@scripts/fetch-mnist.sh data/mnist
+	@/usr/bin/python3 bench/vs_pytorch.py --write-doc
 
 format:
 	@clang-format -i $$(git ls-files '*.cpp' '*.h' '*.inl')

@@ -31,6 +31,11 @@ void OpSetup::require_f32(std::size_t i) const {
     fail("input " + std::to_string(i) + " is " + std::string(dtype_name(inputs[i].dtype)) + ", expected FLOAT");
 }
 
+void OpSetup::require_present_f32() const {
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].present) require_f32(i);
+}
+
 std::int64_t normalize_axis(const OpSetup& setup, std::int64_t axis, std::int64_t rank, const char* what) {
   if (axis < -rank || axis >= rank)
     setup.fail(std::string(what) + " " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));

@@ -49,6 +49,7 @@ struct OpSetup {
   [[noreturn]] void fail(const std::string& what) const;
   void require_inputs(std::size_t min, std::size_t max) const;
   void require_f32(std::size_t i) const;
+  void require_present_f32() const;  // every input given is FLOAT
   void set_output(std::size_t i, DType dtype, Shape shape) {
     if (outputs.size() <= i) outputs.resize(i + 1);
     outputs[i] = ValueDesc{dtype, std::move(shape), true};

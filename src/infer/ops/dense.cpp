@@ -101,8 +101,7 @@ void add_channel_bias(float* y, const float* bias, std::int64_t n, std::int64_t 
 
 Kernel build_conv(OpSetup& s) {
   s.require_inputs(2, 4);
-  for (std::size_t i = 0; i < s.count(); ++i)
-    if (s.has(i)) s.require_f32(i);
+  s.require_present_f32();
   require_rank(s, 0, 4, "input X");
   require_rank(s, 1, 4, "weights W");
   const Shape& x = s.shape(0);
@@ -144,6 +143,7 @@ Kernel build_conv(OpSetup& s) {
 
 Kernel build_conv_transpose(OpSetup& s) {
   s.require_inputs(2, 3);
+  s.require_present_f32();
   require_rank(s, 0, 4, "input X");
   require_rank(s, 1, 4, "weights W");
   const Shape& x = s.shape(0);
@@ -180,8 +180,7 @@ Kernel build_conv_transpose(OpSetup& s) {
 
 Kernel build_gemm(OpSetup& s) {
   s.require_inputs(2, 3);
-  for (std::size_t i = 0; i < s.count(); ++i)
-    if (s.has(i)) s.require_f32(i);
+  s.require_present_f32();
   require_rank(s, 0, 2, "A");
   require_rank(s, 1, 2, "B");
   const bool ta = s.node.get_int("transA", 0) != 0, tb = s.node.get_int("transB", 0) != 0;

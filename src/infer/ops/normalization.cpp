@@ -51,8 +51,7 @@ Kernel build_batch_norm(OpSetup& s) {
 
 Kernel build_layer_norm(OpSetup& s) {
   s.require_inputs(1, 3);
-  for (std::size_t i = 0; i < s.count(); ++i)
-    if (s.has(i)) s.require_f32(i);
+  s.require_present_f32();
   const Shape& x = s.shape(0);
   const auto rank = static_cast<std::int64_t>(x.size());
   const std::int64_t axis = normalize_axis(s, s.node.get_int("axis", -1), rank, "axis");

@@ -1,0 +1,215 @@
+#!/usr/bin/env python3
+"""cpudl vs PyTorch 1.13 (Debian python3-torch) on the same CPU, in one run (make bench-pytorch).
+
+Workloads, each timed for PyTorch in its best configuration and its plain one, then for cpudl,
+back to back, on 1 and 2 threads:
+  simplecnn, lenet5  training on the 8,000 real MNIST training digits of data/mnist
+                     (scripts/fetch-mnist.sh), batch 256, Adam 1e-3, EPOCHS epochs: images/s over
+                     the epochs, and test accuracy on the 2,000 test digits
+  resnet18 train     torchvision resnet18 (10 classes) on random 3x32x32 images, batch 64,
+                     SGD momentum 0.9: images/s                  (cpudl bench model)
+  resnet18 infer     3x224x224, batch 1 and 16: ms per batch    (cpudl bench model: the zoo
+                     engine; cpudl run: the ONNX runtime on the same model's export)
+PyTorch's best configuration (what it needs on these machines): OPENBLAS_CORETYPE and
+OPENBLAS_L2_SIZE unset, OPENBLAS_NUM_THREADS=1, glibc's mmap and trim thresholds raised so that
+activation buffers are not returned to the OS every step, torch.set_num_threads(T). Plain: the
+environment as it is, torch.set_num_threads(T). Each PyTorch measurement runs in its own process
+(the environment must be set before torch loads). % of peak uses the fp32 FMA roof that
+`cpudl bench peak` measures at the start of the run.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CPUDL = os.environ.get("CPUDL_BIN", os.path.join(ROOT, "build", "cpudl"))
+MNIST = os.path.join(ROOT, "data", "mnist")
+WORK = os.path.join(ROOT, "build", "bench-pytorch")
+BEST_ENV = {"OPENBLAS_NUM_THREADS": "1",
+            "GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967296"}
+
+
+# ---- PyTorch side (runs in a worker process)
+
+def load_idx(name):
+    import numpy as np
+    with open(os.path.join(MNIST, name), "rb") as f:
+        data = f.read()
+    dims = data[3]
+    shape = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
+
+
+def torch_worker(workload, threads, epochs):
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    import torchvision
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    if workload in ("simplecnn", "lenet5"):
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("gen_golden", os.path.join(ROOT, "scripts", "gen-golden.py"))
+        zoo = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(zoo)
+        model = zoo.SimpleCNN() if workload == "simplecnn" else zoo.LeNet5()
+        # The same normalisation as cpudl's MNIST loader: pixels / 255, (x - 0.1307) / 0.3081.
+        norm = lambda a: (torch.from_numpy(a.astype("float32") / 255.0).unsqueeze(1) - 0.1307) / 0.3081
+        x, y = norm(load_idx("train-images-idx3-ubyte")), torch.from_numpy(load_idx("train-labels-idx1-ubyte").astype("int64"))
+        tx, ty = norm(load_idx("t10k-images-idx3-ubyte")), torch.from_numpy(load_idx("t10k-labels-idx1-ubyte").astype("int64"))
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        start = time.perf_counter()
+        for _ in range(epochs):
+            perm = torch.randperm(len(x))
+            for i in range(0, len(x), 256):
+                idx = perm[i:i + 256]
+                opt.zero_grad()
+                F.cross_entropy(model(x[idx]), y[idx]).backward()
+                opt.step()
+        seconds = time.perf_counter() - start
+        with torch.no_grad():
+            acc = (model(tx).argmax(1) == ty).float().mean().item()
+        return {"images_per_second": epochs * len(x) / seconds, "test_accuracy": acc}
+    if workload == "resnet18_train":
+        model = torchvision.models.resnet18(num_classes=10)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        x, y = torch.rand(64, 3, 32, 32), torch.randint(0, 10, (64,))
+        times = []
+        for i in range(12):
+            t0 = time.perf_counter()
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+            if i >= 2:
+                times.append(time.perf_counter() - t0)
+        return {"images_per_second": 64 / statistics.median(times)}
+    batch = int(workload.split("_b")[1])  # resnet18_infer_b1 / _b16
+    model = torchvision.models.resnet18().eval()
+    x = torch.rand(batch, 3, 224, 224)
+    times = []
+    with torch.inference_mode():
+        for i in range(12 if batch == 1 else 7):
+            t0 = time.perf_counter()
+            model(x)
+            if i >= 2:
+                times.append(time.perf_counter() - t0)
+    return {"ms": 1e3 * statistics.median(times)}
+
+
+# ---- driver
+
+def run_json(cmd, env=None):
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def pytorch(workload, threads, best, epochs):
+    env = dict(os.environ)
+    if best:
+        for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
+            env.pop(k, None)
+        env.update(BEST_ENV)
+    return run_json([sys.executable, os.path.abspath(__file__), "--worker", workload, "--threads", str(threads),
+                     "--epochs", str(epochs)], env)[-1]
+
+
+def cpudl(workload, threads, epochs):
+    if workload in ("simplecnn", "lenet5"):
+        lines = run_json([CPUDL, "train", "--model", workload, "--data", MNIST, "--epochs", str(epochs), "--batch", "256",
+                          "--threads", str(threads), "--json", "--out", os.path.join(WORK, workload + ".safetensors")])
+        s = [l for l in lines if l.get("summary")][-1]
+        return {"images_per_second": s["images_per_second"], "test_accuracy": s["test_accuracy"]}
+    if workload == "resnet18_train":
+        r = run_json([CPUDL, "bench", "model", "--model", "resnet18", "--batch", "64", "--train", "--optimizer", "sgd",
+                      "--steps", "10", "--threads", str(threads), "--json"])[-1]
+        return {"images_per_second": r["images_per_second"]}
+    batch = workload.split("_b")[1]
+    r = run_json([CPUDL, "bench", "model", "--model", "resnet18", "--image-size", "224", "--classes", "1000", "--batch", batch,
+                  "--steps", "5", "--threads", str(threads), "--json"])[-1]
+    onnx = os.path.join(WORK, "resnet18.onnx")
+    o = run_json([CPUDL, "run", onnx, "--bench", "10" if batch == "1" else "5", "--batch", batch, "--threads", str(threads), "--json"])[-1]
+    return {"ms": r["ms_per_step"], "onnx_ms": o["median_ms"]}
+
+
+def flops_per_image(workload):
+    if workload in ("simplecnn", "lenet5", "resnet18_train"):
+        args = {"simplecnn": ["--model", "simplecnn"], "lenet5": ["--model", "lenet5"],
+                "resnet18_train": ["--model", "resnet18"]}[workload]
+        # batch 2: batch norm in training needs more than one value per channel
+        r = run_json([CPUDL, "bench", "model", *args, "--batch", "2", "--train", "--steps", "1", "--threads", "1", "--json"])[-1]
+        return r["gflop_per_step"] * 1e9 / 2
+    r = run_json([CPUDL, "bench", "model", "--model", "resnet18", "--image-size", "224", "--classes", "1000", "--batch", "1",
+                  "--steps", "1", "--threads", "1", "--json"])[-1]
+    return r["gflop_per_step"] * 1e9
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--worker")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--write-doc", action="store_true")
+    args = ap.parse_args()
+    if args.worker:
+        print(json.dumps(torch_worker(args.worker, args.threads, args.epochs)))
+        return
+    import torch
+    import torchvision
+    os.makedirs(WORK, exist_ok=True)
+    torch.onnx.export(torchvision.models.resnet18().eval(), torch.randn(1, 3, 224, 224), os.path.join(WORK, "resnet18.onnx"),
+                      opset_version=13, input_names=["input"], output_names=["output"], dynamic_axes={"input": {0: "batch"}})
+    peaks = {r["threads"]: r["gops"] for r in run_json([CPUDL, "bench", "peak", "--json", "--threads", "1,2", "--min-time", "0.5"])
+             if r["op"] == "peak_fp32_fma"}
+    doctor = subprocess.run([CPUDL, "doctor", "--json"], check=True, capture_output=True, text=True).stdout.strip()
+    rows = []
+    for workload in ("simplecnn", "lenet5", "resnet18_train", "resnet18_infer_b1", "resnet18_infer_b16"):
+        flops = flops_per_image(workload)
+        for threads in (1, 2):
+            best = pytorch(workload, threads, True, args.epochs)
+            plain = pytorch(workload, threads, False, args.epochs)
+            mine = cpudl(workload, threads, args.epochs)
+            row = {"workload": workload, "threads": threads, "pytorch_best": best, "pytorch_plain": plain, "cpudl": mine}
+            if "ms" in mine:
+                batch = int(workload.split("_b")[1])
+                row["pct_peak"] = 100 * flops * batch / (mine["ms"] * 1e-3) / (peaks[threads] * 1e9)
+                row["onnx_pct_peak"] = 100 * flops * batch / (mine["onnx_ms"] * 1e-3) / (peaks[threads] * 1e9)
+            else:
+                row["pct_peak"] = 100 * flops * mine["images_per_second"] / (peaks[threads] * 1e9)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    lines = ["| workload | threads | PyTorch best | PyTorch plain | cpudl | cpudl vs PyTorch best | cpudl % peak | test accuracy PyTorch / cpudl |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        b, p, c = r["pytorch_best"], r["pytorch_plain"], r["cpudl"]
+        if "ms" in c:
+            lines.append(f"| {r['workload']} | {r['threads']} | {b['ms']:.1f} ms | {p['ms']:.1f} ms | {c['ms']:.1f} ms (`cpudl run`: {c['onnx_ms']:.1f} ms) | "
+                         f"{b['ms'] / c['ms']:.2f}x (`run`: {b['ms'] / c['onnx_ms']:.2f}x) | {r['pct_peak']:.0f}% (`run`: {r['onnx_pct_peak']:.0f}%) | |")
+        else:
+            acc = f"{100 * b['test_accuracy']:.2f}% / {100 * c['test_accuracy']:.2f}%" if "test_accuracy" in c else ""
+            lines.append(f"| {r['workload']} | {r['threads']} | {b['images_per_second']:.0f} img/s | {p['images_per_second']:.0f} img/s | "
+                         f"{c['images_per_second']:.0f} img/s | {c['images_per_second'] / b['images_per_second']:.2f}x | {r['pct_peak']:.1f}% | {acc} |")
+    table = "\n".join(lines)
+    roof = ", ".join(f"{v:.0f} GFLOP/s on {k} thread(s)" for k, v in sorted(peaks.items()))
+    print(f"\nfp32 FMA roof measured now: {roof}\n{table}")
+    if args.write_doc:
+        doc = os.path.join(ROOT, "docs", "BENCHMARKS.md")
+        text = open(doc).read()
+        begin, end = "<!-- bench-pytorch:begin -->", "<!-- bench-pytorch:end -->"
+        section = (f"{begin}\nCommand: `make bench-pytorch` (bench/vs_pytorch.py, {args.epochs} epochs for the MNIST models; "
+                   f"torch {torch.__version__}). Ratios above 1.00x mean cpudl is faster (images/s) or quicker (ms). "
+                   f"fp32 FMA roof measured in the same run: {roof}. Machine (`cpudl doctor --json`):\n\n```json\n{doctor}\n```\n\n"
+                   f"{table}\n{end}")
+        if begin in text:
+            text = text[:text.index(begin)] + section + text[text.index(end) + len(end):]
+        else:
+            text += "\n## Training and inference: cpudl vs PyTorch\n\n" + section + "\n"
+        open(doc, "w").write(text)
+        print(f"wrote {doc}")
+
+
+if __name__ == "__main__":
+    main()
