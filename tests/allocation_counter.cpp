@@ -45,6 +45,18 @@ void* operator new[](std::size_t size) {
   if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
   throw std::bad_alloc();
 }
+// Every unaligned form is replaced together, nothrow ones included: operator delete below frees
+// with free(), so nothing may come from the default (or a sanitizer's) operator new.
+void* operator new(std::size_t size, const std::nothrow_t&) noexcept {
+  if (g_armed.load(std::memory_order_relaxed)) count(__builtin_return_address(0));
+  return std::malloc(size == 0 ? 1 : size);
+}
+void* operator new[](std::size_t size, const std::nothrow_t&) noexcept {
+  if (g_armed.load(std::memory_order_relaxed)) count(__builtin_return_address(0));
+  return std::malloc(size == 0 ? 1 : size);
+}
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
