@@ -102,20 +102,12 @@ def main():
     print("\nfp32 FMA roof measured now: " + ", ".join(f"{v:.0f} GFLOP/s on {k} thread(s)" for k, v in sorted(roof.items())))
     print(table)
     if args.write_doc:
-        doc = os.path.join(ROOT, "docs", "BENCHMARKS.md")
-        text = open(doc).read() if os.path.exists(doc) else ""
-        begin, end = "<!-- bench-onnx:begin -->", "<!-- bench-onnx:end -->"
-        section = (f"{begin}\nCommand: `make bench-onnx` (bench/vs_onnx.py, {args.runs} runs at batch 1, {max(5, args.runs // 2)} at batch 16; "
-                   f"torch {torch.__version__}, onnxruntime-node {ORT_VERSION}). Latency is the median; "
-                   "`cpudl / X` below 1.00x means cpudl is faster. fp32 FMA roof measured in the same run: "
-                   + ", ".join(f"{v:.0f} GFLOP/s on {k} thread(s)" for k, v in sorted(roof.items())) + ".\n\n" + table + f"\n{end}")
-        if begin in text:
-            text = text[:text.index(begin)] + section + text[text.index(end) + len(end):]
-        else:
-            text += "\n## ONNX inference: cpudl vs ONNX Runtime vs PyTorch\n\n" + section + "\n"
-        open(doc, "w").write(text)
-        print(f"wrote {doc}")
-
+        from benchmarks_doc import write_section
+        write_section("bench-onnx", "ONNX inference: cpudl vs ONNX Runtime vs PyTorch",
+                      f"Command: `make bench-onnx` (bench/vs_onnx.py, {args.runs} runs at batch 1, {max(5, args.runs // 2)} at batch 16; "
+                      f"torch {torch.__version__}, onnxruntime-node {ORT_VERSION}). Latency is the median; "
+                      "`cpudl / X` below 1.00x means cpudl is faster. fp32 FMA roof measured in the same run: "
+                      + ", ".join(f"{v:.0f} GFLOP/s on {k} thread(s)" for k, v in sorted(roof.items())) + ".\n\n" + table)
 
 if __name__ == "__main__":
     main()

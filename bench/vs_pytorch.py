@@ -196,20 +196,12 @@ def main():
     roof = ", ".join(f"{v:.0f} GFLOP/s on {k} thread(s)" for k, v in sorted(peaks.items()))
     print(f"\nfp32 FMA roof measured now: {roof}\n{table}")
     if args.write_doc:
-        doc = os.path.join(ROOT, "docs", "BENCHMARKS.md")
-        text = open(doc).read()
-        begin, end = "<!-- bench-pytorch:begin -->", "<!-- bench-pytorch:end -->"
-        section = (f"{begin}\nCommand: `make bench-pytorch` (bench/vs_pytorch.py, {args.epochs} epochs for the MNIST models; "
-                   f"torch {torch.__version__}). Ratios above 1.00x mean cpudl is faster (images/s) or quicker (ms). "
-                   f"fp32 FMA roof measured in the same run: {roof}. Machine (`cpudl doctor --json`):\n\n```json\n{doctor}\n```\n\n"
-                   f"{table}\n{end}")
-        if begin in text:
-            text = text[:text.index(begin)] + section + text[text.index(end) + len(end):]
-        else:
-            text += "\n## Training and inference: cpudl vs PyTorch\n\n" + section + "\n"
-        open(doc, "w").write(text)
-        print(f"wrote {doc}")
-
+        from benchmarks_doc import write_section
+        write_section("bench-pytorch", "Training and inference: cpudl vs PyTorch",
+                      f"Command: `make bench-pytorch` (bench/vs_pytorch.py, {args.epochs} epochs for the MNIST models; "
+                      f"torch {torch.__version__}). Ratios above 1.00x mean cpudl is faster (images/s) or quicker (ms). "
+                      f"fp32 FMA roof measured in the same run: {roof}. Machine (`cpudl doctor --json`):\n\n```json\n{doctor}\n```\n\n"
+                      + table)
 
 if __name__ == "__main__":
     main()

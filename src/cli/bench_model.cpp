@@ -119,7 +119,7 @@ void add_bench_model_command(CLI::App& bench, Action& action) {
   m->add_flag("--json", o->json, "One JSON object");
   m->callback([&action, o] {
     action = [o] {
-      if (o->threads > 0) setenv("CPUDL_THREADS", std::to_string(o->threads).c_str(), 1);
+      use_threads(o->threads);
       return run_model_bench(*o);
     };
   });

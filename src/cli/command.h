@@ -2,9 +2,17 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdlib>
 #include <functional>
+#include <string>
 
 namespace cpudl::cli {
+
+// --threads T of train, run and bench model: sizes the one compute pool through CPUDL_THREADS,
+// so it must run before anything starts the runtime. 0 keeps the default.
+inline void use_threads(int threads) {
+  if (threads > 0) setenv("CPUDL_THREADS", std::to_string(threads).c_str(), 1);
+}
 
 // Set by the subcommand that was parsed; returns the process exit code.
 using Action = std::function<int()>;

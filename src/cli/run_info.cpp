@@ -212,7 +212,7 @@ void add_run_command(CLI::App& app, Action& action) {
   r->add_flag("--json", o->json, "One JSON object");
   r->callback([&action, o] {
     action = [o] {
-      if (o->threads > 0) setenv("CPUDL_THREADS", std::to_string(o->threads).c_str(), 1);
+      use_threads(o->threads);
       return run_model(*o);
     };
   });

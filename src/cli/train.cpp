@@ -37,7 +37,7 @@ std::string eta_text(double seconds) {
 
 int run_train(TrainOptions& o) {
   // --threads sizes the pool: set before anything starts the runtime.
-  if (o.threads > 0) setenv("CPUDL_THREADS", std::to_string(o.threads).c_str(), 1);
+  use_threads(o.threads);
   (void)runtime();
   train::TrainConfig& c = o.config;
   c.data = o.data, c.out = o.out, c.init = o.init, c.resume = o.resume, c.checkpoint = o.checkpoint;

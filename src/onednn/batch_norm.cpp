@@ -43,7 +43,7 @@ PrimitiveKey bn_key(std::int64_t op, const BatchNormShape& s, std::int64_t extra
 
 dnnl::memory::desc data_md(const BatchNormShape& s) {
   return plain_desc({s.batch, s.channels, s.height, s.width},
-                    s.layout == ActivationLayout::nhwc ? tag::nhwc : tag::nchw);
+                    activation_tag(s.layout));
 }
 
 dnnl::memory::desc channel_md(const BatchNormShape& s) { return plain_desc({s.channels}, tag::x); }

@@ -51,14 +51,6 @@ void add_weights_identity(PrimitiveKey& key, const float* weights, std::uint64_t
   if (version != 0) key.add(static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(weights)));
 }
 
-tag activation_tag(ActivationLayout layout) {
-  switch (layout) {
-    case ActivationLayout::nhwc: return tag::nhwc;
-    case ActivationLayout::blocked: return blocked_layout_channels() == 16 ? tag::nChw16c : tag::nChw8c;
-    default: return tag::nchw;
-  }
-}
-
 struct Geometry {
   dnnl::memory::desc src, dst, weights_plain, weights_any, bias;
   dims strides, dilates, pad_l, pad_r;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cpudl/error.h"
+#include "onednn/dense.h"
 #include "onednn/engine.h"
 
 namespace cpudl::onednn {
@@ -55,6 +56,16 @@ class Executable {
 // Plain row-major descriptor with explicit strides.
 inline dnnl::memory::desc strided_desc(const dnnl::memory::dims& dims, const dnnl::memory::dims& strides) {
   return dnnl::memory::desc(dims, dnnl::memory::data_type::f32, strides);
+}
+
+// oneDNN's format tag for an activation layout (dense.h): the one place that maps them.
+inline dnnl::memory::format_tag activation_tag(ActivationLayout layout) {
+  using tag = dnnl::memory::format_tag;
+  switch (layout) {
+    case ActivationLayout::nhwc: return tag::nhwc;
+    case ActivationLayout::blocked: return blocked_layout_channels() == 16 ? tag::nChw16c : tag::nChw8c;
+    default: return tag::nchw;
+  }
 }
 
 inline dnnl::memory::desc plain_desc(const dnnl::memory::dims& dims, dnnl::memory::format_tag tag) {

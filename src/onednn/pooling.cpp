@@ -48,9 +48,7 @@ struct PoolDescs {
 };
 
 PoolDescs descs(const PoolShape& s) {
-  const tag t = s.layout == ActivationLayout::nhwc      ? tag::nhwc
-                : s.layout == ActivationLayout::blocked ? (blocked_layout_channels() == 16 ? tag::nChw16c : tag::nChw8c)
-                                                        : tag::nchw;
+  const tag t = activation_tag(s.layout);
   const std::int64_t oh = s.out_height(), ow = s.out_width();
   return PoolDescs{plain_desc({s.batch, s.channels, s.height, s.width}, t),
                    plain_desc({s.batch, s.channels, oh, ow}, t),

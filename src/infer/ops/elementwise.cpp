@@ -140,7 +140,7 @@ Kernel build_binary(OpSetup& s) {
     else if constexpr (kind == Binary::sub) return static_cast<V>(x - y);
     else if constexpr (kind == Binary::mul) return static_cast<V>(x * y);
     else if constexpr (kind == Binary::div) return static_cast<V>(y == 0 && !std::is_floating_point_v<V> ? 0 : x / y);
-    else if constexpr (kind == Binary::pow) return static_cast<V>(y == 2 ? x * x : std::pow(x, y));
+    else if constexpr (kind == Binary::pow) return static_cast<V>(std::pow(x, y));
     else return static_cast<V>(x == y);
   };
   void (*vector_kernel)(const float*, const float*, float*, std::size_t) = nullptr;
@@ -201,9 +201,10 @@ Kernel build_where(OpSetup& s) {
 }
 
 // Unary float activations: a native kernel when the table has one, else a scalar function.
+// Inputs after the first (Clip's bounds) are the caller's to read at build time.
 Kernel unary(OpSetup& s, void (*vector_kernel)(const float*, float*, std::size_t), float (*scalar)(float, const float*),
-             std::array<float, 2> params = {0, 0}) {
-  s.require_inputs(1, 1);
+             std::array<float, 2> params = {0, 0}, std::size_t max_inputs = 1) {
+  s.require_inputs(1, max_inputs);
   s.require_f32(0);
   s.set_output(0, DType::f32, s.shape(0));
   const auto n = static_cast<std::size_t>(s.inputs[0].numel());
@@ -264,10 +265,7 @@ Kernel build_clip(OpSetup& s) {
   }
   if (s.has(1)) lo = s.constant(1, "min").as_float().at(0);
   if (s.has(2)) hi = s.constant(2, "max").as_float().at(0);
-  OpSetup one{s.node, s.opset, {s.inputs[0]}, {s.constants[0]}, {}, false};
-  Kernel k = unary(one, nullptr, [](float x, const float* p) { return std::min(std::max(x, p[0]), p[1]); }, {lo, hi});
-  s.outputs = one.outputs;
-  return k;
+  return unary(s, nullptr, [](float x, const float* p) { return std::min(std::max(x, p[0]), p[1]); }, {lo, hi}, 3);
 }
 
 Kernel build_cast(OpSetup& s) {

@@ -1,11 +1,12 @@
 // Normalisations and reductions: BatchNormalization (inference statistics; usually folded into
 // the preceding Conv by the optimiser), LayerNormalization, Softmax, LogSoftmax and ReduceMean.
-// Row-wise work goes through the native kernel table (layer norm, softmax).
+// Batch norm runs on oneDNN; row-wise work goes through the native kernel table (layer norm, softmax).
 #include <cmath>
 #include <cstring>
 
 #include "infer/op_registry.h"
 #include "kernels/dispatch.h"
+#include "onednn/dense.h"
 #include "runtime/parallel.h"
 
 namespace cpudl::infer {
@@ -23,29 +24,15 @@ Kernel build_batch_norm(OpSetup& s) {
   const std::int64_t c = x[1];
   for (std::size_t i = 1; i < 5; ++i)
     if (s.shape(i) != Shape{c}) s.fail("input " + std::to_string(i) + " has shape " + shape_string(s.shape(i)) + ", expected [" + std::to_string(c) + "]");
-  const float eps = s.node.get_float("epsilon", 1e-5f);
-  std::int64_t spatial = 1;
-  for (std::size_t i = 2; i < x.size(); ++i) spatial *= x[i];
+  // oneDNN's inference batch norm (dense.h) over N x C x (spatial, as H x 1).
+  onednn::BatchNormShape b;
+  b.batch = x[0];
+  b.channels = c;
+  for (std::size_t i = 2; i < x.size(); ++i) b.height *= x[i];
+  b.epsilon = s.node.get_float("epsilon", 1e-5f);
   s.set_output(0, DType::f32, x);
-  auto scale_shift = std::make_shared<std::vector<float>>(static_cast<std::size_t>(2 * c));
-  return [c, spatial, eps, n = x[0], scale_shift](std::span<const TensorView> in, std::span<const TensorView> o) {
-    float* scale = scale_shift->data();
-    float* shift = scale + c;
-    for (std::int64_t j = 0; j < c; ++j) {
-      scale[j] = in[1].f32()[j] / std::sqrt(in[4].f32()[j] + eps);
-      shift[j] = in[2].f32()[j] - in[3].f32()[j] * scale[j];
-    }
-    const float* src = in[0].f32();
-    float* dst = o[0].f32();
-    parallel_for(static_cast<std::size_t>(n * c), static_cast<std::size_t>(std::max<std::int64_t>(1, 16384 / spatial)),
-                 [&](std::size_t b, std::size_t e) {
-                   for (std::size_t i = b; i < e; ++i) {
-                     const std::int64_t ch = static_cast<std::int64_t>(i) % c;
-                     const float* p = src + static_cast<std::int64_t>(i) * spatial;
-                     float* q = dst + static_cast<std::int64_t>(i) * spatial;
-                     for (std::int64_t k = 0; k < spatial; ++k) q[k] = p[k] * scale[ch] + shift[ch];
-                   }
-                 });
+  return [b](std::span<const TensorView> in, std::span<const TensorView> o) {
+    onednn::batch_norm_forward_inference(b, in[0].f32(), in[1].f32(), in[2].f32(), in[3].f32(), in[4].f32(), o[0].f32());
   };
 }
 
