@@ -18,6 +18,7 @@ packages=(
   zlib1g-dev                            # gzip-compressed IDX files
   libonnx-dev libprotobuf-dev           # ONNX models: the onnx.proto schema and protobuf
   clang libclang-rt-14-dev              # libFuzzer targets for the file parsers
+  python3 python3-numpy                 # the LLM test models and their float64 reference logits
 )
 if [ "${1:-}" = "--bench" ]; then
   packages+=(libopenblas0-openmp libblis4-openmp python3 python3-numpy python3-torch python3-torchvision)

@@ -9,11 +9,13 @@ clang++ "${flags[@]}" "$src/fuzz/idx_fuzz.cpp" "$src/src/data/idx.cpp" -lz -o "$
 clang++ "${flags[@]}" "$src/fuzz/safetensors_fuzz.cpp" "$src/src/io/safetensors_header.cpp" "$src/src/tensor/storage.cpp" -o "$out/safetensors_fuzz"
 clang++ "${flags[@]}" -DONNX_NAMESPACE=onnx -DONNX_ML=1 "$src/fuzz/onnx_fuzz.cpp" "$src/src/infer/onnx_loader.cpp" \
   "$src/src/infer/graph.cpp" "$src/src/tensor/storage.cpp" -lonnx_proto -lprotobuf -o "$out/onnx_fuzz"
-for target in idx safetensors onnx; do
+clang++ "${flags[@]}" "$src/fuzz/gguf_fuzz.cpp" "$src/src/llm/gguf.cpp" "$src/src/llm/ggml_types.cpp" \
+  "$src/src/io/atomic_file.cpp" -o "$out/gguf_fuzz"
+for target in idx safetensors onnx gguf; do
   corpus="$out/corpus_$target"
   mkdir -p "$corpus"
   cp "$src/tests/fuzz_corpus/$target/"* "$corpus/"
   "$out/${target}_fuzz" -max_total_time="$seconds" -max_len=4096 -print_final_stats=1 "$corpus" > "$out/$target.log" 2>&1 || { tail -30 "$out/$target.log"; exit 1; }
   tail -4 "$out/$target.log"
 done
-echo "fuzzed idx, safetensors and onnx for ${seconds}s each: no crash"
+echo "fuzzed idx, safetensors, onnx and gguf for ${seconds}s each: no crash"

@@ -4,7 +4,9 @@
 
 #include <filesystem>
 #include <map>
+#include <span>
 #include <string>
+#include <string_view>
 
 #include "cpudl/nn.h"
 
@@ -40,5 +42,7 @@ std::string read_file(const std::filesystem::path& path);
 
 // Atomically replaces `path` with `contents` (temporary file, fsync, rename, fsync of the directory).
 void write_file_atomically(const std::filesystem::path& path, const std::string& contents);
+// The same, writing `pieces` one after another (large files written without joining them first).
+void write_file_atomically(const std::filesystem::path& path, std::span<const std::string_view> pieces);
 
 }  // namespace cpudl::io

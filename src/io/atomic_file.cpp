@@ -30,6 +30,11 @@ std::string read_file(const std::filesystem::path& path) {
 }
 
 void write_file_atomically(const std::filesystem::path& path, const std::string& contents) {
+  const std::string_view pieces[] = {contents};
+  write_file_atomically(path, pieces);
+}
+
+void write_file_atomically(const std::filesystem::path& path, std::span<const std::string_view> pieces) {
   const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
   // Built with appends: GCC 12 raises a false -Wrestrict on "." + name + "..." (GCC bug 105329).
   std::string hidden_name = ".";
@@ -45,14 +50,16 @@ void write_file_atomically(const std::filesystem::path& path, const std::string&
     ::unlink(tmp.c_str());
     throw Error(message);
   };
-  std::size_t written = 0;
-  while (written < contents.size()) {
-    const ssize_t n = ::write(fd, contents.data() + written, contents.size() - written);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      fail("cannot write");
+  for (const std::string_view contents : pieces) {
+    std::size_t written = 0;
+    while (written < contents.size()) {
+      const ssize_t n = ::write(fd, contents.data() + written, contents.size() - written);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        fail("cannot write");
+      }
+      written += static_cast<std::size_t>(n);
     }
-    written += static_cast<std::size_t>(n);
   }
   if (::fchmod(fd, 0644) != 0) fail("cannot set permissions of");
   if (::fsync(fd) != 0) fail("cannot sync");
