@@ -10,6 +10,7 @@
 #include "kernels/norm/norm.h"
 #include "kernels/optim/optim.h"
 #include "kernels/probe/probe.h"
+#include "kernels/quant/quant.h"
 #include "kernels/reduce/reduce.h"
 #include "kernels/softmax/softmax.h"
 
@@ -66,6 +67,30 @@ const std::vector<KernelVariant<GemmMicrokernelFn>>& f32_gemm_6x16_variants() {
                                                                   CPUDL_VARIANT(generic, f32_gemm_6x16__ref)};
   return v;
 }
+
+// LLM weight products: AVX2 and the reference (quant.h says why no AVX-512 variant yet).
+#define CPUDL_AVX2_VARIANTS(kernel, Fn)                                                   \
+  const std::vector<KernelVariant<Fn>>& kernel##_variants() {                             \
+    static const std::vector<KernelVariant<Fn>> v = {CPUDL_VARIANT(avx2, kernel##__avx2), \
+                                                     CPUDL_VARIANT(generic, kernel##__ref)}; \
+    return v;                                                                             \
+  }
+#define CPUDL_REF_VARIANT(kernel, Fn)                                                         \
+  const std::vector<KernelVariant<Fn>>& kernel##_variants() {                                 \
+    static const std::vector<KernelVariant<Fn>> v = {CPUDL_VARIANT(generic, kernel##__ref)}; \
+    return v;                                                                                 \
+  }
+CPUDL_AVX2_VARIANTS(f32_f32_matmul, WeightMatmulFn)
+CPUDL_AVX2_VARIANTS(f16_f32_matmul, WeightMatmulFn)
+CPUDL_AVX2_VARIANTS(bf16_f32_matmul, WeightMatmulFn)
+CPUDL_AVX2_VARIANTS(q8_0_q8_0_matmul, WeightMatmulFn)
+CPUDL_AVX2_VARIANTS(q4_0_q8_0_matmul, WeightMatmulFn)
+CPUDL_AVX2_VARIANTS(quantize_row_q8_0, QuantizeRowFn)
+CPUDL_REF_VARIANT(q4_k_q8_k_matmul, WeightMatmulFn)
+CPUDL_REF_VARIANT(q6_k_q8_k_matmul, WeightMatmulFn)
+CPUDL_REF_VARIANT(quantize_row_q8_k, QuantizeRowFn)
+#undef CPUDL_AVX2_VARIANTS
+#undef CPUDL_REF_VARIANT
 
 const std::vector<KernelVariant<FmaProbeFn>>& int8_dot_probe_variants() {
   static const std::vector<KernelVariant<FmaProbeFn>> v = {

@@ -44,6 +44,15 @@ namespace cpudl::kernels {
   X(f32_sgd_step, SgdStepFn)                      \
   X(f32_adam_step, AdamStepFn)                    \
   X(f32_gemm_6x16, GemmMicrokernelFn)             \
+  X(f32_f32_matmul, WeightMatmulFn)               \
+  X(f16_f32_matmul, WeightMatmulFn)               \
+  X(bf16_f32_matmul, WeightMatmulFn)              \
+  X(q8_0_q8_0_matmul, WeightMatmulFn)             \
+  X(q4_0_q8_0_matmul, WeightMatmulFn)             \
+  X(q4_k_q8_k_matmul, WeightMatmulFn)             \
+  X(q6_k_q8_k_matmul, WeightMatmulFn)             \
+  X(quantize_row_q8_0, QuantizeRowFn)             \
+  X(quantize_row_q8_k, QuantizeRowFn)             \
   X(f32_fma_probe, FmaProbeFn)                    \
   X(int8_dot_probe, FmaProbeFn)                   \
   X(bf16_dot_probe, FmaProbeFn)

@@ -70,6 +70,25 @@ using FmaProbeFn = std::uint64_t (*)(std::uint64_t iterations, float* sink);
 using GemmMicrokernelFn = void (*)(std::int64_t k, const float* a_panel, const float* b_panel, float* c,
                                    std::int64_t ldc, bool accumulate);
 
+// Matrix products with LLM weights in GGUF block formats (llm/ggml_types.h):
+//   y[t * ldy + r] = sum_k W[r][k] * x[t][k]   for r < rows, t < tokens,
+// W rows w_row_bytes apart in the kernel's weight type, x rows x_row_bytes apart in its activation
+// type (f32, or the Q8_0 / Q8_K blocks a quantize-row kernel writes). k is a multiple of the
+// weight type's block size. Tokens are taken a few at a time so each weight block loaded from
+// memory serves several of them.
+struct WeightMatmulArgs {
+  const void* w;
+  std::size_t w_row_bytes;
+  const void* x;
+  std::size_t x_row_bytes;
+  float* y;
+  std::size_t ldy;
+  std::size_t rows, tokens, k;
+};
+using WeightMatmulFn = void (*)(const WeightMatmulArgs& args);
+// One row of k floats to activation blocks (k a multiple of the block size).
+using QuantizeRowFn = void (*)(const float* x, void* blocks, std::size_t k);
+
 // Outputs at least this large are written with non-temporal stores (they would not stay cached
 // anyway, and skipping each line's read-for-ownership saves memory traffic). Set once at start
 // from the last-level cache size (dispatch.cpp): an output that fits in L3 is better left there

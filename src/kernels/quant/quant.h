@@ -1,0 +1,34 @@
+// Kernels of the LLM path: weight x activation products for each GGUF weight type, and the row
+// quantisers that put activations in the formats the integer products take (Q8_0 for Q8_0/Q4_0
+// weights, Q8_K for the K-quants). ref.cpp is the oracle; avx2.cpp the AVX2 + FMA + F16C path.
+//
+// The integer products multiply int8 pairs exactly and scale each block's int32 sum in float,
+// the arithmetic of ggml's own kernels, so cpudl and llama.cpp see the same rounding of the
+// activations. Not yet written: AVX-512, AVX512-VNNI and AVX512-BF16 variants (this machine has
+// none of those units to test them on; those CPUs run the AVX2 variants), and AVX2 K-quants.
+#pragma once
+
+#include "kernels/kernel_types.h"
+
+namespace cpudl::kernels {
+
+#define CPUDL_DECLARE_QUANT(isa)                                                \
+  void f32_f32_matmul__##isa(const WeightMatmulArgs& a);                        \
+  void f16_f32_matmul__##isa(const WeightMatmulArgs& a);                        \
+  void bf16_f32_matmul__##isa(const WeightMatmulArgs& a);                       \
+  void q8_0_q8_0_matmul__##isa(const WeightMatmulArgs& a);                      \
+  void q4_0_q8_0_matmul__##isa(const WeightMatmulArgs& a);                      \
+  void quantize_row_q8_0__##isa(const float* x, void* blocks, std::size_t k);
+// The K-quants, so far with the reference only.
+#define CPUDL_DECLARE_KQUANT(isa)                               \
+  void q4_k_q8_k_matmul__##isa(const WeightMatmulArgs& a);      \
+  void q6_k_q8_k_matmul__##isa(const WeightMatmulArgs& a);      \
+  void quantize_row_q8_k__##isa(const float* x, void* blocks, std::size_t k);
+
+CPUDL_DECLARE_QUANT(ref)
+CPUDL_DECLARE_QUANT(avx2)
+CPUDL_DECLARE_KQUANT(ref)
+#undef CPUDL_DECLARE_QUANT
+#undef CPUDL_DECLARE_KQUANT
+
+}  // namespace cpudl::kernels

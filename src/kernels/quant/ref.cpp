@@ -1,0 +1,182 @@
+// Reference LLM weight products and activation quantisers: plain loops, one token and one row at
+// a time, the oracle for the SIMD variants.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/quant/quant.h"
+#include "llm/ggml_types.h"
+#include "llm/half.h"
+
+namespace cpudl::kernels {
+
+using llm::BlockQ4_0;
+using llm::BlockQ4_K;
+using llm::BlockQ6_K;
+using llm::BlockQ8_0;
+using llm::BlockQ8_K;
+using llm::fp16_to_f32;
+
+namespace {
+
+template <class W, class X, class Dot>
+void for_each_row_token(const WeightMatmulArgs& a, Dot dot) {
+  for (std::size_t t = 0; t < a.tokens; ++t) {
+    const auto* x = reinterpret_cast<const X*>(static_cast<const char*>(a.x) + t * a.x_row_bytes);
+    for (std::size_t r = 0; r < a.rows; ++r) {
+      const auto* w = reinterpret_cast<const W*>(static_cast<const char*>(a.w) + r * a.w_row_bytes);
+      a.y[t * a.ldy + r] = dot(w, x);
+    }
+  }
+}
+
+// The 6-bit scale and min of sub-block j of a Q4_K block (8 pairs packed in 12 bytes).
+void q4_k_scale_min(int j, const std::uint8_t* q, int& scale, int& min) {
+  if (j < 4) {
+    scale = q[j] & 63;
+    min = q[j + 4] & 63;
+  } else {
+    scale = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    min = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+}  // namespace
+
+void f32_f32_matmul__ref(const WeightMatmulArgs& a) {
+  for_each_row_token<float, float>(a, [&](const float* w, const float* x) {
+    double s = 0;
+    for (std::size_t i = 0; i < a.k; ++i) s += static_cast<double>(w[i]) * x[i];
+    return static_cast<float>(s);
+  });
+}
+
+void f16_f32_matmul__ref(const WeightMatmulArgs& a) {
+  for_each_row_token<std::uint16_t, float>(a, [&](const std::uint16_t* w, const float* x) {
+    double s = 0;
+    for (std::size_t i = 0; i < a.k; ++i) s += static_cast<double>(fp16_to_f32(w[i])) * x[i];
+    return static_cast<float>(s);
+  });
+}
+
+void bf16_f32_matmul__ref(const WeightMatmulArgs& a) {
+  for_each_row_token<std::uint16_t, float>(a, [&](const std::uint16_t* w, const float* x) {
+    double s = 0;
+    for (std::size_t i = 0; i < a.k; ++i) s += static_cast<double>(llm::bf16_to_f32(w[i])) * x[i];
+    return static_cast<float>(s);
+  });
+}
+
+void q8_0_q8_0_matmul__ref(const WeightMatmulArgs& a) {
+  for_each_row_token<BlockQ8_0, BlockQ8_0>(a, [&](const BlockQ8_0* w, const BlockQ8_0* x) {
+    double s = 0;
+    for (std::size_t b = 0; b < a.k / 32; ++b) {
+      int sum = 0;
+      for (int i = 0; i < 32; ++i) sum += w[b].qs[i] * x[b].qs[i];
+      s += static_cast<double>(fp16_to_f32(w[b].d)) * fp16_to_f32(x[b].d) * sum;
+    }
+    return static_cast<float>(s);
+  });
+}
+
+void q4_0_q8_0_matmul__ref(const WeightMatmulArgs& a) {
+  for_each_row_token<BlockQ4_0, BlockQ8_0>(a, [&](const BlockQ4_0* w, const BlockQ8_0* x) {
+    double s = 0;
+    for (std::size_t b = 0; b < a.k / 32; ++b) {
+      int sum = 0;
+      for (int i = 0; i < 16; ++i) {
+        sum += ((w[b].qs[i] & 0xF) - 8) * x[b].qs[i];
+        sum += ((w[b].qs[i] >> 4) - 8) * x[b].qs[i + 16];
+      }
+      s += static_cast<double>(fp16_to_f32(w[b].d)) * fp16_to_f32(x[b].d) * sum;
+    }
+    return static_cast<float>(s);
+  });
+}
+
+void q4_k_q8_k_matmul__ref(const WeightMatmulArgs& a) {
+  for_each_row_token<BlockQ4_K, BlockQ8_K>(a, [&](const BlockQ4_K* w, const BlockQ8_K* x) {
+    double s = 0;
+    for (std::size_t b = 0; b < a.k / 256; ++b) {
+      const BlockQ4_K& wb = w[b];
+      const BlockQ8_K& xb = x[b];
+      long sum_scaled = 0, sum_min = 0;
+      for (int j = 0; j < 8; ++j) {
+        int scale, min;
+        q4_k_scale_min(j, wb.scales, scale, min);
+        // Sub-blocks 2c and 2c+1 share 32 bytes of qs: low nibbles, then high nibbles.
+        const std::uint8_t* q = wb.qs + (j / 2) * 32;
+        int dot = 0;
+        for (int i = 0; i < 32; ++i) dot += ((j % 2 == 0) ? (q[i] & 0xF) : (q[i] >> 4)) * xb.qs[j * 32 + i];
+        sum_scaled += static_cast<long>(scale) * dot;
+        sum_min += static_cast<long>(min) * (xb.bsums[2 * j] + xb.bsums[2 * j + 1]);
+      }
+      s += static_cast<double>(xb.d) *
+           (fp16_to_f32(wb.d) * static_cast<double>(sum_scaled) - fp16_to_f32(wb.dmin) * static_cast<double>(sum_min));
+    }
+    return static_cast<float>(s);
+  });
+}
+
+void q6_k_q8_k_matmul__ref(const WeightMatmulArgs& a) {
+  for_each_row_token<BlockQ6_K, BlockQ8_K>(a, [&](const BlockQ6_K* w, const BlockQ8_K* x) {
+    double s = 0;
+    for (std::size_t b = 0; b < a.k / 256; ++b) {
+      const BlockQ6_K& wb = w[b];
+      const BlockQ8_K& xb = x[b];
+      long sum = 0;
+      // Two halves of 128 values; within each, value l + 32m takes 4 bits from ql and 2 from qh.
+      for (int half = 0; half < 2; ++half) {
+        const std::uint8_t* ql = wb.ql + 64 * half;
+        const std::uint8_t* qh = wb.qh + 32 * half;
+        const std::int8_t* sc = wb.scales + 8 * half;
+        const std::int8_t* xq = xb.qs + 128 * half;
+        for (int l = 0; l < 32; ++l) {
+          const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+          const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+          const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+          const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+          const int g = l / 16;
+          sum += static_cast<long>(sc[g]) * q1 * xq[l] + static_cast<long>(sc[g + 2]) * q2 * xq[l + 32] +
+                 static_cast<long>(sc[g + 4]) * q3 * xq[l + 64] + static_cast<long>(sc[g + 6]) * q4 * xq[l + 96];
+        }
+      }
+      s += static_cast<double>(xb.d) * fp16_to_f32(wb.d) * static_cast<double>(sum);
+    }
+    return static_cast<float>(s);
+  });
+}
+
+// Symmetric: d = max|x| / 127 (stored as fp16), q = x / d rounded to nearest even, as the SIMD
+// variants round (the fixtures' weights were rounded half away from zero, as ggml does).
+void quantize_row_q8_0__ref(const float* x, void* blocks, std::size_t k) {
+  auto* out = static_cast<BlockQ8_0*>(blocks);
+  for (std::size_t b = 0; b < k / 32; ++b) {
+    float amax = 0;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[b * 32 + i]));
+    const float d = amax / 127.0f;
+    const float inv = d != 0 ? 1.0f / d : 0.0f;
+    out[b].d = llm::f32_to_fp16(d);
+    for (int i = 0; i < 32; ++i) out[b].qs[i] = static_cast<std::int8_t>(std::nearbyint(x[b * 32 + i] * inv));
+  }
+}
+
+// Q8_K keeps a float scale (it is only ever an activation) and the sums of each 16 values.
+void quantize_row_q8_k__ref(const float* x, void* blocks, std::size_t k) {
+  auto* out = static_cast<BlockQ8_K*>(blocks);
+  for (std::size_t b = 0; b < k / 256; ++b) {
+    float amax = 0;
+    for (int i = 0; i < 256; ++i) amax = std::max(amax, std::fabs(x[b * 256 + i]));
+    const float d = amax / 127.0f;
+    const float inv = d != 0 ? 1.0f / d : 0.0f;
+    out[b].d = d;
+    for (int i = 0; i < 256; ++i) out[b].qs[i] = static_cast<std::int8_t>(std::nearbyint(x[b * 256 + i] * inv));
+    for (int g = 0; g < 16; ++g) {
+      int s = 0;
+      for (int i = 0; i < 16; ++i) s += out[b].qs[g * 16 + i];
+      out[b].bsums[g] = static_cast<std::int16_t>(s);
+    }
+  }
+}
+
+}  // namespace cpudl::kernels

@@ -1,0 +1,172 @@
+// LLM weight kernels: every runnable variant of each weight x activation product against an
+// independent double-precision product of the dequantised operands, over token counts around
+// the 4-token tile; the activation quantisers bit-exact against the reference; and the weight
+// quantisers' round-trip error.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels/dispatch.h"
+#include "kernels/quant/quant.h"
+#include "llm/ggml_types.h"
+#include "llm/half.h"
+#include "llm/quantize.h"
+
+namespace cpudl::kernels {
+namespace {
+
+using llm::GgmlType;
+
+const IsaLevel kMachineLevel = runtime().isa.detected;
+
+std::vector<float> gaussian(std::size_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+struct Case {
+  GgmlType weight;
+  const std::vector<KernelVariant<WeightMatmulFn>>& (*variants)();
+  enum Activation { f32, q8_0, q8_k } activation;
+};
+
+class WeightMatmul : public ::testing::TestWithParam<Case> {};
+
+TEST_P(WeightMatmul, EveryVariantMatchesTheDequantisedProduct) {
+  const Case c = GetParam();
+  const std::size_t rows = 7, k = 512;
+  const std::vector<float> w = gaussian(rows * k, 1);
+  const std::size_t w_row = llm::row_bytes(c.weight, k);
+  std::vector<std::uint8_t> wq(rows * w_row);
+  std::vector<float> w_deq(rows * k);
+  for (std::size_t r = 0; r < rows; ++r) {
+    llm::quantize_row(c.weight, w.data() + r * k, wq.data() + r * w_row, k);
+    llm::dequantize_row(c.weight, wq.data() + r * w_row, w_deq.data() + r * k, k);
+  }
+  for (std::size_t tokens : {1, 2, 3, 4, 5, 8, 9}) {
+    SCOPED_TRACE("tokens " + std::to_string(tokens));
+    const std::vector<float> x = gaussian(tokens * k, 2 + static_cast<unsigned>(tokens));
+    std::size_t x_row = k * sizeof(float);
+    if (c.activation == Case::q8_0) x_row = k / 32 * sizeof(llm::BlockQ8_0);
+    if (c.activation == Case::q8_k) x_row = k / 256 * sizeof(llm::BlockQ8_K);
+    std::vector<std::uint8_t> xq(tokens * x_row);
+    std::vector<double> x_deq(tokens * k);
+    for (std::size_t t = 0; t < tokens; ++t) {
+      const float* src = x.data() + t * k;
+      void* dst = xq.data() + t * x_row;
+      if (c.activation == Case::f32) {
+        std::memcpy(dst, src, x_row);
+        for (std::size_t i = 0; i < k; ++i) x_deq[t * k + i] = src[i];
+      } else if (c.activation == Case::q8_0) {
+        quantize_row_q8_0__ref(src, dst, k);
+        const auto* b = static_cast<const llm::BlockQ8_0*>(dst);
+        for (std::size_t i = 0; i < k; ++i) x_deq[t * k + i] = llm::fp16_to_f32(b[i / 32].d) * b[i / 32].qs[i % 32];
+      } else {
+        quantize_row_q8_k__ref(src, dst, k);
+        const auto* b = static_cast<const llm::BlockQ8_K*>(dst);
+        for (std::size_t i = 0; i < k; ++i) x_deq[t * k + i] = static_cast<double>(b[i / 256].d) * b[i / 256].qs[i % 256];
+      }
+    }
+    int ran = 0;
+    for (const auto& variant : c.variants()) {
+      if (variant.level > kMachineLevel) continue;
+      SCOPED_TRACE(variant.name);
+      const std::size_t ldy = rows + 3;
+      std::vector<float> y(tokens * ldy, -1.0f);
+      variant.fn({wq.data(), w_row, xq.data(), x_row, y.data(), ldy, rows, tokens, k});
+      for (std::size_t t = 0; t < tokens; ++t)
+        for (std::size_t r = 0; r < rows; ++r) {
+          double expected = 0, scale = 0;
+          for (std::size_t i = 0; i < k; ++i) {
+            expected += w_deq[r * k + i] * x_deq[t * k + i];
+            scale += std::fabs(w_deq[r * k + i] * x_deq[t * k + i]);
+          }
+          ASSERT_NEAR(y[t * ldy + r], expected, 1e-5 * scale) << "row " << r << " token " << t;
+        }
+      for (std::size_t t = 0; t < tokens; ++t)
+        for (std::size_t r = rows; r < ldy; ++r) ASSERT_EQ(y[t * ldy + r], -1.0f) << "wrote past the rows";
+      ++ran;
+    }
+    EXPECT_GE(ran, 1);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllWeightTypes, WeightMatmul,
+    ::testing::Values(Case{GgmlType::f32, f32_f32_matmul_variants, Case::f32},
+                      Case{GgmlType::f16, f16_f32_matmul_variants, Case::f32},
+                      Case{GgmlType::bf16, bf16_f32_matmul_variants, Case::f32},
+                      Case{GgmlType::q8_0, q8_0_q8_0_matmul_variants, Case::q8_0},
+                      Case{GgmlType::q4_0, q4_0_q8_0_matmul_variants, Case::q8_0},
+                      Case{GgmlType::q4_k, q4_k_q8_k_matmul_variants, Case::q8_k},
+                      Case{GgmlType::q6_k, q6_k_q8_k_matmul_variants, Case::q8_k}),
+    [](const auto& info) { return std::string(llm::ggml_type_info(static_cast<std::uint32_t>(info.param.weight))->name); });
+
+TEST(QuantizeRow, Q8_0VariantsAreBitExact) {
+  for (std::size_t k : {32, 64, 4096}) {
+    std::vector<float> x = gaussian(k, 5);
+    x[3] = 0.0f;
+    std::vector<float> zeros(32, 0.0f);
+    std::vector<llm::BlockQ8_0> expected(k / 32), got(k / 32);
+    quantize_row_q8_0__ref(x.data(), expected.data(), k);
+    for (const auto& variant : quantize_row_q8_0_variants()) {
+      if (variant.level > kMachineLevel) continue;
+      SCOPED_TRACE(variant.name);
+      variant.fn(x.data(), got.data(), k);
+      for (std::size_t b = 0; b < k / 32; ++b) {
+        ASSERT_EQ(got[b].d, expected[b].d) << "block " << b;
+        for (int i = 0; i < 32; ++i) ASSERT_EQ(got[b].qs[i], expected[b].qs[i]) << "block " << b << " value " << i;
+      }
+      variant.fn(zeros.data(), got.data(), 32);  // an all-zero block: scale 0, no division by zero
+      EXPECT_EQ(got[0].d, 0);
+      EXPECT_EQ(got[0].qs[0], 0);
+    }
+  }
+}
+
+// Relative RMS error of a quantise / dequantise round trip of Gaussian weights; bounds from the
+// formats' step sizes (8, 4 and 6 bits), with margin.
+TEST(QuantizeRow, WeightRoundTripErrorIsWhatTheFormatAllows) {
+  const std::size_t k = 256 * 64;
+  const std::vector<float> x = gaussian(k, 9);
+  const std::pair<GgmlType, double> bounds[] = {{GgmlType::f16, 1e-3},  {GgmlType::bf16, 5e-3},
+                                                {GgmlType::q8_0, 1e-2}, {GgmlType::q6_k, 4e-2},
+                                                {GgmlType::q4_0, 0.12}, {GgmlType::q4_k, 0.12}};
+  for (const auto& [type, bound] : bounds) {
+    std::vector<std::uint8_t> q(llm::row_bytes(type, k));
+    std::vector<float> back(k);
+    llm::quantize_row(type, x.data(), q.data(), k);
+    llm::dequantize_row(type, q.data(), back.data(), k);
+    double err = 0, ref = 0;
+    for (std::size_t i = 0; i < k; ++i) {
+      err += (back[i] - x[i]) * static_cast<double>(back[i] - x[i]);
+      ref += static_cast<double>(x[i]) * x[i];
+    }
+    const double rel = std::sqrt(err / ref);
+    EXPECT_LT(rel, bound) << llm::ggml_type_info(static_cast<std::uint32_t>(type))->name;
+    EXPECT_GT(rel, 0.0) << "a lossy format cannot be exact on Gaussian data";
+  }
+}
+
+TEST(Half, ConversionsMatchF16CRoundingAtTheEdges) {
+  const float values[] = {0.0f, -0.0f, 1.0f, 65504.0f, 65520.0f, 6.1035156e-05f, 5.9604645e-08f,
+                          2.9802322e-08f, 1.0009765625f, 1.00048828125f, -3.1415926f, 1e-9f};
+  const std::uint16_t expected[] = {0x0000, 0x8000, 0x3C00, 0x7BFF, 0x7C00, 0x0400, 0x0001,
+                                    0x0000, 0x3C01, 0x3C00, 0xC248, 0x0000};
+  for (std::size_t i = 0; i < sizeof values / sizeof values[0]; ++i) {
+    EXPECT_EQ(llm::f32_to_fp16(values[i]), expected[i]) << values[i];
+    if (expected[i] != 0x7C00) {
+      EXPECT_NEAR(llm::fp16_to_f32(expected[i]), values[i], std::fabs(values[i]) * 1e-3 + 6e-8);
+    }
+  }
+  EXPECT_EQ(llm::f32_to_bf16(1.0f), 0x3F80);
+  EXPECT_EQ(llm::bf16_to_f32(0x3F80), 1.0f);
+}
+
+}  // namespace
+}  // namespace cpudl::kernels
