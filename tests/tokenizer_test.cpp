@@ -8,6 +8,7 @@
 
 #include "cpudl/error.h"
 #include "cpudl/io.h"
+#include "llm/chat_template.h"
 #include "llm/gguf.h"
 #include "llm/split_regex.h"
 #include "llm/tokenizer.h"
@@ -118,6 +119,17 @@ TEST(SplitRegex, MatchesPerlSemanticsOnTheLlama3Pattern) {
   for (auto [b, e] : pieces) got.push_back(text.substr(b, e - b));
   const std::vector<std::string> expected = {"Hello", " WORLD", "'S", " ", "123", "45", " ...\n\n", " ", " x", "  \t"};
   EXPECT_EQ(got, expected);
+}
+
+TEST(ChatTemplate, RecognisesTheFamilyFromARealTemplate) {
+  const GgufFile phi3 = GgufFile::open(vocab_dir() / "ggml-vocab-phi-3.gguf");
+  EXPECT_EQ(detect_chat_format(phi3.get_string("tokenizer.chat_template"), true), ChatFormat::phi3);
+  EXPECT_EQ(detect_chat_format("{% for m in messages %}<|im_start|>{{ m.role }}", false), ChatFormat::chatml);
+  EXPECT_EQ(detect_chat_format("", true), ChatFormat::llama2);
+  EXPECT_EQ(format_user_turn(ChatFormat::chatml, "Be brief.", "Hi", true),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(format_user_turn(ChatFormat::llama2, "", "Hi", false), "<s>[INST] Hi [/INST]");
+  EXPECT_THROW(parse_chat_format("vicuna"), UsageError);
 }
 
 TEST(SplitRegex, RejectsWhatItCannotMatch) {

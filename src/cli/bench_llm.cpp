@@ -1,0 +1,114 @@
+// `cpudl bench llm`: prompt processing and generation speed of a GGUF model, with generation
+// judged against the memory bandwidth measured in the same run (each generated token streams
+// every weight matrix once, so bytes per token / bandwidth bounds the token rate).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "cli/command.h"
+#include "cpudl/llm.h"
+#include "cpudl/runtime.h"
+#include "llm/model_impl.h"
+
+namespace cpudl::cli {
+namespace {
+
+struct BenchLlmOptions {
+  std::string model, cache_type = "f16";
+  int prompt = 64, gen = 32, threads = 0, repetitions = 3;
+  bool json = false;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+int run_bench_llm(const BenchLlmOptions& o) {
+  const llm::Model model = llm::Model::load(o.model);
+  const auto& c = model.config();
+  const int threads = runtime().threads.threads;
+  llm::Context ctx(model, {o.prompt + o.gen + 1, llm::parse_cache_type(o.cache_type), 0, std::max(o.prompt, 1)});
+  std::mt19937 gen(1);
+  std::uniform_int_distribution<std::int32_t> pick(0, c.vocab - 1);
+  std::vector<std::int32_t> prompt(static_cast<std::size_t>(o.prompt));
+  for (auto& t : prompt) t = pick(gen);
+  using Clock = std::chrono::steady_clock;
+  auto time = [](auto&& fn) {
+    const auto t0 = Clock::now();
+    fn();
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+  // Warm-up: touches every weight page and builds oneDNN's kernels.
+  ctx.eval(std::span(prompt.data(), std::min<std::size_t>(prompt.size(), 8)));
+  std::vector<double> pp, tg;
+  for (int r = 0; r < o.repetitions; ++r) {
+    if (o.prompt > 0) {
+      ctx.reset();
+      pp.push_back(o.prompt / time([&] { ctx.eval(prompt); }));
+    }
+    if (o.gen > 0) {  // as llama-bench's tg test: single tokens from an empty cache
+      ctx.reset();
+      tg.push_back(o.gen / time([&] {
+        for (int i = 0; i < o.gen; ++i) {
+          const std::int32_t t = prompt.empty() ? 1 : prompt[static_cast<std::size_t>(i) % prompt.size()];
+          ctx.eval(std::span(&t, 1));
+        }
+      }));
+    }
+  }
+  double bytes_per_token = static_cast<double>(model.impl().output.rows * model.impl().output.row_bytes);
+  for (const auto& l : model.impl().layers)
+    for (const llm::WeightMatrix* w : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
+      bytes_per_token += static_cast<double>(w->rows * w->row_bytes);
+  const double bandwidth = measure_read_bandwidth(threads, 0.5) * 1e9;
+  const double pp_rate = pp.empty() ? 0 : median(pp), tg_rate = tg.empty() ? 0 : median(tg);
+  const double pct = 100.0 * tg_rate * bytes_per_token / bandwidth;
+  if (o.json) {
+    std::printf("%s\n", nlohmann::ordered_json{{"model", o.model},
+                                                {"weight_type", c.weight_type},
+                                                {"parameters", c.parameters},
+                                                {"threads", threads},
+                                                {"prompt", o.prompt},
+                                                {"gen", o.gen},
+                                                {"prompt_tokens_per_second", pp_rate},
+                                                {"tokens_per_second", tg_rate},
+                                                {"bytes_per_token", bytes_per_token},
+                                                {"bandwidth_gbs", bandwidth / 1e9},
+                                                {"pct_bandwidth", pct}}
+                                .dump()
+                                .c_str());
+    return 0;
+  }
+  std::printf("%s (%s, %.0fM parameters), %d threads:\n", c.name.c_str(), c.weight_type.c_str(),
+              static_cast<double>(c.parameters) / 1e6, threads);
+  std::printf("  prompt %d tokens: %8.1f tokens/s\n", o.prompt, pp_rate);
+  std::printf("  generate %d:      %8.1f tokens/s (%.1f MB per token: %.0f%% of the %.1f GB/s measured bandwidth)\n",
+              o.gen, tg_rate, bytes_per_token / 1e6, pct, bandwidth / 1e9);
+  return 0;
+}
+
+}  // namespace
+
+void add_bench_llm_command(CLI::App& bench, Action& action) {
+  auto o = std::make_shared<BenchLlmOptions>();
+  CLI::App* b = bench.add_subcommand("llm", "Prompt and generation tokens/s of a GGUF model, vs memory bandwidth");
+  b->add_option("-m,--model", o->model, "Model file (.gguf)")->required();
+  b->add_option("--prompt", o->prompt, "Prompt tokens (default 64)")->check(CLI::Range(0, 1 << 16));
+  b->add_option("--gen", o->gen, "Generated tokens (default 32)")->check(CLI::Range(0, 1 << 16));
+  b->add_option("--repetitions", o->repetitions, "Runs of each test; the median is reported (default 3)")
+      ->check(CLI::Range(1, 1000));
+  b->add_option("--threads", o->threads, "Compute threads (default: usable physical cores)")->check(CLI::Range(1, 4096));
+  b->add_option("--cache-type", o->cache_type, "KV cache type: f16 (default), f32 or q8_0");
+  b->add_flag("--json", o->json, "One JSON object");
+  b->callback([&action, o] {
+    action = [o] {
+      use_threads(o->threads);
+      return run_bench_llm(*o);
+    };
+  });
+}
+
+}  // namespace cpudl::cli

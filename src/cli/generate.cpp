@@ -1,0 +1,307 @@
+// `cpudl generate` (text from a GGUF model, streamed), `cpudl tokenize` and `cpudl chat`.
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/command.h"
+#include "cpudl/error.h"
+#include "cpudl/io.h"
+#include "cpudl/llm.h"
+#include "llm/chat_template.h"
+#include "llm/model_impl.h"
+
+namespace cpudl::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+struct SamplingFlags {
+  float temperature = 0.8f, top_p = 0.95f, min_p = 0.05f, repeat_penalty = 1.0f;
+  int top_k = 40, repeat_last_n = 64;
+  std::uint64_t seed = 0;
+  llm::SamplerOptions options() const {
+    return {temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed};
+  }
+};
+
+struct ModelFlags {
+  std::string model;
+  int threads = 0, ctx = 0;
+  std::string cache_type = "f16";
+};
+
+void add_model_flags(CLI::App* c, ModelFlags& m) {
+  c->add_option("-m,--model", m.model, "Model file (.gguf)")->required();
+  c->add_option("--threads", m.threads, "Compute threads (default: usable physical cores)")->check(CLI::Range(1, 4096));
+  c->add_option("--ctx", m.ctx, "Context length (default: the model's, at most 4096)")->check(CLI::Range(1, 1 << 24));
+  c->add_option("--cache-type", m.cache_type, "KV cache type: f16 (default), f32 or q8_0");
+}
+
+void add_sampling_flags(CLI::App* c, SamplingFlags& s) {
+  c->add_option("--temp", s.temperature, "Temperature (0: greedy; default 0.8)")->check(CLI::Range(0.0, 100.0));
+  c->add_option("--top-k", s.top_k, "Keep the K most likely tokens (0: off; default 40)")->check(CLI::Range(0, 1 << 24));
+  c->add_option("--top-p", s.top_p, "Nucleus sampling threshold (1: off; default 0.95)")->check(CLI::Range(0.0, 1.0));
+  c->add_option("--min-p", s.min_p, "Drop tokens below min-p times the top probability (default 0.05)")
+      ->check(CLI::Range(0.0, 1.0));
+  c->add_option("--repeat-penalty", s.repeat_penalty, "Penalty for recent tokens (1: off; default 1)")
+      ->check(CLI::Range(0.0, 100.0));
+  c->add_option("--repeat-last-n", s.repeat_last_n, "How many recent tokens the penalty covers (default 64)")
+      ->check(CLI::Range(0, 1 << 24));
+  c->add_option("--seed", s.seed, "Random seed (default 0)");
+}
+
+llm::ContextOptions context_options(const ModelFlags& m) {
+  return {m.ctx, llm::parse_cache_type(m.cache_type), 0, 256};
+}
+
+// Holds back text that could be the start of a stop string, so streamed output never shows a
+// stop string (or its beginning) that then ends generation.
+class StopFilter {
+ public:
+  explicit StopFilter(std::vector<std::string> stops) : stops_(std::move(stops)) {}
+  // Adds generated text; returns what may be printed now. Sets stopped() when a stop string appears.
+  std::string feed(const std::string& piece) {
+    pending_ += piece;
+    for (const auto& s : stops_) {
+      const std::size_t at = pending_.find(s);
+      if (at != std::string::npos) {
+        stopped_ = true;
+        std::string out = pending_.substr(0, at);
+        pending_.clear();
+        return out;
+      }
+    }
+    std::size_t keep = 0;  // longest suffix of pending_ that begins some stop string
+    for (const auto& s : stops_)
+      for (std::size_t n = std::min(s.size() - 1, pending_.size()); n > keep; --n)
+        if (pending_.compare(pending_.size() - n, n, s, 0, n) == 0) {
+          keep = n;
+          break;
+        }
+    std::string out = pending_.substr(0, pending_.size() - keep);
+    pending_.erase(0, pending_.size() - keep);
+    return out;
+  }
+  std::string flush() { return std::exchange(pending_, {}); }
+  bool stopped() const { return stopped_; }
+
+ private:
+  std::vector<std::string> stops_;
+  std::string pending_;
+  bool stopped_ = false;
+};
+
+std::vector<std::int32_t> parse_token_list(const std::string& list) {
+  std::vector<std::int32_t> ids;
+  std::stringstream ss(list);
+  for (std::string item; std::getline(ss, item, ',');) {
+    std::size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size() || v < 0 || v > INT32_MAX)
+      throw UsageError("--tokens: '" + item + "' is not a token id (expected comma-separated non-negative integers)");
+    ids.push_back(static_cast<std::int32_t>(v));
+  }
+  if (ids.empty()) throw UsageError("--tokens: no token ids");
+  return ids;
+}
+
+struct GenerateOptions {
+  ModelFlags model;
+  SamplingFlags sampling;
+  std::string prompt, tokens, dump_logits;
+  std::vector<std::string> stops;
+  int n = 128;
+  bool json = false, no_bos = false;
+};
+
+int run_generate(const GenerateOptions& o) {
+  if (o.prompt.empty() == o.tokens.empty())
+    throw UsageError("give the prompt as -p TEXT or as --tokens ID,ID,... (exactly one of them)");
+  const llm::Model model = llm::Model::load(o.model.model);
+  llm::Context ctx(model, context_options(o.model));
+  const std::vector<std::int32_t> prompt = o.tokens.empty() ? model.tokenize(o.prompt, !o.no_bos) : parse_token_list(o.tokens);
+  if (prompt.empty()) throw UsageError("the prompt is empty after tokenization");
+  for (const std::int32_t t : prompt)
+    if (t >= model.config().vocab)
+      throw UsageError("--tokens: id " + std::to_string(t) + " is outside the vocabulary of " + std::to_string(model.config().vocab));
+  if (static_cast<int>(prompt.size()) > ctx.n_ctx())
+    throw UsageError("the prompt has " + std::to_string(prompt.size()) + " tokens, more than the context of " +
+                     std::to_string(ctx.n_ctx()) + " (--ctx)");
+  const bool dump = !o.dump_logits.empty();
+  auto t0 = Clock::now();
+  ctx.eval(prompt, dump);
+  const double prompt_seconds = seconds_since(t0);
+  if (dump) {
+    const auto vocab = static_cast<std::int64_t>(ctx.vocab_size());
+    Tensor logits = Tensor::empty({static_cast<std::int64_t>(prompt.size()), vocab});
+    for (std::size_t i = 0; i < prompt.size(); ++i)
+      std::copy(ctx.logits(i), ctx.logits(i) + vocab, logits.data() + static_cast<std::int64_t>(i) * vocab);
+    io::save_npy(o.dump_logits, logits);
+  }
+  llm::Sampler sampler(o.sampling.options());
+  std::vector<std::int32_t> history = prompt, generated;
+  StopFilter filter(o.stops);
+  std::string text;
+  auto emit = [&](const std::string& s) {
+    text += s;
+    if (!o.json && !s.empty()) {
+      std::fwrite(s.data(), 1, s.size(), stdout);
+      std::fflush(stdout);
+    }
+  };
+  t0 = Clock::now();
+  const float* logits = ctx.logits(dump ? prompt.size() - 1 : 0);
+  for (int i = 0; i < o.n; ++i) {
+    const std::int32_t next = sampler.sample(logits, ctx.vocab_size(), history);
+    if (model.is_end_of_generation(next)) break;
+    generated.push_back(next);
+    history.push_back(next);
+    emit(filter.feed(model.token_text(next)));
+    if (filter.stopped() || i + 1 == o.n) break;
+    if (ctx.n_past() >= ctx.n_ctx()) break;  // the context is full
+    ctx.eval(std::span(&next, 1));
+    logits = ctx.logits();
+  }
+  emit(filter.flush());
+  const double gen_seconds = seconds_since(t0);
+  if (o.json) {
+    nlohmann::json j;
+    j["prompt_tokens"] = prompt.size();
+    j["tokens"] = generated.size();
+    j["token_ids"] = generated;
+    j["text"] = text;
+    j["prompt_tokens_per_second"] = static_cast<double>(prompt.size()) / std::max(prompt_seconds, 1e-9);
+    j["tokens_per_second"] = generated.empty() ? 0.0 : static_cast<double>(generated.size()) / std::max(gen_seconds, 1e-9);
+    // Invalid UTF-8 (a token can end inside a character) is replaced rather than refused.
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  } else {
+    std::printf("\n");
+    std::fprintf(stderr, "cpudl: prompt %zu tokens, %.1f tokens/s; generated %zu tokens, %.1f tokens/s\n", prompt.size(),
+                 static_cast<double>(prompt.size()) / std::max(prompt_seconds, 1e-9), generated.size(),
+                 generated.empty() ? 0.0 : static_cast<double>(generated.size()) / std::max(gen_seconds, 1e-9));
+  }
+  return 0;
+}
+
+struct TokenizeOptions {
+  std::string model, text;
+  bool no_bos = false;
+};
+
+int run_tokenize(const TokenizeOptions& o) {
+  const llm::Model model = llm::Model::load(o.model);
+  const auto ids = model.tokenize(o.text, !o.no_bos);
+  std::string line;
+  for (const auto id : ids) line += (line.empty() ? "" : " ") + std::to_string(id);
+  std::printf("%s\n", line.c_str());
+  return 0;
+}
+
+struct ChatOptions {
+  ModelFlags model;
+  SamplingFlags sampling;
+  std::string system, format;
+  int n = 512;
+};
+
+int run_chat(const ChatOptions& o) {
+  const llm::Model model = llm::Model::load(o.model.model);
+  llm::Context ctx(model, context_options(o.model));
+  const bool spm = model.impl().tokenizer && model.impl().tokenizer->model() == "llama";
+  const llm::ChatFormat format =
+      o.format.empty() ? llm::detect_chat_format(model.chat_template(), spm) : llm::parse_chat_format(o.format);
+  std::fprintf(stderr, "cpudl: chat with %s (%s template); end with Ctrl-D\n", model.config().name.c_str(),
+               llm::chat_format_name(format));
+  llm::Sampler sampler(o.sampling.options());
+  std::vector<std::int32_t> history;
+  bool first = true;
+  for (std::string line; (std::fputs("> ", stderr), std::getline(std::cin, line));) {
+    if (line.empty()) continue;
+    std::vector<std::int32_t> turn =
+        model.tokenize(llm::format_user_turn(format, o.system, line, first), first);
+    first = false;
+    if (ctx.n_past() + static_cast<int>(turn.size()) + 1 >= ctx.n_ctx()) {
+      std::fprintf(stderr, "cpudl: the context of %d tokens is full; start a new chat (--ctx to enlarge)\n", ctx.n_ctx());
+      break;
+    }
+    ctx.eval(turn);
+    history.insert(history.end(), turn.begin(), turn.end());
+    bool ended = false;
+    for (int i = 0; i < o.n && ctx.n_past() < ctx.n_ctx(); ++i) {
+      const std::int32_t next = sampler.sample(ctx.logits(), ctx.vocab_size(), history);
+      history.push_back(next);
+      ctx.eval(std::span(&next, 1));  // keeps the cache in step with the history, end token included
+      if (model.is_end_of_generation(next)) {
+        ended = true;
+        break;
+      }
+      const std::string piece = model.token_text(next);
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+    if (!ended) {  // cut short: close the reply in the history as the template expects
+      const auto close = model.tokenize(llm::format_assistant_end(format), false);
+      if (ctx.n_past() + static_cast<int>(close.size()) < ctx.n_ctx()) ctx.eval(close);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_generate_command(CLI::App& app, Action& action) {
+  auto o = std::make_shared<GenerateOptions>();
+  CLI::App* g = app.add_subcommand("generate", "Generate text with a Llama-family GGUF model");
+  add_model_flags(g, o->model);
+  g->add_option("-p,--prompt", o->prompt, "Prompt text");
+  g->add_option("--tokens", o->tokens, "Prompt as token ids, comma-separated (instead of -p)");
+  g->add_option("-n,--n-predict", o->n, "Tokens to generate (default 128)")->check(CLI::Range(0, 1 << 24));
+  add_sampling_flags(g, o->sampling);
+  g->add_option("--stop", o->stops, "Stop when the output contains this text (repeatable)");
+  g->add_option("--dump-logits", o->dump_logits, "Write the logits of every prompt position to this .npy file");
+  g->add_flag("--no-bos", o->no_bos, "Do not add the BOS token to the prompt");
+  g->add_flag("--json", o->json, "One JSON object at the end instead of streamed text");
+  g->callback([&action, o] {
+    action = [o] {
+      use_threads(o->model.threads);
+      return run_generate(*o);
+    };
+  });
+}
+
+void add_tokenize_command(CLI::App& app, Action& action) {
+  auto o = std::make_shared<TokenizeOptions>();
+  CLI::App* t = app.add_subcommand("tokenize", "Print the token ids of a text, with a GGUF model's tokenizer");
+  t->add_option("-m,--model", o->model, "Model file (.gguf)")->required();
+  t->add_option("text", o->text, "Text to tokenize")->required();
+  t->add_flag("--no-bos", o->no_bos, "Do not add the BOS token");
+  t->callback([&action, o] { action = [o] { return run_tokenize(*o); }; });
+}
+
+void add_chat_command(CLI::App& app, Action& action) {
+  auto o = std::make_shared<ChatOptions>();
+  CLI::App* c = app.add_subcommand("chat", "Interactive chat with a GGUF model (one message per line on stdin)");
+  add_model_flags(c, o->model);
+  add_sampling_flags(c, o->sampling);
+  c->add_option("--system", o->system, "System prompt");
+  c->add_option("--template", o->format, "Chat format: chatml, llama2, llama3 or phi3 (default: from the model)");
+  c->add_option("-n,--n-predict", o->n, "At most this many tokens per reply (default 512)")->check(CLI::Range(1, 1 << 24));
+  c->callback([&action, o] {
+    action = [o] {
+      use_threads(o->model.threads);
+      return run_chat(*o);
+    };
+  });
+}
+
+}  // namespace cpudl::cli

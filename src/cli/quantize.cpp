@@ -1,0 +1,98 @@
+// `cpudl quantize IN.gguf OUT.gguf --type T`: re-encodes a GGUF model's weight matrices (vectors
+// such as norms and biases stay F32), copying all metadata. The input is only read; the output
+// is written to a temporary file and renamed into place.
+#include <cstdio>
+#include <map>
+
+#include "cli/command.h"
+#include "cpudl/error.h"
+#include "llm/gguf.h"
+#include "llm/quantize.h"
+
+namespace cpudl::cli {
+namespace {
+
+struct QuantizeOptions {
+  std::string input, output, type;
+};
+
+struct TargetType {
+  const char* name;
+  llm::GgmlType type;
+  std::uint32_t file_type;  // general.file_type as llama.cpp numbers it
+};
+const TargetType kTargets[] = {{"f32", llm::GgmlType::f32, 0},   {"f16", llm::GgmlType::f16, 1},
+                               {"bf16", llm::GgmlType::bf16, 32}, {"q8_0", llm::GgmlType::q8_0, 7},
+                               {"q4_0", llm::GgmlType::q4_0, 2},  {"q4_k", llm::GgmlType::q4_k, 14},
+                               {"q6_k", llm::GgmlType::q6_k, 18}};
+
+int run_quantize(const QuantizeOptions& o) {
+  const TargetType* target = nullptr;
+  for (const auto& t : kTargets)
+    if (o.type == t.name) target = &t;
+  if (target == nullptr) throw UsageError("--type '" + o.type + "': expected f32, f16, bf16, q8_0, q4_0, q4_k or q6_k");
+  if (o.input.size() < 5 || o.input.substr(o.input.size() - 5) != ".gguf")
+    throw UsageError(o.input + ": expected a .gguf model (quantising ONNX and cpudl models is not implemented yet)");
+  const llm::GgufFile in = llm::GgufFile::open(o.input);
+
+  std::vector<llm::GgufWriterValue> metadata;
+  for (const auto& [key, value] : in.metadata()) {
+    if (key == "general.alignment") continue;  // written by write_gguf when not the default
+    llm::GgufWriterValue v{key, value};
+    if (key == "general.file_type") {
+      v.value.type = llm::GgufValueType::u32;
+      v.value.i = target->file_type;
+    }
+    metadata.push_back(std::move(v));
+  }
+  std::vector<std::vector<std::uint8_t>> buffers;
+  std::vector<llm::GgufWriterTensor> tensors;
+  std::map<std::string, int> counts;
+  std::uint64_t bytes_in = 0, bytes_out = 0;
+  buffers.reserve(in.tensors().size());
+  for (const llm::GgufTensor& t : in.tensors()) {
+    bytes_in += t.bytes;
+    llm::GgmlType to = t.dims.size() >= 2 ? target->type : t.type;
+    const std::uint32_t block = llm::ggml_type_info(static_cast<std::uint32_t>(to))->block_size;
+    if (t.dims[0] % block != 0) to = t.dims[0] % 32 == 0 ? llm::GgmlType::q8_0 : llm::GgmlType::f16;  // rows too short for the type
+    if (to == t.type) {
+      tensors.push_back({t.name, t.type, t.dims, {t.data, t.bytes}});
+      bytes_out += t.bytes;
+      ++counts[std::string(llm::ggml_type_info(static_cast<std::uint32_t>(to))->name) + " (kept)"];
+      continue;
+    }
+    if (!llm::is_compute_type(t.type))
+      throw Error(in.name() + ": tensor '" + t.name + "' has type " +
+                  llm::ggml_type_info(static_cast<std::uint32_t>(t.type))->name + ", which cpudl cannot convert");
+    const std::size_t cols = t.dims[0], rows = t.elements() / cols;
+    const std::size_t in_row = llm::row_bytes(t.type, cols), out_row = llm::row_bytes(to, cols);
+    std::vector<std::uint8_t>& out = buffers.emplace_back(rows * out_row);
+    std::vector<float> row(cols);
+    for (std::size_t r = 0; r < rows; ++r) {
+      llm::dequantize_row(t.type, t.data + r * in_row, row.data(), cols);
+      llm::quantize_row(to, row.data(), out.data() + r * out_row, cols);
+    }
+    tensors.push_back({t.name, to, t.dims, {out.data(), out.size()}});
+    bytes_out += out.size();
+    ++counts[llm::ggml_type_info(static_cast<std::uint32_t>(to))->name];
+  }
+  llm::write_gguf(o.output, metadata, tensors, in.alignment());
+  std::string summary;
+  for (const auto& [type, n] : counts) summary += (summary.empty() ? "" : ", ") + std::to_string(n) + " " + type;
+  std::printf("%s -> %s: %zu tensors (%s), %.1f MB -> %.1f MB\n", o.input.c_str(), o.output.c_str(), tensors.size(),
+              summary.c_str(), static_cast<double>(bytes_in) / 1e6, static_cast<double>(bytes_out) / 1e6);
+  return 0;
+}
+
+}  // namespace
+
+void add_quantize_command(CLI::App& app, Action& action) {
+  auto o = std::make_shared<QuantizeOptions>();
+  CLI::App* q = app.add_subcommand("quantize", "Re-encode a GGUF model's weights: q8_0, q4_0, q4_k, q6_k, f16, bf16, f32");
+  q->add_option("input", o->input, "Input model (.gguf); never modified")->required();
+  q->add_option("output", o->output, "Output model (.gguf)")->required();
+  q->add_option("--type", o->type, "Weight type of the output")->required();
+  q->callback([&action, o] { action = [o] { return run_quantize(*o); }; });
+}
+
+}  // namespace cpudl::cli

@@ -1,0 +1,177 @@
+// `cpudl generate`, `tokenize`, `chat`, `quantize` and `bench llm` end to end, on the generated
+// tiny models: outputs checked against the NumPy reference and the tokenizer, and every kind of
+// bad input answered with one line and a non-zero exit.
+#include <nlohmann/json.hpp>
+
+#include "cli_sandbox.h"
+#include "cpudl/io.h"
+#include "llm/gguf.h"
+
+namespace cpudl {
+namespace {
+
+using testing::CliSandbox;
+const std::string kDir = CPUDL_LLM_FIXTURES_DIR;
+
+std::string token_list(const std::string& model) {
+  std::ifstream in(kDir + "/" + model + ".tokens");
+  std::string ids, id;
+  while (in >> id) ids += (ids.empty() ? "" : ",") + id;
+  return ids;
+}
+
+class LlmCli : public CliSandbox {};
+
+TEST_F(LlmCli, DumpLogitsMatchesTheReference) {
+  const auto r = run("generate -m " + kDir + "/tiny-llama-f32.gguf --tokens " + token_list("tiny-llama") +
+                     " -n 0 --cache-type f32 --dump-logits " + path("logits.npy"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Tensor got = io::load_npy(path("logits.npy"));
+  const Tensor want = io::load_npy(kDir + "/tiny-llama-f32.logits.npy");
+  ASSERT_EQ(got.shape(), want.shape());
+  double err = 0, norm = 0;
+  for (std::int64_t i = 0; i < want.numel(); ++i) {
+    err += (got.data()[i] - want.data()[i]) * static_cast<double>(got.data()[i] - want.data()[i]);
+    norm += static_cast<double>(want.data()[i]) * want.data()[i];
+  }
+  EXPECT_LT(std::sqrt(err / norm), 1e-4);
+}
+
+TEST_F(LlmCli, GreedyGenerationIsReproducibleAndReportsJson) {
+  const std::string cmd = "generate -m " + kDir + "/tiny-qwen2-q8_0.gguf -p 'def main():' -n 12 --temp 0 --json";
+  const auto a = run(cmd), b = run(cmd);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  const auto j = nlohmann::json::parse(a.out);
+  EXPECT_EQ(j["tokens"], 12);
+  EXPECT_EQ(j["token_ids"].size(), 12u);
+  EXPECT_GT(j["prompt_tokens"].get<int>(), 1);
+  EXPECT_GT(j["tokens_per_second"].get<double>(), 0);
+  EXPECT_GT(j["prompt_tokens_per_second"].get<double>(), 0);
+  EXPECT_EQ(nlohmann::json::parse(b.out)["token_ids"], j["token_ids"]);
+  // The streamed text is the detokenized ids, and sampling with a seed is reproducible too.
+  const auto s1 = run("generate -m " + kDir + "/tiny-llama-q4_0.gguf -p Hello -n 8 --seed 5 --temp 1.5 --top-k 0 --min-p 0");
+  const auto s2 = run("generate -m " + kDir + "/tiny-llama-q4_0.gguf -p Hello -n 8 --seed 5 --temp 1.5 --top-k 0 --min-p 0");
+  ASSERT_EQ(s1.exit_code, 0) << s1.err;
+  EXPECT_EQ(s1.out, s2.out);
+  EXPECT_NE(s1.err.find("generated 8 tokens"), std::string::npos) << s1.err;
+}
+
+TEST_F(LlmCli, StopStringEndsGenerationWithoutPrintingIt) {
+  const auto full = run("generate -m " + kDir + "/tiny-llama-q8_0.gguf -p Hi -n 16 --temp 0 --json");
+  ASSERT_EQ(full.exit_code, 0) << full.err;
+  const std::string text = nlohmann::json::parse(full.out)["text"];
+  ASSERT_GT(text.size(), 6u);
+  const std::string stop = text.substr(text.size() / 2, 3);
+  const auto cut = run("generate -m " + kDir + "/tiny-llama-q8_0.gguf -p Hi -n 16 --temp 0 --json --stop '" + stop + "'");
+  ASSERT_EQ(cut.exit_code, 0) << cut.err;
+  const std::string cut_text = nlohmann::json::parse(cut.out)["text"];
+  EXPECT_EQ(cut_text, text.substr(0, text.find(stop)));
+}
+
+TEST_F(LlmCli, TokenizePrintsTheLlama2Ids) {
+  const auto r = run("tokenize -m " + kDir + "/tiny-llama-f16.gguf 'Hello world'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "1 15043 3186\n");  // BOS, "▁Hello", "▁world" in Llama 2's vocabulary
+}
+
+TEST_F(LlmCli, ChatAnswersEachLineWithTheModelsTemplate) {
+  std::ofstream(path("in.txt")) << "Hello\nHow are you?\n";
+  const auto r = run("chat -m " + kDir + "/tiny-qwen2-q4_0.gguf -n 4 --temp 0 < " + path("in.txt"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("chatml template"), std::string::npos) << r.err;  // byte-level BPE without a template
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 2) << r.out;
+}
+
+TEST_F(LlmCli, QuantizeWritesAModelThatStillAgreesWithTheReference) {
+  for (const char* type : {"q8_0", "q4_k", "q6_k", "f16", "bf16"}) {
+    SCOPED_TRACE(type);
+    const auto q = run("quantize " + kDir + "/tiny-llama-f32.gguf " + path("m.gguf") + " --type " + type);
+    ASSERT_EQ(q.exit_code, 0) << q.err;
+    const llm::GgufFile f = llm::GgufFile::open(path("m.gguf"));
+    EXPECT_EQ(f.get_string("tokenizer.ggml.model"), "llama");
+    const auto r = run("generate -m " + path("m.gguf") + " --tokens " + token_list("tiny-llama") +
+                       " -n 0 --dump-logits " + path("l.npy"));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const Tensor got = io::load_npy(path("l.npy"));
+    const Tensor want = io::load_npy(kDir + "/tiny-llama-f32.logits.npy");
+    double err = 0, norm = 0;
+    for (std::int64_t i = 0; i < want.numel(); ++i) {
+      err += (got.data()[i] - want.data()[i]) * static_cast<double>(got.data()[i] - want.data()[i]);
+      norm += static_cast<double>(want.data()[i]) * want.data()[i];
+    }
+    // 4-bit weights move the logits most: still well correlated with the float model's.
+    EXPECT_LT(std::sqrt(err / norm), std::string(type) == "q4_k" ? 0.25 : 0.06);
+  }
+}
+
+TEST_F(LlmCli, BenchLlmReportsRatesAndBandwidthShare) {
+  const auto r = run("bench llm -m " + kDir + "/tiny-llama-q4_0.gguf --prompt 16 --gen 8 --repetitions 1 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j["prompt_tokens_per_second"].get<double>(), 0);
+  EXPECT_GT(j["tokens_per_second"].get<double>(), 0);
+  EXPECT_GT(j["pct_bandwidth"].get<double>(), 0);
+  EXPECT_EQ(j["weight_type"], "Q4_0");
+}
+
+TEST_F(LlmCli, BadInputsGetOneClearLine) {
+  const std::string m = kDir + "/tiny-llama-q8_0.gguf";
+  struct Case {
+    std::string args, message;
+    int code;
+  };
+  // A truncated copy, and a file that is not GGUF at all.
+  const std::string bytes = testing::slurp(m);
+  std::ofstream(path("cut.gguf"), std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  std::ofstream(path("text.gguf")) << "not a model\n";
+  const Case cases[] = {
+      {"generate -m " + path("cut.gguf") + " -p hi", "runs past the end of the data section", 1},
+      {"generate -m " + path("text.gguf") + " -p hi", "not a GGUF file", 1},
+      {"generate -m " + path("missing.gguf") + " -p hi", "cannot open", 1},
+      {"generate -m " + m + " --tokens 1,99999999", "outside the vocabulary", 2},
+      {"generate -m " + m + " --tokens 1,x", "is not a token id", 2},
+      {"generate -m " + m + " -p hi --tokens 1", "exactly one of them", 2},
+      {"generate -m " + m + " -p 'a b c d e f g h' --ctx 4", "more than the context of 4", 2},
+      {"generate -m " + m + " -p hi --cache-type q4", "--cache-type 'q4'", 2},
+      {"generate -m " + m + " -p hi --ctx 100000", "exceeds the model's context length", 2},
+      {"quantize " + m + " " + path("o.gguf") + " --type q3", "--type 'q3'", 2},
+      {"quantize model.onnx " + path("o.gguf") + " --type q8_0", "expected a .gguf model", 2},
+      {"generate -p hi", "--model is required", 2},
+      {"generate -m " + std::string(CPUDL_LLM_VOCAB_DIR) + "/ggml-vocab-falcon.gguf -p hi",
+       "architecture 'falcon' is not supported", 1},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.args);
+    const auto r = run(c.args);
+    EXPECT_EQ(r.exit_code, c.code);
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("terminate"), std::string::npos);
+  }
+  EXPECT_FALSE(std::filesystem::exists(path("o.gguf")));
+}
+
+TEST_F(LlmCli, MissingTensorAndWrongShapeAreNamed) {
+  // Rewrite the tiny model without one tensor, and with one tensor of the wrong shape.
+  const llm::GgufFile f = llm::GgufFile::open(kDir + "/tiny-llama-f32.gguf");
+  std::vector<llm::GgufWriterValue> meta;
+  for (const auto& [k, v] : f.metadata()) meta.push_back({k, v});
+  std::vector<llm::GgufWriterTensor> without, reshaped;
+  for (const auto& t : f.tensors()) {
+    if (t.name != "blk.1.ffn_up.weight") without.push_back({t.name, t.type, t.dims, {t.data, t.bytes}});
+    auto dims = t.dims;
+    if (t.name == "blk.0.attn_k.weight") std::swap(dims[0], dims[1]);
+    reshaped.push_back({t.name, t.type, dims, {t.data, t.bytes}});
+  }
+  llm::write_gguf(path("without.gguf"), meta, without);
+  llm::write_gguf(path("reshaped.gguf"), meta, reshaped);
+  auto r = run("generate -m " + path("without.gguf") + " -p hi");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("tensor 'blk.1.ffn_up.weight' is missing"), std::string::npos) << r.err;
+  r = run("generate -m " + path("reshaped.gguf") + " -p hi");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("tensor 'blk.0.attn_k.weight' has GGUF shape [128, 256], expected [256, 128]"), std::string::npos)
+      << r.err;
+}
+
+}  // namespace
+}  // namespace cpudl
