@@ -1,5 +1,5 @@
 # cpudl entry points. Each target first makes sure the Debian packages it needs are installed.
-.PHONY: deps build test test-asan demo bench bench-onnx bench-pytorch clean format
+.PHONY: deps build test test-asan demo bench bench-onnx bench-pytorch bench-llm clean format
 
 JOBS ?= $(shell nproc)
 
@@ -49,6 +49,11 @@ bench-pytorch: build
 	@scripts/install-deps.sh --bench
 	@scripts/fetch-mnist.sh data/mnist
 	@/usr/bin/python3 bench/vs_pytorch.py --write-doc
+
+# cpudl generation and prompt speed on the 134M test model (F32, F16, Q8_0, Q4_0), against
+# llama.cpp's llama-bench when LLAMA_BIN names a folder holding it; writes docs/BENCHMARKS.md.
+bench-llm: build
+	@/usr/bin/python3 bench/vs_llama_cpp.py --write-doc
 
 format:
 	@clang-format -i $$(git ls-files '*.cpp' '*.h' '*.inl')

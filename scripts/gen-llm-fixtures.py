@@ -13,7 +13,7 @@ Outputs, per model M and type T: M-T.gguf, M-T.logits.npy (prompt positions x vo
 and M.tokens (the prompt ids, space-separated).
 
     /usr/bin/python3 scripts/gen-llm-fixtures.py OUT_DIR            # the test models
-    /usr/bin/python3 scripts/gen-llm-fixtures.py OUT_DIR --bench    # also the 134M bench model
+    /usr/bin/python3 scripts/gen-llm-fixtures.py OUT_DIR --bench    # the 134M bench model instead
 """
 import os
 import struct
@@ -267,10 +267,11 @@ def main():
         sys.exit("usage: gen-llm-fixtures.py OUT_DIR [--bench]")
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
-    build(out, "tiny-llama", TINY_LLAMA, TYPES, np.random.default_rng(1))
-    build(out, "tiny-qwen2", TINY_QWEN2, TYPES, np.random.default_rng(2))
     if "--bench" in sys.argv[2:]:
         build(out, "llama-134m", BENCH_134M, TYPES, np.random.default_rng(3), with_reference=False)
+        return
+    build(out, "tiny-llama", TINY_LLAMA, TYPES, np.random.default_rng(1))
+    build(out, "tiny-qwen2", TINY_QWEN2, TYPES, np.random.default_rng(2))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,96 @@
+#!/usr/bin/python3
+"""cpudl vs llama.cpp on the same GGUF files and threads, in one run (make bench-llm).
+
+The 134M Llama-architecture model of scripts/gen-llm-fixtures.py (dim 768, 12 layers, 12 heads,
+ffn 2048, Llama-2 vocabulary, random weights) in F32, F16, Q8_0 and Q4_0 is made once into
+build/llm-bench/. For each type, on 1 and 2 threads, back to back:
+  cpudl      build/cpudl bench llm -m M --prompt 64 --gen 32 --threads T --json
+  llama.cpp  $LLAMA_BIN/llama-bench -m M -p 64 -n 32 -t T -o json   (only when LLAMA_BIN is set:
+             binaries the user already has; this repository never fetches or builds llama.cpp)
+Generation is also reported as % of the memory read bandwidth cpudl measures in the same run.
+Results go to stdout and, with --write-doc, into docs/BENCHMARKS.md between the llm markers.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from benchmarks_doc import write_section  # noqa: E402
+
+CPUDL = os.environ.get("CPUDL_BIN", os.path.join(ROOT, "build", "cpudl"))
+MODELS = os.path.join(ROOT, "build", "llm-bench")
+TYPES = ["f32", "f16", "q8_0", "q4_0"]
+
+
+def ensure_models():
+    if all(os.path.exists(os.path.join(MODELS, "llama-134m-%s.gguf" % t)) for t in TYPES):
+        return
+    print("making the 134M bench models in %s (scripts/gen-llm-fixtures.py --bench)" % MODELS, file=sys.stderr)
+    subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "scripts", "gen-llm-fixtures.py"), MODELS, "--bench"],
+                   check=True, stdout=subprocess.DEVNULL)
+
+
+def cpudl(model, threads, prompt, gen, reps):
+    out = subprocess.run([CPUDL, "bench", "llm", "-m", model, "--prompt", str(prompt), "--gen", str(gen),
+                          "--threads", str(threads), "--repetitions", str(reps), "--json"],
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def llama_cpp(llama_bin, model, threads, prompt, gen, reps):
+    exe = os.path.join(llama_bin, "llama-bench")
+    out = subprocess.run([exe, "-m", model, "-p", str(prompt), "-n", str(gen), "-t", str(threads), "-r", str(reps),
+                          "-o", "json"], check=True, capture_output=True, text=True).stdout
+    rows = json.loads(out)
+    pp = next(r["avg_ts"] for r in rows if r["n_prompt"] > 0)
+    tg = next(r["avg_ts"] for r in rows if r["n_gen"] > 0)
+    return pp, tg, rows[0].get("build_commit", "?")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--prompt", type=int, default=64)
+    ap.add_argument("--gen", type=int, default=32)
+    ap.add_argument("--repetitions", type=int, default=3)
+    ap.add_argument("--write-doc", action="store_true")
+    args = ap.parse_args()
+    ensure_models()
+    llama_bin = os.environ.get("LLAMA_BIN")
+    doctor = json.loads(subprocess.run([CPUDL, "doctor", "--json"], check=True, capture_output=True, text=True).stdout)
+    header = "| model | threads | cpudl pp%d tok/s | cpudl tg%d tok/s | tg %% of bandwidth |" % (args.prompt, args.gen)
+    sep = "|---|---|---|---|---|"
+    if llama_bin:
+        header += " llama.cpp pp tok/s | llama.cpp tg tok/s | pp ratio | tg ratio |"
+        sep += "---|---|---|---|"
+    lines, commit = [header, sep], None
+    for t in [int(x) for x in args.threads.split(",")]:
+        for ty in TYPES:
+            model = os.path.join(MODELS, "llama-134m-%s.gguf" % ty)
+            c = cpudl(model, t, args.prompt, args.gen, args.repetitions)
+            row = "| %s | %d | %.0f | %.1f | %.0f%% of %.1f GB/s |" % (
+                ty.upper(), t, c["prompt_tokens_per_second"], c["tokens_per_second"], c["pct_bandwidth"], c["bandwidth_gbs"])
+            if llama_bin:
+                pp, tg, commit = llama_cpp(llama_bin, model, t, args.prompt, args.gen, args.repetitions)
+                row += " %.0f | %.1f | %.2fx | %.2fx |" % (pp, tg, c["prompt_tokens_per_second"] / pp, c["tokens_per_second"] / tg)
+            print(row, flush=True)
+            lines.append(row)
+    cpu = doctor.get("cpu", {})
+    body = "\n".join([
+        "Command: `make bench-llm` (bench/vs_llama_cpp.py)%s; prompt %d tokens, generation %d tokens from an empty "
+        "cache, median of %d runs (llama-bench: mean)." % (
+            " with `LLAMA_BIN=%s` (llama.cpp build %s)" % (llama_bin, commit) if llama_bin else "", args.prompt, args.gen,
+            args.repetitions),
+        "Machine: %s %s (family %s model %s), %s; `cpudl doctor --json` has the rest." % (
+            cpu.get("vendor", "?"), cpu.get("model_name", "?"), cpu.get("family", "?"), cpu.get("model", "?"), doctor.get("level", "?")),
+        "Ratios are cpudl / llama.cpp (above 1: cpudl faster).", "", *lines])
+    print(body)
+    if args.write_doc:
+        write_section("llm", "LLM inference: cpudl vs llama.cpp (make bench-llm)", body)
+
+
+if __name__ == "__main__":
+    main()
