@@ -32,7 +32,7 @@ std::vector<float> gaussian(std::size_t n, unsigned seed) {
 struct Case {
   GgmlType weight;
   const std::vector<KernelVariant<WeightMatmulFn>>& (*variants)();
-  enum Activation { f32, q8_0, q8_k } activation;
+  enum Activation { f32, q8a, q8_k } activation;
 };
 
 class WeightMatmul : public ::testing::TestWithParam<Case> {};
@@ -52,7 +52,7 @@ TEST_P(WeightMatmul, EveryVariantMatchesTheDequantisedProduct) {
     SCOPED_TRACE("tokens " + std::to_string(tokens));
     const std::vector<float> x = gaussian(tokens * k, 2 + static_cast<unsigned>(tokens));
     std::size_t x_row = k * sizeof(float);
-    if (c.activation == Case::q8_0) x_row = k / 32 * sizeof(llm::BlockQ8_0);
+    if (c.activation == Case::q8a) x_row = k / 32 * sizeof(llm::BlockQ8A);
     if (c.activation == Case::q8_k) x_row = k / 256 * sizeof(llm::BlockQ8_K);
     std::vector<std::uint8_t> xq(tokens * x_row);
     std::vector<double> x_deq(tokens * k);
@@ -62,10 +62,10 @@ TEST_P(WeightMatmul, EveryVariantMatchesTheDequantisedProduct) {
       if (c.activation == Case::f32) {
         std::memcpy(dst, src, x_row);
         for (std::size_t i = 0; i < k; ++i) x_deq[t * k + i] = src[i];
-      } else if (c.activation == Case::q8_0) {
-        quantize_row_q8_0__ref(src, dst, k);
-        const auto* b = static_cast<const llm::BlockQ8_0*>(dst);
-        for (std::size_t i = 0; i < k; ++i) x_deq[t * k + i] = llm::fp16_to_f32(b[i / 32].d) * b[i / 32].qs[i % 32];
+      } else if (c.activation == Case::q8a) {
+        quantize_row_q8a__ref(src, dst, k);
+        const auto* b = static_cast<const llm::BlockQ8A*>(dst);
+        for (std::size_t i = 0; i < k; ++i) x_deq[t * k + i] = static_cast<double>(b[i / 32].d) * b[i / 32].qs[i % 32];
       } else {
         quantize_row_q8_k__ref(src, dst, k);
         const auto* b = static_cast<const llm::BlockQ8_K*>(dst);
@@ -101,25 +101,26 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{GgmlType::f32, f32_f32_matmul_variants, Case::f32},
                       Case{GgmlType::f16, f16_f32_matmul_variants, Case::f32},
                       Case{GgmlType::bf16, bf16_f32_matmul_variants, Case::f32},
-                      Case{GgmlType::q8_0, q8_0_q8_0_matmul_variants, Case::q8_0},
-                      Case{GgmlType::q4_0, q4_0_q8_0_matmul_variants, Case::q8_0},
+                      Case{GgmlType::q8_0, q8_0_q8a_matmul_variants, Case::q8a},
+                      Case{GgmlType::q4_0, q4_0_q8a_matmul_variants, Case::q8a},
                       Case{GgmlType::q4_k, q4_k_q8_k_matmul_variants, Case::q8_k},
                       Case{GgmlType::q6_k, q6_k_q8_k_matmul_variants, Case::q8_k}),
     [](const auto& info) { return std::string(llm::ggml_type_info(static_cast<std::uint32_t>(info.param.weight))->name); });
 
-TEST(QuantizeRow, Q8_0VariantsAreBitExact) {
+TEST(QuantizeRow, Q8AVariantsAreBitExact) {
   for (std::size_t k : {32, 64, 4096}) {
     std::vector<float> x = gaussian(k, 5);
     x[3] = 0.0f;
     std::vector<float> zeros(32, 0.0f);
-    std::vector<llm::BlockQ8_0> expected(k / 32), got(k / 32);
-    quantize_row_q8_0__ref(x.data(), expected.data(), k);
-    for (const auto& variant : quantize_row_q8_0_variants()) {
+    std::vector<llm::BlockQ8A> expected(k / 32), got(k / 32);
+    quantize_row_q8a__ref(x.data(), expected.data(), k);
+    for (const auto& variant : quantize_row_q8a_variants()) {
       if (variant.level > kMachineLevel) continue;
       SCOPED_TRACE(variant.name);
       variant.fn(x.data(), got.data(), k);
       for (std::size_t b = 0; b < k / 32; ++b) {
         ASSERT_EQ(got[b].d, expected[b].d) << "block " << b;
+        ASSERT_EQ(got[b].sum, expected[b].sum) << "block " << b;
         for (int i = 0; i < 32; ++i) ASSERT_EQ(got[b].qs[i], expected[b].qs[i]) << "block " << b << " value " << i;
       }
       variant.fn(zeros.data(), got.data(), 32);  // an all-zero block: scale 0, no division by zero
@@ -166,6 +167,34 @@ TEST(Half, ConversionsMatchF16CRoundingAtTheEdges) {
   }
   EXPECT_EQ(llm::f32_to_bf16(1.0f), 0x3F80);
   EXPECT_EQ(llm::bf16_to_f32(0x3F80), 1.0f);
+}
+
+}  // namespace
+}  // namespace cpudl::kernels
+
+namespace cpudl::kernels {
+namespace {
+
+// Every dequantiser variant against the reference, bit for bit (a product by the block scale).
+TEST(DequantizeRow, VariantsMatchTheReference) {
+  const std::size_t k = 512;
+  const std::vector<float> x = gaussian(k, 11);
+  const std::pair<GgmlType, const std::vector<KernelVariant<DequantizeRowFn>>& (*)()> cases[] = {
+      {GgmlType::f16, dequantize_row_f16_variants},   {GgmlType::bf16, dequantize_row_bf16_variants},
+      {GgmlType::q8_0, dequantize_row_q8_0_variants}, {GgmlType::q4_0, dequantize_row_q4_0_variants},
+      {GgmlType::q4_k, dequantize_row_q4_k_variants}, {GgmlType::q6_k, dequantize_row_q6_k_variants}};
+  for (const auto& [type, variants] : cases) {
+    std::vector<std::uint8_t> q(llm::row_bytes(type, k));
+    llm::quantize_row(type, x.data(), q.data(), k);
+    std::vector<float> expected(k), got(k);
+    variants().back().fn(q.data(), expected.data(), k);  // the reference is last
+    for (const auto& variant : variants()) {
+      if (variant.level > kMachineLevel) continue;
+      SCOPED_TRACE(variant.name);
+      variant.fn(q.data(), got.data(), k);
+      EXPECT_EQ(got, expected);
+    }
+  }
 }
 
 }  // namespace

@@ -35,6 +35,7 @@ int run_bench_llm(const BenchLlmOptions& o) {
   std::uniform_int_distribution<std::int32_t> pick(0, c.vocab - 1);
   std::vector<std::int32_t> prompt(static_cast<std::size_t>(o.prompt));
   for (auto& t : prompt) t = pick(gen);
+  const std::vector<std::int32_t> warm_up = prompt.empty() ? std::vector<std::int32_t>{1} : prompt;
   using Clock = std::chrono::steady_clock;
   auto time = [](auto&& fn) {
     const auto t0 = Clock::now();
@@ -42,7 +43,7 @@ int run_bench_llm(const BenchLlmOptions& o) {
     return std::chrono::duration<double>(Clock::now() - t0).count();
   };
   // Warm-up: touches every weight page and builds oneDNN's kernels.
-  ctx.eval(std::span(prompt.data(), std::min<std::size_t>(prompt.size(), 8)));
+  ctx.eval(std::span(warm_up.data(), std::min<std::size_t>(warm_up.size(), 8)));
   std::vector<double> pp, tg;
   for (int r = 0; r < o.repetitions; ++r) {
     if (o.prompt > 0) {

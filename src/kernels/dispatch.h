@@ -47,12 +47,18 @@ namespace cpudl::kernels {
   X(f32_f32_matmul, WeightMatmulFn)               \
   X(f16_f32_matmul, WeightMatmulFn)               \
   X(bf16_f32_matmul, WeightMatmulFn)              \
-  X(q8_0_q8_0_matmul, WeightMatmulFn)             \
-  X(q4_0_q8_0_matmul, WeightMatmulFn)             \
+  X(q8_0_q8a_matmul, WeightMatmulFn)             \
+  X(q4_0_q8a_matmul, WeightMatmulFn)             \
   X(q4_k_q8_k_matmul, WeightMatmulFn)             \
   X(q6_k_q8_k_matmul, WeightMatmulFn)             \
-  X(quantize_row_q8_0, QuantizeRowFn)             \
+  X(quantize_row_q8a, QuantizeRowFn)             \
   X(quantize_row_q8_k, QuantizeRowFn)             \
+  X(dequantize_row_f16, DequantizeRowFn)          \
+  X(dequantize_row_bf16, DequantizeRowFn)         \
+  X(dequantize_row_q8_0, DequantizeRowFn)         \
+  X(dequantize_row_q4_0, DequantizeRowFn)         \
+  X(dequantize_row_q4_k, DequantizeRowFn)         \
+  X(dequantize_row_q6_k, DequantizeRowFn)         \
   X(f32_fma_probe, FmaProbeFn)                    \
   X(int8_dot_probe, FmaProbeFn)                   \
   X(bf16_dot_probe, FmaProbeFn)

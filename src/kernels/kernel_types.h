@@ -88,6 +88,8 @@ struct WeightMatmulArgs {
 using WeightMatmulFn = void (*)(const WeightMatmulArgs& args);
 // One row of k floats to activation blocks (k a multiple of the block size).
 using QuantizeRowFn = void (*)(const float* x, void* blocks, std::size_t k);
+// One row of k values in a weight type to floats.
+using DequantizeRowFn = void (*)(const void* in, float* out, std::size_t k);
 
 // Outputs at least this large are written with non-temporal stores (they would not stay cached
 // anyway, and skipping each line's read-for-ownership saves memory traffic). Set once at start

@@ -51,7 +51,7 @@ struct Context::State {
 
   // Activations for up to `batch` tokens.
   std::vector<float> x, xb, q, k, v, att, tmp, hb, hb2;
-  std::vector<std::uint8_t> act_scratch;
+  MatmulScratch act_scratch;
   std::vector<std::vector<float>> scores;              // per thread: batch x n_ctx_padded
   std::vector<std::vector<std::uint8_t>> att_scratch;  // per thread: quantised q or p rows
   std::vector<float> logits;
@@ -64,7 +64,15 @@ struct Context::State {
     return v_cache.data() + (static_cast<std::size_t>(layer) * c.kv_heads + head) * c.head_dim * v_row_bytes;
   }
 
-  void store_kv(int layer, int t, int pos);
+  void store_kv(int layer, int tokens, int pos0);
+  void store_kv_head(int layer, int head, int t, int pos);
+  // fn(t) for each token, over the threads when there are several tokens.
+  template <class Fn>
+  void per_token(std::size_t tokens, Fn&& fn) {
+    parallel_for(tokens, 1, tokens > 1 ? threads : 1, [&](std::size_t begin, std::size_t end) {
+      for (std::size_t t = begin; t < end; ++t) fn(t);
+    });
+  }
   void attention(int layer, int tokens, int pos0);
   void rope(float* vec, int heads, int pos) const;
   // Logits of the kept rows go to logits rows logit_row0...; without all_logits only the last
@@ -175,10 +183,19 @@ void Context::State::rope(float* vec, int heads, int pos) const {
   }
 }
 
-void Context::State::store_kv(int layer, int t, int pos) {
+// Appends the tokens' K and V to the cache, KV heads split across threads (each head's rows are
+// its own, and a q8_0 V block is requantised by the one thread that owns the head).
+void Context::State::store_kv(int layer, int tokens, int pos0) {
+  parallel_for(static_cast<std::size_t>(c.kv_heads), 1, tokens > 1 ? threads : 1, [&](std::size_t h0, std::size_t h1) {
+    for (int t = 0; t < tokens; ++t)
+      for (auto h = static_cast<int>(h0); h < static_cast<int>(h1); ++h) store_kv_head(layer, h, t, pos0 + t);
+  });
+}
+
+void Context::State::store_kv_head(int layer, int h, int t, int pos) {
   const int hd = c.head_dim;
   const std::size_t kvd = static_cast<std::size_t>(c.kv_heads) * hd;
-  for (int h = 0; h < c.kv_heads; ++h) {
+  {
     const float* kk = k.data() + t * kvd + static_cast<std::size_t>(h) * hd;
     const float* vv = v.data() + t * kvd + static_cast<std::size_t>(h) * hd;
     quantize_row(cache_ggml, kk, k_row(layer, h, pos), static_cast<std::size_t>(hd));
@@ -225,8 +242,9 @@ void Context::State::attention(int layer, int tokens, int pos0) {
       const void* qx = qh;
       std::size_t q_row = dim * sizeof(float);
       if (kk.quantize != nullptr) {
-        q_row = row_bytes(kk.activation, static_cast<std::size_t>(hd));
-        scratch.resize(std::max(scratch.size(), static_cast<std::size_t>(tokens) * std::max(q_row, row_bytes(GgmlType::q8_0, k_len))));
+        q_row = activation_row_bytes(kk.activation, static_cast<std::size_t>(hd));
+        scratch.resize(std::max(scratch.size(),
+                                static_cast<std::size_t>(tokens) * std::max(q_row, activation_row_bytes(kk.activation, k_len))));
         for (int t = 0; t < tokens; ++t) kk.quantize(qh + t * dim, scratch.data() + t * q_row, static_cast<std::size_t>(hd));
         qx = scratch.data();
       }
@@ -251,7 +269,7 @@ void Context::State::attention(int layer, int tokens, int pos0) {
       const void* px = sc;
       std::size_t p_row = n_ctx_padded * sizeof(float);
       if (kk.quantize != nullptr) {
-        p_row = row_bytes(GgmlType::q8_0, k_len);
+        p_row = activation_row_bytes(kk.activation, k_len);
         for (int t = 0; t < tokens; ++t)
           kk.quantize(sc + static_cast<std::size_t>(t) * n_ctx_padded, scratch.data() + t * p_row, k_len);
         px = scratch.data();
@@ -275,11 +293,12 @@ void Context::State::forward(std::span<const std::int32_t> tokens, bool keep_log
   const int pos0 = n_past;
   for (int l = 0; l < c.layers; ++l) {
     const LayerWeights& w = m.layers[static_cast<std::size_t>(l)];
-    for (std::size_t t = 0; t < T; ++t) rms_norm(x.data() + t * dim, w.attn_norm.data(), xb.data() + t * dim, dim, c.rms_epsilon);
-    weight_matmul(w.q, xb.data(), T, dim, q.data(), dim, act_scratch, threads);
-    weight_matmul(w.k, xb.data(), T, dim, k.data(), kvd, act_scratch, threads);
-    weight_matmul(w.v, xb.data(), T, dim, v.data(), kvd, act_scratch, threads);
-    for (std::size_t t = 0; t < T; ++t) {
+    per_token(T, [&](std::size_t t) {
+      rms_norm(x.data() + t * dim, w.attn_norm.data(), xb.data() + t * dim, dim, c.rms_epsilon);
+    });
+    const MatmulTarget qkv[] = {{&w.q, q.data(), dim}, {&w.k, k.data(), kvd}, {&w.v, v.data(), kvd}};
+    weight_matmul(qkv, xb.data(), T, dim, act_scratch, threads);
+    per_token(T, [&](std::size_t t) {
       if (!w.q_bias.empty()) {
         for (std::size_t i = 0; i < dim; ++i) q[t * dim + i] += w.q_bias[i];
         for (std::size_t i = 0; i < kvd; ++i) k[t * kvd + i] += w.k_bias[i];
@@ -288,17 +307,23 @@ void Context::State::forward(std::span<const std::int32_t> tokens, bool keep_log
       const int pos = pos0 + static_cast<int>(t);
       rope(q.data() + t * dim, c.heads, pos);
       rope(k.data() + t * kvd, c.kv_heads, pos);
-      store_kv(l, static_cast<int>(t), pos);
-    }
+    });
+    store_kv(l, static_cast<int>(T), pos0);
     attention(l, static_cast<int>(T), pos0);
     weight_matmul(w.o, att.data(), T, dim, tmp.data(), dim, act_scratch, threads);
-    for (std::size_t i = 0; i < T * dim; ++i) x[i] += tmp[i];
-    for (std::size_t t = 0; t < T; ++t) rms_norm(x.data() + t * dim, w.ffn_norm.data(), xb.data() + t * dim, dim, c.rms_epsilon);
-    weight_matmul(w.gate, xb.data(), T, dim, hb.data(), ffn, act_scratch, threads);
-    weight_matmul(w.up, xb.data(), T, dim, hb2.data(), ffn, act_scratch, threads);
-    for (std::size_t i = 0; i < T * ffn; ++i) hb[i] = hb[i] / (1.0f + std::exp(-hb[i])) * hb2[i];
+    per_token(T, [&](std::size_t t) {
+      for (std::size_t i = t * dim; i < (t + 1) * dim; ++i) x[i] += tmp[i];
+      rms_norm(x.data() + t * dim, w.ffn_norm.data(), xb.data() + t * dim, dim, c.rms_epsilon);
+    });
+    const MatmulTarget gate_up[] = {{&w.gate, hb.data(), ffn}, {&w.up, hb2.data(), ffn}};
+    weight_matmul(gate_up, xb.data(), T, dim, act_scratch, threads);
+    per_token(T, [&](std::size_t t) {
+      for (std::size_t i = t * ffn; i < (t + 1) * ffn; ++i) hb[i] = hb[i] / (1.0f + std::exp(-hb[i])) * hb2[i];
+    });
     weight_matmul(w.down, hb.data(), T, ffn, tmp.data(), dim, act_scratch, threads);
-    for (std::size_t i = 0; i < T * dim; ++i) x[i] += tmp[i];
+    per_token(T, [&](std::size_t t) {
+      for (std::size_t i = t * dim; i < (t + 1) * dim; ++i) x[i] += tmp[i];
+    });
   }
   n_past += static_cast<int>(T);
   if (!keep_logits) return;

@@ -61,6 +61,14 @@ struct BlockQ6_K {
   std::int8_t scales[16];  // per 16 values
   std::uint16_t d;         // x = d * scale * (q - 32), q in [0, 63]
 };
+// The activation format of the Q8_0 and Q4_0 products (cpudl's own, never in a file): 32 int8
+// with the scale as a float (converted once per activation, not once per weight row) and the
+// sum of the 32 values, which the Q4_0 product uses to apply the weights' offset of 8.
+struct BlockQ8A {
+  float d;
+  std::int32_t sum;
+  std::int8_t qs[32];
+};
 // The activation format of the K-quant dot products: 256 int8 with a float scale and the sums of
 // each 16 (for the min terms of Q4_K).
 struct BlockQ8_K {
@@ -69,6 +77,6 @@ struct BlockQ8_K {
   std::int16_t bsums[16];
 };
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_K) == 144 &&
-              sizeof(BlockQ6_K) == 210 && sizeof(BlockQ8_K) == 292);
+              sizeof(BlockQ6_K) == 210 && sizeof(BlockQ8_K) == 292 && sizeof(BlockQ8A) == 40);
 
 }  // namespace cpudl::llm

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cpudl/error.h"
+#include "kernels/dispatch.h"
 #include "llm/half.h"
 
 namespace cpudl::llm {
@@ -27,16 +28,6 @@ std::size_t row_bytes(GgmlType type, std::size_t k) {
 }
 
 namespace {
-
-void q4_k_scale_min(int j, const std::uint8_t* q, int& scale, int& min) {
-  if (j < 4) {
-    scale = q[j] & 63;
-    min = q[j + 4] & 63;
-  } else {
-    scale = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    min = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
 
 int nearest(float x) { return static_cast<int>(std::lround(x)); }
 
@@ -57,9 +48,10 @@ void quantize_q4_k(const float* x, BlockQ4_K& b) {
   b.dmin = f32_to_fp16(dmin);
   const float d_stored = fp16_to_f32(b.d), dmin_stored = fp16_to_f32(b.dmin);
   std::memset(b.scales, 0, sizeof b.scales);
+  int sc_of[8], m_of[8];
   for (int j = 0; j < 8; ++j) {
-    const int sc = d_stored > 0 ? std::clamp(nearest(scales[j] / d_stored), 0, 63) : 0;
-    const int m = dmin_stored > 0 ? std::clamp(nearest(mins[j] / dmin_stored), 0, 63) : 0;
+    const int sc = sc_of[j] = d_stored > 0 ? std::clamp(nearest(scales[j] / d_stored), 0, 63) : 0;
+    const int m = m_of[j] = dmin_stored > 0 ? std::clamp(nearest(mins[j] / dmin_stored), 0, 63) : 0;
     if (j < 4) {
       b.scales[j] = static_cast<std::uint8_t>(sc);
       b.scales[j + 4] = static_cast<std::uint8_t>(m);
@@ -71,9 +63,7 @@ void quantize_q4_k(const float* x, BlockQ4_K& b) {
   }
   std::memset(b.qs, 0, sizeof b.qs);
   for (int j = 0; j < 8; ++j) {
-    int sc, m;
-    q4_k_scale_min(j, b.scales, sc, m);
-    const float step = d_stored * static_cast<float>(sc), offset = dmin_stored * static_cast<float>(m);
+    const float step = d_stored * static_cast<float>(sc_of[j]), offset = dmin_stored * static_cast<float>(m_of[j]);
     for (int i = 0; i < 32; ++i) {
       const int q = step > 0 ? std::clamp(nearest((x[32 * j + i] + offset) / step), 0, 15) : 0;
       b.qs[(j / 2) * 32 + i] |= static_cast<std::uint8_t>(j % 2 == 0 ? q : q << 4);
@@ -114,65 +104,15 @@ void quantize_q6_k(const float* x, BlockQ6_K& b) {
 }  // namespace
 
 void dequantize_row(GgmlType type, const void* in, float* out, std::size_t k) {
+  const kernels::KernelTable& t = kernels::kernel_table();
   switch (type) {
     case GgmlType::f32: std::memcpy(out, in, k * sizeof(float)); return;
-    case GgmlType::f16:
-      for (std::size_t i = 0; i < k; ++i) out[i] = fp16_to_f32(static_cast<const std::uint16_t*>(in)[i]);
-      return;
-    case GgmlType::bf16:
-      for (std::size_t i = 0; i < k; ++i) out[i] = bf16_to_f32(static_cast<const std::uint16_t*>(in)[i]);
-      return;
-    case GgmlType::q8_0:
-      for (std::size_t b = 0; b < k / 32; ++b) {
-        const auto& blk = static_cast<const BlockQ8_0*>(in)[b];
-        const float d = fp16_to_f32(blk.d);
-        for (int i = 0; i < 32; ++i) out[32 * b + i] = d * static_cast<float>(blk.qs[i]);
-      }
-      return;
-    case GgmlType::q4_0:
-      for (std::size_t b = 0; b < k / 32; ++b) {
-        const auto& blk = static_cast<const BlockQ4_0*>(in)[b];
-        const float d = fp16_to_f32(blk.d);
-        for (int i = 0; i < 16; ++i) {
-          out[32 * b + i] = d * static_cast<float>((blk.qs[i] & 0xF) - 8);
-          out[32 * b + i + 16] = d * static_cast<float>((blk.qs[i] >> 4) - 8);
-        }
-      }
-      return;
-    case GgmlType::q4_k:
-      for (std::size_t b = 0; b < k / 256; ++b) {
-        const auto& blk = static_cast<const BlockQ4_K*>(in)[b];
-        const float d = fp16_to_f32(blk.d), dmin = fp16_to_f32(blk.dmin);
-        for (int j = 0; j < 8; ++j) {
-          int sc, m;
-          q4_k_scale_min(j, blk.scales, sc, m);
-          for (int i = 0; i < 32; ++i) {
-            const std::uint8_t q = blk.qs[(j / 2) * 32 + i];
-            out[256 * b + 32 * j + i] = d * static_cast<float>(sc) * static_cast<float>(j % 2 == 0 ? q & 0xF : q >> 4) -
-                                        dmin * static_cast<float>(m);
-          }
-        }
-      }
-      return;
-    case GgmlType::q6_k:
-      for (std::size_t b = 0; b < k / 256; ++b) {
-        const auto& blk = static_cast<const BlockQ6_K*>(in)[b];
-        const float d = fp16_to_f32(blk.d);
-        for (int half = 0; half < 2; ++half) {
-          const std::uint8_t* ql = blk.ql + 64 * half;
-          const std::uint8_t* qh = blk.qh + 32 * half;
-          float* y = out + 256 * b + 128 * half;
-          for (int l = 0; l < 32; ++l) {
-            const int q[4] = {((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32,
-                              ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32,
-                              ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32,
-                              ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32};
-            for (int m = 0; m < 4; ++m)
-              y[l + 32 * m] = d * static_cast<float>(blk.scales[8 * half + (l + 32 * m) / 16]) * static_cast<float>(q[m]);
-          }
-        }
-      }
-      return;
+    case GgmlType::f16: t.dequantize_row_f16.fn(in, out, k); return;
+    case GgmlType::bf16: t.dequantize_row_bf16.fn(in, out, k); return;
+    case GgmlType::q8_0: t.dequantize_row_q8_0.fn(in, out, k); return;
+    case GgmlType::q4_0: t.dequantize_row_q4_0.fn(in, out, k); return;
+    case GgmlType::q4_k: t.dequantize_row_q4_k.fn(in, out, k); return;
+    case GgmlType::q6_k: t.dequantize_row_q6_k.fn(in, out, k); return;
     default: {
       const GgmlTypeInfo* info = ggml_type_info(static_cast<std::uint32_t>(type));
       throw Error(std::string("cannot dequantise tensor type ") + (info ? info->name : "?"));

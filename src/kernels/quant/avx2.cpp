@@ -22,10 +22,11 @@ float hsum(__m256 v) {
 
 float half(std::uint16_t h) { return _cvtsh_ss(h); }
 
-// The 32 int8 products of signed w and x, summed to 8 int32 lanes, as floats. maddubs takes an
-// unsigned and a signed operand: |w| and x * sign(w) give the same products without overflow.
-__m256 dot32(__m256i abs_w, __m256i w, __m256i x) {
-  const __m256i p16 = _mm256_maddubs_epi16(abs_w, _mm256_sign_epi8(x, w));
+// 32 int8 products summed to 8 int32 lanes, as floats. maddubs multiplies an unsigned operand by
+// a signed one: Q4_0 nibbles (0..15) are unsigned as stored, their offset of 8 applied once per
+// block through the activation's sum; signed Q8_0 weights go through |w| and x * sign(w).
+__m256 dot_signed(__m256i w, __m256i x) {
+  const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
   return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
 }
 
@@ -34,34 +35,75 @@ const X* row(const void* base, std::size_t bytes, std::size_t i) {
   return reinterpret_cast<const X*>(static_cast<const char*>(base) + i * bytes);
 }
 
-// Blocked integer products: Unpack(w_block) -> 32 signed int8 weights.
-template <int NT, class W, class Unpack>
-void int8_tile(const WeightMatmulArgs& a, std::size_t t0, Unpack unpack) {
+struct Q8_0Weights {
+  using Block = llm::BlockQ8_0;
+  static constexpr bool kUnsigned = false;
+  static __m256i load(const Block& b) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs)); }
+};
+struct Q4_0Weights {
+  using Block = llm::BlockQ4_0;
+  static constexpr bool kUnsigned = true;
+  // The 16 bytes in both halves; the low half keeps the low nibbles (values 0-15), the high half
+  // the high nibbles (16-31): the order of the activation's 32 values.
+  static __m256i load(const Block& b) {
+    const __m256i both = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs)));
+    return _mm256_and_si256(_mm256_srlv_epi64(both, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0F));
+  }
+};
+
+// NT tokens per pass over a weight row: each weight block is loaded and unpacked once for NT
+// tokens. Rows are walked strictly in memory order, one at a time: interleaving two rows (to
+// share the activation loads) halved the Q8_0 generation speed here. Two accumulators per token
+// (even and odd blocks) keep the FMA latency off the critical path.
+constexpr std::size_t kPrefetchBytes = 1024;
+
+template <int NT, class Weights>
+void int8_tile(const WeightMatmulArgs& a, std::size_t t0) {
+  using W = typename Weights::Block;
   const std::size_t nb = a.k / 32;
-  const BlockQ8_0* x[NT];
-  for (int i = 0; i < NT; ++i) x[i] = row<BlockQ8_0>(a.x, a.x_row_bytes, t0 + static_cast<std::size_t>(i));
+  const llm::BlockQ8A* x[NT];
+  for (int i = 0; i < NT; ++i) x[i] = row<llm::BlockQ8A>(a.x, a.x_row_bytes, t0 + static_cast<std::size_t>(i));
+  // acc += (dw dx) * (w . x) for block b of every token; indexed by constants only, so the
+  // accumulators stay in registers (an index like b & 1 sends them through the stack).
+  auto step = [&](const W& wb, std::size_t b, __m256* acc) {
+    const __m256i q = Weights::load(wb);
+    const float d = half(wb.d);
+    for (int i = 0; i < NT; ++i) {
+      const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i][b].qs));
+      __m256 p;
+      if constexpr (Weights::kUnsigned) {
+        // sum (q - 8) x = sum q x - 8 sum x: each of the 8 int32 lanes gives up one sum x.
+        const __m256i p32 = _mm256_madd_epi16(_mm256_maddubs_epi16(q, xq), _mm256_set1_epi16(1));
+        p = _mm256_cvtepi32_ps(_mm256_sub_epi32(p32, _mm256_set1_epi32(x[i][b].sum)));
+      } else {
+        p = dot_signed(q, xq);
+      }
+      acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * x[i][b].d), p, acc[i]);
+    }
+  };
   for (std::size_t r = 0; r < a.rows; ++r) {
     const W* w = row<W>(a.w, a.w_row_bytes, r);
-    __m256 acc[NT][2];
-    for (int i = 0; i < NT; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
-    for (std::size_t b = 0; b < nb; ++b) {
-      const __m256i wq = unpack(w[b]);
-      const __m256i aw = _mm256_sign_epi8(wq, wq);
-      const float dw = half(w[b].d);
-      for (int i = 0; i < NT; ++i) {
-        const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i][b].qs));
-        acc[i][b & 1] = _mm256_fmadd_ps(_mm256_set1_ps(dw * half(x[i][b].d)), dot32(aw, wq, xq), acc[i][b & 1]);
-      }
+    __m256 even[NT], odd[NT];
+    for (int i = 0; i < NT; ++i) even[i] = odd[i] = _mm256_setzero_ps();
+    std::size_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+      // Software prefetch a few cache lines ahead (into the next row at the end of this one).
+      _mm_prefetch(reinterpret_cast<const char*>(w + b) + kPrefetchBytes, _MM_HINT_T0);
+      step(w[b], b, even);
+      step(w[b + 1], b + 1, odd);
     }
-    for (int i = 0; i < NT; ++i) a.y[(t0 + static_cast<std::size_t>(i)) * a.ldy + r] = hsum(_mm256_add_ps(acc[i][0], acc[i][1]));
+    if (b < nb) step(w[b], b, even);
+    for (int i = 0; i < NT; ++i)
+      a.y[(t0 + static_cast<std::size_t>(i)) * a.ldy + r] = hsum(_mm256_add_ps(even[i], odd[i]));
   }
 }
 
-template <class W, class Unpack>
-void int8_matmul(const WeightMatmulArgs& a, Unpack unpack) {
+template <class Weights>
+void int8_matmul(const WeightMatmulArgs& a) {
   std::size_t t = 0;
-  for (; t + 4 <= a.tokens; t += 4) int8_tile<4, W>(a, t, unpack);
-  for (; t < a.tokens; ++t) int8_tile<1, W>(a, t, unpack);
+  for (; t + 4 <= a.tokens; t += 4) int8_tile<4, Weights>(a, t);
+  for (; t + 2 <= a.tokens; t += 2) int8_tile<2, Weights>(a, t);
+  for (; t < a.tokens; ++t) int8_tile<1, Weights>(a, t);
 }
 
 // Float weights: Load(w, i) -> 8 floats at column i.
@@ -75,6 +117,7 @@ void float_tile(const WeightMatmulArgs& a, std::size_t t0, Load load, Scalar sca
     __m256 acc[NT][2];
     for (int i = 0; i < NT; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
     for (std::size_t c = 0; c < k8; c += 16) {
+      _mm_prefetch(reinterpret_cast<const char*>(w + c) + kPrefetchBytes, _MM_HINT_T0);
       const __m256 w0 = load(w, c), w1 = load(w, c + 8);
       for (int i = 0; i < NT; ++i) {
         acc[i][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x[i] + c), acc[i][0]);
@@ -124,23 +167,12 @@ void bf16_f32_matmul__avx2(const WeightMatmulArgs& a) {
   });
 }
 
-void q8_0_q8_0_matmul__avx2(const WeightMatmulArgs& a) {
-  int8_matmul<BlockQ8_0>(a, [](const BlockQ8_0& b) {
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
-  });
-}
+void q8_0_q8a_matmul__avx2(const WeightMatmulArgs& a) { int8_matmul<Q8_0Weights>(a); }
 
-void q4_0_q8_0_matmul__avx2(const WeightMatmulArgs& a) {
-  int8_matmul<BlockQ4_0>(a, [](const BlockQ4_0& b) {
-    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
-    const __m256i nibbles =
-        _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0F));
-    return _mm256_sub_epi8(nibbles, _mm256_set1_epi8(8));
-  });
-}
+void q4_0_q8a_matmul__avx2(const WeightMatmulArgs& a) { int8_matmul<Q4_0Weights>(a); }
 
-void quantize_row_q8_0__avx2(const float* x, void* blocks, std::size_t k) {
-  auto* out = static_cast<BlockQ8_0*>(blocks);
+void quantize_row_q8a__avx2(const float* x, void* blocks, std::size_t k) {
+  auto* out = static_cast<llm::BlockQ8A*>(blocks);
   const __m256 sign = _mm256_set1_ps(-0.0f);
   for (std::size_t b = 0; b < k / 32; ++b) {
     const float* p = x + b * 32;
@@ -155,7 +187,7 @@ void quantize_row_q8_0__avx2(const float* x, void* blocks, std::size_t k) {
     m = _mm_max_ss(m, _mm_movehdup_ps(m));
     const float d = _mm_cvtss_f32(m) / 127.0f;
     const float inv = d != 0 ? 1.0f / d : 0.0f;
-    out[b].d = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+    out[b].d = d;
     __m256i q[4];
     for (int i = 0; i < 4; ++i)
       q[i] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[i], _mm256_set1_ps(inv)),
@@ -165,6 +197,55 @@ void quantize_row_q8_0__avx2(const float* x, void* blocks, std::size_t k) {
     const __m256i bytes = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(q01, q23),
                                                       _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].qs), bytes);
+    // The integer sum of the 32 values, exactly: maddubs by ones then madd pairs, then a tree.
+    const __m256i s16 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), bytes);
+    const __m256i s32 = _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(s32), _mm256_extracti128_si256(s32, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+    out[b].sum = _mm_cvtsi128_si32(s);
+  }
+}
+
+void dequantize_row_f16__avx2(const void* in, float* out, std::size_t k) {
+  const auto* h = static_cast<const std::uint16_t*>(in);
+  std::size_t i = 0;
+  for (; i + 8 <= k; i += 8)
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
+  for (; i < k; ++i) out[i] = half(h[i]);
+}
+
+void dequantize_row_bf16__avx2(const void* in, float* out, std::size_t k) {
+  const auto* h = static_cast<const std::uint16_t*>(in);
+  std::size_t i = 0;
+  for (; i + 8 <= k; i += 8) _mm256_storeu_ps(out + i, load_bf16(h, i));
+  for (; i < k; ++i) out[i] = _mm_cvtss_f32(_mm_castsi128_ps(_mm_cvtsi32_si128(static_cast<int>(h[i]) << 16)));
+}
+
+void dequantize_row_q8_0__avx2(const void* in, float* out, std::size_t k) {
+  const auto* blocks = static_cast<const BlockQ8_0*>(in);
+  for (std::size_t b = 0; b < k / 32; ++b) {
+    const __m256 d = _mm256_set1_ps(half(blocks[b].d));
+    for (int i = 0; i < 32; i += 8) {
+      const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blocks[b].qs + i)));
+      _mm256_storeu_ps(out + 32 * b + i, _mm256_mul_ps(d, _mm256_cvtepi32_ps(q)));
+    }
+  }
+}
+
+void dequantize_row_q4_0__avx2(const void* in, float* out, std::size_t k) {
+  const auto* blocks = static_cast<const BlockQ4_0*>(in);
+  for (std::size_t b = 0; b < k / 32; ++b) {
+    const __m256 d = _mm256_set1_ps(half(blocks[b].d));
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks[b].qs));
+    const __m128i eight = _mm_set1_epi8(8), low = _mm_set1_epi8(0x0F);
+    const __m128i lo = _mm_sub_epi8(_mm_and_si128(raw, low), eight);
+    const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(raw, 4), low), eight);
+    auto store8 = [&](float* dst, __m128i q8) { _mm256_storeu_ps(dst, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8)))); };
+    store8(out + 32 * b, lo);
+    store8(out + 32 * b + 8, _mm_srli_si128(lo, 8));
+    store8(out + 32 * b + 16, hi);
+    store8(out + 32 * b + 24, _mm_srli_si128(hi, 8));
   }
 }
 

@@ -16,14 +16,20 @@ namespace cpudl::kernels {
   void f32_f32_matmul__##isa(const WeightMatmulArgs& a);                        \
   void f16_f32_matmul__##isa(const WeightMatmulArgs& a);                        \
   void bf16_f32_matmul__##isa(const WeightMatmulArgs& a);                       \
-  void q8_0_q8_0_matmul__##isa(const WeightMatmulArgs& a);                      \
-  void q4_0_q8_0_matmul__##isa(const WeightMatmulArgs& a);                      \
-  void quantize_row_q8_0__##isa(const float* x, void* blocks, std::size_t k);
+  void q8_0_q8a_matmul__##isa(const WeightMatmulArgs& a);                      \
+  void q4_0_q8a_matmul__##isa(const WeightMatmulArgs& a);                      \
+  void quantize_row_q8a__##isa(const float* x, void* blocks, std::size_t k);    \
+  void dequantize_row_f16__##isa(const void* in, float* out, std::size_t k);    \
+  void dequantize_row_bf16__##isa(const void* in, float* out, std::size_t k);   \
+  void dequantize_row_q8_0__##isa(const void* in, float* out, std::size_t k);   \
+  void dequantize_row_q4_0__##isa(const void* in, float* out, std::size_t k);
 // The K-quants, so far with the reference only.
 #define CPUDL_DECLARE_KQUANT(isa)                               \
   void q4_k_q8_k_matmul__##isa(const WeightMatmulArgs& a);      \
   void q6_k_q8_k_matmul__##isa(const WeightMatmulArgs& a);      \
-  void quantize_row_q8_k__##isa(const float* x, void* blocks, std::size_t k);
+  void quantize_row_q8_k__##isa(const float* x, void* blocks, std::size_t k);   \
+  void dequantize_row_q4_k__##isa(const void* in, float* out, std::size_t k);   \
+  void dequantize_row_q6_k__##isa(const void* in, float* out, std::size_t k);
 
 CPUDL_DECLARE_QUANT(ref)
 CPUDL_DECLARE_QUANT(avx2)

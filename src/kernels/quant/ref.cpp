@@ -14,6 +14,7 @@ using llm::BlockQ4_0;
 using llm::BlockQ4_K;
 using llm::BlockQ6_K;
 using llm::BlockQ8_0;
+using llm::BlockQ8A;
 using llm::BlockQ8_K;
 using llm::fp16_to_f32;
 
@@ -67,20 +68,20 @@ void bf16_f32_matmul__ref(const WeightMatmulArgs& a) {
   });
 }
 
-void q8_0_q8_0_matmul__ref(const WeightMatmulArgs& a) {
-  for_each_row_token<BlockQ8_0, BlockQ8_0>(a, [&](const BlockQ8_0* w, const BlockQ8_0* x) {
+void q8_0_q8a_matmul__ref(const WeightMatmulArgs& a) {
+  for_each_row_token<BlockQ8_0, BlockQ8A>(a, [&](const BlockQ8_0* w, const BlockQ8A* x) {
     double s = 0;
     for (std::size_t b = 0; b < a.k / 32; ++b) {
       int sum = 0;
       for (int i = 0; i < 32; ++i) sum += w[b].qs[i] * x[b].qs[i];
-      s += static_cast<double>(fp16_to_f32(w[b].d)) * fp16_to_f32(x[b].d) * sum;
+      s += static_cast<double>(fp16_to_f32(w[b].d)) * x[b].d * sum;
     }
     return static_cast<float>(s);
   });
 }
 
-void q4_0_q8_0_matmul__ref(const WeightMatmulArgs& a) {
-  for_each_row_token<BlockQ4_0, BlockQ8_0>(a, [&](const BlockQ4_0* w, const BlockQ8_0* x) {
+void q4_0_q8a_matmul__ref(const WeightMatmulArgs& a) {
+  for_each_row_token<BlockQ4_0, BlockQ8A>(a, [&](const BlockQ4_0* w, const BlockQ8A* x) {
     double s = 0;
     for (std::size_t b = 0; b < a.k / 32; ++b) {
       int sum = 0;
@@ -88,7 +89,7 @@ void q4_0_q8_0_matmul__ref(const WeightMatmulArgs& a) {
         sum += ((w[b].qs[i] & 0xF) - 8) * x[b].qs[i];
         sum += ((w[b].qs[i] >> 4) - 8) * x[b].qs[i + 16];
       }
-      s += static_cast<double>(fp16_to_f32(w[b].d)) * fp16_to_f32(x[b].d) * sum;
+      s += static_cast<double>(fp16_to_f32(w[b].d)) * x[b].d * sum;
     }
     return static_cast<float>(s);
   });
@@ -147,17 +148,22 @@ void q6_k_q8_k_matmul__ref(const WeightMatmulArgs& a) {
   });
 }
 
-// Symmetric: d = max|x| / 127 (stored as fp16), q = x / d rounded to nearest even, as the SIMD
-// variants round (the fixtures' weights were rounded half away from zero, as ggml does).
-void quantize_row_q8_0__ref(const float* x, void* blocks, std::size_t k) {
-  auto* out = static_cast<BlockQ8_0*>(blocks);
+// Symmetric: d = max|x| / 127, q = x / d rounded to nearest even, as the SIMD variants round
+// (the fixtures' weights were rounded half away from zero, as ggml does); sum = sum(q).
+void quantize_row_q8a__ref(const float* x, void* blocks, std::size_t k) {
+  auto* out = static_cast<BlockQ8A*>(blocks);
   for (std::size_t b = 0; b < k / 32; ++b) {
     float amax = 0;
     for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[b * 32 + i]));
     const float d = amax / 127.0f;
     const float inv = d != 0 ? 1.0f / d : 0.0f;
-    out[b].d = llm::f32_to_fp16(d);
-    for (int i = 0; i < 32; ++i) out[b].qs[i] = static_cast<std::int8_t>(std::nearbyint(x[b * 32 + i] * inv));
+    out[b].d = d;
+    int sum = 0;
+    for (int i = 0; i < 32; ++i) {
+      out[b].qs[i] = static_cast<std::int8_t>(std::nearbyint(x[b * 32 + i] * inv));
+      sum += out[b].qs[i];
+    }
+    out[b].sum = sum;
   }
 }
 
@@ -175,6 +181,69 @@ void quantize_row_q8_k__ref(const float* x, void* blocks, std::size_t k) {
       int s = 0;
       for (int i = 0; i < 16; ++i) s += out[b].qs[g * 16 + i];
       out[b].bsums[g] = static_cast<std::int16_t>(s);
+    }
+  }
+}
+
+void dequantize_row_f16__ref(const void* in, float* out, std::size_t k) {
+  for (std::size_t i = 0; i < k; ++i) out[i] = fp16_to_f32(static_cast<const std::uint16_t*>(in)[i]);
+}
+
+void dequantize_row_bf16__ref(const void* in, float* out, std::size_t k) {
+  for (std::size_t i = 0; i < k; ++i) out[i] = llm::bf16_to_f32(static_cast<const std::uint16_t*>(in)[i]);
+}
+
+void dequantize_row_q8_0__ref(const void* in, float* out, std::size_t k) {
+  for (std::size_t b = 0; b < k / 32; ++b) {
+    const auto& blk = static_cast<const BlockQ8_0*>(in)[b];
+    const float d = fp16_to_f32(blk.d);
+    for (int i = 0; i < 32; ++i) out[32 * b + i] = d * static_cast<float>(blk.qs[i]);
+  }
+}
+
+void dequantize_row_q4_0__ref(const void* in, float* out, std::size_t k) {
+  for (std::size_t b = 0; b < k / 32; ++b) {
+    const auto& blk = static_cast<const BlockQ4_0*>(in)[b];
+    const float d = fp16_to_f32(blk.d);
+    for (int i = 0; i < 16; ++i) {
+      out[32 * b + i] = d * static_cast<float>((blk.qs[i] & 0xF) - 8);
+      out[32 * b + i + 16] = d * static_cast<float>((blk.qs[i] >> 4) - 8);
+    }
+  }
+}
+
+void dequantize_row_q4_k__ref(const void* in, float* out, std::size_t k) {
+  for (std::size_t b = 0; b < k / 256; ++b) {
+    const auto& blk = static_cast<const BlockQ4_K*>(in)[b];
+    const float d = fp16_to_f32(blk.d), dmin = fp16_to_f32(blk.dmin);
+    for (int j = 0; j < 8; ++j) {
+      int sc, m;
+      q4_k_scale_min(j, blk.scales, sc, m);
+      for (int i = 0; i < 32; ++i) {
+        const std::uint8_t q = blk.qs[(j / 2) * 32 + i];
+        out[256 * b + 32 * j + i] =
+            d * static_cast<float>(sc) * static_cast<float>(j % 2 == 0 ? q & 0xF : q >> 4) - dmin * static_cast<float>(m);
+      }
+    }
+  }
+}
+
+void dequantize_row_q6_k__ref(const void* in, float* out, std::size_t k) {
+  for (std::size_t b = 0; b < k / 256; ++b) {
+    const auto& blk = static_cast<const BlockQ6_K*>(in)[b];
+    const float d = fp16_to_f32(blk.d);
+    for (int half = 0; half < 2; ++half) {
+      const std::uint8_t* ql = blk.ql + 64 * half;
+      const std::uint8_t* qh = blk.qh + 32 * half;
+      float* y = out + 256 * b + 128 * half;
+      for (int l = 0; l < 32; ++l) {
+        const int q[4] = {((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32,
+                          ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32,
+                          ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32,
+                          ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32};
+        for (int m = 0; m < 4; ++m)
+          y[l + 32 * m] = d * static_cast<float>(blk.scales[8 * half + (l + 32 * m) / 16]) * static_cast<float>(q[m]);
+      }
     }
   }
 }
