@@ -74,7 +74,11 @@ struct Context::State {
     });
   }
   void attention(int layer, int tokens, int pos0);
-  void rope(float* vec, int heads, int pos) const;
+  // RoPE angles of the tokens being evaluated, computed once per forward for all layers:
+  // cos and sin per token and frequency (tokens x rope_dims/2 each).
+  std::vector<float> rope_cos, rope_sin;
+  void rope_angles(int tokens, int pos0);
+  void rope(float* vec, int heads, int t) const;
   // Logits of the kept rows go to logits rows logit_row0...; without all_logits only the last
   // token's (into row 0), and none when keep_logits is false (a non-final prompt chunk).
   void forward(std::span<const std::int32_t> tokens, bool keep_logits, bool all_logits, std::size_t logit_row0);
@@ -165,14 +169,26 @@ void rms_norm(const float* x, const float* weight, float* y, std::size_t n, floa
 
 }  // namespace
 
-// RoPE for `heads` heads of vec at position pos: llama rotates adjacent pairs (2i, 2i+1), the
-// order llama.cpp's converter permutes Q/K rows into; NEOX-style models (qwen2) rotate (i, i+d/2).
-void Context::State::rope(float* vec, int heads, int pos) const {
+void Context::State::rope_angles(int tokens, int pos0) {
+  const int half = c.rope_dims / 2;
+  rope_cos.resize(static_cast<std::size_t>(tokens) * half);
+  rope_sin.resize(rope_cos.size());
+  for (int t = 0; t < tokens; ++t) {
+    const double p = (pos0 + t) / static_cast<double>(c.rope_scale);
+    for (int i = 0; i < half; ++i) {
+      const double theta = p * std::pow(static_cast<double>(c.rope_base), -2.0 * i / c.rope_dims);
+      rope_cos[static_cast<std::size_t>(t) * half + i] = static_cast<float>(std::cos(theta));
+      rope_sin[static_cast<std::size_t>(t) * half + i] = static_cast<float>(std::sin(theta));
+    }
+  }
+}
+
+// RoPE for `heads` heads of vec, token t of this forward: llama rotates adjacent pairs (2i, 2i+1),
+// the order llama.cpp's converter permutes Q/K rows into; NEOX-style models (qwen2) rotate (i, i+d/2).
+void Context::State::rope(float* vec, int heads, int t) const {
   const int hd = c.head_dim, half = c.rope_dims / 2;
-  const double p = pos / static_cast<double>(c.rope_scale);
   for (int i = 0; i < half; ++i) {
-    const double theta = p * std::pow(static_cast<double>(c.rope_base), -2.0 * i / c.rope_dims);
-    const auto cs = static_cast<float>(std::cos(theta)), sn = static_cast<float>(std::sin(theta));
+    const float cs = rope_cos[static_cast<std::size_t>(t) * half + i], sn = rope_sin[static_cast<std::size_t>(t) * half + i];
     for (int h = 0; h < heads; ++h) {
       float* v = vec + static_cast<std::size_t>(h) * hd;
       const int a = c.rope_neox ? i : 2 * i, b = c.rope_neox ? i + half : 2 * i + 1;
@@ -291,6 +307,7 @@ void Context::State::forward(std::span<const std::int32_t> tokens, bool keep_log
     dequantize_row(e.type, e.data + static_cast<std::size_t>(tokens[t]) * e.row_bytes, x.data() + t * dim, dim);
   }
   const int pos0 = n_past;
+  rope_angles(static_cast<int>(T), pos0);
   for (int l = 0; l < c.layers; ++l) {
     const LayerWeights& w = m.layers[static_cast<std::size_t>(l)];
     per_token(T, [&](std::size_t t) {
@@ -304,9 +321,8 @@ void Context::State::forward(std::span<const std::int32_t> tokens, bool keep_log
         for (std::size_t i = 0; i < kvd; ++i) k[t * kvd + i] += w.k_bias[i];
         for (std::size_t i = 0; i < kvd; ++i) v[t * kvd + i] += w.v_bias[i];
       }
-      const int pos = pos0 + static_cast<int>(t);
-      rope(q.data() + t * dim, c.heads, pos);
-      rope(k.data() + t * kvd, c.kv_heads, pos);
+      rope(q.data() + t * dim, c.heads, static_cast<int>(t));
+      rope(k.data() + t * kvd, c.kv_heads, static_cast<int>(t));
     });
     store_kv(l, static_cast<int>(T), pos0);
     attention(l, static_cast<int>(T), pos0);

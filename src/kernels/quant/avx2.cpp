@@ -132,11 +132,54 @@ void float_tile(const WeightMatmulArgs& a, std::size_t t0, Load load, Scalar sca
   }
 }
 
+// Several tokens (a prompt): NR rows x NT tokens per tile, one accumulator per pair, so each
+// weight vector loaded (and converted) serves NT tokens and each activation vector NR rows:
+// 3 x 4 = 12 accumulators + 3 weights + 1 activation fill the 16 AVX2 registers, 12 FMAs per
+// 7 loads, which keeps the two FMA pipes busy.
+template <int NR, int NT, class W, class Load, class Scalar>
+void float_block(const WeightMatmulArgs& a, std::size_t r0, std::size_t t0, Load load, Scalar scalar) {
+  const W* w[NR];
+  const float* x[NT];
+  for (int j = 0; j < NR; ++j) w[j] = row<W>(a.w, a.w_row_bytes, r0 + static_cast<std::size_t>(j));
+  for (int i = 0; i < NT; ++i) x[i] = row<float>(a.x, a.x_row_bytes, t0 + static_cast<std::size_t>(i));
+  __m256 acc[NR][NT];
+  for (int j = 0; j < NR; ++j)
+    for (int i = 0; i < NT; ++i) acc[j][i] = _mm256_setzero_ps();
+  const std::size_t k8 = a.k / 8 * 8;
+  for (std::size_t c = 0; c < k8; c += 8) {
+    __m256 wv[NR];
+    for (int j = 0; j < NR; ++j) wv[j] = load(w[j], c);
+    for (int i = 0; i < NT; ++i) {
+      const __m256 xv = _mm256_loadu_ps(x[i] + c);
+      for (int j = 0; j < NR; ++j) acc[j][i] = _mm256_fmadd_ps(wv[j], xv, acc[j][i]);
+    }
+  }
+  for (int j = 0; j < NR; ++j)
+    for (int i = 0; i < NT; ++i) {
+      float s = hsum(acc[j][i]);
+      for (std::size_t c = k8; c < a.k; ++c) s += scalar(w[j], c) * x[i][c];
+      a.y[(t0 + static_cast<std::size_t>(i)) * a.ldy + r0 + static_cast<std::size_t>(j)] = s;
+    }
+}
+
+template <int NT, class W, class Load, class Scalar>
+void float_rows(const WeightMatmulArgs& a, std::size_t t0, Load load, Scalar scalar) {
+  std::size_t r = 0;
+  for (; r + 3 <= a.rows; r += 3) float_block<3, NT, W>(a, r, t0, load, scalar);
+  for (; r < a.rows; ++r) float_block<1, NT, W>(a, r, t0, load, scalar);
+}
+
 template <class W, class Load, class Scalar>
 void float_matmul(const WeightMatmulArgs& a, Load load, Scalar scalar) {
+  if (a.tokens == 1) {  // generation: one long stream through the weights (see int8_tile)
+    float_tile<1, W>(a, 0, load, scalar);
+    return;
+  }
   std::size_t t = 0;
-  for (; t + 4 <= a.tokens; t += 4) float_tile<4, W>(a, t, load, scalar);
-  for (; t < a.tokens; ++t) float_tile<1, W>(a, t, load, scalar);
+  for (; t + 4 <= a.tokens; t += 4) float_rows<4, W>(a, t, load, scalar);
+  if (a.tokens - t == 3) float_rows<3, W>(a, t, load, scalar);
+  if (a.tokens - t == 2) float_rows<2, W>(a, t, load, scalar);
+  if (a.tokens - t == 1) float_rows<1, W>(a, t, load, scalar);
 }
 
 __m256 load_bf16(const std::uint16_t* w, std::size_t c) {
