@@ -92,8 +92,8 @@ CPUDL_AVX2_VARIANTS(dequantize_row_q8_0, DequantizeRowFn)
 CPUDL_AVX2_VARIANTS(dequantize_row_q4_0, DequantizeRowFn)
 CPUDL_REF_VARIANT(dequantize_row_q4_k, DequantizeRowFn)
 CPUDL_REF_VARIANT(dequantize_row_q6_k, DequantizeRowFn)
-CPUDL_REF_VARIANT(q4_k_q8_k_matmul, WeightMatmulFn)
-CPUDL_REF_VARIANT(q6_k_q8_k_matmul, WeightMatmulFn)
+CPUDL_AVX2_VARIANTS(q4_k_q8_k_matmul, WeightMatmulFn)
+CPUDL_AVX2_VARIANTS(q6_k_q8_k_matmul, WeightMatmulFn)
 CPUDL_REF_VARIANT(quantize_row_q8_k, QuantizeRowFn)
 #undef CPUDL_AVX2_VARIANTS
 #undef CPUDL_REF_VARIANT

@@ -292,4 +292,94 @@ void dequantize_row_q4_0__avx2(const void* in, float* out, std::size_t k) {
   }
 }
 
+namespace {
+
+// Q4_K: 8 sub-blocks of 32 with 6-bit scales and mins packed in 12 bytes.
+void q4_k_scales(const std::uint8_t* q, int* scale, int* min) {
+  for (int j = 0; j < 4; ++j) {
+    scale[j] = q[j] & 63;
+    min[j] = q[j + 4] & 63;
+    scale[j + 4] = (q[j + 8] & 0xF) | ((q[j] >> 6) << 4);
+    min[j + 4] = (q[j + 8] >> 4) | ((q[j + 4] >> 6) << 4);
+  }
+}
+
+// One row of Q4_K weights . one token of Q8_K activations. The 6-bit scales multiply inside
+// madd (exact in int32); the mins meet the activation's 16-value sums.
+float dot_q4_k(const llm::BlockQ4_K* w, const llm::BlockQ8_K* x, std::size_t nb) {
+  __m256 acc = _mm256_setzero_ps();
+  float acc_min = 0;
+  const __m256i low = _mm256_set1_epi8(0x0F);
+  for (std::size_t b = 0; b < nb; ++b) {
+    _mm_prefetch(reinterpret_cast<const char*>(w + b) + kPrefetchBytes, _MM_HINT_T0);
+    int scale[8], min[8];
+    q4_k_scales(w[b].scales, scale, min);
+    __m256i sum = _mm256_setzero_si256();
+    for (int c = 0; c < 4; ++c) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs + 32 * c));
+      const __m256i x_lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs + 64 * c));
+      const __m256i x_hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs + 64 * c + 32));
+      const __m256i p_lo = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_and_si256(q, low), x_lo),
+                                             _mm256_set1_epi16(static_cast<short>(scale[2 * c])));
+      const __m256i p_hi = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 4), low), x_hi),
+                                             _mm256_set1_epi16(static_cast<short>(scale[2 * c + 1])));
+      sum = _mm256_add_epi32(sum, _mm256_add_epi32(p_lo, p_hi));
+    }
+    int mins = 0;
+    for (int j = 0; j < 8; ++j) mins += min[j] * (x[b].bsums[2 * j] + x[b].bsums[2 * j + 1]);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(half(w[b].d) * x[b].d), _mm256_cvtepi32_ps(sum), acc);
+    acc_min += half(w[b].dmin) * x[b].d * static_cast<float>(mins);
+  }
+  return hsum(acc) - acc_min;
+}
+
+// One row of Q6_K weights . one token of Q8_K activations: q = 4 low bits | 2 high bits << 4,
+// in 0..63, multiplied unsigned; the offset of 32 meets the activation's 16-value sums.
+float dot_q6_k(const llm::BlockQ6_K* w, const llm::BlockQ8_K* x, std::size_t nb) {
+  __m256 acc = _mm256_setzero_ps();
+  const __m256i low = _mm256_set1_epi8(0x0F), two = _mm256_set1_epi8(3);
+  for (std::size_t b = 0; b < nb; ++b) {
+    _mm_prefetch(reinterpret_cast<const char*>(w + b) + kPrefetchBytes, _MM_HINT_T0);
+    __m256i sum = _mm256_setzero_si256();
+    int offset = 0;
+    for (int g = 0; g < 16; ++g) offset += w[b].scales[g] * x[b].bsums[g];
+    for (int h = 0; h < 2; ++h) {
+      const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].ql + 64 * h));
+      const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].ql + 64 * h + 32));
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qh + 32 * h));
+      const __m256i q[4] = {
+          _mm256_or_si256(_mm256_and_si256(ql0, low), _mm256_slli_epi16(_mm256_and_si256(qh, two), 4)),
+          _mm256_or_si256(_mm256_and_si256(ql1, low), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), two), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), two), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), two), 4))};
+      for (int m = 0; m < 4; ++m) {
+        const std::int8_t* sc = w[b].scales + 8 * h + 2 * m;  // values 32m..32m+15, then +16..+31
+        const __m256i scales = _mm256_set_m128i(_mm_set1_epi16(sc[1]), _mm_set1_epi16(sc[0]));
+        const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs + 128 * h + 32 * m));
+        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(q[m], xq), scales));
+      }
+    }
+    const float d = half(w[b].d) * x[b].d;
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_sub_epi32(sum, _mm256_set1_epi32(4 * offset))), acc);
+  }
+  return hsum(acc);
+}
+
+template <class W, class Dot>
+void k_quant_matmul(const WeightMatmulArgs& a, Dot dot) {
+  const std::size_t nb = a.k / 256;
+  for (std::size_t t = 0; t < a.tokens; ++t) {
+    const auto* x = row<llm::BlockQ8_K>(a.x, a.x_row_bytes, t);
+    for (std::size_t r = 0; r < a.rows; ++r) a.y[t * a.ldy + r] = dot(row<W>(a.w, a.w_row_bytes, r), x, nb);
+  }
+}
+
+}  // namespace
+
+void q4_k_q8_k_matmul__avx2(const WeightMatmulArgs& a) { k_quant_matmul<llm::BlockQ4_K>(a, dot_q4_k); }
+
+void q6_k_q8_k_matmul__avx2(const WeightMatmulArgs& a) { k_quant_matmul<llm::BlockQ6_K>(a, dot_q6_k); }
+
 }  // namespace cpudl::kernels

@@ -5,7 +5,7 @@
 // The integer products multiply int8 pairs exactly and scale each block's int32 sum in float,
 // the arithmetic of ggml's own kernels, so cpudl and llama.cpp see the same rounding of the
 // activations. Not yet written: AVX-512, AVX512-VNNI and AVX512-BF16 variants (this machine has
-// none of those units to test them on; those CPUs run the AVX2 variants), and AVX2 K-quants.
+// none of those units to test them on; those CPUs run the AVX2 variants).
 #pragma once
 
 #include "kernels/kernel_types.h"
@@ -23,7 +23,8 @@ namespace cpudl::kernels {
   void dequantize_row_bf16__##isa(const void* in, float* out, std::size_t k);   \
   void dequantize_row_q8_0__##isa(const void* in, float* out, std::size_t k);   \
   void dequantize_row_q4_0__##isa(const void* in, float* out, std::size_t k);
-// The K-quants, so far with the reference only.
+// The K-quants: products in AVX2 and the reference; their quantisers and dequantisers (run
+// once per activation row, or per prompt) in the reference only.
 #define CPUDL_DECLARE_KQUANT(isa)                               \
   void q4_k_q8_k_matmul__##isa(const WeightMatmulArgs& a);      \
   void q6_k_q8_k_matmul__##isa(const WeightMatmulArgs& a);      \
@@ -34,6 +35,8 @@ namespace cpudl::kernels {
 CPUDL_DECLARE_QUANT(ref)
 CPUDL_DECLARE_QUANT(avx2)
 CPUDL_DECLARE_KQUANT(ref)
+void q4_k_q8_k_matmul__avx2(const WeightMatmulArgs& a);
+void q6_k_q8_k_matmul__avx2(const WeightMatmulArgs& a);
 #undef CPUDL_DECLARE_QUANT
 #undef CPUDL_DECLARE_KQUANT
 
