@@ -89,3 +89,43 @@ INSTANTIATE_TEST_SUITE_P(
 
 }  // namespace
 }  // namespace cpudl::llm
+
+namespace cpudl::llm {
+namespace {
+
+// The sampler's cuts, checked on hand-made logits whose probabilities are known.
+TEST(Sampler, GreedyAndEachCutBehaveAsDefined) {
+  // Probabilities at temperature 1 proportional to exp(logit): 0.5, 0.25, 0.125, 0.0625, ...
+  std::vector<float> logits;
+  for (int i = 0; i < 8; ++i) logits.push_back(-static_cast<float>(i) * std::log(2.0f));
+  auto histogram = [&](SamplerOptions o, std::span<const std::int32_t> recent = {}) {
+    Sampler s(o);
+    std::vector<int> counts(8, 0);
+    for (int i = 0; i < 4000; ++i) ++counts[static_cast<std::size_t>(s.sample(logits.data(), 8, recent))];
+    return counts;
+  };
+  SamplerOptions greedy;
+  greedy.temperature = 0;
+  EXPECT_EQ(histogram(greedy)[0], 4000);
+  SamplerOptions top2{1.0f, 2, 1.0f, 0.0f, 1.0f, 64, 7};
+  auto c = histogram(top2);
+  EXPECT_EQ(c[0] + c[1], 4000);          // only the two most likely
+  EXPECT_NEAR(c[0] / 4000.0, 2.0 / 3, 0.03);  // renormalised 0.5 : 0.25
+  SamplerOptions top_p{1.0f, 0, 0.7f, 0.0f, 1.0f, 64, 7};  // 0.5 + 0.25 reaches 0.7
+  c = histogram(top_p);
+  EXPECT_EQ(c[0] + c[1], 4000);
+  SamplerOptions min_p{1.0f, 0, 1.0f, 0.2f, 1.0f, 64, 7};  // keeps p >= 0.1: the first three
+  c = histogram(min_p);
+  EXPECT_EQ(c[0] + c[1] + c[2], 4000);
+  EXPECT_GT(c[2], 0);
+  // Repetition penalty 4: a recent token's positive logit 0.5 becomes 0.125, below token 1's 0.3.
+  logits[0] = 0.5f;
+  logits[1] = 0.3f;
+  SamplerOptions penalised{0.0f, 0, 1.0f, 0.0f, 4.0f, 64, 7};
+  const std::int32_t recent[] = {0};
+  EXPECT_EQ(histogram(penalised)[0], 4000);
+  EXPECT_EQ(histogram(penalised, recent)[1], 4000);
+}
+
+}  // namespace
+}  // namespace cpudl::llm
