@@ -382,4 +382,65 @@ void q4_k_q8_k_matmul__avx2(const WeightMatmulArgs& a) { k_quant_matmul<llm::Blo
 
 void q6_k_q8_k_matmul__avx2(const WeightMatmulArgs& a) { k_quant_matmul<llm::BlockQ6_K>(a, dot_q6_k); }
 
+// K-quant rows to floats, in the reference's order of operations ((d * scale) * q - dmin * min)
+// so that the results are bit-identical.
+void dequantize_row_q4_k__avx2(const void* in, float* out, std::size_t k) {
+  const auto* blocks = static_cast<const llm::BlockQ4_K*>(in);
+  for (std::size_t b = 0; b < k / 256; ++b) {
+    int scale[8], min[8];
+    q4_k_scales(blocks[b].scales, scale, min);
+    const float d = half(blocks[b].d), dmin = half(blocks[b].dmin);
+    for (int j = 0; j < 8; ++j) {
+      const __m256 step = _mm256_set1_ps(d * static_cast<float>(scale[j]));
+      const __m256 offset = _mm256_set1_ps(dmin * static_cast<float>(min[j]));
+      const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks[b].qs + (j / 2) * 32));
+      const __m128i raw_hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks[b].qs + (j / 2) * 32 + 16));
+      const int shift = (j % 2) * 4;
+      const __m128i lo = _mm_and_si128(_mm_srl_epi16(raw, _mm_cvtsi32_si128(shift)), _mm_set1_epi8(0x0F));
+      const __m128i hi = _mm_and_si128(_mm_srl_epi16(raw_hi, _mm_cvtsi32_si128(shift)), _mm_set1_epi8(0x0F));
+      float* dst = out + 256 * b + 32 * j;
+      auto store8 = [&](float* p, __m128i q8) {
+        const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q8));
+        _mm256_storeu_ps(p, _mm256_sub_ps(_mm256_mul_ps(step, q), offset));
+      };
+      store8(dst, lo);
+      store8(dst + 8, _mm_srli_si128(lo, 8));
+      store8(dst + 16, hi);
+      store8(dst + 24, _mm_srli_si128(hi, 8));
+    }
+  }
+}
+
+void dequantize_row_q6_k__avx2(const void* in, float* out, std::size_t k) {
+  const auto* blocks = static_cast<const llm::BlockQ6_K*>(in);
+  const __m256i low = _mm256_set1_epi8(0x0F), two = _mm256_set1_epi8(3), offset = _mm256_set1_epi8(32);
+  for (std::size_t b = 0; b < k / 256; ++b) {
+    const float d = half(blocks[b].d);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blocks[b].ql + 64 * h));
+      const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blocks[b].ql + 64 * h + 32));
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blocks[b].qh + 32 * h));
+      const __m256i q[4] = {
+          _mm256_or_si256(_mm256_and_si256(ql0, low), _mm256_slli_epi16(_mm256_and_si256(qh, two), 4)),
+          _mm256_or_si256(_mm256_and_si256(ql1, low), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), two), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), two), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), two), 4))};
+      for (int m = 0; m < 4; ++m) {
+        alignas(32) std::int8_t v[32];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(v), _mm256_sub_epi8(q[m], offset));
+        for (int g = 0; g < 2; ++g) {  // 16 values per scale
+          const __m256 step = _mm256_set1_ps(d * static_cast<float>(blocks[b].scales[8 * h + 2 * m + g]));
+          float* dst = out + 256 * b + 128 * h + 32 * m + 16 * g;
+          for (int e = 0; e < 16; e += 8) {
+            const __m256i q32 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(v + 16 * g + e)));
+            _mm256_storeu_ps(dst + e, _mm256_mul_ps(step, _mm256_cvtepi32_ps(q32)));
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace cpudl::kernels
