@@ -333,27 +333,34 @@ float dot_q4_k(const llm::BlockQ4_K* w, const llm::BlockQ8_K* x, std::size_t nb)
   return hsum(acc) - acc_min;
 }
 
+// Half h (values 128h..128h+127) of a Q6_K block as 4 x 32 unsigned 6-bit values: value l + 32m
+// takes 4 bits from ql (low or high nibble) and 2 from qh.
+void q6_k_unpack(const llm::BlockQ6_K& block, int h, __m256i q[4]) {
+  const __m256i low = _mm256_set1_epi8(0x0F), two = _mm256_set1_epi8(3);
+  const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block.ql + 64 * h));
+  const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block.ql + 64 * h + 32));
+  const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block.qh + 32 * h));
+  auto high_bits = [&](int shift) {
+    return _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(shift)), two), 4);
+  };
+  q[0] = _mm256_or_si256(_mm256_and_si256(ql0, low), high_bits(0));
+  q[1] = _mm256_or_si256(_mm256_and_si256(ql1, low), high_bits(2));
+  q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low), high_bits(4));
+  q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low), high_bits(6));
+}
+
 // One row of Q6_K weights . one token of Q8_K activations: q = 4 low bits | 2 high bits << 4,
 // in 0..63, multiplied unsigned; the offset of 32 meets the activation's 16-value sums.
 float dot_q6_k(const llm::BlockQ6_K* w, const llm::BlockQ8_K* x, std::size_t nb) {
   __m256 acc = _mm256_setzero_ps();
-  const __m256i low = _mm256_set1_epi8(0x0F), two = _mm256_set1_epi8(3);
   for (std::size_t b = 0; b < nb; ++b) {
     _mm_prefetch(reinterpret_cast<const char*>(w + b) + kPrefetchBytes, _MM_HINT_T0);
     __m256i sum = _mm256_setzero_si256();
     int offset = 0;
     for (int g = 0; g < 16; ++g) offset += w[b].scales[g] * x[b].bsums[g];
     for (int h = 0; h < 2; ++h) {
-      const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].ql + 64 * h));
-      const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].ql + 64 * h + 32));
-      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qh + 32 * h));
-      const __m256i q[4] = {
-          _mm256_or_si256(_mm256_and_si256(ql0, low), _mm256_slli_epi16(_mm256_and_si256(qh, two), 4)),
-          _mm256_or_si256(_mm256_and_si256(ql1, low), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), two), 4)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), two), 4)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), two), 4))};
+      __m256i q[4];
+      q6_k_unpack(w[b], h, q);
       for (int m = 0; m < 4; ++m) {
         const std::int8_t* sc = w[b].scales + 8 * h + 2 * m;  // values 32m..32m+15, then +16..+31
         const __m256i scales = _mm256_set_m128i(_mm_set1_epi16(sc[1]), _mm_set1_epi16(sc[0]));
@@ -413,20 +420,12 @@ void dequantize_row_q4_k__avx2(const void* in, float* out, std::size_t k) {
 
 void dequantize_row_q6_k__avx2(const void* in, float* out, std::size_t k) {
   const auto* blocks = static_cast<const llm::BlockQ6_K*>(in);
-  const __m256i low = _mm256_set1_epi8(0x0F), two = _mm256_set1_epi8(3), offset = _mm256_set1_epi8(32);
+  const __m256i offset = _mm256_set1_epi8(32);
   for (std::size_t b = 0; b < k / 256; ++b) {
     const float d = half(blocks[b].d);
     for (int h = 0; h < 2; ++h) {
-      const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blocks[b].ql + 64 * h));
-      const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blocks[b].ql + 64 * h + 32));
-      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blocks[b].qh + 32 * h));
-      const __m256i q[4] = {
-          _mm256_or_si256(_mm256_and_si256(ql0, low), _mm256_slli_epi16(_mm256_and_si256(qh, two), 4)),
-          _mm256_or_si256(_mm256_and_si256(ql1, low), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), two), 4)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), two), 4)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), two), 4))};
+      __m256i q[4];
+      q6_k_unpack(blocks[b], h, q);
       for (int m = 0; m < 4; ++m) {
         alignas(32) std::int8_t v[32];
         _mm256_store_si256(reinterpret_cast<__m256i*>(v), _mm256_sub_epi8(q[m], offset));
