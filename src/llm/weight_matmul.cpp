@@ -34,9 +34,9 @@ WeightKernel weight_kernel(GgmlType type) {
 
 namespace {
 
-// Prompt path: each thread takes a slice of the rows, converts a few rows at a time into an f32
-// panel (F32 rows are used in place), and multiplies them by the tokens (in chunks whose
-// activations fit in L2) with the register-blocked f32 kernel.
+// Prompt path: each thread takes a slice of the rows and walks it a panel of 12 rows at a time,
+// multiplying each panel by all tokens of a chunk (whose activations fit in L2) with the
+// register-blocked float kernels while the panel is in cache.
 void dequantized_matmul(std::span<const MatmulTarget> targets, const float* x, std::size_t tokens, std::size_t ldx,
                         int threads) {
   const std::size_t cols = targets[0].w->cols;
@@ -55,17 +55,23 @@ void dequantized_matmul(std::span<const MatmulTarget> targets, const float* x, s
       for (const MatmulTarget& target : targets) {
         const WeightMatrix& w = *target.w;
         const std::size_t lo = std::max(begin, base), hi = std::min(end, base + w.rows);
-        if (w.type == GgmlType::f32 && lo < hi) {
-          f32_kernel({w.data + (lo - base) * w.row_bytes, w.row_bytes, x + t0 * ldx, ldx * sizeof(float),
-                      target.y + t0 * target.ldy + (lo - base), target.ldy, hi - lo, nt, cols});
-        } else {
-          for (std::size_t r = lo; r < hi; r += panel_rows) {
-            const std::size_t n = std::min(panel_rows, hi - r);
+        // F32, F16 and BF16 rows feed the kernel as stored (it converts 16-bit values in
+        // registers); the others are converted into the panel first. Either way a panel of rows
+        // serves every token of the chunk while it is in cache.
+        const bool direct = w.type == GgmlType::f32 || w.type == GgmlType::f16 || w.type == GgmlType::bf16;
+        const kernels::WeightMatmulFn kernel = direct ? weight_kernel(w.type).matmul : f32_kernel;
+        for (std::size_t r = lo; r < hi; r += panel_rows) {
+          const std::size_t n = std::min(panel_rows, hi - r);
+          const void* rows = w.data + (r - base) * w.row_bytes;
+          std::size_t row_stride = w.row_bytes;
+          if (!direct) {
             for (std::size_t j = 0; j < n; ++j)
               dequantize_row(w.type, w.data + (r - base + j) * w.row_bytes, panel.data() + j * cols, cols);
-            f32_kernel({panel.data(), cols * sizeof(float), x + t0 * ldx, ldx * sizeof(float),
-                        target.y + t0 * target.ldy + (r - base), target.ldy, n, nt, cols});
+            rows = panel.data();
+            row_stride = cols * sizeof(float);
           }
+          kernel({rows, row_stride, x + t0 * ldx, ldx * sizeof(float), target.y + t0 * target.ldy + (r - base),
+                  target.ldy, n, nt, cols});
         }
         base += w.rows;
       }

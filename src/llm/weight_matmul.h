@@ -1,9 +1,10 @@
 // y = x W^T for a weight matrix in any compute type, over the thread pool.
 // - A few tokens (generation): the weight kernels, rows of W split across threads, activations
 //   quantised once (Q8_0 or Q8_K) for the integer kernels; memory-bound, the weights read once.
-// - A prompt (kGemmMinTokens tokens or more): compute-bound. W is dequantised to f32 a few rows
-//   at a time (F32 used in place) and multiplied by a register-blocked f32 kernel (3 rows x 4
-//   tokens), at about 80% of the FMA roof here. On AVX2 an int8 maddubs product costs as many
+// - A prompt (kGemmMinTokens tokens or more): compute-bound. W is walked 12 rows at a time,
+//   each panel multiplied by all the tokens while it is in cache, by register-blocked float
+//   kernels (3 rows x 4 tokens; F16/BF16 converted in registers, the int8 types converted into
+//   an f32 panel first), at about 80% of the FMA roof here. On AVX2 an int8 maddubs product costs as many
 //   instructions per multiply-add as an f32 FMA once its int32 widening and per-block scaling
 //   are counted (measured: the int8 tile path was no faster), and weights stay in place in the
 //   mapping: llama.cpp's faster Q4_0 prompt path repacks them into 8-row interleaved copies.
