@@ -1,11 +1,14 @@
 // Google Benchmark suite for the native kernels. Memory-bound kernels report GB/s of useful
 // traffic (bytes read + bytes written) and `pct_bw`: that rate over the read bandwidth measured
-// by the same process at start, on the same number of threads.
+// by the same process at start, on the same number of threads. Rates are per wall-clock second
+// (UseRealTime): the main thread's CPU time would undercount work spread over the pool.
 #include <benchmark/benchmark.h>
 
 #include <vector>
 
 #include "kernels/dispatch.h"
+#include "llm/quantize.h"
+#include "llm/weight_matmul.h"
 #include "runtime/parallel.h"
 
 namespace {
@@ -108,14 +111,43 @@ void BM_softmax(benchmark::State& state) {
 
 #define PICK(kernel) [] { return kernel_table().kernel.fn; }, #kernel
 
+// LLM generation: one token through a 128 MiB weight matrix of 4096 columns in a GGUF type, the
+// rows split over the threads as llm::weight_matmul does. Reports GB/s of weights read and
+// pct_bw: generation is bound by that stream.
+void BM_weight_matvec(benchmark::State& state, cpudl::llm::GgmlType type, const char* name) {
+  const int threads = threads_arg(state);
+  const std::size_t cols = 4096, row_bytes = cpudl::llm::row_bytes(type, cols);
+  const std::size_t rows = (std::size_t{128} << 20) / row_bytes;
+  std::vector<float> values(cols);
+  for (std::size_t i = 0; i < cols; ++i) values[i] = static_cast<float>((i * 7919) % 2001) / 1000.0f - 1.0f;
+  std::vector<std::uint8_t> w(rows * row_bytes);
+  cpudl::llm::quantize_row(type, values.data(), w.data(), cols);
+  for (std::size_t r = 1; r < rows; ++r) std::copy_n(w.data(), row_bytes, w.data() + r * row_bytes);
+  const cpudl::llm::WeightMatrix matrix{name, type, w.data(), rows, cols, row_bytes};
+  cpudl::llm::MatmulScratch scratch;
+  std::vector<float> y(rows);
+  for (auto _ : state) {
+    cpudl::llm::weight_matmul(matrix, values.data(), 1, cols, y.data(), rows, scratch, threads);
+    benchmark::ClobberMemory();
+  }
+  report(state, name, rows * row_bytes, threads);
+}
+
 // Args: {elements, threads (0 = the pool's default)}.
-BENCHMARK_CAPTURE(BM_binary, add, PICK(f32_add))->Args({kBig, 1})->Args({kBig, 0})->Args({1 << 16, 1});
-BENCHMARK_CAPTURE(BM_unary, relu, PICK(f32_relu))->Args({kBig, 1})->Args({kBig, 0});
-BENCHMARK_CAPTURE(BM_unary, gelu, PICK(f32_gelu))->Args({kBig, 1})->Args({kBig, 0});
-BENCHMARK_CAPTURE(BM_unary, exp, PICK(f32_exp))->Args({kBig, 1})->Args({kBig, 0});
-BENCHMARK(BM_sum)->Args({kBig, 1})->Args({kBig, 0});
-BENCHMARK(BM_adam)->Args({kBig, 1})->Args({kBig, 0});
-BENCHMARK(BM_softmax)->Args({kBig, 1})->Args({kBig, 0});
+BENCHMARK_CAPTURE(BM_binary, add, PICK(f32_add))->Args({kBig, 1})->Args({kBig, 0})->Args({1 << 16, 1})->UseRealTime();
+BENCHMARK_CAPTURE(BM_unary, relu, PICK(f32_relu))->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
+BENCHMARK_CAPTURE(BM_unary, gelu, PICK(f32_gelu))->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
+BENCHMARK_CAPTURE(BM_unary, exp, PICK(f32_exp))->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
+BENCHMARK(BM_sum)->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
+BENCHMARK(BM_adam)->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
+BENCHMARK(BM_softmax)->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
+// Args: {unused, threads}.
+BENCHMARK_CAPTURE(BM_weight_matvec, f32, cpudl::llm::GgmlType::f32, "f32_f32_matmul")->Args({0, 1})->Args({0, 0})->UseRealTime();
+BENCHMARK_CAPTURE(BM_weight_matvec, f16, cpudl::llm::GgmlType::f16, "f16_f32_matmul")->Args({0, 1})->Args({0, 0})->UseRealTime();
+BENCHMARK_CAPTURE(BM_weight_matvec, q8_0, cpudl::llm::GgmlType::q8_0, "q8_0_q8a_matmul")->Args({0, 1})->Args({0, 0})->UseRealTime();
+BENCHMARK_CAPTURE(BM_weight_matvec, q4_0, cpudl::llm::GgmlType::q4_0, "q4_0_q8a_matmul")->Args({0, 1})->Args({0, 0})->UseRealTime();
+BENCHMARK_CAPTURE(BM_weight_matvec, q4_k, cpudl::llm::GgmlType::q4_k, "q4_k_q8_k_matmul")->Args({0, 1})->Args({0, 0})->UseRealTime();
+BENCHMARK_CAPTURE(BM_weight_matvec, q6_k, cpudl::llm::GgmlType::q6_k, "q6_k_q8_k_matmul")->Args({0, 1})->Args({0, 0})->UseRealTime();
 
 }  // namespace
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs every benchmark of the compute core in one go and writes docs/BENCHMARKS.md: the machine
-# (cpudl doctor --json), then each command with the table it printed. Ratios, not absolute
+# Runs every benchmark of the compute core in one go and writes its section of docs/BENCHMARKS.md:
+# the machine (cpudl doctor --json), then each command with the table it printed. Ratios, not absolute
 # times, are what carry over: the roofs are measured in the same run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,8 +21,6 @@ run() {  # run "command": appends the command and its output as a section
 }
 
 {
-  echo "# cpudl benchmarks"
-  echo
   echo "Written by \`make bench\` (bench/run-benchmarks.sh) on $(date -u +%Y-%m-%d). Every percentage is"
   echo "of a roof measured in the same run on the same number of threads; the host is shared, so read"
   echo "ratios, not absolute times. The machine, as \`cpudl doctor --json --measure\` reports it:"
@@ -40,6 +38,14 @@ if [ -f data/mnist/train-images-idx3-ubyte ]; then
   run "$bin train --model simplecnn --data data/mnist --out build/bench-simplecnn.safetensors --json"
   run "$bin train --model lenet5 --data data/mnist --out build/bench-lenet5.safetensors --json"
 fi
-mv "$tmp" "$out"
-trap - EXIT
-echo "wrote $out" >&2
+# Only this script's section is replaced: the peer scripts (make bench-onnx, bench-pytorch,
+# bench-llm) own theirs in the same file.
+/usr/bin/python3 - "$tmp" "$out" <<'PY'
+import os, sys
+sys.path.insert(0, "bench")
+from benchmarks_doc import write_section
+tmp, out = sys.argv[1], sys.argv[2]
+if not os.path.exists(out):
+    open(out, "w").write("# cpudl benchmarks\n")
+write_section("core", "Compute core (make bench)", open(tmp).read().strip("\n"))
+PY
