@@ -130,6 +130,25 @@ TEST(QuantizeRow, Q8AVariantsAreBitExact) {
   }
 }
 
+TEST(QuantizeRow, Q8KVariantsAreBitExact) {
+  for (std::size_t k : {256, 4096}) {
+    std::vector<float> x = gaussian(k, 6);
+    x[5] = 0.0f;
+    std::vector<llm::BlockQ8_K> expected(k / 256), got(k / 256);
+    quantize_row_q8_k__ref(x.data(), expected.data(), k);
+    for (const auto& variant : quantize_row_q8_k_variants()) {
+      if (variant.level > kMachineLevel) continue;
+      SCOPED_TRACE(variant.name);
+      variant.fn(x.data(), got.data(), k);
+      for (std::size_t b = 0; b < k / 256; ++b) {
+        ASSERT_EQ(got[b].d, expected[b].d) << "block " << b;
+        for (int i = 0; i < 256; ++i) ASSERT_EQ(got[b].qs[i], expected[b].qs[i]) << "block " << b << " value " << i;
+        for (int g = 0; g < 16; ++g) ASSERT_EQ(got[b].bsums[g], expected[b].bsums[g]) << "block " << b << " sum " << g;
+      }
+    }
+  }
+}
+
 // Relative RMS error of a quantise / dequantise round trip of Gaussian weights; bounds from the
 // formats' step sizes (8, 4 and 6 bits), with margin.
 TEST(QuantizeRow, WeightRoundTripErrorIsWhatTheFormatAllows) {

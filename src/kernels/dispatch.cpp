@@ -68,17 +68,12 @@ const std::vector<KernelVariant<GemmMicrokernelFn>>& f32_gemm_6x16_variants() {
   return v;
 }
 
-// LLM weight products: AVX2 and the reference (quant.h says why no AVX-512 variant yet).
+// LLM kernels: AVX2 and the reference (quant.h says why no AVX-512 variant yet).
 #define CPUDL_AVX2_VARIANTS(kernel, Fn)                                                   \
   const std::vector<KernelVariant<Fn>>& kernel##_variants() {                             \
     static const std::vector<KernelVariant<Fn>> v = {CPUDL_VARIANT(avx2, kernel##__avx2), \
                                                      CPUDL_VARIANT(generic, kernel##__ref)}; \
     return v;                                                                             \
-  }
-#define CPUDL_REF_VARIANT(kernel, Fn)                                                         \
-  const std::vector<KernelVariant<Fn>>& kernel##_variants() {                                 \
-    static const std::vector<KernelVariant<Fn>> v = {CPUDL_VARIANT(generic, kernel##__ref)}; \
-    return v;                                                                                 \
   }
 CPUDL_AVX2_VARIANTS(f32_f32_matmul, WeightMatmulFn)
 CPUDL_AVX2_VARIANTS(f16_f32_matmul, WeightMatmulFn)
@@ -94,9 +89,8 @@ CPUDL_AVX2_VARIANTS(dequantize_row_q4_k, DequantizeRowFn)
 CPUDL_AVX2_VARIANTS(dequantize_row_q6_k, DequantizeRowFn)
 CPUDL_AVX2_VARIANTS(q4_k_q8_k_matmul, WeightMatmulFn)
 CPUDL_AVX2_VARIANTS(q6_k_q8_k_matmul, WeightMatmulFn)
-CPUDL_REF_VARIANT(quantize_row_q8_k, QuantizeRowFn)
+CPUDL_AVX2_VARIANTS(quantize_row_q8_k, QuantizeRowFn)
 #undef CPUDL_AVX2_VARIANTS
-#undef CPUDL_REF_VARIANT
 
 const std::vector<KernelVariant<FmaProbeFn>>& int8_dot_probe_variants() {
   static const std::vector<KernelVariant<FmaProbeFn>> v = {

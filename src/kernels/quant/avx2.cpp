@@ -214,39 +214,69 @@ void q8_0_q8a_matmul__avx2(const WeightMatmulArgs& a) { int8_matmul<Q8_0Weights>
 
 void q4_0_q8a_matmul__avx2(const WeightMatmulArgs& a) { int8_matmul<Q4_0Weights>(a); }
 
+namespace {
+
+float abs_max(const __m256* v, int n) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 amax = _mm256_setzero_ps();
+  for (int i = 0; i < n; ++i) amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[i]));
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  return _mm_cvtss_f32(m);
+}
+
+// x * inv rounded to the nearest integer (even on ties, as the reference's nearbyint).
+__m256i round_scaled(__m256 x, float inv) {
+  return _mm256_cvtps_epi32(
+      _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(inv)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+// 32 int32 (4 vectors) to 32 int8 in order: packs interleave 128-bit lanes, a permute restores it.
+__m256i pack_int8(const __m256i* q) {
+  const __m256i q01 = _mm256_packs_epi32(q[0], q[1]), q23 = _mm256_packs_epi32(q[2], q[3]);
+  return _mm256_permutevar8x32_epi32(_mm256_packs_epi16(q01, q23), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+int hsum_int(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtsi128_si32(s);
+}
+
+}  // namespace
+
 void quantize_row_q8a__avx2(const float* x, void* blocks, std::size_t k) {
   auto* out = static_cast<llm::BlockQ8A*>(blocks);
-  const __m256 sign = _mm256_set1_ps(-0.0f);
   for (std::size_t b = 0; b < k / 32; ++b) {
-    const float* p = x + b * 32;
     __m256 v[4];
-    __m256 amax = _mm256_setzero_ps();
-    for (int i = 0; i < 4; ++i) {
-      v[i] = _mm256_loadu_ps(p + 8 * i);
-      amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[i]));
-    }
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_max_ss(m, _mm_movehdup_ps(m));
-    const float d = _mm_cvtss_f32(m) / 127.0f;
+    for (int i = 0; i < 4; ++i) v[i] = _mm256_loadu_ps(x + b * 32 + 8 * i);
+    const float d = abs_max(v, 4) / 127.0f;
     const float inv = d != 0 ? 1.0f / d : 0.0f;
     out[b].d = d;
     __m256i q[4];
-    for (int i = 0; i < 4; ++i)
-      q[i] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[i], _mm256_set1_ps(inv)),
-                                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    // Pack 32 int32 to 32 int8 in order: packs interleave 128-bit lanes, a permute restores it.
-    const __m256i q01 = _mm256_packs_epi32(q[0], q[1]), q23 = _mm256_packs_epi32(q[2], q[3]);
-    const __m256i bytes = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(q01, q23),
-                                                      _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].qs), bytes);
-    // The integer sum of the 32 values, exactly: maddubs by ones then madd pairs, then a tree.
-    const __m256i s16 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), bytes);
-    const __m256i s32 = _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(s32), _mm256_extracti128_si256(s32, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
-    out[b].sum = _mm_cvtsi128_si32(s);
+    for (int i = 0; i < 4; ++i) q[i] = round_scaled(v[i], inv);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].qs), pack_int8(q));
+    out[b].sum = hsum_int(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
+  }
+}
+
+void quantize_row_q8_k__avx2(const float* x, void* blocks, std::size_t k) {
+  auto* out = static_cast<llm::BlockQ8_K*>(blocks);
+  for (std::size_t b = 0; b < k / 256; ++b) {
+    __m256 v[32];
+    for (int i = 0; i < 32; ++i) v[i] = _mm256_loadu_ps(x + b * 256 + 8 * i);
+    const float d = abs_max(v, 32) / 127.0f;
+    const float inv = d != 0 ? 1.0f / d : 0.0f;
+    out[b].d = d;
+    for (int g = 0; g < 8; ++g) {  // 32 values at a time: two of the 16-value sums
+      __m256i q[4];
+      for (int i = 0; i < 4; ++i) q[i] = round_scaled(v[4 * g + i], inv);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].qs + 32 * g), pack_int8(q));
+      out[b].bsums[2 * g] = static_cast<std::int16_t>(hsum_int(_mm256_add_epi32(q[0], q[1])));
+      out[b].bsums[2 * g + 1] = static_cast<std::int16_t>(hsum_int(_mm256_add_epi32(q[2], q[3])));
+    }
   }
 }
 

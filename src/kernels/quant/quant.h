@@ -23,8 +23,7 @@ namespace cpudl::kernels {
   void dequantize_row_bf16__##isa(const void* in, float* out, std::size_t k);   \
   void dequantize_row_q8_0__##isa(const void* in, float* out, std::size_t k);   \
   void dequantize_row_q4_0__##isa(const void* in, float* out, std::size_t k);
-// The K-quants: products and dequantisers in AVX2 and the reference; the activation quantiser
-// (once per activation row) in the reference only.
+// The K-quants: AVX2 and the reference.
 #define CPUDL_DECLARE_KQUANT(isa)                               \
   void q4_k_q8_k_matmul__##isa(const WeightMatmulArgs& a);      \
   void q6_k_q8_k_matmul__##isa(const WeightMatmulArgs& a);      \
@@ -39,6 +38,7 @@ void q4_k_q8_k_matmul__avx2(const WeightMatmulArgs& a);
 void q6_k_q8_k_matmul__avx2(const WeightMatmulArgs& a);
 void dequantize_row_q4_k__avx2(const void* in, float* out, std::size_t k);
 void dequantize_row_q6_k__avx2(const void* in, float* out, std::size_t k);
+void quantize_row_q8_k__avx2(const float* x, void* blocks, std::size_t k);
 #undef CPUDL_DECLARE_QUANT
 #undef CPUDL_DECLARE_KQUANT
 
