@@ -86,7 +86,8 @@ def main():
             args.repetitions),
         "Machine: %s %s (family %s model %s), %s; `cpudl doctor --json` has the rest." % (
             cpu.get("vendor", "?"), cpu.get("model_name", "?"), cpu.get("family", "?"), cpu.get("model", "?"), doctor.get("level", "?")),
-        "Ratios are cpudl / llama.cpp (above 1: cpudl faster).", "", *lines])
+        "Ratios are cpudl / llama.cpp (above 1: cpudl faster)." if llama_bin else
+        "No LLAMA_BIN: cpudl alone, against the bandwidth measured in the same run.", "", *lines])
     print(body)
     if args.write_doc:
         write_section("llm", "LLM inference: cpudl vs llama.cpp (make bench-llm)", body)
