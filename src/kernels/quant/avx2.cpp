@@ -3,6 +3,8 @@
 // (generation) alternates two accumulators so the FMA latency does not bound the memory stream.
 #include <immintrin.h>
 
+#include <cstring>
+
 #include "kernels/quant/quant.h"
 #include "llm/ggml_types.h"
 
@@ -334,31 +336,53 @@ void q4_k_scales(const std::uint8_t* q, int* scale, int* min) {
   }
 }
 
+// The 8 scales and 8 mins of a Q4_K block (6 bits each, packed in 12 bytes) as 16 bytes,
+// scales first: the same unpacking as q4_k_scales, four bytes at a time.
+__m128i q4_k_scales_mins(const std::uint8_t* packed) {
+  std::uint32_t u[4];
+  std::memcpy(u, packed, 12);
+  const std::uint32_t six = 0x3F3F3F3F, four = 0x0F0F0F0F, two = 0x03030303;
+  const std::uint32_t mins_hi = ((u[2] >> 4) & four) | (((u[1] >> 6) & two) << 4);  // mins 4-7
+  const std::uint32_t mins_lo = u[1] & six;                                          // mins 0-3
+  const std::uint32_t scales_hi = (u[2] & four) | (((u[0] >> 6) & two) << 4);        // scales 4-7
+  const std::uint32_t scales_lo = u[0] & six;                                        // scales 0-3
+  return _mm_setr_epi32(static_cast<int>(scales_lo), static_cast<int>(scales_hi), static_cast<int>(mins_lo),
+                        static_cast<int>(mins_hi));
+}
+
 // One row of Q4_K weights . one token of Q8_K activations. The 6-bit scales multiply inside
-// madd (exact in int32); the mins meet the activation's 16-value sums.
+// madd (exact in int32), broadcast by byte shuffles; the mins meet the activation's 16-value
+// sums in one more madd.
 float dot_q4_k(const llm::BlockQ4_K* w, const llm::BlockQ8_K* x, std::size_t nb) {
   __m256 acc = _mm256_setzero_ps();
   float acc_min = 0;
   const __m256i low = _mm256_set1_epi8(0x0F);
   for (std::size_t b = 0; b < nb; ++b) {
     _mm_prefetch(reinterpret_cast<const char*>(w + b) + kPrefetchBytes, _MM_HINT_T0);
-    int scale[8], min[8];
-    q4_k_scales(w[b].scales, scale, min);
+    const __m128i scales_mins = q4_k_scales_mins(w[b].scales);
+    const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scales_mins));  // 8 words per lane
+    // Word j of `scales` in every position: shuffle bytes (2j, 2j+1).
+    auto scale = [&](int j) {
+      return _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<short>(((2 * j + 1) << 8) | (2 * j))));
+    };
     __m256i sum = _mm256_setzero_si256();
     for (int c = 0; c < 4; ++c) {
       const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs + 32 * c));
       const __m256i x_lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs + 64 * c));
       const __m256i x_hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs + 64 * c + 32));
-      const __m256i p_lo = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_and_si256(q, low), x_lo),
-                                             _mm256_set1_epi16(static_cast<short>(scale[2 * c])));
-      const __m256i p_hi = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 4), low), x_hi),
-                                             _mm256_set1_epi16(static_cast<short>(scale[2 * c + 1])));
+      const __m256i p_lo = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_and_si256(q, low), x_lo), scale(2 * c));
+      const __m256i p_hi =
+          _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 4), low), x_hi), scale(2 * c + 1));
       sum = _mm256_add_epi32(sum, _mm256_add_epi32(p_lo, p_hi));
     }
-    int mins = 0;
-    for (int j = 0; j < 8; ++j) mins += min[j] * (x[b].bsums[2 * j] + x[b].bsums[2 * j + 1]);
+    // sum_j min_j (bsums[2j] + bsums[2j+1]): pair sums by hadd, then one madd.
+    const __m128i pair_sums = _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].bsums)),
+                                             _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].bsums + 8)));
+    __m128i m = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(scales_mins, 8)), pair_sums);
+    m = _mm_add_epi32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(1, 0, 3, 2)));
+    m = _mm_add_epi32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(2, 3, 0, 1)));
     acc = _mm256_fmadd_ps(_mm256_set1_ps(half(w[b].d) * x[b].d), _mm256_cvtepi32_ps(sum), acc);
-    acc_min += half(w[b].dmin) * x[b].d * static_cast<float>(mins);
+    acc_min += half(w[b].dmin) * x[b].d * static_cast<float>(_mm_cvtsi128_si32(m));
   }
   return hsum(acc) - acc_min;
 }
