@@ -129,3 +129,42 @@ TEST(Sampler, GreedyAndEachCutBehaveAsDefined) {
 
 }  // namespace
 }  // namespace cpudl::llm
+
+#include "llm/quantize.h"
+#include "llm/weight_matmul.h"
+
+namespace cpudl::llm {
+namespace {
+
+// Matrices whose kernels take different activation formats (Q4_0: Q8A blocks, Q6_K: Q8_K
+// blocks, F16: floats) in one call give what separate calls give.
+TEST(WeightMatmul, MixedFormatsInOneCallMatchSeparateCalls) {
+  const std::size_t cols = 512, rows = 40;
+  std::vector<float> w(rows * cols), x(2 * cols);
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>((i * 7919) % 1999) / 999.0f - 1.0f;
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 104729) % 997) / 498.0f - 1.0f;
+  const GgmlType types[] = {GgmlType::q4_0, GgmlType::q6_k, GgmlType::f16, GgmlType::q8_0};
+  std::vector<std::vector<std::uint8_t>> data;
+  std::vector<WeightMatrix> matrices;
+  for (GgmlType t : types) {
+    const std::size_t rb = row_bytes(t, cols);
+    auto& d = data.emplace_back(rows * rb);
+    for (std::size_t r = 0; r < rows; ++r) quantize_row(t, w.data() + r * cols, d.data() + r * rb, cols);
+    matrices.push_back({"m", t, d.data(), rows, cols, rb});
+  }
+  for (std::size_t tokens : {1, 3}) {
+    std::vector<std::vector<float>> together(4, std::vector<float>(tokens * rows)), apart = together;
+    std::vector<MatmulTarget> targets;
+    for (std::size_t i = 0; i < 4; ++i) targets.push_back({&matrices[i], together[i].data(), rows});
+    MatmulScratch scratch;
+    weight_matmul(targets, x.data(), tokens, cols, scratch, 2);
+    for (std::size_t i = 0; i < 4; ++i) {
+      MatmulScratch fresh;
+      weight_matmul(matrices[i], x.data(), tokens, cols, apart[i].data(), rows, fresh, 1);
+      EXPECT_EQ(together[i], apart[i]) << "matrix " << i << ", " << tokens << " tokens";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cpudl::llm

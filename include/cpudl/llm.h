@@ -110,7 +110,8 @@ class Sampler {
  private:
   SamplerOptions options_;
   std::mt19937_64 rng_;
-  std::vector<std::pair<float, std::int32_t>> candidates_;
+  std::vector<std::pair<float, std::int32_t>> candidates_;  // reused from token to token
+  std::vector<double> probabilities_;
 };
 
 }  // namespace cpudl::llm

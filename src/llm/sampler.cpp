@@ -15,11 +15,13 @@ std::int32_t Sampler::sample(const float* logits, int vocab, std::span<const std
   if (options_.repeat_penalty != 1.0f && options_.repeat_last_n != 0) {
     const std::size_t n = options_.repeat_last_n < 0 ? recent.size()
                                                      : std::min(recent.size(), static_cast<std::size_t>(options_.repeat_last_n));
-    std::vector<bool> seen(static_cast<std::size_t>(vocab), false);
+    // Each distinct recent token once: candidates_ is still indexed by token id here.
     for (std::size_t i = recent.size() - n; i < recent.size(); ++i) {
       const std::int32_t t = recent[i];
-      if (t < 0 || t >= vocab || seen[static_cast<std::size_t>(t)]) continue;
-      seen[static_cast<std::size_t>(t)] = true;
+      if (t < 0 || t >= vocab || std::find(recent.begin() + static_cast<std::ptrdiff_t>(recent.size() - n),
+                                           recent.begin() + static_cast<std::ptrdiff_t>(i), t) !=
+                                     recent.begin() + static_cast<std::ptrdiff_t>(i))
+        continue;
       float& l = candidates_[static_cast<std::size_t>(t)].first;
       l = l > 0 ? l / options_.repeat_penalty : l * options_.repeat_penalty;
     }
@@ -34,7 +36,8 @@ std::int32_t Sampler::sample(const float* logits, int vocab, std::span<const std
   candidates_.resize(keep);
   // Probabilities at temperature 1 for the top-p and min-p cuts.
   const float top = candidates_[0].first;
-  std::vector<double> p(keep);
+  std::vector<double>& p = probabilities_;
+  p.resize(keep);
   double sum = 0;
   for (std::size_t i = 0; i < keep; ++i) sum += p[i] = std::exp(static_cast<double>(candidates_[i].first - top));
   if (options_.top_p < 1.0f) {
@@ -53,10 +56,10 @@ std::int32_t Sampler::sample(const float* logits, int vocab, std::span<const std
     keep = i;
   }
   candidates_.resize(keep);
-  std::vector<double> weights(keep);
+  p.resize(keep);
   for (std::size_t i = 0; i < keep; ++i)
-    weights[i] = std::exp(static_cast<double>(candidates_[i].first - top) / options_.temperature);
-  std::discrete_distribution<std::size_t> pick(weights.begin(), weights.end());
+    p[i] = std::exp(static_cast<double>(candidates_[i].first - top) / options_.temperature);
+  std::discrete_distribution<std::size_t> pick(p.begin(), p.end());
   return candidates_[pick(rng_)].second;
 }
 

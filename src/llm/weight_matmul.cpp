@@ -87,37 +87,39 @@ void weight_matmul(std::span<const MatmulTarget> targets, const float* x, std::s
   const std::size_t cols = targets[0].w->cols;
   for (const MatmulTarget& t : targets)
     if (t.w->cols != cols) throw Error("weight_matmul: '" + t.w->name + "' does not take inputs of " + std::to_string(cols));
-  if (tokens >= kGemmMinTokens && ldx == cols) {
+  if (tokens >= kPromptMinTokens && ldx == cols) {
     dequantized_matmul(targets, x, tokens, ldx, threads);
     return;
   }
-  // Activations in each format the targets' kernels take (f32 rows are used as they are).
+  // Activations in each format the targets' kernels take (f32 rows are used as they are), each
+  // format made once. Offsets into the scratch, not pointers: a later resize would move it.
   struct Prepared {
     WeightKernel kernel;
-    const void* act;
+    std::size_t act_offset;  // SIZE_MAX: the f32 rows of x
     std::size_t act_row_bytes;
   };
-  std::vector<Prepared> prepared;
-  prepared.reserve(targets.size());
-  std::size_t act_offset = 0;
-  for (const MatmulTarget& t : targets) {
-    const WeightKernel kernel = weight_kernel(t.w->type);
-    Prepared p{kernel, x, ldx * sizeof(float)};
-    if (kernel.quantize != nullptr) {
-      p.act_row_bytes = activation_row_bytes(kernel.activation, cols);
-      for (const Prepared& q : prepared)  // the same format made for an earlier target
-        if (q.kernel.quantize == kernel.quantize) p.act = q.act;
-      if (p.act == x) {
-        if (scratch.activations.size() < act_offset + tokens * p.act_row_bytes)
-          scratch.activations.resize(act_offset + tokens * p.act_row_bytes);
-        std::uint8_t* dst = scratch.activations.data() + act_offset;
-        for (std::size_t tok = 0; tok < tokens; ++tok) kernel.quantize(x + tok * ldx, dst + tok * p.act_row_bytes, cols);
-        p.act = dst;
-        act_offset += tokens * p.act_row_bytes;
-      }
-    }
-    prepared.push_back(p);
+  constexpr std::size_t kMaxTargets = 4;  // Q/K/V, gate/up: a fixed array, no allocation per call
+  if (targets.size() > kMaxTargets) throw Error("weight_matmul: more than 4 matrices in one call");
+  Prepared prepared[kMaxTargets];
+  std::size_t act_bytes = 0;
+  for (std::size_t i = 0; i < targets.size(); ++i) {
+    const WeightKernel kernel = weight_kernel(targets[i].w->type);
+    Prepared& p = prepared[i];
+    p = {kernel, SIZE_MAX, ldx * sizeof(float)};
+    if (kernel.quantize == nullptr) continue;
+    p.act_row_bytes = activation_row_bytes(kernel.activation, cols);
+    for (std::size_t j = 0; j < i; ++j)  // the same format made for an earlier target
+      if (prepared[j].kernel.quantize == kernel.quantize) p.act_offset = prepared[j].act_offset;
+    if (p.act_offset != SIZE_MAX) continue;
+    p.act_offset = act_bytes;
+    act_bytes += tokens * p.act_row_bytes;
+    if (scratch.activations.size() < act_bytes) scratch.activations.resize(act_bytes);
+    for (std::size_t tok = 0; tok < tokens; ++tok)
+      kernel.quantize(x + tok * ldx, scratch.activations.data() + p.act_offset + tok * p.act_row_bytes, cols);
   }
+  auto activations = [&](const Prepared& p) -> const void* {
+    return p.act_offset == SIZE_MAX ? static_cast<const void*>(x) : scratch.activations.data() + p.act_offset;
+  };
   std::size_t total_rows = 0;
   for (const MatmulTarget& t : targets) total_rows += t.w->rows;
   // One fork/join for all rows; chunks of at least 16 rows, each a contiguous slice of weights.
@@ -128,7 +130,7 @@ void weight_matmul(std::span<const MatmulTarget> targets, const float* x, std::s
       const std::size_t lo = std::max(begin, base), hi = std::min(end, base + w.rows);
       if (lo < hi) {
         const Prepared& p = prepared[i];
-        p.kernel.matmul({w.data + (lo - base) * w.row_bytes, w.row_bytes, p.act, p.act_row_bytes,
+        p.kernel.matmul({w.data + (lo - base) * w.row_bytes, w.row_bytes, activations(p), p.act_row_bytes,
                          targets[i].y + (lo - base), targets[i].ldy, hi - lo, tokens, cols});
       }
       base += w.rows;

@@ -1,7 +1,7 @@
 // y = x W^T for a weight matrix in any compute type, over the thread pool.
 // - A few tokens (generation): the weight kernels, rows of W split across threads, activations
 //   quantised once (Q8_0 or Q8_K) for the integer kernels; memory-bound, the weights read once.
-// - A prompt (kGemmMinTokens tokens or more): compute-bound. W is walked 12 rows at a time,
+// - A prompt (kPromptMinTokens tokens or more): compute-bound. W is walked 12 rows at a time,
 //   each panel multiplied by all the tokens while it is in cache, by register-blocked float
 //   kernels (3 rows x 4 tokens; F16/BF16 converted in registers, the int8 types converted into
 //   an f32 panel first), at about 80% of the FMA roof here. On AVX2 an int8 maddubs product costs as many
@@ -40,7 +40,7 @@ void weight_matmul(std::span<const MatmulTarget> targets, const float* x, std::s
                    MatmulScratch& scratch, int threads);
 
 // The activation format a weight type's kernel takes, and its kernel.
-constexpr std::size_t kGemmMinTokens = 8;
+constexpr std::size_t kPromptMinTokens = 8;
 
 // Activations as the weight kernels take them: f32 rows, or int8 blocks (BlockQ8A per 32 for
 // Q8_0/Q4_0 weights, BlockQ8_K per 256 for the K-quants).
