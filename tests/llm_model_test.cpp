@@ -140,7 +140,7 @@ namespace {
 // blocks, F16: floats) in one call give what separate calls give.
 TEST(WeightMatmul, MixedFormatsInOneCallMatchSeparateCalls) {
   const std::size_t cols = 512, rows = 40;
-  std::vector<float> w(rows * cols), x(2 * cols);
+  std::vector<float> w(rows * cols), x(3 * cols);  // up to 3 tokens
   for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>((i * 7919) % 1999) / 999.0f - 1.0f;
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 104729) % 997) / 498.0f - 1.0f;
   const GgmlType types[] = {GgmlType::q4_0, GgmlType::q6_k, GgmlType::f16, GgmlType::q8_0};
