@@ -15,7 +15,7 @@ for target in idx safetensors onnx gguf; do
   corpus="$out/corpus_$target"
   mkdir -p "$corpus"
   cp "$src/tests/fuzz_corpus/$target/"* "$corpus/"
-  "$out/${target}_fuzz" -max_total_time="$seconds" -max_len=4096 -print_final_stats=1 "$corpus" > "$out/$target.log" 2>&1 || { tail -30 "$out/$target.log"; exit 1; }
+  "$out/${target}_fuzz" -max_total_time="$seconds" -max_len=4096 -print_final_stats=1 -artifact_prefix="$out/" "$corpus" > "$out/$target.log" 2>&1 || { tail -30 "$out/$target.log"; exit 1; }
   tail -4 "$out/$target.log"
 done
 echo "fuzzed idx, safetensors, onnx and gguf for ${seconds}s each: no crash"
