@@ -30,10 +30,18 @@ std::uint64_t int8_dot_probe__avx2(std::uint64_t iterations, float* sink) {
   constexpr int kChains = 8;
   __m256i acc[kChains];
   for (int j = 0; j < kChains; ++j) acc[j] = _mm256_setzero_si256();
-  const __m256i a = _mm256_set1_epi8(3), b = _mm256_set1_epi8(-2), ones = _mm256_set1_epi16(1);
-  for (std::uint64_t i = 0; i < iterations; ++i)
+  // The products must be recomputed every step: with loop-invariant operands the compiler hoists
+  // them out of the loop and the probe times the additions alone. Each chain multiplies its own
+  // vector, and the empty asm makes `b` opaque to the optimiser on every iteration.
+  __m256i a[kChains];
+  for (int j = 0; j < kChains; ++j) a[j] = _mm256_set1_epi8(static_cast<char>(3 + j));
+  __m256i b = _mm256_set1_epi8(-2);
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (std::uint64_t i = 0; i < iterations; ++i) {
+    asm volatile("" : "+x"(b));
     for (int j = 0; j < kChains; ++j)
-      acc[j] = _mm256_add_epi32(acc[j], _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), ones));
+      acc[j] = _mm256_add_epi32(acc[j], _mm256_madd_epi16(_mm256_maddubs_epi16(a[j], b), ones));
+  }
   __m256i total = _mm256_setzero_si256();
   for (int j = 0; j < kChains; ++j) total = _mm256_add_epi32(total, acc[j]);
   *sink = static_cast<float>(_mm256_extract_epi32(total, 0));
