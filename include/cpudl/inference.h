@@ -36,7 +36,7 @@ struct ModelInfo {
   std::vector<ModelValue> inputs, outputs;
   std::map<std::string, int> ops_loaded;     // operator -> nodes in the file
   std::map<std::string, int> ops_planned;    // operator -> kernels run per inference, after optimising
-  std::int64_t parameters = 0;               // elements of the float initializers
+  std::int64_t parameters = 0;               // elements of the float and 8-bit initializers
   double flops = 0;                          // per inference at the planned shape
   std::size_t arena_bytes = 0;               // the memory plan's peak
   std::size_t unplanned_bytes = 0;           // one buffer per value

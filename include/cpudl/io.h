@@ -30,8 +30,8 @@ void save_safetensors(const std::filesystem::path& path, const nn::NamedTensors&
 std::string serialize_safetensors(const nn::NamedTensors& tensors,
                                   const std::map<std::string, std::string>& metadata);
 
-// NumPy's .npy format (versions 1.0 to 3.0): little-endian float32 ('<f4'), int64, int32, int8
-// and bool ('|b1', read as i8 0/1), C order. Errors name the file and the header field.
+// NumPy's .npy format (versions 1.0 to 3.0): little-endian float32 ('<f4'), int64, int32, int8,
+// uint8 and bool ('|b1', read as i8 0/1), C order. Errors name the file and the header field.
 Tensor load_npy(const std::filesystem::path& path);
 Tensor parse_npy(const std::string& bytes, const std::string& name_for_errors);
 void save_npy(const std::filesystem::path& path, const Tensor& tensor);  // atomically

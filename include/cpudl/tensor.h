@@ -14,7 +14,7 @@
 
 namespace cpudl {
 
-enum class DType : std::uint8_t { f32, bf16, i8, i32, i64 };
+enum class DType : std::uint8_t { f32, bf16, i8, i32, i64, u8 };
 std::size_t dtype_size(DType dtype);
 std::string_view dtype_name(DType dtype);
 

@@ -31,4 +31,13 @@ void add_chat_command(CLI::App& app, Action& action);
 void add_quantize_command(CLI::App& app, Action& action);
 void add_bench_llm_command(CLI::App& bench, Action& action);  // `cpudl bench llm`
 
+// `cpudl quantize` on an ONNX model (quantize_onnx.cpp); quantize.cpp parses the flags.
+struct QuantizeOnnxOptions {
+  std::string input, output, mode, calib, labels;
+  double max_weight_error = 0.02;
+  int threads = 0;
+  bool json = false;
+};
+int run_quantize_onnx(const QuantizeOnnxOptions& o);
+
 }  // namespace cpudl::cli

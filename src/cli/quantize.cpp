@@ -1,6 +1,7 @@
-// `cpudl quantize IN.gguf OUT.gguf --type T`: re-encodes a GGUF model's weight matrices (vectors
-// such as norms and biases stay F32), copying all metadata. The input is only read; the output
-// is written to a temporary file and renamed into place.
+// `cpudl quantize`: for GGUF models, `IN.gguf OUT.gguf --type T` re-encodes the weight matrices
+// (vectors such as norms and biases stay F32), copying all metadata; for ONNX models,
+// `IN.onnx OUT.onnx --mode dynamic` (quantize_onnx.cpp). The input is only read; the output is
+// written to a temporary file and renamed into place.
 #include <cstdio>
 #include <map>
 
@@ -14,7 +15,13 @@ namespace {
 
 struct QuantizeOptions {
   std::string input, output, type;
+  QuantizeOnnxOptions onnx;
 };
+
+bool ends_with(const std::string& s, const char* suffix) {
+  const std::string tail(suffix);
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
 
 struct TargetType {
   const char* name;
@@ -26,13 +33,22 @@ const TargetType kTargets[] = {{"f32", llm::GgmlType::f32, 0},   {"f16", llm::Gg
                                {"q4_0", llm::GgmlType::q4_0, 2},  {"q4_k", llm::GgmlType::q4_k, 14},
                                {"q6_k", llm::GgmlType::q6_k, 18}};
 
-int run_quantize(const QuantizeOptions& o) {
+int run_quantize(QuantizeOptions& o) {
+  if (ends_with(o.input, ".onnx")) {
+    if (!o.type.empty()) throw UsageError("--type is for GGUF models; ONNX models take --mode dynamic|static|bf16");
+    if (o.onnx.mode.empty()) throw UsageError(o.input + ": give --mode dynamic|static|bf16");
+    o.onnx.input = o.input;
+    o.onnx.output = o.output;
+    return run_quantize_onnx(o.onnx);
+  }
+  if (!ends_with(o.input, ".gguf"))
+    throw UsageError(o.input + ": expected a .gguf or .onnx model (cpudl's own .safetensors models cannot be quantised yet)");
+  if (!o.onnx.mode.empty() || !o.onnx.calib.empty()) throw UsageError("--mode and --calib are for ONNX models; GGUF models take --type");
+  if (o.type.empty()) throw UsageError(o.input + ": give --type q8_0|q4_0|q4_k|q6_k|f16|bf16|f32");
   const TargetType* target = nullptr;
   for (const auto& t : kTargets)
     if (o.type == t.name) target = &t;
   if (target == nullptr) throw UsageError("--type '" + o.type + "': expected f32, f16, bf16, q8_0, q4_0, q4_k or q6_k");
-  if (o.input.size() < 5 || o.input.substr(o.input.size() - 5) != ".gguf")
-    throw UsageError(o.input + ": expected a .gguf model (quantising ONNX and cpudl models is not implemented yet)");
   const llm::GgufFile in = llm::GgufFile::open(o.input);
 
   std::vector<llm::GgufWriterValue> metadata;
@@ -88,10 +104,19 @@ int run_quantize(const QuantizeOptions& o) {
 
 void add_quantize_command(CLI::App& app, Action& action) {
   auto o = std::make_shared<QuantizeOptions>();
-  CLI::App* q = app.add_subcommand("quantize", "Re-encode a GGUF model's weights: q8_0, q4_0, q4_k, q6_k, f16, bf16, f32");
-  q->add_option("input", o->input, "Input model (.gguf); never modified")->required();
-  q->add_option("output", o->output, "Output model (.gguf)")->required();
-  q->add_option("--type", o->type, "Weight type of the output")->required();
+  CLI::App* q = app.add_subcommand("quantize", "Quantise a model: GGUF weights to q8_0, q4_0, q4_k, q6_k, f16, bf16, f32; "
+                                                "ONNX MatMul/Gemm to dynamic int8, with an accuracy report");
+  q->add_option("input", o->input, "Input model (.gguf or .onnx); never modified")->required();
+  q->add_option("output", o->output, "Output model (same format)")->required();
+  q->add_option("--type", o->type, "GGUF: weight type of the output");
+  q->add_option("--mode", o->onnx.mode, "ONNX: dynamic (int8 weights, activations quantised per run)");
+  q->add_option("--calib", o->onnx.calib, "ONNX: .npy file or folder of .npy batches to measure the accuracy on");
+  q->add_option("--labels", o->onnx.labels, "ONNX: .npy of int labels for the --calib rows (top-1 accuracy)");
+  q->add_option("--max-weight-error", o->onnx.max_weight_error,
+                "ONNX: keep a layer in float when its weights' relative RMS error exceeds this")
+      ->check(CLI::PositiveNumber);
+  q->add_option("--threads", o->onnx.threads, "ONNX: threads for the accuracy run");
+  q->add_flag("--json", o->onnx.json, "ONNX: the report as one JSON object");
   q->callback([&action, o] { action = [o] { return run_quantize(*o); }; });
 }
 

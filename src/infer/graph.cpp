@@ -27,6 +27,7 @@ std::vector<std::int64_t> HostTensor::as_int64() const {
       case DType::i64: out[i] = data<std::int64_t>()[i]; break;
       case DType::i32: out[i] = data<std::int32_t>()[i]; break;
       case DType::i8: out[i] = data<std::int8_t>()[i]; break;
+      case DType::u8: out[i] = data<std::uint8_t>()[i]; break;
       case DType::f32: out[i] = static_cast<std::int64_t>(data<float>()[i]); break;
       default: throw Error("internal: integer view of a " + std::string(dtype_name(dtype)) + " tensor");
     }

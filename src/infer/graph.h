@@ -20,7 +20,8 @@ inline std::size_t element_size(DType t) {
     case DType::f32: return 4;
     case DType::i64: return 8;
     case DType::i32: return 4;
-    case DType::i8: return 1;
+    case DType::i8:
+    case DType::u8: return 1;
     case DType::bf16: return 2;
   }
   return 0;

@@ -55,6 +55,7 @@ class Loader {
       case onnx::TensorProto::INT32: return DType::i32;
       case onnx::TensorProto::BOOL:
       case onnx::TensorProto::INT8: return DType::i8;
+      case onnx::TensorProto::UINT8: return DType::u8;
       default: *ok = false; return DType::f32;
     }
   }
@@ -69,7 +70,7 @@ class Loader {
     bool ok = false;
     out.dtype = element_type(t.data_type(), &ok);
     const std::string name = what + " '" + t.name() + "'";
-    if (!ok) fail(name + ": element type " + type_name(t.data_type()) + " is not supported (FLOAT, INT64, INT32, INT8, BOOL are)");
+    if (!ok) fail(name + ": element type " + type_name(t.data_type()) + " is not supported (FLOAT, INT64, INT32, INT8, UINT8, BOOL are)");
     std::int64_t n = 1;
     for (std::int64_t d : t.dims()) {
       if (d < 0) fail(name + ": negative dimension " + std::to_string(d));
@@ -98,11 +99,12 @@ class Loader {
       if (static_cast<std::size_t>(t.int64_data_size()) * 8 != bytes) size_error(t.int64_data_size() * 8ull);
       out.bytes.resize(bytes);
       if (bytes) std::memcpy(out.bytes.data(), t.int64_data().data(), bytes);
-    } else {  // INT32, INT8 and BOOL travel in int32_data, one element per entry
+    } else {  // INT32, INT8, UINT8 and BOOL travel in int32_data, one element per entry
       if (t.int32_data_size() != n) size_error(t.int32_data_size() * element_size(out.dtype));
       out.bytes.resize(bytes);
       for (std::int64_t i = 0; i < n; ++i) {
         if (out.dtype == DType::i32) out.data<std::int32_t>()[i] = t.int32_data(static_cast<int>(i));
+        else if (out.dtype == DType::u8) out.data<std::uint8_t>()[i] = static_cast<std::uint8_t>(t.int32_data(static_cast<int>(i)));
         else out.data<std::int8_t>()[i] = static_cast<std::int8_t>(t.int32_data(static_cast<int>(i)));
       }
     }

@@ -8,7 +8,8 @@
   X(AveragePool) X(GlobalAveragePool) X(BatchNormalization) X(LayerNormalization) X(Flatten)         \
   X(Reshape) X(Transpose) X(Squeeze) X(Unsqueeze) X(Concat) X(Split) X(Slice) X(Gather) X(Shape)     \
   X(Constant) X(ConstantOfShape) X(ReduceMean) X(Identity) X(Dropout) X(Cast) X(Where) X(Expand)     \
-  X(Equal) X(Neg) X(Exp) X(Log) X(Pad)
+  X(Equal) X(Neg) X(Exp) X(Log) X(Pad) X(QuantizeLinear) X(DequantizeLinear) X(DynamicQuantizeLinear)   \
+  X(MatMulInteger)
 
 namespace cpudl::infer {
 // The opsets whose operator definitions the runtime follows (PyTorch 1.13 exports 7 to 17).

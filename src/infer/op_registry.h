@@ -70,6 +70,7 @@ std::span<const OpEntry> elementwise_ops();
 std::span<const OpEntry> dense_ops();
 std::span<const OpEntry> shape_ops();
 std::span<const OpEntry> normalization_ops();
+std::span<const OpEntry> quantization_ops();
 
 // Axis in [-rank, rank) (or [-rank-1, rank] when `inclusive_end`) -> [0, rank); throws otherwise.
 std::int64_t normalize_axis(const OpSetup& setup, std::int64_t axis, std::int64_t rank, const char* what);

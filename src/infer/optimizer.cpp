@@ -2,6 +2,7 @@
 // have no other consumer and are not graph outputs, so a rewrite never changes what is observable.
 #include "infer/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <set>
@@ -180,6 +181,81 @@ void fuse_gelu(Graph& g, OptimizerReport& report) {
   drop_removed(g, removed);
 }
 
+// The dynamic int8 pattern ONNX Runtime's quantize_dynamic (and `cpudl quantize --mode dynamic`)
+// writes for a MatMul or Gemm with constant weights:
+//   q, s, z = DynamicQuantizeLinear(x);  i = MatMulInteger(q, Wq, z[, zero b_zero]);
+//   f = Cast(i, FLOAT);  y = Mul(f, Mul(s, W_scale))  [ + bias ]
+// -> cpudl.DynamicQuantMatMul(x, Wq, W_scale[, bias]), one pass over the int8 kernels. The
+// DynamicQuantizeLinear may feed several products (Q, K and V share theirs); it is left for
+// dead-node removal once none reads it.
+void fuse_dynamic_quant_matmul(Graph& g, OptimizerReport& report) {
+  Uses uses(g);
+  std::unordered_map<std::string, std::size_t> producer;
+  for (std::size_t i = 0; i < g.nodes.size(); ++i)
+    for (const auto& o : g.nodes[i].outputs) producer[o] = i;
+  auto produced_by = [&](const std::string& v, const char* op) -> std::optional<std::size_t> {
+    const auto it = producer.find(v);
+    if (it == producer.end() || g.nodes[it->second].op != op) return std::nullopt;
+    return it->second;
+  };
+  std::vector<bool> removed(g.nodes.size(), false);
+  auto next = [&](std::size_t from, const char* op) -> std::optional<std::size_t> {
+    const auto c = uses.only_consumer(g.nodes[from].outputs[0]);
+    if (!c || removed[*c] || g.nodes[*c].op != op) return std::nullopt;
+    return c;
+  };
+  auto other = [](const Node& n, const std::string& v) { return n.inputs[0] == v ? n.inputs[1] : n.inputs[0]; };
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& mmi = g.nodes[i];
+    if (removed[i] || mmi.op != "MatMulInteger" || mmi.inputs.size() < 3) continue;
+    const auto dql = produced_by(mmi.inputs[0], "DynamicQuantizeLinear");
+    if (!dql || g.nodes[*dql].outputs.size() != 3 || mmi.inputs[2] != g.nodes[*dql].outputs[2]) continue;
+    const HostTensor* w = constant_of(g, mmi.inputs[1]);
+    if (!w || w->dtype != DType::i8 || w->shape.size() != 2) continue;
+    if (mmi.inputs.size() > 3 && !mmi.inputs[3].empty()) {
+      const HostTensor* zb = constant_of(g, mmi.inputs[3]);
+      if (!zb || zb->dtype != DType::i8) continue;
+      const auto values = zb->as_int64();
+      if (std::any_of(values.begin(), values.end(), [](std::int64_t v) { return v != 0; })) continue;
+    }
+    const auto cast = next(i, "Cast");
+    if (!cast || g.nodes[*cast].get_int("to", 0) != 1) continue;
+    const auto mul = next(*cast, "Mul");
+    if (!mul || g.nodes[*mul].inputs.size() != 2) continue;
+    const std::string scale_product = other(g.nodes[*mul], g.nodes[*cast].outputs[0]);
+    const auto scale_mul = produced_by(scale_product, "Mul");
+    if (!scale_mul || uses.only_consumer(scale_product) != *mul || g.nodes[*scale_mul].inputs.size() != 2) continue;
+    const Node& sm = g.nodes[*scale_mul];
+    const std::string x_scale = g.nodes[*dql].outputs[1];
+    if (sm.inputs[0] != x_scale && sm.inputs[1] != x_scale) continue;
+    const std::string w_scale_name = other(sm, x_scale);
+    const HostTensor* w_scale = constant_of(g, w_scale_name);
+    const std::int64_t n = w->shape[1];
+    if (!w_scale || w_scale->dtype != DType::f32 || (w_scale->numel() != 1 && w_scale->numel() != n)) continue;
+    Node fused;
+    fused.op = "cpudl.DynamicQuantMatMul";
+    fused.name = mmi.name.empty() ? g.nodes[*mul].name : mmi.name;
+    fused.inputs = {g.nodes[*dql].inputs[0], mmi.inputs[1], w_scale_name};
+    std::size_t last = *mul;
+    if (const auto add = next(*mul, "Add"); add && g.nodes[*add].inputs.size() == 2) {
+      const std::string bias = other(g.nodes[*add], g.nodes[*mul].outputs[0]);
+      const HostTensor* b = constant_of(g, bias);
+      if (b && b->dtype == DType::f32 && b->numel() == n && (b->shape.size() == 1 || b->shape.front() == 1)) {
+        fused.inputs.push_back(bias);
+        removed[*mul] = true;
+        last = *add;
+      }
+    }
+    fused.outputs = {g.nodes[last].outputs[0]};
+    for (std::size_t k : {i, *cast, *scale_mul}) removed[k] = true;
+    report.add("fused dynamic int8 MatMul",
+               "fused " + g.nodes[*dql].label() + " + " + mmi.label() + " + Cast + Mul" + (fused.inputs.size() > 3 ? " + Add" : "") +
+                   " into one int8 product");
+    g.nodes[last] = std::move(fused);
+  }
+  drop_removed(g, removed);
+}
+
 }  // namespace
 
 void optimize_graph(Graph& graph, OptimizerReport& report) {
@@ -187,6 +263,7 @@ void optimize_graph(Graph& graph, OptimizerReport& report) {
   remove_identities(graph, report);
   fold_batch_norms(graph, report);
   fuse_gelu(graph, report);
+  fuse_dynamic_quant_matmul(graph, report);
   remove_dead_nodes(graph);
 }
 
@@ -199,6 +276,19 @@ void fuse_with_shapes(Graph& g, const std::map<std::string, ValueDesc>& descs, O
   for (std::size_t i = 0; i < g.nodes.size(); ++i) {
     if (removed[i]) continue;
     const std::string op = g.nodes[i].op;
+    if (op == "cpudl.DynamicQuantMatMul") {  // its int8 kernel applies a ReLU, nothing else
+      const Uses uses(g);
+      const auto c = uses.only_consumer(g.nodes[i].outputs[0]);
+      if (c && !removed[*c] && g.nodes[*c].op == "Relu") {
+        const std::string parts = g.nodes[i].label() + " + " + g.nodes[*c].label();
+        g.nodes[i].attributes["cpudl.activation"] = Attribute{Attribute::Kind::s, 0, 0, "Relu", {}, {}, {}, nullptr};
+        g.nodes[i].outputs[0] = g.nodes[*c].outputs[0];
+        g.nodes[*c] = std::move(g.nodes[i]);
+        removed[i] = true;
+        report.add("fused " + op + " epilogue", "fused " + parts);
+      }
+      continue;
+    }
     if (op != "Conv" && op != "Gemm" && op != "MatMul") continue;
     const ValueDesc* out = desc(g.nodes[i].outputs[0]);
     if (!out || out->dtype != DType::f32 || out->shape.empty()) continue;

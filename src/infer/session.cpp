@@ -129,7 +129,8 @@ ModelInfo InferenceSession::info(const std::vector<Shape>& input_shapes) {
   info.outputs = impl_->outputs;
   for (const auto& n : impl_->loaded.nodes) ++info.ops_loaded[n.op];
   for (const auto& [name, t] : impl_->loaded.constants)
-    if (t->dtype == DType::f32) info.parameters += t->numel();
+    if (t->dtype == DType::f32 || t->dtype == DType::bf16 || t->dtype == DType::i8 || t->dtype == DType::u8)
+      info.parameters += t->numel();  // weights, float or quantised (not shape arguments)
   info.ops_planned = plan.stats().ops;
   info.flops = plan.stats().flops;
   info.arena_bytes = plan.stats().arena_bytes;

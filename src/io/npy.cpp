@@ -108,6 +108,7 @@ std::string descr_of(DType t) {
     case DType::i64: return "<i8";
     case DType::i32: return "<i4";
     case DType::i8: return "|i1";
+    case DType::u8: return "|u1";
     default: throw Error("cannot write a " + std::string(dtype_name(t)) + " tensor as .npy");
   }
 }
@@ -136,7 +137,8 @@ Tensor parse_npy(const std::string& bytes, const std::string& name) {
   else if (h.descr == "<i8") dtype = DType::i64;
   else if (h.descr == "<i4") dtype = DType::i32;
   else if (h.descr == "|i1" || h.descr == "|b1") dtype = DType::i8;
-  else throw Error(name + ": element type '" + h.descr + "' is not supported (float32, int64, int32, int8, bool are)");
+  else if (h.descr == "|u1") dtype = DType::u8;
+  else throw Error(name + ": element type '" + h.descr + "' is not supported (float32, int64, int32, int8, uint8, bool are)");
   std::int64_t count = 1;
   for (std::int64_t d : h.shape) {
     if (d > 0 && count > (std::int64_t{1} << 40) / d) throw Error(name + ": shape too large");

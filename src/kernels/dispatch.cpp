@@ -10,6 +10,7 @@
 #include "kernels/norm/norm.h"
 #include "kernels/optim/optim.h"
 #include "kernels/probe/probe.h"
+#include "kernels/int8/int8.h"
 #include "kernels/quant/quant.h"
 #include "kernels/reduce/reduce.h"
 #include "kernels/softmax/softmax.h"
@@ -90,6 +91,10 @@ CPUDL_AVX2_VARIANTS(dequantize_row_q6_k, DequantizeRowFn)
 CPUDL_AVX2_VARIANTS(q4_k_q8_k_matmul, WeightMatmulFn)
 CPUDL_AVX2_VARIANTS(q6_k_q8_k_matmul, WeightMatmulFn)
 CPUDL_AVX2_VARIANTS(quantize_row_q8_k, QuantizeRowFn)
+// Dynamic int8 products: AVX2 and the reference (int8.h says why no AVX-512 variant yet).
+CPUDL_AVX2_VARIANTS(u8s8_gemm, U8S8GemmFn)
+CPUDL_AVX2_VARIANTS(f32_min_max, F32MinMaxFn)
+CPUDL_AVX2_VARIANTS(f32_quantize_u8, F32QuantizeU8Fn)
 #undef CPUDL_AVX2_VARIANTS
 
 const std::vector<KernelVariant<FmaProbeFn>>& int8_dot_probe_variants() {

@@ -59,6 +59,9 @@ namespace cpudl::kernels {
   X(dequantize_row_q4_0, DequantizeRowFn)         \
   X(dequantize_row_q4_k, DequantizeRowFn)         \
   X(dequantize_row_q6_k, DequantizeRowFn)         \
+  X(u8s8_gemm, U8S8GemmFn)                        \
+  X(f32_min_max, F32MinMaxFn)                     \
+  X(f32_quantize_u8, F32QuantizeU8Fn)             \
   X(f32_fma_probe, FmaProbeFn)                    \
   X(int8_dot_probe, FmaProbeFn)                   \
   X(bf16_dot_probe, FmaProbeFn)

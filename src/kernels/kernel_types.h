@@ -91,6 +91,34 @@ using QuantizeRowFn = void (*)(const float* x, void* blocks, std::size_t k);
 // One row of k values in a weight type to floats.
 using DequantizeRowFn = void (*)(const void* in, float* out, std::size_t k);
 
+// Dynamic int8 product (ONNX's DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul -> Add, in
+// one pass): for the rows of A (u8, zero point a_zero, scale a_scale) and the columns
+// [n_begin, n_end) of B (s8, packed by pack_u8s8_weights, symmetric, per-column scales),
+//   c[m][n] = float(sum_k a[m][k] b[k][n] - a_zero sum_k b[k][n]) * (a_scale * b_scale[n]) + bias[n]
+// with the int32 sum exact and the float steps in that order (the unfused graph's rounding).
+// n_begin is a multiple of 8 (the packed column block).
+struct U8S8GemmArgs {
+  const std::uint8_t* a;
+  std::size_t lda;
+  std::size_t m, k;
+  std::int32_t a_zero;
+  float a_scale;
+  const std::int8_t* b_packed;
+  const std::int32_t* b_col_sums;  // sum_k b[k][n], n < n_end
+  const float* b_scale;            // per column, or one value when b_scale_per_column is false
+  bool b_scale_per_column;
+  const float* bias;  // per column, or null
+  bool relu;          // max(0, .) after the bias
+  float* c;
+  std::size_t ldc;
+  std::size_t n_begin, n_end;
+};
+using U8S8GemmFn = void (*)(const U8S8GemmArgs& args);
+// Smallest and largest of n floats (n >= 1).
+using F32MinMaxFn = void (*)(const float* x, std::size_t n, float* lo, float* hi);
+// y = clamp(round_half_even(x / scale) + zero, 0, 255): ONNX QuantizeLinear to uint8.
+using F32QuantizeU8Fn = void (*)(const float* x, std::size_t n, float scale, std::int32_t zero, std::uint8_t* y);
+
 // Outputs at least this large are written with non-temporal stores (they would not stay cached
 // anyway, and skipping each line's read-for-ownership saves memory traffic). Set once at start
 // from the last-level cache size (dispatch.cpp): an output that fits in L3 is better left there

@@ -15,6 +15,7 @@ std::size_t dtype_size(DType dtype) {
     case DType::bf16:
       return 2;
     case DType::i8:
+    case DType::u8:
       return 1;
     case DType::i32:
       return 4;
@@ -36,6 +37,8 @@ std::string_view dtype_name(DType dtype) {
       return "i32";
     case DType::i64:
       return "i64";
+    case DType::u8:
+      return "u8";
   }
   return "unknown";
 }

@@ -274,12 +274,16 @@ Kernel build_cast(OpSetup& s) {
   DType t;
   switch (to) {
     case 1: t = DType::f32; break;   // FLOAT
-    case 7: t = DType::i64; break;   // INT64
+    case 2: t = DType::u8; break;    // UINT8
+    case 3: t = DType::i8; break;    // INT8
     case 6: t = DType::i32; break;   // INT32
+    case 7: t = DType::i64; break;   // INT64
     case 9: t = DType::i8; break;    // BOOL
-    default: s.fail("cast to ONNX type " + std::to_string(to) + " is not supported (FLOAT, INT64, INT32, BOOL are)");
+    default:
+      s.fail("cast to ONNX type " + std::to_string(to) + " is not supported (FLOAT, UINT8, INT8, INT32, INT64, BOOL are)");
   }
   const DType from = s.inputs[0].dtype;
+  if (from == DType::bf16) s.fail("cast from bf16 is not supported");
   const bool to_bool = to == 9;
   s.set_output(0, t, s.shape(0));
   return [from, t, to_bool](std::span<const TensorView> in, std::span<const TensorView> out) {
@@ -289,17 +293,21 @@ Kernel build_cast(OpSetup& s) {
         case DType::f32: return static_cast<const float*>(in[0].data)[i];
         case DType::i64: return static_cast<double>(static_cast<const std::int64_t*>(in[0].data)[i]);
         case DType::i32: return static_cast<const std::int32_t*>(in[0].data)[i];
+        case DType::u8: return static_cast<const std::uint8_t*>(in[0].data)[i];
         default: return static_cast<const std::int8_t*>(in[0].data)[i];
       }
     };
+    // Integer targets keep the low bits of the truncated value (as C's conversions through
+    // int64 do); ONNX leaves out-of-range casts undefined.
     for (std::int64_t i = 0; i < n; ++i) {
       double v = read(i);
       if (to_bool) v = v != 0;
       switch (t) {
         case DType::f32: static_cast<float*>(out[0].data)[i] = static_cast<float>(v); break;
         case DType::i64: static_cast<std::int64_t*>(out[0].data)[i] = static_cast<std::int64_t>(v); break;
-        case DType::i32: static_cast<std::int32_t*>(out[0].data)[i] = static_cast<std::int32_t>(v); break;
-        default: static_cast<std::int8_t*>(out[0].data)[i] = static_cast<std::int8_t>(v); break;
+        case DType::i32: static_cast<std::int32_t*>(out[0].data)[i] = static_cast<std::int32_t>(static_cast<std::int64_t>(v)); break;
+        case DType::u8: static_cast<std::uint8_t*>(out[0].data)[i] = static_cast<std::uint8_t>(static_cast<std::int64_t>(v)); break;
+        default: static_cast<std::int8_t*>(out[0].data)[i] = static_cast<std::int8_t>(static_cast<std::int64_t>(v)); break;
       }
     }
   };

@@ -1,0 +1,179 @@
+// `cpudl quantize IN.onnx OUT.onnx --mode dynamic`: writes the int8 model (infer/quantizer.h), then
+// measures what it costs: both models run on the calibration inputs (or seeded random ones), and
+// the report gives top-1 agreement and the outputs' error, and top-1 accuracy of both when labels
+// are given.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "cli/command.h"
+#include "cpudl/error.h"
+#include "cpudl/inference.h"
+#include "cpudl/io.h"
+#include "cpudl/runtime.h"
+#include "infer/quantizer.h"
+
+namespace cpudl::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Calibration batches: one .npy file, or every .npy in a folder (in name order).
+std::vector<std::pair<std::string, Tensor>> calibration_batches(const QuantizeOnnxOptions& o, const ModelValue& input) {
+  std::vector<std::pair<std::string, Tensor>> batches;
+  if (o.calib.empty()) {
+    Shape shape = input.shape;
+    for (std::size_t d = 0; d < shape.size(); ++d) {
+      if (shape[d] >= 0) continue;
+      if (d != 0)
+        throw UsageError("input '" + input.name + "' has a free dimension besides the batch: give inputs with --calib");
+      shape[d] = 8;
+    }
+    Generator gen(1234);
+    batches.emplace_back("random", Tensor::randn(shape, gen));
+    return batches;
+  }
+  std::vector<fs::path> files;
+  if (fs::is_directory(o.calib)) {
+    for (const auto& e : fs::directory_iterator(o.calib))
+      if (e.path().extension() == ".npy") files.push_back(e.path());
+    std::sort(files.begin(), files.end());
+    if (files.empty()) throw UsageError("--calib " + o.calib + ": the folder holds no .npy files");
+  } else {
+    files.push_back(o.calib);
+  }
+  for (const auto& f : files) {
+    Tensor t = io::load_npy(f);
+    if (t.dtype() != input.dtype)
+      throw Error(f.string() + ": holds " + std::string(dtype_name(t.dtype())) + ", the model's input '" + input.name + "' takes " +
+                  std::string(dtype_name(input.dtype)));
+    if (t.dim() != static_cast<std::int64_t>(input.shape.size()) || t.numel() == 0)
+      throw Error(f.string() + ": shape " + shape_text(t.shape()) + " does not fit the model's input '" + input.name + "' " +
+                  shape_text(input.shape));
+    for (std::size_t d = 0; d < input.shape.size(); ++d)
+      if (input.shape[d] >= 0 && t.shape()[d] != input.shape[d])
+        throw Error(f.string() + ": shape " + shape_text(t.shape()) + " does not fit the model's input '" + input.name + "' " +
+                    shape_text(input.shape));
+    batches.emplace_back(f.string(), std::move(t));
+  }
+  return batches;
+}
+
+std::int64_t row_argmax(const float* row, std::int64_t n) {
+  return std::max_element(row, row + n) - row;
+}
+
+struct Agreement {
+  std::int64_t samples = 0, agree = 0, correct_float = 0, correct_int8 = 0;
+  double max_error = 0, sum_error = 0, values = 0, scale = 0;
+  bool classes = false;
+};
+
+}  // namespace
+
+int run_quantize_onnx(const QuantizeOnnxOptions& o) {
+  if (o.mode != "dynamic") {
+    if (o.mode == "static" || o.mode == "bf16")
+      throw UsageError("--mode " + o.mode + " is not implemented yet for ONNX models (dynamic is)");
+    throw UsageError("--mode '" + o.mode + "': expected dynamic, static or bf16");
+  }
+  if (!o.labels.empty() && o.calib.empty()) throw UsageError("--labels needs the inputs they label: give --calib");
+  use_threads(o.threads);
+  infer::DynamicQuantizeOptions options;
+  options.max_weight_error = o.max_weight_error;
+  const infer::DynamicQuantizeResult r = infer::quantize_onnx_dynamic(o.input, o.output, options);
+
+  InferenceSession reference(o.input), quantized(o.output);
+  if (reference.inputs().size() != 1) throw Error(o.input + ": the accuracy report needs a model with one input");
+  const auto batches = calibration_batches(o, reference.inputs()[0]);
+  Tensor labels;
+  if (!o.labels.empty()) {
+    labels = io::load_npy(o.labels);
+    if (labels.dtype() != DType::i64 && labels.dtype() != DType::i32)
+      throw Error(o.labels + ": labels must be int64 or int32, found " + std::string(dtype_name(labels.dtype())));
+  }
+  Agreement a;
+  for (const auto& [name, x] : batches) {
+    std::vector<Tensor> y0, y1;
+    try {
+      y0 = reference.run({x});
+      y1 = quantized.run({x});
+    } catch (const Error& e) {
+      throw Error(name + ": " + e.what());
+    }
+    const Tensor& f = y0[0];
+    const Tensor& q = y1[0];
+    const std::int64_t rows = f.dim() >= 1 ? f.shape()[0] : 1, cols = f.numel() / std::max<std::int64_t>(1, rows);
+    a.classes = cols > 1;
+    const float* fp = f.data();
+    const float* qp = q.data();
+    for (std::int64_t i = 0; i < f.numel(); ++i) {
+      const double e = std::fabs(static_cast<double>(fp[i]) - qp[i]);
+      a.max_error = std::max(a.max_error, e);
+      a.sum_error += e;
+      a.scale = std::max(a.scale, std::fabs(static_cast<double>(fp[i])));
+    }
+    a.values += static_cast<double>(f.numel());
+    for (std::int64_t i = 0; i < rows; ++i) {
+      const std::int64_t cf = row_argmax(fp + i * cols, cols), cq = row_argmax(qp + i * cols, cols);
+      a.agree += cf == cq;
+      if (labels.defined()) {
+        if (a.samples + i >= labels.numel())
+          throw Error(o.labels + ": holds " + std::to_string(labels.numel()) + " labels, the calibration inputs have more rows");
+        const std::int64_t want = labels.dtype() == DType::i64 ? labels.data_as<std::int64_t>()[a.samples + i]
+                                                               : labels.data_as<std::int32_t>()[a.samples + i];
+        a.correct_float += cf == want;
+        a.correct_int8 += cq == want;
+      }
+    }
+    a.samples += rows;
+  }
+  if (labels.defined() && labels.numel() != a.samples)
+    throw Error(o.labels + ": holds " + std::to_string(labels.numel()) + " labels for " + std::to_string(a.samples) + " inputs");
+
+  const auto quantized_layers = std::count_if(r.layers.begin(), r.layers.end(), [](const auto& l) { return l.quantized; });
+  for (const auto& l : r.layers)
+    if (!l.quantized)
+      std::fprintf(stderr, "warning: %s '%s' kept in float: %s\n", l.op.c_str(), l.node.c_str(), l.reason.c_str());
+  const double mean_error = a.values > 0 ? a.sum_error / a.values : 0;
+  const std::string source = o.calib.empty() ? "seeded random N(0, 1) inputs (no --calib given)" : "the --calib inputs";
+  if (o.json) {
+    nlohmann::ordered_json layers = nlohmann::ordered_json::array();
+    for (const auto& l : r.layers)
+      layers.push_back({{"node", l.node}, {"op", l.op}, {"k", l.k}, {"n", l.n}, {"weight_error", l.weight_error},
+                        {"quantized", l.quantized}, {"reason", l.reason}});
+    nlohmann::ordered_json j = {{"input", o.input},          {"output", o.output},       {"mode", o.mode},
+                                {"layers", layers},          {"bytes_in", r.bytes_in},   {"bytes_out", r.bytes_out},
+                                {"samples", a.samples},      {"inputs", o.calib.empty() ? "random" : "calib"},
+                                {"max_abs_error", a.max_error}, {"mean_abs_error", mean_error}, {"output_scale", a.scale}};
+    if (a.classes) j["top1_agreement"] = static_cast<double>(a.agree) / static_cast<double>(a.samples);
+    if (labels.defined()) {
+      j["fp32_accuracy"] = static_cast<double>(a.correct_float) / static_cast<double>(a.samples);
+      j["int8_accuracy"] = static_cast<double>(a.correct_int8) / static_cast<double>(a.samples);
+    }
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("%-32s %-7s %-14s %-13s %s\n", "layer", "op", "K x N", "weight error", "result");
+  for (const auto& l : r.layers) {
+    const std::string kn = std::to_string(l.k) + " x " + std::to_string(l.n);
+    std::printf("%-32s %-7s %-14s %-13.5f %s\n", l.node.c_str(), l.op.c_str(), kn.c_str(), l.weight_error,
+                l.quantized ? "int8" : "float");
+  }
+  std::printf("%s -> %s: %zd of %zu layers int8, %.2f MB -> %.2f MB\n", o.input.c_str(), o.output.c_str(),
+              static_cast<std::ptrdiff_t>(quantized_layers), r.layers.size(), static_cast<double>(r.bytes_in) / 1e6,
+              static_cast<double>(r.bytes_out) / 1e6);
+  std::printf("on %lld samples of %s:\n", static_cast<long long>(a.samples), source.c_str());
+  if (a.classes)
+    std::printf("  top-1 agreement with the float model: %.2f%%\n", 100.0 * static_cast<double>(a.agree) / static_cast<double>(a.samples));
+  std::printf("  output error: max %.3g, mean %.3g (largest float output %.3g)\n", a.max_error, mean_error, a.scale);
+  if (labels.defined()) {
+    const double f = 100.0 * static_cast<double>(a.correct_float) / static_cast<double>(a.samples);
+    const double q = 100.0 * static_cast<double>(a.correct_int8) / static_cast<double>(a.samples);
+    std::printf("  top-1 accuracy: float %.2f%%, int8 %.2f%% (%+.2f points)\n", f, q, q - f);
+  }
+  return 0;
+}
+
+}  // namespace cpudl::cli

@@ -1,0 +1,276 @@
+// Quantisation operators: QuantizeLinear and DequantizeLinear (per tensor or per axis; the QDQ
+// format), DynamicQuantizeLinear and MatMulInteger (the operator format ONNX Runtime's
+// quantize_dynamic and `cpudl quantize --mode dynamic` write), and cpudl.DynamicQuantMatMul, the
+// optimiser's fusion of DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul (-> Add) into one
+// pass over the native int8 kernels (kernels/int8/int8.h). The unfused operators are plain loops
+// that follow the ONNX definitions exactly; the fused one computes the same numbers.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+#include "infer/op_registry.h"
+#include "kernels/dispatch.h"
+#include "kernels/int8/int8.h"
+#include "runtime/parallel.h"
+
+namespace cpudl::infer {
+namespace {
+
+const kernels::KernelTable& native() { return kernels::kernel_table(); }
+
+// DynamicQuantizeLinear's scale and zero point for a tensor whose values span [lo, hi]: the range
+// is widened to hold 0, mapped onto [0, 255], and the zero point rounded half to even.
+struct DynamicParams {
+  float scale = 0;
+  std::int32_t zero = 0;
+};
+DynamicParams dynamic_params(float lo, float hi) {
+  lo = std::min(lo, 0.0f);
+  hi = std::max(hi, 0.0f);
+  DynamicParams p;
+  p.scale = (hi - lo) / 255.0f;
+  if (!(p.scale > 0.0f) || !std::isfinite(p.scale)) return DynamicParams{};  // all zeros (or not finite)
+  const float zero = std::min(std::max(0.0f - lo / p.scale, 0.0f), 255.0f);
+  p.zero = static_cast<std::int32_t>(std::nearbyint(zero));
+  return p;
+}
+
+// Quantises x (n floats) with DynamicQuantizeLinear's rule into y; returns the parameters.
+DynamicParams quantize_dynamic(const float* x, std::size_t n, std::uint8_t* y) {
+  if (n == 0) return DynamicParams{};
+  float lo = 0, hi = 0;
+  native().f32_min_max.fn(x, n, &lo, &hi);
+  const DynamicParams p = dynamic_params(lo, hi);
+  if (p.scale == 0.0f) std::memset(y, 0, n);
+  else native().f32_quantize_u8.fn(x, n, p.scale, p.zero, y);
+  return p;
+}
+
+// Per-axis quantisation parameters: a scalar, or one value per index of `axis`.
+struct AxisParams {
+  std::int64_t channels = 1, inner = 1;  // element i uses entry (i / inner) % channels
+  std::size_t index(std::int64_t i) const { return static_cast<std::size_t>((i / inner) % channels); }
+};
+AxisParams axis_params(const OpSetup& s, std::size_t scale_input) {
+  const Shape& x = s.shape(0);
+  const ValueDesc& scale = s.inputs[scale_input];
+  AxisParams p;
+  if (scale.numel() == 1 && scale.shape.size() <= 1) return p;
+  if (scale.shape.size() != 1) s.fail("the scale must be a scalar or 1-D, got shape " + shape_string(scale.shape));
+  const std::int64_t axis = normalize_axis(s, s.node.get_int("axis", 1), static_cast<std::int64_t>(x.size()), "axis");
+  if (x[static_cast<std::size_t>(axis)] != scale.shape[0])
+    s.fail("the scale has " + std::to_string(scale.shape[0]) + " entries, the input's axis " + std::to_string(axis) +
+           " has " + std::to_string(x[static_cast<std::size_t>(axis)]));
+  p.channels = scale.shape[0];
+  for (std::size_t d = static_cast<std::size_t>(axis) + 1; d < x.size(); ++d) p.inner *= x[d];
+  return p;
+}
+
+void require_zero_point_like_scale(const OpSetup& s, std::size_t zp, std::size_t scale) {
+  if (s.has(zp) && s.inputs[zp].numel() != s.inputs[scale].numel())
+    s.fail("the zero point has " + std::to_string(s.inputs[zp].numel()) + " entries, the scale " +
+           std::to_string(s.inputs[scale].numel()));
+}
+
+std::int32_t read_integer(DType t, const void* data, std::size_t i) {
+  switch (t) {
+    case DType::u8: return static_cast<const std::uint8_t*>(data)[i];
+    case DType::i8: return static_cast<const std::int8_t*>(data)[i];
+    case DType::i32: return static_cast<const std::int32_t*>(data)[i];
+    default: return 0;
+  }
+}
+
+Kernel build_quantize_linear(OpSetup& s) {
+  s.require_inputs(2, 3);
+  s.require_f32(0);
+  s.require_f32(1);
+  const DType t = s.has(2) ? s.inputs[2].dtype : DType::u8;
+  if (t != DType::u8 && t != DType::i8) s.fail("the zero point must be UINT8 or INT8");
+  require_zero_point_like_scale(s, 2, 1);
+  const AxisParams p = axis_params(s, 1);
+  const bool zp = s.has(2);
+  s.set_output(0, t, s.shape(0));
+  const float lo = t == DType::u8 ? 0.0f : -128.0f, hi = t == DType::u8 ? 255.0f : 127.0f;
+  return [p, zp, t, lo, hi](std::span<const TensorView> in, std::span<const TensorView> o) {
+    const std::int64_t n = element_count(*in[0].shape);
+    const float* x = in[0].f32();
+    const float* scale = in[1].f32();
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::size_t c = p.index(i);
+      const float zero = zp ? static_cast<float>(read_integer(t, in[2].data, c)) : 0.0f;
+      float v = std::nearbyint(x[i] / scale[c]) + zero;
+      v = v >= lo ? std::min(v, hi) : lo;  // also NaN -> lo
+      if (t == DType::u8) static_cast<std::uint8_t*>(o[0].data)[i] = static_cast<std::uint8_t>(v);
+      else static_cast<std::int8_t*>(o[0].data)[i] = static_cast<std::int8_t>(v);
+    }
+  };
+}
+
+Kernel build_dequantize_linear(OpSetup& s) {
+  s.require_inputs(2, 3);
+  const DType t = s.inputs[0].dtype;
+  if (t != DType::u8 && t != DType::i8 && t != DType::i32) s.fail("input x must be UINT8, INT8 or INT32");
+  s.require_f32(1);
+  if (s.has(2) && s.inputs[2].dtype != t) s.fail("the zero point's type differs from x's");
+  require_zero_point_like_scale(s, 2, 1);
+  const AxisParams p = axis_params(s, 1);
+  const bool zp = s.has(2);
+  s.set_output(0, DType::f32, s.shape(0));
+  return [p, zp, t](std::span<const TensorView> in, std::span<const TensorView> o) {
+    const std::int64_t n = element_count(*in[0].shape);
+    const float* scale = in[1].f32();
+    float* y = o[0].f32();
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::size_t c = p.index(i);
+      const std::int32_t zero = zp ? read_integer(t, in[2].data, c) : 0;
+      y[i] = static_cast<float>(read_integer(t, in[0].data, static_cast<std::size_t>(i)) - zero) * scale[c];
+    }
+  };
+}
+
+Kernel build_dynamic_quantize_linear(OpSetup& s) {
+  s.require_inputs(1, 1);
+  s.require_f32(0);
+  s.set_output(0, DType::u8, s.shape(0));
+  s.set_output(1, DType::f32, {});
+  s.set_output(2, DType::u8, {});
+  return [](std::span<const TensorView> in, std::span<const TensorView> o) {
+    const auto n = static_cast<std::size_t>(element_count(*in[0].shape));
+    const DynamicParams p = quantize_dynamic(in[0].f32(), n, static_cast<std::uint8_t*>(o[0].data));
+    *o[1].f32() = p.scale;
+    *static_cast<std::uint8_t*>(o[2].data) = static_cast<std::uint8_t>(p.zero);
+  };
+}
+
+// MatMulInteger as ONNX defines it: (A - a_zero) x (B - b_zero) in int32. A of any rank >= 1
+// (its leading dimensions are rows), B 2-D; a_zero a scalar or one per row of a 2-D A, b_zero a
+// scalar or one per column.
+Kernel build_matmul_integer(OpSetup& s) {
+  s.require_inputs(2, 4);
+  const DType ta = s.inputs[0].dtype, tb = s.inputs[1].dtype;
+  if ((ta != DType::u8 && ta != DType::i8) || (tb != DType::u8 && tb != DType::i8)) s.fail("A and B must be UINT8 or INT8");
+  const Shape& a = s.shape(0);
+  const Shape& b = s.shape(1);
+  if (a.empty()) s.fail("A must have rank 1 or more");
+  if (b.size() != 2) s.fail("B has shape " + shape_string(b) + ": only a 2-D B is supported");
+  const std::int64_t k = a.back(), n = b[1];
+  if (b[0] != k) s.fail("A " + shape_string(a) + " and B " + shape_string(b) + " do not multiply");
+  const std::int64_t m = element_count(a) / std::max<std::int64_t>(1, k);
+  const bool a_rows = s.has(2) && s.inputs[2].numel() != 1, b_cols = s.has(3) && s.inputs[3].numel() != 1;
+  if (s.has(2) && s.inputs[2].dtype != ta) s.fail("a_zero_point's type differs from A's");
+  if (s.has(3) && s.inputs[3].dtype != tb) s.fail("b_zero_point's type differs from B's");
+  if (a_rows && (a.size() != 2 || s.inputs[2].numel() != m)) s.fail("a_zero_point must be a scalar or one per row of a 2-D A");
+  if (b_cols && s.inputs[3].numel() != n) s.fail("b_zero_point must be a scalar or one per column of B");
+  Shape out(a.begin(), a.end() - 1);
+  out.push_back(n);
+  s.set_output(0, DType::i32, out);
+  const bool a_zp = s.has(2), b_zp = s.has(3);
+  return [=](std::span<const TensorView> in, std::span<const TensorView> o) {
+    auto* y = static_cast<std::int32_t*>(o[0].data);
+    parallel_for(static_cast<std::size_t>(m), 1, [&](std::size_t begin, std::size_t end) {
+      for (std::size_t i = begin; i < end; ++i) {
+        const std::int32_t za = a_zp ? read_integer(ta, in[2].data, a_rows ? i : 0) : 0;
+        for (std::int64_t j = 0; j < n; ++j) {
+          const std::int32_t zb = b_zp ? read_integer(tb, in[3].data, b_cols ? static_cast<std::size_t>(j) : 0) : 0;
+          std::int32_t sum = 0;
+          for (std::int64_t q = 0; q < k; ++q)
+            sum += (read_integer(ta, in[0].data, i * static_cast<std::size_t>(k) + static_cast<std::size_t>(q)) - za) *
+                   (read_integer(tb, in[1].data, static_cast<std::size_t>(q * n + j)) - zb);
+          y[i * static_cast<std::size_t>(n) + static_cast<std::size_t>(j)] = sum;
+        }
+      }
+    });
+  };
+}
+
+// The fused dynamic int8 product (optimizer.cpp makes it): inputs X (f32, ... x K), W (int8
+// constant, K x N), W's scales (f32 constant, one or N), and an optional f32 bias of N;
+// cpudl.activation "Relu" when the optimiser absorbed one. X is quantised per tensor on every run
+// exactly as DynamicQuantizeLinear would, then multiplied by the weights packed once here.
+Kernel build_dynamic_quant_matmul(OpSetup& s) {
+  s.require_inputs(3, 4);
+  s.require_f32(0);
+  const HostTensor& w = s.constant(1, "W");
+  const HostTensor& scale = s.constant(2, "W scale");
+  if (w.dtype != DType::i8 || w.shape.size() != 2) s.fail("internal: W must be a 2-D int8 constant");
+  const Shape& x = s.shape(0);
+  const std::int64_t k = w.shape[0], n = w.shape[1];
+  if (x.empty() || x.back() != k) s.fail("input " + shape_string(x) + " does not multiply weights " + shape_string(w.shape));
+  if (k >= 65536) s.fail("K = " + std::to_string(k) + " could overflow the int32 sums (at most 65535)");
+  if (scale.dtype != DType::f32 || (scale.numel() != 1 && scale.numel() != n)) s.fail("internal: W scale must hold 1 or N floats");
+  const bool bias = s.has(3);
+  if (bias && (s.inputs[3].dtype != DType::f32 || s.inputs[3].numel() != n)) s.fail("internal: the bias must hold N floats");
+  const std::string act = s.node.get_string("cpudl.activation", "");
+  if (!act.empty() && act != "Relu") s.fail("internal: only Relu fuses into the int8 product");
+  Shape out(x.begin(), x.end() - 1);
+  out.push_back(n);
+  s.set_output(0, DType::f32, out);
+
+  struct State {
+    std::shared_ptr<std::int8_t> packed;
+    std::vector<std::int32_t> col_sums;
+    std::vector<float> scales;
+    std::vector<std::uint8_t> quantized;  // this plan's X, quantised
+    kernels::U8S8GemmFn gemm = nullptr;
+  };
+  auto st = std::make_shared<State>();
+  const std::size_t bytes = kernels::u8s8_packed_bytes(static_cast<std::size_t>(k), static_cast<std::size_t>(n));
+  st->packed.reset(static_cast<std::int8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)), std::free);
+  if (!st->packed) s.fail("out of memory packing the weights");
+  st->col_sums.resize(static_cast<std::size_t>(n));
+  const bool exact_fast = kernels::pack_u8s8_weights(w.data<std::int8_t>(), static_cast<std::size_t>(n), static_cast<std::size_t>(k),
+                                                     static_cast<std::size_t>(n), st->packed.get(), st->col_sums.data());
+  // Weights holding -128 cannot take the SIMD kernels' exact path (int8.h): the reference runs them.
+  st->gemm = exact_fast ? native().u8s8_gemm.fn : kernels::u8s8_gemm_variants().back().fn;
+  st->scales = scale.as_float();
+  const std::int64_t m = element_count(x) / std::max<std::int64_t>(1, k);
+  st->quantized.resize(static_cast<std::size_t>(m * k));
+  const bool relu = act == "Relu";
+  return [st, m, k, n, bias, relu](std::span<const TensorView> in, std::span<const TensorView> o) {
+    const DynamicParams p = quantize_dynamic(in[0].f32(), st->quantized.size(), st->quantized.data());
+    kernels::U8S8GemmArgs g{};
+    g.a = st->quantized.data();
+    g.lda = static_cast<std::size_t>(k);
+    g.m = static_cast<std::size_t>(m);
+    g.k = static_cast<std::size_t>(k);
+    g.a_zero = p.zero;
+    g.a_scale = p.scale;
+    g.b_packed = st->packed.get();
+    g.b_col_sums = st->col_sums.data();
+    g.b_scale = st->scales.data();
+    g.b_scale_per_column = st->scales.size() > 1;
+    g.bias = bias ? in[3].f32() : nullptr;
+    g.relu = relu;
+    g.c = o[0].f32();
+    g.ldc = static_cast<std::size_t>(n);
+    // Threads split the columns in blocks of 16 (the kernel's widest block): each streams its
+    // share of the weights once, over all rows.
+    const auto blocks = static_cast<std::size_t>((n + 15) / 16);
+    const kernels::U8S8GemmFn gemm = st->gemm;
+    // Each block is m x k x 16 multiply-adds; a thread takes at least ~64k of them.
+    const auto per_block = static_cast<std::size_t>(std::max<std::int64_t>(1, m * k * 16));
+    parallel_for(blocks, std::max<std::size_t>(1, 65536 / per_block),
+                 [&](std::size_t begin, std::size_t end) {
+                   kernels::U8S8GemmArgs part = g;
+                   part.n_begin = begin * 16;
+                   part.n_end = std::min(end * 16, static_cast<std::size_t>(n));
+                   gemm(part);
+                 });
+  };
+}
+
+const OpEntry kOps[] = {
+    {"QuantizeLinear", build_quantize_linear},
+    {"DequantizeLinear", build_dequantize_linear},
+    {"DynamicQuantizeLinear", build_dynamic_quantize_linear},
+    {"MatMulInteger", build_matmul_integer},
+    {"cpudl.DynamicQuantMatMul", build_dynamic_quant_matmul},
+};
+
+}  // namespace
+
+std::span<const OpEntry> quantization_ops() { return kOps; }
+
+}  // namespace cpudl::infer

@@ -1,0 +1,43 @@
+// Kernels of the dynamic int8 path (ONNX DynamicQuantizeLinear + MatMulInteger, as ONNX Runtime's
+// quantize_dynamic and `cpudl quantize --mode dynamic` write them): the range of a tensor, its
+// quantisation to uint8, and the u8 x s8 product with the dequantising epilogue fused.
+//
+// The packed layout of B (K x N, int8), shared by every variant: column blocks of 8; within a
+// block, K in groups of 4, each group 32 bytes holding column c's four values at bytes [4c, 4c+4).
+// K is padded to a multiple of 4 and N to a multiple of 8, with zeros:
+//   byte of b[k][n] = (n / 8) * K4 * 8 + (k / 4) * 32 + (n % 8) * 4 + k % 4,  K4 = round_up(K, 4).
+//
+// AVX2 has no int8 dot-product instruction. VPMADDUBSW multiplies u8 by s8 and adds pairs into a
+// saturating int16: with uint8 activations up to 255 and weights down to -127 a pair can reach
+// -64770 and silently clip (the accuracy trap of u8 x s8 kernels on CPUs without VNNI). The AVX2
+// kernel computes exactly instead: it shifts the activations to a' = a - 128 (int8), multiplies
+// |a'| (<= 128, unsigned) by sign(a') * b (|b| <= 127), so no pair exceeds 2 * 128 * 127 = 32512,
+// and adds 128 * sum_k b back in the epilogue. That needs weights in [-127, 127], which symmetric
+// quantisation produces; a matrix holding -128 (possible in a foreign file) runs on the reference
+// (pack_u8s8_weights says which). AVX-512 VNNI's VPDPBUSD would do this in one instruction; that
+// variant is not written yet, because this machine cannot run it to test it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/kernel_types.h"
+
+namespace cpudl::kernels {
+
+// Bytes of the packed form of a K x N int8 matrix.
+std::size_t u8s8_packed_bytes(std::size_t k, std::size_t n);
+// Packs row-major b (K x N, row stride ldb) and writes each column's sum into col_sums[N].
+// Returns false when b holds -128, which the AVX2 kernel cannot multiply exactly (see above).
+bool pack_u8s8_weights(const std::int8_t* b, std::size_t ldb, std::size_t k, std::size_t n, std::int8_t* packed,
+                       std::int32_t* col_sums);
+
+#define CPUDL_DECLARE_INT8(isa)                                                                       \
+  void u8s8_gemm__##isa(const U8S8GemmArgs& args);                                                  \
+  void f32_min_max__##isa(const float* x, std::size_t n, float* lo, float* hi);                     \
+  void f32_quantize_u8__##isa(const float* x, std::size_t n, float scale, std::int32_t zero, std::uint8_t* y);
+CPUDL_DECLARE_INT8(ref)
+CPUDL_DECLARE_INT8(avx2)
+#undef CPUDL_DECLARE_INT8
+
+}  // namespace cpudl::kernels

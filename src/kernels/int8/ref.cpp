@@ -1,0 +1,70 @@
+// Reference dynamic int8 kernels: plain loops over the packed layout, the oracle for the SIMD
+// variants; and the packing itself, which every variant shares.
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/int8/int8.h"
+
+namespace cpudl::kernels {
+
+namespace {
+std::size_t padded_k(std::size_t k) { return (k + 3) / 4 * 4; }
+std::size_t packed_index(std::size_t k4, std::size_t k, std::size_t n) {
+  return (n / 8) * k4 * 8 + (k / 4) * 32 + (n % 8) * 4 + k % 4;
+}
+}  // namespace
+
+std::size_t u8s8_packed_bytes(std::size_t k, std::size_t n) { return padded_k(k) * ((n + 7) / 8 * 8); }
+
+bool pack_u8s8_weights(const std::int8_t* b, std::size_t ldb, std::size_t k, std::size_t n, std::int8_t* packed,
+                       std::int32_t* col_sums) {
+  const std::size_t k4 = padded_k(k);
+  std::fill(packed, packed + u8s8_packed_bytes(k, n), std::int8_t{0});
+  std::fill(col_sums, col_sums + n, 0);
+  bool exact_fast = true;
+  for (std::size_t kk = 0; kk < k; ++kk)
+    for (std::size_t nn = 0; nn < n; ++nn) {
+      const std::int8_t v = b[kk * ldb + nn];
+      packed[packed_index(k4, kk, nn)] = v;
+      col_sums[nn] += v;
+      exact_fast = exact_fast && v != -128;
+    }
+  return exact_fast;
+}
+
+void u8s8_gemm__ref(const U8S8GemmArgs& g) {
+  const std::size_t k4 = padded_k(g.k);
+  for (std::size_t m = 0; m < g.m; ++m)
+    for (std::size_t n = g.n_begin; n < g.n_end; ++n) {
+      std::int32_t sum = 0;
+      for (std::size_t kk = 0; kk < g.k; ++kk)
+        sum += static_cast<std::int32_t>(g.a[m * g.lda + kk]) * g.b_packed[packed_index(k4, kk, n)];
+      const std::int32_t total = sum - g.a_zero * g.b_col_sums[n];
+      const float scale = g.a_scale * g.b_scale[g.b_scale_per_column ? n : 0];
+      float y = static_cast<float>(total) * scale;
+      if (g.bias) y += g.bias[n];
+      if (g.relu) y = std::max(y, 0.0f);
+      g.c[m * g.ldc + n] = y;
+    }
+}
+
+void f32_min_max__ref(const float* x, std::size_t n, float* lo, float* hi) {
+  float a = x[0], b = x[0];
+  for (std::size_t i = 1; i < n; ++i) {
+    a = std::min(a, x[i]);
+    b = std::max(b, x[i]);
+  }
+  *lo = a;
+  *hi = b;
+}
+
+void f32_quantize_u8__ref(const float* x, std::size_t n, float scale, std::int32_t zero, std::uint8_t* y) {
+  for (std::size_t i = 0; i < n; ++i) {
+    // nearbyint rounds half to even in the default rounding mode, as ONNX's QuantizeLinear does.
+    float v = std::nearbyint(x[i] / scale) + static_cast<float>(zero);
+    if (!(v >= 0.0f)) v = 0.0f;  // also NaN
+    y[i] = static_cast<std::uint8_t>(std::min(v, 255.0f));
+  }
+}
+
+}  // namespace cpudl::kernels

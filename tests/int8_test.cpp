@@ -1,0 +1,290 @@
+// The dynamic int8 path, bottom up: every variant of the int8 kernels against exact integer
+// arithmetic done here; the ONNX quantisation operators (fused by the optimiser and not) against
+// the answers NumPy computed from the operator definitions (scripts/gen-quant-fixtures.py); and
+// `cpudl quantize --mode dynamic` end to end, with its bad inputs.
+#include <gtest/gtest.h>
+#include <onnx/onnx_pb.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <random>
+
+#include "cli_sandbox.h"
+#include "cpudl/error.h"
+#include "cpudl/inference.h"
+#include "cpudl/io.h"
+#include "cpudl/runtime.h"
+#include "infer/quantizer.h"
+#include "kernels/dispatch.h"
+#include "kernels/int8/int8.h"
+
+namespace {
+
+using namespace cpudl;
+using namespace cpudl::kernels;
+namespace fs = std::filesystem;
+const fs::path kOnnx = fs::path(CPUDL_FIXTURES_DIR) / ".." / "onnx";
+const IsaLevel kMachineLevel = runtime().isa.detected;
+
+struct GemmCase {
+  std::size_t m, k, n, n_begin;
+  bool bias, relu, per_column;
+  int extremes;  // 0 random; 1 all a = 255 and b = +-127 (the pair sums that saturate VPMADDUBSW); 2 a = 0
+};
+
+TEST(Int8Kernels, EveryGemmVariantIsExact) {
+  const GemmCase cases[] = {
+      {1, 1, 1, 0, false, false, true, 0},   {3, 5, 7, 0, true, false, true, 0},     {4, 32, 16, 0, true, true, true, 0},
+      {5, 33, 17, 0, true, false, false, 0}, {64, 784, 40, 8, true, true, true, 0}, {7, 100, 8, 0, false, true, true, 0},
+      {6, 64, 24, 16, true, false, true, 1}, {2, 257, 9, 0, false, false, true, 1},  {3, 31, 19, 0, true, false, true, 2},
+  };
+  std::mt19937 rng(7);
+  for (const GemmCase& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "m " << c.m << " k " << c.k << " n " << c.n << " from column " << c.n_begin);
+    std::vector<std::uint8_t> a(c.m * c.k);
+    std::vector<std::int8_t> b(c.k * c.n);
+    for (auto& v : a) v = c.extremes == 1 ? 255 : c.extremes == 2 ? 0 : static_cast<std::uint8_t>(rng() % 256);
+    for (std::size_t i = 0; i < b.size(); ++i)
+      b[i] = c.extremes ? static_cast<std::int8_t>(i % 3 == 0 ? -127 : 127) : static_cast<std::int8_t>(static_cast<int>(rng() % 255) - 127);
+    std::vector<float> scale(c.per_column ? c.n : 1), bias(c.n);
+    for (auto& s : scale) s = 0.001f + static_cast<float>(rng() % 1000) * 1e-5f;
+    for (auto& v : bias) v = static_cast<float>(static_cast<int>(rng() % 2001) - 1000) * 1e-3f;
+    const std::int32_t zero = c.extremes == 2 ? 255 : static_cast<std::int32_t>(rng() % 256);
+    const float a_scale = 0.0173f;
+    std::vector<std::int8_t> packed(u8s8_packed_bytes(c.k, c.n) + 32);
+    auto* aligned = reinterpret_cast<std::int8_t*>((reinterpret_cast<std::uintptr_t>(packed.data()) + 31) / 32 * 32);
+    std::vector<std::int32_t> sums(c.n);
+    ASSERT_TRUE(pack_u8s8_weights(b.data(), c.n, c.k, c.n, aligned, sums.data()));
+    // Exact: the integer sum in 64 bits from the unpacked operands, then the float steps in order.
+    std::vector<float> expected(c.m * c.n);
+    for (std::size_t i = 0; i < c.m; ++i)
+      for (std::size_t j = 0; j < c.n; ++j) {
+        std::int64_t sum = 0;
+        for (std::size_t q = 0; q < c.k; ++q) sum += (static_cast<std::int64_t>(a[i * c.k + q]) - zero) * b[q * c.n + j];
+        float y = static_cast<float>(sum) * (a_scale * scale[c.per_column ? j : 0]);
+        if (c.bias) y += bias[j];
+        if (c.relu) y = std::max(y, 0.0f);
+        expected[i * c.n + j] = y;
+      }
+    int ran = 0;
+    for (const auto& variant : u8s8_gemm_variants()) {
+      if (variant.level > kMachineLevel) continue;
+      SCOPED_TRACE(variant.name);
+      const std::size_t ldc = c.n + 2;
+      std::vector<float> out(c.m * ldc, -7.0f);
+      U8S8GemmArgs g{};
+      g.a = a.data();
+      g.lda = c.k;
+      g.m = c.m;
+      g.k = c.k;
+      g.a_zero = zero;
+      g.a_scale = a_scale;
+      g.b_packed = aligned;
+      g.b_col_sums = sums.data();
+      g.b_scale = scale.data();
+      g.b_scale_per_column = c.per_column;
+      g.bias = c.bias ? bias.data() : nullptr;
+      g.relu = c.relu;
+      g.c = out.data();
+      g.ldc = ldc;
+      g.n_begin = c.n_begin;
+      g.n_end = c.n;
+      variant.fn(g);
+      for (std::size_t i = 0; i < c.m; ++i) {
+        for (std::size_t j = 0; j < ldc; ++j) {
+          const float got = out[i * ldc + j];
+          if (j < c.n_begin || j >= c.n) {
+            ASSERT_EQ(got, -7.0f) << "wrote outside its columns: row " << i << " column " << j;
+            continue;
+          }
+          // The float epilogue may fuse a multiply-add: one rounding's worth of slack, far below
+          // the smallest integer error (a_scale * scale ~ 2e-5).
+          ASSERT_NEAR(got, expected[i * c.n + j], 1e-6f * (std::fabs(expected[i * c.n + j]) + 1.0f)) << "row " << i << " column " << j;
+        }
+      }
+      ++ran;
+    }
+    EXPECT_GE(ran, 1);
+  }
+}
+
+TEST(Int8Kernels, PackingFlagsWeightsTheExactSimdPathCannotTake) {
+  const std::int8_t b[4] = {1, -128, 3, 4};
+  std::vector<std::int8_t> packed(u8s8_packed_bytes(2, 2));
+  std::int32_t sums[2];
+  EXPECT_FALSE(pack_u8s8_weights(b, 2, 2, 2, packed.data(), sums));
+  EXPECT_EQ(sums[0], 4);
+  EXPECT_EQ(sums[1], -124);
+}
+
+TEST(Int8Kernels, MinMaxAndQuantiseMatchTheDefinitions) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (std::size_t n : {1u, 7u, 8u, 31u, 32u, 33u, 100u, 1000u}) {
+    std::vector<float> x(n);
+    for (auto& v : x) v = normal(rng);
+    // Exact ties and out-of-range values: x / 0.5 = k + 0.5 rounds to even; clamping at 0 and 255.
+    const float specials[] = {0.25f, 0.75f, -0.25f, 1.25f, 500.0f, -500.0f, 63.75f};
+    for (std::size_t i = 0; i < n && i < 7; ++i) x[i * 3 % n] = specials[i];
+    const auto [lo, hi] = std::minmax_element(x.begin(), x.end());
+    for (const auto& variant : f32_min_max_variants()) {
+      if (variant.level > kMachineLevel) continue;
+      SCOPED_TRACE(variant.name);
+      float a = 0, b = 0;
+      variant.fn(x.data(), n, &a, &b);
+      EXPECT_EQ(a, *lo);
+      EXPECT_EQ(b, *hi);
+    }
+    for (const auto& variant : f32_quantize_u8_variants()) {
+      if (variant.level > kMachineLevel) continue;
+      SCOPED_TRACE(variant.name);
+      std::vector<std::uint8_t> y(n);
+      variant.fn(x.data(), n, 0.5f, 100, y.data());
+      for (std::size_t i = 0; i < n; ++i) {
+        const double r = std::nearbyint(static_cast<double>(x[i] / 0.5f)) + 100;
+        ASSERT_EQ(y[i], static_cast<std::uint8_t>(std::clamp(r, 0.0, 255.0))) << "x = " << x[i];
+      }
+    }
+  }
+}
+
+// The ONNX operators, fused by the optimiser (DynamicQuantizeLinear + MatMulInteger + Cast + Mul
+// + Add into one int8 product) and as the file has them, against NumPy.
+TEST(QuantOps, MatchNumPyFusedAndUnfused) {
+  const Tensor x = io::load_npy(kOnnx / "quantops_opset13.input.npy");
+  for (bool optimize : {true, false}) {
+    SCOPED_TRACE(optimize ? "optimised" : "as in the file");
+    InferenceOptions options;
+    options.optimize = optimize;
+    InferenceSession s(kOnnx / "quantops_opset13.onnx", options);
+    const auto y = s.run({x});
+    ASSERT_EQ(y.size(), 4u);
+    for (std::size_t o = 0; o < 4; ++o) {
+      SCOPED_TRACE("output " + std::to_string(o));
+      const Tensor want = io::load_npy(kOnnx / ("quantops_opset13.output" + std::to_string(o) + ".npy"));
+      ASSERT_EQ(y[o].dtype(), want.dtype());
+      ASSERT_EQ(y[o].shape(), want.shape());
+      if (want.dtype() == DType::f32) {
+        for (std::int64_t i = 0; i < want.numel(); ++i)
+          EXPECT_NEAR(y[o].data()[i], want.data()[i], 1e-6 * (1 + std::fabs(want.data()[i]))) << "element " << i;
+      } else {
+        const std::size_t bytes = static_cast<std::size_t>(want.numel()) * dtype_size(want.dtype());
+        EXPECT_EQ(std::memcmp(y[o].raw_data(), want.raw_data(), bytes), 0) << "integer outputs must be exact";
+      }
+    }
+    const ModelInfo info = s.info({x.shape()});
+    EXPECT_EQ(info.ops_planned.count("cpudl.DynamicQuantMatMul"), optimize ? 1u : 0u);
+  }
+}
+
+class QuantizeCli : public cpudl::testing::CliSandbox {};
+
+std::map<std::string, int> op_counts(const fs::path& model) {
+  onnx::ModelProto m;
+  const std::string bytes = io::read_file(model);
+  EXPECT_TRUE(m.ParseFromString(bytes));
+  std::map<std::string, int> ops;
+  for (const auto& n : m.graph().node()) ++ops[n.op_type()];
+  return ops;
+}
+
+TEST_F(QuantizeCli, DynamicMlpRunsFusedAndUnfusedCloseToPyTorch) {
+  const std::string in = (kOnnx / "mlp_opset13.onnx").string();  // weights in external data
+  const std::string before = io::read_file(in);
+  const cpudl::testing::CliResult r = run("quantize " + in + " " + path("int8.onnx") + " --mode dynamic --calib " +
+                          (kOnnx / "mlp_opset13.input.npy").string() + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(io::read_file(in), before) << "the input model must never change";
+  const auto report = nlohmann::json::parse(r.out);
+  EXPECT_EQ(report["layers"].size(), 3u);
+  EXPECT_EQ(report["samples"], 3);
+  EXPECT_DOUBLE_EQ(report["top1_agreement"].get<double>(), 1.0);
+  EXPECT_LT(report["bytes_out"].get<double>(), 0.3 * report["bytes_in"].get<double>());
+  // A standard ONNX file: the quantize_dynamic pattern, the float weights gone, no external data.
+  const auto ops = op_counts(path("int8.onnx"));
+  EXPECT_EQ(ops.at("MatMulInteger"), 3);
+  EXPECT_EQ(ops.at("DynamicQuantizeLinear"), 3);
+  EXPECT_EQ(ops.count("Gemm"), 0u);
+  const Tensor x = io::load_npy(kOnnx / "mlp_opset13.input.npy");
+  const Tensor pytorch = io::load_npy(kOnnx / "mlp_opset13.output.npy");
+  std::vector<Tensor> results;
+  for (bool optimize : {true, false}) {
+    InferenceOptions options;
+    options.optimize = optimize;
+    InferenceSession s(path("int8.onnx"), options);
+    results.push_back(s.run({x})[0]);
+  }
+  double fused_vs_unfused = 0, vs_float = 0, scale = 0;
+  for (std::int64_t i = 0; i < pytorch.numel(); ++i) {
+    fused_vs_unfused = std::max(fused_vs_unfused, static_cast<double>(std::fabs(results[0].data()[i] - results[1].data()[i])));
+    vs_float = std::max(vs_float, static_cast<double>(std::fabs(results[0].data()[i] - pytorch.data()[i])));
+    scale = std::max(scale, static_cast<double>(std::fabs(pytorch.data()[i])));
+  }
+  EXPECT_LT(fused_vs_unfused, 1e-6 * scale) << "the fused int8 product must compute what the graph says";
+  EXPECT_LT(vs_float, 2e-2 * scale) << "int8 should stay close to the float model";
+  EXPECT_GT(vs_float, 0.0) << "suspicious: int8 identical to float";
+}
+
+TEST_F(QuantizeCli, BadInputsAreNamedAndLeaveNothingBehind) {
+  const std::string mlp = (kOnnx / "mlp_opset13.onnx").string();
+  // Usage errors: exit 2.
+  EXPECT_EQ(run("quantize " + mlp + " " + path("o.onnx") + " --mode fancy").exit_code, 2);
+  EXPECT_EQ(run("quantize " + mlp + " " + path("o.onnx")).exit_code, 2);
+  EXPECT_EQ(run("quantize " + mlp + " " + path("o.onnx") + " --mode dynamic --type q8_0").exit_code, 2);
+  cpudl::testing::CliResult r = run("quantize " + mlp + " " + path("o.onnx") + " --mode static");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("not implemented yet"), std::string::npos) << r.err;
+  fs::create_directories(path("empty"));
+  r = run("quantize " + mlp + " " + path("o.onnx") + " --mode dynamic --calib " + path("empty"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("no .npy"), std::string::npos) << r.err;
+  // Calibration data of the wrong shape: named, exit 1.
+  io::save_npy(path("wrong.npy"), Tensor::zeros({2, 3, 28, 28}));
+  r = run("quantize " + mlp + " " + path("o.onnx") + " --mode dynamic --calib " + path("wrong.npy"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("wrong.npy"), std::string::npos) << r.err;
+  // A model with nothing to quantise.
+  r = run("quantize " + (kOnnx / ".." / "fuzz_corpus" / "onnx" / "conv_relu.onnx").string() + " " + path("c.onnx") + " --mode dynamic");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("nothing to quantise"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(path("c.onnx")));
+  // The output may not replace the input.
+  fs::copy_file(mlp, path("m.onnx"));
+  fs::copy_file(kOnnx / "mlp_opset13.onnx.data", path("mlp_opset13.onnx.data"));
+  const std::string before = io::read_file(path("m.onnx"));
+  r = run("quantize " + path("m.onnx") + " " + path("m.onnx") + " --mode dynamic");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(io::read_file(path("m.onnx")), before);
+  // A threshold no layer meets: every layer listed as kept, nothing quantised, no file.
+  r = run("quantize " + mlp + " " + path("t.onnx") + " --mode dynamic --max-weight-error 0.0001");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("exceeds"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(path("t.onnx")));
+}
+
+TEST_F(QuantizeCli, LayersAboveTheErrorThresholdStayFloatWithAWarning) {
+  // A threshold between the two worst layers' errors keeps exactly the worst in float.
+  const std::string mlp = (kOnnx / "mlp_opset13.onnx").string();
+  const auto probe = infer::quantize_onnx_dynamic(mlp, path("all.onnx"));
+  ASSERT_EQ(probe.layers.size(), 3u);
+  std::vector<double> errors;
+  for (const auto& l : probe.layers) errors.push_back(l.weight_error);
+  std::sort(errors.begin(), errors.end());
+  ASSERT_LT(errors[1], errors[2]);
+  char threshold[32];
+  std::snprintf(threshold, sizeof threshold, "%.9f", (errors[1] + errors[2]) / 2);  // only the worst layer exceeds it
+  const cpudl::testing::CliResult r = run("quantize " + mlp + " " + path("o.onnx") + " --mode dynamic --max-weight-error " + threshold);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("kept in float"), std::string::npos) << r.err;
+  const auto ops = op_counts(path("o.onnx"));
+  EXPECT_EQ(ops.at("MatMulInteger"), 2);
+  EXPECT_EQ(ops.at("Gemm"), 1);
+  EXPECT_EQ(run("run " + path("o.onnx") + " --input " + (kOnnx / "mlp_opset13.input.npy").string()).exit_code, 0);
+}
+
+}  // namespace
