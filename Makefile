@@ -1,5 +1,5 @@
 # cpudl entry points. Each target first makes sure the Debian packages it needs are installed.
-.PHONY: deps build test test-asan demo bench bench-onnx bench-pytorch bench-llm clean format
+.PHONY: deps build test test-asan demo bench bench-onnx bench-pytorch bench-llm bench-quant clean format
 
 JOBS ?= $(shell nproc)
 
@@ -42,6 +42,12 @@ bench: build
 bench-onnx: build
 	@scripts/install-deps.sh --bench
 	@/usr/bin/python3 bench/vs_onnx.py --write-doc
+
+# fp32 vs dynamic int8 (cpudl quantize --mode dynamic) on an MLP: cpudl, ONNX Runtime (on cpudl's
+# int8 file) and PyTorch's quantize_dynamic; writes the table into docs/BENCHMARKS.md.
+bench-quant: build
+	@scripts/install-deps.sh --bench
+	@/usr/bin/python3 bench/vs_quantized.py --write-doc
 
 # cpudl vs Debian's PyTorch 1.13 (best and plain configurations) on MNIST training, resnet18
 # training and inference; writes the table into docs/BENCHMARKS.md.

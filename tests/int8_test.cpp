@@ -71,6 +71,10 @@ TEST(Int8Kernels, EveryGemmVariantIsExact) {
         if (c.relu) y = std::max(y, 0.0f);
         expected[i * c.n + j] = y;
       }
+    const std::size_t ld = u8s8_padded_k(c.k) + 4;  // a row stride longer than the row
+    std::vector<std::int8_t> shifted(c.m * ld, 99);
+    std::vector<std::uint8_t> magnitude(c.m * ld, 99);
+    prepare_u8s8_rows(a.data(), c.m, c.k, c.k, shifted.data(), magnitude.data(), ld);
     int ran = 0;
     for (const auto& variant : u8s8_gemm_variants()) {
       if (variant.level > kMachineLevel) continue;
@@ -78,8 +82,9 @@ TEST(Int8Kernels, EveryGemmVariantIsExact) {
       const std::size_t ldc = c.n + 2;
       std::vector<float> out(c.m * ldc, -7.0f);
       U8S8GemmArgs g{};
-      g.a = a.data();
-      g.lda = c.k;
+      g.a_shifted = shifted.data();
+      g.a_magnitude = magnitude.data();
+      g.lda = ld;
       g.m = c.m;
       g.k = c.k;
       g.a_zero = zero;

@@ -92,13 +92,15 @@ using QuantizeRowFn = void (*)(const float* x, void* blocks, std::size_t k);
 using DequantizeRowFn = void (*)(const void* in, float* out, std::size_t k);
 
 // Dynamic int8 product (ONNX's DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul -> Add, in
-// one pass): for the rows of A (u8, zero point a_zero, scale a_scale) and the columns
-// [n_begin, n_end) of B (s8, packed by pack_u8s8_weights, symmetric, per-column scales),
+// one pass): for the rows of A (u8, zero point a_zero, scale a_scale; given as prepared by
+// prepare_u8s8_rows) and the columns [n_begin, n_end) of B (s8, packed by pack_u8s8_weights,
+// symmetric, per-column scales),
 //   c[m][n] = float(sum_k a[m][k] b[k][n] - a_zero sum_k b[k][n]) * (a_scale * b_scale[n]) + bias[n]
 // with the int32 sum exact and the float steps in that order (the unfused graph's rounding).
 // n_begin is a multiple of 8 (the packed column block).
 struct U8S8GemmArgs {
-  const std::uint8_t* a;
+  const std::int8_t* a_shifted;       // a - 128, rows of lda (a multiple of 4) padded with zeros
+  const std::uint8_t* a_magnitude;    // |a - 128|, the same layout
   std::size_t lda;
   std::size_t m, k;
   std::int32_t a_zero;

@@ -213,6 +213,8 @@ Kernel build_dynamic_quant_matmul(OpSetup& s) {
     std::vector<std::int32_t> col_sums;
     std::vector<float> scales;
     std::vector<std::uint8_t> quantized;  // this plan's X, quantised
+    std::vector<std::int8_t> shifted;     // and prepared for the kernels (prepare_u8s8_rows)
+    std::vector<std::uint8_t> magnitude;
     kernels::U8S8GemmFn gemm = nullptr;
   };
   auto st = std::make_shared<State>();
@@ -227,12 +229,19 @@ Kernel build_dynamic_quant_matmul(OpSetup& s) {
   st->scales = scale.as_float();
   const std::int64_t m = element_count(x) / std::max<std::int64_t>(1, k);
   st->quantized.resize(static_cast<std::size_t>(m * k));
+  const std::size_t ld = kernels::u8s8_padded_k(static_cast<std::size_t>(k));
+  st->shifted.resize(static_cast<std::size_t>(m) * ld);
+  st->magnitude.resize(static_cast<std::size_t>(m) * ld);
   const bool relu = act == "Relu";
   return [st, m, k, n, bias, relu](std::span<const TensorView> in, std::span<const TensorView> o) {
     const DynamicParams p = quantize_dynamic(in[0].f32(), st->quantized.size(), st->quantized.data());
+    const std::size_t ld = st->shifted.size() / static_cast<std::size_t>(std::max<std::int64_t>(1, m));
+    kernels::prepare_u8s8_rows(st->quantized.data(), static_cast<std::size_t>(m), static_cast<std::size_t>(k),
+                               static_cast<std::size_t>(k), st->shifted.data(), st->magnitude.data(), ld);
     kernels::U8S8GemmArgs g{};
-    g.a = st->quantized.data();
-    g.lda = static_cast<std::size_t>(k);
+    g.a_shifted = st->shifted.data();
+    g.a_magnitude = st->magnitude.data();
+    g.lda = ld;
     g.m = static_cast<std::size_t>(m);
     g.k = static_cast<std::size_t>(k);
     g.a_zero = p.zero;

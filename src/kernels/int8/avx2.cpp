@@ -1,6 +1,7 @@
 // AVX2 dynamic int8 kernels. The product is exact (int8.h explains the sign trick that keeps
 // VPMADDUBSW's int16 pair sums from saturating); blocks of 4 rows x 16 columns keep 8 int32
-// accumulators in registers, each 32-byte load of B feeding 4 rows.
+// accumulators in registers, each 32-byte load of B feeding 4 rows, and each step's a' and |a'|
+// come prepared (prepare_u8s8_rows), so the loop is four instructions per 32 multiply-adds.
 #include <immintrin.h>
 
 #include <cstring>
@@ -13,28 +14,25 @@ namespace {
 // One block of R rows x 8 * B columns, all of K. `cols` (<= 8 * B) columns are stored.
 template <int R, int B>
 void block(const U8S8GemmArgs& g, std::size_t m0, std::size_t n0, std::size_t cols) {
-  const std::size_t k4 = (g.k + 3) / 4 * 4, groups = k4 / 4, full = g.k / 4;
+  const std::size_t k4 = (g.k + 3) / 4 * 4, groups = k4 / 4;
   const std::int8_t* b = g.b_packed + (n0 / 8) * k4 * 8;
-  const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  const __m256i ones = _mm256_set1_epi16(1);
   __m256i acc[R][B];
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < B; ++j) acc[r][j] = _mm256_setzero_si256();
+  // Per block of 8 columns, then per row: a' and |a'| are broadcast again for each block (loads,
+  // which are cheap) rather than held, so the 8 accumulators, the weights and the constant fit
+  // the 16 registers without spilling.
   for (std::size_t q = 0; q < groups; ++q) {
-    __m256i w[B];
-    for (int j = 0; j < B; ++j)
-      w[j] = _mm256_load_si256(reinterpret_cast<const __m256i*>(b + static_cast<std::size_t>(j) * k4 * 8 + q * 32));
-    for (int r = 0; r < R; ++r) {
-      const std::uint8_t* a = g.a + (m0 + static_cast<std::size_t>(r)) * g.lda + q * 4;
-      std::int32_t four = 0;
-      if (q < full) {
-        std::memcpy(&four, a, 4);
-      } else {  // the last, partial group: the padding multiplies zero weights
-        std::memcpy(&four, a, g.k - q * 4);
-      }
-      const __m256i shifted = _mm256_xor_si256(_mm256_set1_epi32(four), flip);  // a - 128, as int8
-      const __m256i magnitude = _mm256_abs_epi8(shifted);                       // <= 128, as uint8
-      for (int j = 0; j < B; ++j) {
-        const __m256i pairs = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(w[j], shifted));
+    for (int j = 0; j < B; ++j) {
+      const __m256i w = _mm256_load_si256(reinterpret_cast<const __m256i*>(b + static_cast<std::size_t>(j) * k4 * 8 + q * 32));
+      for (int r = 0; r < R; ++r) {
+        const std::size_t at = (m0 + static_cast<std::size_t>(r)) * g.lda + q * 4;
+        std::int32_t s4, m4;
+        std::memcpy(&s4, g.a_shifted + at, 4);
+        std::memcpy(&m4, g.a_magnitude + at, 4);
+        // |a'| (<= 128, unsigned) x sign(a') b: int16 pair sums stay within +-32512.
+        const __m256i pairs = _mm256_maddubs_epi16(_mm256_set1_epi32(m4), _mm256_sign_epi8(w, _mm256_set1_epi32(s4)));
         acc[r][j] = _mm256_add_epi32(acc[r][j], _mm256_madd_epi16(pairs, ones));
       }
     }

@@ -25,7 +25,15 @@
 
 namespace cpudl::kernels {
 
-// Bytes of the packed form of a K x N int8 matrix.
+// The A operand, as every variant reads it: each row of uint8 a as a' = a - 128 (int8) and |a'|
+// (uint8), zero-padded to K4 = round_up(K, 4) values; ld >= K4, a multiple of 4. Made once per
+// product (M x K work, against the product's M x K x N).
+void prepare_u8s8_rows(const std::uint8_t* a, std::size_t m, std::size_t k, std::size_t lda, std::int8_t* shifted,
+                       std::uint8_t* magnitude, std::size_t ld);
+inline constexpr std::size_t u8s8_padded_k(std::size_t k) { return (k + 3) / 4 * 4; }
+
+// Bytes of the packed form of a K x N int8 matrix (32-byte aligned buffers: the kernels load
+// whole blocks).
 std::size_t u8s8_packed_bytes(std::size_t k, std::size_t n);
 // Packs row-major b (K x N, row stride ldb) and writes each column's sum into col_sums[N].
 // Returns false when b holds -128, which the AVX2 kernel cannot multiply exactly (see above).

@@ -16,6 +16,20 @@ std::size_t packed_index(std::size_t k4, std::size_t k, std::size_t n) {
 
 std::size_t u8s8_packed_bytes(std::size_t k, std::size_t n) { return padded_k(k) * ((n + 7) / 8 * 8); }
 
+void prepare_u8s8_rows(const std::uint8_t* a, std::size_t m, std::size_t k, std::size_t lda, std::int8_t* shifted,
+                       std::uint8_t* magnitude, std::size_t ld) {
+  for (std::size_t i = 0; i < m; ++i) {
+    std::int8_t* s = shifted + i * ld;
+    std::uint8_t* g = magnitude + i * ld;
+    for (std::size_t q = 0; q < k; ++q) {
+      const int v = static_cast<int>(a[i * lda + q]) - 128;
+      s[q] = static_cast<std::int8_t>(v);
+      g[q] = static_cast<std::uint8_t>(v < 0 ? -v : v);
+    }
+    for (std::size_t q = k; q < padded_k(k); ++q) s[q] = 0, g[q] = 0;
+  }
+}
+
 bool pack_u8s8_weights(const std::int8_t* b, std::size_t ldb, std::size_t k, std::size_t n, std::int8_t* packed,
                        std::int32_t* col_sums) {
   const std::size_t k4 = padded_k(k);
@@ -38,7 +52,7 @@ void u8s8_gemm__ref(const U8S8GemmArgs& g) {
     for (std::size_t n = g.n_begin; n < g.n_end; ++n) {
       std::int32_t sum = 0;
       for (std::size_t kk = 0; kk < g.k; ++kk)
-        sum += static_cast<std::int32_t>(g.a[m * g.lda + kk]) * g.b_packed[packed_index(k4, kk, n)];
+        sum += (static_cast<std::int32_t>(g.a_shifted[m * g.lda + kk]) + 128) * g.b_packed[packed_index(k4, kk, n)];
       const std::int32_t total = sum - g.a_zero * g.b_col_sums[n];
       const float scale = g.a_scale * g.b_scale[g.b_scale_per_column ? n : 0];
       float y = static_cast<float>(total) * scale;
