@@ -137,7 +137,7 @@ void BM_weight_matvec(benchmark::State& state, cpudl::llm::GgmlType type, const 
 // The dynamic int8 product (u8s8_gemm) on an MLP layer's shape, M x 1024 x 1024, the columns
 // split over the threads as the runtime's fused op does. Compute-bound at batch 64: reports
 // GOP/s and pct_int8_roof, over the int8_dot roof measured by this process on as many threads.
-void BM_u8s8_gemm(benchmark::State& state) {
+void BM_u8s8_gemm(benchmark::State& state, bool seven_bit) {
   const auto m = static_cast<std::size_t>(state.range(0));
   const int threads = threads_arg(state);
   const std::size_t k = 1024, n = 1024;
@@ -145,17 +145,19 @@ void BM_u8s8_gemm(benchmark::State& state) {
   if (roof[threads] == 0.0) roof[threads] = cpudl::measure_compute_roof(cpudl::ComputeRoof::int8_dot, threads, 0.5).gops;
   std::vector<std::uint8_t> a(m * k);
   std::vector<std::int8_t> b(k * n), shifted(m * k);
-  std::vector<std::uint8_t> magnitude(m * k);
+  std::vector<std::uint8_t> raw(m * k), magnitude(m * k);
   for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<std::uint8_t>(i * 31 % 256);
-  for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<std::int8_t>(static_cast<int>(i * 17 % 255) - 127);
+  // Weights over 8 bits, or 7 (--reduce-range), which takes the kernel's shorter path.
+  const int levels = seven_bit ? 128 : 255, lowest = seven_bit ? -64 : -127;
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<std::int8_t>(static_cast<int>(i * 17 % static_cast<std::size_t>(levels)) + lowest);
   std::vector<std::int8_t> packed(u8s8_packed_bytes(k, n) + 32);
   auto* aligned = reinterpret_cast<std::int8_t*>((reinterpret_cast<std::uintptr_t>(packed.data()) + 31) / 32 * 32);
   std::vector<std::int32_t> sums(n);
-  pack_u8s8_weights(b.data(), n, k, n, aligned, sums.data());
-  prepare_u8s8_rows(a.data(), m, k, k, shifted.data(), magnitude.data(), k);
+  const bool seven = pack_u8s8_weights(b.data(), n, k, n, aligned, sums.data()) == U8S8WeightRange::seven_bit;
+  prepare_u8s8_rows(a.data(), m, k, k, raw.data(), shifted.data(), magnitude.data(), k);
   std::vector<float> scale(n, 0.01f), c(m * n);
-  U8S8GemmArgs g{shifted.data(), magnitude.data(), k, m, k, 3, 0.02f, aligned, sums.data(), scale.data(), true,
-                 nullptr, false, c.data(), n, 0, n};
+  U8S8GemmArgs g{raw.data(), shifted.data(), magnitude.data(), k, m, k, 3, 0.02f, aligned, seven, sums.data(), scale.data(),
+                 true, nullptr, false, c.data(), n, 0, n};
   const U8S8GemmFn gemm = kernel_table().u8s8_gemm.fn;
   for (auto _ : state) {
     cpudl::parallel_for(n / 16, 1, threads, [&](std::size_t begin, std::size_t end) {
@@ -184,7 +186,8 @@ BENCHMARK(BM_adam)->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
 BENCHMARK(BM_softmax)->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
 // Args: {unused, threads}.
 // Args: {rows M, threads}.
-BENCHMARK(BM_u8s8_gemm)->Args({1, 1})->Args({64, 1})->Args({64, 0})->UseRealTime();
+BENCHMARK_CAPTURE(BM_u8s8_gemm, weights_8bit, false)->Args({1, 1})->Args({64, 1})->Args({64, 0})->UseRealTime();
+BENCHMARK_CAPTURE(BM_u8s8_gemm, weights_7bit, true)->Args({1, 1})->Args({64, 1})->Args({64, 0})->UseRealTime();
 BENCHMARK_CAPTURE(BM_weight_matvec, f32, cpudl::llm::GgmlType::f32, "f32_f32_matmul")->Args({0, 1})->Args({0, 0})->UseRealTime();
 BENCHMARK_CAPTURE(BM_weight_matvec, f16, cpudl::llm::GgmlType::f16, "f16_f32_matmul")->Args({0, 1})->Args({0, 0})->UseRealTime();
 BENCHMARK_CAPTURE(BM_weight_matvec, q8_0, cpudl::llm::GgmlType::q8_0, "q8_0_q8a_matmul")->Args({0, 1})->Args({0, 0})->UseRealTime();

@@ -34,7 +34,7 @@ const IsaLevel kMachineLevel = runtime().isa.detected;
 struct GemmCase {
   std::size_t m, k, n, n_begin;
   bool bias, relu, per_column;
-  int extremes;  // 0 random; 1 all a = 255 and b = +-127 (the pair sums that saturate VPMADDUBSW); 2 a = 0
+  int extremes;  // 0 random; 1 all a = 255 and b at its limits (the pair sums that saturate VPMADDUBSW); 2 a = 0
 };
 
 TEST(Int8Kernels, EveryGemmVariantIsExact) {
@@ -44,13 +44,18 @@ TEST(Int8Kernels, EveryGemmVariantIsExact) {
       {6, 64, 24, 16, true, false, true, 1}, {2, 257, 9, 0, false, false, true, 1},  {3, 31, 19, 0, true, false, true, 2},
   };
   std::mt19937 rng(7);
-  for (const GemmCase& c : cases) {
-    SCOPED_TRACE(::testing::Message() << "m " << c.m << " k " << c.k << " n " << c.n << " from column " << c.n_begin);
+  for (const GemmCase& c : cases)
+    for (const bool seven_bit : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << "m " << c.m << " k " << c.k << " n " << c.n << " from column " << c.n_begin
+                                      << (seven_bit ? ", 7-bit weights" : ", 8-bit weights"));
     std::vector<std::uint8_t> a(c.m * c.k);
     std::vector<std::int8_t> b(c.k * c.n);
     for (auto& v : a) v = c.extremes == 1 ? 255 : c.extremes == 2 ? 0 : static_cast<std::uint8_t>(rng() % 256);
+    const int lo = seven_bit ? -64 : -127, hi = seven_bit ? 63 : 127;
     for (std::size_t i = 0; i < b.size(); ++i)
-      b[i] = c.extremes ? static_cast<std::int8_t>(i % 3 == 0 ? -127 : 127) : static_cast<std::int8_t>(static_cast<int>(rng() % 255) - 127);
+      b[i] = static_cast<std::int8_t>(c.extremes ? (i % 3 == 0 ? lo : hi) : lo + static_cast<int>(rng() % static_cast<unsigned>(hi - lo + 1)));
+    b[0] = static_cast<std::int8_t>(lo);  // the range's ends are present, so packing must classify it
+    if (b.size() > 1) b[1] = static_cast<std::int8_t>(hi);
     std::vector<float> scale(c.per_column ? c.n : 1), bias(c.n);
     for (auto& s : scale) s = 0.001f + static_cast<float>(rng() % 1000) * 1e-5f;
     for (auto& v : bias) v = static_cast<float>(static_cast<int>(rng() % 2001) - 1000) * 1e-3f;
@@ -59,7 +64,8 @@ TEST(Int8Kernels, EveryGemmVariantIsExact) {
     std::vector<std::int8_t> packed(u8s8_packed_bytes(c.k, c.n) + 32);
     auto* aligned = reinterpret_cast<std::int8_t*>((reinterpret_cast<std::uintptr_t>(packed.data()) + 31) / 32 * 32);
     std::vector<std::int32_t> sums(c.n);
-    ASSERT_TRUE(pack_u8s8_weights(b.data(), c.n, c.k, c.n, aligned, sums.data()));
+    ASSERT_EQ(pack_u8s8_weights(b.data(), c.n, c.k, c.n, aligned, sums.data()),
+              seven_bit ? U8S8WeightRange::seven_bit : U8S8WeightRange::eight_bit);
     // Exact: the integer sum in 64 bits from the unpacked operands, then the float steps in order.
     std::vector<float> expected(c.m * c.n);
     for (std::size_t i = 0; i < c.m; ++i)
@@ -72,9 +78,10 @@ TEST(Int8Kernels, EveryGemmVariantIsExact) {
         expected[i * c.n + j] = y;
       }
     const std::size_t ld = u8s8_padded_k(c.k) + 4;  // a row stride longer than the row
+    std::vector<std::uint8_t> raw(c.m * ld, 99);
     std::vector<std::int8_t> shifted(c.m * ld, 99);
     std::vector<std::uint8_t> magnitude(c.m * ld, 99);
-    prepare_u8s8_rows(a.data(), c.m, c.k, c.k, shifted.data(), magnitude.data(), ld);
+    prepare_u8s8_rows(a.data(), c.m, c.k, c.k, raw.data(), shifted.data(), magnitude.data(), ld);
     int ran = 0;
     for (const auto& variant : u8s8_gemm_variants()) {
       if (variant.level > kMachineLevel) continue;
@@ -82,6 +89,7 @@ TEST(Int8Kernels, EveryGemmVariantIsExact) {
       const std::size_t ldc = c.n + 2;
       std::vector<float> out(c.m * ldc, -7.0f);
       U8S8GemmArgs g{};
+      g.a = raw.data();
       g.a_shifted = shifted.data();
       g.a_magnitude = magnitude.data();
       g.lda = ld;
@@ -90,6 +98,7 @@ TEST(Int8Kernels, EveryGemmVariantIsExact) {
       g.a_zero = zero;
       g.a_scale = a_scale;
       g.b_packed = aligned;
+      g.b_seven_bit = seven_bit;
       g.b_col_sums = sums.data();
       g.b_scale = scale.data();
       g.b_scale_per_column = c.per_column;
@@ -115,14 +124,14 @@ TEST(Int8Kernels, EveryGemmVariantIsExact) {
       ++ran;
     }
     EXPECT_GE(ran, 1);
-  }
+    }
 }
 
 TEST(Int8Kernels, PackingFlagsWeightsTheExactSimdPathCannotTake) {
   const std::int8_t b[4] = {1, -128, 3, 4};
   std::vector<std::int8_t> packed(u8s8_packed_bytes(2, 2));
   std::int32_t sums[2];
-  EXPECT_FALSE(pack_u8s8_weights(b, 2, 2, 2, packed.data(), sums));
+  EXPECT_EQ(pack_u8s8_weights(b, 2, 2, 2, packed.data(), sums), U8S8WeightRange::with_minus_128);
   EXPECT_EQ(sums[0], 4);
   EXPECT_EQ(sums[1], -124);
 }
@@ -290,6 +299,35 @@ TEST_F(QuantizeCli, LayersAboveTheErrorThresholdStayFloatWithAWarning) {
   EXPECT_EQ(ops.at("MatMulInteger"), 2);
   EXPECT_EQ(ops.at("Gemm"), 1);
   EXPECT_EQ(run("run " + path("o.onnx") + " --input " + (kOnnx / "mlp_opset13.input.npy").string()).exit_code, 0);
+}
+
+TEST_F(QuantizeCli, ReduceRangeWritesSevenBitWeightsThatStayAccurate) {
+  const std::string mlp = (kOnnx / "mlp_opset13.onnx").string();
+  const cpudl::testing::CliResult r = run("quantize " + mlp + " " + path("r.onnx") + " --mode dynamic --reduce-range --json --calib " +
+                                          (kOnnx / "mlp_opset13.input.npy").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  onnx::ModelProto m;
+  ASSERT_TRUE(m.ParseFromString(io::read_file(path("r.onnx"))));
+  int matrices = 0;
+  for (const auto& t : m.graph().initializer()) {
+    if (t.data_type() != onnx::TensorProto::INT8 || t.dims_size() != 2) continue;
+    ++matrices;
+    const auto [lo, hi] = std::minmax_element(t.raw_data().begin(), t.raw_data().end(),
+                                              [](char a, char b) { return static_cast<std::int8_t>(a) < static_cast<std::int8_t>(b); });
+    EXPECT_EQ(static_cast<std::int8_t>(*lo), -63) << t.name();
+    EXPECT_EQ(static_cast<std::int8_t>(*hi), 63) << t.name();
+  }
+  EXPECT_EQ(matrices, 3);
+  const auto report = nlohmann::json::parse(r.out);
+  EXPECT_DOUBLE_EQ(report["top1_agreement"].get<double>(), 1.0);
+  EXPECT_LT(report["max_abs_error"].get<double>(), 4e-2 * report["output_scale"].get<double>());
+  // The fused (7-bit kernel path) and unfused runs agree.
+  const Tensor x = io::load_npy(kOnnx / "mlp_opset13.input.npy");
+  InferenceOptions plain;
+  plain.optimize = false;
+  const Tensor fused = InferenceSession(path("r.onnx")).run({x})[0];
+  const Tensor unfused = InferenceSession(path("r.onnx"), plain).run({x})[0];
+  for (std::int64_t i = 0; i < fused.numel(); ++i) EXPECT_NEAR(fused.data()[i], unfused.data()[i], 1e-6) << i;
 }
 
 }  // namespace

@@ -35,6 +35,7 @@ void add_bench_llm_command(CLI::App& bench, Action& action);  // `cpudl bench ll
 struct QuantizeOnnxOptions {
   std::string input, output, mode, calib, labels;
   double max_weight_error = 0.02;
+  bool reduce_range = false;
   int threads = 0;
   bool json = false;
 };

@@ -82,6 +82,7 @@ int run_quantize_onnx(const QuantizeOnnxOptions& o) {
   use_threads(o.threads);
   infer::DynamicQuantizeOptions options;
   options.max_weight_error = o.max_weight_error;
+  options.reduce_range = o.reduce_range;
   const infer::DynamicQuantizeResult r = infer::quantize_onnx_dynamic(o.input, o.output, options);
 
   InferenceSession reference(o.input), quantized(o.output);

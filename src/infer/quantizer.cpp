@@ -38,9 +38,9 @@ struct QuantizedWeights {
   double error = 0;                 // relative RMS
 };
 
-// Symmetric per output channel (column): scale = max |w| / 127, q = round_half_even(w / scale)
-// in [-127, 127] (never -128: int8.h says why the int8 kernels need that).
-QuantizedWeights quantize_columns(const std::vector<float>& w, std::int64_t k, std::int64_t n) {
+// Symmetric per output channel (column): scale = max |w| / L, q = round_half_even(w / scale) in
+// [-L, L], L = 127 (never -128: int8.h says why the int8 kernels need that) or 63 (reduce_range).
+QuantizedWeights quantize_columns(const std::vector<float>& w, std::int64_t k, std::int64_t n, float levels) {
   QuantizedWeights q;
   q.values.resize(w.size());
   q.scales.resize(static_cast<std::size_t>(n));
@@ -48,11 +48,11 @@ QuantizedWeights quantize_columns(const std::vector<float>& w, std::int64_t k, s
   for (std::int64_t j = 0; j < n; ++j) {
     float peak = 0;
     for (std::int64_t i = 0; i < k; ++i) peak = std::max(peak, std::fabs(w[static_cast<std::size_t>(i * n + j)]));
-    const float scale = peak > 0 ? peak / 127.0f : 1.0f;
+    const float scale = peak > 0 ? peak / levels : 1.0f;
     q.scales[static_cast<std::size_t>(j)] = scale;
     for (std::int64_t i = 0; i < k; ++i) {
       const float v = w[static_cast<std::size_t>(i * n + j)];
-      const float r = std::min(std::max(std::nearbyint(v / scale), -127.0f), 127.0f);
+      const float r = std::min(std::max(std::nearbyint(v / scale), -levels), levels);
       q.values[static_cast<std::size_t>(i * n + j)] = static_cast<std::int8_t>(r);
       err += (static_cast<double>(v) - static_cast<double>(r) * scale) * (static_cast<double>(v) - static_cast<double>(r) * scale);
       norm += static_cast<double>(v) * v;
@@ -183,7 +183,7 @@ DynamicQuantizeResult quantize_onnx_dynamic(const std::filesystem::path& input, 
       keep("K >= 65536 could overflow the int32 sums");
       continue;
     }
-    const QuantizedWeights q = quantize_columns(wm, k, n);
+    const QuantizedWeights q = quantize_columns(wm, k, n, options.reduce_range ? 63.0f : 127.0f);
     layer.weight_error = q.error;
     if (q.error > options.max_weight_error) {
       char buf[96];
@@ -236,7 +236,8 @@ DynamicQuantizeResult quantize_onnx_dynamic(const std::filesystem::path& input, 
   for (auto& t : new_initializers) *g.add_initializer() = std::move(t);
   auto* note = model.add_metadata_props();
   note->set_key("cpudl.quantization");
-  note->set_value("dynamic int8: weights symmetric per output channel, activations uint8 per tensor");
+  note->set_value(std::string("dynamic int8: weights symmetric per output channel in ") +
+                  (options.reduce_range ? "[-63, 63]" : "[-127, 127]") + ", activations uint8 per tensor");
 
   std::string serialized;
   if (!model.SerializeToString(&serialized)) throw Error(output.string() + ": the quantised model exceeds protobuf's 2 GiB limit");

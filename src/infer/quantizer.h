@@ -17,6 +17,10 @@ struct DynamicQuantizeOptions {
   // A layer whose weights lose more than this (relative RMS error of the dequantised weights)
   // stays in float, with a warning.
   double max_weight_error = 0.02;
+  // Weights in [-63, 63] (7 bits) instead of [-127, 127]: on CPUs without VNNI the int8 product
+  // then takes its shortest exact path (kernels/int8/int8.h), at the cost of one bit of weight
+  // precision. ONNX Runtime's quantize_dynamic calls this reduce_range too.
+  bool reduce_range = false;
 };
 
 struct QuantizedLayer {

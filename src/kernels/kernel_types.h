@@ -99,13 +99,15 @@ using DequantizeRowFn = void (*)(const void* in, float* out, std::size_t k);
 // with the int32 sum exact and the float steps in that order (the unfused graph's rounding).
 // n_begin is a multiple of 8 (the packed column block).
 struct U8S8GemmArgs {
-  const std::int8_t* a_shifted;       // a - 128, rows of lda (a multiple of 4) padded with zeros
+  const std::uint8_t* a;              // a, rows of lda (a multiple of 4) padded with zeros
+  const std::int8_t* a_shifted;       // a - 128, the same layout
   const std::uint8_t* a_magnitude;    // |a - 128|, the same layout
   std::size_t lda;
   std::size_t m, k;
   std::int32_t a_zero;
   float a_scale;
   const std::int8_t* b_packed;
+  bool b_seven_bit;                // every weight in [-64, 63] (pack_u8s8_weights says)
   const std::int32_t* b_col_sums;  // sum_k b[k][n], n < n_end
   const float* b_scale;            // per column, or one value when b_scale_per_column is false
   bool b_scale_per_column;

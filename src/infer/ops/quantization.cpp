@@ -213,8 +213,10 @@ Kernel build_dynamic_quant_matmul(OpSetup& s) {
     std::vector<std::int32_t> col_sums;
     std::vector<float> scales;
     std::vector<std::uint8_t> quantized;  // this plan's X, quantised
-    std::vector<std::int8_t> shifted;     // and prepared for the kernels (prepare_u8s8_rows)
+    std::vector<std::uint8_t> raw;        // and prepared for the kernels (prepare_u8s8_rows)
+    std::vector<std::int8_t> shifted;
     std::vector<std::uint8_t> magnitude;
+    bool seven_bit = false;
     kernels::U8S8GemmFn gemm = nullptr;
   };
   auto st = std::make_shared<State>();
@@ -222,14 +224,18 @@ Kernel build_dynamic_quant_matmul(OpSetup& s) {
   st->packed.reset(static_cast<std::int8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)), std::free);
   if (!st->packed) s.fail("out of memory packing the weights");
   st->col_sums.resize(static_cast<std::size_t>(n));
-  const bool exact_fast = kernels::pack_u8s8_weights(w.data<std::int8_t>(), static_cast<std::size_t>(n), static_cast<std::size_t>(k),
-                                                     static_cast<std::size_t>(n), st->packed.get(), st->col_sums.data());
-  // Weights holding -128 cannot take the SIMD kernels' exact path (int8.h): the reference runs them.
-  st->gemm = exact_fast ? native().u8s8_gemm.fn : kernels::u8s8_gemm_variants().back().fn;
+  const kernels::U8S8WeightRange range = kernels::pack_u8s8_weights(
+      w.data<std::int8_t>(), static_cast<std::size_t>(n), static_cast<std::size_t>(k), static_cast<std::size_t>(n),
+      st->packed.get(), st->col_sums.data());
+  // Weights holding -128 cannot take the SIMD kernels' exact paths (int8.h): the reference runs them.
+  st->gemm = range == kernels::U8S8WeightRange::with_minus_128 ? kernels::u8s8_gemm_variants().back().fn
+                                                               : native().u8s8_gemm.fn;
+  st->seven_bit = range == kernels::U8S8WeightRange::seven_bit;
   st->scales = scale.as_float();
   const std::int64_t m = element_count(x) / std::max<std::int64_t>(1, k);
   st->quantized.resize(static_cast<std::size_t>(m * k));
   const std::size_t ld = kernels::u8s8_padded_k(static_cast<std::size_t>(k));
+  st->raw.resize(static_cast<std::size_t>(m) * ld);
   st->shifted.resize(static_cast<std::size_t>(m) * ld);
   st->magnitude.resize(static_cast<std::size_t>(m) * ld);
   const bool relu = act == "Relu";
@@ -237,8 +243,9 @@ Kernel build_dynamic_quant_matmul(OpSetup& s) {
     const DynamicParams p = quantize_dynamic(in[0].f32(), st->quantized.size(), st->quantized.data());
     const std::size_t ld = st->shifted.size() / static_cast<std::size_t>(std::max<std::int64_t>(1, m));
     kernels::prepare_u8s8_rows(st->quantized.data(), static_cast<std::size_t>(m), static_cast<std::size_t>(k),
-                               static_cast<std::size_t>(k), st->shifted.data(), st->magnitude.data(), ld);
+                               static_cast<std::size_t>(k), st->raw.data(), st->shifted.data(), st->magnitude.data(), ld);
     kernels::U8S8GemmArgs g{};
+    g.a = st->raw.data();
     g.a_shifted = st->shifted.data();
     g.a_magnitude = st->magnitude.data();
     g.lda = ld;
@@ -247,6 +254,7 @@ Kernel build_dynamic_quant_matmul(OpSetup& s) {
     g.a_zero = p.zero;
     g.a_scale = p.scale;
     g.b_packed = st->packed.get();
+    g.b_seven_bit = st->seven_bit;
     g.b_col_sums = st->col_sums.data();
     g.b_scale = st->scales.data();
     g.b_scale_per_column = st->scales.size() > 1;

@@ -1,7 +1,8 @@
-// AVX2 dynamic int8 kernels. The product is exact (int8.h explains the sign trick that keeps
+// AVX2 dynamic int8 kernels. The product is exact (int8.h explains how each path keeps
 // VPMADDUBSW's int16 pair sums from saturating); blocks of 4 rows x 16 columns keep 8 int32
-// accumulators in registers, each 32-byte load of B feeding 4 rows, and each step's a' and |a'|
-// come prepared (prepare_u8s8_rows), so the loop is four instructions per 32 multiply-adds.
+// accumulators in registers, each 32-byte load of B feeding 4 rows, and the activations come
+// prepared (prepare_u8s8_rows): three instructions per 32 multiply-adds for 7-bit weights, four
+// for 8-bit ones.
 #include <immintrin.h>
 
 #include <cstring>
@@ -12,7 +13,7 @@ namespace cpudl::kernels {
 namespace {
 
 // One block of R rows x 8 * B columns, all of K. `cols` (<= 8 * B) columns are stored.
-template <int R, int B>
+template <int R, int B, bool SevenBit>
 void block(const U8S8GemmArgs& g, std::size_t m0, std::size_t n0, std::size_t cols) {
   const std::size_t k4 = (g.k + 3) / 4 * 4, groups = k4 / 4;
   const std::int8_t* b = g.b_packed + (n0 / 8) * k4 * 8;
@@ -28,18 +29,25 @@ void block(const U8S8GemmArgs& g, std::size_t m0, std::size_t n0, std::size_t co
       const __m256i w = _mm256_load_si256(reinterpret_cast<const __m256i*>(b + static_cast<std::size_t>(j) * k4 * 8 + q * 32));
       for (int r = 0; r < R; ++r) {
         const std::size_t at = (m0 + static_cast<std::size_t>(r)) * g.lda + q * 4;
-        std::int32_t s4, m4;
-        std::memcpy(&s4, g.a_shifted + at, 4);
-        std::memcpy(&m4, g.a_magnitude + at, 4);
-        // |a'| (<= 128, unsigned) x sign(a') b: int16 pair sums stay within +-32512.
-        const __m256i pairs = _mm256_maddubs_epi16(_mm256_set1_epi32(m4), _mm256_sign_epi8(w, _mm256_set1_epi32(s4)));
+        __m256i pairs;
+        if constexpr (SevenBit) {  // a <= 255 times |b| <= 64: pairs within +-32640
+          std::int32_t a4;
+          std::memcpy(&a4, g.a + at, 4);
+          pairs = _mm256_maddubs_epi16(_mm256_set1_epi32(a4), w);
+        } else {  // |a'| <= 128 times sign(a') b, |b| <= 127: pairs within +-32512
+          std::int32_t s4, m4;
+          std::memcpy(&s4, g.a_shifted + at, 4);
+          std::memcpy(&m4, g.a_magnitude + at, 4);
+          pairs = _mm256_maddubs_epi16(_mm256_set1_epi32(m4), _mm256_sign_epi8(w, _mm256_set1_epi32(s4)));
+        }
         acc[r][j] = _mm256_add_epi32(acc[r][j], _mm256_madd_epi16(pairs, ones));
       }
     }
   }
-  // Epilogue: sum a b = sum (a - 128) b + 128 sum b, so the zero point's correction is
-  // (128 - a_zero) per column sum; then the float steps in the unfused graph's order.
-  const __m256i correction = _mm256_set1_epi32(128 - g.a_zero);
+  // Epilogue: the zero point's correction, -a_zero per column sum (for the shifted path, whose
+  // sum a b = sum (a - 128) b + 128 sum b, 128 - a_zero); then the float steps in the unfused
+  // graph's order.
+  const __m256i correction = _mm256_set1_epi32(SevenBit ? -g.a_zero : 128 - g.a_zero);
   const __m256 a_scale = _mm256_set1_ps(g.a_scale), zero = _mm256_setzero_ps();
   for (int j = 0; j < B; ++j) {
     const std::size_t n = n0 + static_cast<std::size_t>(j) * 8;
@@ -69,26 +77,32 @@ void block(const U8S8GemmArgs& g, std::size_t m0, std::size_t n0, std::size_t co
   }
 }
 
-template <int B>
+template <int B, bool SevenBit>
 void rows(const U8S8GemmArgs& g, std::size_t n0, std::size_t cols) {
   std::size_t m = 0;
-  for (; m + 4 <= g.m; m += 4) block<4, B>(g, m, n0, cols);
+  for (; m + 4 <= g.m; m += 4) block<4, B, SevenBit>(g, m, n0, cols);
   switch (g.m - m) {
-    case 3: block<3, B>(g, m, n0, cols); break;
-    case 2: block<2, B>(g, m, n0, cols); break;
-    case 1: block<1, B>(g, m, n0, cols); break;
+    case 3: block<3, B, SevenBit>(g, m, n0, cols); break;
+    case 2: block<2, B, SevenBit>(g, m, n0, cols); break;
+    case 1: block<1, B, SevenBit>(g, m, n0, cols); break;
     default: break;
+  }
+}
+
+template <bool SevenBit>
+void columns(const U8S8GemmArgs& g) {
+  for (std::size_t n = g.n_begin; n < g.n_end; n += 16) {
+    const std::size_t cols = g.n_end - n < 16 ? g.n_end - n : 16;
+    if (cols > 8) rows<2, SevenBit>(g, n, cols);
+    else rows<1, SevenBit>(g, n, cols);
   }
 }
 
 }  // namespace
 
 void u8s8_gemm__avx2(const U8S8GemmArgs& g) {
-  for (std::size_t n = g.n_begin; n < g.n_end; n += 16) {
-    const std::size_t cols = g.n_end - n < 16 ? g.n_end - n : 16;
-    if (cols > 8) rows<2>(g, n, cols);
-    else rows<1>(g, n, cols);
-  }
+  if (g.b_seven_bit) columns<true>(g);
+  else columns<false>(g);
 }
 
 void f32_min_max__avx2(const float* x, std::size_t n, float* lo, float* hi) {

@@ -9,13 +9,18 @@
 //
 // AVX2 has no int8 dot-product instruction. VPMADDUBSW multiplies u8 by s8 and adds pairs into a
 // saturating int16: with uint8 activations up to 255 and weights down to -127 a pair can reach
-// -64770 and silently clip (the accuracy trap of u8 x s8 kernels on CPUs without VNNI). The AVX2
-// kernel computes exactly instead: it shifts the activations to a' = a - 128 (int8), multiplies
-// |a'| (<= 128, unsigned) by sign(a') * b (|b| <= 127), so no pair exceeds 2 * 128 * 127 = 32512,
-// and adds 128 * sum_k b back in the epilogue. That needs weights in [-127, 127], which symmetric
-// quantisation produces; a matrix holding -128 (possible in a foreign file) runs on the reference
-// (pack_u8s8_weights says which). AVX-512 VNNI's VPDPBUSD would do this in one instruction; that
-// variant is not written yet, because this machine cannot run it to test it.
+// -64770 and silently clip (the accuracy trap of u8 x s8 kernels on CPUs without VNNI: ONNX
+// Runtime 1.30 on this AVX2 machine is 9% off the exact answer on such a model, bench-quant). The
+// AVX2 kernel is exact on every path:
+//  - 7-bit weights (all in [-64, 63], as `cpudl quantize --reduce-range` writes them): a pair is
+//    at most 2 * 255 * 64 = 32640, so VPMADDUBSW on the raw activations cannot clip (three
+//    instructions per 32 multiply-adds);
+//  - 8-bit weights in [-127, 127]: the activations are shifted to a' = a - 128 (int8), |a'|
+//    (<= 128, unsigned) multiplies sign(a') * b, so no pair exceeds 2 * 128 * 127 = 32512, and
+//    128 * sum_k b comes back in the epilogue (four instructions per 32);
+//  - a matrix holding -128 (possible in a foreign file) runs on the reference.
+// AVX-512 VNNI's VPDPBUSD would do this in one instruction; that variant is not written yet,
+// because this machine cannot run it to test it.
 #pragma once
 
 #include <cstddef>
@@ -25,20 +30,21 @@
 
 namespace cpudl::kernels {
 
-// The A operand, as every variant reads it: each row of uint8 a as a' = a - 128 (int8) and |a'|
-// (uint8), zero-padded to K4 = round_up(K, 4) values; ld >= K4, a multiple of 4. Made once per
-// product (M x K work, against the product's M x K x N).
-void prepare_u8s8_rows(const std::uint8_t* a, std::size_t m, std::size_t k, std::size_t lda, std::int8_t* shifted,
-                       std::uint8_t* magnitude, std::size_t ld);
+// The A operand, as every variant reads it: each row of uint8 a, as itself, as a' = a - 128
+// (int8) and as |a'| (uint8), each zero-padded to K4 = round_up(K, 4) values; ld >= K4, a
+// multiple of 4. Made once per product (M x K work, against the product's M x K x N).
+void prepare_u8s8_rows(const std::uint8_t* a, std::size_t m, std::size_t k, std::size_t lda, std::uint8_t* raw,
+                       std::int8_t* shifted, std::uint8_t* magnitude, std::size_t ld);
 inline constexpr std::size_t u8s8_padded_k(std::size_t k) { return (k + 3) / 4 * 4; }
 
 // Bytes of the packed form of a K x N int8 matrix (32-byte aligned buffers: the kernels load
 // whole blocks).
 std::size_t u8s8_packed_bytes(std::size_t k, std::size_t n);
+// What range the weights span, which decides the SIMD path (see above).
+enum class U8S8WeightRange { seven_bit, eight_bit, with_minus_128 };
 // Packs row-major b (K x N, row stride ldb) and writes each column's sum into col_sums[N].
-// Returns false when b holds -128, which the AVX2 kernel cannot multiply exactly (see above).
-bool pack_u8s8_weights(const std::int8_t* b, std::size_t ldb, std::size_t k, std::size_t n, std::int8_t* packed,
-                       std::int32_t* col_sums);
+U8S8WeightRange pack_u8s8_weights(const std::int8_t* b, std::size_t ldb, std::size_t k, std::size_t n,
+                                  std::int8_t* packed, std::int32_t* col_sums);
 
 #define CPUDL_DECLARE_INT8(isa)                                                                       \
   void u8s8_gemm__##isa(const U8S8GemmArgs& args);                                                  \

@@ -16,34 +16,38 @@ std::size_t packed_index(std::size_t k4, std::size_t k, std::size_t n) {
 
 std::size_t u8s8_packed_bytes(std::size_t k, std::size_t n) { return padded_k(k) * ((n + 7) / 8 * 8); }
 
-void prepare_u8s8_rows(const std::uint8_t* a, std::size_t m, std::size_t k, std::size_t lda, std::int8_t* shifted,
-                       std::uint8_t* magnitude, std::size_t ld) {
+void prepare_u8s8_rows(const std::uint8_t* a, std::size_t m, std::size_t k, std::size_t lda, std::uint8_t* raw,
+                       std::int8_t* shifted, std::uint8_t* magnitude, std::size_t ld) {
   for (std::size_t i = 0; i < m; ++i) {
+    std::uint8_t* r = raw + i * ld;
     std::int8_t* s = shifted + i * ld;
     std::uint8_t* g = magnitude + i * ld;
     for (std::size_t q = 0; q < k; ++q) {
       const int v = static_cast<int>(a[i * lda + q]) - 128;
+      r[q] = a[i * lda + q];
       s[q] = static_cast<std::int8_t>(v);
       g[q] = static_cast<std::uint8_t>(v < 0 ? -v : v);
     }
-    for (std::size_t q = k; q < padded_k(k); ++q) s[q] = 0, g[q] = 0;
+    for (std::size_t q = k; q < padded_k(k); ++q) r[q] = 0, s[q] = 0, g[q] = 0;
   }
 }
 
-bool pack_u8s8_weights(const std::int8_t* b, std::size_t ldb, std::size_t k, std::size_t n, std::int8_t* packed,
-                       std::int32_t* col_sums) {
+U8S8WeightRange pack_u8s8_weights(const std::int8_t* b, std::size_t ldb, std::size_t k, std::size_t n,
+                                  std::int8_t* packed, std::int32_t* col_sums) {
   const std::size_t k4 = padded_k(k);
   std::fill(packed, packed + u8s8_packed_bytes(k, n), std::int8_t{0});
   std::fill(col_sums, col_sums + n, 0);
-  bool exact_fast = true;
+  int lo = 0, hi = 0;
   for (std::size_t kk = 0; kk < k; ++kk)
     for (std::size_t nn = 0; nn < n; ++nn) {
       const std::int8_t v = b[kk * ldb + nn];
       packed[packed_index(k4, kk, nn)] = v;
       col_sums[nn] += v;
-      exact_fast = exact_fast && v != -128;
+      lo = std::min<int>(lo, v);
+      hi = std::max<int>(hi, v);
     }
-  return exact_fast;
+  if (lo == -128) return U8S8WeightRange::with_minus_128;
+  return lo >= -64 && hi <= 63 ? U8S8WeightRange::seven_bit : U8S8WeightRange::eight_bit;
 }
 
 void u8s8_gemm__ref(const U8S8GemmArgs& g) {
@@ -52,7 +56,7 @@ void u8s8_gemm__ref(const U8S8GemmArgs& g) {
     for (std::size_t n = g.n_begin; n < g.n_end; ++n) {
       std::int32_t sum = 0;
       for (std::size_t kk = 0; kk < g.k; ++kk)
-        sum += (static_cast<std::int32_t>(g.a_shifted[m * g.lda + kk]) + 128) * g.b_packed[packed_index(k4, kk, n)];
+        sum += static_cast<std::int32_t>(g.a[m * g.lda + kk]) * g.b_packed[packed_index(k4, kk, n)];
       const std::int32_t total = sum - g.a_zero * g.b_col_sums[n];
       const float scale = g.a_scale * g.b_scale[g.b_scale_per_column ? n : 0];
       float y = static_cast<float>(total) * scale;
