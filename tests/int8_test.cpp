@@ -19,6 +19,8 @@
 #include "cpudl/inference.h"
 #include "cpudl/io.h"
 #include "cpudl/runtime.h"
+#include "infer/calibration.h"
+#include "infer/onnx_loader.h"
 #include "infer/quantizer.h"
 #include "kernels/dispatch.h"
 #include "kernels/int8/int8.h"
@@ -250,7 +252,7 @@ TEST_F(QuantizeCli, BadInputsAreNamedAndLeaveNothingBehind) {
   EXPECT_EQ(run("quantize " + mlp + " " + path("o.onnx") + " --mode fancy").exit_code, 2);
   EXPECT_EQ(run("quantize " + mlp + " " + path("o.onnx")).exit_code, 2);
   EXPECT_EQ(run("quantize " + mlp + " " + path("o.onnx") + " --mode dynamic --type q8_0").exit_code, 2);
-  cpudl::testing::CliResult r = run("quantize " + mlp + " " + path("o.onnx") + " --mode static");
+  cpudl::testing::CliResult r = run("quantize " + mlp + " " + path("o.onnx") + " --mode bf16");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("not implemented yet"), std::string::npos) << r.err;
   fs::create_directories(path("empty"));
@@ -328,6 +330,96 @@ TEST_F(QuantizeCli, ReduceRangeWritesSevenBitWeightsThatStayAccurate) {
   const Tensor fused = InferenceSession(path("r.onnx")).run({x})[0];
   const Tensor unfused = InferenceSession(path("r.onnx"), plain).run({x})[0];
   for (std::int64_t i = 0; i < fused.numel(); ++i) EXPECT_NEAR(fused.data()[i], unfused.data()[i], 1e-6) << i;
+}
+
+TEST_F(QuantizeCli, StaticWritesQdqCalibratedOnTheInputs) {
+  const std::string lenet = (kOnnx / "lenet5_opset13.onnx").string();
+  const Tensor x = io::load_npy(kOnnx / "lenet5_opset13.input.npy");
+  const cpudl::testing::CliResult r =
+      run("quantize " + lenet + " " + path("s.onnx") + " --mode static --json --calib " + (kOnnx / "lenet5_opset13.input.npy").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto report = nlohmann::json::parse(r.out);
+  // Every Conv and Gemm quantised; each reads its activation and weights through DequantizeLinear.
+  onnx::ModelProto m;
+  ASSERT_TRUE(m.ParseFromString(io::read_file(path("s.onnx"))));
+  std::map<std::string, std::string> producer;
+  for (const auto& n : m.graph().node())
+    for (const auto& o : n.output()) producer[o] = n.op_type();
+  int layers = 0;
+  for (const auto& n : m.graph().node()) {
+    if (n.op_type() != "Conv" && n.op_type() != "Gemm") continue;
+    ++layers;
+    EXPECT_EQ(producer[n.input(0)], "DequantizeLinear") << n.name();
+    EXPECT_EQ(producer[n.input(1)], "DequantizeLinear") << n.name();
+  }
+  EXPECT_EQ(layers, static_cast<int>(report["layers"].size()));
+  EXPECT_GE(layers, 4);
+  // The first layer's activation is the image itself: min-max calibration must give exactly the
+  // uint8 parameters of its range.
+  const auto values = x.to_vector();
+  const auto [lo, hi] = std::minmax_element(values.begin(), values.end());
+  const float want_scale = (std::max(*hi, 0.0f) - std::min(*lo, 0.0f)) / 255.0f;
+  const auto& first = report["activations"][0];
+  EXPECT_EQ(first["value"], "input");
+  EXPECT_FLOAT_EQ(first["scale"].get<float>(), want_scale);
+  EXPECT_EQ(first["zero_point"].get<int>(), static_cast<int>(std::nearbyint(-std::min(*lo, 0.0f) / want_scale)));
+  // Close to the float model (and to PyTorch).
+  const Tensor pytorch = io::load_npy(kOnnx / "lenet5_opset13.output.npy");
+  const Tensor y = InferenceSession(path("s.onnx")).run({x})[0];
+  double err = 0, scale = 0;
+  for (std::int64_t i = 0; i < y.numel(); ++i) {
+    err = std::max(err, static_cast<double>(std::fabs(y.data()[i] - pytorch.data()[i])));
+    scale = std::max(scale, static_cast<double>(std::fabs(pytorch.data()[i])));
+  }
+  EXPECT_LT(err, 3e-2 * scale);
+  EXPECT_GT(err, 0.0);
+  // Bad input: no --calib, a bad observer.
+  EXPECT_EQ(run("quantize " + lenet + " " + path("t.onnx") + " --mode static").exit_code, 2);
+  EXPECT_EQ(run("quantize " + lenet + " " + path("t.onnx") + " --mode static --observer median --calib " +
+                (kOnnx / "lenet5_opset13.input.npy").string()).exit_code, 2);
+  EXPECT_FALSE(fs::exists(path("t.onnx")));
+}
+
+TEST(Calibration, PercentileClipsAnOutlierThatMinMaxKeeps) {
+  const infer::Graph g = infer::load_onnx(kOnnx / "mlp_opset13.onnx");
+  // 4 x 784 values in [0, 1), one of them 100.
+  std::vector<float> v(4 * 784);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>((i * 37) % 1000) / 1000.0f;
+  v[123] = 100.0f;
+  const Tensor batch = Tensor::from_vector(v, {4, 1, 28, 28});
+  const std::string value = g.inputs[0].name;
+  const auto minmax = infer::calibrate(g, {value}, {batch}, infer::Observer::min_max);
+  EXPECT_FLOAT_EQ(minmax.at(value).hi, 100.0f);
+  EXPECT_FLOAT_EQ(minmax.at(value).lo, 0.0f);
+  const auto clipped = infer::calibrate(g, {value}, {batch}, infer::Observer::percentile, 99.9);
+  EXPECT_LT(clipped.at(value).hi, 1.1f);
+  EXPECT_GE(clipped.at(value).hi, 0.99f);
+  // A batch that does not fit the model is named.
+  EXPECT_THROW(infer::calibrate(g, {value}, {Tensor::zeros({2, 3})}, infer::Observer::min_max), Error);
+}
+
+TEST_F(QuantizeCli, WeightsSharedThroughIdentityNodesAreQuantisedAndTheFloatCopiesDropped) {
+  // PyTorch exports the second encoder layer's weights as Identity nodes of the first's.
+  const std::string tr = (kOnnx / "transformer_opset13.onnx").string();
+  const auto r = infer::quantize_onnx_dynamic(tr, path("t.onnx"));
+  int quantized = 0;
+  for (const auto& l : r.layers) quantized += l.quantized;
+  EXPECT_EQ(quantized, 8);  // 4 weight products per layer; the attention products have no weights
+  EXPECT_LT(r.bytes_out, r.bytes_in * 7 / 10);
+  onnx::ModelProto m;
+  ASSERT_TRUE(m.ParseFromString(io::read_file(path("t.onnx"))));
+  for (const auto& t : m.graph().initializer())
+    EXPECT_FALSE(t.data_type() == onnx::TensorProto::FLOAT && t.dims_size() == 2 && t.dims(0) * t.dims(1) >= 64 * 64)
+        << "float weights left behind: " << t.name();
+  const Tensor x = io::load_npy(kOnnx / "transformer_opset13.input.npy");
+  const Tensor want = io::load_npy(kOnnx / "transformer_opset13.output.npy");
+  const Tensor y = InferenceSession(path("t.onnx")).run({x})[0];
+  double err = 0, scale = 0;
+  for (std::int64_t i = 0; i < y.numel(); ++i) {
+    err = std::max(err, static_cast<double>(std::fabs(y.data()[i] - want.data()[i])));
+    scale = std::max(scale, static_cast<double>(std::fabs(want.data()[i])));
+  }
+  EXPECT_LT(err, 2e-2 * scale);
 }
 
 }  // namespace

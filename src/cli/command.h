@@ -33,8 +33,8 @@ void add_bench_llm_command(CLI::App& bench, Action& action);  // `cpudl bench ll
 
 // `cpudl quantize` on an ONNX model (quantize_onnx.cpp); quantize.cpp parses the flags.
 struct QuantizeOnnxOptions {
-  std::string input, output, mode, calib, labels;
-  double max_weight_error = 0.02;
+  std::string input, output, mode, calib, labels, observer = "minmax";
+  double max_weight_error = 0.02, percentile = 99.99;
   bool reduce_range = false;
   int threads = 0;
   bool json = false;

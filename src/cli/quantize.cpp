@@ -43,7 +43,8 @@ int run_quantize(QuantizeOptions& o) {
   }
   if (!ends_with(o.input, ".gguf"))
     throw UsageError(o.input + ": expected a .gguf or .onnx model (cpudl's own .safetensors models cannot be quantised yet)");
-  if (!o.onnx.mode.empty() || !o.onnx.calib.empty()) throw UsageError("--mode and --calib are for ONNX models; GGUF models take --type");
+  if (!o.onnx.mode.empty() || !o.onnx.calib.empty())
+    throw UsageError("--mode and --calib are for ONNX models; GGUF models take --type");
   if (o.type.empty()) throw UsageError(o.input + ": give --type q8_0|q4_0|q4_k|q6_k|f16|bf16|f32");
   const TargetType* target = nullptr;
   for (const auto& t : kTargets)
@@ -109,7 +110,11 @@ void add_quantize_command(CLI::App& app, Action& action) {
   q->add_option("input", o->input, "Input model (.gguf or .onnx); never modified")->required();
   q->add_option("output", o->output, "Output model (same format)")->required();
   q->add_option("--type", o->type, "GGUF: weight type of the output");
-  q->add_option("--mode", o->onnx.mode, "ONNX: dynamic (int8 weights, activations quantised per run)");
+  q->add_option("--mode", o->onnx.mode,
+                "ONNX: dynamic (int8 MatMul/Gemm, activations quantised per run) or static (QDQ Conv/Gemm/MatMul, "
+                "activations calibrated on --calib)");
+  q->add_option("--observer", o->onnx.observer, "ONNX static: minmax (default) or percentile");
+  q->add_option("--percentile", o->onnx.percentile, "ONNX static: the percentile observer's clip point (default 99.99)");
   q->add_option("--calib", o->onnx.calib, "ONNX: .npy file or folder of .npy batches to measure the accuracy on");
   q->add_option("--labels", o->onnx.labels, "ONNX: .npy of int labels for the --calib rows (top-1 accuracy)");
   q->add_option("--max-weight-error", o->onnx.max_weight_error,

@@ -1,5 +1,6 @@
-// `cpudl quantize IN.onnx OUT.onnx --mode dynamic`: writes the int8 model (infer/quantizer.h), then
-// measures what it costs: both models run on the calibration inputs (or seeded random ones), and
+// `cpudl quantize IN.onnx OUT.onnx --mode dynamic|static`: writes the int8 model
+// (infer/quantizer.h; static mode calibrates on --calib), then measures what it costs: both models
+// run on the calibration inputs (or, for dynamic mode without --calib, seeded random ones), and
 // the report gives top-1 agreement and the outputs' error, and top-1 accuracy of both when labels
 // are given.
 #include <algorithm>
@@ -73,21 +74,34 @@ struct Agreement {
 }  // namespace
 
 int run_quantize_onnx(const QuantizeOnnxOptions& o) {
-  if (o.mode != "dynamic") {
-    if (o.mode == "static" || o.mode == "bf16")
-      throw UsageError("--mode " + o.mode + " is not implemented yet for ONNX models (dynamic is)");
+  if (o.mode != "dynamic" && o.mode != "static") {
+    if (o.mode == "bf16") throw UsageError("--mode bf16 is not implemented yet for ONNX models (dynamic and static are)");
     throw UsageError("--mode '" + o.mode + "': expected dynamic, static or bf16");
   }
   if (!o.labels.empty() && o.calib.empty()) throw UsageError("--labels needs the inputs they label: give --calib");
+  if (o.mode == "static" && o.calib.empty()) throw UsageError("--mode static calibrates the activations: give --calib");
+  if (o.observer != "minmax" && o.observer != "percentile")
+    throw UsageError("--observer '" + o.observer + "': expected minmax or percentile");
+  if (!(o.percentile > 50.0 && o.percentile <= 100.0)) throw UsageError("--percentile must lie in (50, 100]");
   use_threads(o.threads);
-  infer::DynamicQuantizeOptions options;
+  infer::QuantizeOptions options;
   options.max_weight_error = o.max_weight_error;
   options.reduce_range = o.reduce_range;
-  const infer::DynamicQuantizeResult r = infer::quantize_onnx_dynamic(o.input, o.output, options);
+  options.observer = o.observer == "minmax" ? infer::Observer::min_max : infer::Observer::percentile;
+  options.percentile = o.percentile;
 
-  InferenceSession reference(o.input), quantized(o.output);
-  if (reference.inputs().size() != 1) throw Error(o.input + ": the accuracy report needs a model with one input");
+  InferenceSession reference(o.input);
+  if (reference.inputs().size() != 1) throw Error(o.input + ": cpudl quantize needs a model with one input");
   const auto batches = calibration_batches(o, reference.inputs()[0]);
+  infer::QuantizeResult r;
+  if (o.mode == "dynamic") {
+    r = infer::quantize_onnx_dynamic(o.input, o.output, options);
+  } else {
+    std::vector<Tensor> calibration;
+    for (const auto& [name, t] : batches) calibration.push_back(t);
+    r = infer::quantize_onnx_static(o.input, o.output, calibration, options);
+  }
+  InferenceSession quantized(o.output);
   Tensor labels;
   if (!o.labels.empty()) {
     labels = io::load_npy(o.labels);
@@ -144,9 +158,13 @@ int run_quantize_onnx(const QuantizeOnnxOptions& o) {
     for (const auto& l : r.layers)
       layers.push_back({{"node", l.node}, {"op", l.op}, {"k", l.k}, {"n", l.n}, {"weight_error", l.weight_error},
                         {"quantized", l.quantized}, {"reason", l.reason}});
+    nlohmann::ordered_json activations = nlohmann::ordered_json::array();
+    for (const auto& v : r.activations)
+      activations.push_back({{"value", v.value}, {"lo", v.lo}, {"hi", v.hi}, {"scale", v.scale}, {"zero_point", v.zero_point}});
     nlohmann::ordered_json j = {{"input", o.input},          {"output", o.output},       {"mode", o.mode},
                                 {"layers", layers},          {"bytes_in", r.bytes_in},   {"bytes_out", r.bytes_out},
                                 {"samples", a.samples},      {"inputs", o.calib.empty() ? "random" : "calib"},
+                                {"activations", activations},
                                 {"max_abs_error", a.max_error}, {"mean_abs_error", mean_error}, {"output_scale", a.scale}};
     if (a.classes) j["top1_agreement"] = static_cast<double>(a.agree) / static_cast<double>(a.samples);
     if (labels.defined()) {
@@ -165,6 +183,9 @@ int run_quantize_onnx(const QuantizeOnnxOptions& o) {
   std::printf("%s -> %s: %zd of %zu layers int8, %.2f MB -> %.2f MB\n", o.input.c_str(), o.output.c_str(),
               static_cast<std::ptrdiff_t>(quantized_layers), r.layers.size(), static_cast<double>(r.bytes_in) / 1e6,
               static_cast<double>(r.bytes_out) / 1e6);
+  if (!r.activations.empty())
+    std::printf("%zu activations calibrated (%s observer) on %lld samples\n", r.activations.size(), o.observer.c_str(),
+                static_cast<long long>(a.samples));
   std::printf("on %lld samples of %s:\n", static_cast<long long>(a.samples), source.c_str());
   if (a.classes)
     std::printf("  top-1 agreement with the float model: %.2f%%\n", 100.0 * static_cast<double>(a.agree) / static_cast<double>(a.samples));

@@ -1,6 +1,6 @@
-// Dynamic int8 quantisation of an ONNX file (quantizer.h). The ModelProto is edited in place of
-// rebuilding it, so everything the rewrite does not touch (metadata, value_info, other domains'
-// opsets, doc strings) passes through unchanged. External data is inlined: the output is one file.
+// Quantisation of ONNX files (quantizer.h). The ModelProto is edited rather than rebuilt, so
+// everything a rewrite does not touch (metadata, value_info, other domains' opsets, doc strings)
+// passes through unchanged. External data is inlined: the output is one file.
 #include "infer/quantizer.h"
 
 #include <onnx/onnx_pb.h>
@@ -20,46 +20,136 @@
 namespace cpudl::infer {
 namespace {
 
-// W as a row-major K x N float matrix (Gemm's transB stores it N x K).
-std::vector<float> weight_matrix(const HostTensor& w, bool transposed, std::int64_t& k, std::int64_t& n) {
-  k = transposed ? w.shape[1] : w.shape[0];
-  n = transposed ? w.shape[0] : w.shape[1];
-  std::vector<float> out(static_cast<std::size_t>(k * n));
-  const float* src = w.data<float>();
-  for (std::int64_t i = 0; i < k; ++i)
-    for (std::int64_t j = 0; j < n; ++j)
-      out[static_cast<std::size_t>(i * n + j)] = transposed ? src[j * k + i] : src[i * n + j];
-  return out;
+// The input model, validated and loaded by the runtime's loader (whose constants are the
+// weights), and its ModelProto with external data inlined, ready to edit.
+struct Editable {
+  Graph graph;
+  onnx::ModelProto model;
+  // Values that are constants under another name: outputs of Constant nodes, and of Identity
+  // nodes reading a constant (PyTorch's exporter shares equal weights between layers that way).
+  std::map<std::string, std::shared_ptr<const HostTensor>> aliases;
+  const HostTensor* constant(const std::string& name) const {
+    if (const auto it = graph.constants.find(name); it != graph.constants.end()) return it->second.get();
+    if (const auto it = aliases.find(name); it != aliases.end()) return it->second.get();
+    return nullptr;
+  }
+};
+
+Editable open_for_edit(const std::filesystem::path& input, const std::filesystem::path& output) {
+  std::error_code ec;
+  if (std::filesystem::exists(output, ec) && std::filesystem::equivalent(input, output, ec))
+    throw Error(output.string() + ": the output would replace the input model; choose another file");
+  const std::string bytes = io::read_file(input);
+  Editable e;
+  e.graph = parse_onnx(bytes, input.string(), input.parent_path());
+  if (!e.model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) throw Error(input.string() + ": not a valid ONNX model");
+  for (auto& t : *e.model.mutable_graph()->mutable_initializer()) {
+    if (t.data_location() != onnx::TensorProto::EXTERNAL) continue;
+    const HostTensor* loaded = e.constant(t.name());
+    if (!loaded) throw Error(input.string() + ": initializer '" + t.name() + "' was not loaded");
+    t.clear_external_data();
+    t.set_data_location(onnx::TensorProto::DEFAULT);
+    t.set_raw_data(std::string(reinterpret_cast<const char*>(loaded->bytes.data()), loaded->bytes.size()));
+  }
+  for (const Node& n : e.graph.nodes) {  // topological order: an alias of an alias resolves too
+    if (n.outputs.size() != 1) continue;
+    if (n.op == "Constant" && n.has("value") && n.attributes.at("value").t) e.aliases[n.outputs[0]] = n.attributes.at("value").t;
+    if (n.op == "Identity" && n.inputs.size() == 1) {
+      if (const auto it = e.graph.constants.find(n.inputs[0]); it != e.graph.constants.end()) e.aliases[n.outputs[0]] = it->second;
+      if (const auto it = e.aliases.find(n.inputs[0]); it != e.aliases.end()) e.aliases[n.outputs[0]] = it->second;
+    }
+  }
+  return e;
+}
+
+// Replaces the graph's nodes, drops the initializers nothing reads any more (the float weights),
+// adds the new ones, notes the quantisation in the metadata and writes the file atomically.
+std::size_t write_edited(Editable& e, std::vector<onnx::NodeProto>& nodes, std::vector<onnx::TensorProto>& initializers,
+                         const std::string& note, const std::filesystem::path& output) {
+  onnx::GraphProto& g = *e.model.mutable_graph();
+  // Nodes left without a reader (the Identity that fed a weight now quantised) go, repeatedly.
+  std::set<std::string> read;
+  for (bool changed = true; changed;) {
+    read.clear();
+    for (const auto& nd : nodes)
+      for (const auto& i : nd.input()) read.insert(i);
+    for (const auto& o : g.output()) read.insert(o.name());
+    const auto unread = [&](const onnx::NodeProto& nd) {
+      return std::none_of(nd.output().begin(), nd.output().end(), [&](const std::string& o) { return read.count(o) != 0; });
+    };
+    const auto before = nodes.size();
+    nodes.erase(std::remove_if(nodes.begin(), nodes.end(), unread), nodes.end());
+    changed = nodes.size() != before;
+  }
+  g.clear_node();
+  for (auto& nd : nodes) *g.add_node() = std::move(nd);
+  auto* inits = g.mutable_initializer();
+  inits->erase(std::remove_if(inits->begin(), inits->end(), [&](const onnx::TensorProto& t) { return !read.count(t.name()); }),
+               inits->end());
+  for (auto& t : initializers) *g.add_initializer() = std::move(t);
+  auto* meta = e.model.add_metadata_props();
+  meta->set_key("cpudl.quantization");
+  meta->set_value(note);
+  std::string serialized;
+  if (!e.model.SerializeToString(&serialized)) throw Error(output.string() + ": the quantised model exceeds protobuf's 2 GiB limit");
+  io::write_file_atomically(output, serialized);
+  return serialized.size();
+}
+
+void require_some_quantized(const QuantizeResult& r, const std::filesystem::path& input, const char* what) {
+  if (std::any_of(r.layers.begin(), r.layers.end(), [](const QuantizedLayer& l) { return l.quantized; })) return;
+  if (r.layers.empty()) throw Error(input.string() + ": nothing to quantise: " + what + ", and the model has none");
+  throw Error(input.string() + ": nothing to quantise: no layer qualifies (the first, '" + r.layers[0].node + "': " +
+              r.layers[0].reason + ")");
 }
 
 struct QuantizedWeights {
-  std::vector<std::int8_t> values;  // K x N
-  std::vector<float> scales;        // N
+  std::vector<std::int8_t> values;  // w's layout
+  std::vector<float> scales;        // per channel
   double error = 0;                 // relative RMS
 };
 
-// Symmetric per output channel (column): scale = max |w| / L, q = round_half_even(w / scale) in
-// [-L, L], L = 127 (never -128: int8.h says why the int8 kernels need that) or 63 (reduce_range).
-QuantizedWeights quantize_columns(const std::vector<float>& w, std::int64_t k, std::int64_t n, float levels) {
+// Symmetric per channel along `axis` of w: scale = max |w| / L, q = round_half_even(w / scale)
+// in [-L, L], L = 127 (never -128: kernels/int8/int8.h says why) or 63 (reduce_range). A
+// negative axis quantises the whole tensor with one scale.
+QuantizedWeights quantize_weights(const HostTensor& w, int axis, float levels) {
   QuantizedWeights q;
-  q.values.resize(w.size());
-  q.scales.resize(static_cast<std::size_t>(n));
+  const std::int64_t total = w.numel();
+  std::int64_t channels = 1, inner = total;
+  if (axis >= 0) {
+    channels = w.shape[static_cast<std::size_t>(axis)];
+    inner = 1;
+    for (std::size_t d = static_cast<std::size_t>(axis) + 1; d < w.shape.size(); ++d) inner *= w.shape[d];
+  }
+  auto channel = [&](std::int64_t i) { return (i / inner) % channels; };
+  const float* src = w.data<float>();
+  std::vector<float> peak(static_cast<std::size_t>(channels), 0.0f);
+  for (std::int64_t i = 0; i < total; ++i)
+    peak[static_cast<std::size_t>(channel(i))] = std::max(peak[static_cast<std::size_t>(channel(i))], std::fabs(src[i]));
+  q.scales.resize(peak.size());
+  for (std::size_t c = 0; c < peak.size(); ++c) q.scales[c] = peak[c] > 0 ? peak[c] / levels : 1.0f;
+  q.values.resize(static_cast<std::size_t>(total));
   double err = 0, norm = 0;
-  for (std::int64_t j = 0; j < n; ++j) {
-    float peak = 0;
-    for (std::int64_t i = 0; i < k; ++i) peak = std::max(peak, std::fabs(w[static_cast<std::size_t>(i * n + j)]));
-    const float scale = peak > 0 ? peak / levels : 1.0f;
-    q.scales[static_cast<std::size_t>(j)] = scale;
-    for (std::int64_t i = 0; i < k; ++i) {
-      const float v = w[static_cast<std::size_t>(i * n + j)];
-      const float r = std::min(std::max(std::nearbyint(v / scale), -levels), levels);
-      q.values[static_cast<std::size_t>(i * n + j)] = static_cast<std::int8_t>(r);
-      err += (static_cast<double>(v) - static_cast<double>(r) * scale) * (static_cast<double>(v) - static_cast<double>(r) * scale);
-      norm += static_cast<double>(v) * v;
-    }
+  for (std::int64_t i = 0; i < total; ++i) {
+    const float scale = q.scales[static_cast<std::size_t>(channel(i))];
+    const float r = std::min(std::max(std::nearbyint(src[i] / scale), -levels), levels);
+    q.values[static_cast<std::size_t>(i)] = static_cast<std::int8_t>(r);
+    const double d = static_cast<double>(src[i]) - static_cast<double>(r) * scale;
+    err += d * d;
+    norm += static_cast<double>(src[i]) * src[i];
   }
   q.error = norm > 0 ? std::sqrt(err / norm) : 0.0;
   return q;
+}
+
+// w (K x N, or N x K when transposed) as a K x N float tensor.
+HostTensor as_k_by_n(const HostTensor& w, bool transposed) {
+  if (!transposed) return w;
+  const std::int64_t n = w.shape[0], k = w.shape[1];
+  HostTensor t = HostTensor::zeros(DType::f32, {k, n});
+  for (std::int64_t i = 0; i < k; ++i)
+    for (std::int64_t j = 0; j < n; ++j) t.data<float>()[i * n + j] = w.data<float>()[j * k + i];
+  return t;
 }
 
 onnx::TensorProto make_tensor(const std::string& name, int type, const std::vector<std::int64_t>& dims, const void* data,
@@ -80,6 +170,13 @@ onnx::NodeProto make_node(const std::string& op, const std::string& name, std::v
   for (auto& i : inputs) n.add_input(i);
   for (auto& o : outputs) n.add_output(o);
   return n;
+}
+
+void set_int_attribute(onnx::NodeProto& n, const char* name, std::int64_t value) {
+  auto* a = n.add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INT);
+  a->set_i(value);
 }
 
 // Names unused anywhere in the graph, derived from a base.
@@ -104,97 +201,103 @@ class Names {
   std::set<std::string> used_;
 };
 
+// A MatMul, Gemm (or, for static mode, Conv) whose weights can be quantised, or why not.
+struct Candidate {
+  const HostTensor* w = nullptr;
+  bool transposed = false;  // Gemm transB
+  int channel_axis = 0;     // of w: the output channels
+  std::string bias;         // Gemm's C, a row of N
+  QuantizedLayer layer;
+};
+
+std::map<std::string, const onnx::AttributeProto*> attributes_of(const onnx::NodeProto& node) {
+  std::map<std::string, const onnx::AttributeProto*> attrs;
+  for (const auto& a : node.attribute()) attrs[a.name()] = &a;
+  return attrs;
+}
+
+// Fills c.layer.reason when the node cannot be quantised.
+Candidate examine(const Editable& e, const onnx::NodeProto& node) {
+  Candidate c;
+  c.layer.node = node.name().empty() ? node.output(0) : node.name();
+  c.layer.op = node.op_type();
+  const bool gemm = node.op_type() == "Gemm", conv = node.op_type() == "Conv";
+  const auto attrs = attributes_of(node);
+  auto attr_int = [&](const char* key, std::int64_t fallback) { return attrs.count(key) ? attrs.at(key)->i() : fallback; };
+  auto attr_float = [&](const char* key, float fallback) { return attrs.count(key) ? attrs.at(key)->f() : fallback; };
+  c.w = node.input_size() >= 2 ? e.constant(node.input(1)) : nullptr;
+  const std::size_t rank = conv ? 4 : 2;
+  if (!c.w || c.w->dtype != DType::f32 || c.w->shape.size() != rank) {
+    c.layer.reason = "weights are not a constant float tensor of rank " + std::to_string(rank);
+    return c;
+  }
+  if (gemm && (attr_int("transA", 0) != 0 || attr_float("alpha", 1) != 1.0f || attr_float("beta", 1) != 1.0f)) {
+    c.layer.reason = "Gemm with transA, alpha or beta";
+    return c;
+  }
+  c.transposed = gemm && attr_int("transB", 0) != 0;
+  if (conv) {
+    c.channel_axis = 0;
+    c.layer.n = c.w->shape[0];
+    c.layer.k = c.w->shape[1] * c.w->shape[2] * c.w->shape[3];
+  } else {
+    c.channel_axis = c.transposed ? 0 : 1;
+    c.layer.n = c.w->shape[static_cast<std::size_t>(c.channel_axis)];
+    c.layer.k = c.w->shape[static_cast<std::size_t>(1 - c.channel_axis)];
+  }
+  if (gemm && node.input_size() > 2 && !node.input(2).empty()) {
+    const HostTensor* b = e.constant(node.input(2));
+    if (!b || b->dtype != DType::f32 || b->numel() != c.layer.n || (b->shape.size() == 2 && b->shape[0] != 1)) {
+      c.layer.reason = "C is not a constant row of N floats";
+      return c;
+    }
+    c.bias = node.input(2);
+  }
+  if (c.layer.k >= 65536) c.layer.reason = "K >= 65536 could overflow the int32 sums";
+  return c;
+}
+
+std::string format_error(double error, double limit) {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "weight error %.4f exceeds %.4f", error, limit);
+  return buf;
+}
+
 }  // namespace
 
-DynamicQuantizeResult quantize_onnx_dynamic(const std::filesystem::path& input, const std::filesystem::path& output,
-                                            const DynamicQuantizeOptions& options) {
-  std::error_code ec;
-  if (std::filesystem::exists(output, ec) && std::filesystem::equivalent(input, output, ec))
-    throw Error(output.string() + ": the output would replace the input model; choose another file");
-  const std::string bytes = io::read_file(input);
-  // The loader validates everything and reads external data; its constants are the weights.
-  const Graph graph = parse_onnx(bytes, input.string(), input.parent_path());
-  onnx::ModelProto model;
-  if (!model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) throw Error(input.string() + ": not a valid ONNX model");
-  onnx::GraphProto& g = *model.mutable_graph();
-
-  // Inline external data, from the loader's copy.
-  for (auto& t : *g.mutable_initializer()) {
-    if (t.data_location() != onnx::TensorProto::EXTERNAL) continue;
-    const auto it = graph.constants.find(t.name());
-    if (it == graph.constants.end()) throw Error(input.string() + ": initializer '" + t.name() + "' was not loaded");
-    t.clear_external_data();
-    t.set_data_location(onnx::TensorProto::DEFAULT);
-    t.set_raw_data(std::string(reinterpret_cast<const char*>(it->second->bytes.data()), it->second->bytes.size()));
-  }
-  auto constant = [&](const std::string& name) -> const HostTensor* {
-    const auto it = graph.constants.find(name);
-    return it == graph.constants.end() ? nullptr : it->second.get();
-  };
-
-  DynamicQuantizeResult result;
-  result.bytes_in = model.ByteSizeLong();
+QuantizeResult quantize_onnx_dynamic(const std::filesystem::path& input, const std::filesystem::path& output,
+                                     const QuantizeOptions& options) {
+  Editable e = open_for_edit(input, output);
+  onnx::GraphProto& g = *e.model.mutable_graph();
+  QuantizeResult result;
+  result.bytes_in = e.model.ByteSizeLong();
   Names names(g);
   std::unordered_map<std::string, std::array<std::string, 3>> quantized_inputs;  // x -> (q, scale, zero)
   std::vector<onnx::NodeProto> nodes;
   std::vector<onnx::TensorProto> new_initializers;
+  const float levels = options.reduce_range ? 63.0f : 127.0f;
   for (const onnx::NodeProto& node : g.node()) {
-    const bool matmul = node.op_type() == "MatMul", gemm = node.op_type() == "Gemm";
-    if (!matmul && !gemm) {
+    if (node.op_type() != "MatMul" && node.op_type() != "Gemm") {
       nodes.push_back(node);
       continue;
     }
-    QuantizedLayer layer;
-    layer.node = node.name().empty() ? node.output(0) : node.name();
-    layer.op = node.op_type();
-    auto keep = [&](const std::string& reason) {
-      layer.reason = reason;
-      result.layers.push_back(layer);
+    Candidate c = examine(e, node);
+    QuantizedWeights q;
+    HostTensor wm;
+    if (c.layer.reason.empty()) {
+      wm = as_k_by_n(*c.w, c.transposed);  // MatMulInteger takes K x N
+      q = quantize_weights(wm, 1, levels);
+      c.layer.weight_error = q.error;
+      if (q.error > options.max_weight_error) c.layer.reason = format_error(q.error, options.max_weight_error);
+    }
+    c.layer.quantized = c.layer.reason.empty();
+    result.layers.push_back(c.layer);
+    if (!c.layer.quantized) {
       nodes.push_back(node);
-    };
-    std::map<std::string, const onnx::AttributeProto*> attrs;
-    for (const auto& a : node.attribute()) attrs[a.name()] = &a;
-    auto attr_int = [&](const char* key, std::int64_t fallback) { return attrs.count(key) ? attrs[key]->i() : fallback; };
-    auto attr_float = [&](const char* key, float fallback) { return attrs.count(key) ? attrs[key]->f() : fallback; };
-    const HostTensor* w = node.input_size() >= 2 ? constant(node.input(1)) : nullptr;
-    if (!w || w->dtype != DType::f32 || w->shape.size() != 2) {
-      keep("weights are not a constant 2-D float matrix");
       continue;
     }
-    if (gemm && (attr_int("transA", 0) != 0 || attr_float("alpha", 1) != 1.0f || attr_float("beta", 1) != 1.0f)) {
-      keep("Gemm with transA, alpha or beta");
-      continue;
-    }
-    const bool transposed = gemm && attr_int("transB", 0) != 0;
-    std::int64_t k = 0, n = 0;
-    const std::vector<float> wm = weight_matrix(*w, transposed, k, n);
-    layer.k = k;
-    layer.n = n;
-    std::string bias;
-    if (gemm && node.input_size() > 2 && !node.input(2).empty()) {
-      const HostTensor* c = constant(node.input(2));
-      if (!c || c->dtype != DType::f32 || c->numel() != n || (c->shape.size() == 2 && c->shape[0] != 1)) {
-        keep("C is not a constant row of N floats");
-        continue;
-      }
-      bias = node.input(2);
-    }
-    if (k >= 65536) {
-      keep("K >= 65536 could overflow the int32 sums");
-      continue;
-    }
-    const QuantizedWeights q = quantize_columns(wm, k, n, options.reduce_range ? 63.0f : 127.0f);
-    layer.weight_error = q.error;
-    if (q.error > options.max_weight_error) {
-      char buf[96];
-      std::snprintf(buf, sizeof buf, "weight error %.4f exceeds %.4f", q.error, options.max_weight_error);
-      keep(buf);
-      continue;
-    }
-    layer.quantized = true;
-    result.layers.push_back(layer);
-
-    const std::string x = node.input(0), out = node.output(0), base = layer.node;
+    const std::int64_t k = c.layer.k, n = c.layer.n;
+    const std::string x = node.input(0), out = node.output(0), base = c.layer.node;
     auto& xq = quantized_inputs[x];
     if (xq[0].empty()) {
       xq = {names.fresh(x + "_quantized"), names.fresh(x + "_scale"), names.fresh(x + "_zero_point")};
@@ -204,45 +307,118 @@ DynamicQuantizeResult quantize_onnx_dynamic(const std::filesystem::path& input, 
     new_initializers.push_back(make_tensor(wq, onnx::TensorProto::INT8, {k, n}, q.values.data(), q.values.size()));
     new_initializers.push_back(make_tensor(ws, onnx::TensorProto::FLOAT, {n}, q.scales.data(), q.scales.size() * 4));
     const std::string product = names.fresh(out + "_int32"), as_float = names.fresh(out + "_float");
-    const std::string scale = names.fresh(out + "_scale"), scaled = bias.empty() ? out : names.fresh(out + "_unbiased");
+    const std::string scale = names.fresh(out + "_scale"), scaled = c.bias.empty() ? out : names.fresh(out + "_unbiased");
     nodes.push_back(make_node("MatMulInteger", names.fresh(base + "_MatMulInteger"), {xq[0], wq, xq[2]}, {product}));
     onnx::NodeProto cast = make_node("Cast", names.fresh(base + "_Cast"), {product}, {as_float});
-    auto* to = cast.add_attribute();
-    to->set_name("to");
-    to->set_type(onnx::AttributeProto::INT);
-    to->set_i(onnx::TensorProto::FLOAT);
+    set_int_attribute(cast, "to", onnx::TensorProto::FLOAT);
     nodes.push_back(cast);
     nodes.push_back(make_node("Mul", names.fresh(base + "_scale_Mul"), {xq[1], ws}, {scale}));
     nodes.push_back(make_node("Mul", names.fresh(base + "_Mul"), {as_float, scale}, {scaled}));
-    if (!bias.empty()) nodes.push_back(make_node("Add", names.fresh(base + "_bias_Add"), {scaled, bias}, {out}));
+    if (!c.bias.empty()) nodes.push_back(make_node("Add", names.fresh(base + "_bias_Add"), {scaled, c.bias}, {out}));
   }
-  if (std::none_of(result.layers.begin(), result.layers.end(), [](const QuantizedLayer& l) { return l.quantized; })) {
-    if (result.layers.empty())
-      throw Error(input.string() + ": nothing to quantise: dynamic mode quantises MatMul and Gemm, and the model has none");
-    throw Error(input.string() + ": nothing to quantise: no MatMul or Gemm qualifies (the first, '" + result.layers[0].node +
-                "': " + result.layers[0].reason + ")");
+  require_some_quantized(result, input, "dynamic mode quantises MatMul and Gemm");
+  result.bytes_out = write_edited(e, nodes, new_initializers,
+                                  std::string("dynamic int8: weights symmetric per output channel in ") +
+                                      (options.reduce_range ? "[-63, 63]" : "[-127, 127]") + ", activations uint8 per tensor",
+                                  output);
+  return result;
+}
+
+QuantizeResult quantize_onnx_static(const std::filesystem::path& input, const std::filesystem::path& output,
+                                    const std::vector<Tensor>& calibration, const QuantizeOptions& options) {
+  Editable e = open_for_edit(input, output);
+  onnx::GraphProto& g = *e.model.mutable_graph();
+  QuantizeResult result;
+  result.bytes_in = e.model.ByteSizeLong();
+  const float levels = options.reduce_range ? 63.0f : 127.0f;
+  // Per-axis DequantizeLinear arrived in opset 13; older models get one scale per weight tensor.
+  const bool per_channel = e.graph.opset >= 13;
+
+  // Pass 1: which layers, and which activations feed them.
+  std::map<int, Candidate> candidates;  // node index -> candidate
+  std::map<int, QuantizedWeights> weights;
+  std::vector<std::string> activations;
+  std::set<std::string> seen;
+  for (int i = 0; i < g.node_size(); ++i) {
+    const onnx::NodeProto& node = g.node(i);
+    if (node.op_type() != "Conv" && node.op_type() != "Gemm" && node.op_type() != "MatMul") continue;
+    Candidate c = examine(e, node);
+    if (c.layer.reason.empty()) {
+      QuantizedWeights& q = weights[i] = quantize_weights(*c.w, per_channel ? c.channel_axis : -1, levels);
+      c.layer.weight_error = q.error;
+      if (q.error > options.max_weight_error) c.layer.reason = format_error(q.error, options.max_weight_error);
+    }
+    if (c.layer.reason.empty() && e.constant(node.input(0))) c.layer.reason = "its input is a constant";
+    c.layer.quantized = c.layer.reason.empty();
+    if (c.layer.quantized && seen.insert(node.input(0)).second) activations.push_back(node.input(0));
+    candidates[i] = c;
   }
+  QuantizeResult probe;
+  for (const auto& [i, c] : candidates) probe.layers.push_back(c.layer);
+  require_some_quantized(probe, input, "static mode quantises Conv, Gemm and MatMul");
 
-  g.clear_node();
-  for (auto& nd : nodes) *g.add_node() = std::move(nd);
-  // Drop the float weights nothing reads any more.
-  std::set<std::string> read;
-  for (const auto& nd : g.node())
-    for (const auto& i : nd.input()) read.insert(i);
-  for (const auto& o : g.output()) read.insert(o.name());
-  auto* inits = g.mutable_initializer();
-  inits->erase(std::remove_if(inits->begin(), inits->end(), [&](const onnx::TensorProto& t) { return !read.count(t.name()); }),
-               inits->end());
-  for (auto& t : new_initializers) *g.add_initializer() = std::move(t);
-  auto* note = model.add_metadata_props();
-  note->set_key("cpudl.quantization");
-  note->set_value(std::string("dynamic int8: weights symmetric per output channel in ") +
-                  (options.reduce_range ? "[-63, 63]" : "[-127, 127]") + ", activations uint8 per tensor");
-
-  std::string serialized;
-  if (!model.SerializeToString(&serialized)) throw Error(output.string() + ": the quantised model exceeds protobuf's 2 GiB limit");
-  io::write_file_atomically(output, serialized);
-  result.bytes_out = serialized.size();
+  // Pass 2: calibration fixes each activation's uint8 scale and zero point.
+  const auto ranges = calibrate(e.graph, activations, calibration, options.observer, options.percentile);
+  Names names(g);
+  std::map<std::string, std::string> dequantized;  // activation -> its QDQ'd name
+  std::map<std::string, std::pair<std::string, std::string>> params;  // activation -> its scale, zero point
+  std::vector<onnx::NodeProto> nodes;
+  std::vector<onnx::TensorProto> initializers;
+  for (const auto& x : activations) {
+    const ActivationRange r = ranges.at(x);
+    const float lo = std::min(r.lo, 0.0f), hi = std::max(r.hi, 0.0f);
+    float scale = (hi - lo) / 255.0f;
+    if (!(scale > 0.0f) || !std::isfinite(scale)) scale = 1.0f;  // a value that was always 0
+    const auto zero = static_cast<std::uint8_t>(std::nearbyint(std::clamp(-lo / scale, 0.0f, 255.0f)));
+    result.activations.push_back({x, r.lo, r.hi, scale, zero});
+    const std::string s = names.fresh(x + "_scale"), z = names.fresh(x + "_zero_point");
+    initializers.push_back(make_tensor(s, onnx::TensorProto::FLOAT, {}, &scale, 4));
+    initializers.push_back(make_tensor(z, onnx::TensorProto::UINT8, {}, &zero, 1));
+    dequantized[x] = names.fresh(x + "_dequantized");
+    params[x] = {s, z};
+  }
+  // Rebuild the node list: each activation's QuantizeLinear/DequantizeLinear pair right after the
+  // node producing it (graph inputs' pairs first), each quantised layer reading the dequantised
+  // activation and its weights through a DequantizeLinear.
+  auto pair_for = [&](const std::string& x) {
+    const auto& [s, z] = params.at(x);
+    const std::string q = names.fresh(x + "_quantized");
+    nodes.push_back(make_node("QuantizeLinear", names.fresh(x + "_QuantizeLinear"), {x, s, z}, {q}));
+    nodes.push_back(make_node("DequantizeLinear", names.fresh(x + "_DequantizeLinear"), {q, s, z}, {dequantized.at(x)}));
+  };
+  for (const auto& in : g.input())
+    if (dequantized.count(in.name())) pair_for(in.name());
+  for (int i = 0; i < g.node_size(); ++i) {
+    onnx::NodeProto node = g.node(i);
+    const auto it = candidates.find(i);
+    if (it != candidates.end()) result.layers.push_back(it->second.layer);
+    if (it != candidates.end() && it->second.layer.quantized) {
+      const Candidate& c = it->second;
+      const QuantizedWeights& q = weights.at(i);
+      const std::string wq = names.fresh(node.input(1) + "_quantized"), ws = names.fresh(node.input(1) + "_scale");
+      const std::string wz = names.fresh(node.input(1) + "_zero_point"), wd = names.fresh(node.input(1) + "_dequantized");
+      const std::vector<std::int8_t> zeros(q.scales.size(), 0);
+      const std::vector<std::int64_t> scale_dims = per_channel ? std::vector<std::int64_t>{static_cast<std::int64_t>(q.scales.size())}
+                                                               : std::vector<std::int64_t>{};
+      initializers.push_back(make_tensor(wq, onnx::TensorProto::INT8, c.w->shape, q.values.data(), q.values.size()));
+      initializers.push_back(make_tensor(ws, onnx::TensorProto::FLOAT, scale_dims, q.scales.data(), q.scales.size() * 4));
+      initializers.push_back(make_tensor(wz, onnx::TensorProto::INT8, scale_dims, zeros.data(), zeros.size()));
+      onnx::NodeProto dq = make_node("DequantizeLinear", names.fresh(node.input(1) + "_DequantizeLinear"), {wq, ws, wz}, {wd});
+      if (per_channel) set_int_attribute(dq, "axis", c.channel_axis);
+      nodes.push_back(dq);
+      node.set_input(0, dequantized.at(node.input(0)));
+      node.set_input(1, wd);
+    }
+    nodes.push_back(node);
+    for (const auto& o : node.output())
+      if (dequantized.count(o)) pair_for(o);
+  }
+  result.bytes_out = write_edited(e, nodes, initializers,
+                                  std::string("static int8 (QDQ): activations uint8 per tensor, calibrated (") +
+                                      (options.observer == Observer::min_max ? "min-max" : "percentile") +
+                                      "), weights symmetric " + (per_channel ? "per output channel" : "per tensor") + " in " +
+                                      (options.reduce_range ? "[-63, 63]" : "[-127, 127]"),
+                                  output);
   return result;
 }
 
