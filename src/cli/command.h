@@ -33,7 +33,7 @@ void add_bench_llm_command(CLI::App& bench, Action& action);  // `cpudl bench ll
 
 // `cpudl quantize` on an ONNX model (quantize_onnx.cpp); quantize.cpp parses the flags.
 struct QuantizeOnnxOptions {
-  std::string input, output, mode, calib, labels, observer = "minmax";
+  std::string input, output, mode, calib, eval, labels, observer = "minmax";
   double max_weight_error = 0.02, percentile = 99.99;
   bool reduce_range = false;
   int threads = 0;

@@ -116,7 +116,8 @@ void add_quantize_command(CLI::App& app, Action& action) {
   q->add_option("--observer", o->onnx.observer, "ONNX static: minmax (default) or percentile");
   q->add_option("--percentile", o->onnx.percentile, "ONNX static: the percentile observer's clip point (default 99.99)");
   q->add_option("--calib", o->onnx.calib, "ONNX: .npy file or folder of .npy batches to measure the accuracy on");
-  q->add_option("--labels", o->onnx.labels, "ONNX: .npy of int labels for the --calib rows (top-1 accuracy)");
+  q->add_option("--eval", o->onnx.eval, "ONNX: .npy file or folder of .npy batches for the accuracy report (default: --calib)");
+  q->add_option("--labels", o->onnx.labels, "ONNX: .npy of int labels for the report's rows (--eval, else --calib): top-1 accuracy");
   q->add_option("--max-weight-error", o->onnx.max_weight_error,
                 "ONNX: keep a layer in float when its weights' relative RMS error exceeds this")
       ->check(CLI::PositiveNumber);

@@ -20,10 +20,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Calibration batches: one .npy file, or every .npy in a folder (in name order).
-std::vector<std::pair<std::string, Tensor>> calibration_batches(const QuantizeOnnxOptions& o, const ModelValue& input) {
+// Input batches from `where` (--calib or --eval): one .npy file, or every .npy in a folder (in
+// name order); none given: 8 seeded N(0, 1) rows.
+std::vector<std::pair<std::string, Tensor>> input_batches(const std::string& flag, const std::string& where,
+                                                          const ModelValue& input) {
   std::vector<std::pair<std::string, Tensor>> batches;
-  if (o.calib.empty()) {
+  if (where.empty()) {
     Shape shape = input.shape;
     for (std::size_t d = 0; d < shape.size(); ++d) {
       if (shape[d] >= 0) continue;
@@ -36,13 +38,13 @@ std::vector<std::pair<std::string, Tensor>> calibration_batches(const QuantizeOn
     return batches;
   }
   std::vector<fs::path> files;
-  if (fs::is_directory(o.calib)) {
-    for (const auto& e : fs::directory_iterator(o.calib))
+  if (fs::is_directory(where)) {
+    for (const auto& e : fs::directory_iterator(where))
       if (e.path().extension() == ".npy") files.push_back(e.path());
     std::sort(files.begin(), files.end());
-    if (files.empty()) throw UsageError("--calib " + o.calib + ": the folder holds no .npy files");
+    if (files.empty()) throw UsageError(flag + " " + where + ": the folder holds no .npy files");
   } else {
-    files.push_back(o.calib);
+    files.push_back(where);
   }
   for (const auto& f : files) {
     Tensor t = io::load_npy(f);
@@ -78,7 +80,8 @@ int run_quantize_onnx(const QuantizeOnnxOptions& o) {
     if (o.mode == "bf16") throw UsageError("--mode bf16 is not implemented yet for ONNX models (dynamic and static are)");
     throw UsageError("--mode '" + o.mode + "': expected dynamic, static or bf16");
   }
-  if (!o.labels.empty() && o.calib.empty()) throw UsageError("--labels needs the inputs they label: give --calib");
+  if (!o.labels.empty() && o.calib.empty() && o.eval.empty())
+    throw UsageError("--labels needs the inputs they label: give --eval (or --calib)");
   if (o.mode == "static" && o.calib.empty()) throw UsageError("--mode static calibrates the activations: give --calib");
   if (o.observer != "minmax" && o.observer != "percentile")
     throw UsageError("--observer '" + o.observer + "': expected minmax or percentile");
@@ -92,13 +95,15 @@ int run_quantize_onnx(const QuantizeOnnxOptions& o) {
 
   InferenceSession reference(o.input);
   if (reference.inputs().size() != 1) throw Error(o.input + ": cpudl quantize needs a model with one input");
-  const auto batches = calibration_batches(o, reference.inputs()[0]);
+  const auto calib = input_batches("--calib", o.calib, reference.inputs()[0]);
+  // The report runs on --eval when given (held-out data, say), else on the calibration inputs.
+  const auto batches = o.eval.empty() ? calib : input_batches("--eval", o.eval, reference.inputs()[0]);
   infer::QuantizeResult r;
   if (o.mode == "dynamic") {
     r = infer::quantize_onnx_dynamic(o.input, o.output, options);
   } else {
     std::vector<Tensor> calibration;
-    for (const auto& [name, t] : batches) calibration.push_back(t);
+    for (const auto& [name, t] : calib) calibration.push_back(t);
     r = infer::quantize_onnx_static(o.input, o.output, calibration, options);
   }
   InferenceSession quantized(o.output);
@@ -135,7 +140,7 @@ int run_quantize_onnx(const QuantizeOnnxOptions& o) {
       a.agree += cf == cq;
       if (labels.defined()) {
         if (a.samples + i >= labels.numel())
-          throw Error(o.labels + ": holds " + std::to_string(labels.numel()) + " labels, the calibration inputs have more rows");
+          throw Error(o.labels + ": holds " + std::to_string(labels.numel()) + " labels, the inputs have more rows");
         const std::int64_t want = labels.dtype() == DType::i64 ? labels.data_as<std::int64_t>()[a.samples + i]
                                                                : labels.data_as<std::int32_t>()[a.samples + i];
         a.correct_float += cf == want;
@@ -152,7 +157,9 @@ int run_quantize_onnx(const QuantizeOnnxOptions& o) {
     if (!l.quantized)
       std::fprintf(stderr, "warning: %s '%s' kept in float: %s\n", l.op.c_str(), l.node.c_str(), l.reason.c_str());
   const double mean_error = a.values > 0 ? a.sum_error / a.values : 0;
-  const std::string source = o.calib.empty() ? "seeded random N(0, 1) inputs (no --calib given)" : "the --calib inputs";
+  const std::string source = !o.eval.empty()   ? "the --eval inputs"
+                             : o.calib.empty() ? "seeded random N(0, 1) inputs (no --calib given)"
+                                               : "the --calib inputs";
   if (o.json) {
     nlohmann::ordered_json layers = nlohmann::ordered_json::array();
     for (const auto& l : r.layers)
@@ -163,7 +170,7 @@ int run_quantize_onnx(const QuantizeOnnxOptions& o) {
       activations.push_back({{"value", v.value}, {"lo", v.lo}, {"hi", v.hi}, {"scale", v.scale}, {"zero_point", v.zero_point}});
     nlohmann::ordered_json j = {{"input", o.input},          {"output", o.output},       {"mode", o.mode},
                                 {"layers", layers},          {"bytes_in", r.bytes_in},   {"bytes_out", r.bytes_out},
-                                {"samples", a.samples},      {"inputs", o.calib.empty() ? "random" : "calib"},
+                                {"samples", a.samples},      {"inputs", !o.eval.empty() ? "eval" : o.calib.empty() ? "random" : "calib"},
                                 {"activations", activations},
                                 {"max_abs_error", a.max_error}, {"mean_abs_error", mean_error}, {"output_scale", a.scale}};
     if (a.classes) j["top1_agreement"] = static_cast<double>(a.agree) / static_cast<double>(a.samples);
