@@ -234,6 +234,9 @@ TEST_F(QuantizeCli, DynamicMlpRunsFusedAndUnfusedCloseToPyTorch) {
     options.optimize = optimize;
     InferenceSession s(path("int8.onnx"), options);
     results.push_back(s.run({x})[0]);
+    // `cpudl info` says how the int8 operators run on this CPU.
+    const std::string how = s.info({x.shape()}).int8_execution;
+    EXPECT_NE(how.find(optimize ? "u8s8_gemm" : "MatMulInteger"), std::string::npos) << how;
   }
   double fused_vs_unfused = 0, vs_float = 0, scale = 0;
   for (std::int64_t i = 0; i < pytorch.numel(); ++i) {

@@ -42,6 +42,7 @@ struct ModelInfo {
   std::size_t unplanned_bytes = 0;           // one buffer per value
   Shape planned_input_shape;                 // the first input's shape the plan was made for
   std::vector<std::string> rewrites;         // one line per optimiser rewrite
+  std::string int8_execution;                // how this CPU runs the model's int8 operators ("" if none)
   std::map<std::string, int> rewrite_counts;
 };
 

@@ -172,7 +172,8 @@ int run_info(const InfoOptions& o) {
                                 {"arena_bytes", info.arena_bytes},
                                 {"unplanned_bytes", info.unplanned_bytes},
                                 {"rewrite_counts", info.rewrite_counts},
-                                {"rewrites", info.rewrites}};
+                                {"rewrites", info.rewrites},
+                                {"int8_execution", info.int8_execution}};
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
@@ -194,6 +195,7 @@ int run_info(const InfoOptions& o) {
   if (info.rewrite_counts.empty()) std::printf(" nothing to rewrite");
   for (const auto& [kind, n] : info.rewrite_counts) std::printf(" %s x%d;", kind.c_str(), n);
   std::printf("\n");
+  if (!info.int8_execution.empty()) std::printf("int8: %s\n", info.int8_execution.c_str());
   return 0;
 }
 

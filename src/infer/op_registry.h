@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <span>
 #include <string>
 #include <vector>
@@ -71,6 +72,9 @@ std::span<const OpEntry> dense_ops();
 std::span<const OpEntry> shape_ops();
 std::span<const OpEntry> normalization_ops();
 std::span<const OpEntry> quantization_ops();
+// For `cpudl info`: how this CPU runs the int8 operators among `planned_ops` (the kernel chosen,
+// whether it is exact without VNNI, what QDQ pairs cost), or "" when the plan has none.
+std::string describe_int8_execution(const std::map<std::string, int>& planned_ops);
 
 // Axis in [-rank, rank) (or [-rank-1, rank] when `inclusive_end`) -> [0, rank); throws otherwise.
 std::int64_t normalize_axis(const OpSetup& setup, std::int64_t axis, std::int64_t rank, const char* what);

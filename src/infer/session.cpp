@@ -6,6 +6,7 @@
 #include "cpudl/inference.h"
 #include "infer/onnx_loader.h"
 #include "infer/optimizer.h"
+#include "infer/op_registry.h"
 #include "infer/plan.h"
 
 namespace cpudl {
@@ -132,6 +133,7 @@ ModelInfo InferenceSession::info(const std::vector<Shape>& input_shapes) {
     if (t->dtype == DType::f32 || t->dtype == DType::bf16 || t->dtype == DType::i8 || t->dtype == DType::u8)
       info.parameters += t->numel();  // weights, float or quantised (not shape arguments)
   info.ops_planned = plan.stats().ops;
+  info.int8_execution = infer::describe_int8_execution(info.ops_planned);
   info.flops = plan.stats().flops;
   info.arena_bytes = plan.stats().arena_bytes;
   info.unplanned_bytes = plan.stats().unplanned_bytes;

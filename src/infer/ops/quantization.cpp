@@ -278,6 +278,29 @@ Kernel build_dynamic_quant_matmul(OpSetup& s) {
   };
 }
 
+}  // namespace
+
+std::string describe_int8_execution(const std::map<std::string, int>& ops) {
+  std::string out;
+  if (ops.count("cpudl.DynamicQuantMatMul")) {
+    const auto& k = native().u8s8_gemm;
+    out += std::string("dynamic int8 products run on ") + k.name;
+    if (k.level == IsaLevel::generic)
+      out += " (the portable reference: exact, slow)";
+    else
+      out += " (exact u8 x s8 without VNNI: 7-bit weights on VPMADDUBSW directly, 8-bit weights with the "
+             "activations shifted by 128 and the sign moved onto the weights, so no int16 pair sum can saturate)";
+  }
+  if (ops.count("MatMulInteger"))
+    out += std::string(out.empty() ? "" : "; ") + "MatMulInteger outside the dynamic pattern runs on plain loops";
+  if (ops.count("QuantizeLinear") || ops.count("DequantizeLinear"))
+    out += std::string(out.empty() ? "" : "; ") +
+           "QDQ pairs run as operators (int8 numbers, float speed: weights are dequantised once per plan)";
+  return out;
+}
+
+namespace {
+
 const OpEntry kOps[] = {
     {"QuantizeLinear", build_quantize_linear},
     {"DequantizeLinear", build_dequantize_linear},
