@@ -194,7 +194,7 @@ TEST(QuantOps, MatchNumPyFusedAndUnfused) {
       }
     }
     const ModelInfo info = s.info({x.shape()});
-    EXPECT_EQ(info.ops_planned.count("cpudl.DynamicQuantMatMul"), optimize ? 1u : 0u);
+    EXPECT_EQ(info.ops_planned.count("cpudl.Int8MatMul"), optimize ? 1u : 0u);
   }
 }
 
@@ -376,6 +376,19 @@ TEST_F(QuantizeCli, StaticWritesQdqCalibratedOnTheInputs) {
   }
   EXPECT_LT(err, 3e-2 * scale);
   EXPECT_GT(err, 0.0);
+  // The optimiser turns each QDQ Gemm into one exact int8 product: the same numbers as the QDQ
+  // graph computes in float, up to the float sums' rounding.
+  InferenceOptions plain;
+  plain.optimize = false;
+  InferenceSession fused_session(path("s.onnx"));
+  const Tensor fused = fused_session.run({x})[0];
+  const Tensor unfused = InferenceSession(path("s.onnx"), plain).run({x})[0];
+  for (std::int64_t i = 0; i < fused.numel(); ++i) EXPECT_NEAR(fused.data()[i], unfused.data()[i], 1e-5 * scale) << i;
+  const ModelInfo info = fused_session.info({x.shape()});
+  int gemms = 0;
+  for (const auto& l : report["layers"]) gemms += l["op"] == "Gemm";
+  ASSERT_GT(gemms, 0);
+  EXPECT_EQ(info.ops_planned.count("cpudl.Int8MatMul") ? info.ops_planned.at("cpudl.Int8MatMul") : 0, gemms);
   // Bad input: no --calib, a bad observer.
   EXPECT_EQ(run("quantize " + lenet + " " + path("t.onnx") + " --mode static").exit_code, 2);
   EXPECT_EQ(run("quantize " + lenet + " " + path("t.onnx") + " --mode static --observer median --calib " +
@@ -423,6 +436,23 @@ TEST_F(QuantizeCli, WeightsSharedThroughIdentityNodesAreQuantisedAndTheFloatCopi
     scale = std::max(scale, static_cast<double>(std::fabs(want.data()[i])));
   }
   EXPECT_LT(err, 2e-2 * scale);
+}
+
+TEST_F(QuantizeCli, StaticTransformerProductsFuseWithTheirZeroPoints) {
+  // LayerNorm outputs span both signs: the activations' zero points are far from 0 here.
+  const Tensor x = io::load_npy(kOnnx / "transformer_opset13.input.npy");
+  const auto r = infer::quantize_onnx_static(kOnnx / "transformer_opset13.onnx", path("ts.onnx"), {x});
+  ASSERT_FALSE(r.activations.empty());
+  EXPECT_TRUE(std::any_of(r.activations.begin(), r.activations.end(), [](const auto& a) { return a.zero_point > 20; }));
+  InferenceOptions plain;
+  plain.optimize = false;
+  InferenceSession fused_session(path("ts.onnx"));
+  const Tensor fused = fused_session.run({x})[0];
+  const Tensor unfused = InferenceSession(path("ts.onnx"), plain).run({x})[0];
+  double scale = 0;
+  for (std::int64_t i = 0; i < unfused.numel(); ++i) scale = std::max(scale, static_cast<double>(std::fabs(unfused.data()[i])));
+  for (std::int64_t i = 0; i < fused.numel(); ++i) ASSERT_NEAR(fused.data()[i], unfused.data()[i], 1e-4 * scale) << i;
+  EXPECT_EQ(fused_session.info({x.shape()}).ops_planned.at("cpudl.Int8MatMul"), 8);
 }
 
 }  // namespace

@@ -185,7 +185,7 @@ void fuse_gelu(Graph& g, OptimizerReport& report) {
 // writes for a MatMul or Gemm with constant weights:
 //   q, s, z = DynamicQuantizeLinear(x);  i = MatMulInteger(q, Wq, z[, zero b_zero]);
 //   f = Cast(i, FLOAT);  y = Mul(f, Mul(s, W_scale))  [ + bias ]
-// -> cpudl.DynamicQuantMatMul(x, Wq, W_scale[, bias]), one pass over the int8 kernels. The
+// -> cpudl.Int8MatMul(x, Wq, W_scale[, bias]), one pass over the int8 kernels. The
 // DynamicQuantizeLinear may feed several products (Q, K and V share theirs); it is left for
 // dead-node removal once none reads it.
 void fuse_dynamic_quant_matmul(Graph& g, OptimizerReport& report) {
@@ -233,7 +233,7 @@ void fuse_dynamic_quant_matmul(Graph& g, OptimizerReport& report) {
     const std::int64_t n = w->shape[1];
     if (!w_scale || w_scale->dtype != DType::f32 || (w_scale->numel() != 1 && w_scale->numel() != n)) continue;
     Node fused;
-    fused.op = "cpudl.DynamicQuantMatMul";
+    fused.op = "cpudl.Int8MatMul";
     fused.name = mmi.name.empty() ? g.nodes[*mul].name : mmi.name;
     fused.inputs = {g.nodes[*dql].inputs[0], mmi.inputs[1], w_scale_name};
     std::size_t last = *mul;
@@ -256,6 +256,88 @@ void fuse_dynamic_quant_matmul(Graph& g, OptimizerReport& report) {
   drop_removed(g, removed);
 }
 
+// The QDQ form of a quantised MatMul or Gemm (ONNX Runtime's quantize_static, `cpudl quantize
+// --mode static`):
+//   xd = DequantizeLinear(QuantizeLinear(x, s, z), s, z);  wd = DequantizeLinear(Wq, w_scale[, 0])
+//   y = MatMul(xd, wd) | Gemm(xd, wd[, bias])
+// -> cpudl.Int8MatMul(x, Wq as K x N, w_scale[, bias]) with the activation's s and z fixed
+// (cpudl.a_scale, cpudl.a_zero): the same int8 product as the dynamic form, exact in int32, where
+// the QDQ graph sums the dequantised floats (the two differ by float rounding only).
+void fuse_qdq_matmul(Graph& g, OptimizerReport& report) {
+  std::unordered_map<std::string, std::size_t> producer;
+  for (std::size_t i = 0; i < g.nodes.size(); ++i)
+    for (const auto& o : g.nodes[i].outputs) producer[o] = i;
+  auto produced_by = [&](const std::string& v, const char* op) -> const Node* {
+    const auto it = producer.find(v);
+    return it == producer.end() || g.nodes[it->second].op != op ? nullptr : &g.nodes[it->second];
+  };
+  auto scalar_of = [&](const Node& n, std::size_t i, DType t) -> const HostTensor* {
+    if (n.inputs.size() <= i || n.inputs[i].empty()) return nullptr;
+    const HostTensor* c = constant_of(g, n.inputs[i]);
+    return c && c->dtype == t && c->numel() == 1 ? c : nullptr;
+  };
+  for (Node& n : g.nodes) {
+    const bool gemm = n.op == "Gemm";
+    if ((n.op != "MatMul" && !gemm) || n.inputs.size() < 2) continue;
+    if (gemm && (n.get_int("transA", 0) != 0 || n.get_float("alpha", 1) != 1.0f || n.get_float("beta", 1) != 1.0f)) continue;
+    // The activation: DequantizeLinear(QuantizeLinear(x, s, z), s, z), uint8, per tensor.
+    const Node* dq = produced_by(n.inputs[0], "DequantizeLinear");
+    const Node* q = dq ? produced_by(dq->inputs[0], "QuantizeLinear") : nullptr;
+    if (!q || q->inputs.size() < 2 || dq->inputs.size() < 2) continue;
+    const HostTensor* s = scalar_of(*q, 1, DType::f32);
+    const HostTensor* s2 = scalar_of(*dq, 1, DType::f32);
+    const HostTensor* z = scalar_of(*q, 2, DType::u8);
+    const HostTensor* z2 = scalar_of(*dq, 2, DType::u8);
+    if (!s || !s2 || s->data<float>()[0] != s2->data<float>()[0] || !(s->data<float>()[0] > 0.0f)) continue;
+    if (!z || !z2 || z->data<std::uint8_t>()[0] != z2->data<std::uint8_t>()[0]) continue;
+    // The weights: DequantizeLinear of a 2-D int8 constant, symmetric, scales along the output channel.
+    const Node* wdq = produced_by(n.inputs[1], "DequantizeLinear");
+    if (!wdq || wdq->inputs.size() < 2) continue;
+    const HostTensor* w = constant_of(g, wdq->inputs[0]);
+    const HostTensor* ws = constant_of(g, wdq->inputs[1]);
+    if (!w || w->dtype != DType::i8 || w->shape.size() != 2 || !ws || ws->dtype != DType::f32) continue;
+    if (wdq->inputs.size() > 2 && !wdq->inputs[2].empty()) {
+      const HostTensor* wz = constant_of(g, wdq->inputs[2]);
+      if (!wz || wz->dtype != DType::i8) continue;
+      const auto zeros = wz->as_int64();
+      if (std::any_of(zeros.begin(), zeros.end(), [](std::int64_t v) { return v != 0; })) continue;
+    }
+    const bool transposed = gemm && n.get_int("transB", 0) != 0;  // W is N x K
+    const std::int64_t k = transposed ? w->shape[1] : w->shape[0], cols = transposed ? w->shape[0] : w->shape[1];
+    if (ws->numel() != 1) {
+      const std::int64_t axis = wdq->get_int("axis", 1);
+      if (ws->numel() != cols || axis != (transposed ? 0 : 1)) continue;
+    }
+    std::string bias;
+    if (gemm && n.inputs.size() > 2 && !n.inputs[2].empty()) {
+      const HostTensor* b = constant_of(g, n.inputs[2]);
+      if (!b || b->dtype != DType::f32 || b->numel() != cols || (b->shape.size() == 2 && b->shape[0] != 1)) continue;
+      bias = n.inputs[2];
+    }
+    std::string w_name = wdq->inputs[0];
+    if (transposed) {
+      w_name += ".k_by_n";
+      if (!g.constants.count(w_name)) {
+        auto t = std::make_shared<HostTensor>(HostTensor::zeros(DType::i8, {k, cols}));
+        for (std::int64_t i = 0; i < k; ++i)
+          for (std::int64_t j = 0; j < cols; ++j) t->data<std::int8_t>()[i * cols + j] = w->data<std::int8_t>()[j * k + i];
+        g.constants[w_name] = t;
+      }
+    }
+    const std::string label = n.label();
+    Node fused;
+    fused.op = "cpudl.Int8MatMul";
+    fused.name = n.name;
+    fused.inputs = {q->inputs[0], w_name, wdq->inputs[1]};
+    if (!bias.empty()) fused.inputs.push_back(bias);
+    fused.outputs = {n.outputs[0]};
+    fused.attributes["cpudl.a_scale"] = Attribute{Attribute::Kind::f, 0, s->data<float>()[0], "", {}, {}, {}, nullptr};
+    fused.attributes["cpudl.a_zero"] = Attribute{Attribute::Kind::i, z->data<std::uint8_t>()[0], 0, "", {}, {}, {}, nullptr};
+    n = std::move(fused);
+    report.add("fused QDQ int8 MatMul", "fused the QuantizeLinear/DequantizeLinear pairs around " + label + " into one int8 product");
+  }
+}
+
 }  // namespace
 
 void optimize_graph(Graph& graph, OptimizerReport& report) {
@@ -264,6 +346,7 @@ void optimize_graph(Graph& graph, OptimizerReport& report) {
   fold_batch_norms(graph, report);
   fuse_gelu(graph, report);
   fuse_dynamic_quant_matmul(graph, report);
+  fuse_qdq_matmul(graph, report);
   remove_dead_nodes(graph);
 }
 
@@ -276,7 +359,7 @@ void fuse_with_shapes(Graph& g, const std::map<std::string, ValueDesc>& descs, O
   for (std::size_t i = 0; i < g.nodes.size(); ++i) {
     if (removed[i]) continue;
     const std::string op = g.nodes[i].op;
-    if (op == "cpudl.DynamicQuantMatMul") {  // its int8 kernel applies a ReLU, nothing else
+    if (op == "cpudl.Int8MatMul") {  // its int8 kernel applies a ReLU, nothing else
       const Uses uses(g);
       const auto c = uses.only_consumer(g.nodes[i].outputs[0]);
       if (c && !removed[*c] && g.nodes[*c].op == "Relu") {

@@ -1,8 +1,9 @@
 // Quantisation operators: QuantizeLinear and DequantizeLinear (per tensor or per axis; the QDQ
 // format), DynamicQuantizeLinear and MatMulInteger (the operator format ONNX Runtime's
-// quantize_dynamic and `cpudl quantize --mode dynamic` write), and cpudl.DynamicQuantMatMul, the
-// optimiser's fusion of DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul (-> Add) into one
-// pass over the native int8 kernels (kernels/int8/int8.h). The unfused operators are plain loops
+// quantize_dynamic and `cpudl quantize --mode dynamic` write), and cpudl.Int8MatMul, the
+// optimiser's fusion of DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul (-> Add), or of
+// QuantizeLinear -> DequantizeLinear -> MatMul/Gemm with DequantizeLinear'd constant weights (the
+// QDQ form), into one pass over the native int8 kernels (kernels/int8/int8.h). The unfused operators are plain loops
 // that follow the ONNX definitions exactly; the fused one computes the same numbers.
 #include <algorithm>
 #include <cmath>
@@ -185,11 +186,12 @@ Kernel build_matmul_integer(OpSetup& s) {
   };
 }
 
-// The fused dynamic int8 product (optimizer.cpp makes it): inputs X (f32, ... x K), W (int8
-// constant, K x N), W's scales (f32 constant, one or N), and an optional f32 bias of N;
-// cpudl.activation "Relu" when the optimiser absorbed one. X is quantised per tensor on every run
-// exactly as DynamicQuantizeLinear would, then multiplied by the weights packed once here.
-Kernel build_dynamic_quant_matmul(OpSetup& s) {
+// The fused int8 product (optimizer.cpp makes it): inputs X (f32, ... x K), W (int8 constant,
+// K x N), W's scales (f32 constant, one or N), and an optional f32 bias of N; cpudl.activation
+// "Relu" when the optimiser absorbed one. X is quantised per tensor on every run, with the scale
+// and zero point of cpudl.a_scale/cpudl.a_zero when the file fixed them (QDQ, static), else
+// measured as DynamicQuantizeLinear does; then multiplied by the weights packed once here.
+Kernel build_int8_matmul(OpSetup& s) {
   s.require_inputs(3, 4);
   s.require_f32(0);
   const HostTensor& w = s.constant(1, "W");
@@ -239,8 +241,17 @@ Kernel build_dynamic_quant_matmul(OpSetup& s) {
   st->shifted.resize(static_cast<std::size_t>(m) * ld);
   st->magnitude.resize(static_cast<std::size_t>(m) * ld);
   const bool relu = act == "Relu";
-  return [st, m, k, n, bias, relu](std::span<const TensorView> in, std::span<const TensorView> o) {
-    const DynamicParams p = quantize_dynamic(in[0].f32(), st->quantized.size(), st->quantized.data());
+  const bool fixed = s.node.has("cpudl.a_scale");
+  DynamicParams given;
+  if (fixed) {
+    given.scale = s.node.get_float("cpudl.a_scale", 0.0f);
+    given.zero = static_cast<std::int32_t>(s.node.get_int("cpudl.a_zero", 0));
+    if (!(given.scale > 0.0f) || given.zero < 0 || given.zero > 255) s.fail("internal: bad static activation parameters");
+  }
+  return [st, m, k, n, bias, relu, fixed, given](std::span<const TensorView> in, std::span<const TensorView> o) {
+    DynamicParams p = given;
+    if (fixed) native().f32_quantize_u8.fn(in[0].f32(), st->quantized.size(), p.scale, p.zero, st->quantized.data());
+    else p = quantize_dynamic(in[0].f32(), st->quantized.size(), st->quantized.data());
     const std::size_t ld = st->shifted.size() / static_cast<std::size_t>(std::max<std::int64_t>(1, m));
     kernels::prepare_u8s8_rows(st->quantized.data(), static_cast<std::size_t>(m), static_cast<std::size_t>(k),
                                static_cast<std::size_t>(k), st->raw.data(), st->shifted.data(), st->magnitude.data(), ld);
@@ -282,9 +293,9 @@ Kernel build_dynamic_quant_matmul(OpSetup& s) {
 
 std::string describe_int8_execution(const std::map<std::string, int>& ops) {
   std::string out;
-  if (ops.count("cpudl.DynamicQuantMatMul")) {
+  if (ops.count("cpudl.Int8MatMul")) {
     const auto& k = native().u8s8_gemm;
-    out += std::string("dynamic int8 products run on ") + k.name;
+    out += std::string("int8 products run on ") + k.name;
     if (k.level == IsaLevel::generic)
       out += " (the portable reference: exact, slow)";
     else
@@ -295,7 +306,7 @@ std::string describe_int8_execution(const std::map<std::string, int>& ops) {
     out += std::string(out.empty() ? "" : "; ") + "MatMulInteger outside the dynamic pattern runs on plain loops";
   if (ops.count("QuantizeLinear") || ops.count("DequantizeLinear"))
     out += std::string(out.empty() ? "" : "; ") +
-           "QDQ pairs run as operators (int8 numbers, float speed: weights are dequantised once per plan)";
+           "QDQ pairs outside MatMul/Gemm (around convolutions) run as operators: int8 numbers at float speed";
   return out;
 }
 
@@ -306,7 +317,7 @@ const OpEntry kOps[] = {
     {"DequantizeLinear", build_dequantize_linear},
     {"DynamicQuantizeLinear", build_dynamic_quantize_linear},
     {"MatMulInteger", build_matmul_integer},
-    {"cpudl.DynamicQuantMatMul", build_dynamic_quant_matmul},
+    {"cpudl.Int8MatMul", build_int8_matmul},
 };
 
 }  // namespace
