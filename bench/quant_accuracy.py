@@ -15,23 +15,18 @@ import json
 import os
 import subprocess
 
+import sys
+
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from vs_pytorch import ROOT, load_idx  # noqa: E402
+
 CPUDL = os.environ.get("CPUDL_BIN", os.path.join(ROOT, "build", "cpudl"))
-MNIST = os.path.join(ROOT, "data", "mnist")
 WORK = os.path.join(ROOT, "build", "bench-quant")
-
-
-def load_idx(name):
-    with open(os.path.join(MNIST, name), "rb") as f:
-        data = f.read()
-    dims = data[3]
-    shape = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
 
 
 def normalise(images):  # cpudl's MNIST loader: pixels / 255, then (x - 0.1307) / 0.3081
@@ -112,8 +107,6 @@ def main():
     table = "\n".join(lines)
     print(table)
     if args.write_doc:
-        import sys
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         from benchmarks_doc import write_section
         write_section("quant-accuracy", "int8 accuracy on MNIST (simplecnn, lenet5)",
                       f"Command: `make bench-quant` (bench/quant_accuracy.py): models trained with PyTorch {torch.__version__} on "

@@ -18,17 +18,15 @@ Results go to stdout and, with --write-doc, into docs/BENCHMARKS.md between the 
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
 
 import numpy as np
 import torch
 import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from vs_onnx import CPUDL, ROOT, ort_dir  # noqa: E402
+from vs_onnx import CPUDL, ROOT, ort_dir, time_torch  # noqa: E402
 
 WORK = os.path.join(ROOT, "build", "bench-quant")
 
@@ -40,19 +38,6 @@ def peaks():
     for r in map(json.loads, out.splitlines()):
         roofs[(r["op"], r["threads"])] = r.get("gops", 0)
     return roofs
-
-
-def time_torch(model, x, threads, runs):
-    torch.set_num_threads(threads)
-    with torch.inference_mode():
-        for _ in range(10):
-            model(x)
-        us = []
-        for _ in range(runs):
-            t0 = time.perf_counter()
-            model(x)
-            us.append(1e6 * (time.perf_counter() - t0))
-    return statistics.median(us)
 
 
 def exact_int8(path, x):
@@ -143,8 +128,8 @@ def main():
             r["ort_fp32"] = ort_us(ort, fp32, xpath, threads, runs)
             r["ort_int8"] = ort_us(ort, int8, xpath, threads, runs)
             r["ort_int7"] = ort_us(ort, int7, xpath, threads, runs)
-            r["torch_fp32"] = time_torch(model, x, threads, runs)
-            r["torch_int8"] = time_torch(qmodel, x, threads, runs)
+            r["torch_fp32"] = 1e3 * time_torch(model, x, threads, runs)  # ms -> µs
+            r["torch_int8"] = 1e3 * time_torch(qmodel, x, threads, runs)
             flops = flops_per_row * batch
             r["cpudl_int8_pct_int8_roof"] = 100 * flops / (min(r["cpudl_int8"], r["cpudl_int7"]) * 1e-6) / (roof[("peak_int8_dot", threads)] * 1e9)
             rows.append(r)
