@@ -175,11 +175,14 @@ Kernel build_matmul_integer(OpSetup& s) {
         const std::int32_t za = a_zp ? read_integer(ta, in[2].data, a_rows ? i : 0) : 0;
         for (std::int64_t j = 0; j < n; ++j) {
           const std::int32_t zb = b_zp ? read_integer(tb, in[3].data, b_cols ? static_cast<std::size_t>(j) : 0) : 0;
-          std::int32_t sum = 0;
+          // Summed in 64 bits; a sum beyond int32 (a huge K in a hostile file) wraps as the int32
+          // output type does in other engines, instead of overflowing (undefined in C++).
+          std::int64_t sum = 0;
           for (std::int64_t q = 0; q < k; ++q)
-            sum += (read_integer(ta, in[0].data, i * static_cast<std::size_t>(k) + static_cast<std::size_t>(q)) - za) *
+            sum += static_cast<std::int64_t>(read_integer(ta, in[0].data, i * static_cast<std::size_t>(k) + static_cast<std::size_t>(q)) - za) *
                    (read_integer(tb, in[1].data, static_cast<std::size_t>(q * n + j)) - zb);
-          y[i * static_cast<std::size_t>(n) + static_cast<std::size_t>(j)] = sum;
+          y[i * static_cast<std::size_t>(n) + static_cast<std::size_t>(j)] =
+              static_cast<std::int32_t>(static_cast<std::uint32_t>(static_cast<std::uint64_t>(sum)));
         }
       }
     });

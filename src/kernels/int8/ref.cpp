@@ -54,10 +54,12 @@ void u8s8_gemm__ref(const U8S8GemmArgs& g) {
   const std::size_t k4 = padded_k(g.k);
   for (std::size_t m = 0; m < g.m; ++m)
     for (std::size_t n = g.n_begin; n < g.n_end; ++n) {
-      std::int32_t sum = 0;
+      // In 64 bits: sum a b and a_zero sum b may each leave int32 when K is near its limit of
+      // 65535, though their difference (the product of a - a_zero and b) never does.
+      std::int64_t sum = 0;
       for (std::size_t kk = 0; kk < g.k; ++kk)
-        sum += static_cast<std::int32_t>(g.a[m * g.lda + kk]) * g.b_packed[packed_index(k4, kk, n)];
-      const std::int32_t total = sum - g.a_zero * g.b_col_sums[n];
+        sum += static_cast<std::int64_t>(g.a[m * g.lda + kk]) * g.b_packed[packed_index(k4, kk, n)];
+      const auto total = static_cast<std::int32_t>(sum - static_cast<std::int64_t>(g.a_zero) * g.b_col_sums[n]);
       const float scale = g.a_scale * g.b_scale[g.b_scale_per_column ? n : 0];
       float y = static_cast<float>(total) * scale;
       if (g.bias) y += g.bias[n];
