@@ -56,12 +56,13 @@ std::map<std::string, ActivationRange> calibrate(const Graph& graph, const std::
   std::vector<ActivationRange> ranges(values.size());
   std::vector<bool> seen(values.size(), false);
   for_each_output(g, batches, [&](std::size_t o, const std::vector<float>& data) {
-    if (data.empty()) return;
-    const auto [lo, hi] = std::minmax_element(data.begin(), data.end());
-    if (!seen[o]) ranges[o] = {*lo, *hi};
-    ranges[o].lo = std::min(ranges[o].lo, *lo);
-    ranges[o].hi = std::max(ranges[o].hi, *hi);
-    seen[o] = true;
+    for (float v : data) {  // infinities and NaN (a diverged model) say nothing about the range
+      if (!std::isfinite(v)) continue;
+      if (!seen[o]) ranges[o] = {v, v};
+      ranges[o].lo = std::min(ranges[o].lo, v);
+      ranges[o].hi = std::max(ranges[o].hi, v);
+      seen[o] = true;
+    }
   });
   if (observer == Observer::percentile) {
     std::vector<std::vector<double>> histograms(values.size(), std::vector<double>(kBins, 0.0));
@@ -69,6 +70,7 @@ std::map<std::string, ActivationRange> calibrate(const Graph& graph, const std::
       const double lo = ranges[o].lo, width = (static_cast<double>(ranges[o].hi) - lo) / kBins;
       if (!(width > 0)) return;
       for (float v : data) {
+        if (!std::isfinite(v)) continue;
         const auto bin = static_cast<std::size_t>(std::clamp((static_cast<double>(v) - lo) / width, 0.0, kBins - 1.0));
         histograms[o][bin] += 1;
       }
