@@ -455,4 +455,36 @@ TEST_F(QuantizeCli, StaticTransformerProductsFuseWithTheirZeroPoints) {
   EXPECT_EQ(fused_session.info({x.shape()}).ops_planned.at("cpudl.Int8MatMul"), 8);
 }
 
+TEST_F(QuantizeCli, AccuracyReportOnHeldOutInputsWithLabels) {
+  // Labels chosen so the float model is right on rows 0 and 2 and wrong on row 1: the report's
+  // float accuracy must then be exactly 2/3, and int8 (which agrees with float here) the same.
+  const std::string mlp = (kOnnx / "mlp_opset13.onnx").string();
+  const Tensor x = io::load_npy(kOnnx / "mlp_opset13.input.npy");
+  const Tensor y = io::load_npy(kOnnx / "mlp_opset13.output.npy");
+  std::vector<std::int64_t> labels(3);
+  for (std::int64_t i = 0; i < 3; ++i) {
+    const float* row = y.data() + i * 10;
+    labels[static_cast<std::size_t>(i)] = std::max_element(row, row + 10) - row;
+  }
+  labels[1] = (labels[1] + 1) % 10;
+  io::save_npy(path("labels.npy"), Tensor::from_buffer(labels.data(), {3}, DType::i64));
+  io::save_npy(path("calib.npy"), Tensor::rand({4, 1, 28, 28}));
+  const cpudl::testing::CliResult r = run("quantize " + mlp + " " + path("q.onnx") + " --mode static --json --calib " + path("calib.npy") +
+                                          " --eval " + (kOnnx / "mlp_opset13.input.npy").string() + " --labels " + path("labels.npy"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto report = nlohmann::json::parse(r.out);
+  EXPECT_EQ(report["inputs"], "eval");
+  EXPECT_EQ(report["samples"], 3);
+  EXPECT_NEAR(report["fp32_accuracy"].get<double>(), 2.0 / 3.0, 1e-12);
+  EXPECT_NEAR(report["int8_accuracy"].get<double>(), 2.0 / 3.0, 1e-12);
+  // Labels that do not match the inputs, and labels without inputs: named errors.
+  io::save_npy(path("short.npy"), Tensor::from_buffer(labels.data(), {2}, DType::i64));
+  cpudl::testing::CliResult bad = run("quantize " + mlp + " " + path("q2.onnx") + " --mode dynamic --eval " +
+                                      (kOnnx / "mlp_opset13.input.npy").string() + " --labels " + path("short.npy"));
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("short.npy"), std::string::npos) << bad.err;
+  EXPECT_FALSE(fs::exists(path("q2.onnx"))) << "checked before writing";
+  EXPECT_EQ(run("quantize " + mlp + " " + path("q3.onnx") + " --mode dynamic --labels " + path("labels.npy")).exit_code, 2);
+}
+
 }  // namespace

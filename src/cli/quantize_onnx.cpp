@@ -98,6 +98,18 @@ int run_quantize_onnx(const QuantizeOnnxOptions& o) {
   const auto calib = input_batches("--calib", o.calib, reference.inputs()[0]);
   // The report runs on --eval when given (held-out data, say), else on the calibration inputs.
   const auto batches = o.eval.empty() ? calib : input_batches("--eval", o.eval, reference.inputs()[0]);
+  // Everything the report needs is checked before the model is written: a bad label file must
+  // not leave a quantised model behind.
+  Tensor labels;
+  if (!o.labels.empty()) {
+    labels = io::load_npy(o.labels);
+    if (labels.dtype() != DType::i64 && labels.dtype() != DType::i32)
+      throw Error(o.labels + ": labels must be int64 or int32, found " + std::string(dtype_name(labels.dtype())));
+    std::int64_t rows = 0;
+    for (const auto& [name, x] : batches) rows += x.dim() >= 1 ? x.shape()[0] : 1;
+    if (labels.numel() != rows)
+      throw Error(o.labels + ": holds " + std::to_string(labels.numel()) + " labels for " + std::to_string(rows) + " input rows");
+  }
   infer::QuantizeResult r;
   if (o.mode == "dynamic") {
     r = infer::quantize_onnx_dynamic(o.input, o.output, options);
@@ -107,12 +119,6 @@ int run_quantize_onnx(const QuantizeOnnxOptions& o) {
     r = infer::quantize_onnx_static(o.input, o.output, calibration, options);
   }
   InferenceSession quantized(o.output);
-  Tensor labels;
-  if (!o.labels.empty()) {
-    labels = io::load_npy(o.labels);
-    if (labels.dtype() != DType::i64 && labels.dtype() != DType::i32)
-      throw Error(o.labels + ": labels must be int64 or int32, found " + std::string(dtype_name(labels.dtype())));
-  }
   Agreement a;
   for (const auto& [name, x] : batches) {
     std::vector<Tensor> y0, y1;
@@ -149,8 +155,6 @@ int run_quantize_onnx(const QuantizeOnnxOptions& o) {
     }
     a.samples += rows;
   }
-  if (labels.defined() && labels.numel() != a.samples)
-    throw Error(o.labels + ": holds " + std::to_string(labels.numel()) + " labels for " + std::to_string(a.samples) + " inputs");
 
   const auto quantized_layers = std::count_if(r.layers.begin(), r.layers.end(), [](const auto& l) { return l.quantized; });
   for (const auto& l : r.layers)
