@@ -11,7 +11,8 @@ The graph (input x: 4 x 6 float):
   m  = MatMulInteger(q, Wu, z, wu_zero)                               uint8 weights, per-column zero points
   xd = DequantizeLinear(QuantizeLinear(x, c_scale, c_zero, axis=1))   per-axis uint8 round trip
   x8 = QuantizeLinear(x, 0.5, int8 0)                                 per-tensor int8, ties to even
-Files: quantops_opset13.onnx, .input.npy, and .output<i>.npy for the outputs y, m, xd, x8.
+  u  = QuantizeLinear(x, 0.05, uint8 130);  ud = DequantizeLinear(u, 0.05, 130)   per-tensor uint8
+Files: quantops_opset13.onnx, .input.npy, and .output<i>.npy for the outputs y, m, xd, x8, u, ud.
 """
 import os
 
@@ -51,10 +52,13 @@ def main():
     xq = np.clip(np.round(x / c_scale) + c_zero, 0, 255).astype(np.uint8)
     xd = ((xq.astype(np.int32) - c_zero.astype(np.int32)).astype(f32) * c_scale).astype(f32)
     x8 = np.clip(np.round(x / f32(0.5)), -128, 127).astype(np.int8)
+    u = np.clip(np.round(x / f32(0.05)) + 130, 0, 255).astype(np.uint8)
+    ud = ((u.astype(np.int32) - 130).astype(f32) * f32(0.05)).astype(f32)
 
     inits = [numpy_helper.from_array(a, n) for a, n in [
         (wq, "Wq"), (w_scale, "w_scale"), (bias, "bias"), (wu, "Wu"), (wu_zero, "wu_zero"), (c_scale, "c_scale"),
-        (c_zero, "c_zero"), (np.array(0.5, f32), "half"), (np.array(0, np.int8), "zero8")]]
+        (c_zero, "c_zero"), (np.array(0.5, f32), "half"), (np.array(0, np.int8), "zero8"),
+        (np.array(0.05, f32), "u_scale"), (np.array(130, np.uint8), "u_zero")]]
     nodes = [
         helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "s", "z"], name="dql"),
         helper.make_node("MatMulInteger", ["q", "Wq", "z"], ["i"], name="mmi"),
@@ -66,9 +70,11 @@ def main():
         helper.make_node("QuantizeLinear", ["x", "c_scale", "c_zero"], ["xq"], axis=1, name="ql"),
         helper.make_node("DequantizeLinear", ["xq", "c_scale", "c_zero"], ["xd"], axis=1, name="dq"),
         helper.make_node("QuantizeLinear", ["x", "half", "zero8"], ["x8"], name="ql8"),
+        helper.make_node("QuantizeLinear", ["x", "u_scale", "u_zero"], ["u"], name="qlu"),
+        helper.make_node("DequantizeLinear", ["u", "u_scale", "u_zero"], ["ud"], name="dqu"),
     ]
     outputs = [("y", TensorProto.FLOAT, [4, 5]), ("m", TensorProto.INT32, [4, 3]), ("xd", TensorProto.FLOAT, [4, 6]),
-               ("x8", TensorProto.INT8, [4, 6])]
+               ("x8", TensorProto.INT8, [4, 6]), ("u", TensorProto.UINT8, [4, 6]), ("ud", TensorProto.FLOAT, [4, 6])]
     graph = helper.make_graph(nodes, "quantops", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 6])],
                               [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], producer_name="gen-quant-fixtures")
@@ -76,7 +82,7 @@ def main():
     base = os.path.join(OUT, "quantops_opset13")
     onnx.save(model, base + ".onnx")
     np.save(base + ".input.npy", x)
-    for i, a in enumerate([y, m, xd, x8]):
+    for i, a in enumerate([y, m, xd, x8, u, ud]):
         np.save(f"{base}.output{i}.npy", a)
     print(f"wrote {base}.onnx")
 

@@ -94,6 +94,16 @@ Kernel build_quantize_linear(OpSetup& s) {
   const bool zp = s.has(2);
   s.set_output(0, t, s.shape(0));
   const float lo = t == DType::u8 ? 0.0f : -128.0f, hi = t == DType::u8 ? 255.0f : 127.0f;
+  if (t == DType::u8 && p.channels == 1) {
+    // The QDQ activations' case: one scale, uint8, on the vector kernel (same rounding and clamping).
+    return [zp](std::span<const TensorView> in, std::span<const TensorView> o) {
+      const auto n = static_cast<std::size_t>(element_count(*in[0].shape));
+      const std::int32_t zero = zp ? *static_cast<const std::uint8_t*>(in[2].data) : 0;
+      parallel_for(n, 1 << 16, [&](std::size_t b, std::size_t e) {
+        native().f32_quantize_u8.fn(in[0].f32() + b, e - b, *in[1].f32(), zero, static_cast<std::uint8_t*>(o[0].data) + b);
+      });
+    };
+  }
   return [p, zp, t, lo, hi](std::span<const TensorView> in, std::span<const TensorView> o) {
     const std::int64_t n = element_count(*in[0].shape);
     const float* x = in[0].f32();
@@ -119,6 +129,19 @@ Kernel build_dequantize_linear(OpSetup& s) {
   const AxisParams p = axis_params(s, 1);
   const bool zp = s.has(2);
   s.set_output(0, DType::f32, s.shape(0));
+  if (t == DType::u8 && p.channels == 1) {
+    // The QDQ activations' case: a loop the compiler vectorises, split over the threads.
+    return [zp](std::span<const TensorView> in, std::span<const TensorView> o) {
+      const auto n = static_cast<std::size_t>(element_count(*in[0].shape));
+      const auto* x = static_cast<const std::uint8_t*>(in[0].data);
+      const std::int32_t zero = zp ? *static_cast<const std::uint8_t*>(in[2].data) : 0;
+      const float scale = *in[1].f32();
+      float* y = o[0].f32();
+      parallel_for(n, 1 << 16, [&](std::size_t b, std::size_t e) {
+        for (std::size_t i = b; i < e; ++i) y[i] = static_cast<float>(static_cast<std::int32_t>(x[i]) - zero) * scale;
+      });
+    };
+  }
   return [p, zp, t](std::span<const TensorView> in, std::span<const TensorView> o) {
     const std::int64_t n = element_count(*in[0].shape);
     const float* scale = in[1].f32();
