@@ -326,18 +326,8 @@ void dequantize_row_q4_0__avx2(const void* in, float* out, std::size_t k) {
 
 namespace {
 
-// Q4_K: 8 sub-blocks of 32 with 6-bit scales and mins packed in 12 bytes.
-void q4_k_scales(const std::uint8_t* q, int* scale, int* min) {
-  for (int j = 0; j < 4; ++j) {
-    scale[j] = q[j] & 63;
-    min[j] = q[j + 4] & 63;
-    scale[j + 4] = (q[j + 8] & 0xF) | ((q[j] >> 6) << 4);
-    min[j + 4] = (q[j + 8] >> 4) | ((q[j + 4] >> 6) << 4);
-  }
-}
-
 // The 8 scales and 8 mins of a Q4_K block (6 bits each, packed in 12 bytes) as 16 bytes,
-// scales first: the same unpacking as q4_k_scales, four bytes at a time.
+// scales first, unpacked four bytes at a time (the reference unpacks them one by one).
 __m128i q4_k_scales_mins(const std::uint8_t* packed) {
   std::uint32_t u[4];
   std::memcpy(u, packed, 12);
@@ -448,8 +438,10 @@ void q6_k_q8_k_matmul__avx2(const WeightMatmulArgs& a) { k_quant_matmul<llm::Blo
 void dequantize_row_q4_k__avx2(const void* in, float* out, std::size_t k) {
   const auto* blocks = static_cast<const llm::BlockQ4_K*>(in);
   for (std::size_t b = 0; b < k / 256; ++b) {
-    int scale[8], min[8];
-    q4_k_scales(blocks[b].scales, scale, min);
+    alignas(16) std::uint8_t scale_min[16];  // scales 0-7, then mins 0-7
+    _mm_store_si128(reinterpret_cast<__m128i*>(scale_min), q4_k_scales_mins(blocks[b].scales));
+    const std::uint8_t* scale = scale_min;
+    const std::uint8_t* min = scale_min + 8;
     const float d = half(blocks[b].d), dmin = half(blocks[b].dmin);
     for (int j = 0; j < 8; ++j) {
       const __m256 step = _mm256_set1_ps(d * static_cast<float>(scale[j]));
