@@ -13,6 +13,10 @@ The graph (input x: 4 x 6 float):
   x8 = QuantizeLinear(x, 0.5, int8 0)                                 per-tensor int8, ties to even
   u  = QuantizeLinear(x, 0.05, uint8 130);  ud = DequantizeLinear(u, 0.05, 130)   per-tensor uint8
 Files: quantops_opset13.onnx, .input.npy, and .output<i>.npy for the outputs y, m, xd, x8, u, ud.
+
+Also tests/onnx/convwindows_opset13.onnx (+ .input.npy): three float convolutions side by side on
+one 2 x 5 x 16 x 16 input (7x7 stride 2 pad 3, 1x1 stride 2, 3x3 stride 2 pad 1 with bias), for
+`cpudl quantize --mode static` and the int8 convolution's windows.
 """
 import os
 
@@ -84,6 +88,23 @@ def main():
     np.save(base + ".input.npy", x)
     for i, a in enumerate([y, m, xd, x8, u, ud]):
         np.save(f"{base}.output{i}.npy", a)
+    print(f"wrote {base}.onnx")
+
+    nodes, inits, outs = [], [], []
+    for i, (k, st, p, o) in enumerate([(7, 2, 3, 8), (1, 2, 0, 6), (3, 2, 1, 9)]):
+        inits.append(numpy_helper.from_array(rng.standard_normal((o, 5, k, k)).astype(f32), f"W{i}"))
+        inits.append(numpy_helper.from_array(rng.standard_normal(o).astype(f32), f"B{i}"))
+        nodes.append(helper.make_node("Conv", ["x", f"W{i}", f"B{i}"], [f"y{i}"], kernel_shape=[k, k], strides=[st, st],
+                                      pads=[p, p, p, p], name=f"conv{i}"))
+        side = (16 + 2 * p - k) // st + 1
+        outs.append(helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, [None, o, side, side]))
+    graph = helper.make_graph(nodes, "convwindows", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 5, 16, 16])],
+                              outs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], producer_name="gen-quant-fixtures")
+    onnx.checker.check_model(model)
+    base = os.path.join(OUT, "convwindows_opset13")
+    onnx.save(model, base + ".onnx")
+    np.save(base + ".input.npy", rng.standard_normal((2, 5, 16, 16)).astype(f32))
     print(f"wrote {base}.onnx")
 
 

@@ -262,7 +262,9 @@ void fuse_dynamic_quant_matmul(Graph& g, OptimizerReport& report) {
 //   y = MatMul(xd, wd) | Gemm(xd, wd[, bias])
 // -> cpudl.Int8MatMul(x, Wq as K x N, w_scale[, bias]) with the activation's s and z fixed
 // (cpudl.a_scale, cpudl.a_zero): the same int8 product as the dynamic form, exact in int32, where
-// the QDQ graph sums the dequantised floats (the two differ by float rounding only).
+// the QDQ graph sums the dequantised floats (the two differ by float rounding only). Likewise a
+// Conv (group 1) between such pairs -> cpudl.Int8Conv(x, Wq as (C kh kw) x O, w_scale[, bias]),
+// keeping the Conv's window attributes.
 void fuse_qdq_matmul(Graph& g, OptimizerReport& report) {
   std::unordered_map<std::string, std::size_t> producer;
   for (std::size_t i = 0; i < g.nodes.size(); ++i)
@@ -277,8 +279,9 @@ void fuse_qdq_matmul(Graph& g, OptimizerReport& report) {
     return c && c->dtype == t && c->numel() == 1 ? c : nullptr;
   };
   for (Node& n : g.nodes) {
-    const bool gemm = n.op == "Gemm";
-    if ((n.op != "MatMul" && !gemm) || n.inputs.size() < 2) continue;
+    const bool gemm = n.op == "Gemm", conv = n.op == "Conv";
+    if ((n.op != "MatMul" && !gemm && !conv) || n.inputs.size() < 2) continue;
+    if (conv && n.get_int("group", 1) != 1) continue;
     if (gemm && (n.get_int("transA", 0) != 0 || n.get_float("alpha", 1) != 1.0f || n.get_float("beta", 1) != 1.0f)) continue;
     // The activation: DequantizeLinear(QuantizeLinear(x, s, z), s, z), uint8, per tensor.
     const Node* dq = produced_by(n.inputs[0], "DequantizeLinear");
@@ -295,21 +298,22 @@ void fuse_qdq_matmul(Graph& g, OptimizerReport& report) {
     if (!wdq || wdq->inputs.size() < 2) continue;
     const HostTensor* w = constant_of(g, wdq->inputs[0]);
     const HostTensor* ws = constant_of(g, wdq->inputs[1]);
-    if (!w || w->dtype != DType::i8 || w->shape.size() != 2 || !ws || ws->dtype != DType::f32) continue;
+    if (!w || w->dtype != DType::i8 || w->shape.size() != (conv ? 4u : 2u) || !ws || ws->dtype != DType::f32) continue;
     if (wdq->inputs.size() > 2 && !wdq->inputs[2].empty()) {
       const HostTensor* wz = constant_of(g, wdq->inputs[2]);
       if (!wz || wz->dtype != DType::i8) continue;
       const auto zeros = wz->as_int64();
       if (std::any_of(zeros.begin(), zeros.end(), [](std::int64_t v) { return v != 0; })) continue;
     }
-    const bool transposed = gemm && n.get_int("transB", 0) != 0;  // W is N x K
-    const std::int64_t k = transposed ? w->shape[1] : w->shape[0], cols = transposed ? w->shape[0] : w->shape[1];
+    // Conv's O x C x kh x kw is, flattened, N x K: the product's W transposed.
+    const bool transposed = conv || (gemm && n.get_int("transB", 0) != 0);  // W is N x K
+    const std::int64_t cols = w->shape[transposed ? 0 : 1], k = w->numel() / cols;
     if (ws->numel() != 1) {
       const std::int64_t axis = wdq->get_int("axis", 1);
       if (ws->numel() != cols || axis != (transposed ? 0 : 1)) continue;
     }
     std::string bias;
-    if (gemm && n.inputs.size() > 2 && !n.inputs[2].empty()) {
+    if ((gemm || conv) && n.inputs.size() > 2 && !n.inputs[2].empty()) {
       const HostTensor* b = constant_of(g, n.inputs[2]);
       if (!b || b->dtype != DType::f32 || b->numel() != cols || (b->shape.size() == 2 && b->shape[0] != 1)) continue;
       bias = n.inputs[2];
@@ -326,15 +330,20 @@ void fuse_qdq_matmul(Graph& g, OptimizerReport& report) {
     }
     const std::string label = n.label();
     Node fused;
-    fused.op = "cpudl.Int8MatMul";
+    fused.op = conv ? "cpudl.Int8Conv" : "cpudl.Int8MatMul";
     fused.name = n.name;
+    if (conv) {  // the window, with the kernel size the flattened weights no longer show
+      fused.attributes = n.attributes;
+      fused.attributes["kernel_shape"] = Attribute{Attribute::Kind::ints, 0, 0, "", {w->shape[2], w->shape[3]}, {}, {}, nullptr};
+    }
     fused.inputs = {q->inputs[0], w_name, wdq->inputs[1]};
     if (!bias.empty()) fused.inputs.push_back(bias);
     fused.outputs = {n.outputs[0]};
     fused.attributes["cpudl.a_scale"] = Attribute{Attribute::Kind::f, 0, s->data<float>()[0], "", {}, {}, {}, nullptr};
     fused.attributes["cpudl.a_zero"] = Attribute{Attribute::Kind::i, z->data<std::uint8_t>()[0], 0, "", {}, {}, {}, nullptr};
     n = std::move(fused);
-    report.add("fused QDQ int8 MatMul", "fused the QuantizeLinear/DequantizeLinear pairs around " + label + " into one int8 product");
+    report.add(conv ? "fused QDQ int8 Conv" : "fused QDQ int8 MatMul",
+               "fused the QuantizeLinear/DequantizeLinear pairs around " + label + " into one int8 product");
   }
 }
 
@@ -359,7 +368,7 @@ void fuse_with_shapes(Graph& g, const std::map<std::string, ValueDesc>& descs, O
   for (std::size_t i = 0; i < g.nodes.size(); ++i) {
     if (removed[i]) continue;
     const std::string op = g.nodes[i].op;
-    if (op == "cpudl.Int8MatMul") {  // its int8 kernel applies a ReLU, nothing else
+    if (op == "cpudl.Int8MatMul" || op == "cpudl.Int8Conv") {  // their int8 kernel applies a ReLU, nothing else
       const Uses uses(g);
       const auto c = uses.only_consumer(g.nodes[i].outputs[0]);
       if (c && !removed[*c] && g.nodes[*c].op == "Relu") {

@@ -80,6 +80,7 @@ double node_flops(const Node& node, const std::vector<ValueDesc>& in, const std:
     const std::int64_t k = node.get_int("transA", 0) ? in[0].shape[0] : in[0].shape[1];
     return 2.0 * outputs * static_cast<double>(k);
   }
+  if (node.op == "cpudl.Int8Conv" && in[1].shape.size() == 2) return 2.0 * outputs * static_cast<double>(in[1].shape[0]);
   if ((node.op == "MatMul" || node.op == "MatMulInteger" || node.op == "cpudl.Int8MatMul") && !in[0].shape.empty())
     return 2.0 * outputs * static_cast<double>(in[0].shape.back());
   return 0;

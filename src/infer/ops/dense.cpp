@@ -7,43 +7,15 @@
 #include <cstring>
 
 #include "infer/op_registry.h"
+#include "infer/ops/window.h"
 #include "onednn/dense.h"
 #include "runtime/parallel.h"
 
 namespace cpudl::infer {
-namespace {
-
-// A version unique to each plan's constant weights: oneDNN's weight cache keys on (pointer,
-// version), and a pointer freed by one plan may come back in the next.
-std::uint64_t next_weights_version() {
-  static std::atomic<std::uint64_t> counter{1};
-  return counter.fetch_add(1);
-}
-
-// The activation the optimiser fused into this node (attributes cpudl.activation, cpudl.clip_*).
-struct FusedActivation {
-  onednn::Activation kind = onednn::Activation::none;
-  float lo = 0.0f, hi = 0.0f;
-};
-FusedActivation fused_activation(const OpSetup& s) {
-  FusedActivation a;
-  const std::string act = s.node.get_string("cpudl.activation", "");
-  if (act == "Relu") a.kind = onednn::Activation::relu;
-  if (act == "Clip") {
-    a.kind = onednn::Activation::clip;
-    a.lo = s.node.get_float("cpudl.clip_min", -INFINITY);
-    a.hi = s.node.get_float("cpudl.clip_max", INFINITY);
-  }
-  return a;
-}
-
-struct Window2d {
-  std::int64_t kh = 0, kw = 0, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
-};
 
 // Kernel, strides, pads and dilations of a 2-D Conv or pool, with auto_pad resolved for input
 // size h x w. cpudl's oneDNN wrappers take symmetric padding (all PyTorch exports have it).
-Window2d window(const OpSetup& s, std::int64_t h, std::int64_t w, std::int64_t kh, std::int64_t kw) {
+Window2d window_2d(const OpSetup& s, std::int64_t h, std::int64_t w, std::int64_t kh, std::int64_t kw) {
   Window2d win;
   const auto kernel = s.node.get_ints("kernel_shape", {kh, kw});
   if (kernel.size() != 2) s.fail("kernel_shape must have 2 entries (only 2-D is supported)");
@@ -82,6 +54,32 @@ Window2d window(const OpSetup& s, std::int64_t h, std::int64_t w, std::int64_t k
   return win;
 }
 
+namespace {
+
+// A version unique to each plan's constant weights: oneDNN's weight cache keys on (pointer,
+// version), and a pointer freed by one plan may come back in the next.
+std::uint64_t next_weights_version() {
+  static std::atomic<std::uint64_t> counter{1};
+  return counter.fetch_add(1);
+}
+
+// The activation the optimiser fused into this node (attributes cpudl.activation, cpudl.clip_*).
+struct FusedActivation {
+  onednn::Activation kind = onednn::Activation::none;
+  float lo = 0.0f, hi = 0.0f;
+};
+FusedActivation fused_activation(const OpSetup& s) {
+  FusedActivation a;
+  const std::string act = s.node.get_string("cpudl.activation", "");
+  if (act == "Relu") a.kind = onednn::Activation::relu;
+  if (act == "Clip") {
+    a.kind = onednn::Activation::clip;
+    a.lo = s.node.get_float("cpudl.clip_min", -INFINITY);
+    a.hi = s.node.get_float("cpudl.clip_max", INFINITY);
+  }
+  return a;
+}
+
 void require_rank(const OpSetup& s, std::size_t i, std::size_t rank, const char* what) {
   if (s.shape(i).size() != rank)
     s.fail(std::string(what) + " has shape " + shape_string(s.shape(i)) + ", expected rank " + std::to_string(rank));
@@ -115,7 +113,7 @@ Kernel build_conv(OpSetup& s) {
   c.groups = s.node.get_int("group", 1);
   if (c.groups < 1 || c.in_channels % c.groups != 0 || w[1] * c.groups != c.in_channels || c.out_channels % c.groups != 0)
     s.fail("weights " + shape_string(w) + " do not fit input " + shape_string(x) + " with group " + std::to_string(c.groups));
-  const Window2d win = window(s, c.height, c.width, w[2], w[3]);
+  const Window2d win = window_2d(s, c.height, c.width, w[2], w[3]);
   if (win.kh != w[2] || win.kw != w[3]) s.fail("kernel_shape disagrees with the weights' shape " + shape_string(w));
   c.kernel_h = win.kh, c.kernel_w = win.kw, c.stride_h = win.sh, c.stride_w = win.sw;
   c.pad_h = win.ph, c.pad_w = win.pw, c.dilation_h = win.dh, c.dilation_w = win.dw;
@@ -152,7 +150,7 @@ Kernel build_conv_transpose(OpSetup& s) {
   if (groups < 1 || w[0] != x[1] || x[1] % groups != 0)
     s.fail("weights " + shape_string(w) + " do not fit input " + shape_string(x) + " with group " + std::to_string(groups));
   if (s.node.has("output_shape")) s.fail("the output_shape attribute is not supported (give pads instead)");
-  const Window2d win = window(s, x[2], x[3], w[2], w[3]);
+  const Window2d win = window_2d(s, x[2], x[3], w[2], w[3]);
   const auto out_pad = s.node.get_ints("output_padding", {0, 0});
   if (out_pad.size() != 2 || out_pad[0] < 0 || out_pad[1] < 0 || out_pad[0] >= win.sh || out_pad[1] >= win.sw)
     s.fail("output_padding must have 2 entries, each smaller than its stride");
@@ -308,7 +306,7 @@ Kernel build_pool(OpSetup& s, onednn::PoolKind kind) {
   const Shape& x = s.shape(0);
   const auto kernel = s.node.get_ints("kernel_shape");
   if (kernel.size() != 2) s.fail("kernel_shape must have 2 entries (only 2-D pooling is supported)");
-  const Window2d win = window(s, x[2], x[3], kernel[0], kernel[1]);
+  const Window2d win = window_2d(s, x[2], x[3], kernel[0], kernel[1]);
   if (win.dh != 1 || win.dw != 1) s.fail("dilated pooling is not supported");
   onednn::PoolShape p;
   p.batch = x[0], p.channels = x[1], p.height = x[2], p.width = x[3];

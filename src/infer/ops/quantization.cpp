@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "infer/op_registry.h"
+#include "infer/ops/window.h"
 #include "kernels/dispatch.h"
 #include "kernels/int8/int8.h"
 #include "runtime/parallel.h"
@@ -212,106 +213,193 @@ Kernel build_matmul_integer(OpSetup& s) {
   };
 }
 
-// The fused int8 product (optimizer.cpp makes it): inputs X (f32, ... x K), W (int8 constant,
-// K x N), W's scales (f32 constant, one or N), and an optional f32 bias of N; cpudl.activation
-// "Relu" when the optimiser absorbed one. X is quantised per tensor on every run, with the scale
-// and zero point of cpudl.a_scale/cpudl.a_zero when the file fixed them (QDQ, static), else
-// measured as DynamicQuantizeLinear does; then multiplied by the weights packed once here.
+// Weights packed once per plan and the buffers of one run, shared by the fused int8 operators.
+struct Int8Product {
+  std::shared_ptr<std::int8_t> packed;
+  std::vector<std::int32_t> col_sums;
+  std::vector<float> scales;
+  std::vector<std::uint8_t> rows;  // the M x K activation rows, quantised
+  std::vector<std::uint8_t> raw;   // and prepared for the kernels (prepare_u8s8_rows)
+  std::vector<std::int8_t> shifted;
+  std::vector<std::uint8_t> magnitude;
+  bool seven_bit = false, relu = false, fixed = false;
+  DynamicParams given;  // the activation's scale and zero point when the file fixed them
+  kernels::U8S8GemmFn gemm = nullptr;
+  std::int64_t m = 0, k = 0, n = 0;
+
+  // W: int8 K x N constant; scale: 1 or N floats. Checks the node's attributes too.
+  Int8Product(OpSetup& s, const HostTensor& w, const HostTensor& scale, std::int64_t rows_m) : m(rows_m), k(w.shape[0]), n(w.shape[1]) {
+    if (k >= 65536) s.fail("K = " + std::to_string(k) + " could overflow the int32 sums (at most 65535)");
+    if (scale.dtype != DType::f32 || (scale.numel() != 1 && scale.numel() != n)) s.fail("internal: W scale must hold 1 or N floats");
+    const std::string act = s.node.get_string("cpudl.activation", "");
+    if (!act.empty() && act != "Relu") s.fail("internal: only Relu fuses into the int8 product");
+    relu = act == "Relu";
+    fixed = s.node.has("cpudl.a_scale");
+    if (fixed) {
+      given.scale = s.node.get_float("cpudl.a_scale", 0.0f);
+      given.zero = static_cast<std::int32_t>(s.node.get_int("cpudl.a_zero", 0));
+      if (!(given.scale > 0.0f) || given.zero < 0 || given.zero > 255) s.fail("internal: bad static activation parameters");
+    }
+    const std::size_t bytes = kernels::u8s8_packed_bytes(static_cast<std::size_t>(k), static_cast<std::size_t>(n));
+    packed.reset(static_cast<std::int8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)), std::free);
+    if (!packed) s.fail("out of memory packing the weights");
+    col_sums.resize(static_cast<std::size_t>(n));
+    const kernels::U8S8WeightRange range = kernels::pack_u8s8_weights(
+        w.data<std::int8_t>(), static_cast<std::size_t>(n), static_cast<std::size_t>(k), static_cast<std::size_t>(n), packed.get(),
+        col_sums.data());
+    // Weights holding -128 cannot take the SIMD kernels' exact paths (int8.h): the reference runs them.
+    gemm = range == kernels::U8S8WeightRange::with_minus_128 ? kernels::u8s8_gemm_variants().back().fn : native().u8s8_gemm.fn;
+    seven_bit = range == kernels::U8S8WeightRange::seven_bit;
+    scales = scale.as_float();
+    rows.resize(static_cast<std::size_t>(m * k));
+    const std::size_t ld = kernels::u8s8_padded_k(static_cast<std::size_t>(k));
+    raw.resize(static_cast<std::size_t>(m) * ld);
+    shifted.resize(static_cast<std::size_t>(m) * ld);
+    magnitude.resize(static_cast<std::size_t>(m) * ld);
+  }
+
+  // c (M x N, row stride N) = the product of `rows` (quantised with p) and the weights, dequantised.
+  void multiply(const DynamicParams& p, const float* bias, float* c) {
+    const std::size_t ld = kernels::u8s8_padded_k(static_cast<std::size_t>(k));
+    kernels::prepare_u8s8_rows(rows.data(), static_cast<std::size_t>(m), static_cast<std::size_t>(k), static_cast<std::size_t>(k),
+                               raw.data(), shifted.data(), magnitude.data(), ld);
+    kernels::U8S8GemmArgs g{};
+    g.a = raw.data();
+    g.a_shifted = shifted.data();
+    g.a_magnitude = magnitude.data();
+    g.lda = ld;
+    g.k = static_cast<std::size_t>(k);
+    g.a_zero = p.zero;
+    g.a_scale = p.scale;
+    g.b_packed = packed.get();
+    g.b_seven_bit = seven_bit;
+    g.b_col_sums = col_sums.data();
+    g.b_scale = scales.data();
+    g.b_scale_per_column = scales.size() > 1;
+    g.bias = bias;
+    g.relu = relu;
+    g.ldc = static_cast<std::size_t>(n);
+    const kernels::U8S8GemmFn fn = gemm;
+    // Threads take blocks of 16 columns (the kernel's widest), each streaming its share of the
+    // weights once over all rows; when there are fewer blocks than threads (a convolution's few
+    // output channels over many pixels), blocks of rows instead. Either way a thread gets at
+    // least ~64k multiply-adds.
+    const auto col_blocks = static_cast<std::size_t>((n + 15) / 16);
+    if (col_blocks >= static_cast<std::size_t>(runtime().threads.threads) || m < 64) {
+      const auto per_block = static_cast<std::size_t>(std::max<std::int64_t>(1, m * k * 16));
+      g.m = static_cast<std::size_t>(m);
+      g.c = c;
+      parallel_for(col_blocks, std::max<std::size_t>(1, 65536 / per_block), [&](std::size_t begin, std::size_t end) {
+        kernels::U8S8GemmArgs part = g;
+        part.n_begin = begin * 16;
+        part.n_end = std::min(end * 16, static_cast<std::size_t>(n));
+        fn(part);
+      });
+      return;
+    }
+    const auto row_blocks = static_cast<std::size_t>((m + 31) / 32);
+    const auto per_block = static_cast<std::size_t>(std::max<std::int64_t>(1, 32 * k * n));
+    g.n_begin = 0;
+    g.n_end = static_cast<std::size_t>(n);
+    parallel_for(row_blocks, std::max<std::size_t>(1, 65536 / per_block), [&](std::size_t begin, std::size_t end) {
+      kernels::U8S8GemmArgs part = g;
+      const std::size_t r0 = begin * 32, r1 = std::min(end * 32, static_cast<std::size_t>(m));
+      part.a = g.a + r0 * ld;
+      part.a_shifted = g.a_shifted + r0 * ld;
+      part.a_magnitude = g.a_magnitude + r0 * ld;
+      part.m = r1 - r0;
+      part.c = c + r0 * static_cast<std::size_t>(n);
+      fn(part);
+    });
+  }
+};
+
+// cpudl.Int8MatMul (optimizer.cpp makes it): inputs X (f32, ... x K), W (int8 constant, K x N),
+// W's scales (f32 constant, one or N), and an optional f32 bias of N; cpudl.activation "Relu"
+// when the optimiser absorbed one. X is quantised per tensor on every run, with the scale and
+// zero point of cpudl.a_scale/cpudl.a_zero when the file fixed them (QDQ, static), else measured
+// as DynamicQuantizeLinear does; then multiplied by the weights packed once here.
 Kernel build_int8_matmul(OpSetup& s) {
   s.require_inputs(3, 4);
   s.require_f32(0);
   const HostTensor& w = s.constant(1, "W");
-  const HostTensor& scale = s.constant(2, "W scale");
   if (w.dtype != DType::i8 || w.shape.size() != 2) s.fail("internal: W must be a 2-D int8 constant");
   const Shape& x = s.shape(0);
   const std::int64_t k = w.shape[0], n = w.shape[1];
   if (x.empty() || x.back() != k) s.fail("input " + shape_string(x) + " does not multiply weights " + shape_string(w.shape));
-  if (k >= 65536) s.fail("K = " + std::to_string(k) + " could overflow the int32 sums (at most 65535)");
-  if (scale.dtype != DType::f32 || (scale.numel() != 1 && scale.numel() != n)) s.fail("internal: W scale must hold 1 or N floats");
   const bool bias = s.has(3);
   if (bias && (s.inputs[3].dtype != DType::f32 || s.inputs[3].numel() != n)) s.fail("internal: the bias must hold N floats");
-  const std::string act = s.node.get_string("cpudl.activation", "");
-  if (!act.empty() && act != "Relu") s.fail("internal: only Relu fuses into the int8 product");
   Shape out(x.begin(), x.end() - 1);
   out.push_back(n);
   s.set_output(0, DType::f32, out);
-
-  struct State {
-    std::shared_ptr<std::int8_t> packed;
-    std::vector<std::int32_t> col_sums;
-    std::vector<float> scales;
-    std::vector<std::uint8_t> quantized;  // this plan's X, quantised
-    std::vector<std::uint8_t> raw;        // and prepared for the kernels (prepare_u8s8_rows)
-    std::vector<std::int8_t> shifted;
-    std::vector<std::uint8_t> magnitude;
-    bool seven_bit = false;
-    kernels::U8S8GemmFn gemm = nullptr;
+  auto st = std::make_shared<Int8Product>(s, w, s.constant(2, "W scale"), element_count(x) / std::max<std::int64_t>(1, k));
+  return [st, bias](std::span<const TensorView> in, std::span<const TensorView> o) {
+    DynamicParams p = st->given;
+    if (st->fixed) native().f32_quantize_u8.fn(in[0].f32(), st->rows.size(), p.scale, p.zero, st->rows.data());
+    else p = quantize_dynamic(in[0].f32(), st->rows.size(), st->rows.data());
+    st->multiply(p, bias ? in[3].f32() : nullptr, o[0].f32());
   };
-  auto st = std::make_shared<State>();
-  const std::size_t bytes = kernels::u8s8_packed_bytes(static_cast<std::size_t>(k), static_cast<std::size_t>(n));
-  st->packed.reset(static_cast<std::int8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)), std::free);
-  if (!st->packed) s.fail("out of memory packing the weights");
-  st->col_sums.resize(static_cast<std::size_t>(n));
-  const kernels::U8S8WeightRange range = kernels::pack_u8s8_weights(
-      w.data<std::int8_t>(), static_cast<std::size_t>(n), static_cast<std::size_t>(k), static_cast<std::size_t>(n),
-      st->packed.get(), st->col_sums.data());
-  // Weights holding -128 cannot take the SIMD kernels' exact paths (int8.h): the reference runs them.
-  st->gemm = range == kernels::U8S8WeightRange::with_minus_128 ? kernels::u8s8_gemm_variants().back().fn
-                                                               : native().u8s8_gemm.fn;
-  st->seven_bit = range == kernels::U8S8WeightRange::seven_bit;
-  st->scales = scale.as_float();
-  const std::int64_t m = element_count(x) / std::max<std::int64_t>(1, k);
-  st->quantized.resize(static_cast<std::size_t>(m * k));
-  const std::size_t ld = kernels::u8s8_padded_k(static_cast<std::size_t>(k));
-  st->raw.resize(static_cast<std::size_t>(m) * ld);
-  st->shifted.resize(static_cast<std::size_t>(m) * ld);
-  st->magnitude.resize(static_cast<std::size_t>(m) * ld);
-  const bool relu = act == "Relu";
-  const bool fixed = s.node.has("cpudl.a_scale");
-  DynamicParams given;
-  if (fixed) {
-    given.scale = s.node.get_float("cpudl.a_scale", 0.0f);
-    given.zero = static_cast<std::int32_t>(s.node.get_int("cpudl.a_zero", 0));
-    if (!(given.scale > 0.0f) || given.zero < 0 || given.zero > 255) s.fail("internal: bad static activation parameters");
-  }
-  return [st, m, k, n, bias, relu, fixed, given](std::span<const TensorView> in, std::span<const TensorView> o) {
-    DynamicParams p = given;
-    if (fixed) native().f32_quantize_u8.fn(in[0].f32(), st->quantized.size(), p.scale, p.zero, st->quantized.data());
-    else p = quantize_dynamic(in[0].f32(), st->quantized.size(), st->quantized.data());
-    const std::size_t ld = st->shifted.size() / static_cast<std::size_t>(std::max<std::int64_t>(1, m));
-    kernels::prepare_u8s8_rows(st->quantized.data(), static_cast<std::size_t>(m), static_cast<std::size_t>(k),
-                               static_cast<std::size_t>(k), st->raw.data(), st->shifted.data(), st->magnitude.data(), ld);
-    kernels::U8S8GemmArgs g{};
-    g.a = st->raw.data();
-    g.a_shifted = st->shifted.data();
-    g.a_magnitude = st->magnitude.data();
-    g.lda = ld;
-    g.m = static_cast<std::size_t>(m);
-    g.k = static_cast<std::size_t>(k);
-    g.a_zero = p.zero;
-    g.a_scale = p.scale;
-    g.b_packed = st->packed.get();
-    g.b_seven_bit = st->seven_bit;
-    g.b_col_sums = st->col_sums.data();
-    g.b_scale = st->scales.data();
-    g.b_scale_per_column = st->scales.size() > 1;
-    g.bias = bias ? in[3].f32() : nullptr;
-    g.relu = relu;
-    g.c = o[0].f32();
-    g.ldc = static_cast<std::size_t>(n);
-    // Threads split the columns in blocks of 16 (the kernel's widest block): each streams its
-    // share of the weights once, over all rows.
-    const auto blocks = static_cast<std::size_t>((n + 15) / 16);
-    const kernels::U8S8GemmFn gemm = st->gemm;
-    // Each block is m x k x 16 multiply-adds; a thread takes at least ~64k of them.
-    const auto per_block = static_cast<std::size_t>(std::max<std::int64_t>(1, m * k * 16));
-    parallel_for(blocks, std::max<std::size_t>(1, 65536 / per_block),
-                 [&](std::size_t begin, std::size_t end) {
-                   kernels::U8S8GemmArgs part = g;
-                   part.n_begin = begin * 16;
-                   part.n_end = std::min(end * 16, static_cast<std::size_t>(n));
-                   gemm(part);
-                 });
+}
+
+// cpudl.Int8Conv (optimizer.cpp makes it from a QDQ Conv of group 1): inputs X (f32 N x C x H x W),
+// W (int8 constant, (C kh kw) x O), W's scales, an optional bias of O; the Conv's window
+// attributes; the activation's fixed scale and zero point. X is quantised, unfolded into one row
+// of C kh kw values per output pixel (padding takes the zero point, which dequantises to the 0
+// the float convolution pads with), multiplied exactly, and written back as N x O x OH x OW.
+Kernel build_int8_conv(OpSetup& s) {
+  s.require_inputs(3, 4);
+  s.require_f32(0);
+  const HostTensor& w = s.constant(1, "W");
+  const Shape& x = s.shape(0);
+  if (x.size() != 4) s.fail("input X has shape " + shape_string(x) + ", expected rank 4");
+  const auto kernel = s.node.get_ints("kernel_shape");
+  if (kernel.size() != 2 || w.dtype != DType::i8 || w.shape.size() != 2 || w.shape[0] != x[1] * kernel[0] * kernel[1])
+    s.fail("internal: W must be a (C kh kw) x O int8 constant");
+  if (!s.node.has("cpudl.a_scale")) s.fail("internal: an int8 convolution needs its activation's scale");
+  const Window2d win = window_2d(s, x[2], x[3], kernel[0], kernel[1]);
+  const std::int64_t batch = x[0], c = x[1], h = x[2], wd = x[3], o = w.shape[1];
+  const std::int64_t oh = win.out_h(h), ow = win.out_w(wd);
+  if (oh < 1 || ow < 1) s.fail("the kernel does not fit the padded input " + shape_string(x));
+  const bool bias = s.has(3);
+  if (bias && (s.inputs[3].dtype != DType::f32 || s.inputs[3].numel() != o)) s.fail("internal: the bias must hold O floats");
+  s.set_output(0, DType::f32, {batch, o, oh, ow});
+  auto st = std::make_shared<Int8Product>(s, w, s.constant(2, "W scale"), batch * oh * ow);
+  auto image = std::make_shared<std::vector<std::uint8_t>>(static_cast<std::size_t>(element_count(x)));
+  auto pixels = std::make_shared<std::vector<float>>(static_cast<std::size_t>(batch * oh * ow * o));
+  return [st, image, pixels, win, batch, c, h, wd, o, oh, ow, bias](std::span<const TensorView> in, std::span<const TensorView> out) {
+    const DynamicParams p = st->given;
+    std::uint8_t* q = image->data();
+    native().f32_quantize_u8.fn(in[0].f32(), image->size(), p.scale, p.zero, q);
+    const std::int64_t k = c * win.kh * win.kw;
+    const auto pad = static_cast<std::uint8_t>(p.zero);
+    parallel_for(static_cast<std::size_t>(batch * oh), 4, [&](std::size_t begin, std::size_t end) {
+      for (std::size_t r = begin; r < end; ++r) {
+        const std::int64_t b = static_cast<std::int64_t>(r) / oh, y = static_cast<std::int64_t>(r) % oh;
+        for (std::int64_t xo = 0; xo < ow; ++xo) {
+          std::uint8_t* row = st->rows.data() + ((b * oh + y) * ow + xo) * k;
+          for (std::int64_t ch = 0; ch < c; ++ch)
+            for (std::int64_t i = 0; i < win.kh; ++i) {
+              const std::int64_t iy = y * win.sh - win.ph + i * win.dh;
+              for (std::int64_t j = 0; j < win.kw; ++j) {
+                const std::int64_t ix = xo * win.sw - win.pw + j * win.dw;
+                *row++ = iy < 0 || iy >= h || ix < 0 || ix >= wd ? pad : q[((b * c + ch) * h + iy) * wd + ix];
+              }
+            }
+        }
+      }
+    });
+    st->multiply(p, bias ? in[3].f32() : nullptr, pixels->data());
+    // Pixels x channels -> N x O x OH x OW.
+    const std::int64_t plane = oh * ow;
+    float* y = out[0].f32();
+    parallel_for(static_cast<std::size_t>(batch * o), 4, [&](std::size_t begin, std::size_t end) {
+      for (std::size_t r = begin; r < end; ++r) {
+        const std::int64_t b = static_cast<std::int64_t>(r) / o, ch = static_cast<std::int64_t>(r) % o;
+        const float* src = pixels->data() + b * plane * o + ch;
+        float* dst = y + static_cast<std::int64_t>(r) * plane;
+        for (std::int64_t i = 0; i < plane; ++i) dst[i] = src[i * o];
+      }
+    });
   };
 }
 
@@ -319,7 +407,7 @@ Kernel build_int8_matmul(OpSetup& s) {
 
 std::string describe_int8_execution(const std::map<std::string, int>& ops) {
   std::string out;
-  if (ops.count("cpudl.Int8MatMul")) {
+  if (ops.count("cpudl.Int8MatMul") || ops.count("cpudl.Int8Conv")) {
     const auto& k = native().u8s8_gemm;
     out += std::string("int8 products run on ") + k.name;
     if (k.level == IsaLevel::generic)
@@ -332,7 +420,7 @@ std::string describe_int8_execution(const std::map<std::string, int>& ops) {
     out += std::string(out.empty() ? "" : "; ") + "MatMulInteger outside the dynamic pattern runs on plain loops";
   if (ops.count("QuantizeLinear") || ops.count("DequantizeLinear"))
     out += std::string(out.empty() ? "" : "; ") +
-           "QDQ pairs outside MatMul/Gemm (around convolutions) run as operators: int8 numbers at float speed";
+           "QDQ pairs the optimiser could not fuse (grouped convolutions, say) run as operators: int8 numbers at float speed";
   return out;
 }
 
@@ -344,6 +432,7 @@ const OpEntry kOps[] = {
     {"DynamicQuantizeLinear", build_dynamic_quantize_linear},
     {"MatMulInteger", build_matmul_integer},
     {"cpudl.Int8MatMul", build_int8_matmul},
+    {"cpudl.Int8Conv", build_int8_conv},
 };
 
 }  // namespace
