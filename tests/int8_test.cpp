@@ -380,7 +380,9 @@ TEST_F(QuantizeCli, StaticWritesQdqCalibratedOnTheInputs) {
   // graph computes in float, up to the float sums' rounding.
   InferenceOptions plain;
   plain.optimize = false;
-  InferenceSession fused_session(path("s.onnx"));
+  InferenceOptions int8_conv;
+  int8_conv.int8_convolutions = true;
+  InferenceSession fused_session(path("s.onnx"), int8_conv);
   const Tensor fused = fused_session.run({x})[0];
   const Tensor unfused = InferenceSession(path("s.onnx"), plain).run({x})[0];
   for (std::int64_t i = 0; i < fused.numel(); ++i) EXPECT_NEAR(fused.data()[i], unfused.data()[i], 1e-5 * scale) << i;
@@ -496,7 +498,9 @@ TEST_F(QuantizeCli, StaticConvolutionsRunInt8WithTheirWindows) {
   infer::quantize_onnx_static(kOnnx / "convwindows_opset13.onnx", path("c.onnx"), {x});
   InferenceOptions plain;
   plain.optimize = false;
-  InferenceSession fused_session(path("c.onnx"));
+  InferenceOptions int8_conv;
+  int8_conv.int8_convolutions = true;
+  InferenceSession fused_session(path("c.onnx"), int8_conv);
   const auto fused = fused_session.run({x});
   const auto unfused = InferenceSession(path("c.onnx"), plain).run({x});
   ASSERT_EQ(fused.size(), 3u);
@@ -507,6 +511,8 @@ TEST_F(QuantizeCli, StaticConvolutionsRunInt8WithTheirWindows) {
       ASSERT_NEAR(fused[o].data()[i], unfused[o].data()[i], 1e-5 * scale) << "output " << o << " element " << i;
   }
   EXPECT_EQ(fused_session.info({x.shape()}).ops_planned.at("cpudl.Int8Conv"), 3);
+  // By default the convolutions stay float between their QDQ pairs (faster here, same numbers).
+  EXPECT_EQ(InferenceSession(path("c.onnx")).info({x.shape()}).ops_planned.count("cpudl.Int8Conv"), 0u);
   // ResNet-18 end to end: 20 int8 convolutions with batch norms and residuals between. 18
   // requantisations deep (and with random weights, which amplify), a float-rounding difference
   // now and then crosses a rounding boundary of the next QuantizeLinear, one step of that
@@ -514,7 +520,7 @@ TEST_F(QuantizeCli, StaticConvolutionsRunInt8WithTheirWindows) {
   // 1.1%, mean 0.24%), where a wrong window or zero point costs the whole scale.
   const Tensor rx = io::load_npy(kOnnx / "resnet18_opset13.input.npy");
   infer::quantize_onnx_static(kOnnx / "resnet18_opset13.onnx", path("r.onnx"), {rx});
-  InferenceSession resnet(path("r.onnx"));
+  InferenceSession resnet(path("r.onnx"), int8_conv);
   const Tensor a = resnet.run({rx})[0];
   const Tensor b = InferenceSession(path("r.onnx"), plain).run({rx})[0];
   EXPECT_EQ(resnet.info({rx.shape()}).ops_planned.at("cpudl.Int8Conv"), 20);

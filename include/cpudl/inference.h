@@ -20,6 +20,11 @@ namespace cpudl {
 struct InferenceOptions {
   bool optimize = true;   // graph rewrites (folding, fusion); off only to compare against them
   bool profile = false;   // per-step timing (also on when CPUDL_PROFILE=1)
+  // Run the convolutions of QDQ (static int8) models on the exact int8 kernels. Off by default:
+  // the int8 convolution unfolds its input and, on AVX2 without VNNI, runs at a fraction of
+  // oneDNN's float convolution (ResNet-18: 2-4x slower), while the QDQ pairs around a float
+  // convolution give the same int8 numbers (up to float rounding) at float speed.
+  bool int8_convolutions = false;
 };
 
 struct ModelValue {

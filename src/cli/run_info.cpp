@@ -20,7 +20,7 @@ struct RunOptions {
   std::vector<std::string> inputs, outputs;
   int bench = 0, threads = 0;
   std::int64_t batch = 0;
-  bool json = false;
+  bool json = false, int8_conv = false;
 };
 
 // The model's declared shape with free dimensions set: the batch (dim 0) to `batch`, others to 1.
@@ -61,7 +61,9 @@ void print_profile(const InferenceSession& session) {
 }
 
 int run_model(const RunOptions& o) {
-  InferenceSession session(o.model);
+  InferenceOptions options;
+  options.int8_convolutions = o.int8_conv;
+  InferenceSession session(o.model, options);
   const auto& declared = session.inputs();
   std::vector<Tensor> inputs;
   if (o.inputs.empty()) {
@@ -145,11 +147,13 @@ int run_model(const RunOptions& o) {
 struct InfoOptions {
   std::string model;
   std::int64_t batch = 1;
-  bool json = false;
+  bool json = false, int8_conv = false;
 };
 
 int run_info(const InfoOptions& o) {
-  InferenceSession session(o.model);
+  InferenceOptions options;
+  options.int8_convolutions = o.int8_conv;
+  InferenceSession session(o.model, options);
   std::vector<Shape> shapes;
   for (const auto& v : session.inputs()) shapes.push_back(concrete_shape(v, o.batch));
   const ModelInfo info = session.info(shapes);
@@ -212,6 +216,8 @@ void add_run_command(CLI::App& app, Action& action) {
       ->check(CLI::Range(1, 1 << 20));
   r->add_option("--threads", o->threads, "Compute threads (default: usable physical cores)")->check(CLI::Range(1, 4096));
   r->add_flag("--json", o->json, "One JSON object");
+  r->add_flag("--int8-conv", o->int8_conv,
+              "Run a static int8 model's convolutions on the exact int8 kernels (slower than float ones on AVX2 for now)");
   r->callback([&action, o] {
     action = [o] {
       use_threads(o->threads);
@@ -226,6 +232,7 @@ void add_info_command(CLI::App& app, Action& action) {
   i->add_option("model", o->model, "Model file (.onnx)")->required();
   i->add_option("--batch", o->batch, "Batch size of the plan to describe (default 1)")->check(CLI::Range(1, 1 << 20));
   i->add_flag("--json", o->json, "One JSON object");
+  i->add_flag("--int8-conv", o->int8_conv, "Plan a static int8 model's convolutions on the int8 kernels");
   i->callback([&action, o] { action = [o] { return run_info(*o); }; });
 }
 

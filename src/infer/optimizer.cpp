@@ -265,7 +265,7 @@ void fuse_dynamic_quant_matmul(Graph& g, OptimizerReport& report) {
 // the QDQ graph sums the dequantised floats (the two differ by float rounding only). Likewise a
 // Conv (group 1) between such pairs -> cpudl.Int8Conv(x, Wq as (C kh kw) x O, w_scale[, bias]),
 // keeping the Conv's window attributes.
-void fuse_qdq_matmul(Graph& g, OptimizerReport& report) {
+void fuse_qdq_matmul(Graph& g, OptimizerReport& report, bool convolutions) {
   std::unordered_map<std::string, std::size_t> producer;
   for (std::size_t i = 0; i < g.nodes.size(); ++i)
     for (const auto& o : g.nodes[i].outputs) producer[o] = i;
@@ -281,7 +281,7 @@ void fuse_qdq_matmul(Graph& g, OptimizerReport& report) {
   for (Node& n : g.nodes) {
     const bool gemm = n.op == "Gemm", conv = n.op == "Conv";
     if ((n.op != "MatMul" && !gemm && !conv) || n.inputs.size() < 2) continue;
-    if (conv && n.get_int("group", 1) != 1) continue;
+    if (conv && (!convolutions || n.get_int("group", 1) != 1)) continue;
     if (gemm && (n.get_int("transA", 0) != 0 || n.get_float("alpha", 1) != 1.0f || n.get_float("beta", 1) != 1.0f)) continue;
     // The activation: DequantizeLinear(QuantizeLinear(x, s, z), s, z), uint8, per tensor.
     const Node* dq = produced_by(n.inputs[0], "DequantizeLinear");
@@ -349,13 +349,13 @@ void fuse_qdq_matmul(Graph& g, OptimizerReport& report) {
 
 }  // namespace
 
-void optimize_graph(Graph& graph, OptimizerReport& report) {
+void optimize_graph(Graph& graph, OptimizerReport& report, const OptimizeOptions& options) {
   fold_constant_nodes(graph);
   remove_identities(graph, report);
   fold_batch_norms(graph, report);
   fuse_gelu(graph, report);
   fuse_dynamic_quant_matmul(graph, report);
-  fuse_qdq_matmul(graph, report);
+  fuse_qdq_matmul(graph, report, options.int8_convolutions);
   remove_dead_nodes(graph);
 }
 

@@ -23,7 +23,10 @@ struct OptimizerReport {
   }
 };
 
-void optimize_graph(Graph& graph, OptimizerReport& report);
+struct OptimizeOptions {
+  bool int8_convolutions = false;  // fuse QDQ convolutions into cpudl.Int8Conv (InferenceOptions says why not by default)
+};
+void optimize_graph(Graph& graph, OptimizerReport& report, const OptimizeOptions& options = {});
 void fuse_with_shapes(Graph& graph, const std::map<std::string, ValueDesc>& descs, OptimizerReport& report);
 // One layout for the convolutional part of the graph: Conv (and the pools and elementwise ops
 // that follow it) keep 4-D activations in oneDNN's blocked nChw8c/nChw16c, what its direct

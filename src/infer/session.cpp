@@ -88,7 +88,7 @@ InferenceSession::InferenceSession(const std::filesystem::path& model, Inference
   impl_->optimize = options.optimize;
   const char* env = std::getenv("CPUDL_PROFILE");
   impl_->profiling = options.profile || (env && std::string(env) == "1");
-  if (options.optimize) infer::optimize_graph(impl_->graph, impl_->report);
+  if (options.optimize) infer::optimize_graph(impl_->graph, impl_->report, {options.int8_convolutions});
   for (const auto& v : impl_->loaded.inputs) impl_->inputs.push_back(ModelValue{v.name, v.dtype, v.shape});
   for (const auto& v : impl_->loaded.outputs) impl_->outputs.push_back(ModelValue{v.name, v.dtype, v.shape});
 }

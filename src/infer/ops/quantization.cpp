@@ -420,7 +420,8 @@ std::string describe_int8_execution(const std::map<std::string, int>& ops) {
     out += std::string(out.empty() ? "" : "; ") + "MatMulInteger outside the dynamic pattern runs on plain loops";
   if (ops.count("QuantizeLinear") || ops.count("DequantizeLinear"))
     out += std::string(out.empty() ? "" : "; ") +
-           "QDQ pairs the optimiser could not fuse (grouped convolutions, say) run as operators: int8 numbers at float speed";
+           "QDQ pairs around float convolutions run as operators: int8 numbers at float speed (the int8 convolution, "
+           "InferenceOptions::int8_convolutions or --int8-conv, is slower still on this path for now)";
   return out;
 }
 
