@@ -203,6 +203,42 @@ TEST(Autograd, ConvolutionAndPooling) {
                   {randn({2, 2, 7, 5}, 90)});
 }
 
+// Frozen inputs get no gradient and the others the same gradient as when all are trained: conv2d
+// and linear skip the passes nobody needs (a first layer's backward-data pass).
+TEST(Autograd, OnlyInputsThatNeedGradientsGetThem) {
+  const Tensor x = randn({2, 3, 6, 6}, 141), w = randn({4, 3, 3, 3}, 142, 0.5f), b = randn({4}, 143);
+  const Tensor fw = randn({5, 4 * 6 * 6}, 144, 0.1f), fb = randn({5}, 145);
+  auto grads = [&](bool x_grad, bool w_grad, bool b_grad) {
+    std::vector<Tensor> v = {x.clone(), w.clone(), b.clone(), fw.clone(), fb.clone()};
+    v[0].set_requires_grad(x_grad);
+    v[1].set_requires_grad(w_grad);
+    v[2].set_requires_grad(b_grad);
+    v[3].set_requires_grad(w_grad);
+    v[4].set_requires_grad(b_grad);
+    const Tensor y = linear(relu(conv2d(v[0], v[1], v[2], {1, 1, 1, 1})).flatten(1), v[3], v[4]);
+    sum(mul(y, y)).backward();
+    std::vector<Tensor> g;
+    for (const Tensor& t : v) g.push_back(t.grad());
+    return g;
+  };
+  const std::vector<Tensor> all = grads(true, true, true);
+  for (int mask = 0; mask < 7; ++mask) {
+    const bool xg = mask & 1, wg = mask & 2, bg = mask & 4;
+    if (!wg && !bg && !xg) continue;
+    SCOPED_TRACE("x " + std::to_string(xg) + " weights " + std::to_string(wg) + " biases " +
+                 std::to_string(bg));
+    const std::vector<Tensor> some = grads(xg, wg, bg);
+    const bool wanted[] = {xg, wg, bg, wg, bg};
+    for (std::size_t i = 0; i < some.size(); ++i) {
+      ASSERT_EQ(some[i].defined(), wanted[i]) << "input " << i;
+      if (!wanted[i]) continue;
+      const std::vector<float> got = some[i].to_vector(), want = all[i].to_vector();
+      for (std::size_t j = 0; j < got.size(); ++j)
+        ASSERT_NEAR(got[j], want[j], 1e-4f * (1 + std::fabs(want[j])));
+    }
+  }
+}
+
 TEST(Autograd, Normalisation) {
   check_gradients(
       "batch_norm2d training",

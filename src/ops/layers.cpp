@@ -47,15 +47,27 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   const std::uint64_t version = weight.is_contiguous() ? weights_version(weight) : 0;
   onednn::conv2d_forward(s, xc.data(), wc.data(), version, bc.defined() ? bc.data() : nullptr, y.data());
   count_forward_flops(s.flops());
-  const bool has_bias = bias.defined();
-  autograd::record(y, "conv2d", {x, weight, bias}, [s, xc, wc, version, has_bias](const Tensor& g) {
-    const Tensor gc = contiguous_values(g);
-    Tensor dx = Tensor::empty(xc.shape()), dw = Tensor::empty(wc.shape());
-    Tensor db = has_bias ? Tensor::empty({s.out_channels}) : Tensor();
-    onednn::conv2d_backward_data(s, gc.data(), wc.data(), version, dx.data());
-    onednn::conv2d_backward_weights(s, xc.data(), gc.data(), dw.data(), has_bias ? db.data() : nullptr);
-    return std::vector<Tensor>{dx, dw, db};
-  });
+  // Gradients only for inputs that need them: a first layer's input (the images) needs none, and
+  // its backward-data pass would be the most expensive part of that layer's backward.
+  const bool need_dx = x.requires_grad(), need_dw = weight.requires_grad(),
+             need_db = bias.defined() && bias.requires_grad();
+  autograd::record(
+      y, "conv2d", {x, weight, bias}, [s, xc, wc, version, need_dx, need_dw, need_db](const Tensor& g) {
+        const Tensor gc = contiguous_values(g);
+        Tensor dx, dw, db;
+        if (need_dx) {
+          dx = Tensor::empty(xc.shape());
+          onednn::conv2d_backward_data(s, gc.data(), wc.data(), version, dx.data());
+        }
+        if (need_dw || need_db) {
+          // oneDNN computes both in one pass; a frozen weight's gradient is computed and dropped.
+          dw = Tensor::empty(wc.shape());
+          if (need_db) db = Tensor::empty({s.out_channels});
+          onednn::conv2d_backward_weights(s, xc.data(), gc.data(), dw.data(), need_db ? db.data() : nullptr);
+          if (!need_dw) dw = Tensor();
+        }
+        return std::vector<Tensor>{dx, dw, db};
+      });
   return y;
 }
 

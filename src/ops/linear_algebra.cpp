@@ -92,14 +92,24 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Tensor y = Tensor::empty(out_shape);
   const onednn::LinearShape s{rows, in, out_features};
   if (rows > 0) onednn::linear_forward(s, xc.data(), wc.data(), bc.defined() ? bc.data() : nullptr, y.data());
-  count_forward_flops(2.0 * static_cast<double>(rows) * static_cast<double>(in) * static_cast<double>(out_features));
-  const bool has_bias = bias.defined();
-  autograd::record(y, "linear", {x, weight, bias}, [xc, wc, s, has_bias](const Tensor& g) {
+  count_forward_flops(2.0 * static_cast<double>(rows) * static_cast<double>(in) *
+                      static_cast<double>(out_features));
+  // Gradients only for inputs that need them (a first layer's input needs none).
+  const bool need_dx = x.requires_grad(), need_dw = weight.requires_grad(),
+             need_db = bias.defined() && bias.requires_grad();
+  autograd::record(y, "linear", {x, weight, bias}, [xc, wc, s, need_dx, need_dw, need_db](const Tensor& g) {
     const Tensor gc = contiguous_values(g);
-    Tensor dx = Tensor::empty(xc.shape()), dw = Tensor::empty(wc.shape());
-    Tensor db = has_bias ? Tensor::empty({s.out}) : Tensor();
-    onednn::linear_backward_data(s, gc.data(), wc.data(), dx.data());
-    onednn::linear_backward_weights(s, xc.data(), gc.data(), dw.data(), has_bias ? db.data() : nullptr);
+    Tensor dx, dw, db;
+    if (need_dx) {
+      dx = Tensor::empty(xc.shape());
+      onednn::linear_backward_data(s, gc.data(), wc.data(), dx.data());
+    }
+    if (need_dw || need_db) {
+      dw = Tensor::empty(wc.shape());
+      if (need_db) db = Tensor::empty({s.out});
+      onednn::linear_backward_weights(s, xc.data(), gc.data(), dw.data(), need_db ? db.data() : nullptr);
+      if (!need_dw) dw = Tensor();
+    }
     return std::vector<Tensor>{dx, dw, db};
   });
   return y;
