@@ -64,6 +64,26 @@ void check_binary(const std::vector<KernelVariant<F32BinaryFn>>& variants, F32Bi
 }
 
 TEST(Kernels, F32AddMatchesReference) { check_binary(f32_add_variants(), f32_add_variants().back().fn); }
+// The transpose moves bits: every variant must equal the loop exactly, for every edge of the
+// 8 x 8 tiles, with leading dimensions wider than the matrix, and must not write past it.
+TEST(Kernels, F32TransposeMatchesReference) {
+  const std::size_t dims[] = {1, 2, 7, 8, 9, 15, 16, 17, 31, 33, 64, 65};
+  for_each_runnable(f32_transpose_variants(), [&](F32TransposeFn fn) {
+    for (std::size_t rows : dims)
+      for (std::size_t cols : dims) {
+        const std::size_t ld_src = cols + 3, ld_dst = rows + 5;
+        const auto src = random_values(rows * ld_src, static_cast<unsigned>(rows * 131 + cols), false);
+        std::vector<float> got(cols * ld_dst, 7.0f);
+        fn(src.data(), rows, cols, ld_src, got.data(), ld_dst);
+        for (std::size_t j = 0; j < cols; ++j)
+          for (std::size_t i = 0; i < ld_dst; ++i) {
+            const float want = i < rows ? src[i * ld_src + j] : 7.0f;  // padding untouched
+            ASSERT_EQ(got[j * ld_dst + i], want) << rows << "x" << cols << " at " << i << "," << j;
+          }
+      }
+  });
+}
+
 TEST(Kernels, F32MulMatchesReference) { check_binary(f32_mul_variants(), f32_mul_variants().back().fn); }
 
 TEST(Kernels, F32ReluMatchesReference) {

@@ -6,6 +6,7 @@
 #include "cpudl/error.h"
 #include "cpudl/ops.h"
 #include "cpudl/tensor.h"
+#include "tensor/layout.h"
 
 namespace cpudl {
 namespace {
@@ -126,6 +127,41 @@ TEST(Tensor, ForwardValuesOfBroadcastingOps) {
   EXPECT_EQ(am.data_as<std::int64_t>()[2], 1);
   EXPECT_EQ(matmul(a, Tensor::ones({3, 1})).to_vector(), (std::vector<float>{6, 15}));
   EXPECT_EQ(matmul(a, Tensor::ones({3})).shape(), (Shape{2}));
+}
+
+// Channels-last tensors (tensor/layout.h): detection, conversion both ways through the tiled
+// transpose, and element-wise ops that keep the layout and still compute in logical order.
+TEST(Tensor, ChannelsLastLayoutRoundTripsAndIsPreserved) {
+  Generator gen(5);
+  for (const Shape& shape : {Shape{2, 3, 4, 5}, Shape{3, 17, 9, 11}, Shape{1, 64, 3, 3}, Shape{2, 1, 5, 5}}) {
+    SCOPED_TRACE(shape_text(shape));
+    const Tensor x = Tensor::randn(shape, gen);
+    const Tensor cl = channels_last_values(x);
+    EXPECT_TRUE(is_channels_last(cl));
+    EXPECT_TRUE(is_dense(cl));
+    EXPECT_EQ(cl.to_vector(), x.to_vector());  // same logical values
+    EXPECT_EQ(cl.contiguous().to_vector(), x.to_vector());
+    EXPECT_EQ(shape[1] == 1, cl.is_contiguous());  // one channel: both layouts at once
+    // NHWC memory order, element by element.
+    const float* p = cl.data();
+    for (std::int64_t n = 0; n < shape[0]; ++n)
+      for (std::int64_t h = 0; h < shape[2]; ++h)
+        for (std::int64_t w = 0; w < shape[3]; ++w)
+          for (std::int64_t c = 0; c < shape[1]; ++c)
+            ASSERT_EQ(*p++, x.at({n, c, h, w}));
+    const Tensor r = relu(cl), sum_cl = add(cl, cl), mixed = add(cl, x);
+    EXPECT_TRUE(is_channels_last(r));
+    EXPECT_TRUE(is_channels_last(sum_cl));
+    const std::vector<float> xv = x.to_vector(), rv = r.to_vector(), sv = sum_cl.to_vector(),
+                             mv = mixed.to_vector();
+    for (std::size_t i = 0; i < xv.size(); ++i) {
+      ASSERT_EQ(rv[i], std::max(xv[i], 0.0f));
+      ASSERT_EQ(sv[i], xv[i] + xv[i]);
+      ASSERT_EQ(mv[i], xv[i] + xv[i]);
+    }
+  }
+  EXPECT_FALSE(is_dense(Tensor::zeros({4, 6}).slice(1, 0, 3)));
+  EXPECT_TRUE(is_dense(Tensor::zeros({4, 6}).transpose(0, 1)));
 }
 
 }  // namespace

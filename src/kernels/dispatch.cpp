@@ -7,10 +7,11 @@
 
 #include "kernels/eltwise/eltwise.h"
 #include "kernels/gemm/gemm.h"
+#include "kernels/int8/int8.h"
+#include "kernels/layout/layout.h"
 #include "kernels/norm/norm.h"
 #include "kernels/optim/optim.h"
 #include "kernels/probe/probe.h"
-#include "kernels/int8/int8.h"
 #include "kernels/quant/quant.h"
 #include "kernels/reduce/reduce.h"
 #include "kernels/softmax/softmax.h"
@@ -70,11 +71,11 @@ const std::vector<KernelVariant<GemmMicrokernelFn>>& f32_gemm_6x16_variants() {
 }
 
 // LLM kernels: AVX2 and the reference (quant.h says why no AVX-512 variant yet).
-#define CPUDL_AVX2_VARIANTS(kernel, Fn)                                                   \
-  const std::vector<KernelVariant<Fn>>& kernel##_variants() {                             \
-    static const std::vector<KernelVariant<Fn>> v = {CPUDL_VARIANT(avx2, kernel##__avx2), \
+#define CPUDL_AVX2_VARIANTS(kernel, Fn)                                                      \
+  const std::vector<KernelVariant<Fn>>& kernel##_variants() {                                \
+    static const std::vector<KernelVariant<Fn>> v = {CPUDL_VARIANT(avx2, kernel##__avx2),    \
                                                      CPUDL_VARIANT(generic, kernel##__ref)}; \
-    return v;                                                                             \
+    return v;                                                                                \
   }
 CPUDL_AVX2_VARIANTS(f32_f32_matmul, WeightMatmulFn)
 CPUDL_AVX2_VARIANTS(f16_f32_matmul, WeightMatmulFn)
@@ -95,6 +96,8 @@ CPUDL_AVX2_VARIANTS(quantize_row_q8_k, QuantizeRowFn)
 CPUDL_AVX2_VARIANTS(u8s8_gemm, U8S8GemmFn)
 CPUDL_AVX2_VARIANTS(f32_min_max, F32MinMaxFn)
 CPUDL_AVX2_VARIANTS(f32_quantize_u8, F32QuantizeU8Fn)
+// A memory-bound transpose: AVX-512 registers would not move memory faster.
+CPUDL_AVX2_VARIANTS(f32_transpose, F32TransposeFn)
 #undef CPUDL_AVX2_VARIANTS
 
 const std::vector<KernelVariant<FmaProbeFn>>& int8_dot_probe_variants() {

@@ -47,11 +47,11 @@ namespace cpudl::kernels {
   X(f32_f32_matmul, WeightMatmulFn)               \
   X(f16_f32_matmul, WeightMatmulFn)               \
   X(bf16_f32_matmul, WeightMatmulFn)              \
-  X(q8_0_q8a_matmul, WeightMatmulFn)             \
-  X(q4_0_q8a_matmul, WeightMatmulFn)             \
+  X(q8_0_q8a_matmul, WeightMatmulFn)              \
+  X(q4_0_q8a_matmul, WeightMatmulFn)              \
   X(q4_k_q8_k_matmul, WeightMatmulFn)             \
   X(q6_k_q8_k_matmul, WeightMatmulFn)             \
-  X(quantize_row_q8a, QuantizeRowFn)             \
+  X(quantize_row_q8a, QuantizeRowFn)              \
   X(quantize_row_q8_k, QuantizeRowFn)             \
   X(dequantize_row_f16, DequantizeRowFn)          \
   X(dequantize_row_bf16, DequantizeRowFn)         \
@@ -62,6 +62,7 @@ namespace cpudl::kernels {
   X(u8s8_gemm, U8S8GemmFn)                        \
   X(f32_min_max, F32MinMaxFn)                     \
   X(f32_quantize_u8, F32QuantizeU8Fn)             \
+  X(f32_transpose, F32TransposeFn)                \
   X(f32_fma_probe, FmaProbeFn)                    \
   X(int8_dot_probe, FmaProbeFn)                   \
   X(bf16_dot_probe, FmaProbeFn)

@@ -99,9 +99,9 @@ using DequantizeRowFn = void (*)(const void* in, float* out, std::size_t k);
 // with the int32 sum exact and the float steps in that order (the unfused graph's rounding).
 // n_begin is a multiple of 8 (the packed column block).
 struct U8S8GemmArgs {
-  const std::uint8_t* a;              // a, rows of lda (a multiple of 4) padded with zeros
-  const std::int8_t* a_shifted;       // a - 128, the same layout
-  const std::uint8_t* a_magnitude;    // |a - 128|, the same layout
+  const std::uint8_t* a;            // a, rows of lda (a multiple of 4) padded with zeros
+  const std::int8_t* a_shifted;     // a - 128, the same layout
+  const std::uint8_t* a_magnitude;  // |a - 128|, the same layout
   std::size_t lda;
   std::size_t m, k;
   std::int32_t a_zero;
@@ -119,9 +119,13 @@ struct U8S8GemmArgs {
 };
 using U8S8GemmFn = void (*)(const U8S8GemmArgs& args);
 // Smallest and largest of n floats (n >= 1).
+// dst[j * ld_dst + i] = src[i * ld_src + j] for i < rows, j < cols.
+using F32TransposeFn = void (*)(const float* src, std::size_t rows, std::size_t cols, std::size_t ld_src,
+                                float* dst, std::size_t ld_dst);
 using F32MinMaxFn = void (*)(const float* x, std::size_t n, float* lo, float* hi);
 // y = clamp(round_half_even(x / scale) + zero, 0, 255): ONNX QuantizeLinear to uint8.
-using F32QuantizeU8Fn = void (*)(const float* x, std::size_t n, float scale, std::int32_t zero, std::uint8_t* y);
+using F32QuantizeU8Fn = void (*)(const float* x, std::size_t n, float scale, std::int32_t zero,
+                                 std::uint8_t* y);
 
 // Outputs at least this large are written with non-temporal stores (they would not stay cached
 // anyway, and skipping each line's read-for-ownership saves memory traffic). Set once at start

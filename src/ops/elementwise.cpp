@@ -17,14 +17,17 @@ Tensor broadcast_binary(const Tensor& a, const Tensor& b, kernels::F32BinaryFn k
   require_f32(a, name, "first operand");
   require_f32(b, name, "second operand");
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
-  Tensor out = Tensor::empty(shape);
-  if (a.shape() == b.shape() && a.is_contiguous() && b.is_contiguous()) {
-    const float *pa = a.data(), *pb = b.data();
+  if (a.shape() == b.shape() && is_dense(a)) {
+    // One flat loop in a's layout (b copied into it when it differs): channels-last stays so.
+    const Tensor bv = values_in_layout_of(b, a);
+    Tensor out = empty_like(a);
+    const float *pa = a.data(), *pb = bv.data();
     float* po = out.data();
     parallel_for(static_cast<std::size_t>(out.numel()), kGrain,
                  [&](std::size_t s, std::size_t e) { kernel(pa + s, pb + s, po + s, e - s); });
     return out;
   }
+  Tensor out = Tensor::empty(shape);
   NoGradGuard no_grad;
   const Tensor ea = a.expand(shape), eb = b.expand(shape);
   const float *pa = ea.data(), *pb = eb.data();
@@ -178,11 +181,12 @@ Tensor activation(const Tensor& x, const char* name,
                   bool backward_uses_output) {
   require_f32(x, name, "input");
   Tensor out = map_contiguous(x, forward.fn);
-  const Tensor saved = backward_uses_output ? out.detach() : contiguous_values(x);
+  const Tensor saved =
+      backward_uses_output ? out.detach() : (is_dense(x) ? x.detach() : contiguous_values(x));
   const auto fn = backward.fn;
   autograd::record(out, name, {x}, [saved, fn](const Tensor& g) {
-    const Tensor gc = contiguous_values(g);
-    Tensor dx = Tensor::empty(saved.shape());
+    const Tensor gc = values_in_layout_of(g, saved);
+    Tensor dx = empty_like(saved);
     const float *s = saved.data(), *pg = gc.data();
     float* pd = dx.data();
     parallel_for(static_cast<std::size_t>(dx.numel()), kGrain,

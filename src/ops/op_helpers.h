@@ -9,13 +9,12 @@
 #include "cpudl/ops.h"
 #include "kernels/dispatch.h"
 #include "runtime/parallel.h"
+#include "tensor/layout.h"
 #include "tensor/strided.h"
 
 namespace cpudl::ops_detail {
 
 inline const kernels::KernelTable& native() { return kernels::kernel_table(); }
-
-
 
 // Elements per task below which a kernel runs on the calling thread (fork/join costs ~µs).
 inline constexpr std::size_t kGrain = std::size_t{1} << 15;
@@ -33,10 +32,12 @@ inline Tensor contiguous_values(const Tensor& t) {
   return t.contiguous();
 }
 
+// out = fn(x) element by element, in x's layout when x is dense (a channels-last activation
+// stays channels-last), else row-major.
 template <class Fn>
 Tensor map_contiguous(const Tensor& x, Fn fn) {
-  const Tensor xc = contiguous_values(x);
-  Tensor out = Tensor::empty(x.shape());
+  const Tensor xc = is_dense(x) ? x : contiguous_values(x);
+  Tensor out = empty_like(xc);
   const float* in = xc.data();
   float* o = out.data();
   parallel_for(static_cast<std::size_t>(x.numel()), kGrain,

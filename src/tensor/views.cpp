@@ -6,6 +6,7 @@
 
 #include "cpudl/autograd.h"
 #include "cpudl/ops.h"
+#include "tensor/layout.h"
 #include "tensor/strided.h"
 
 namespace cpudl {
@@ -100,6 +101,7 @@ void copy_strided(const Tensor& src, const Tensor& dst) {
   }
   const Shape& shape = src.shape();
   if (shape_numel(shape) == 0) return;
+  if (copy_between_channel_layouts(src, dst)) return;
   for_each_row(shape, src.strides(), dst.strides(),
                [&](std::int64_t os, std::int64_t od, std::int64_t, std::int64_t inner) {
                  const std::int64_t ss = shape.empty() ? 1 : src.strides().back(),
