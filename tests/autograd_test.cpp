@@ -9,6 +9,7 @@
 #include "cpudl/error.h"
 #include "cpudl/ops.h"
 #include "dense_reference.h"
+#include "tensor/layout.h"
 
 namespace cpudl {
 namespace {
@@ -272,6 +273,38 @@ TEST(Autograd, ConvolutionOnMapsSmallerThanItsKernel) {
     const Conv2dOptions o = c.o;
     check_gradients(
         "cropped conv2d", [o](auto& v) { return conv2d(v[0], v[1], v[2], o); }, {x, w, b}, 1e-2, 2e-2);
+  }
+}
+
+// Pooling a channels-last input (a convolution's output) gives exactly the values and gradients
+// of pooling its row-major copy: channel counts oneDNN vectorises (16) and those the native
+// kernel takes (1, 3, 6), with and without padding and overlapping windows.
+TEST(Autograd, ChannelsLastPoolingMatchesRowMajor) {
+  struct Case {
+    Shape x;
+    std::int64_t kernel, stride, padding;
+  };
+  const Case cases[] = {{{3, 6, 8, 10}, 2, 2, 0},
+                        {{2, 3, 7, 7}, 3, 2, 1},
+                        {{2, 16, 6, 6}, 2, 2, 0},
+                        {{2, 6, 5, 5}, 3, 1, 1},
+                        {{1, 5, 9, 4}, 3, 3, 0}};
+  std::uint64_t seed = 170;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(shape_text(c.x) + " kernel " + std::to_string(c.kernel) + " stride " +
+                 std::to_string(c.stride) + " padding " + std::to_string(c.padding));
+    const Tensor x = distinct(c.x, seed++);
+    std::vector<std::vector<float>> values, grads;
+    for (const Tensor& input : {x.clone(), channels_last_values(x.clone())}) {
+      Tensor leaf = input.detach();
+      leaf.set_requires_grad(true);
+      const Tensor y = max_pool2d(leaf, c.kernel, c.stride, c.padding);
+      sum(mul(y, randn(y.shape(), seed))).backward();
+      values.push_back(y.to_vector());
+      grads.push_back(leaf.grad().to_vector());
+    }
+    EXPECT_EQ(values[0], values[1]);
+    EXPECT_EQ(grads[0], grads[1]);
   }
 }
 

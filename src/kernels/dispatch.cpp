@@ -11,6 +11,7 @@
 #include "kernels/layout/layout.h"
 #include "kernels/norm/norm.h"
 #include "kernels/optim/optim.h"
+#include "kernels/pool/pool.h"
 #include "kernels/probe/probe.h"
 #include "kernels/quant/quant.h"
 #include "kernels/reduce/reduce.h"
@@ -99,6 +100,16 @@ CPUDL_AVX2_VARIANTS(f32_quantize_u8, F32QuantizeU8Fn)
 // A memory-bound transpose: AVX-512 registers would not move memory faster.
 CPUDL_AVX2_VARIANTS(f32_transpose, F32TransposeFn)
 #undef CPUDL_AVX2_VARIANTS
+
+// Memory-bound loops the compiler vectorises well enough at the baseline: the reference only.
+#define CPUDL_REFERENCE_ONLY(kernel, Fn)                                                     \
+  const std::vector<KernelVariant<Fn>>& kernel##_variants() {                                \
+    static const std::vector<KernelVariant<Fn>> v = {CPUDL_VARIANT(generic, kernel##__ref)}; \
+    return v;                                                                                \
+  }
+CPUDL_REFERENCE_ONLY(f32_max_pool_nhwc, MaxPoolNhwcFn)
+CPUDL_REFERENCE_ONLY(f32_max_pool_nhwc_backward, MaxPoolNhwcBackwardFn)
+#undef CPUDL_REFERENCE_ONLY
 
 const std::vector<KernelVariant<FmaProbeFn>>& int8_dot_probe_variants() {
   static const std::vector<KernelVariant<FmaProbeFn>> v = {

@@ -119,6 +119,15 @@ struct U8S8GemmArgs {
 };
 using U8S8GemmFn = void (*)(const U8S8GemmArgs& args);
 // Smallest and largest of n floats (n >= 1).
+// One image's pooling window geometry, channels-last (H x W x C). Padding taps are skipped.
+struct PoolWindow {
+  std::size_t channels, height, width, out_h, out_w, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w;
+};
+// dst (out_h x out_w x C) = window maxima; argmax (may be null) = the winning tap kh * kernel_w + kw.
+using MaxPoolNhwcFn = void (*)(const PoolWindow& w, const float* src, float* dst, std::uint8_t* argmax);
+// Writes all of diff_src (H x W x C): each diff_dst value added at its window's argmax.
+using MaxPoolNhwcBackwardFn = void (*)(const PoolWindow& w, const float* diff_dst, const std::uint8_t* argmax,
+                                       float* diff_src);
 // dst[j * ld_dst + i] = src[i * ld_src + j] for i < rows, j < cols.
 using F32TransposeFn = void (*)(const float* src, std::size_t rows, std::size_t cols, std::size_t ld_src,
                                 float* dst, std::size_t ld_dst);

@@ -165,6 +165,44 @@ Tensor pool2d(const Tensor& x, std::int64_t kernel, std::int64_t stride, std::in
   const Shape out_shape = {s.batch, s.channels, s.out_height(), s.out_width()};
   Tensor y = channels_last ? empty_channels_last(out_shape) : Tensor::empty(out_shape);
   const bool training = grad_mode_enabled() && x.requires_grad();
+  // Channel counts that do not fill oneDNN's vector (LeNet-5's 6) pool on the native kernel
+  // (kernels/pool/), which keeps its own per-output argmax taps.
+  const bool native_max = channels_last && kind == onednn::PoolKind::max &&
+                          s.channels % onednn::blocked_layout_channels() != 0 &&
+                          s.kernel_h * s.kernel_w <= 255;
+  if (native_max) {
+    const kernels::PoolWindow w{
+        static_cast<std::size_t>(s.channels),    static_cast<std::size_t>(s.height),
+        static_cast<std::size_t>(s.width),       static_cast<std::size_t>(s.out_height()),
+        static_cast<std::size_t>(s.out_width()), static_cast<std::size_t>(s.kernel_h),
+        static_cast<std::size_t>(s.kernel_w),    static_cast<std::size_t>(s.stride_h),
+        static_cast<std::size_t>(s.stride_w),    static_cast<std::size_t>(s.pad_h),
+        static_cast<std::size_t>(s.pad_w)};
+    const std::size_t in_image = w.height * w.width * w.channels, out_image = w.out_h * w.out_w * w.channels;
+    auto argmax = std::make_shared<std::vector<std::uint8_t>>(training ? out_image * s.batch : 0);
+    const float* src = xc.data();
+    float* dst = y.data();
+    std::uint8_t* arg = training ? argmax->data() : nullptr;
+    const auto forward = native().f32_max_pool_nhwc.fn;
+    parallel_for(static_cast<std::size_t>(s.batch), 1, [&](std::size_t b, std::size_t e) {
+      for (std::size_t n = b; n < e; ++n)
+        forward(w, src + n * in_image, dst + n * out_image, arg ? arg + n * out_image : nullptr);
+    });
+    autograd::record(y, name, {x}, [s, w, argmax, in_image, out_image](const Tensor& g) {
+      const Tensor gc = channels_last_values(g);
+      Tensor dx = empty_channels_last({s.batch, s.channels, s.height, s.width});
+      const float* pg = gc.data();
+      float* pd = dx.data();
+      const std::uint8_t* pa = argmax->data();
+      const auto backward = native().f32_max_pool_nhwc_backward.fn;
+      parallel_for(static_cast<std::size_t>(s.batch), 1, [&](std::size_t b, std::size_t e) {
+        for (std::size_t n = b; n < e; ++n)
+          backward(w, pg + n * out_image, pa + n * out_image, pd + n * in_image);
+      });
+      return std::vector<Tensor>{dx};
+    });
+    return y;
+  }
   auto workspace =
       std::make_shared<std::vector<unsigned char>>(training ? onednn::pool2d_workspace_bytes(s) : 0);
   onednn::pool2d_forward(s, xc.data(), y.data(), workspace->empty() ? nullptr : workspace->data());
