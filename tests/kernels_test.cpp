@@ -84,6 +84,51 @@ TEST(Kernels, F32TransposeMatchesReference) {
   });
 }
 
+// Channels-last max pooling: values and argmax taps bit-equal to the reference, for channel
+// counts around the vector width, padded and overlapping windows, and NaN (which wins and stays).
+TEST(Kernels, F32MaxPoolNhwcMatchesReference) {
+  const auto reference = f32_max_pool_nhwc_variants().back().fn;
+  struct Geometry {
+    std::size_t height, width, kernel, stride, pad;
+  };
+  const Geometry geometries[] = {
+      {6, 8, 2, 2, 0}, {7, 7, 3, 2, 1}, {5, 5, 3, 1, 1}, {9, 4, 3, 3, 0}, {1, 1, 1, 1, 0}};
+  for_each_runnable(f32_max_pool_nhwc_variants(), [&](MaxPoolNhwcFn fn) {
+    for (std::size_t channels : {1, 3, 6, 7, 8, 9, 15, 16, 17}) {
+      for (const Geometry& g : geometries) {
+        const PoolWindow w{channels,
+                           g.height,
+                           g.width,
+                           (g.height + 2 * g.pad - g.kernel) / g.stride + 1,
+                           (g.width + 2 * g.pad - g.kernel) / g.stride + 1,
+                           g.kernel,
+                           g.kernel,
+                           g.stride,
+                           g.stride,
+                           g.pad,
+                           g.pad};
+        auto src = random_values(g.height * g.width * channels,
+                                 static_cast<unsigned>(channels * 7 + g.height), false);
+        src.resize(g.height * g.width *
+                   channels);  // exact size: loads past the image would be caught by ASan
+        if (src.size() > 5) src[5] = std::numeric_limits<float>::quiet_NaN();
+        const std::size_t outputs = w.out_h * w.out_w * channels;
+        std::vector<float> want(outputs), got(outputs);
+        std::vector<std::uint8_t> want_arg(outputs), got_arg(outputs);
+        reference(w, src.data(), want.data(), want_arg.data());
+        fn(w, src.data(), got.data(), got_arg.data());
+        for (std::size_t i = 0; i < outputs; ++i) {
+          ASSERT_TRUE(same_bits_or_both_nan(got[i], want[i])) << "channels " << channels << " output " << i;
+          ASSERT_EQ(got_arg[i], want_arg[i]) << "channels " << channels << " output " << i;
+        }
+        std::vector<float> no_arg(outputs);
+        fn(w, src.data(), no_arg.data(), nullptr);
+        for (std::size_t i = 0; i < outputs; ++i) ASSERT_TRUE(same_bits_or_both_nan(no_arg[i], want[i]));
+      }
+    }
+  });
+}
+
 TEST(Kernels, F32MulMatchesReference) { check_binary(f32_mul_variants(), f32_mul_variants().back().fn); }
 
 TEST(Kernels, F32ReluMatchesReference) {

@@ -101,15 +101,18 @@ CPUDL_AVX2_VARIANTS(f32_quantize_u8, F32QuantizeU8Fn)
 CPUDL_AVX2_VARIANTS(f32_transpose, F32TransposeFn)
 #undef CPUDL_AVX2_VARIANTS
 
-// Memory-bound loops the compiler vectorises well enough at the baseline: the reference only.
-#define CPUDL_REFERENCE_ONLY(kernel, Fn)                                                     \
-  const std::vector<KernelVariant<Fn>>& kernel##_variants() {                                \
-    static const std::vector<KernelVariant<Fn>> v = {CPUDL_VARIANT(generic, kernel##__ref)}; \
-    return v;                                                                                \
-  }
-CPUDL_REFERENCE_ONLY(f32_max_pool_nhwc, MaxPoolNhwcFn)
-CPUDL_REFERENCE_ONLY(f32_max_pool_nhwc_backward, MaxPoolNhwcBackwardFn)
-#undef CPUDL_REFERENCE_ONLY
+// Channels-last max pooling: AVX2 forward (AVX-512 would only widen a memory-bound loop); the
+// backward scatter is a memset and one add per output, the reference does it.
+const std::vector<KernelVariant<MaxPoolNhwcFn>>& f32_max_pool_nhwc_variants() {
+  static const std::vector<KernelVariant<MaxPoolNhwcFn>> v = {CPUDL_VARIANT(avx2, f32_max_pool_nhwc__avx2),
+                                                              CPUDL_VARIANT(generic, f32_max_pool_nhwc__ref)};
+  return v;
+}
+const std::vector<KernelVariant<MaxPoolNhwcBackwardFn>>& f32_max_pool_nhwc_backward_variants() {
+  static const std::vector<KernelVariant<MaxPoolNhwcBackwardFn>> v = {
+      CPUDL_VARIANT(generic, f32_max_pool_nhwc_backward__ref)};
+  return v;
+}
 
 const std::vector<KernelVariant<FmaProbeFn>>& int8_dot_probe_variants() {
   static const std::vector<KernelVariant<FmaProbeFn>> v = {

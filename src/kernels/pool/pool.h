@@ -1,7 +1,8 @@
 // Max pooling on channels-last images, for the channel counts oneDNN's NHWC pooling handles
 // badly: its AVX2 kernel works in blocks of 8 channels and took 19 ms forward and 18 ms backward
-// for LeNet-5's 6-channel 2x2 pooling of a batch of 256; with this loop the whole LeNet-5
-// training step went from 63 to 34 ms (`cpudl bench model --model lenet5 --train`, 1 thread).
+// for LeNet-5's 6-channel 2x2 pooling of a batch of 256 (its partial blocks use VMASKMOVPS,
+// microcoded on AMD Zen); with these kernels the whole LeNet-5 training step went from 63 to
+// 30 ms (`cpudl bench model --model lenet5 --train`, 1 thread).
 // Channel counts that fill the vector stay on oneDNN.
 #pragma once
 
@@ -16,6 +17,7 @@ namespace cpudl::kernels {
   void f32_max_pool_nhwc_backward__##isa(const PoolWindow& w, const float* diff_dst,                      \
                                          const std::uint8_t* argmax, float* diff_src);
 CPUDL_DECLARE_POOL(ref)
+void f32_max_pool_nhwc__avx2(const PoolWindow& w, const float* src, float* dst, std::uint8_t* argmax);
 #undef CPUDL_DECLARE_POOL
 
 }  // namespace cpudl::kernels
