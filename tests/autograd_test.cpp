@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <functional>
+#include <map>
 
 #include "cpudl/autograd.h"
 #include "cpudl/error.h"
@@ -306,6 +307,29 @@ TEST(Autograd, ChannelsLastPoolingMatchesRowMajor) {
     EXPECT_EQ(values[0], values[1]);
     EXPECT_EQ(grads[0], grads[1]);
   }
+}
+
+// CPUDL_PROFILE's table: each op's forward once with the FLOPs of its dense work, each node's
+// backward, the optimiser step, and composite ops charged once (mse_loss, not its sub and mul).
+TEST(Autograd, OpProfileChargesEachOpOnce) {
+  Tensor w = randn({4, 3, 3, 3}, 180, 0.5f);
+  w.set_requires_grad(true);
+  const Tensor x = randn({2, 3, 6, 6}, 181);
+  enable_op_profile(true);
+  reset_op_profile();
+  const Tensor y = conv2d(x, w, Tensor(), {1, 1, 1, 1});
+  mse_loss(y, Tensor::zeros(y.shape())).backward();
+  enable_op_profile(false);
+  std::map<std::string, OpTime> by;
+  for (const OpTime& t : op_profile()) by[t.phase + " " + t.op] = t;
+  reset_op_profile();
+  ASSERT_TRUE(by.count("forward conv2d"));
+  EXPECT_EQ(by["forward conv2d"].calls, 1);
+  EXPECT_DOUBLE_EQ(by["forward conv2d"].flops, 2.0 * 2 * 4 * 6 * 6 * 3 * 3 * 3);
+  EXPECT_EQ(by["backward conv2d"].calls, 1);
+  EXPECT_EQ(by["forward mse_loss"].calls, 1);
+  EXPECT_EQ(by.count("forward sub") + by.count("forward mul"), 0u) << "nested ops charged twice";
+  for (const auto& [key, t] : by) EXPECT_GE(t.seconds, 0.0) << key;
 }
 
 TEST(Autograd, Normalisation) {

@@ -6,6 +6,7 @@
 #include "cpudl/autograd.h"
 #include "cpudl/error.h"
 #include "cpudl/ops.h"
+#include "ops/op_profile.h"
 
 namespace cpudl {
 
@@ -23,6 +24,7 @@ class FunctionNode final : public Node {
       throw Error(
           "backward through " + name() +
           " a second time: its saved tensors were freed (pass retain_graph=true to the first backward)");
+    profiling::Scope profile(name().c_str(), "backward");
     return fn_(grad);
   }
   void release() override { fn_ = nullptr; }
@@ -106,7 +108,8 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
     throw Error("backward(): gradient of shape " + shape_text(seed.shape()) + " for a tensor of shape " +
                 shape_text(shape()));
   }
-  NoGradGuard no_grad;  // the backward pass itself is not recorded (no double backward)
+  NoGradGuard no_grad;             // the backward pass itself is not recorded (no double backward)
+  profiling::BackwardPhase phase;  // ops the engine runs itself (gradient sums) count as backward
   const std::shared_ptr<Node> root = gradient_edge(*this);
 
   // Count, for every node reachable from the root, how many edges lead into it.

@@ -44,11 +44,14 @@ int run_model_bench(const ModelBenchOptions& o) {
   Generator gen(0);
   const Tensor x = Tensor::rand({o.batch, channels, size, size}, gen);
   Tensor labels = Tensor::empty({o.batch}, DType::i64);
-  for (std::int64_t i = 0; i < o.batch; ++i) labels.data_as<std::int64_t>()[i] = static_cast<std::int64_t>(gen.next_u64() % classes);
+  for (std::int64_t i = 0; i < o.batch; ++i)
+    labels.data_as<std::int64_t>()[i] = static_cast<std::int64_t>(gen.next_u64() % classes);
 
   std::unique_ptr<optim::Optimizer> optimizer;
-  if (o.optimizer == "sgd") optimizer = std::make_unique<optim::Sgd>(model->parameters(), optim::SgdOptions{0.01f, 0.9f});
-  else optimizer = std::make_unique<optim::Adam>(model->parameters(), optim::AdamOptions{});
+  if (o.optimizer == "sgd")
+    optimizer = std::make_unique<optim::Sgd>(model->parameters(), optim::SgdOptions{0.01f, 0.9f});
+  else
+    optimizer = std::make_unique<optim::Adam>(model->parameters(), optim::AdamOptions{});
   auto step = [&] {
     if (o.train) {
       optimizer->zero_grad();
@@ -66,6 +69,7 @@ int run_model_bench(const ModelBenchOptions& o) {
   const double forward = forward_flops();
   const double flops = o.train ? 3 * forward : forward;
   step();
+  reset_op_profile();  // the profile covers the timed steps only
   std::vector<double> seconds;
   for (int i = 0; i < o.steps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -77,6 +81,7 @@ int run_model_bench(const ModelBenchOptions& o) {
   const int threads = runtime().threads.threads;
   const double roof = measure_compute_roof(ComputeRoof::fp32_fma, threads, 0.3).gops;
   const double gflops = flops / median / 1e9;
+  if (op_profiling_enabled()) print_op_profile(o.steps, roof);
   if (o.json) {
     std::printf("%s\n", nlohmann::ordered_json{{"model", o.model},
                                                {"mode", o.train ? "train" : "inference"},
@@ -94,11 +99,12 @@ int run_model_bench(const ModelBenchOptions& o) {
                             .c_str());
     return 0;
   }
-  std::printf("%s %s, batch %lld at %lldx%lld, %d threads: %.0f images/s, %.2f ms/step, %.2f GFLOP/step, "
-              "%.1f GFLOP/s = %.0f%% of the fp32 FMA roof (%.0f GFLOP/s measured now)\n",
-              o.model.c_str(), o.train ? ("training (" + o.optimizer + ")").c_str() : "inference",
-              static_cast<long long>(o.batch), static_cast<long long>(size), static_cast<long long>(size), threads,
-              static_cast<double>(o.batch) / median, median * 1e3, flops / 1e9, gflops, 100 * gflops / roof, roof);
+  std::printf(
+      "%s %s, batch %lld at %lldx%lld, %d threads: %.0f images/s, %.2f ms/step, %.2f GFLOP/step, "
+      "%.1f GFLOP/s = %.0f%% of the fp32 FMA roof (%.0f GFLOP/s measured now)\n",
+      o.model.c_str(), o.train ? ("training (" + o.optimizer + ")").c_str() : "inference",
+      static_cast<long long>(o.batch), static_cast<long long>(size), static_cast<long long>(size), threads,
+      static_cast<double>(o.batch) / median, median * 1e3, flops / 1e9, gflops, 100 * gflops / roof, roof);
   return 0;
 }
 
@@ -106,16 +112,21 @@ int run_model_bench(const ModelBenchOptions& o) {
 
 void add_bench_model_command(CLI::App& bench, Action& action) {
   auto o = std::make_shared<ModelBenchOptions>();
-  CLI::App* m = bench.add_subcommand("model", "A zoo model's inference or training step: images/s, GFLOP/s, % of peak");
+  CLI::App* m =
+      bench.add_subcommand("model", "A zoo model's inference or training step: images/s, GFLOP/s, % of peak");
   m->add_option("--model", o->model, "simplecnn, lenet5, mlp or resnet18 (default simplecnn)");
   m->add_option("--batch", o->batch, "Batch size (default 64)")->check(CLI::Range(1, 1 << 16));
-  m->add_flag("--train", o->train, "Time a training step (forward, backward, optimiser) instead of inference");
+  m->add_flag("--train", o->train,
+              "Time a training step (forward, backward, optimiser) instead of inference");
   m->add_option("--optimizer", o->optimizer, "adam (default) or sgd (momentum 0.9) for --train");
-  m->add_option("--image-size", o->image_size, "resnet18 input size (default 32)")->check(CLI::Range(8, 1024));
+  m->add_option("--image-size", o->image_size, "resnet18 input size (default 32)")
+      ->check(CLI::Range(8, 1024));
   m->add_flag("--cifar-stem", o->cifar_stem, "resnet18 with a 3x3 stride-1 first conv and no max pooling");
   m->add_option("--classes", o->classes, "Output classes (default 10)")->check(CLI::Range(2, 100000));
-  m->add_option("--steps", o->steps, "Timed steps after two warm-up steps (default 20)")->check(CLI::Range(1, 100000));
-  m->add_option("--threads", o->threads, "Compute threads (default: usable physical cores)")->check(CLI::Range(1, 4096));
+  m->add_option("--steps", o->steps, "Timed steps after two warm-up steps (default 20)")
+      ->check(CLI::Range(1, 100000));
+  m->add_option("--threads", o->threads, "Compute threads (default: usable physical cores)")
+      ->check(CLI::Range(1, 4096));
   m->add_flag("--json", o->json, "One JSON object");
   m->callback([&action, o] {
     action = [o] {

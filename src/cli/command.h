@@ -2,6 +2,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <cstdlib>
 #include <functional>
 #include <string>
@@ -13,6 +14,10 @@ namespace cpudl::cli {
 inline void use_threads(int threads) {
   if (threads > 0) setenv("CPUDL_THREADS", std::to_string(threads).c_str(), 1);
 }
+
+// Under CPUDL_PROFILE=1: the eager engine's time per op (ops.h: op_profile()) to stderr, per
+// step when `steps` > 0; % of peak when `roof_gflops` > 0.
+void print_op_profile(std::int64_t steps, double roof_gflops);
 
 // Set by the subcommand that was parsed; returns the process exit code.
 using Action = std::function<int()>;

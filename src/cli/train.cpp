@@ -9,6 +9,7 @@
 
 #include "cli/command.h"
 #include "cpudl/error.h"
+#include "cpudl/ops.h"
 #include "cpudl/runtime.h"
 #include "train/trainer.h"
 
@@ -123,6 +124,7 @@ int run_train(TrainOptions& o) {
         s.images_per_second, 100 * s.test_accuracy, static_cast<double>(s.peak_memory_bytes) / (1 << 20),
         o.out.c_str());
   }
+  if (op_profiling_enabled()) print_op_profile(0, 0.0);  // training and evaluation passes together
   return 0;
 }
 

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "ops/op_helpers.h"
+#include "ops/op_profile.h"
 
 namespace cpudl {
 using namespace ops_detail;
@@ -14,6 +15,7 @@ namespace {
 template <class Scalar>
 Tensor broadcast_binary(const Tensor& a, const Tensor& b, kernels::F32BinaryFn kernel, Scalar op,
                         const char* name) {
+  profiling::Scope profile(name);
   require_f32(a, name, "first operand");
   require_f32(b, name, "second operand");
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
@@ -95,6 +97,7 @@ Tensor mul(const Tensor& a, float b) { return mul(a, Tensor::scalar(b)); }
 Tensor neg(const Tensor& a) { return mul(a, -1.0f); }
 
 void add_(const Tensor& a, const Tensor& b) {
+  profiling::Scope profile("add_");
   require_f32(a, "add_", "destination");
   require_f32(b, "add_", "source");
   if (broadcast_shapes(a.shape(), b.shape(), "add_") != a.shape())
@@ -116,6 +119,7 @@ void add_(const Tensor& a, const Tensor& b) {
 // ---- unary
 
 Tensor exp(const Tensor& x) {
+  profiling::Scope profile("exp");
   require_f32(x, "exp", "input");
   Tensor out = map_contiguous(x, native().f32_exp.fn);
   const Tensor y = detached(out);
@@ -124,6 +128,7 @@ Tensor exp(const Tensor& x) {
 }
 
 Tensor log(const Tensor& x) {
+  profiling::Scope profile("log");
   require_f32(x, "log", "input");
   Tensor out = map_contiguous(x, native().f32_log.fn);
   const Tensor xv = detached(x);
@@ -132,6 +137,7 @@ Tensor log(const Tensor& x) {
 }
 
 Tensor sqrt(const Tensor& x) {
+  profiling::Scope profile("sqrt");
   require_f32(x, "sqrt", "input");
   Tensor out = map_contiguous(x, [](const float* in, float* o, std::size_t n) {
     for (std::size_t i = 0; i < n; ++i) o[i] = std::sqrt(in[i]);
@@ -143,6 +149,7 @@ Tensor sqrt(const Tensor& x) {
 }
 
 Tensor pow(const Tensor& x, float p) {
+  profiling::Scope profile("pow");
   require_f32(x, "pow", "input");
   Tensor out = map_contiguous(x, [p](const float* in, float* o, std::size_t n) {
     for (std::size_t i = 0; i < n; ++i) o[i] = std::pow(in[i], p);
@@ -156,6 +163,7 @@ Tensor pow(const Tensor& x, float p) {
 }
 
 Tensor clamp(const Tensor& x, std::optional<float> lo, std::optional<float> hi) {
+  profiling::Scope profile("clamp");
   require_f32(x, "clamp", "input");
   const float l = lo.value_or(-INFINITY), h = hi.value_or(INFINITY);
   Tensor out = map_contiguous(x, [l, h](const float* in, float* o, std::size_t n) {
@@ -179,6 +187,7 @@ Tensor activation(const Tensor& x, const char* name,
                   const kernels::KernelVariant<kernels::F32UnaryFn>& forward,
                   const kernels::KernelVariant<kernels::F32UnaryBackwardFn>& backward,
                   bool backward_uses_output) {
+  profiling::Scope profile(name);
   require_f32(x, name, "input");
   Tensor out = map_contiguous(x, forward.fn);
   const Tensor saved =
@@ -211,6 +220,7 @@ Tensor tanh(const Tensor& x) {
 }
 
 Tensor leaky_relu(const Tensor& x, float slope) {
+  profiling::Scope profile("leaky_relu");
   require_f32(x, "leaky_relu", "input");
   Tensor out = map_contiguous(x, [slope](const float* in, float* o, std::size_t n) {
     for (std::size_t i = 0; i < n; ++i) o[i] = in[i] > 0.0f ? in[i] : in[i] * slope;

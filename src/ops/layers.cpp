@@ -5,6 +5,7 @@
 
 #include "onednn/dense.h"
 #include "ops/op_helpers.h"
+#include "ops/op_profile.h"
 #include "tensor/layout.h"
 
 namespace cpudl {
@@ -71,6 +72,7 @@ CroppedKernel crop_dead_taps(const onednn::ConvShape& s) {
 }  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& o) {
+  profiling::Scope profile("conv2d");
   require_4d(x, "conv2d");
   require_f32(weight, "conv2d", "weight");
   if (weight.dim() != 4)
@@ -149,6 +151,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
 namespace {
 Tensor pool2d(const Tensor& x, std::int64_t kernel, std::int64_t stride, std::int64_t padding,
               onednn::PoolKind kind, const char* name) {
+  profiling::Scope profile(name);
   require_4d(x, name);
   onednn::PoolShape s;
   s.batch = x.size(0), s.channels = x.size(1), s.height = x.size(2), s.width = x.size(3);
@@ -231,6 +234,7 @@ Tensor avg_pool2d(const Tensor& x, std::int64_t kernel, std::int64_t stride, std
 
 // PyTorch's bins: output i averages input [floor(i*in/out), ceil((i+1)*in/out)).
 Tensor adaptive_avg_pool2d(const Tensor& x, std::int64_t out_h, std::int64_t out_w) {
+  profiling::Scope profile("adaptive_avg_pool2d");
   require_4d(x, "adaptive_avg_pool2d");
   if (out_h < 1 || out_w < 1) throw Error("adaptive_avg_pool2d: output size must be positive");
   const std::int64_t n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
@@ -270,6 +274,7 @@ Tensor adaptive_avg_pool2d(const Tensor& x, std::int64_t out_h, std::int64_t out
 
 Tensor batch_norm2d(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                     const Tensor& weight, const Tensor& bias, bool training, float momentum, float eps) {
+  profiling::Scope profile("batch_norm2d");
   require_4d(x, "batch_norm2d");
   const std::int64_t c = x.size(1);
   auto check_channel = [&](const Tensor& t, const char* what) {
@@ -337,6 +342,7 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& running_mean, const Tensor& r
 
 Tensor layer_norm(const Tensor& x, std::int64_t normalized_dims, const Tensor& weight, const Tensor& bias,
                   float eps) {
+  profiling::Scope profile("layer_norm");
   require_f32(x, "layer_norm", "input");
   if (normalized_dims < 1 || normalized_dims > x.dim())
     throw Error("layer_norm: cannot normalise the last " + std::to_string(normalized_dims) + " dims of " +
@@ -371,6 +377,7 @@ Tensor layer_norm(const Tensor& x, std::int64_t normalized_dims, const Tensor& w
 }
 
 Tensor dropout(const Tensor& x, float p, bool training, Generator& gen) {
+  profiling::Scope profile("dropout");
   require_f32(x, "dropout", "input");
   if (p < 0.0f || p > 1.0f) throw Error("dropout: probability " + std::to_string(p) + " is not in [0, 1]");
   if (!training || p == 0.0f) return x;
@@ -381,6 +388,7 @@ Tensor dropout(const Tensor& x, float p, bool training, Generator& gen) {
 }
 
 Tensor embedding(const Tensor& indices, const Tensor& weight) {
+  profiling::Scope profile("embedding");
   require_f32(weight, "embedding", "weight");
   if (weight.dim() != 2)
     throw Error("embedding: weight of shape " + shape_text(weight.shape()) + ", expected [num, dim]");
@@ -415,6 +423,7 @@ Tensor embedding(const Tensor& indices, const Tensor& weight) {
 }
 
 Tensor concat(const std::vector<Tensor>& tensors, std::int64_t dim) {
+  profiling::Scope profile("concat");
   if (tensors.empty()) throw Error("concat: no tensors");
   const Shape& first = tensors[0].shape();
   const std::int64_t d = normalize_dim(dim, static_cast<std::int64_t>(first.size()));

@@ -1,6 +1,7 @@
 // matmul and linear on oneDNN (src/onednn/), with their backward passes.
 #include "onednn/dense.h"
 #include "ops/op_helpers.h"
+#include "ops/op_profile.h"
 
 namespace cpudl {
 using namespace ops_detail;
@@ -23,6 +24,7 @@ void batched_matmul(const float* a, const float* b, float* c, std::int64_t batch
 }  // namespace
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  profiling::Scope profile("matmul");
   require_f32(a_in, "matmul", "first operand");
   require_f32(b_in, "matmul", "second operand");
   if (a_in.dim() == 0 || b_in.dim() == 0) throw Error("matmul: operands must have at least one dimension");
@@ -73,6 +75,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  profiling::Scope profile("linear");
   require_f32(x, "linear", "input");
   require_f32(weight, "linear", "weight");
   if (weight.dim() != 2)

@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "ops/op_helpers.h"
+#include "ops/op_profile.h"
 
 namespace cpudl {
 using namespace ops_detail;
@@ -51,6 +52,7 @@ Tensor rows_last(const Tensor& x, const ReducePlan& p) {
 }  // namespace
 
 Tensor sum(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim) {
+  profiling::Scope profile("sum");
   require_f32(x, "sum", "input");
   const ReducePlan p = plan(x.shape(), std::move(dims));
   const Tensor xr = rows_last(x, p);
@@ -83,12 +85,14 @@ Tensor sum(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim) {
 }
 
 Tensor mean(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim) {
+  profiling::Scope profile("mean");
   const ReducePlan p = plan(x.shape(), dims);
   return mul(sum(x, std::move(dims), keepdim), 1.0f / static_cast<float>(std::max<std::int64_t>(p.cols, 1)));
 }
 
 Tensor sum_to(const Tensor& x, const Shape& shape) {
   if (x.shape() == shape) return x;
+  profiling::Scope profile("sum_to");
   const Shape& from = x.shape();
   if (shape.size() > from.size())
     throw Error("sum_to: cannot reduce " + shape_text(from) + " to " + shape_text(shape));
@@ -129,6 +133,7 @@ std::pair<Tensor, std::vector<std::int64_t>> max_along(const Tensor& x, std::int
 }  // namespace
 
 Tensor max(const Tensor& x, std::int64_t dim, bool keepdim) {
+  profiling::Scope profile("max");
   require_f32(x, "max", "input");
   Shape keep_shape;
   auto [values, index] = max_along(x, dim, keepdim, &keep_shape);
@@ -152,6 +157,7 @@ Tensor max(const Tensor& x, std::int64_t dim, bool keepdim) {
 }
 
 Tensor argmax(const Tensor& x, std::int64_t dim, bool keepdim) {
+  profiling::Scope profile("argmax");
   require_f32(x, "argmax", "input");
   auto [values, index] = max_along(x, dim, keepdim, nullptr);
   return Tensor::from_buffer(index.data(), values.shape(), DType::i64);

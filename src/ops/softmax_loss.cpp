@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "ops/op_helpers.h"
+#include "ops/op_profile.h"
 
 namespace cpudl {
 using namespace ops_detail;
@@ -39,6 +40,7 @@ Tensor restore(const Tensor& rows_out, const LastDim& l, const Shape& shape) {
 
 Tensor softmax_family(const Tensor& x, std::int64_t dim, bool log) {
   const char* name = log ? "log_softmax" : "softmax";
+  profiling::Scope profile(name);
   require_f32(x, name, "input");
   const LastDim l = move_last(x, dim);
   Tensor y_rows = Tensor::empty(l.rows.shape());
@@ -105,6 +107,7 @@ Tensor softmax(const Tensor& x, std::int64_t dim) { return softmax_family(x, dim
 Tensor log_softmax(const Tensor& x, std::int64_t dim) { return softmax_family(x, dim, true); }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, float label_smoothing) {
+  profiling::Scope profile("cross_entropy");
   require_f32(logits, "cross_entropy", "logits");
   if (logits.dim() != 2)
     throw Error("cross_entropy: logits of shape " + shape_text(logits.shape()) + ", expected [N, C]");
@@ -132,6 +135,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, float label_smo
 }
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target) {
+  profiling::Scope profile("nll_loss");
   require_f32(log_probs, "nll_loss", "input");
   if (log_probs.dim() != 2)
     throw Error("nll_loss: input of shape " + shape_text(log_probs.shape()) + ", expected [N, C]");
@@ -151,6 +155,7 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target) {
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target) {
+  profiling::Scope profile("mse_loss");
   if (input.shape() != target.shape())
     throw Error("mse_loss: input of shape " + shape_text(input.shape()) + " and target of shape " +
                 shape_text(target.shape()));
@@ -159,6 +164,7 @@ Tensor mse_loss(const Tensor& input, const Tensor& target) {
 }
 
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target) {
+  profiling::Scope profile("binary_cross_entropy_with_logits");
   require_f32(logits, "binary_cross_entropy_with_logits", "logits");
   require_f32(target, "binary_cross_entropy_with_logits", "target");
   if (logits.shape() != target.shape())

@@ -6,6 +6,7 @@
 #include "cpudl/error.h"
 #include "cpudl/optim.h"
 #include "kernels/dispatch.h"
+#include "ops/op_profile.h"
 #include "runtime/parallel.h"
 
 namespace cpudl::optim {
@@ -44,6 +45,7 @@ Sgd::Sgd(std::vector<Tensor> params, const SgdOptions& o) : Optimizer(std::move(
 }
 
 void Sgd::step() {
+  profiling::Scope profile("sgd_step", "optimizer");
   const auto fn = kernels::kernel_table().f32_sgd_step.fn;
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const Tensor g = gradient_of(params_[i], i);
@@ -132,6 +134,7 @@ void Adam::load_state_dict(const nn::NamedTensors& state) {
 }
 
 void Adam::step() {
+  profiling::Scope profile("adam_step", "optimizer");
   const auto fn = kernels::kernel_table().f32_adam_step.fn;
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const Tensor g = gradient_of(params_[i], i);

@@ -9,6 +9,7 @@
 #include "cpudl/autograd.h"
 #include "cpudl/error.h"
 #include "cpudl/tensor.h"
+#include "ops/op_profile.h"
 #include "tensor/strided.h"
 
 namespace cpudl {
@@ -164,6 +165,8 @@ Tensor Tensor::contiguous() const {
 }
 
 Tensor Tensor::clone() const {
+  profiling::Scope profile(
+      "copy");  // reshape of a non-viewable layout (flatten of channels-last), contiguous()
   Tensor out = empty(shape(), dtype());
   copy_strided(*this, out);
   Tensor self = *this;
