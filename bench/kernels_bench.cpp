@@ -142,22 +142,26 @@ void BM_u8s8_gemm(benchmark::State& state, bool seven_bit) {
   const int threads = threads_arg(state);
   const std::size_t k = 1024, n = 1024;
   static double roof[64] = {};
-  if (roof[threads] == 0.0) roof[threads] = cpudl::measure_compute_roof(cpudl::ComputeRoof::int8_dot, threads, 0.5).gops;
+  if (roof[threads] == 0.0)
+    roof[threads] = cpudl::measure_compute_roof(cpudl::ComputeRoof::int8_dot, threads, 0.5).gops;
   std::vector<std::uint8_t> a(m * k);
   std::vector<std::int8_t> b(k * n), shifted(m * k);
   std::vector<std::uint8_t> raw(m * k), magnitude(m * k);
   for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<std::uint8_t>(i * 31 % 256);
   // Weights over 8 bits, or 7 (--reduce-range), which takes the kernel's shorter path.
   const int levels = seven_bit ? 128 : 255, lowest = seven_bit ? -64 : -127;
-  for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<std::int8_t>(static_cast<int>(i * 17 % static_cast<std::size_t>(levels)) + lowest);
+  for (std::size_t i = 0; i < b.size(); ++i)
+    b[i] = static_cast<std::int8_t>(static_cast<int>(i * 17 % static_cast<std::size_t>(levels)) + lowest);
   std::vector<std::int8_t> packed(u8s8_packed_bytes(k, n) + 32);
-  auto* aligned = reinterpret_cast<std::int8_t*>((reinterpret_cast<std::uintptr_t>(packed.data()) + 31) / 32 * 32);
+  auto* aligned =
+      reinterpret_cast<std::int8_t*>((reinterpret_cast<std::uintptr_t>(packed.data()) + 31) / 32 * 32);
   std::vector<std::int32_t> sums(n);
   const bool seven = pack_u8s8_weights(b.data(), n, k, n, aligned, sums.data()) == U8S8WeightRange::seven_bit;
   prepare_u8s8_rows(a.data(), m, k, k, raw.data(), shifted.data(), magnitude.data(), k);
   std::vector<float> scale(n, 0.01f), c(m * n);
-  U8S8GemmArgs g{raw.data(), shifted.data(), magnitude.data(), k, m, k, 3, 0.02f, aligned, seven, sums.data(), scale.data(),
-                 true, nullptr, false, c.data(), n, 0, n};
+  U8S8GemmArgs g{raw.data(), shifted.data(), magnitude.data(), k,    m,       k,     3,        0.02f, aligned,
+                 seven,      sums.data(),    scale.data(),     true, nullptr, false, c.data(), n,     0,
+                 n};
   const U8S8GemmFn gemm = kernel_table().u8s8_gemm.fn;
   for (auto _ : state) {
     cpudl::parallel_for(n / 16, 1, threads, [&](std::size_t begin, std::size_t end) {
@@ -170,30 +174,104 @@ void BM_u8s8_gemm(benchmark::State& state, bool seven_bit) {
   }
   state.SetLabel(kernel_table().u8s8_gemm.name);
   const double ops = 2.0 * static_cast<double>(m * k * n);
-  state.counters["GOPs"] = benchmark::Counter(static_cast<double>(state.iterations()) * ops / 1e9, benchmark::Counter::kIsRate);
+  state.counters["GOPs"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * ops / 1e9, benchmark::Counter::kIsRate);
   state.counters["pct_int8_roof"] =
-      benchmark::Counter(static_cast<double>(state.iterations()) * ops / (roof[threads] * 1e9) * 100.0, benchmark::Counter::kIsRate);
+      benchmark::Counter(static_cast<double>(state.iterations()) * ops / (roof[threads] * 1e9) * 100.0,
+                         benchmark::Counter::kIsRate);
   state.counters["threads"] = threads;
 }
 
+// LeNet-5's first pooling at batch 256 (6 channels, 28x28 -> 14x14, channels-last), images split
+// over the threads as the op does; GB/s of input read + output and argmax written.
+void BM_max_pool_nhwc(benchmark::State& state) {
+  const int threads = threads_arg(state);
+  const auto channels = static_cast<std::size_t>(state.range(0));
+  const std::size_t batch = 256;
+  const PoolWindow w{channels, 28, 28, 14, 14, 2, 2, 2, 2, 0, 0};
+  const std::size_t in_image = 28 * 28 * channels, out_image = 14 * 14 * channels;
+  std::vector<float> x(batch * in_image), y(batch * out_image);
+  std::vector<std::uint8_t> arg(batch * out_image);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 7919) % 1000);
+  const MaxPoolNhwcFn fn = kernel_table().f32_max_pool_nhwc.fn;
+  for (auto _ : state) {
+    cpudl::parallel_for(batch, 1, threads, [&](std::size_t lo, std::size_t hi) {
+      for (std::size_t n = lo; n < hi; ++n)
+        fn(w, x.data() + n * in_image, y.data() + n * out_image, arg.data() + n * out_image);
+    });
+    benchmark::ClobberMemory();
+  }
+  report(state, kernel_table().f32_max_pool_nhwc.name, batch * (in_image * 4 + out_image * 5), threads);
+}
+
+// NCHW -> NHWC of SimpleCNN's activation at batch 256 ([32 x 676] per image), as
+// copy_between_channel_layouts splits it.
+void BM_transpose(benchmark::State& state) {
+  const int threads = threads_arg(state);
+  const std::size_t batch = 256, rows = 32, cols = 676;
+  std::vector<float> a(batch * rows * cols, 1.0f), b(a.size());
+  const F32TransposeFn fn = kernel_table().f32_transpose.fn;
+  for (auto _ : state) {
+    cpudl::parallel_for(batch, 1, threads, [&](std::size_t lo, std::size_t hi) {
+      for (std::size_t n = lo; n < hi; ++n)
+        fn(a.data() + n * rows * cols, rows, cols, cols, b.data() + n * rows * cols, rows);
+    });
+    benchmark::ClobberMemory();
+  }
+  report(state, kernel_table().f32_transpose.name, a.size() * 2 * sizeof(float), threads);
+}
+
 // Args: {elements, threads (0 = the pool's default)}.
-BENCHMARK_CAPTURE(BM_binary, add, PICK(f32_add))->Args({kBig, 1})->Args({kBig, 0})->Args({1 << 16, 1})->UseRealTime();
+BENCHMARK_CAPTURE(BM_binary, add, PICK(f32_add))
+    ->Args({kBig, 1})
+    ->Args({kBig, 0})
+    ->Args({1 << 16, 1})
+    ->UseRealTime();
 BENCHMARK_CAPTURE(BM_unary, relu, PICK(f32_relu))->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
 BENCHMARK_CAPTURE(BM_unary, gelu, PICK(f32_gelu))->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
 BENCHMARK_CAPTURE(BM_unary, exp, PICK(f32_exp))->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
 BENCHMARK(BM_sum)->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
+// Args: {channels, threads}.
+BENCHMARK(BM_max_pool_nhwc)->Args({6, 1})->Args({8, 1})->Args({16, 1})->Args({6, 0})->UseRealTime();
+BENCHMARK(BM_transpose)->Args({0, 1})->Args({0, 0})->UseRealTime();
 BENCHMARK(BM_adam)->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
 BENCHMARK(BM_softmax)->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
 // Args: {unused, threads}.
 // Args: {rows M, threads}.
-BENCHMARK_CAPTURE(BM_u8s8_gemm, weights_8bit, false)->Args({1, 1})->Args({64, 1})->Args({64, 0})->UseRealTime();
-BENCHMARK_CAPTURE(BM_u8s8_gemm, weights_7bit, true)->Args({1, 1})->Args({64, 1})->Args({64, 0})->UseRealTime();
-BENCHMARK_CAPTURE(BM_weight_matvec, f32, cpudl::llm::GgmlType::f32, "f32_f32_matmul")->Args({0, 1})->Args({0, 0})->UseRealTime();
-BENCHMARK_CAPTURE(BM_weight_matvec, f16, cpudl::llm::GgmlType::f16, "f16_f32_matmul")->Args({0, 1})->Args({0, 0})->UseRealTime();
-BENCHMARK_CAPTURE(BM_weight_matvec, q8_0, cpudl::llm::GgmlType::q8_0, "q8_0_q8a_matmul")->Args({0, 1})->Args({0, 0})->UseRealTime();
-BENCHMARK_CAPTURE(BM_weight_matvec, q4_0, cpudl::llm::GgmlType::q4_0, "q4_0_q8a_matmul")->Args({0, 1})->Args({0, 0})->UseRealTime();
-BENCHMARK_CAPTURE(BM_weight_matvec, q4_k, cpudl::llm::GgmlType::q4_k, "q4_k_q8_k_matmul")->Args({0, 1})->Args({0, 0})->UseRealTime();
-BENCHMARK_CAPTURE(BM_weight_matvec, q6_k, cpudl::llm::GgmlType::q6_k, "q6_k_q8_k_matmul")->Args({0, 1})->Args({0, 0})->UseRealTime();
+BENCHMARK_CAPTURE(BM_u8s8_gemm, weights_8bit, false)
+    ->Args({1, 1})
+    ->Args({64, 1})
+    ->Args({64, 0})
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_u8s8_gemm, weights_7bit, true)
+    ->Args({1, 1})
+    ->Args({64, 1})
+    ->Args({64, 0})
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_weight_matvec, f32, cpudl::llm::GgmlType::f32, "f32_f32_matmul")
+    ->Args({0, 1})
+    ->Args({0, 0})
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_weight_matvec, f16, cpudl::llm::GgmlType::f16, "f16_f32_matmul")
+    ->Args({0, 1})
+    ->Args({0, 0})
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_weight_matvec, q8_0, cpudl::llm::GgmlType::q8_0, "q8_0_q8a_matmul")
+    ->Args({0, 1})
+    ->Args({0, 0})
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_weight_matvec, q4_0, cpudl::llm::GgmlType::q4_0, "q4_0_q8a_matmul")
+    ->Args({0, 1})
+    ->Args({0, 0})
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_weight_matvec, q4_k, cpudl::llm::GgmlType::q4_k, "q4_k_q8_k_matmul")
+    ->Args({0, 1})
+    ->Args({0, 0})
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_weight_matvec, q6_k, cpudl::llm::GgmlType::q6_k, "q6_k_q8_k_matmul")
+    ->Args({0, 1})
+    ->Args({0, 0})
+    ->UseRealTime();
 
 }  // namespace
 
