@@ -204,6 +204,35 @@ void BM_max_pool_nhwc(benchmark::State& state) {
   report(state, kernel_table().f32_max_pool_nhwc.name, batch * (in_image * 4 + out_image * 5), threads);
 }
 
+// SimpleCNN's first-layer weight gradient at batch 256 (1 -> 32 channels, 3x3, 28x28), images split
+// over the threads as the op does; GFLOP/s (2 x multiply-adds) and % of the fp32 FMA roof.
+void BM_conv_backward_weights_nhwc(benchmark::State& state) {
+  const int threads = threads_arg(state);
+  const std::size_t batch = 256, oc = 32;
+  const ConvWindow w{1, 28, 28, oc, 26, 26, 3, 3, 1, 1, 0, 0, 1, 1};
+  std::vector<float> x(batch * 28 * 28, 0.5f), dy(batch * 26 * 26 * oc, 0.25f);
+  std::vector<float> dw(static_cast<std::size_t>(threads) * 10 * oc, 0.0f);
+  const ConvBackwardWeightsFn fn = kernel_table().f32_conv_backward_weights_nhwc.fn;
+  for (auto _ : state) {
+    cpudl::parallel_for(static_cast<std::size_t>(threads), 1, threads, [&](std::size_t lo, std::size_t hi) {
+      for (std::size_t part = lo; part < hi; ++part)
+        for (std::size_t n = batch * part / threads; n < batch * (part + 1) / threads; ++n)
+          fn(w, x.data() + n * 28 * 28, dy.data() + n * 26 * 26 * oc, dw.data() + part * 10 * oc,
+             dw.data() + part * 10 * oc + 9 * oc);
+    });
+    benchmark::ClobberMemory();
+  }
+  const double flops = 2.0 * batch * 26 * 26 * oc * 9;
+  state.SetLabel(kernel_table().f32_conv_backward_weights_nhwc.name);
+  state.counters["GFLOPs"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * flops / 1e9, benchmark::Counter::kIsRate);
+  state.counters["pct_fp32_roof"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * flops / 1e9 /
+          cpudl::measure_compute_roof(cpudl::ComputeRoof::fp32_fma, threads, 0.2).gops * 100,
+      benchmark::Counter::kIsRate);
+  state.counters["threads"] = threads;
+}
+
 // NCHW -> NHWC of SimpleCNN's activation at batch 256 ([32 x 676] per image), as
 // copy_between_channel_layouts splits it.
 void BM_transpose(benchmark::State& state) {
@@ -233,6 +262,7 @@ BENCHMARK_CAPTURE(BM_unary, exp, PICK(f32_exp))->Args({kBig, 1})->Args({kBig, 0}
 BENCHMARK(BM_sum)->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
 // Args: {channels, threads}.
 BENCHMARK(BM_max_pool_nhwc)->Args({6, 1})->Args({8, 1})->Args({16, 1})->Args({6, 0})->UseRealTime();
+BENCHMARK(BM_conv_backward_weights_nhwc)->Args({0, 1})->Args({0, 0})->UseRealTime();
 BENCHMARK(BM_transpose)->Args({0, 1})->Args({0, 0})->UseRealTime();
 BENCHMARK(BM_adam)->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
 BENCHMARK(BM_softmax)->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();

@@ -7,6 +7,7 @@
 #include <limits>
 #include <random>
 
+#include "kernels/conv/conv.h"
 #include "kernels/dispatch.h"
 #include "runtime/parallel.h"
 
@@ -125,6 +126,44 @@ TEST(Kernels, F32MaxPoolNhwcMatchesReference) {
         fn(w, src.data(), no_arg.data(), nullptr);
         for (std::size_t i = 0; i < outputs; ++i) ASSERT_TRUE(same_bits_or_both_nan(no_arg[i], want[i]));
       }
+    }
+  });
+}
+
+// Few-input-channel weight gradients: every variant against the reference loop (to float
+// rounding: the variants sum in a different order), over channel counts around the vector
+// width, padding, stride and dilation; scratch lanes past OC are never read back.
+TEST(Kernels, F32ConvBackwardWeightsNhwcMatchesReference) {
+  const auto reference = f32_conv_backward_weights_nhwc_variants().back().fn;
+  struct Case {
+    std::size_t ic, h, w, oc, k, stride, pad, dilation;
+  };
+  const Case cases[] = {{1, 28, 28, 32, 3, 1, 0, 1}, {1, 28, 28, 6, 5, 1, 2, 1}, {3, 9, 7, 16, 3, 2, 1, 1},
+                        {2, 6, 6, 33, 3, 1, 1, 2},   {4, 5, 8, 8, 1, 1, 0, 1},   {3, 7, 7, 70, 7, 2, 3, 1},
+                        {1, 1, 1, 5, 3, 1, 1, 1}};
+  for_each_runnable(f32_conv_backward_weights_nhwc_variants(), [&](ConvBackwardWeightsFn fn) {
+    for (const Case& c : cases) {
+      SCOPED_TRACE("ic " + std::to_string(c.ic) + " oc " + std::to_string(c.oc) + " k " +
+                   std::to_string(c.k));
+      const std::size_t oh = (c.h + 2 * c.pad - c.dilation * (c.k - 1) - 1) / c.stride + 1;
+      const std::size_t ow = (c.w + 2 * c.pad - c.dilation * (c.k - 1) - 1) / c.stride + 1;
+      const ConvWindow win{c.ic, c.h,      c.w,      c.oc,  oh,    ow,         c.k,
+                           c.k,  c.stride, c.stride, c.pad, c.pad, c.dilation, c.dilation};
+      auto x = random_values(c.h * c.w * c.ic, static_cast<unsigned>(c.oc), false);
+      auto dy = random_values(oh * ow * c.oc, static_cast<unsigned>(c.oc + 1), false);
+      x.resize(c.h * c.w * c.ic);  // exact sizes: ASan catches reads past either
+      dy.resize(oh * ow * c.oc);
+      const std::size_t pad = conv_padded_channels(c.oc), taps = c.k * c.k * c.ic;
+      std::vector<float> want_w(taps * pad, 0.5f), got_w(taps * pad, 0.5f), want_b(pad, 0.25f),
+          got_b(pad, 0.25f);
+      reference(win, x.data(), dy.data(), want_w.data(), want_b.data());
+      fn(win, x.data(), dy.data(), got_w.data(), got_b.data());
+      for (std::size_t t = 0; t < taps; ++t)
+        for (std::size_t o = 0; o < c.oc; ++o)
+          ASSERT_NEAR(got_w[t * pad + o], want_w[t * pad + o], 1e-3f * (1 + std::fabs(want_w[t * pad + o])))
+              << "tap " << t << " channel " << o;
+      for (std::size_t o = 0; o < c.oc; ++o)
+        ASSERT_NEAR(got_b[o], want_b[o], 1e-3f * (1 + std::fabs(want_b[o])));
     }
   });
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "kernels/conv/conv.h"
 #include "kernels/eltwise/eltwise.h"
 #include "kernels/gemm/gemm.h"
 #include "kernels/int8/int8.h"
@@ -99,6 +100,8 @@ CPUDL_AVX2_VARIANTS(f32_min_max, F32MinMaxFn)
 CPUDL_AVX2_VARIANTS(f32_quantize_u8, F32QuantizeU8Fn)
 // A memory-bound transpose: AVX-512 registers would not move memory faster.
 CPUDL_AVX2_VARIANTS(f32_transpose, F32TransposeFn)
+// Few-input-channel weight gradients: AVX2 (an AVX-512 variant is not written: untestable here).
+CPUDL_AVX2_VARIANTS(f32_conv_backward_weights_nhwc, ConvBackwardWeightsFn)
 #undef CPUDL_AVX2_VARIANTS
 
 // Channels-last max pooling: AVX2 forward (AVX-512 would only widen a memory-bound loop); the

@@ -119,6 +119,15 @@ struct U8S8GemmArgs {
 };
 using U8S8GemmFn = void (*)(const U8S8GemmArgs& args);
 // Smallest and largest of n floats (n >= 1).
+// One image's convolution geometry, channels-last: x is H x W x IC, dy is OH x OW x OC.
+struct ConvWindow {
+  std::size_t in_channels, height, width, out_channels, out_h, out_w;
+  std::size_t kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w;
+};
+// Adds this image's weight gradient into dw [KH][KW][IC][OC_pad] (OC_pad = OC rounded up to 8;
+// lanes past OC are scratch) and, when db is not null, its bias gradient into db [OC_pad].
+using ConvBackwardWeightsFn = void (*)(const ConvWindow& w, const float* x, const float* dy, float* dw,
+                                       float* db);
 // One image's pooling window geometry, channels-last (H x W x C). Padding taps are skipped.
 struct PoolWindow {
   std::size_t channels, height, width, out_h, out_w, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w;

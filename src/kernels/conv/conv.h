@@ -1,0 +1,28 @@
+// The weight gradient of convolutions with few input channels (a network's first layer: 1 for
+// MNIST, 3 for RGB), channels-last. oneDNN's NHWC backward-weights pass runs these at 7-8% of
+// the fp32 peak here (SimpleCNN's 1 -> 32 3x3 layer: 13.9 ms per batch of 256), because its
+// kernels block over input channels that are not there. Here each output pixel's OC gradients
+// (whole vectors) are multiplied by one input value per tap: per pixel one broadcast and OC/8
+// FMAs per tap, accumulated in registers along an output row. SimpleCNN's backward conv2d went
+// from 13.9 to 7.3 ms per step (CPUDL_PROFILE=1 cpudl bench model --train, 1 thread). With fewer
+// than 16 output channels a tap is a single FMA per pixel and oneDNN stays faster (the op picks).
+// Still only ~15% of the roof (BM_conv_backward_weights_nhwc): each tap re-reads the output
+// gradient, one load per FMA; holding several taps' accumulators per load is the next step.
+#pragma once
+
+#include <cstddef>
+
+#include "kernels/kernel_types.h"
+
+namespace cpudl::kernels {
+
+inline constexpr std::size_t conv_padded_channels(std::size_t oc) { return (oc + 7) / 8 * 8; }
+
+#define CPUDL_DECLARE_CONV(isa)                                                                    \
+  void f32_conv_backward_weights_nhwc__##isa(const ConvWindow& w, const float* x, const float* dy, \
+                                             float* dw, float* db);
+CPUDL_DECLARE_CONV(ref)
+CPUDL_DECLARE_CONV(avx2)
+#undef CPUDL_DECLARE_CONV
+
+}  // namespace cpudl::kernels
