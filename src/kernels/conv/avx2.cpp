@@ -1,6 +1,9 @@
-// AVX2 small-input-channel weight gradient (conv.h): for each tap and input channel, a run of
-// output pixels along one row accumulates into up to four OC vectors held in registers.
+// AVX2 small-input-channel weight gradient (conv.h): along each output row, blocks of taps share
+// each pixel's gradient vectors, accumulating in registers; the columns where only some taps of a
+// block land inside the image go one tap at a time.
 #include <immintrin.h>
+
+#include <utility>
 
 #include "kernels/conv/conv.h"
 
@@ -43,6 +46,88 @@ void accumulate_row(const float* x_col0, std::ptrdiff_t x_step, const float* g0,
   for (std::size_t v = 0; v < NV; ++v) _mm256_storeu_ps(acc_out + v * 8, acc[v]);
 }
 
+// KB taps (kw = k0 .. k0 + KB - 1) at once over output columns where all of them land inside the
+// image: the NV gradient vectors of a pixel are loaded once and used by every tap, so a tap
+// costs a broadcast and NV FMAs instead of NV loads and NV FMAs. KB * NV <= 8-10 accumulators.
+template <std::size_t NV, std::size_t KB>
+void accumulate_row_taps(const float* x_col0, std::ptrdiff_t x_step, std::ptrdiff_t tap_step, const float* g0,
+                         std::size_t oc_n, std::size_t begin, std::size_t end, float* acc_out,
+                         std::size_t acc_tap_stride) {
+  __m256 acc[KB][NV];
+  for (std::size_t k = 0; k < KB; ++k)
+    for (std::size_t v = 0; v < NV; ++v) acc[k][v] = _mm256_loadu_ps(acc_out + k * acc_tap_stride + v * 8);
+  for (std::size_t ow = begin; ow < end; ++ow) {
+    const float* g = g0 + ow * oc_n;
+    __m256 gv[NV];
+    for (std::size_t v = 0; v < NV; ++v) gv[v] = _mm256_loadu_ps(g + v * 8);
+    const float* xp = x_col0 + static_cast<std::ptrdiff_t>(ow) * x_step;
+    for (std::size_t k = 0; k < KB; ++k) {
+      const __m256 xv = _mm256_broadcast_ss(xp + static_cast<std::ptrdiff_t>(k) * tap_step);
+      for (std::size_t v = 0; v < NV; ++v) acc[k][v] = _mm256_fmadd_ps(xv, gv[v], acc[k][v]);
+    }
+  }
+  for (std::size_t k = 0; k < KB; ++k)
+    for (std::size_t v = 0; v < NV; ++v) _mm256_storeu_ps(acc_out + k * acc_tap_stride + v * 8, acc[k][v]);
+}
+
+// Taps per block for NV vectors: accumulators + NV gradient registers + a broadcast <= 16.
+constexpr std::size_t max_taps(std::size_t nv) { return nv == 1 ? 8 : nv == 2 ? 5 : nv == 3 ? 3 : 2; }
+
+using TapsFn = void (*)(const float*, std::ptrdiff_t, std::ptrdiff_t, const float*, std::size_t, std::size_t,
+                        std::size_t, float*, std::size_t);
+template <std::size_t NV, std::size_t... KB>
+constexpr TapsFn pick_taps(std::size_t kb, std::index_sequence<KB...>) {
+  TapsFn fn = nullptr;
+  ((fn = kb == KB + 1 ? &accumulate_row_taps<NV, KB + 1> : fn), ...);
+  return fn;
+}
+TapsFn taps_kernel(std::size_t nv, std::size_t kb) {
+  switch (nv) {
+    case 1:
+      return pick_taps<1>(kb, std::make_index_sequence<max_taps(1)>());
+    case 2:
+      return pick_taps<2>(kb, std::make_index_sequence<max_taps(2)>());
+    case 3:
+      return pick_taps<3>(kb, std::make_index_sequence<max_taps(3)>());
+    default:
+      return pick_taps<4>(kb, std::make_index_sequence<max_taps(4)>());
+  }
+}
+
+using RowFn = void (*)(const float*, std::ptrdiff_t, const float*, std::size_t, std::size_t, std::size_t,
+                       bool, __m256i, float*);
+RowFn row_kernel(std::size_t nv) {
+  switch (nv) {
+    case 1:
+      return &accumulate_row<1>;
+    case 2:
+      return &accumulate_row<2>;
+    case 3:
+      return &accumulate_row<3>;
+    default:
+      return &accumulate_row<4>;
+  }
+}
+
+// out[0 .. NV * 8) += the sum over `pixels` rows (stride oc_n) of g[0 .. NV * 8); with guard_last
+// the last row's last vector is a masked load (it may end past dy).
+template <std::size_t NV>
+void sum_block(const float* g, std::size_t oc_n, std::size_t pixels, bool guard_last, __m256i tail_mask,
+               float* out) {
+  __m256 acc[NV];
+  for (std::size_t v = 0; v < NV; ++v) acc[v] = _mm256_loadu_ps(out + v * 8);
+  const std::size_t plain = guard_last ? pixels - 1 : pixels;
+  for (std::size_t p = 0; p < plain; ++p)
+    for (std::size_t v = 0; v < NV; ++v)
+      acc[v] = _mm256_add_ps(acc[v], _mm256_loadu_ps(g + p * oc_n + v * 8));
+  if (guard_last && pixels > 0) {
+    const float* last = g + (pixels - 1) * oc_n;
+    for (std::size_t v = 0; v + 1 < NV; ++v) acc[v] = _mm256_add_ps(acc[v], _mm256_loadu_ps(last + v * 8));
+    acc[NV - 1] = _mm256_add_ps(acc[NV - 1], _mm256_maskload_ps(last + (NV - 1) * 8, tail_mask));
+  }
+  for (std::size_t v = 0; v < NV; ++v) _mm256_storeu_ps(out + v * 8, acc[v]);
+}
+
 }  // namespace
 
 void f32_conv_backward_weights_nhwc__avx2(const ConvWindow& w, const float* x, const float* dy, float* dw,
@@ -53,53 +138,80 @@ void f32_conv_backward_weights_nhwc__avx2(const ConvWindow& w, const float* x, c
   const __m256i tail_mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(partial ? oc_n % 8 : 8)),
                                                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   if (db) {
-    for (std::size_t v = 0; v < vectors; ++v) {
-      __m256 acc = _mm256_loadu_ps(db + v * 8);
-      const bool last_partial = partial && v + 1 == vectors;
-      for (std::size_t p = 0; p + (last_partial ? 1 : 0) < pixels; ++p)
-        acc = _mm256_add_ps(acc, _mm256_loadu_ps(dy + p * oc_n + v * 8));
-      if (last_partial)
-        acc = _mm256_add_ps(acc, _mm256_maskload_ps(dy + (pixels - 1) * oc_n + v * 8, tail_mask));
-      _mm256_storeu_ps(db + v * 8, acc);
+    // Pixel by pixel, whole vectors of a pixel together: one sequential pass over dy (the first
+    // one, so it runs at memory speed; a vector-major order strided through it 4x slower).
+    for (std::size_t v0 = 0; v0 < vectors; v0 += 4) {
+      const std::size_t nv = vectors - v0 < 4 ? vectors - v0 : 4;
+      const bool guard_last = partial && v0 + nv == vectors;
+      switch (nv) {
+        case 1:
+          sum_block<1>(dy + v0 * 8, oc_n, pixels, guard_last, tail_mask, db + v0 * 8);
+          break;
+        case 2:
+          sum_block<2>(dy + v0 * 8, oc_n, pixels, guard_last, tail_mask, db + v0 * 8);
+          break;
+        case 3:
+          sum_block<3>(dy + v0 * 8, oc_n, pixels, guard_last, tail_mask, db + v0 * 8);
+          break;
+        default:
+          sum_block<4>(dy + v0 * 8, oc_n, pixels, guard_last, tail_mask, db + v0 * 8);
+          break;
+      }
     }
   }
-  for (std::size_t kw = 0; kw < w.kernel_w; ++kw) {
-    std::size_t ow_begin, ow_end;
-    valid_columns(w, kw, ow_begin, ow_end);
-    if (ow_begin >= ow_end) continue;
-    const std::ptrdiff_t col0 =
-        static_cast<std::ptrdiff_t>(kw * w.dilation_w) - static_cast<std::ptrdiff_t>(w.pad_w);
-    const auto x_step = static_cast<std::ptrdiff_t>(w.stride_w * ic_n);
-    for (std::size_t oh = 0; oh < w.out_h; ++oh) {
-      const float* g_row = dy + oh * w.out_w * oc_n;
-      // Only the image's last pixel can read past dy, and only through a partial last vector.
-      const bool last_pixel_here = oh + 1 == w.out_h && ow_end == w.out_w;
-      for (std::size_t kh = 0; kh < w.kernel_h; ++kh) {
-        const std::size_t ih = oh * w.stride_h + kh * w.dilation_h;  // padded coordinates
-        if (ih < w.pad_h || ih - w.pad_h >= w.height) continue;
-        const float* x_row = x + (ih - w.pad_h) * w.width * ic_n;
-        for (std::size_t ic = 0; ic < ic_n; ++ic) {
-          const float* x_col0 =
-              x_row + col0 * static_cast<std::ptrdiff_t>(ic_n) + static_cast<std::ptrdiff_t>(ic);
-          float* acc_out = dw + ((kh * w.kernel_w + kw) * ic_n + ic) * oc_pad;
-          for (std::size_t v0 = 0; v0 < vectors; v0 += 4) {
-            const std::size_t nv = vectors - v0 < 4 ? vectors - v0 : 4;
-            const bool masked_last = last_pixel_here && partial && v0 + nv == vectors;
-            const float* g0 = g_row + v0 * 8;
-            float* out = acc_out + v0 * 8;
-            switch (nv) {
-              case 1:
-                accumulate_row<1>(x_col0, x_step, g0, oc_n, ow_begin, ow_end, masked_last, tail_mask, out);
-                break;
-              case 2:
-                accumulate_row<2>(x_col0, x_step, g0, oc_n, ow_begin, ow_end, masked_last, tail_mask, out);
-                break;
-              case 3:
-                accumulate_row<3>(x_col0, x_step, g0, oc_n, ow_begin, ow_end, masked_last, tail_mask, out);
-                break;
-              default:
-                accumulate_row<4>(x_col0, x_step, g0, oc_n, ow_begin, ow_end, masked_last, tail_mask, out);
-                break;
+  std::size_t col_begin[64], col_end[64];  // per tap kw: output columns where it lands inside
+  if (w.kernel_w > 64) {
+    f32_conv_backward_weights_nhwc__ref(w, x, dy, dw, db);
+    return;
+  }
+  for (std::size_t kw = 0; kw < w.kernel_w; ++kw) valid_columns(w, kw, col_begin[kw], col_end[kw]);
+  const auto x_step = static_cast<std::ptrdiff_t>(w.stride_w * ic_n);
+  const auto tap_step = static_cast<std::ptrdiff_t>(w.dilation_w * ic_n);
+  const std::size_t acc_tap_stride = ic_n * oc_pad;
+  for (std::size_t oh = 0; oh < w.out_h; ++oh) {
+    const float* g_row = dy + oh * w.out_w * oc_n;
+    const bool last_row = oh + 1 == w.out_h;
+    for (std::size_t kh = 0; kh < w.kernel_h; ++kh) {
+      const std::size_t ih = oh * w.stride_h + kh * w.dilation_h;  // padded coordinates
+      if (ih < w.pad_h || ih - w.pad_h >= w.height) continue;
+      const float* x_row = x + (ih - w.pad_h) * w.width * ic_n;
+      for (std::size_t ic = 0; ic < ic_n; ++ic) {
+        for (std::size_t v0 = 0; v0 < vectors; v0 += 4) {
+          const std::size_t nv = vectors - v0 < 4 ? vectors - v0 : 4;
+          // Only the image's last pixel can read past dy, through a partial last vector.
+          const bool guard_last = last_row && partial && v0 + nv == vectors;
+          const float* g0 = g_row + v0 * 8;
+          for (std::size_t k0 = 0; k0 < w.kernel_w; k0 += max_taps(nv)) {
+            const std::size_t k1 = k0 + max_taps(nv) < w.kernel_w ? k0 + max_taps(nv) : w.kernel_w;
+            std::size_t inner_begin = 0, inner_end = w.out_w;  // columns valid for every tap of the block
+            for (std::size_t k = k0; k < k1; ++k) {
+              inner_begin = col_begin[k] > inner_begin ? col_begin[k] : inner_begin;
+              inner_end = col_end[k] < inner_end ? col_end[k] : inner_end;
+            }
+            if (guard_last && inner_end == w.out_w) --inner_end;
+            if (inner_begin > inner_end) inner_begin = inner_end;
+            float* acc0 = dw + ((kh * w.kernel_w + k0) * ic_n + ic) * oc_pad + v0 * 8;
+            const float* x_col0 =
+                x_row +
+                (static_cast<std::ptrdiff_t>(k0 * w.dilation_w) - static_cast<std::ptrdiff_t>(w.pad_w)) *
+                    static_cast<std::ptrdiff_t>(ic_n) +
+                static_cast<std::ptrdiff_t>(ic);
+            if (inner_begin < inner_end)
+              taps_kernel(nv, k1 - k0)(x_col0, x_step, tap_step, g0, oc_n, inner_begin, inner_end, acc0,
+                                       acc_tap_stride);
+            // Each tap's columns outside the shared range, one tap at a time.
+            for (std::size_t k = k0; k < k1; ++k) {
+              const float* xk = x_col0 + static_cast<std::ptrdiff_t>(k - k0) * tap_step;
+              float* acck = acc0 + (k - k0) * acc_tap_stride;
+              const RowFn row = row_kernel(nv);
+              const std::size_t left_end = inner_begin < col_end[k] ? inner_begin : col_end[k];
+              if (col_begin[k] < left_end)
+                row(xk, x_step, g0, oc_n, col_begin[k], left_end, guard_last && left_end == w.out_w,
+                    tail_mask, acck);
+              const std::size_t right_begin = inner_end > col_begin[k] ? inner_end : col_begin[k];
+              if (right_begin < col_end[k])
+                row(xk, x_step, g0, oc_n, right_begin, col_end[k], guard_last && col_end[k] == w.out_w,
+                    tail_mask, acck);
             }
           }
         }

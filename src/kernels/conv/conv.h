@@ -3,11 +3,12 @@
 // the fp32 peak here (SimpleCNN's 1 -> 32 3x3 layer: 13.9 ms per batch of 256), because its
 // kernels block over input channels that are not there. Here each output pixel's OC gradients
 // (whole vectors) are multiplied by one input value per tap: per pixel one broadcast and OC/8
-// FMAs per tap, accumulated in registers along an output row. SimpleCNN's backward conv2d went
-// from 13.9 to 7.3 ms per step (CPUDL_PROFILE=1 cpudl bench model --train, 1 thread). With fewer
-// than 16 output channels a tap is a single FMA per pixel and oneDNN stays faster (the op picks).
-// Still only ~15% of the roof (BM_conv_backward_weights_nhwc): each tap re-reads the output
-// gradient, one load per FMA; holding several taps' accumulators per load is the next step.
+// FMAs per tap, accumulated in registers along an output row, with blocks of taps sharing each
+// pixel's gradient vectors. SimpleCNN's backward conv2d went from 13.9 to 5.8-7.0 ms per step
+// (CPUDL_PROFILE=1 cpudl bench model --train, 1 thread). With fewer than 16 output channels
+// oneDNN stays faster (the op picks). ~15% of the fp32 roof (BM_conv_backward_weights_nhwc): the
+// first pass over each image's gradient (the bias sum) waits on memory, about 40% of the time;
+// prefetching the next image during this one's taps is the next step.
 #pragma once
 
 #include <cstddef>
