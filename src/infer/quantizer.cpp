@@ -16,6 +16,7 @@
 #include "cpudl/error.h"
 #include "cpudl/io.h"
 #include "infer/onnx_loader.h"
+#include "kernels/int8/int8.h"
 
 namespace cpudl::infer {
 namespace {
@@ -42,7 +43,8 @@ Editable open_for_edit(const std::filesystem::path& input, const std::filesystem
   const std::string bytes = io::read_file(input);
   Editable e;
   e.graph = parse_onnx(bytes, input.string(), input.parent_path());
-  if (!e.model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) throw Error(input.string() + ": not a valid ONNX model");
+  if (!e.model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+    throw Error(input.string() + ": not a valid ONNX model");
   for (auto& t : *e.model.mutable_graph()->mutable_initializer()) {
     if (t.data_location() != onnx::TensorProto::EXTERNAL) continue;
     const HostTensor* loaded = e.constant(t.name());
@@ -53,10 +55,13 @@ Editable open_for_edit(const std::filesystem::path& input, const std::filesystem
   }
   for (const Node& n : e.graph.nodes) {  // topological order: an alias of an alias resolves too
     if (n.outputs.size() != 1) continue;
-    if (n.op == "Constant" && n.has("value") && n.attributes.at("value").t) e.aliases[n.outputs[0]] = n.attributes.at("value").t;
+    if (n.op == "Constant" && n.has("value") && n.attributes.at("value").t)
+      e.aliases[n.outputs[0]] = n.attributes.at("value").t;
     if (n.op == "Identity" && n.inputs.size() == 1) {
-      if (const auto it = e.graph.constants.find(n.inputs[0]); it != e.graph.constants.end()) e.aliases[n.outputs[0]] = it->second;
-      if (const auto it = e.aliases.find(n.inputs[0]); it != e.aliases.end()) e.aliases[n.outputs[0]] = it->second;
+      if (const auto it = e.graph.constants.find(n.inputs[0]); it != e.graph.constants.end())
+        e.aliases[n.outputs[0]] = it->second;
+      if (const auto it = e.aliases.find(n.inputs[0]); it != e.aliases.end())
+        e.aliases[n.outputs[0]] = it->second;
     }
   }
   return e;
@@ -64,8 +69,9 @@ Editable open_for_edit(const std::filesystem::path& input, const std::filesystem
 
 // Replaces the graph's nodes, drops the initializers nothing reads any more (the float weights),
 // adds the new ones, notes the quantisation in the metadata and writes the file atomically.
-std::size_t write_edited(Editable& e, std::vector<onnx::NodeProto>& nodes, std::vector<onnx::TensorProto>& initializers,
-                         const std::string& note, const std::filesystem::path& output) {
+std::size_t write_edited(Editable& e, std::vector<onnx::NodeProto>& nodes,
+                         std::vector<onnx::TensorProto>& initializers, const std::string& note,
+                         const std::filesystem::path& output) {
   onnx::GraphProto& g = *e.model.mutable_graph();
   // Nodes left without a reader (the Identity that fed a weight now quantised) go, repeatedly.
   std::set<std::string> read;
@@ -75,7 +81,8 @@ std::size_t write_edited(Editable& e, std::vector<onnx::NodeProto>& nodes, std::
       for (const auto& i : nd.input()) read.insert(i);
     for (const auto& o : g.output()) read.insert(o.name());
     const auto unread = [&](const onnx::NodeProto& nd) {
-      return std::none_of(nd.output().begin(), nd.output().end(), [&](const std::string& o) { return read.count(o) != 0; });
+      return std::none_of(nd.output().begin(), nd.output().end(),
+                          [&](const std::string& o) { return read.count(o) != 0; });
     };
     const auto before = nodes.size();
     nodes.erase(std::remove_if(nodes.begin(), nodes.end(), unread), nodes.end());
@@ -84,23 +91,27 @@ std::size_t write_edited(Editable& e, std::vector<onnx::NodeProto>& nodes, std::
   g.clear_node();
   for (auto& nd : nodes) *g.add_node() = std::move(nd);
   auto* inits = g.mutable_initializer();
-  inits->erase(std::remove_if(inits->begin(), inits->end(), [&](const onnx::TensorProto& t) { return !read.count(t.name()); }),
+  inits->erase(std::remove_if(inits->begin(), inits->end(),
+                              [&](const onnx::TensorProto& t) { return !read.count(t.name()); }),
                inits->end());
   for (auto& t : initializers) *g.add_initializer() = std::move(t);
   auto* meta = e.model.add_metadata_props();
   meta->set_key("cpudl.quantization");
   meta->set_value(note);
   std::string serialized;
-  if (!e.model.SerializeToString(&serialized)) throw Error(output.string() + ": the quantised model exceeds protobuf's 2 GiB limit");
+  if (!e.model.SerializeToString(&serialized))
+    throw Error(output.string() + ": the quantised model exceeds protobuf's 2 GiB limit");
   io::write_file_atomically(output, serialized);
   return serialized.size();
 }
 
 void require_some_quantized(const QuantizeResult& r, const std::filesystem::path& input, const char* what) {
-  if (std::any_of(r.layers.begin(), r.layers.end(), [](const QuantizedLayer& l) { return l.quantized; })) return;
-  if (r.layers.empty()) throw Error(input.string() + ": nothing to quantise: " + what + ", and the model has none");
-  throw Error(input.string() + ": nothing to quantise: no layer qualifies (the first, '" + r.layers[0].node + "': " +
-              r.layers[0].reason + ")");
+  if (std::any_of(r.layers.begin(), r.layers.end(), [](const QuantizedLayer& l) { return l.quantized; }))
+    return;
+  if (r.layers.empty())
+    throw Error(input.string() + ": nothing to quantise: " + what + ", and the model has none");
+  throw Error(input.string() + ": nothing to quantise: no layer qualifies (the first, '" + r.layers[0].node +
+              "': " + r.layers[0].reason + ")");
 }
 
 struct QuantizedWeights {
@@ -125,7 +136,8 @@ QuantizedWeights quantize_weights(const HostTensor& w, int axis, float levels) {
   const float* src = w.data<float>();
   std::vector<float> peak(static_cast<std::size_t>(channels), 0.0f);
   for (std::int64_t i = 0; i < total; ++i)
-    peak[static_cast<std::size_t>(channel(i))] = std::max(peak[static_cast<std::size_t>(channel(i))], std::fabs(src[i]));
+    peak[static_cast<std::size_t>(channel(i))] =
+        std::max(peak[static_cast<std::size_t>(channel(i))], std::fabs(src[i]));
   q.scales.resize(peak.size());
   for (std::size_t c = 0; c < peak.size(); ++c) q.scales[c] = peak[c] > 0 ? peak[c] / levels : 1.0f;
   q.values.resize(static_cast<std::size_t>(total));
@@ -152,8 +164,8 @@ HostTensor as_k_by_n(const HostTensor& w, bool transposed) {
   return t;
 }
 
-onnx::TensorProto make_tensor(const std::string& name, int type, const std::vector<std::int64_t>& dims, const void* data,
-                              std::size_t bytes) {
+onnx::TensorProto make_tensor(const std::string& name, int type, const std::vector<std::int64_t>& dims,
+                              const void* data, std::size_t bytes) {
   onnx::TensorProto t;
   t.set_name(name);
   t.set_data_type(type);
@@ -223,15 +235,20 @@ Candidate examine(const Editable& e, const onnx::NodeProto& node) {
   c.layer.op = node.op_type();
   const bool gemm = node.op_type() == "Gemm", conv = node.op_type() == "Conv";
   const auto attrs = attributes_of(node);
-  auto attr_int = [&](const char* key, std::int64_t fallback) { return attrs.count(key) ? attrs.at(key)->i() : fallback; };
-  auto attr_float = [&](const char* key, float fallback) { return attrs.count(key) ? attrs.at(key)->f() : fallback; };
+  auto attr_int = [&](const char* key, std::int64_t fallback) {
+    return attrs.count(key) ? attrs.at(key)->i() : fallback;
+  };
+  auto attr_float = [&](const char* key, float fallback) {
+    return attrs.count(key) ? attrs.at(key)->f() : fallback;
+  };
   c.w = node.input_size() >= 2 ? e.constant(node.input(1)) : nullptr;
   const std::size_t rank = conv ? 4 : 2;
   if (!c.w || c.w->dtype != DType::f32 || c.w->shape.size() != rank) {
     c.layer.reason = "weights are not a constant float tensor of rank " + std::to_string(rank);
     return c;
   }
-  if (gemm && (attr_int("transA", 0) != 0 || attr_float("alpha", 1) != 1.0f || attr_float("beta", 1) != 1.0f)) {
+  if (gemm &&
+      (attr_int("transA", 0) != 0 || attr_float("alpha", 1) != 1.0f || attr_float("beta", 1) != 1.0f)) {
     c.layer.reason = "Gemm with transA, alpha or beta";
     return c;
   }
@@ -247,7 +264,8 @@ Candidate examine(const Editable& e, const onnx::NodeProto& node) {
   }
   if (gemm && node.input_size() > 2 && !node.input(2).empty()) {
     const HostTensor* b = e.constant(node.input(2));
-    if (!b || b->dtype != DType::f32 || b->numel() != c.layer.n || (b->shape.size() == 2 && b->shape[0] != 1)) {
+    if (!b || b->dtype != DType::f32 || b->numel() != c.layer.n ||
+        (b->shape.size() == 2 && b->shape[0] != 1)) {
       c.layer.reason = "C is not a constant row of N floats";
       return c;
     }
@@ -288,7 +306,8 @@ QuantizeResult quantize_onnx_dynamic(const std::filesystem::path& input, const s
       wm = as_k_by_n(*c.w, c.transposed);  // MatMulInteger takes K x N
       q = quantize_weights(wm, 1, levels);
       c.layer.weight_error = q.error;
-      if (q.error > options.max_weight_error) c.layer.reason = format_error(q.error, options.max_weight_error);
+      if (q.error > options.max_weight_error)
+        c.layer.reason = format_error(q.error, options.max_weight_error);
     }
     c.layer.quantized = c.layer.reason.empty();
     result.layers.push_back(c.layer);
@@ -301,25 +320,33 @@ QuantizeResult quantize_onnx_dynamic(const std::filesystem::path& input, const s
     auto& xq = quantized_inputs[x];
     if (xq[0].empty()) {
       xq = {names.fresh(x + "_quantized"), names.fresh(x + "_scale"), names.fresh(x + "_zero_point")};
-      nodes.push_back(make_node("DynamicQuantizeLinear", names.fresh(x + "_DynamicQuantizeLinear"), {x}, {xq[0], xq[1], xq[2]}));
+      nodes.push_back(make_node("DynamicQuantizeLinear", names.fresh(x + "_DynamicQuantizeLinear"), {x},
+                                {xq[0], xq[1], xq[2]}));
     }
-    const std::string wq = names.fresh(node.input(1) + "_quantized"), ws = names.fresh(node.input(1) + "_scale");
-    new_initializers.push_back(make_tensor(wq, onnx::TensorProto::INT8, {k, n}, q.values.data(), q.values.size()));
-    new_initializers.push_back(make_tensor(ws, onnx::TensorProto::FLOAT, {n}, q.scales.data(), q.scales.size() * 4));
+    const std::string wq = names.fresh(node.input(1) + "_quantized"),
+                      ws = names.fresh(node.input(1) + "_scale");
+    new_initializers.push_back(
+        make_tensor(wq, onnx::TensorProto::INT8, {k, n}, q.values.data(), q.values.size()));
+    new_initializers.push_back(
+        make_tensor(ws, onnx::TensorProto::FLOAT, {n}, q.scales.data(), q.scales.size() * 4));
     const std::string product = names.fresh(out + "_int32"), as_float = names.fresh(out + "_float");
-    const std::string scale = names.fresh(out + "_scale"), scaled = c.bias.empty() ? out : names.fresh(out + "_unbiased");
-    nodes.push_back(make_node("MatMulInteger", names.fresh(base + "_MatMulInteger"), {xq[0], wq, xq[2]}, {product}));
+    const std::string scale = names.fresh(out + "_scale"),
+                      scaled = c.bias.empty() ? out : names.fresh(out + "_unbiased");
+    nodes.push_back(
+        make_node("MatMulInteger", names.fresh(base + "_MatMulInteger"), {xq[0], wq, xq[2]}, {product}));
     onnx::NodeProto cast = make_node("Cast", names.fresh(base + "_Cast"), {product}, {as_float});
     set_int_attribute(cast, "to", onnx::TensorProto::FLOAT);
     nodes.push_back(cast);
     nodes.push_back(make_node("Mul", names.fresh(base + "_scale_Mul"), {xq[1], ws}, {scale}));
     nodes.push_back(make_node("Mul", names.fresh(base + "_Mul"), {as_float, scale}, {scaled}));
-    if (!c.bias.empty()) nodes.push_back(make_node("Add", names.fresh(base + "_bias_Add"), {scaled, c.bias}, {out}));
+    if (!c.bias.empty())
+      nodes.push_back(make_node("Add", names.fresh(base + "_bias_Add"), {scaled, c.bias}, {out}));
   }
   require_some_quantized(result, input, "dynamic mode quantises MatMul and Gemm");
   result.bytes_out = write_edited(e, nodes, new_initializers,
                                   std::string("dynamic int8: weights symmetric per output channel in ") +
-                                      (options.reduce_range ? "[-63, 63]" : "[-127, 127]") + ", activations uint8 per tensor",
+                                      (options.reduce_range ? "[-63, 63]" : "[-127, 127]") +
+                                      ", activations uint8 per tensor",
                                   output);
   return result;
 }
@@ -346,7 +373,8 @@ QuantizeResult quantize_onnx_static(const std::filesystem::path& input, const st
     if (c.layer.reason.empty()) {
       QuantizedWeights& q = weights[i] = quantize_weights(*c.w, per_channel ? c.channel_axis : -1, levels);
       c.layer.weight_error = q.error;
-      if (q.error > options.max_weight_error) c.layer.reason = format_error(q.error, options.max_weight_error);
+      if (q.error > options.max_weight_error)
+        c.layer.reason = format_error(q.error, options.max_weight_error);
     }
     if (c.layer.reason.empty() && e.constant(node.input(0))) c.layer.reason = "its input is a constant";
     c.layer.quantized = c.layer.reason.empty();
@@ -360,16 +388,15 @@ QuantizeResult quantize_onnx_static(const std::filesystem::path& input, const st
   // Pass 2: calibration fixes each activation's uint8 scale and zero point.
   const auto ranges = calibrate(e.graph, activations, calibration, options.observer, options.percentile);
   Names names(g);
-  std::map<std::string, std::string> dequantized;  // activation -> its QDQ'd name
+  std::map<std::string, std::string> dequantized;                     // activation -> its QDQ'd name
   std::map<std::string, std::pair<std::string, std::string>> params;  // activation -> its scale, zero point
   std::vector<onnx::NodeProto> nodes;
   std::vector<onnx::TensorProto> initializers;
   for (const auto& x : activations) {
     const ActivationRange r = ranges.at(x);
-    const float lo = std::min(r.lo, 0.0f), hi = std::max(r.hi, 0.0f);
-    float scale = (hi - lo) / 255.0f;
-    if (!(scale > 0.0f) || !std::isfinite(scale)) scale = 1.0f;  // a value that was always 0
-    const auto zero = static_cast<std::uint8_t>(std::nearbyint(std::clamp(-lo / scale, 0.0f, 255.0f)));
+    const kernels::U8QuantParams p = kernels::u8_quant_params(r.lo, r.hi);  // the runtime's rule
+    const float scale = p.scale > 0.0f ? p.scale : 1.0f;                    // a value that was always 0
+    const auto zero = static_cast<std::uint8_t>(p.zero);
     result.activations.push_back({x, r.lo, r.hi, scale, zero});
     const std::string s = names.fresh(x + "_scale"), z = names.fresh(x + "_zero_point");
     initializers.push_back(make_tensor(s, onnx::TensorProto::FLOAT, {}, &scale, 4));
@@ -384,7 +411,8 @@ QuantizeResult quantize_onnx_static(const std::filesystem::path& input, const st
     const auto& [s, z] = params.at(x);
     const std::string q = names.fresh(x + "_quantized");
     nodes.push_back(make_node("QuantizeLinear", names.fresh(x + "_QuantizeLinear"), {x, s, z}, {q}));
-    nodes.push_back(make_node("DequantizeLinear", names.fresh(x + "_DequantizeLinear"), {q, s, z}, {dequantized.at(x)}));
+    nodes.push_back(
+        make_node("DequantizeLinear", names.fresh(x + "_DequantizeLinear"), {q, s, z}, {dequantized.at(x)}));
   };
   for (const auto& in : g.input())
     if (dequantized.count(in.name())) pair_for(in.name());
@@ -395,15 +423,22 @@ QuantizeResult quantize_onnx_static(const std::filesystem::path& input, const st
     if (it != candidates.end() && it->second.layer.quantized) {
       const Candidate& c = it->second;
       const QuantizedWeights& q = weights.at(i);
-      const std::string wq = names.fresh(node.input(1) + "_quantized"), ws = names.fresh(node.input(1) + "_scale");
-      const std::string wz = names.fresh(node.input(1) + "_zero_point"), wd = names.fresh(node.input(1) + "_dequantized");
+      const std::string wq = names.fresh(node.input(1) + "_quantized"),
+                        ws = names.fresh(node.input(1) + "_scale");
+      const std::string wz = names.fresh(node.input(1) + "_zero_point"),
+                        wd = names.fresh(node.input(1) + "_dequantized");
       const std::vector<std::int8_t> zeros(q.scales.size(), 0);
-      const std::vector<std::int64_t> scale_dims = per_channel ? std::vector<std::int64_t>{static_cast<std::int64_t>(q.scales.size())}
-                                                               : std::vector<std::int64_t>{};
-      initializers.push_back(make_tensor(wq, onnx::TensorProto::INT8, c.w->shape, q.values.data(), q.values.size()));
-      initializers.push_back(make_tensor(ws, onnx::TensorProto::FLOAT, scale_dims, q.scales.data(), q.scales.size() * 4));
-      initializers.push_back(make_tensor(wz, onnx::TensorProto::INT8, scale_dims, zeros.data(), zeros.size()));
-      onnx::NodeProto dq = make_node("DequantizeLinear", names.fresh(node.input(1) + "_DequantizeLinear"), {wq, ws, wz}, {wd});
+      const std::vector<std::int64_t> scale_dims =
+          per_channel ? std::vector<std::int64_t>{static_cast<std::int64_t>(q.scales.size())}
+                      : std::vector<std::int64_t>{};
+      initializers.push_back(
+          make_tensor(wq, onnx::TensorProto::INT8, c.w->shape, q.values.data(), q.values.size()));
+      initializers.push_back(
+          make_tensor(ws, onnx::TensorProto::FLOAT, scale_dims, q.scales.data(), q.scales.size() * 4));
+      initializers.push_back(
+          make_tensor(wz, onnx::TensorProto::INT8, scale_dims, zeros.data(), zeros.size()));
+      onnx::NodeProto dq =
+          make_node("DequantizeLinear", names.fresh(node.input(1) + "_DequantizeLinear"), {wq, ws, wz}, {wd});
       if (per_channel) set_int_attribute(dq, "axis", c.channel_axis);
       nodes.push_back(dq);
       node.set_input(0, dequantized.at(node.input(0)));
@@ -413,12 +448,13 @@ QuantizeResult quantize_onnx_static(const std::filesystem::path& input, const st
     for (const auto& o : node.output())
       if (dequantized.count(o)) pair_for(o);
   }
-  result.bytes_out = write_edited(e, nodes, initializers,
-                                  std::string("static int8 (QDQ): activations uint8 per tensor, calibrated (") +
-                                      (options.observer == Observer::min_max ? "min-max" : "percentile") +
-                                      "), weights symmetric " + (per_channel ? "per output channel" : "per tensor") + " in " +
-                                      (options.reduce_range ? "[-63, 63]" : "[-127, 127]"),
-                                  output);
+  result.bytes_out =
+      write_edited(e, nodes, initializers,
+                   std::string("static int8 (QDQ): activations uint8 per tensor, calibrated (") +
+                       (options.observer == Observer::min_max ? "min-max" : "percentile") +
+                       "), weights symmetric " + (per_channel ? "per output channel" : "per tensor") +
+                       " in " + (options.reduce_range ? "[-63, 63]" : "[-127, 127]"),
+                   output);
   return result;
 }
 

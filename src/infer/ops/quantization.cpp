@@ -3,8 +3,8 @@
 // quantize_dynamic and `cpudl quantize --mode dynamic` write), and cpudl.Int8MatMul, the
 // optimiser's fusion of DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul (-> Add), or of
 // QuantizeLinear -> DequantizeLinear -> MatMul/Gemm with DequantizeLinear'd constant weights (the
-// QDQ form), into one pass over the native int8 kernels (kernels/int8/int8.h). The unfused operators are plain loops
-// that follow the ONNX definitions exactly; the fused one computes the same numbers.
+// QDQ form), into one pass over the native int8 kernels (kernels/int8/int8.h). The unfused operators are
+// plain loops that follow the ONNX definitions exactly; the fused one computes the same numbers.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -23,29 +23,18 @@ const kernels::KernelTable& native() { return kernels::kernel_table(); }
 
 // DynamicQuantizeLinear's scale and zero point for a tensor whose values span [lo, hi]: the range
 // is widened to hold 0, mapped onto [0, 255], and the zero point rounded half to even.
-struct DynamicParams {
-  float scale = 0;
-  std::int32_t zero = 0;
-};
-DynamicParams dynamic_params(float lo, float hi) {
-  lo = std::min(lo, 0.0f);
-  hi = std::max(hi, 0.0f);
-  DynamicParams p;
-  p.scale = (hi - lo) / 255.0f;
-  if (!(p.scale > 0.0f) || !std::isfinite(p.scale)) return DynamicParams{};  // all zeros (or not finite)
-  const float zero = std::min(std::max(0.0f - lo / p.scale, 0.0f), 255.0f);
-  p.zero = static_cast<std::int32_t>(std::nearbyint(zero));
-  return p;
-}
+using DynamicParams = kernels::U8QuantParams;
 
 // Quantises x (n floats) with DynamicQuantizeLinear's rule into y; returns the parameters.
 DynamicParams quantize_dynamic(const float* x, std::size_t n, std::uint8_t* y) {
   if (n == 0) return DynamicParams{};
   float lo = 0, hi = 0;
   native().f32_min_max.fn(x, n, &lo, &hi);
-  const DynamicParams p = dynamic_params(lo, hi);
-  if (p.scale == 0.0f) std::memset(y, 0, n);
-  else native().f32_quantize_u8.fn(x, n, p.scale, p.zero, y);
+  const DynamicParams p = kernels::u8_quant_params(lo, hi);
+  if (p.scale == 0.0f)
+    std::memset(y, 0, n);
+  else
+    native().f32_quantize_u8.fn(x, n, p.scale, p.zero, y);
   return p;
 }
 
@@ -59,11 +48,13 @@ AxisParams axis_params(const OpSetup& s, std::size_t scale_input) {
   const ValueDesc& scale = s.inputs[scale_input];
   AxisParams p;
   if (scale.numel() == 1 && scale.shape.size() <= 1) return p;
-  if (scale.shape.size() != 1) s.fail("the scale must be a scalar or 1-D, got shape " + shape_string(scale.shape));
-  const std::int64_t axis = normalize_axis(s, s.node.get_int("axis", 1), static_cast<std::int64_t>(x.size()), "axis");
+  if (scale.shape.size() != 1)
+    s.fail("the scale must be a scalar or 1-D, got shape " + shape_string(scale.shape));
+  const std::int64_t axis =
+      normalize_axis(s, s.node.get_int("axis", 1), static_cast<std::int64_t>(x.size()), "axis");
   if (x[static_cast<std::size_t>(axis)] != scale.shape[0])
-    s.fail("the scale has " + std::to_string(scale.shape[0]) + " entries, the input's axis " + std::to_string(axis) +
-           " has " + std::to_string(x[static_cast<std::size_t>(axis)]));
+    s.fail("the scale has " + std::to_string(scale.shape[0]) + " entries, the input's axis " +
+           std::to_string(axis) + " has " + std::to_string(x[static_cast<std::size_t>(axis)]));
   p.channels = scale.shape[0];
   for (std::size_t d = static_cast<std::size_t>(axis) + 1; d < x.size(); ++d) p.inner *= x[d];
   return p;
@@ -77,10 +68,14 @@ void require_zero_point_like_scale(const OpSetup& s, std::size_t zp, std::size_t
 
 std::int32_t read_integer(DType t, const void* data, std::size_t i) {
   switch (t) {
-    case DType::u8: return static_cast<const std::uint8_t*>(data)[i];
-    case DType::i8: return static_cast<const std::int8_t*>(data)[i];
-    case DType::i32: return static_cast<const std::int32_t*>(data)[i];
-    default: return 0;
+    case DType::u8:
+      return static_cast<const std::uint8_t*>(data)[i];
+    case DType::i8:
+      return static_cast<const std::int8_t*>(data)[i];
+    case DType::i32:
+      return static_cast<const std::int32_t*>(data)[i];
+    default:
+      return 0;
   }
 }
 
@@ -101,7 +96,8 @@ Kernel build_quantize_linear(OpSetup& s) {
       const auto n = static_cast<std::size_t>(element_count(*in[0].shape));
       const std::int32_t zero = zp ? *static_cast<const std::uint8_t*>(in[2].data) : 0;
       parallel_for(n, 1 << 16, [&](std::size_t b, std::size_t e) {
-        native().f32_quantize_u8.fn(in[0].f32() + b, e - b, *in[1].f32(), zero, static_cast<std::uint8_t*>(o[0].data) + b);
+        native().f32_quantize_u8.fn(in[0].f32() + b, e - b, *in[1].f32(), zero,
+                                    static_cast<std::uint8_t*>(o[0].data) + b);
       });
     };
   }
@@ -114,8 +110,10 @@ Kernel build_quantize_linear(OpSetup& s) {
       const float zero = zp ? static_cast<float>(read_integer(t, in[2].data, c)) : 0.0f;
       float v = std::nearbyint(x[i] / scale[c]) + zero;
       v = v >= lo ? std::min(v, hi) : lo;  // also NaN -> lo
-      if (t == DType::u8) static_cast<std::uint8_t*>(o[0].data)[i] = static_cast<std::uint8_t>(v);
-      else static_cast<std::int8_t*>(o[0].data)[i] = static_cast<std::int8_t>(v);
+      if (t == DType::u8)
+        static_cast<std::uint8_t*>(o[0].data)[i] = static_cast<std::uint8_t>(v);
+      else
+        static_cast<std::int8_t*>(o[0].data)[i] = static_cast<std::int8_t>(v);
     }
   };
 }
@@ -139,7 +137,8 @@ Kernel build_dequantize_linear(OpSetup& s) {
       const float scale = *in[1].f32();
       float* y = o[0].f32();
       parallel_for(n, 1 << 16, [&](std::size_t b, std::size_t e) {
-        for (std::size_t i = b; i < e; ++i) y[i] = static_cast<float>(static_cast<std::int32_t>(x[i]) - zero) * scale;
+        for (std::size_t i = b; i < e; ++i)
+          y[i] = static_cast<float>(static_cast<std::int32_t>(x[i]) - zero) * scale;
       });
     };
   }
@@ -175,7 +174,8 @@ Kernel build_dynamic_quantize_linear(OpSetup& s) {
 Kernel build_matmul_integer(OpSetup& s) {
   s.require_inputs(2, 4);
   const DType ta = s.inputs[0].dtype, tb = s.inputs[1].dtype;
-  if ((ta != DType::u8 && ta != DType::i8) || (tb != DType::u8 && tb != DType::i8)) s.fail("A and B must be UINT8 or INT8");
+  if ((ta != DType::u8 && ta != DType::i8) || (tb != DType::u8 && tb != DType::i8))
+    s.fail("A and B must be UINT8 or INT8");
   const Shape& a = s.shape(0);
   const Shape& b = s.shape(1);
   if (a.empty()) s.fail("A must have rank 1 or more");
@@ -186,7 +186,8 @@ Kernel build_matmul_integer(OpSetup& s) {
   const bool a_rows = s.has(2) && s.inputs[2].numel() != 1, b_cols = s.has(3) && s.inputs[3].numel() != 1;
   if (s.has(2) && s.inputs[2].dtype != ta) s.fail("a_zero_point's type differs from A's");
   if (s.has(3) && s.inputs[3].dtype != tb) s.fail("b_zero_point's type differs from B's");
-  if (a_rows && (a.size() != 2 || s.inputs[2].numel() != m)) s.fail("a_zero_point must be a scalar or one per row of a 2-D A");
+  if (a_rows && (a.size() != 2 || s.inputs[2].numel() != m))
+    s.fail("a_zero_point must be a scalar or one per row of a 2-D A");
   if (b_cols && s.inputs[3].numel() != n) s.fail("b_zero_point must be a scalar or one per column of B");
   Shape out(a.begin(), a.end() - 1);
   out.push_back(n);
@@ -198,12 +199,16 @@ Kernel build_matmul_integer(OpSetup& s) {
       for (std::size_t i = begin; i < end; ++i) {
         const std::int32_t za = a_zp ? read_integer(ta, in[2].data, a_rows ? i : 0) : 0;
         for (std::int64_t j = 0; j < n; ++j) {
-          const std::int32_t zb = b_zp ? read_integer(tb, in[3].data, b_cols ? static_cast<std::size_t>(j) : 0) : 0;
+          const std::int32_t zb =
+              b_zp ? read_integer(tb, in[3].data, b_cols ? static_cast<std::size_t>(j) : 0) : 0;
           // Summed in 64 bits; a sum beyond int32 (a huge K in a hostile file) wraps as the int32
           // output type does in other engines, instead of overflowing (undefined in C++).
           std::int64_t sum = 0;
           for (std::int64_t q = 0; q < k; ++q)
-            sum += static_cast<std::int64_t>(read_integer(ta, in[0].data, i * static_cast<std::size_t>(k) + static_cast<std::size_t>(q)) - za) *
+            sum += static_cast<std::int64_t>(
+                       read_integer(ta, in[0].data,
+                                    i * static_cast<std::size_t>(k) + static_cast<std::size_t>(q)) -
+                       za) *
                    (read_integer(tb, in[1].data, static_cast<std::size_t>(q * n + j)) - zb);
           y[i * static_cast<std::size_t>(n) + static_cast<std::size_t>(j)] =
               static_cast<std::int32_t>(static_cast<std::uint32_t>(static_cast<std::uint64_t>(sum)));
@@ -228,9 +233,11 @@ struct Int8Product {
   std::int64_t m = 0, k = 0, n = 0;
 
   // W: int8 K x N constant; scale: 1 or N floats. Checks the node's attributes too.
-  Int8Product(OpSetup& s, const HostTensor& w, const HostTensor& scale, std::int64_t rows_m) : m(rows_m), k(w.shape[0]), n(w.shape[1]) {
+  Int8Product(OpSetup& s, const HostTensor& w, const HostTensor& scale, std::int64_t rows_m)
+      : m(rows_m), k(w.shape[0]), n(w.shape[1]) {
     if (k >= 65536) s.fail("K = " + std::to_string(k) + " could overflow the int32 sums (at most 65535)");
-    if (scale.dtype != DType::f32 || (scale.numel() != 1 && scale.numel() != n)) s.fail("internal: W scale must hold 1 or N floats");
+    if (scale.dtype != DType::f32 || (scale.numel() != 1 && scale.numel() != n))
+      s.fail("internal: W scale must hold 1 or N floats");
     const std::string act = s.node.get_string("cpudl.activation", "");
     if (!act.empty() && act != "Relu") s.fail("internal: only Relu fuses into the int8 product");
     relu = act == "Relu";
@@ -238,17 +245,20 @@ struct Int8Product {
     if (fixed) {
       given.scale = s.node.get_float("cpudl.a_scale", 0.0f);
       given.zero = static_cast<std::int32_t>(s.node.get_int("cpudl.a_zero", 0));
-      if (!(given.scale > 0.0f) || given.zero < 0 || given.zero > 255) s.fail("internal: bad static activation parameters");
+      if (!(given.scale > 0.0f) || given.zero < 0 || given.zero > 255)
+        s.fail("internal: bad static activation parameters");
     }
-    const std::size_t bytes = kernels::u8s8_packed_bytes(static_cast<std::size_t>(k), static_cast<std::size_t>(n));
+    const std::size_t bytes =
+        kernels::u8s8_packed_bytes(static_cast<std::size_t>(k), static_cast<std::size_t>(n));
     packed.reset(static_cast<std::int8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)), std::free);
     if (!packed) s.fail("out of memory packing the weights");
     col_sums.resize(static_cast<std::size_t>(n));
     const kernels::U8S8WeightRange range = kernels::pack_u8s8_weights(
-        w.data<std::int8_t>(), static_cast<std::size_t>(n), static_cast<std::size_t>(k), static_cast<std::size_t>(n), packed.get(),
-        col_sums.data());
+        w.data<std::int8_t>(), static_cast<std::size_t>(n), static_cast<std::size_t>(k),
+        static_cast<std::size_t>(n), packed.get(), col_sums.data());
     // Weights holding -128 cannot take the SIMD kernels' exact paths (int8.h): the reference runs them.
-    gemm = range == kernels::U8S8WeightRange::with_minus_128 ? kernels::u8s8_gemm_variants().back().fn : native().u8s8_gemm.fn;
+    gemm = range == kernels::U8S8WeightRange::with_minus_128 ? kernels::u8s8_gemm_variants().back().fn
+                                                             : native().u8s8_gemm.fn;
     seven_bit = range == kernels::U8S8WeightRange::seven_bit;
     scales = scale.as_float();
     rows.resize(static_cast<std::size_t>(m * k));
@@ -261,8 +271,8 @@ struct Int8Product {
   // c (M x N, row stride N) = the product of `rows` (quantised with p) and the weights, dequantised.
   void multiply(const DynamicParams& p, const float* bias, float* c) {
     const std::size_t ld = kernels::u8s8_padded_k(static_cast<std::size_t>(k));
-    kernels::prepare_u8s8_rows(rows.data(), static_cast<std::size_t>(m), static_cast<std::size_t>(k), static_cast<std::size_t>(k),
-                               raw.data(), shifted.data(), magnitude.data(), ld);
+    kernels::prepare_u8s8_rows(rows.data(), static_cast<std::size_t>(m), static_cast<std::size_t>(k),
+                               static_cast<std::size_t>(k), raw.data(), shifted.data(), magnitude.data(), ld);
     kernels::U8S8GemmArgs g{};
     g.a = raw.data();
     g.a_shifted = shifted.data();
@@ -289,28 +299,30 @@ struct Int8Product {
       const auto per_block = static_cast<std::size_t>(std::max<std::int64_t>(1, m * k * 16));
       g.m = static_cast<std::size_t>(m);
       g.c = c;
-      parallel_for(col_blocks, std::max<std::size_t>(1, 65536 / per_block), [&](std::size_t begin, std::size_t end) {
-        kernels::U8S8GemmArgs part = g;
-        part.n_begin = begin * 16;
-        part.n_end = std::min(end * 16, static_cast<std::size_t>(n));
-        fn(part);
-      });
+      parallel_for(col_blocks, std::max<std::size_t>(1, 65536 / per_block),
+                   [&](std::size_t begin, std::size_t end) {
+                     kernels::U8S8GemmArgs part = g;
+                     part.n_begin = begin * 16;
+                     part.n_end = std::min(end * 16, static_cast<std::size_t>(n));
+                     fn(part);
+                   });
       return;
     }
     const auto row_blocks = static_cast<std::size_t>((m + 31) / 32);
     const auto per_block = static_cast<std::size_t>(std::max<std::int64_t>(1, 32 * k * n));
     g.n_begin = 0;
     g.n_end = static_cast<std::size_t>(n);
-    parallel_for(row_blocks, std::max<std::size_t>(1, 65536 / per_block), [&](std::size_t begin, std::size_t end) {
-      kernels::U8S8GemmArgs part = g;
-      const std::size_t r0 = begin * 32, r1 = std::min(end * 32, static_cast<std::size_t>(m));
-      part.a = g.a + r0 * ld;
-      part.a_shifted = g.a_shifted + r0 * ld;
-      part.a_magnitude = g.a_magnitude + r0 * ld;
-      part.m = r1 - r0;
-      part.c = c + r0 * static_cast<std::size_t>(n);
-      fn(part);
-    });
+    parallel_for(row_blocks, std::max<std::size_t>(1, 65536 / per_block),
+                 [&](std::size_t begin, std::size_t end) {
+                   kernels::U8S8GemmArgs part = g;
+                   const std::size_t r0 = begin * 32, r1 = std::min(end * 32, static_cast<std::size_t>(m));
+                   part.a = g.a + r0 * ld;
+                   part.a_shifted = g.a_shifted + r0 * ld;
+                   part.a_magnitude = g.a_magnitude + r0 * ld;
+                   part.m = r1 - r0;
+                   part.c = c + r0 * static_cast<std::size_t>(n);
+                   fn(part);
+                 });
   }
 };
 
@@ -326,17 +338,22 @@ Kernel build_int8_matmul(OpSetup& s) {
   if (w.dtype != DType::i8 || w.shape.size() != 2) s.fail("internal: W must be a 2-D int8 constant");
   const Shape& x = s.shape(0);
   const std::int64_t k = w.shape[0], n = w.shape[1];
-  if (x.empty() || x.back() != k) s.fail("input " + shape_string(x) + " does not multiply weights " + shape_string(w.shape));
+  if (x.empty() || x.back() != k)
+    s.fail("input " + shape_string(x) + " does not multiply weights " + shape_string(w.shape));
   const bool bias = s.has(3);
-  if (bias && (s.inputs[3].dtype != DType::f32 || s.inputs[3].numel() != n)) s.fail("internal: the bias must hold N floats");
+  if (bias && (s.inputs[3].dtype != DType::f32 || s.inputs[3].numel() != n))
+    s.fail("internal: the bias must hold N floats");
   Shape out(x.begin(), x.end() - 1);
   out.push_back(n);
   s.set_output(0, DType::f32, out);
-  auto st = std::make_shared<Int8Product>(s, w, s.constant(2, "W scale"), element_count(x) / std::max<std::int64_t>(1, k));
+  auto st = std::make_shared<Int8Product>(s, w, s.constant(2, "W scale"),
+                                          element_count(x) / std::max<std::int64_t>(1, k));
   return [st, bias](std::span<const TensorView> in, std::span<const TensorView> o) {
     DynamicParams p = st->given;
-    if (st->fixed) native().f32_quantize_u8.fn(in[0].f32(), st->rows.size(), p.scale, p.zero, st->rows.data());
-    else p = quantize_dynamic(in[0].f32(), st->rows.size(), st->rows.data());
+    if (st->fixed)
+      native().f32_quantize_u8.fn(in[0].f32(), st->rows.size(), p.scale, p.zero, st->rows.data());
+    else
+      p = quantize_dynamic(in[0].f32(), st->rows.size(), st->rows.data());
     st->multiply(p, bias ? in[3].f32() : nullptr, o[0].f32());
   };
 }
@@ -353,7 +370,8 @@ Kernel build_int8_conv(OpSetup& s) {
   const Shape& x = s.shape(0);
   if (x.size() != 4) s.fail("input X has shape " + shape_string(x) + ", expected rank 4");
   const auto kernel = s.node.get_ints("kernel_shape");
-  if (kernel.size() != 2 || w.dtype != DType::i8 || w.shape.size() != 2 || w.shape[0] != x[1] * kernel[0] * kernel[1])
+  if (kernel.size() != 2 || w.dtype != DType::i8 || w.shape.size() != 2 ||
+      w.shape[0] != x[1] * kernel[0] * kernel[1])
     s.fail("internal: W must be a (C kh kw) x O int8 constant");
   if (!s.node.has("cpudl.a_scale")) s.fail("internal: an int8 convolution needs its activation's scale");
   const Window2d win = window_2d(s, x[2], x[3], kernel[0], kernel[1]);
@@ -361,12 +379,14 @@ Kernel build_int8_conv(OpSetup& s) {
   const std::int64_t oh = win.out_h(h), ow = win.out_w(wd);
   if (oh < 1 || ow < 1) s.fail("the kernel does not fit the padded input " + shape_string(x));
   const bool bias = s.has(3);
-  if (bias && (s.inputs[3].dtype != DType::f32 || s.inputs[3].numel() != o)) s.fail("internal: the bias must hold O floats");
+  if (bias && (s.inputs[3].dtype != DType::f32 || s.inputs[3].numel() != o))
+    s.fail("internal: the bias must hold O floats");
   s.set_output(0, DType::f32, {batch, o, oh, ow});
   auto st = std::make_shared<Int8Product>(s, w, s.constant(2, "W scale"), batch * oh * ow);
   auto image = std::make_shared<std::vector<std::uint8_t>>(static_cast<std::size_t>(element_count(x)));
   auto pixels = std::make_shared<std::vector<float>>(static_cast<std::size_t>(batch * oh * ow * o));
-  return [st, image, pixels, win, batch, c, h, wd, o, oh, ow, bias](std::span<const TensorView> in, std::span<const TensorView> out) {
+  return [st, image, pixels, win, batch, c, h, wd, o, oh, ow, bias](std::span<const TensorView> in,
+                                                                    std::span<const TensorView> out) {
     const DynamicParams p = st->given;
     std::uint8_t* q = image->data();
     native().f32_quantize_u8.fn(in[0].f32(), image->size(), p.scale, p.zero, q);
@@ -413,14 +433,18 @@ std::string describe_int8_execution(const std::map<std::string, int>& ops) {
     if (k.level == IsaLevel::generic)
       out += " (the portable reference: exact, slow)";
     else
-      out += " (exact u8 x s8 without VNNI: 7-bit weights on VPMADDUBSW directly, 8-bit weights with the "
-             "activations shifted by 128 and the sign moved onto the weights, so no int16 pair sum can saturate)";
+      out +=
+          " (exact u8 x s8 without VNNI: 7-bit weights on VPMADDUBSW directly, 8-bit weights with the "
+          "activations shifted by 128 and the sign moved onto the weights, so no int16 pair sum can "
+          "saturate)";
   }
   if (ops.count("MatMulInteger"))
-    out += std::string(out.empty() ? "" : "; ") + "MatMulInteger outside the dynamic pattern runs on plain loops";
+    out += std::string(out.empty() ? "" : "; ") +
+           "MatMulInteger outside the dynamic pattern runs on plain loops";
   if (ops.count("QuantizeLinear") || ops.count("DequantizeLinear"))
     out += std::string(out.empty() ? "" : "; ") +
-           "QDQ pairs around float convolutions run as operators: int8 numbers at float speed (the int8 convolution, "
+           "QDQ pairs around float convolutions run as operators: int8 numbers at float speed (the int8 "
+           "convolution, "
            "InferenceOptions::int8_convolutions or --int8-conv, is slower still on this path for now)";
   return out;
 }

@@ -33,8 +33,8 @@ namespace cpudl::kernels {
 // The A operand, as every variant reads it: each row of uint8 a, as itself, as a' = a - 128
 // (int8) and as |a'| (uint8), each zero-padded to K4 = round_up(K, 4) values; ld >= K4, a
 // multiple of 4. Made once per product (M x K work, against the product's M x K x N).
-void prepare_u8s8_rows(const std::uint8_t* a, std::size_t m, std::size_t k, std::size_t lda, std::uint8_t* raw,
-                       std::int8_t* shifted, std::uint8_t* magnitude, std::size_t ld);
+void prepare_u8s8_rows(const std::uint8_t* a, std::size_t m, std::size_t k, std::size_t lda,
+                       std::uint8_t* raw, std::int8_t* shifted, std::uint8_t* magnitude, std::size_t ld);
 inline constexpr std::size_t u8s8_padded_k(std::size_t k) { return (k + 3) / 4 * 4; }
 
 // Bytes of the packed form of a K x N int8 matrix (32-byte aligned buffers: the kernels load
@@ -46,9 +46,18 @@ enum class U8S8WeightRange { seven_bit, eight_bit, with_minus_128 };
 U8S8WeightRange pack_u8s8_weights(const std::int8_t* b, std::size_t ldb, std::size_t k, std::size_t n,
                                   std::int8_t* packed, std::int32_t* col_sums);
 
-#define CPUDL_DECLARE_INT8(isa)                                                                       \
-  void u8s8_gemm__##isa(const U8S8GemmArgs& args);                                                  \
-  void f32_min_max__##isa(const float* x, std::size_t n, float* lo, float* hi);                     \
+// uint8 scale and zero point for values in [lo, hi], ONNX DynamicQuantizeLinear's rule (also
+// what static calibration writes): the range widened to include 0, scale = (hi - lo) / 255,
+// zero = round(-lo / scale) clamped to [0, 255]. A range of zeros (or not finite) gives scale 0.
+struct U8QuantParams {
+  float scale = 0;
+  std::int32_t zero = 0;
+};
+U8QuantParams u8_quant_params(float lo, float hi);
+
+#define CPUDL_DECLARE_INT8(isa)                                                 \
+  void u8s8_gemm__##isa(const U8S8GemmArgs& args);                              \
+  void f32_min_max__##isa(const float* x, std::size_t n, float* lo, float* hi); \
   void f32_quantize_u8__##isa(const float* x, std::size_t n, float scale, std::int32_t zero, std::uint8_t* y);
 CPUDL_DECLARE_INT8(ref)
 CPUDL_DECLARE_INT8(avx2)

@@ -16,8 +16,8 @@ std::size_t packed_index(std::size_t k4, std::size_t k, std::size_t n) {
 
 std::size_t u8s8_packed_bytes(std::size_t k, std::size_t n) { return padded_k(k) * ((n + 7) / 8 * 8); }
 
-void prepare_u8s8_rows(const std::uint8_t* a, std::size_t m, std::size_t k, std::size_t lda, std::uint8_t* raw,
-                       std::int8_t* shifted, std::uint8_t* magnitude, std::size_t ld) {
+void prepare_u8s8_rows(const std::uint8_t* a, std::size_t m, std::size_t k, std::size_t lda,
+                       std::uint8_t* raw, std::int8_t* shifted, std::uint8_t* magnitude, std::size_t ld) {
   for (std::size_t i = 0; i < m; ++i) {
     std::uint8_t* r = raw + i * ld;
     std::int8_t* s = shifted + i * ld;
@@ -50,6 +50,16 @@ U8S8WeightRange pack_u8s8_weights(const std::int8_t* b, std::size_t ldb, std::si
   return lo >= -64 && hi <= 63 ? U8S8WeightRange::seven_bit : U8S8WeightRange::eight_bit;
 }
 
+U8QuantParams u8_quant_params(float lo, float hi) {
+  lo = std::min(lo, 0.0f);
+  hi = std::max(hi, 0.0f);
+  U8QuantParams p;
+  p.scale = (hi - lo) / 255.0f;
+  if (!(p.scale > 0.0f) || !std::isfinite(p.scale)) return U8QuantParams{};
+  p.zero = static_cast<std::int32_t>(std::nearbyint(std::clamp(-lo / p.scale, 0.0f, 255.0f)));
+  return p;
+}
+
 void u8s8_gemm__ref(const U8S8GemmArgs& g) {
   const std::size_t k4 = padded_k(g.k);
   for (std::size_t m = 0; m < g.m; ++m)
@@ -59,7 +69,8 @@ void u8s8_gemm__ref(const U8S8GemmArgs& g) {
       std::int64_t sum = 0;
       for (std::size_t kk = 0; kk < g.k; ++kk)
         sum += static_cast<std::int64_t>(g.a[m * g.lda + kk]) * g.b_packed[packed_index(k4, kk, n)];
-      const auto total = static_cast<std::int32_t>(sum - static_cast<std::int64_t>(g.a_zero) * g.b_col_sums[n]);
+      const auto total =
+          static_cast<std::int32_t>(sum - static_cast<std::int64_t>(g.a_zero) * g.b_col_sums[n]);
       const float scale = g.a_scale * g.b_scale[g.b_scale_per_column ? n : 0];
       float y = static_cast<float>(total) * scale;
       if (g.bias) y += g.bias[n];
