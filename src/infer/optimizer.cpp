@@ -265,7 +265,7 @@ void fuse_dynamic_quant_matmul(Graph& g, OptimizerReport& report) {
 // the QDQ graph sums the dequantised floats (the two differ by float rounding only). Likewise a
 // Conv (group 1) between such pairs -> cpudl.Int8Conv(x, Wq as (C kh kw) x O, w_scale[, bias]),
 // keeping the Conv's window attributes.
-void fuse_qdq_matmul(Graph& g, OptimizerReport& report, bool convolutions) {
+void fuse_qdq_products(Graph& g, OptimizerReport& report, bool convolutions) {
   std::unordered_map<std::string, std::size_t> producer;
   for (std::size_t i = 0; i < g.nodes.size(); ++i)
     for (const auto& o : g.nodes[i].outputs) producer[o] = i;
@@ -355,7 +355,7 @@ void optimize_graph(Graph& graph, OptimizerReport& report, const OptimizeOptions
   fold_batch_norms(graph, report);
   fuse_gelu(graph, report);
   fuse_dynamic_quant_matmul(graph, report);
-  fuse_qdq_matmul(graph, report, options.int8_convolutions);
+  fuse_qdq_products(graph, report, options.int8_convolutions);
   remove_dead_nodes(graph);
 }
 
