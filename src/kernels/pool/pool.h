@@ -1,7 +1,7 @@
 // Max pooling on channels-last images, for the channel counts oneDNN's NHWC pooling handles
 // badly: its AVX2 kernel works in blocks of 8 channels and took 19 ms forward and 18 ms backward
-// for LeNet-5's 6-channel 2x2 pooling of a batch of 256 (its partial blocks use VMASKMOVPS,
-// microcoded on AMD Zen); with these kernels the whole LeNet-5 training step went from 63 to
+// for LeNet-5's 6-channel 2x2 pooling of a batch of 256 (most likely its masked tails: VMASKMOVPS
+// is microcoded on AMD Zen, and made this kernel's first version as slow); with these kernels the whole LeNet-5 training step went from 63 to
 // 30 ms (`cpudl bench model --model lenet5 --train`, 1 thread).
 // Channel counts that fill the vector stay on oneDNN.
 #pragma once
