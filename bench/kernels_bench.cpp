@@ -204,6 +204,17 @@ void BM_max_pool_nhwc(benchmark::State& state) {
   report(state, kernel_table().f32_max_pool_nhwc.name, batch * (in_image * 4 + out_image * 5), threads);
 }
 
+// GFLOP/s (2 x multiply-adds) and % of the fp32 FMA roof measured on as many threads.
+void report_flops(benchmark::State& state, const char* kernel, double flops_per_iteration, int threads) {
+  const double gflop = static_cast<double>(state.iterations()) * flops_per_iteration / 1e9;
+  state.SetLabel(kernel);
+  state.counters["GFLOPs"] = benchmark::Counter(gflop, benchmark::Counter::kIsRate);
+  state.counters["pct_fp32_roof"] = benchmark::Counter(
+      gflop / cpudl::measure_compute_roof(cpudl::ComputeRoof::fp32_fma, threads, 0.2).gops * 100,
+      benchmark::Counter::kIsRate);
+  state.counters["threads"] = threads;
+}
+
 // SimpleCNN's first-layer weight gradient at batch 256 (1 -> 32 channels, 3x3, 28x28), images split
 // over the threads as the op does; GFLOP/s (2 x multiply-adds) and % of the fp32 FMA roof.
 void BM_conv_backward_weights_nhwc(benchmark::State& state) {
@@ -222,15 +233,57 @@ void BM_conv_backward_weights_nhwc(benchmark::State& state) {
     });
     benchmark::ClobberMemory();
   }
-  const double flops = 2.0 * batch * 26 * 26 * oc * 9;
-  state.SetLabel(kernel_table().f32_conv_backward_weights_nhwc.name);
-  state.counters["GFLOPs"] =
-      benchmark::Counter(static_cast<double>(state.iterations()) * flops / 1e9, benchmark::Counter::kIsRate);
-  state.counters["pct_fp32_roof"] = benchmark::Counter(
-      static_cast<double>(state.iterations()) * flops / 1e9 /
-          cpudl::measure_compute_roof(cpudl::ComputeRoof::fp32_fma, threads, 0.2).gops * 100,
-      benchmark::Counter::kIsRate);
-  state.counters["threads"] = threads;
+  report_flops(state, kernel_table().f32_conv_backward_weights_nhwc.name, 2.0 * batch * 26 * 26 * oc * 9,
+               threads);
+}
+
+// SimpleCNN's first layer on the planar kernels (1 -> 32 channels, 3x3, 28x28 images padded to
+// rows of 34), forward with the fused ReLU and the masked weight gradient. Args: {batch,
+// threads}: 256 streams the activations through memory as training does, 4 keeps them in cache
+// (the arithmetic alone).
+struct SimpleCnnPlanes {
+  static constexpr std::size_t oc = 32, plane = 26 * 26, x_ld = 34, x_plane = 28 * 34;
+  explicit SimpleCnnPlanes(std::size_t images) : batch(images) {}
+  std::size_t batch;
+  ConvPlanes p{1, oc, 26, 26, 3, 3, x_ld, x_plane};
+  std::vector<float> x = std::vector<float>(batch * x_plane, 0.5f), w = std::vector<float>(9 * oc, 0.1f),
+                     bias = std::vector<float>(oc, 0.0f), y = std::vector<float>(batch * oc * plane, 0.25f),
+                     dy = std::vector<float>(batch * oc * plane, 0.25f);
+  double flops() const { return 2.0 * static_cast<double>(batch * plane * oc * 9); }
+};
+
+void BM_conv_forward_planes(benchmark::State& state) {
+  const int threads = threads_arg(state);
+  const SimpleCnnPlanes c(static_cast<std::size_t>(state.range(0)));
+  std::vector<float> y = c.y;
+  const ConvForwardPlanesFn fn = kernel_table().f32_conv_forward_planes.fn;
+  for (auto _ : state) {
+    cpudl::parallel_for(c.batch, 1, threads, [&](std::size_t lo, std::size_t hi) {
+      for (std::size_t n = lo; n < hi; ++n)
+        fn(c.p, c.x.data() + n * c.x_plane, c.w.data(), c.bias.data(), true, y.data() + n * c.oc * c.plane);
+    });
+    benchmark::ClobberMemory();
+  }
+  report_flops(state, kernel_table().f32_conv_forward_planes.name, c.flops(), threads);
+}
+
+void BM_conv_backward_weights_planes(benchmark::State& state) {
+  const int threads = threads_arg(state);
+  const SimpleCnnPlanes c(static_cast<std::size_t>(state.range(0)));
+  const auto parts = static_cast<std::size_t>(threads);
+  std::vector<float> dw(parts * 10 * c.oc, 0.0f);
+  const ConvBackwardWeightsPlanesFn fn = kernel_table().f32_conv_backward_weights_planes.fn;
+  for (auto _ : state) {
+    cpudl::parallel_for(parts, 1, threads, [&](std::size_t lo, std::size_t hi) {
+      for (std::size_t part = lo; part < hi; ++part)
+        for (std::size_t n = c.batch * part / parts; n < c.batch * (part + 1) / parts; ++n)
+          fn(c.p, c.x.data() + n * c.x_plane, c.dy.data() + n * c.oc * c.plane,
+             c.y.data() + n * c.oc * c.plane, dw.data() + part * 10 * c.oc,
+             dw.data() + part * 10 * c.oc + 9 * c.oc);
+    });
+    benchmark::ClobberMemory();
+  }
+  report_flops(state, kernel_table().f32_conv_backward_weights_planes.name, c.flops(), threads);
 }
 
 // NCHW -> NHWC of SimpleCNN's activation at batch 256 ([32 x 676] per image), as
@@ -263,6 +316,8 @@ BENCHMARK(BM_sum)->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
 // Args: {channels, threads}.
 BENCHMARK(BM_max_pool_nhwc)->Args({6, 1})->Args({8, 1})->Args({16, 1})->Args({6, 0})->UseRealTime();
 BENCHMARK(BM_conv_backward_weights_nhwc)->Args({0, 1})->Args({0, 0})->UseRealTime();
+BENCHMARK(BM_conv_forward_planes)->Args({256, 1})->Args({256, 0})->Args({4, 1})->UseRealTime();
+BENCHMARK(BM_conv_backward_weights_planes)->Args({256, 1})->Args({256, 0})->Args({4, 1})->UseRealTime();
 BENCHMARK(BM_transpose)->Args({0, 1})->Args({0, 0})->UseRealTime();
 BENCHMARK(BM_adam)->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
 BENCHMARK(BM_softmax)->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();

@@ -343,7 +343,9 @@ TEST(Autograd, FirstLayerWeightGradientsMatchTheDirectLoop) {
   const Case cases[] = {{{5, 1, 12, 12}, {32, 1, 3, 3}, {}},
                         {{3, 3, 9, 7}, {16, 3, 3, 3}, {2, 2, 1, 1}},
                         {{2, 2, 8, 8}, {33, 2, 3, 3}, {1, 1, 2, 2, 2, 2}},
-                        {{3, 4, 1, 1}, {20, 4, 3, 3}, {1, 1, 1, 1}}};
+                        {{3, 4, 1, 1}, {20, 4, 3, 3}, {1, 1, 1, 1}},
+                        {{2, 1, 28, 28}, {6, 1, 5, 5}, {1, 1, 2, 2}},
+                        {{2, 3, 10, 11}, {70, 3, 3, 3}, {1, 1, 1, 1}}};
   std::uint64_t seed = 190;
   for (const Case& c : cases) {
     SCOPED_TRACE(shape_text(c.x) + " * " + shape_text(c.w));
@@ -367,6 +369,55 @@ TEST(Autograd, FirstLayerWeightGradientsMatchTheDirectLoop) {
       ASSERT_NEAR(dw[i], want_dw[i], 1e-3f * (1 + std::fabs(want_dw[i]))) << i;
     for (std::size_t i = 0; i < db.size(); ++i)
       ASSERT_NEAR(db[i], want_db[i], 1e-3f * (1 + std::fabs(want_db[i]))) << i;
+  }
+}
+
+// Conv2dOptions::relu against relu(conv2d(..)): values and every gradient, on the planar
+// first-layer path (images that need no gradient) and on oneDNN's path (an input that does,
+// and more input channels than the planar kernels take).
+TEST(Autograd, FusedReluConvolutionMatchesReluOfConvolution) {
+  struct Case {
+    Shape x, w;
+    Conv2dOptions o;
+    bool x_grad;
+  };
+  const Case cases[] = {{{3, 1, 12, 12}, {32, 1, 3, 3}, {}, false},
+                        {{2, 1, 14, 14}, {6, 1, 5, 5}, {1, 1, 2, 2}, false},
+                        {{2, 1, 14, 14}, {6, 1, 5, 5}, {1, 1, 2, 2}, true},
+                        {{2, 6, 9, 9}, {16, 6, 5, 5}, {}, true},
+                        {{2, 6, 9, 9}, {16, 6, 3, 3}, {2, 2, 1, 1}, false}};
+  std::uint64_t seed = 410;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(shape_text(c.x) + " * " + shape_text(c.w) + (c.x_grad ? " input gradient" : ""));
+    const Tensor x0 = randn(c.x, seed++), w0 = randn(c.w, seed++, 0.5f), b0 = randn({c.w[0]}, seed++);
+    const Tensor g = randn({c.x[0], c.w[0], 1, 1}, seed++);  // broadcast: any output shape
+    Tensor outs[2], grads[2][3];
+    for (int fused = 0; fused < 2; ++fused) {
+      Tensor x = x0.clone(), w = w0.clone(), b = b0.clone();
+      x.set_requires_grad(c.x_grad);
+      w.set_requires_grad(true);
+      b.set_requires_grad(true);
+      Conv2dOptions o = c.o;
+      o.relu = fused == 1;
+      outs[fused] = fused ? conv2d(x, w, b, o) : relu(conv2d(x, w, b, o));
+      sum(mul(outs[fused], g)).backward();
+      grads[fused][0] = c.x_grad ? x.grad() : Tensor();
+      grads[fused][1] = w.grad();
+      grads[fused][2] = b.grad();
+    }
+    const auto expect_close = [](const Tensor& got, const Tensor& want, const char* what) {
+      const std::vector<float> a = got.to_vector(), b = want.to_vector();
+      ASSERT_EQ(a.size(), b.size()) << what;
+      for (std::size_t i = 0; i < a.size(); ++i)
+        ASSERT_NEAR(a[i], b[i], 1e-3f * (1 + std::fabs(b[i]))) << what << " " << i;
+    };
+    expect_close(outs[1], outs[0], "output");
+    std::size_t zeros = 0;
+    for (const float v : outs[1].to_vector()) zeros += v == 0.0f;
+    EXPECT_GT(zeros, 0u);  // the ReLU clipped something
+    if (c.x_grad) expect_close(grads[1][0], grads[0][0], "input gradient");
+    expect_close(grads[1][1], grads[0][1], "weight gradient");
+    expect_close(grads[1][2], grads[0][2], "bias gradient");
   }
 }
 

@@ -168,6 +168,81 @@ TEST(Kernels, F32ConvBackwardWeightsNhwcMatchesReference) {
   });
 }
 
+// The planar first-layer kernels (conv.h) against their reference loops, over channel counts
+// around the vector width, row widths below, at and past a multiple of 8, and with and without
+// the fused ReLU. Buffers are exact (ASan catches a read past x or dy); outputs carry guard values.
+struct PlanesCase {
+  std::size_t ic, oc, out_h, out_w, k;
+};
+constexpr PlanesCase kPlanesCases[] = {{1, 32, 26, 26, 3}, {1, 6, 28, 28, 5}, {3, 70, 5, 9, 3},
+                                       {4, 8, 3, 16, 1},   {2, 13, 4, 7, 3},  {1, 1, 2, 8, 2}};
+
+ConvPlanes planes_of(const PlanesCase& c) {
+  const std::size_t x_ld = (c.out_w + 7) / 8 * 8 + c.k - 1;
+  return {c.ic, c.oc, c.out_h, c.out_w, c.k, c.k, x_ld, (c.out_h + c.k - 1) * x_ld};
+}
+
+TEST(Kernels, F32ConvForwardPlanesMatchesReference) {
+  const auto reference = f32_conv_forward_planes_variants().back().fn;
+  for_each_runnable(f32_conv_forward_planes_variants(), [&](ConvForwardPlanesFn fn) {
+    for (const PlanesCase& c : kPlanesCases)
+      for (const bool relu : {false, true}) {
+        SCOPED_TRACE("ic " + std::to_string(c.ic) + " oc " + std::to_string(c.oc) + " w " +
+                     std::to_string(c.out_w) + (relu ? " relu" : ""));
+        const ConvPlanes p = planes_of(c);
+        const std::size_t taps = c.ic * c.k * c.k, oc_pad = conv_padded_channels(c.oc);
+        auto x = random_values(c.ic * p.x_plane, static_cast<unsigned>(c.oc), false);
+        x.resize(c.ic * p.x_plane);
+        std::vector<float> w = random_values(oc_pad * taps, 3, false), bias = random_values(oc_pad, 4, false);
+        w.resize(oc_pad * taps);
+        bias.resize(oc_pad);
+        for (std::size_t oc = c.oc; oc < oc_pad; ++oc) {  // the packing's zero lanes
+          bias[oc] = 0.0f;
+          for (std::size_t t = 0; t < taps; ++t) w[(oc / 8) * taps * 8 + t * 8 + oc % 8] = 0.0f;
+        }
+        const std::size_t out = c.oc * c.out_h * c.out_w;
+        std::vector<float> want(out + 8, 9.0f), got(out + 8, 9.0f);
+        reference(p, x.data(), w.data(), bias.data(), relu, want.data());
+        fn(p, x.data(), w.data(), bias.data(), relu, got.data());
+        std::size_t negative = 0;
+        for (std::size_t i = 0; i < out + 8; ++i) {
+          ASSERT_NEAR(got[i], want[i], 1e-4f * (1 + std::fabs(want[i]))) << i;
+          negative += want[i] < 0.0f;
+        }
+        EXPECT_EQ(negative == 0, relu);  // the case exercises the ReLU
+      }
+  });
+}
+
+TEST(Kernels, F32ConvBackwardWeightsPlanesMatchesReference) {
+  const auto reference = f32_conv_backward_weights_planes_variants().back().fn;
+  for_each_runnable(f32_conv_backward_weights_planes_variants(), [&](ConvBackwardWeightsPlanesFn fn) {
+    for (const PlanesCase& c : kPlanesCases)
+      for (const bool masked : {false, true}) {
+        SCOPED_TRACE("ic " + std::to_string(c.ic) + " oc " + std::to_string(c.oc) + " w " +
+                     std::to_string(c.out_w) + (masked ? " masked" : ""));
+        const ConvPlanes p = planes_of(c);
+        const std::size_t taps = c.ic * c.k * c.k, out = c.oc * c.out_h * c.out_w;
+        auto x = random_values(c.ic * p.x_plane, static_cast<unsigned>(c.oc + 5), false);
+        auto dy = random_values(out, 6, false), y = random_values(out, 7, false);
+        x.resize(c.ic * p.x_plane);
+        dy.resize(out);
+        y.resize(out);
+        std::vector<float> want_w(c.oc * taps, 0.5f), got_w = want_w, want_b(c.oc, 0.25f), got_b = want_b;
+        reference(p, x.data(), dy.data(), masked ? y.data() : nullptr, want_w.data(), want_b.data());
+        fn(p, x.data(), dy.data(), masked ? y.data() : nullptr, got_w.data(), got_b.data());
+        for (std::size_t i = 0; i < want_w.size(); ++i)
+          ASSERT_NEAR(got_w[i], want_w[i], 1e-3f * (1 + std::fabs(want_w[i]))) << i;
+        for (std::size_t o = 0; o < c.oc; ++o)
+          ASSERT_NEAR(got_b[o], want_b[o], 1e-3f * (1 + std::fabs(want_b[o])));
+        std::vector<float> no_bias(c.oc * taps, 0.5f);  // db may be null
+        fn(p, x.data(), dy.data(), masked ? y.data() : nullptr, no_bias.data(), nullptr);
+        for (std::size_t i = 0; i < no_bias.size(); ++i)
+          ASSERT_NEAR(no_bias[i], want_w[i], 1e-3f * (1 + std::fabs(want_w[i]))) << i;
+      }
+  });
+}
+
 TEST(Kernels, F32MulMatchesReference) { check_binary(f32_mul_variants(), f32_mul_variants().back().fn); }
 
 TEST(Kernels, F32ReluMatchesReference) {

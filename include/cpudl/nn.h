@@ -65,6 +65,7 @@ class Conv2d : public Module {
   Conv2d(std::int64_t in, std::int64_t out, std::int64_t kernel, std::int64_t stride = 1,
          std::int64_t padding = 0, bool bias = true, std::int64_t dilation = 1, std::int64_t groups = 1);
   Tensor forward(const Tensor& x) override;
+  Tensor forward_relu(const Tensor& x);  // relu(forward(x)), fused (Conv2dOptions::relu)
   Tensor weight, bias;
   Conv2dOptions options;
 };

@@ -78,6 +78,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 // ---- layers (NCHW activations and OIHW weights, as PyTorch)
 struct Conv2dOptions {
   std::int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1, dilation_w = 1, groups = 1;
+  // relu(conv2d(...)) as one op: the ReLU applied as the output is stored, its mask (output > 0)
+  // applied to the incoming gradient inside the backward pass; no separate pass over memory.
+  bool relu = false;
 };
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
               const Conv2dOptions& options = {});

@@ -102,6 +102,8 @@ CPUDL_AVX2_VARIANTS(f32_quantize_u8, F32QuantizeU8Fn)
 CPUDL_AVX2_VARIANTS(f32_transpose, F32TransposeFn)
 // Few-input-channel weight gradients: AVX2 (an AVX-512 variant is not written: untestable here).
 CPUDL_AVX2_VARIANTS(f32_conv_backward_weights_nhwc, ConvBackwardWeightsFn)
+CPUDL_AVX2_VARIANTS(f32_conv_forward_planes, ConvForwardPlanesFn)
+CPUDL_AVX2_VARIANTS(f32_conv_backward_weights_planes, ConvBackwardWeightsPlanesFn)
 #undef CPUDL_AVX2_VARIANTS
 
 // Channels-last max pooling: AVX2 forward (AVX-512 would only widen a memory-bound loop); the

@@ -128,6 +128,22 @@ struct ConvWindow {
 // lanes past OC are scratch) and, when db is not null, its bias gradient into db [OC_pad].
 using ConvBackwardWeightsFn = void (*)(const ConvWindow& w, const float* x, const float* dy, float* dw,
                                        float* db);
+// One image of a stride-1, undilated convolution with few input channels in planar (NCHW)
+// layout. The input is already padded: `in_channels` planes of `x_plane` floats, rows `x_ld`
+// apart, (out_h + kernel_h - 1) rows of at least (out_w + kernel_w - 1) values. Outputs and
+// output gradients are dense planes of out_h * out_w.
+struct ConvPlanes {
+  std::size_t in_channels, out_channels, out_h, out_w, kernel_h, kernel_w, x_ld, x_plane;
+};
+// y[oc] = (relu?) bias[oc] + sum over taps of w * x. `w` is packed [OC/8][IC][KH][KW][8] (OC
+// rounded up to 8, zero-filled), `bias` [OC rounded up to 8].
+using ConvForwardPlanesFn = void (*)(const ConvPlanes& p, const float* x, const float* w, const float* bias,
+                                     bool relu, float* y);
+// Adds this image's weight gradient into dw [OC][IC][KH][KW] and, when db is not null, the bias
+// gradient into db [OC]. With `y` (the forward output of a fused ReLU) the gradient passes only
+// where y > 0.
+using ConvBackwardWeightsPlanesFn = void (*)(const ConvPlanes& p, const float* x, const float* dy,
+                                             const float* y, float* dw, float* db);
 // One image's pooling window geometry, channels-last (H x W x C). Padding taps are skipped.
 struct PoolWindow {
   std::size_t channels, height, width, out_h, out_w, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w;

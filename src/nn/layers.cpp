@@ -39,6 +39,11 @@ Conv2d::Conv2d(std::int64_t in, std::int64_t out, std::int64_t kernel, std::int6
 }
 
 Tensor Conv2d::forward(const Tensor& x) { return conv2d(x, weight, bias, options); }
+Tensor Conv2d::forward_relu(const Tensor& x) {
+  Conv2dOptions fused = options;
+  fused.relu = true;
+  return conv2d(x, weight, bias, fused);
+}
 
 BatchNorm2d::BatchNorm2d(std::int64_t channels, float eps, float momentum) : eps(eps), momentum(momentum) {
   weight = register_parameter("weight", Tensor::ones({channels}));

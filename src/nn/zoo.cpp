@@ -14,7 +14,7 @@ class SimpleCnn : public Module {
     conv1 = register_module("conv1", std::make_shared<Conv2d>(in_channels, 32, 3));
     fc = register_module("fc", std::make_shared<Linear>(32 * 26 * 26, classes));
   }
-  Tensor forward(const Tensor& x) override { return fc->forward(relu(conv1->forward(x)).flatten(1)); }
+  Tensor forward(const Tensor& x) override { return fc->forward(conv1->forward_relu(x).flatten(1)); }
   std::shared_ptr<Conv2d> conv1;
   std::shared_ptr<Linear> fc;
 };
@@ -29,8 +29,8 @@ class LeNet5 : public Module {
     fc3 = register_module("fc3", std::make_shared<Linear>(84, classes));
   }
   Tensor forward(const Tensor& x) override {
-    Tensor h = max_pool2d(relu(conv1->forward(x)), 2);
-    h = max_pool2d(relu(conv2->forward(h)), 2).flatten(1);
+    Tensor h = max_pool2d(conv1->forward_relu(x), 2);
+    h = max_pool2d(conv2->forward_relu(h), 2).flatten(1);
     return fc3->forward(relu(fc2->forward(relu(fc1->forward(h)))));
   }
   std::shared_ptr<Conv2d> conv1, conv2;

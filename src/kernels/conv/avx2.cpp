@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "kernels/conv/conv.h"
+#include "kernels/simd/avx2.inl"
 
 namespace cpudl::kernels {
 namespace {
@@ -216,6 +217,167 @@ void f32_conv_backward_weights_nhwc__avx2(const ConvWindow& w, const float* x, c
           }
         }
       }
+    }
+  }
+}
+
+namespace {
+
+// acc[t] += sum over the (zero-padded) gradient rows of g * x shifted by tap t's offset, for the
+// TB taps of one block: each gradient vector is loaded once and used by every tap of the block.
+template <std::size_t TB>
+void planes_taps_block(const float* g, std::size_t rows, std::size_t g_ld, const float* x, std::size_t x_ld,
+                       const std::size_t* offsets, float* dw) {
+  __m256 acc[TB];
+  for (std::size_t t = 0; t < TB; ++t) acc[t] = _mm256_setzero_ps();
+  for (std::size_t r = 0; r < rows; ++r) {
+    const float* gr = g + r * g_ld;
+    const float* xr = x + r * x_ld;
+    for (std::size_t c = 0; c < g_ld; c += 8) {
+      const __m256 gv = _mm256_loadu_ps(gr + c);
+      for (std::size_t t = 0; t < TB; ++t)
+        acc[t] = _mm256_fmadd_ps(gv, _mm256_loadu_ps(xr + offsets[t] + c), acc[t]);
+    }
+  }
+  for (std::size_t t = 0; t < TB; ++t) dw[t] += Avx2::reduce_add(acc[t]);
+}
+
+// Taps per block: TB accumulators + the gradient vector + one x load fit the 16 registers.
+constexpr std::size_t kPlanesMaxTapBlock = 12;
+using PlanesTapsFn = void (*)(const float*, std::size_t, std::size_t, const float*, std::size_t,
+                              const std::size_t*, float*);
+template <std::size_t... TB>
+PlanesTapsFn pick_planes_taps(std::size_t tb, std::index_sequence<TB...>) {
+  PlanesTapsFn fn = nullptr;
+  ((fn = tb == TB + 1 ? &planes_taps_block<TB + 1> : fn), ...);
+  return fn;
+}
+
+}  // namespace
+
+// The output plane is walked as a list of 8-column vectors (a row whose width is not a multiple
+// of 8 ends with one that overlaps the vector before it: those columns are computed and stored
+// twice, identically). Three vectors x 4 output channels are in registers at a time: per tap 3 x
+// loads, 4 broadcast weights and 12 FMAs, 12 independent chains to cover the FMA latency (one
+// vector x 8 channels ran at 37% of the roof in cache, bound by its 8 chains and its loads).
+// The last group of a plane repeats its last vector when the count is not a multiple of 3. The
+// ReLU is max(0, acc), which keeps a NaN (as the reference and PyTorch do).
+void f32_conv_forward_planes__avx2(const ConvPlanes& p, const float* x, const float* w, const float* bias,
+                                   bool relu, float* y) {
+  const std::size_t taps = p.in_channels * p.kernel_h * p.kernel_w, plane = p.out_h * p.out_w;
+  if (p.out_w < 8 || taps > kConvPlanesMaxTaps) {
+    f32_conv_forward_planes__ref(p, x, w, bias, relu, y);
+    return;
+  }
+  std::size_t offsets[kConvPlanesMaxTaps];
+  for (std::size_t ic = 0, t = 0; ic < p.in_channels; ++ic)
+    for (std::size_t kh = 0; kh < p.kernel_h; ++kh)
+      for (std::size_t kw = 0; kw < p.kernel_w; ++kw) offsets[t++] = ic * p.x_plane + kh * p.x_ld + kw;
+  const std::size_t vectors = p.out_h * ((p.out_w + 7) / 8);
+  const __m256 zero = _mm256_setzero_ps();
+  for (std::size_t o0 = 0; o0 < p.out_channels; o0 += 4) {
+    const float* wb = w + (o0 / 8) * taps * 8 + o0 % 8;  // 4 of an 8-lane packed group
+    const std::size_t n_oc = p.out_channels - o0 < 4 ? p.out_channels - o0 : 4;
+    std::size_t row = 0, c0 = 0;  // the next vector: its row and first column before clamping
+    for (std::size_t v0 = 0; v0 < vectors; v0 += 3) {
+      std::size_t x_at[3], y_at[3];
+      for (std::size_t j = 0; j < 3; ++j) {
+        if (v0 + j >= vectors) {  // past the plane: repeat the last vector
+          x_at[j] = x_at[j - 1], y_at[j] = y_at[j - 1];
+          continue;
+        }
+        const std::size_t col = c0 + 8 <= p.out_w ? c0 : p.out_w - 8;
+        x_at[j] = row * p.x_ld + col;
+        y_at[j] = row * p.out_w + col;
+        c0 += 8;
+        if (c0 >= p.out_w) c0 = 0, ++row;
+      }
+      __m256 acc[3][4];
+      for (std::size_t o = 0; o < 4; ++o)
+        acc[0][o] = acc[1][o] = acc[2][o] = _mm256_broadcast_ss(bias + o0 + o);
+      const float *x0 = x + x_at[0], *x1 = x + x_at[1], *x2 = x + x_at[2];
+      for (std::size_t t = 0; t < taps; ++t) {
+        const std::size_t off = offsets[t];
+        const __m256 a = _mm256_loadu_ps(x0 + off), b = _mm256_loadu_ps(x1 + off),
+                     c = _mm256_loadu_ps(x2 + off);
+        const float* wt = wb + t * 8;
+        for (std::size_t o = 0; o < 4; ++o) {
+          const __m256 wv = _mm256_broadcast_ss(wt + o);
+          acc[0][o] = _mm256_fmadd_ps(wv, a, acc[0][o]);
+          acc[1][o] = _mm256_fmadd_ps(wv, b, acc[1][o]);
+          acc[2][o] = _mm256_fmadd_ps(wv, c, acc[2][o]);
+        }
+      }
+      // Compile-time loops: indexing acc by a run-time bound would keep it in memory.
+#pragma GCC unroll 4
+      for (std::size_t o = 0; o < 4; ++o) {
+        if (o >= n_oc) break;
+        float* yo = y + (o0 + o) * plane;
+#pragma GCC unroll 3
+        for (std::size_t j = 0; j < 3; ++j)
+          _mm256_storeu_ps(yo + y_at[j], relu ? _mm256_max_ps(zero, acc[j][o]) : acc[j][o]);
+      }
+    }
+  }
+}
+
+// Per output channel: its gradient plane, masked by the fused ReLU and with rows zero-padded to
+// whole vectors, is copied into a small buffer (L1); then blocks of up to 12 taps run over it,
+// each gradient vector feeding every tap of the block. x's rows are long enough (ConvPlanes) that
+// the padded columns read real memory, which they multiply by zero.
+void f32_conv_backward_weights_planes__avx2(const ConvPlanes& p, const float* x, const float* dy,
+                                            const float* y, float* dw, float* db) {
+  const std::size_t taps = p.in_channels * p.kernel_h * p.kernel_w, plane = p.out_h * p.out_w;
+  const std::size_t g_ld = (p.out_w + 7) / 8 * 8;
+  if (p.out_w < 8 || taps > kConvPlanesMaxTaps || p.out_h * g_ld > kConvPlanesMaxPlane ||
+      g_ld + p.kernel_w - 1 > p.x_ld) {
+    f32_conv_backward_weights_planes__ref(p, x, dy, y, dw, db);
+    return;
+  }
+  std::size_t offsets[kConvPlanesMaxTaps];
+  for (std::size_t ic = 0, t = 0; ic < p.in_channels; ++ic)
+    for (std::size_t kh = 0; kh < p.kernel_h; ++kh)
+      for (std::size_t kw = 0; kw < p.kernel_w; ++kw) offsets[t++] = ic * p.x_plane + kh * p.x_ld + kw;
+  alignas(32) float g[kConvPlanesMaxPlane];
+  const std::size_t blocks = (taps + kPlanesMaxTapBlock - 1) / kPlanesMaxTapBlock;
+  const std::size_t full = p.out_w / 8 * 8, tail = p.out_w - full;
+  const __m256 zero = _mm256_setzero_ps();
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i tail_shift = _mm256_add_epi32(lane, _mm256_set1_epi32(static_cast<int>(8 - tail)));
+  const __m256 tail_keep =
+      _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(tail)), lane));
+  for (std::size_t oc = 0; oc < p.out_channels; ++oc) {
+    const float* d = dy + oc * plane;
+    const float* yo = y ? y + oc * plane : nullptr;
+    // Rows of whole vectors; a row's last partial vector is loaded where it ends (overlapping
+    // the vector before), its new columns moved down by a lane permute and the rest zeroed.
+    // (A scalar tail loop here was auto-vectorised into masked moves, microcoded on AMD Zen.)
+    __m256 sum = zero;
+    for (std::size_t r = 0; r < p.out_h; ++r) {
+      float* gr = g + r * g_ld;
+      const float* dr = d + r * p.out_w;
+      for (std::size_t c = 0; c < full; c += 8) {
+        __m256 v = _mm256_loadu_ps(dr + c);
+        if (yo) v = _mm256_and_ps(v, _mm256_cmp_ps(_mm256_loadu_ps(yo + r * p.out_w + c), zero, _CMP_GT_OQ));
+        sum = _mm256_add_ps(sum, v);
+        _mm256_store_ps(gr + c, v);
+      }
+      if (tail > 0) {
+        const std::size_t at = r * p.out_w + p.out_w - 8;
+        __m256 v = _mm256_loadu_ps(d + at);
+        if (yo) v = _mm256_and_ps(v, _mm256_cmp_ps(_mm256_loadu_ps(yo + at), zero, _CMP_GT_OQ));
+        v = _mm256_and_ps(_mm256_permutevar8x32_ps(v, tail_shift), tail_keep);
+        sum = _mm256_add_ps(sum, v);
+        _mm256_store_ps(gr + full, v);
+      }
+    }
+    if (db) db[oc] += Avx2::reduce_add(sum);
+    float* dwo = dw + oc * taps;
+    for (std::size_t b = 0, t0 = 0; b < blocks; ++b) {
+      const std::size_t t1 = taps * (b + 1) / blocks;
+      pick_planes_taps(t1 - t0, std::make_index_sequence<kPlanesMaxTapBlock>())(g, p.out_h, g_ld, x, p.x_ld,
+                                                                                offsets + t0, dwo + t0);
+      t0 = t1;
     }
   }
 }

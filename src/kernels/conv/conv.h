@@ -9,6 +9,15 @@
 // oneDNN stays faster (the op picks). ~15% of the fp32 roof (BM_conv_backward_weights_nhwc): the
 // first pass over each image's gradient (the bias sum) waits on memory, about 40% of the time;
 // prefetching the next image during this one's taps is the next step.
+//
+// The planar (NCHW) pair, forward and weight gradient, serves first layers whose output feeds a
+// classifier through flatten (SimpleCNN): a channels-last output would be transposed back to
+// NCHW order in each direction (22 MB per batch of 256 there), and planar output lets the ReLU
+// be fused into the convolution's store and its mask into the weight gradient's first pass.
+// Stride 1, no dilation; the op pads each image into a scratch buffer first. Forward: 8 output
+// columns x 8 output channels in registers, one x load and 8 broadcast weights per tap. Weight
+// gradient: per output channel the (masked, zero-padded) gradient plane in L1, then blocks of
+// up to 12 taps that each gradient vector feeds.
 #pragma once
 
 #include <cstddef>
@@ -17,11 +26,18 @@
 
 namespace cpudl::kernels {
 
+// Limits of the planar kernels' vector paths (larger shapes run the reference loops).
+inline constexpr std::size_t kConvPlanesMaxTaps = 4 * 11 * 11, kConvPlanesMaxPlane = 64 * 64;
+
 inline constexpr std::size_t conv_padded_channels(std::size_t oc) { return (oc + 7) / 8 * 8; }
 
-#define CPUDL_DECLARE_CONV(isa)                                                                    \
-  void f32_conv_backward_weights_nhwc__##isa(const ConvWindow& w, const float* x, const float* dy, \
-                                             float* dw, float* db);
+#define CPUDL_DECLARE_CONV(isa)                                                                      \
+  void f32_conv_backward_weights_nhwc__##isa(const ConvWindow& w, const float* x, const float* dy,   \
+                                             float* dw, float* db);                                  \
+  void f32_conv_forward_planes__##isa(const ConvPlanes& p, const float* x, const float* w,           \
+                                      const float* bias, bool relu, float* y);                       \
+  void f32_conv_backward_weights_planes__##isa(const ConvPlanes& p, const float* x, const float* dy, \
+                                               const float* y, float* dw, float* db);
 CPUDL_DECLARE_CONV(ref)
 CPUDL_DECLARE_CONV(avx2)
 #undef CPUDL_DECLARE_CONV

@@ -1,4 +1,4 @@
-// Portable reference of the small-input-channel weight gradient (conv.h).
+// Portable references of the small-input-channel convolution kernels (conv.h).
 #include "kernels/conv/conv.h"
 
 namespace cpudl::kernels {
@@ -25,6 +25,41 @@ void f32_conv_backward_weights_nhwc__ref(const ConvWindow& w, const float* x, co
         }
       }
     }
+}
+
+void f32_conv_forward_planes__ref(const ConvPlanes& p, const float* x, const float* w, const float* bias,
+                                  bool relu, float* y) {
+  const std::size_t taps = p.in_channels * p.kernel_h * p.kernel_w, plane = p.out_h * p.out_w;
+  for (std::size_t oc = 0; oc < p.out_channels; ++oc) {
+    const float* wo = w + (oc / 8) * taps * 8 + oc % 8;
+    for (std::size_t oh = 0; oh < p.out_h; ++oh)
+      for (std::size_t ow = 0; ow < p.out_w; ++ow) {
+        float acc = bias[oc];
+        for (std::size_t ic = 0; ic < p.in_channels; ++ic)
+          for (std::size_t kh = 0; kh < p.kernel_h; ++kh)
+            for (std::size_t kw = 0; kw < p.kernel_w; ++kw)
+              acc += wo[((ic * p.kernel_h + kh) * p.kernel_w + kw) * 8] *
+                     x[ic * p.x_plane + (oh + kh) * p.x_ld + ow + kw];
+        y[oc * plane + oh * p.out_w + ow] = relu && acc <= 0.0f ? 0.0f : acc;  // relu(NaN) = NaN
+      }
+  }
+}
+
+void f32_conv_backward_weights_planes__ref(const ConvPlanes& p, const float* x, const float* dy,
+                                           const float* y, float* dw, float* db) {
+  const std::size_t plane = p.out_h * p.out_w;
+  for (std::size_t oc = 0; oc < p.out_channels; ++oc)
+    for (std::size_t oh = 0; oh < p.out_h; ++oh)
+      for (std::size_t ow = 0; ow < p.out_w; ++ow) {
+        const std::size_t at = oc * plane + oh * p.out_w + ow;
+        const float g = y && !(y[at] > 0.0f) ? 0.0f : dy[at];
+        if (db) db[oc] += g;
+        for (std::size_t ic = 0; ic < p.in_channels; ++ic)
+          for (std::size_t kh = 0; kh < p.kernel_h; ++kh)
+            for (std::size_t kw = 0; kw < p.kernel_w; ++kw)
+              dw[((oc * p.in_channels + ic) * p.kernel_h + kh) * p.kernel_w + kw] +=
+                  g * x[ic * p.x_plane + (oh + kh) * p.x_ld + ow + kw];
+      }
 }
 
 }  // namespace cpudl::kernels
