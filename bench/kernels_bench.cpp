@@ -286,6 +286,38 @@ void BM_conv_backward_weights_planes(benchmark::State& state) {
   report_flops(state, kernel_table().f32_conv_backward_weights_planes.name, c.flops(), threads);
 }
 
+// SimpleCNN's classifier (21632 -> 10) at batch 256 on the narrow kernels, single-threaded
+// calls split as the op splits them; GB/s of the activation (read, or written for the data
+// gradient) against the measured bandwidth. Arg 0: 0 forward, 1 data gradient, 2 weight gradient.
+void BM_narrow_linear(benchmark::State& state) {
+  const int threads = threads_arg(state);
+  const std::size_t m = 256, k = 21632, n = 10;
+  std::vector<float> x(m * k, 0.5f), w(n * k, 0.01f), y(m * n), dy(m * n, 0.25f), dx(m * k), dw(n * k);
+  const auto& table = kernel_table();
+  const int which = static_cast<int>(state.range(0));
+  for (auto _ : state) {
+    if (which == 0) {
+      cpudl::parallel_for(m, 3, threads, [&](std::size_t i0, std::size_t i1) {
+        table.f32_narrow_linear_forward.fn(x.data() + i0 * k, w.data(), y.data() + i0 * n, i1 - i0, k, n, k);
+      });
+    } else if (which == 1) {
+      cpudl::parallel_for(m, 4, threads, [&](std::size_t i0, std::size_t i1) {
+        table.f32_narrow_linear_backward_data.fn(dy.data() + i0 * n, w.data(), dx.data() + i0 * k, i1 - i0, k,
+                                                 n, k);
+      });
+    } else {
+      cpudl::parallel_for(k / 16, 16, threads, [&](std::size_t l0, std::size_t l1) {
+        table.f32_narrow_linear_backward_weights.fn(x.data() + l0 * 16, dy.data(), dw.data() + l0 * 16, m,
+                                                    (l1 - l0) * 16, n, k);
+      });
+    }
+    benchmark::ClobberMemory();
+  }
+  const char* names[] = {table.f32_narrow_linear_forward.name, table.f32_narrow_linear_backward_data.name,
+                         table.f32_narrow_linear_backward_weights.name};
+  report(state, names[which], m * k * sizeof(float), threads);
+}
+
 // NCHW -> NHWC of SimpleCNN's activation at batch 256 ([32 x 676] per image), as
 // copy_between_channel_layouts splits it.
 void BM_transpose(benchmark::State& state) {
@@ -319,6 +351,14 @@ BENCHMARK(BM_conv_backward_weights_nhwc)->Args({0, 1})->Args({0, 0})->UseRealTim
 BENCHMARK(BM_conv_forward_planes)->Args({256, 1})->Args({256, 0})->Args({4, 1})->UseRealTime();
 BENCHMARK(BM_conv_backward_weights_planes)->Args({256, 1})->Args({256, 0})->Args({4, 1})->UseRealTime();
 BENCHMARK(BM_transpose)->Args({0, 1})->Args({0, 0})->UseRealTime();
+BENCHMARK(BM_narrow_linear)
+    ->Args({0, 1})
+    ->Args({1, 1})
+    ->Args({2, 1})
+    ->Args({0, 0})
+    ->Args({1, 0})
+    ->Args({2, 0})
+    ->UseRealTime();
 BENCHMARK(BM_adam)->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
 BENCHMARK(BM_softmax)->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
 // Args: {unused, threads}.

@@ -421,6 +421,42 @@ TEST(Autograd, FusedReluConvolutionMatchesReluOfConvolution) {
   }
 }
 
+// A classifier with many inputs and few outputs runs on the narrow kernels: its output and
+// all three gradients against direct double-precision loops.
+TEST(Autograd, NarrowLinearLayerMatchesTheDirectLoops) {
+  const std::int64_t m = 5, k = 1100, n = 10;
+  Tensor x = randn({m, k}, 501), w = randn({n, k}, 502, 0.05f), b = randn({n}, 503);
+  for (Tensor* t : {&x, &w, &b}) t->set_requires_grad(true);
+  const Tensor y = linear(x, w, b);
+  const Tensor g = randn({m, n}, 504);
+  sum(mul(y, g)).backward();
+  const std::vector<float> xv = x.to_vector(), wv = w.to_vector(), bv = b.to_vector(), gv = g.to_vector();
+  const std::vector<float> yv = y.to_vector(), dx = x.grad().to_vector(), dw = w.grad().to_vector(),
+                           db = b.grad().to_vector();
+  for (std::int64_t i = 0; i < m; ++i)
+    for (std::int64_t j = 0; j < n; ++j) {
+      double want = bv[j];
+      for (std::int64_t p = 0; p < k; ++p) want += double(xv[i * k + p]) * wv[j * k + p];
+      ASSERT_NEAR(yv[i * n + j], want, 1e-3 * (1 + std::fabs(want)));
+    }
+  for (std::int64_t i = 0; i < m; ++i)
+    for (std::int64_t p = 0; p < k; ++p) {
+      double want = 0;
+      for (std::int64_t j = 0; j < n; ++j) want += double(gv[i * n + j]) * wv[j * k + p];
+      ASSERT_NEAR(dx[i * k + p], want, 1e-4 * (1 + std::fabs(want)));
+    }
+  for (std::int64_t j = 0; j < n; ++j) {
+    double want_b = 0;
+    for (std::int64_t i = 0; i < m; ++i) want_b += gv[i * n + j];
+    ASSERT_NEAR(db[j], want_b, 1e-4 * (1 + std::fabs(want_b)));
+    for (std::int64_t p = 0; p < k; ++p) {
+      double want = 0;
+      for (std::int64_t i = 0; i < m; ++i) want += double(gv[i * n + j]) * xv[i * k + p];
+      ASSERT_NEAR(dw[j * k + p], want, 1e-4 * (1 + std::fabs(want)));
+    }
+  }
+}
+
 TEST(Autograd, Normalisation) {
   check_gradients(
       "batch_norm2d training",

@@ -243,6 +243,52 @@ TEST(Kernels, F32ConvBackwardWeightsPlanesMatchesReference) {
   });
 }
 
+// Narrow linear kernels (narrow.h) against their references: rows around the register blocks
+// (3, 4, 8), columns around the vector width and past a chunk (1024), 1 to 16 outputs, and a
+// row stride wider than k (a column range, as threads split the weight gradient). Outputs past
+// each row's k columns must stay untouched.
+TEST(Kernels, NarrowLinearMatchesReference) {
+  struct Case {
+    std::size_t m, k, n, ld;
+  };
+  const Case cases[] = {{1, 8, 1, 8},   {5, 21, 3, 21},     {7, 1051, 10, 1060}, {12, 2048, 16, 2048},
+                        {9, 40, 7, 45}, {4, 1024, 5, 1031}, {17, 333, 11, 333}};
+  const auto& forward = f32_narrow_linear_forward_variants();
+  const auto& data = f32_narrow_linear_backward_data_variants();
+  const auto& weights = f32_narrow_linear_backward_weights_variants();
+  for (std::size_t v = 0; v < forward.size(); ++v) {
+    if (forward[v].level > kMachineLevel) continue;
+    SCOPED_TRACE(forward[v].name);
+    for (const Case& c : cases) {
+      SCOPED_TRACE("m " + std::to_string(c.m) + " k " + std::to_string(c.k) + " n " + std::to_string(c.n));
+      auto x = random_values(c.m * c.ld, static_cast<unsigned>(c.k), false);
+      auto w = random_values(c.n * c.ld, static_cast<unsigned>(c.k + 1), false);
+      auto dy = random_values(c.m * c.n, static_cast<unsigned>(c.k + 2), false);
+      x.resize(c.m * c.ld);
+      w.resize(c.n * c.ld);
+      dy.resize(c.m * c.n);
+      const auto close = [](const std::vector<float>& got, const std::vector<float>& want, const char* what) {
+        for (std::size_t i = 0; i < want.size(); ++i)
+          ASSERT_NEAR(got[i], want[i], 1e-3f * (1 + std::fabs(want[i]))) << what << " " << i;
+      };
+      std::vector<float> want_y(c.m * c.n, 5.0f), got_y = want_y;
+      forward.back().fn(x.data(), w.data(), want_y.data(), c.m, c.k, c.n, c.ld);
+      forward[v].fn(x.data(), w.data(), got_y.data(), c.m, c.k, c.n, c.ld);
+      close(got_y, want_y, "forward");
+      std::vector<float> want_dx(c.m * c.ld, 5.0f), got_dx = want_dx;
+      data.back().fn(dy.data(), w.data(), want_dx.data(), c.m, c.k, c.n, c.ld);
+      data[v].fn(dy.data(), w.data(), got_dx.data(), c.m, c.k, c.n, c.ld);
+      close(got_dx, want_dx, "data");
+      std::vector<float> want_dw(c.n * c.ld, 5.0f), got_dw = want_dw;
+      weights.back().fn(x.data(), dy.data(), want_dw.data(), c.m, c.k, c.n, c.ld);
+      weights[v].fn(x.data(), dy.data(), got_dw.data(), c.m, c.k, c.n, c.ld);
+      close(got_dw, want_dw, "weights");
+      for (std::size_t i = 0; i < c.m; ++i)
+        for (std::size_t q = c.k; q < c.ld; ++q) ASSERT_EQ(got_dx[i * c.ld + q], 5.0f) << "dx past k";
+    }
+  }
+}
+
 TEST(Kernels, F32MulMatchesReference) { check_binary(f32_mul_variants(), f32_mul_variants().back().fn); }
 
 TEST(Kernels, F32ReluMatchesReference) {

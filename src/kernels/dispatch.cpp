@@ -10,6 +10,7 @@
 #include "kernels/gemm/gemm.h"
 #include "kernels/int8/int8.h"
 #include "kernels/layout/layout.h"
+#include "kernels/narrow/narrow.h"
 #include "kernels/norm/norm.h"
 #include "kernels/optim/optim.h"
 #include "kernels/pool/pool.h"
@@ -104,6 +105,10 @@ CPUDL_AVX2_VARIANTS(f32_transpose, F32TransposeFn)
 CPUDL_AVX2_VARIANTS(f32_conv_backward_weights_nhwc, ConvBackwardWeightsFn)
 CPUDL_AVX2_VARIANTS(f32_conv_forward_planes, ConvForwardPlanesFn)
 CPUDL_AVX2_VARIANTS(f32_conv_backward_weights_planes, ConvBackwardWeightsPlanesFn)
+// Narrow linear layers: memory-bound, AVX-512 would only widen the registers (and is untestable here).
+CPUDL_AVX2_VARIANTS(f32_narrow_linear_forward, NarrowLinearForwardFn)
+CPUDL_AVX2_VARIANTS(f32_narrow_linear_backward_data, NarrowLinearBackwardDataFn)
+CPUDL_AVX2_VARIANTS(f32_narrow_linear_backward_weights, NarrowLinearBackwardWeightsFn)
 #undef CPUDL_AVX2_VARIANTS
 
 // Channels-last max pooling: AVX2 forward (AVX-512 would only widen a memory-bound loop); the

@@ -144,6 +144,13 @@ using ConvForwardPlanesFn = void (*)(const ConvPlanes& p, const float* x, const 
 // where y > 0.
 using ConvBackwardWeightsPlanesFn = void (*)(const ConvPlanes& p, const float* x, const float* dy,
                                              const float* y, float* dw, float* db);
+// Linear layers with few outputs (kernels/narrow/narrow.h); `ld` is the row stride of x, w, dx, dw.
+using NarrowLinearForwardFn = void (*)(const float* x, const float* w, float* y, std::size_t m, std::size_t k,
+                                       std::size_t n, std::size_t ld);
+using NarrowLinearBackwardDataFn = void (*)(const float* dy, const float* w, float* dx, std::size_t m,
+                                            std::size_t k, std::size_t n, std::size_t ld);
+using NarrowLinearBackwardWeightsFn = void (*)(const float* x, const float* dy, float* dw, std::size_t m,
+                                               std::size_t k, std::size_t n, std::size_t ld);
 // One image's pooling window geometry, channels-last (H x W x C). Padding taps are skipped.
 struct PoolWindow {
   std::size_t channels, height, width, out_h, out_w, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w;

@@ -1,4 +1,5 @@
 // matmul and linear on oneDNN (src/onednn/), with their backward passes.
+#include "kernels/narrow/narrow.h"
 #include "onednn/dense.h"
 #include "ops/op_helpers.h"
 #include "ops/op_profile.h"
@@ -74,6 +75,58 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   return result;
 }
 
+namespace {
+
+// Layers with few outputs and many inputs (a classifier on a flattened feature map) run on the
+// narrow kernels (kernels/narrow/narrow.h), bound by memory where oneDNN's GEMM kernels were not.
+// Below ~1K inputs the activation is small and oneDNN stays.
+constexpr std::int64_t kNarrowMinInputs = 1024;
+bool narrow_linear(const onednn::LinearShape& s) {
+  return s.out <= static_cast<std::int64_t>(kernels::kNarrowLinearMaxOutputs) && s.in >= kNarrowMinInputs;
+}
+
+// Rows split over the threads (forward, data gradient) or columns (weight gradient: each thread
+// writes its own columns of dw), in whole cache lines.
+void narrow_forward(const onednn::LinearShape& s, const float* x, const float* w, const float* b, float* y) {
+  const auto m = static_cast<std::size_t>(s.batch), k = static_cast<std::size_t>(s.in),
+             n = static_cast<std::size_t>(s.out);
+  const auto fn = native().f32_narrow_linear_forward.fn;
+  parallel_for(m, 3, [&](std::size_t i0, std::size_t i1) {
+    fn(x + i0 * k, w, y + i0 * n, i1 - i0, k, n, k);
+    if (b)
+      for (std::size_t i = i0; i < i1; ++i)
+        for (std::size_t j = 0; j < n; ++j) y[i * n + j] += b[j];
+  });
+}
+
+void narrow_backward_data(const onednn::LinearShape& s, const float* dy, const float* w, float* dx) {
+  const auto m = static_cast<std::size_t>(s.batch), k = static_cast<std::size_t>(s.in),
+             n = static_cast<std::size_t>(s.out);
+  const auto fn = native().f32_narrow_linear_backward_data.fn;
+  parallel_for(m, 4,
+               [&](std::size_t i0, std::size_t i1) { fn(dy + i0 * n, w, dx + i0 * k, i1 - i0, k, n, k); });
+}
+
+void narrow_backward_weights(const onednn::LinearShape& s, const float* x, const float* dy, float* dw,
+                             float* db) {
+  const auto m = static_cast<std::size_t>(s.batch), k = static_cast<std::size_t>(s.in),
+             n = static_cast<std::size_t>(s.out);
+  const auto fn = native().f32_narrow_linear_backward_weights.fn;
+  const std::size_t lines = (k + 15) / 16;
+  parallel_for(lines, 16, [&](std::size_t l0, std::size_t l1) {
+    const std::size_t k0 = l0 * 16, k1 = std::min(k, l1 * 16);
+    fn(x + k0, dy, dw + k0, m, k1 - k0, n, k);
+  });
+  if (db)
+    for (std::size_t j = 0; j < n; ++j) {
+      float acc = 0.0f;
+      for (std::size_t i = 0; i < m; ++i) acc += dy[i * n + j];
+      db[j] = acc;
+    }
+}
+
+}  // namespace
+
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   profiling::Scope profile("linear");
   require_f32(x, "linear", "input");
@@ -94,27 +147,39 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const Tensor bc = bias.defined() ? contiguous_values(bias) : Tensor();
   Tensor y = Tensor::empty(out_shape);
   const onednn::LinearShape s{rows, in, out_features};
-  if (rows > 0) onednn::linear_forward(s, xc.data(), wc.data(), bc.defined() ? bc.data() : nullptr, y.data());
+  const bool narrow = narrow_linear(s);
+  if (rows > 0 && narrow)
+    narrow_forward(s, xc.data(), wc.data(), bc.defined() ? bc.data() : nullptr, y.data());
+  else if (rows > 0)
+    onednn::linear_forward(s, xc.data(), wc.data(), bc.defined() ? bc.data() : nullptr, y.data());
   count_forward_flops(2.0 * static_cast<double>(rows) * static_cast<double>(in) *
                       static_cast<double>(out_features));
   // Gradients only for inputs that need them (a first layer's input needs none).
   const bool need_dx = x.requires_grad(), need_dw = weight.requires_grad(),
              need_db = bias.defined() && bias.requires_grad();
-  autograd::record(y, "linear", {x, weight, bias}, [xc, wc, s, need_dx, need_dw, need_db](const Tensor& g) {
-    const Tensor gc = contiguous_values(g);
-    Tensor dx, dw, db;
-    if (need_dx) {
-      dx = Tensor::empty(xc.shape());
-      onednn::linear_backward_data(s, gc.data(), wc.data(), dx.data());
-    }
-    if (need_dw || need_db) {
-      dw = Tensor::empty(wc.shape());
-      if (need_db) db = Tensor::empty({s.out});
-      onednn::linear_backward_weights(s, xc.data(), gc.data(), dw.data(), need_db ? db.data() : nullptr);
-      if (!need_dw) dw = Tensor();
-    }
-    return std::vector<Tensor>{dx, dw, db};
-  });
+  autograd::record(
+      y, "linear", {x, weight, bias}, [xc, wc, s, narrow, need_dx, need_dw, need_db](const Tensor& g) {
+        const Tensor gc = contiguous_values(g);
+        Tensor dx, dw, db;
+        if (need_dx) {
+          dx = Tensor::empty(xc.shape());
+          if (s.batch > 0 && narrow)
+            narrow_backward_data(s, gc.data(), wc.data(), dx.data());
+          else
+            onednn::linear_backward_data(s, gc.data(), wc.data(), dx.data());
+        }
+        if (need_dw || need_db) {
+          dw = Tensor::empty(wc.shape());
+          if (need_db) db = Tensor::empty({s.out});
+          if (narrow)
+            narrow_backward_weights(s, xc.data(), gc.data(), dw.data(), need_db ? db.data() : nullptr);
+          else
+            onednn::linear_backward_weights(s, xc.data(), gc.data(), dw.data(),
+                                            need_db ? db.data() : nullptr);
+          if (!need_dw) dw = Tensor();
+        }
+        return std::vector<Tensor>{dx, dw, db};
+      });
   return y;
 }
 

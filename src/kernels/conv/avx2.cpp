@@ -229,16 +229,19 @@ template <std::size_t TB>
 void planes_taps_block(const float* g, std::size_t rows, std::size_t g_ld, const float* x, std::size_t x_ld,
                        const std::size_t* offsets, float* dw) {
   __m256 acc[TB];
+#pragma GCC unroll 16
   for (std::size_t t = 0; t < TB; ++t) acc[t] = _mm256_setzero_ps();
   for (std::size_t r = 0; r < rows; ++r) {
     const float* gr = g + r * g_ld;
     const float* xr = x + r * x_ld;
     for (std::size_t c = 0; c < g_ld; c += 8) {
       const __m256 gv = _mm256_loadu_ps(gr + c);
+#pragma GCC unroll 16
       for (std::size_t t = 0; t < TB; ++t)
         acc[t] = _mm256_fmadd_ps(gv, _mm256_loadu_ps(xr + offsets[t] + c), acc[t]);
     }
   }
+#pragma GCC unroll 16
   for (std::size_t t = 0; t < TB; ++t) dw[t] += Avx2::reduce_add(acc[t]);
 }
 
@@ -281,6 +284,7 @@ void f32_conv_forward_planes__avx2(const ConvPlanes& p, const float* x, const fl
     std::size_t row = 0, c0 = 0;  // the next vector: its row and first column before clamping
     for (std::size_t v0 = 0; v0 < vectors; v0 += 3) {
       std::size_t x_at[3], y_at[3];
+#pragma GCC unroll 16
       for (std::size_t j = 0; j < 3; ++j) {
         if (v0 + j >= vectors) {  // past the plane: repeat the last vector
           x_at[j] = x_at[j - 1], y_at[j] = y_at[j - 1];
@@ -293,6 +297,7 @@ void f32_conv_forward_planes__avx2(const ConvPlanes& p, const float* x, const fl
         if (c0 >= p.out_w) c0 = 0, ++row;
       }
       __m256 acc[3][4];
+#pragma GCC unroll 16
       for (std::size_t o = 0; o < 4; ++o)
         acc[0][o] = acc[1][o] = acc[2][o] = _mm256_broadcast_ss(bias + o0 + o);
       const float *x0 = x + x_at[0], *x1 = x + x_at[1], *x2 = x + x_at[2];
@@ -301,6 +306,7 @@ void f32_conv_forward_planes__avx2(const ConvPlanes& p, const float* x, const fl
         const __m256 a = _mm256_loadu_ps(x0 + off), b = _mm256_loadu_ps(x1 + off),
                      c = _mm256_loadu_ps(x2 + off);
         const float* wt = wb + t * 8;
+#pragma GCC unroll 16
         for (std::size_t o = 0; o < 4; ++o) {
           const __m256 wv = _mm256_broadcast_ss(wt + o);
           acc[0][o] = _mm256_fmadd_ps(wv, a, acc[0][o]);
