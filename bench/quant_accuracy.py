@@ -29,8 +29,8 @@ CPUDL = os.environ.get("CPUDL_BIN", os.path.join(ROOT, "build", "cpudl"))
 WORK = os.path.join(ROOT, "build", "bench-quant")
 
 
-def normalise(images):  # cpudl's MNIST loader: pixels / 255, then (x - 0.1307) / 0.3081
-    return ((images.astype(np.float32) / 255.0 - 0.1307) / 0.3081)[:, None, :, :]
+def normalise(images):  # cpudl's MNIST loader (include/cpudl/data.h): pixels / 255, then (x - 0.5) / 0.5
+    return ((images.astype(np.float32) / 255.0 - 0.5) / 0.5)[:, None, :, :]
 
 
 def zoo():

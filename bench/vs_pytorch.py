@@ -60,8 +60,10 @@ def torch_worker(workload, threads, epochs, seed):
         zoo = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(zoo)
         model = zoo.SimpleCNN() if workload == "simplecnn" else zoo.LeNet5()
-        # The same normalisation as cpudl's MNIST loader: pixels / 255, (x - 0.1307) / 0.3081.
-        norm = lambda a: (torch.from_numpy(a.astype("float32") / 255.0).unsqueeze(1) - 0.1307) / 0.3081
+        # The same normalisation as cpudl's MNIST loader (include/cpudl/data.h) and the tutorial:
+        # pixels / 255, then (x - 0.5) / 0.5. (Until session 6 this side used MNIST's own
+        # statistics, 0.1307 / 0.3081, and the accuracy column compared different inputs.)
+        norm = lambda a: (torch.from_numpy(a.astype("float32") / 255.0).unsqueeze(1) - 0.5) / 0.5
         x, y = norm(load_idx("train-images-idx3-ubyte")), torch.from_numpy(load_idx("train-labels-idx1-ubyte").astype("int64"))
         tx, ty = norm(load_idx("t10k-images-idx3-ubyte")), torch.from_numpy(load_idx("t10k-labels-idx1-ubyte").astype("int64"))
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)

@@ -252,7 +252,7 @@ TEST(Kernels, NarrowLinearMatchesReference) {
     std::size_t m, k, n, ld;
   };
   const Case cases[] = {{1, 8, 1, 8},   {5, 21, 3, 21},     {7, 1051, 10, 1060}, {12, 2048, 16, 2048},
-                        {9, 40, 7, 45}, {4, 1024, 5, 1031}, {17, 333, 11, 333}};
+                        {9, 40, 7, 45}, {4, 1024, 5, 1031}, {17, 333, 11, 333},  {130, 2056, 10, 2056}};
   const auto& forward = f32_narrow_linear_forward_variants();
   const auto& data = f32_narrow_linear_backward_data_variants();
   const auto& weights = f32_narrow_linear_backward_weights_variants();
@@ -275,9 +275,16 @@ TEST(Kernels, NarrowLinearMatchesReference) {
       forward.back().fn(x.data(), w.data(), want_y.data(), c.m, c.k, c.n, c.ld);
       forward[v].fn(x.data(), w.data(), got_y.data(), c.m, c.k, c.n, c.ld);
       close(got_y, want_y, "forward");
-      std::vector<float> want_dx(c.m * c.ld, 5.0f), got_dx = want_dx;
-      data.back().fn(dy.data(), w.data(), want_dx.data(), c.m, c.k, c.n, c.ld);
-      data[v].fn(dy.data(), w.data(), got_dx.data(), c.m, c.k, c.n, c.ld);
+      // dx 32-byte aligned: a large aligned output takes the non-temporal stores.
+      std::vector<float> want_buf(c.m * c.ld + 8, 5.0f), got_buf = want_buf;
+      const auto aligned = [](std::vector<float>& b) {
+        const auto at = reinterpret_cast<std::uintptr_t>(b.data());
+        return b.data() + ((32 - at % 32) % 32) / sizeof(float);
+      };
+      float *want_p = aligned(want_buf), *got_p = aligned(got_buf);
+      data.back().fn(dy.data(), w.data(), want_p, c.m, c.k, c.n, c.ld);
+      data[v].fn(dy.data(), w.data(), got_p, c.m, c.k, c.n, c.ld);
+      const std::vector<float> want_dx(want_p, want_p + c.m * c.ld), got_dx(got_p, got_p + c.m * c.ld);
       close(got_dx, want_dx, "data");
       std::vector<float> want_dw(c.n * c.ld, 5.0f), got_dw = want_dw;
       weights.back().fn(x.data(), dy.data(), want_dw.data(), c.m, c.k, c.n, c.ld);
