@@ -1,9 +1,10 @@
-// Max pooling on channels-last images, for the channel counts oneDNN's NHWC pooling handles
-// badly: its AVX2 kernel works in blocks of 8 channels and took 19 ms forward and 18 ms backward
-// for LeNet-5's 6-channel 2x2 pooling of a batch of 256 (most likely its masked tails: VMASKMOVPS
-// is microcoded on AMD Zen, and made this kernel's first version as slow); with these kernels the whole LeNet-5 training step went from 63 to
-// 30 ms (`cpudl bench model --model lenet5 --train`, 1 thread).
-// Channel counts that fill the vector stay on oneDNN.
+// Max pooling on channels-last images. Written first for the channel counts oneDNN's NHWC
+// pooling handles badly: its AVX2 kernel works in blocks of 8 channels and took 19 ms forward and
+// 18 ms backward for LeNet-5's 6-channel 2x2 pooling of a batch of 256 (most likely its masked
+// tails: VMASKMOVPS is microcoded on AMD Zen, and made this kernel's first version as slow); with
+// these kernels the whole LeNet-5 training step went from 63 to 30 ms (`cpudl bench model --model
+// lenet5 --train`, 1 thread). It then measured faster than oneDNN for full vectors too (LeNet-5's
+// 16 channels, ResNet-18's 64: ops/layers.cpp), so all channels-last max pooling runs here.
 #pragma once
 
 #include <cstdint>
