@@ -24,7 +24,27 @@ void require_4d(const Tensor& x, const char* op) {
 // oneDNN's blocked copy is refreshed exactly when needed.
 std::uint64_t weights_version(const Tensor& w) { return w.version() * 2 + 1; }
 
-// A first layer's weight gradient (1 or 3 input channels) on the native kernel (kernels/conv/):
+// Weight gradients summed over a batch: images split over the threads, each thread adding its
+// images' terms (add(n, slice) for image n) into its own zeroed slice of `size` floats; the
+// slices are then added. The per-thread order of images is fixed, so results do not depend on
+// scheduling.
+template <class AddImage>
+std::vector<float> sum_over_images(std::size_t batch, std::size_t size, const AddImage& add) {
+  const int threads = std::max(1, std::min<int>(runtime().threads.threads, static_cast<int>(batch)));
+  const auto parts = static_cast<std::size_t>(threads);
+  std::vector<float> sums(parts * size, 0.0f);
+  parallel_for(parts, 1, threads, [&](std::size_t first, std::size_t last) {
+    for (std::size_t part = first; part < last; ++part)
+      for (std::size_t n = batch * part / parts; n < batch * (part + 1) / parts; ++n)
+        add(n, sums.data() + part * size);
+  });
+  for (std::size_t t = 1; t < parts; ++t)
+    for (std::size_t i = 0; i < size; ++i) sums[i] += sums[t * size + i];
+  sums.resize(size);
+  return sums;
+}
+
+// A first layer's weight gradient (1-4 input channels) on the native kernel (kernels/conv/):
 // oneDNN's NHWC backward-weights pass runs it at 7-8% of peak. Images are split over the threads,
 // each summing into its own [KH][KW][IC][OC] buffer; the sums are then added and transposed to
 // PyTorch's OIHW.
@@ -44,22 +64,13 @@ void few_channel_backward_weights(const onednn::ConvShape& s, const float* x, co
       static_cast<std::size_t>(s.dilation_h),   static_cast<std::size_t>(s.dilation_w)};
   const std::size_t oc_pad = kernels::conv_padded_channels(w.out_channels);
   const std::size_t taps = w.kernel_h * w.kernel_w * w.in_channels, per_thread = (taps + 1) * oc_pad;
-  const std::size_t batch = static_cast<std::size_t>(s.batch), in_image = w.height * w.width * w.in_channels,
+  const std::size_t in_image = w.height * w.width * w.in_channels,
                     out_image = w.out_h * w.out_w * w.out_channels;
-  const int threads = std::max(1, std::min<int>(runtime().threads.threads, static_cast<int>(batch)));
-  std::vector<float> sums(static_cast<std::size_t>(threads) * per_thread, 0.0f);
   const auto kernel = native().f32_conv_backward_weights_nhwc.fn;
-  const auto parts = static_cast<std::size_t>(threads);
-  parallel_for(parts, 1, threads, [&](std::size_t first, std::size_t last) {
-    for (std::size_t part = first; part < last; ++part) {  // each part sums into its own slice
-      float* mine = sums.data() + part * per_thread;
-      for (std::size_t n = batch * part / parts; n < batch * (part + 1) / parts; ++n)
+  const std::vector<float> sums =
+      sum_over_images(static_cast<std::size_t>(s.batch), per_thread, [&](std::size_t n, float* mine) {
         kernel(w, x + n * in_image, dy + n * out_image, mine, db ? mine + taps * oc_pad : nullptr);
-    }
-  });
-  for (int t = 1; t < threads; ++t)
-    for (std::size_t i = 0; i < per_thread; ++i)
-      sums[i] += sums[static_cast<std::size_t>(t) * per_thread + i];
+      });
   for (std::size_t oc = 0; oc < w.out_channels; ++oc) {
     for (std::size_t ic = 0; ic < w.in_channels; ++ic)
       for (std::size_t kh = 0; kh < w.kernel_h; ++kh)
@@ -186,23 +197,14 @@ Tensor planar_conv2d(const onednn::ConvShape& s, const Tensor& x, const Tensor& 
     Tensor dw, db;
     if (!need_dw && !need_db) return std::vector<Tensor>{dw, dw, db};
     const Tensor gc = contiguous_values(g);
-    // Images split over the threads, each summing into its own [OC][taps] + [OC] slice.
+    // Each image's [OC][taps] + [OC] sums.
     const std::size_t per_part = oc_n * taps + oc_n;
-    const int threads = std::max(1, std::min<int>(runtime().threads.threads, static_cast<int>(batch)));
-    const auto parts = static_cast<std::size_t>(threads);
-    std::vector<float> sums(parts * per_part, 0.0f);
     const auto kernel = native().f32_conv_backward_weights_planes.fn;
     const float *xp = padded.data(), *gp = gc.data(), *yp = relu ? saved_y.data() : nullptr;
-    parallel_for(parts, 1, threads, [&](std::size_t first, std::size_t last) {
-      for (std::size_t part = first; part < last; ++part) {
-        float* mine = sums.data() + part * per_part;
-        for (std::size_t n = batch * part / parts; n < batch * (part + 1) / parts; ++n)
-          kernel(p, xp + n * in_image, gp + n * out_image, yp ? yp + n * out_image : nullptr, mine,
-                 need_db ? mine + oc_n * taps : nullptr);
-      }
+    const std::vector<float> sums = sum_over_images(batch, per_part, [&](std::size_t n, float* mine) {
+      kernel(p, xp + n * in_image, gp + n * out_image, yp ? yp + n * out_image : nullptr, mine,
+             need_db ? mine + oc_n * taps : nullptr);
     });
-    for (std::size_t t = 1; t < parts; ++t)
-      for (std::size_t i = 0; i < per_part; ++i) sums[i] += sums[t * per_part + i];
     if (need_dw) {
       dw = Tensor::empty(weight_shape);
       std::copy(sums.begin(), sums.begin() + static_cast<std::ptrdiff_t>(oc_n * taps), dw.data());

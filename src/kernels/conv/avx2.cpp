@@ -245,6 +245,13 @@ void planes_taps_block(const float* g, std::size_t rows, std::size_t g_ld, const
   for (std::size_t t = 0; t < TB; ++t) dw[t] += Avx2::reduce_add(acc[t]);
 }
 
+// Each tap's offset in the padded input from its output position, taps in OIHW order.
+void planes_tap_offsets(const ConvPlanes& p, std::size_t* offsets) {
+  for (std::size_t ic = 0, t = 0; ic < p.in_channels; ++ic)
+    for (std::size_t kh = 0; kh < p.kernel_h; ++kh)
+      for (std::size_t kw = 0; kw < p.kernel_w; ++kw) offsets[t++] = ic * p.x_plane + kh * p.x_ld + kw;
+}
+
 // Taps per block: TB accumulators + the gradient vector + one x load fit the 16 registers.
 constexpr std::size_t kPlanesMaxTapBlock = 12;
 using PlanesTapsFn = void (*)(const float*, std::size_t, std::size_t, const float*, std::size_t,
@@ -273,9 +280,7 @@ void f32_conv_forward_planes__avx2(const ConvPlanes& p, const float* x, const fl
     return;
   }
   std::size_t offsets[kConvPlanesMaxTaps];
-  for (std::size_t ic = 0, t = 0; ic < p.in_channels; ++ic)
-    for (std::size_t kh = 0; kh < p.kernel_h; ++kh)
-      for (std::size_t kw = 0; kw < p.kernel_w; ++kw) offsets[t++] = ic * p.x_plane + kh * p.x_ld + kw;
+  planes_tap_offsets(p, offsets);
   const std::size_t vectors = p.out_h * ((p.out_w + 7) / 8);
   const __m256 zero = _mm256_setzero_ps();
   for (std::size_t o0 = 0; o0 < p.out_channels; o0 += 4) {
@@ -341,9 +346,7 @@ void f32_conv_backward_weights_planes__avx2(const ConvPlanes& p, const float* x,
     return;
   }
   std::size_t offsets[kConvPlanesMaxTaps];
-  for (std::size_t ic = 0, t = 0; ic < p.in_channels; ++ic)
-    for (std::size_t kh = 0; kh < p.kernel_h; ++kh)
-      for (std::size_t kw = 0; kw < p.kernel_w; ++kw) offsets[t++] = ic * p.x_plane + kh * p.x_ld + kw;
+  planes_tap_offsets(p, offsets);
   alignas(32) float g[kConvPlanesMaxPlane];
   const std::size_t blocks = (taps + kPlanesMaxTapBlock - 1) / kPlanesMaxTapBlock;
   const std::size_t full = p.out_w / 8 * 8, tail = p.out_w - full;
