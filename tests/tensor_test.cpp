@@ -147,8 +147,7 @@ TEST(Tensor, ChannelsLastLayoutRoundTripsAndIsPreserved) {
     for (std::int64_t n = 0; n < shape[0]; ++n)
       for (std::int64_t h = 0; h < shape[2]; ++h)
         for (std::int64_t w = 0; w < shape[3]; ++w)
-          for (std::int64_t c = 0; c < shape[1]; ++c)
-            ASSERT_EQ(*p++, x.at({n, c, h, w}));
+          for (std::int64_t c = 0; c < shape[1]; ++c) ASSERT_EQ(*p++, x.at({n, c, h, w}));
     const Tensor r = relu(cl), sum_cl = add(cl, cl), mixed = add(cl, x);
     EXPECT_TRUE(is_channels_last(r));
     EXPECT_TRUE(is_channels_last(sum_cl));
@@ -162,6 +161,17 @@ TEST(Tensor, ChannelsLastLayoutRoundTripsAndIsPreserved) {
   }
   EXPECT_FALSE(is_dense(Tensor::zeros({4, 6}).slice(1, 0, 3)));
   EXPECT_TRUE(is_dense(Tensor::zeros({4, 6}).transpose(0, 1)));
+  // Any permutation of a dense tensor is dense, whatever the stride order (the dims are sorted).
+  const Tensor t4 = Tensor::zeros({2, 3, 4, 5});
+  EXPECT_TRUE(is_dense(t4.transpose(0, 3).transpose(1, 2)));
+  EXPECT_TRUE(is_dense(t4.transpose(1, 3)));
+  EXPECT_FALSE(is_dense(t4.slice(2, 1, 3).transpose(0, 3)));
+  EXPECT_FALSE(is_dense(Tensor::zeros({3, 1}).expand({3, 4})));     // a stride-0 dimension
+  EXPECT_TRUE(is_dense(Tensor::zeros({1, 6, 1}).transpose(0, 2)));  // size-1 dims are ignored
+  // Past the 8 dimensions sorted on the stack.
+  const Tensor t9 = Tensor::zeros({2, 1, 2, 1, 2, 1, 2, 1, 2});
+  EXPECT_TRUE(is_dense(t9.transpose(0, 8)));
+  EXPECT_FALSE(is_dense(t9.slice(0, 0, 1).expand({3, 1, 2, 1, 2, 1, 2, 1, 2})));
 }
 
 }  // namespace

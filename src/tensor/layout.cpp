@@ -38,12 +38,25 @@ bool strides_match(const Shape& shape, const Shape& a, const Shape& b) {
 bool is_dense(const Tensor& t) {
   const Shape& shape = t.shape();
   const Shape& strides = t.strides();
-  std::vector<std::size_t> dims;
-  for (std::size_t i = 0; i < shape.size(); ++i)
-    if (shape[i] > 1) dims.push_back(i);
-  std::sort(dims.begin(), dims.end(), [&](std::size_t a, std::size_t b) { return strides[a] > strides[b]; });
+  // Called by every element-wise op: the dimensions are sorted on the stack (insertion sort;
+  // real tensors have a handful), falling back to the heap only past 8 of them.
+  constexpr std::size_t kInline = 8;
+  std::size_t inline_dims[kInline];
+  std::vector<std::size_t> heap_dims;
+  std::size_t* dims = inline_dims;
+  if (shape.size() > kInline) {
+    heap_dims.resize(shape.size());
+    dims = heap_dims.data();
+  }
+  std::size_t count = 0;
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] <= 1) continue;
+    std::size_t at = count++;
+    for (; at > 0 && strides[dims[at - 1]] < strides[i]; --at) dims[at] = dims[at - 1];
+    dims[at] = i;  // dims ordered by decreasing stride
+  }
   std::int64_t expected = 1;
-  for (std::size_t i = dims.size(); i-- > 0;) {
+  for (std::size_t i = count; i-- > 0;) {
     if (strides[dims[i]] != expected) return false;
     expected *= shape[dims[i]];
   }
