@@ -258,10 +258,13 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   // input runs 3x3 kernels on 1x1 maps, where oneDNN's backward-weights pass took 150 ms per call
   // for the 1/9 of the work that matters.
   const CroppedKernel crop = crop_dead_taps(s);
-  const Tensor wc =
-      crop.cropped ? contiguous_values(weight.slice(2, crop.kh_begin, crop.kh_begin + crop.shape.kernel_h)
-                                           .slice(3, crop.kw_begin, crop.kw_begin + crop.shape.kernel_w))
-                   : contiguous_values(weight);
+  const Tensor wc = [&] {
+    NoGradGuard no_grad;  // oneDNN's copy of the weights, not a node of the graph
+    return crop.cropped
+               ? contiguous_values(weight.slice(2, crop.kh_begin, crop.kh_begin + crop.shape.kernel_h)
+                                       .slice(3, crop.kw_begin, crop.kw_begin + crop.shape.kernel_w))
+               : contiguous_values(weight);
+  }();
   // A cropped copy is new on every call: version 0 has oneDNN reorder it each time.
   const std::uint64_t version = !crop.cropped && weight.is_contiguous() ? weights_version(weight) : 0;
   const onednn::ConvShape& run = crop.shape;
@@ -355,10 +358,14 @@ Tensor pool2d(const Tensor& x, std::int64_t kernel, std::int64_t stride, std::in
         static_cast<std::size_t>(s.stride_w),    static_cast<std::size_t>(s.pad_h),
         static_cast<std::size_t>(s.pad_w)};
     const std::size_t in_image = w.height * w.width * w.channels, out_image = w.out_h * w.out_w * w.channels;
-    auto argmax = std::make_shared<std::vector<std::uint8_t>>(training ? out_image * s.batch : 0);
+    // Every entry is written by the forward kernel: no zero-fill.
+    const std::shared_ptr<std::uint8_t[]> argmax =
+        training
+            ? std::make_shared_for_overwrite<std::uint8_t[]>(out_image * static_cast<std::size_t>(s.batch))
+            : nullptr;
     const float* src = xc.data();
     float* dst = y.data();
-    std::uint8_t* arg = training ? argmax->data() : nullptr;
+    std::uint8_t* arg = argmax.get();
     const auto forward = native().f32_max_pool_nhwc.fn;
     parallel_for(static_cast<std::size_t>(s.batch), 1, [&](std::size_t b, std::size_t e) {
       for (std::size_t n = b; n < e; ++n)
@@ -369,7 +376,7 @@ Tensor pool2d(const Tensor& x, std::int64_t kernel, std::int64_t stride, std::in
       Tensor dx = empty_channels_last({s.batch, s.channels, s.height, s.width});
       const float* pg = gc.data();
       float* pd = dx.data();
-      const std::uint8_t* pa = argmax->data();
+      const std::uint8_t* pa = argmax.get();
       const auto backward = native().f32_max_pool_nhwc_backward.fn;
       parallel_for(static_cast<std::size_t>(s.batch), 1, [&](std::size_t b, std::size_t e) {
         for (std::size_t n = b; n < e; ++n)
