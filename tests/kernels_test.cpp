@@ -82,6 +82,23 @@ TEST(Kernels, F32TransposeMatchesReference) {
             ASSERT_EQ(got[j * ld_dst + i], want) << rows << "x" << cols << " at " << i << "," << j;
           }
       }
+    // Packed rows on the narrow side (a channels-last image with fewer than 8 channels, either
+    // direction), in buffers of exactly their size: the 8-lane loads and stores that run into
+    // the next row must stop before the end (ASan checks).
+    for (std::size_t few = 1; few < 8; ++few)
+      for (std::size_t many : {1, 7, 8, 9, 15, 16, 17, 33, 784}) {
+        const auto values = random_values(few * many, static_cast<unsigned>(few * 1000 + many), false);
+        const std::vector<float> src(values.begin(),
+                                     values.begin() + static_cast<std::ptrdiff_t>(few * many));
+        std::vector<float> to_last(few * many, 7.0f), back(few * many, 7.0f);
+        fn(src.data(), few, many, many, to_last.data(), few);  // [few x many] -> [many x few]
+        for (std::size_t j = 0; j < many; ++j)
+          for (std::size_t i = 0; i < few; ++i)
+            ASSERT_EQ(to_last[j * few + i], src[i * many + j])
+                << few << "x" << many << " at " << i << "," << j;
+        fn(to_last.data(), many, few, few, back.data(), many);  // and back
+        ASSERT_EQ(back, src) << few << "x" << many;
+      }
   });
 }
 

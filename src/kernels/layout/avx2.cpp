@@ -30,10 +30,74 @@ inline void transpose_8x8(const float* src, std::size_t ld_src, float* dst, std:
   }
 }
 
+// r[0..7] = the 8 columns at src of `rows` (< 8) source rows, zero rows below.
+inline void load_rows_block(const float* src, std::size_t ld_src, std::size_t rows, __m256* r) {
+  for (std::size_t i = 0; i < 8; ++i)
+    r[i] = i < rows ? _mm256_loadu_ps(src + i * ld_src) : _mm256_setzero_ps();
+}
+
+// r[0..7] (8 rows of 8) transposed in place: r[q] = column q.
+inline void transpose_registers(__m256* r) {
+  __m256 t[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  __m256 u[8];
+  u[0] = _mm256_shuffle_ps(t[0], t[2], _MM_SHUFFLE(1, 0, 1, 0));
+  u[1] = _mm256_shuffle_ps(t[0], t[2], _MM_SHUFFLE(3, 2, 3, 2));
+  u[2] = _mm256_shuffle_ps(t[1], t[3], _MM_SHUFFLE(1, 0, 1, 0));
+  u[3] = _mm256_shuffle_ps(t[1], t[3], _MM_SHUFFLE(3, 2, 3, 2));
+  u[4] = _mm256_shuffle_ps(t[4], t[6], _MM_SHUFFLE(1, 0, 1, 0));
+  u[5] = _mm256_shuffle_ps(t[4], t[6], _MM_SHUFFLE(3, 2, 3, 2));
+  u[6] = _mm256_shuffle_ps(t[5], t[7], _MM_SHUFFLE(1, 0, 1, 0));
+  u[7] = _mm256_shuffle_ps(t[5], t[7], _MM_SHUFFLE(3, 2, 3, 2));
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+    r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+  }
+}
+
+// Fewer than 8 source rows, packed destination rows (ld_dst == rows): to channels-last for C < 8.
+void transpose_few_rows(const float* src, std::size_t rows, std::size_t cols, std::size_t ld_src,
+                        float* dst) {
+  // A store at destination row q writes q * rows + 8 floats: within the buffer while that is
+  // at most cols * rows; the last rows go one value at a time.
+  const std::size_t safe_cols = cols * rows >= 8 ? (cols * rows - 8) / rows + 1 : 0;
+  std::size_t j = 0;
+  for (; j + 8 <= safe_cols; j += 8) {
+    __m256 r[8];
+    load_rows_block(src + j, ld_src, rows, r);
+    transpose_registers(r);
+    for (std::size_t q = 0; q < 8; ++q) _mm256_storeu_ps(dst + (j + q) * rows, r[q]);
+  }
+  for (; j < cols; ++j)
+    for (std::size_t i = 0; i < rows; ++i) dst[j * rows + i] = src[i * ld_src + j];
+}
+
+// Fewer than 8 source columns in packed source rows (ld_src == cols): from channels-last for
+// C < 8. Blocks of 8 source rows load 8 lanes each (running into the next row, which is in the
+// buffer but for the last rows: those go one value at a time).
+void transpose_few_cols(const float* src, std::size_t rows, std::size_t cols, float* dst,
+                        std::size_t ld_dst) {
+  const std::size_t safe_rows = rows * cols >= 8 ? (rows * cols - 8) / cols + 1 : 0;
+  std::size_t i = 0;
+  for (; i + 8 <= safe_rows; i += 8) {
+    __m256 r[8];
+    for (std::size_t k = 0; k < 8; ++k) r[k] = _mm256_loadu_ps(src + (i + k) * cols);
+    transpose_registers(r);
+    for (std::size_t q = 0; q < cols; ++q) _mm256_storeu_ps(dst + q * ld_dst + i, r[q]);
+  }
+  for (; i < rows; ++i)
+    for (std::size_t j = 0; j < cols; ++j) dst[j * ld_dst + i] = src[i * cols + j];
+}
+
 }  // namespace
 
 void f32_transpose__avx2(const float* src, std::size_t rows, std::size_t cols, std::size_t ld_src, float* dst,
                          std::size_t ld_dst) {
+  if (rows < 8 && ld_dst == rows) return transpose_few_rows(src, rows, cols, ld_src, dst);
+  if (cols < 8 && ld_src == cols) return transpose_few_cols(src, rows, cols, dst, ld_dst);
   const std::size_t rows8 = rows / 8 * 8, cols8 = cols / 8 * 8;
   for (std::size_t i = 0; i < rows8; i += 8) {
     for (std::size_t j = 0; j < cols8; j += 8)
