@@ -421,6 +421,47 @@ TEST(Autograd, FusedReluConvolutionMatchesReluOfConvolution) {
   }
 }
 
+// linear_relu against relu(linear(..)): values and every gradient, on oneDNN's inner product
+// (its ReLU post-op) and on the narrow kernels (many inputs, few outputs), with and without bias.
+TEST(Autograd, FusedReluLinearMatchesReluOfLinear) {
+  struct Case {
+    std::int64_t rows, in, out;
+    bool bias;
+  };
+  const Case cases[] = {{6, 20, 12, true}, {5, 1100, 10, true}, {4, 30, 7, false}, {3, 1030, 16, false}};
+  std::uint64_t seed = 520;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::to_string(c.rows) + "x" + std::to_string(c.in) + " -> " + std::to_string(c.out));
+    const Tensor x0 = randn({c.rows, c.in}, seed++), w0 = randn({c.out, c.in}, seed++, 0.1f),
+                 b0 = randn({c.out}, seed++, 0.5f), g = randn({c.rows, c.out}, seed++);
+    Tensor outs[2], grads[2][3];
+    for (int fused = 0; fused < 2; ++fused) {
+      Tensor x = x0.clone(), w = w0.clone(), b = c.bias ? b0.clone() : Tensor();
+      x.set_requires_grad(true);
+      w.set_requires_grad(true);
+      if (c.bias) b.set_requires_grad(true);
+      outs[fused] = fused ? linear_relu(x, w, b) : relu(linear(x, w, b));
+      sum(mul(outs[fused], g)).backward();
+      grads[fused][0] = x.grad();
+      grads[fused][1] = w.grad();
+      grads[fused][2] = c.bias ? b.grad() : Tensor();
+    }
+    const auto expect_close = [](const Tensor& got, const Tensor& want, const char* what) {
+      const std::vector<float> a = got.to_vector(), b = want.to_vector();
+      ASSERT_EQ(a.size(), b.size()) << what;
+      for (std::size_t i = 0; i < a.size(); ++i)
+        ASSERT_NEAR(a[i], b[i], 1e-4f * (1 + std::fabs(b[i]))) << what << " " << i;
+    };
+    expect_close(outs[1], outs[0], "output");
+    std::size_t zeros = 0;
+    for (const float v : outs[1].to_vector()) zeros += v == 0.0f;
+    EXPECT_GT(zeros, 0u);  // the ReLU clipped something
+    expect_close(grads[1][0], grads[0][0], "input gradient");
+    expect_close(grads[1][1], grads[0][1], "weight gradient");
+    if (c.bias) expect_close(grads[1][2], grads[0][2], "bias gradient");
+  }
+}
+
 // A classifier with many inputs and few outputs runs on the narrow kernels: its output and
 // all three gradients against direct double-precision loops.
 TEST(Autograd, NarrowLinearLayerMatchesTheDirectLoops) {

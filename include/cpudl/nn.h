@@ -57,6 +57,7 @@ class Linear : public Module {
  public:
   Linear(std::int64_t in, std::int64_t out, bool bias = true);
   Tensor forward(const Tensor& x) override;
+  Tensor forward_relu(const Tensor& x);  // relu(forward(x)), fused (linear_relu)
   Tensor weight, bias;
 };
 

@@ -74,6 +74,8 @@ Tensor sum_to(const Tensor& x, const Shape& shape);
 Tensor matmul(const Tensor& a, const Tensor& b);
 // y = x W^T + b, W [out, in] as torch.nn.Linear.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+// relu(linear(x, W, b)) as one op: the ReLU applied as y is written, its mask inside the backward.
+Tensor linear_relu(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
 // ---- layers (NCHW activations and OIHW weights, as PyTorch)
 struct Conv2dOptions {

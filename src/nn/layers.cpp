@@ -26,6 +26,7 @@ Linear::Linear(std::int64_t in, std::int64_t out, bool has_bias) {
 }
 
 Tensor Linear::forward(const Tensor& x) { return linear(x, weight, bias); }
+Tensor Linear::forward_relu(const Tensor& x) { return linear_relu(x, weight, bias); }
 
 Conv2d::Conv2d(std::int64_t in, std::int64_t out, std::int64_t kernel, std::int64_t stride,
                std::int64_t padding, bool has_bias, std::int64_t dilation, std::int64_t groups) {

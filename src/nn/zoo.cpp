@@ -31,7 +31,7 @@ class LeNet5 : public Module {
   Tensor forward(const Tensor& x) override {
     Tensor h = max_pool2d(conv1->forward_relu(x), 2);
     h = max_pool2d(conv2->forward_relu(h), 2).flatten(1);
-    return fc3->forward(relu(fc2->forward(relu(fc1->forward(h)))));
+    return fc3->forward(fc2->forward_relu(fc1->forward_relu(h)));
   }
   std::shared_ptr<Conv2d> conv1, conv2;
   std::shared_ptr<Linear> fc1, fc2, fc3;
@@ -45,7 +45,7 @@ class Mlp : public Module {
     fc3 = register_module("fc3", std::make_shared<Linear>(1024, classes));
   }
   Tensor forward(const Tensor& x) override {
-    return fc3->forward(relu(fc2->forward(relu(fc1->forward(x.flatten(1))))));
+    return fc3->forward(fc2->forward_relu(fc1->forward_relu(x.flatten(1))));
   }
   std::shared_ptr<Linear> fc1, fc2, fc3;
 };

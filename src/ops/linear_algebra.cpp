@@ -125,9 +125,10 @@ void narrow_backward_weights(const onednn::LinearShape& s, const float* x, const
     }
 }
 
-}  // namespace
-
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+// linear and linear_relu: y = x W^T + b, with the ReLU (when `relu`) applied as y is written
+// (oneDNN's post-op; after the narrow kernels, on the small output) and its mask (y > 0) applied
+// to the incoming gradient before the backward products.
+Tensor linear_op(const Tensor& x, const Tensor& weight, const Tensor& bias, bool relu) {
   profiling::Scope profile("linear");
   require_f32(x, "linear", "input");
   require_f32(weight, "linear", "weight");
@@ -148,39 +149,62 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Tensor y = Tensor::empty(out_shape);
   const onednn::LinearShape s{rows, in, out_features};
   const bool narrow = narrow_linear(s);
-  if (rows > 0 && narrow)
+  if (rows > 0 && narrow) {
     narrow_forward(s, xc.data(), wc.data(), bc.defined() ? bc.data() : nullptr, y.data());
-  else if (rows > 0)
-    onednn::linear_forward(s, xc.data(), wc.data(), bc.defined() ? bc.data() : nullptr, y.data());
+    if (relu) {
+      const auto fn = native().f32_relu.fn;
+      fn(y.data(), y.data(), static_cast<std::size_t>(y.numel()));
+    }
+  } else if (rows > 0) {
+    onednn::linear_forward(s, xc.data(), wc.data(), bc.defined() ? bc.data() : nullptr, y.data(),
+                           relu ? onednn::Activation::relu : onednn::Activation::none);
+  }
   count_forward_flops(2.0 * static_cast<double>(rows) * static_cast<double>(in) *
                       static_cast<double>(out_features));
   // Gradients only for inputs that need them (a first layer's input needs none).
   const bool need_dx = x.requires_grad(), need_dw = weight.requires_grad(),
              need_db = bias.defined() && bias.requires_grad();
-  autograd::record(
-      y, "linear", {x, weight, bias}, [xc, wc, s, narrow, need_dx, need_dw, need_db](const Tensor& g) {
-        const Tensor gc = contiguous_values(g);
-        Tensor dx, dw, db;
-        if (need_dx) {
-          dx = Tensor::empty(xc.shape());
-          if (s.batch > 0 && narrow)
-            narrow_backward_data(s, gc.data(), wc.data(), dx.data());
-          else
-            onednn::linear_backward_data(s, gc.data(), wc.data(), dx.data());
-        }
-        if (need_dw || need_db) {
-          dw = Tensor::empty(wc.shape());
-          if (need_db) db = Tensor::empty({s.out});
-          if (narrow)
-            narrow_backward_weights(s, xc.data(), gc.data(), dw.data(), need_db ? db.data() : nullptr);
-          else
-            onednn::linear_backward_weights(s, xc.data(), gc.data(), dw.data(),
-                                            need_db ? db.data() : nullptr);
-          if (!need_dw) dw = Tensor();
-        }
-        return std::vector<Tensor>{dx, dw, db};
-      });
+  const Tensor saved_y = relu ? y.detach() : Tensor();
+  autograd::record(y, "linear", {x, weight, bias},
+                   [xc, wc, s, narrow, need_dx, need_dw, need_db, saved_y](const Tensor& g) {
+                     Tensor gc = contiguous_values(g);
+                     if (saved_y.defined()) {  // the fused ReLU's mask: the gradient passes where y > 0
+                       Tensor masked = Tensor::empty(gc.shape());
+                       native().f32_relu_backward.fn(saved_y.data(), gc.data(), masked.data(),
+                                                     static_cast<std::size_t>(gc.numel()));
+                       gc = masked;
+                     }
+                     Tensor dx, dw, db;
+                     if (need_dx) {
+                       dx = Tensor::empty(xc.shape());
+                       if (s.batch > 0 && narrow)
+                         narrow_backward_data(s, gc.data(), wc.data(), dx.data());
+                       else
+                         onednn::linear_backward_data(s, gc.data(), wc.data(), dx.data());
+                     }
+                     if (need_dw || need_db) {
+                       dw = Tensor::empty(wc.shape());
+                       if (need_db) db = Tensor::empty({s.out});
+                       if (narrow)
+                         narrow_backward_weights(s, xc.data(), gc.data(), dw.data(),
+                                                 need_db ? db.data() : nullptr);
+                       else
+                         onednn::linear_backward_weights(s, xc.data(), gc.data(), dw.data(),
+                                                         need_db ? db.data() : nullptr);
+                       if (!need_dw) dw = Tensor();
+                     }
+                     return std::vector<Tensor>{dx, dw, db};
+                   });
   return y;
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return linear_op(x, weight, bias, false);
+}
+Tensor linear_relu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return linear_op(x, weight, bias, true);
 }
 
 }  // namespace cpudl
