@@ -341,6 +341,7 @@ BENCHMARK_CAPTURE(BM_binary, add, PICK(f32_add))
     ->Args({kBig, 0})
     ->Args({1 << 16, 1})
     ->UseRealTime();
+BENCHMARK_CAPTURE(BM_binary, swiglu, PICK(f32_swiglu))->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
 BENCHMARK_CAPTURE(BM_unary, relu, PICK(f32_relu))->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
 BENCHMARK_CAPTURE(BM_unary, gelu, PICK(f32_gelu))->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
 BENCHMARK_CAPTURE(BM_unary, exp, PICK(f32_exp))->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();

@@ -436,6 +436,26 @@ TEST(Kernels, TranscendentalsMatchDoubleReference) {
   }
 }
 
+// SwiGLU's gate against the double-precision reference, over the range where sigmoid moves and
+// far past it (silu(-90) underflows to -0, silu(90) = 90), with NaN and infinities.
+TEST(Kernels, SwigluMatchesDoubleReference) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const auto reference = f32_swiglu_variants().back().fn;
+  for_each_runnable(f32_swiglu_variants(), [&](F32BinaryFn fn) {
+    for (std::size_t n : kSizes) {
+      auto gate = spread(n, -90.0f, 90.0f, 11), up = spread(n, -4.0f, 4.0f, 12);
+      const float specials[] = {0.0f, -0.0f, 1e-6f, -20.0f, 20.0f, inf, -inf, nan};
+      for (std::size_t i = 0; i < 8 && i < n; ++i) gate[i * 3 % n] = specials[i];
+      std::vector<float> want(n), got(n + 1, 7.0f);
+      reference(gate.data(), up.data(), want.data(), n);
+      fn(gate.data(), up.data(), got.data(), n);
+      for (std::size_t i = 0; i < n; ++i)
+        ASSERT_TRUE(close(got[i], want[i], 1e-6, 1e-30)) << "gate=" << gate[i] << " up=" << up[i];
+      ASSERT_EQ(got[n], 7.0f) << "wrote past the end, n=" << n;
+    }
+  });
+}
+
 TEST(Kernels, BackwardKernelsMatchReference) {
   const struct {
     const std::vector<KernelVariant<F32UnaryBackwardFn>>* variants;

@@ -13,6 +13,7 @@
 
 #include "cpudl/error.h"
 #include "cpudl/runtime.h"
+#include "kernels/dispatch.h"
 #include "llm/half.h"
 #include "llm/quantize.h"
 #include "llm/weight_matmul.h"
@@ -58,7 +59,8 @@ struct Context::State {
   std::size_t logit_rows = 0;
 
   std::uint8_t* k_row(int layer, int head, int pos) {
-    return k_cache.data() + ((static_cast<std::size_t>(layer) * c.kv_heads + head) * n_ctx + pos) * k_row_bytes;
+    return k_cache.data() +
+           ((static_cast<std::size_t>(layer) * c.kv_heads + head) * n_ctx + pos) * k_row_bytes;
   }
   std::uint8_t* v_rows(int layer, int head) {
     return v_cache.data() + (static_cast<std::size_t>(layer) * c.kv_heads + head) * c.head_dim * v_row_bytes;
@@ -81,7 +83,8 @@ struct Context::State {
   void rope(float* vec, int heads, int t) const;
   // Logits of the kept rows go to logits rows logit_row0...; without all_logits only the last
   // token's (into row 0), and none when keep_logits is false (a non-final prompt chunk).
-  void forward(std::span<const std::int32_t> tokens, bool keep_logits, bool all_logits, std::size_t logit_row0);
+  void forward(std::span<const std::int32_t> tokens, bool keep_logits, bool all_logits,
+               std::size_t logit_row0);
 };
 
 Context::Context(const Model& model, const ContextOptions& options) : state_(std::make_unique<State>()) {
@@ -144,10 +147,12 @@ void Context::eval(std::span<const std::int32_t> tokens, bool all_logits) {
   if (tokens.empty()) throw Error("eval: no tokens");
   for (const std::int32_t t : tokens)
     if (t < 0 || t >= s.c.vocab)
-      throw Error("token id " + std::to_string(t) + " is outside the vocabulary (0 to " + std::to_string(s.c.vocab - 1) + ")");
+      throw Error("token id " + std::to_string(t) + " is outside the vocabulary (0 to " +
+                  std::to_string(s.c.vocab - 1) + ")");
   if (s.n_past + static_cast<int>(tokens.size()) > s.n_ctx)
-    throw Error("context overflow: " + std::to_string(s.n_past) + " cached + " + std::to_string(tokens.size()) +
-                " new tokens exceed the context of " + std::to_string(s.n_ctx));
+    throw Error("context overflow: " + std::to_string(s.n_past) + " cached + " +
+                std::to_string(tokens.size()) + " new tokens exceed the context of " +
+                std::to_string(s.n_ctx));
   const auto vocab = static_cast<std::size_t>(s.c.vocab);
   s.logit_rows = all_logits ? tokens.size() : 1;
   s.logits.resize(s.logit_rows * vocab);
@@ -188,7 +193,8 @@ void Context::State::rope_angles(int tokens, int pos0) {
 void Context::State::rope(float* vec, int heads, int t) const {
   const int hd = c.head_dim, half = c.rope_dims / 2;
   for (int i = 0; i < half; ++i) {
-    const float cs = rope_cos[static_cast<std::size_t>(t) * half + i], sn = rope_sin[static_cast<std::size_t>(t) * half + i];
+    const float cs = rope_cos[static_cast<std::size_t>(t) * half + i],
+                sn = rope_sin[static_cast<std::size_t>(t) * half + i];
     for (int h = 0; h < heads; ++h) {
       float* v = vec + static_cast<std::size_t>(h) * hd;
       const int a = c.rope_neox ? i : 2 * i, b = c.rope_neox ? i + half : 2 * i + 1;
@@ -202,10 +208,12 @@ void Context::State::rope(float* vec, int heads, int t) const {
 // Appends the tokens' K and V to the cache, KV heads split across threads (each head's rows are
 // its own, and a q8_0 V block is requantised by the one thread that owns the head).
 void Context::State::store_kv(int layer, int tokens, int pos0) {
-  parallel_for(static_cast<std::size_t>(c.kv_heads), 1, tokens > 1 ? threads : 1, [&](std::size_t h0, std::size_t h1) {
-    for (int t = 0; t < tokens; ++t)
-      for (auto h = static_cast<int>(h0); h < static_cast<int>(h1); ++h) store_kv_head(layer, h, t, pos0 + t);
-  });
+  parallel_for(static_cast<std::size_t>(c.kv_heads), 1, tokens > 1 ? threads : 1,
+               [&](std::size_t h0, std::size_t h1) {
+                 for (int t = 0; t < tokens; ++t)
+                   for (auto h = static_cast<int>(h0); h < static_cast<int>(h1); ++h)
+                     store_kv_head(layer, h, t, pos0 + t);
+               });
 }
 
 void Context::State::store_kv_head(int layer, int h, int t, int pos) {
@@ -221,7 +229,8 @@ void Context::State::store_kv_head(int layer, int h, int t, int pos) {
         for (int d = 0; d < hd; ++d) reinterpret_cast<float*>(vt + d * v_row_bytes)[pos] = vv[d];
         break;
       case CacheType::f16:
-        for (int d = 0; d < hd; ++d) reinterpret_cast<std::uint16_t*>(vt + d * v_row_bytes)[pos] = f32_to_fp16(vv[d]);
+        for (int d = 0; d < hd; ++d)
+          reinterpret_cast<std::uint16_t*>(vt + d * v_row_bytes)[pos] = f32_to_fp16(vv[d]);
         break;
       case CacheType::q8_0: {
         float* staging = v_staging.data() + ((static_cast<std::size_t>(layer) * c.kv_heads + h) * hd) * 32;
@@ -259,13 +268,16 @@ void Context::State::attention(int layer, int tokens, int pos0) {
       std::size_t q_row = dim * sizeof(float);
       if (kk.quantize != nullptr) {
         q_row = activation_row_bytes(kk.activation, static_cast<std::size_t>(hd));
-        scratch.resize(std::max(scratch.size(),
-                                static_cast<std::size_t>(tokens) * std::max(q_row, activation_row_bytes(kk.activation, k_len))));
-        for (int t = 0; t < tokens; ++t) kk.quantize(qh + t * dim, scratch.data() + t * q_row, static_cast<std::size_t>(hd));
+        scratch.resize(std::max(
+            scratch.size(),
+            static_cast<std::size_t>(tokens) * std::max(q_row, activation_row_bytes(kk.activation, k_len))));
+        for (int t = 0; t < tokens; ++t)
+          kk.quantize(qh + t * dim, scratch.data() + t * q_row, static_cast<std::size_t>(hd));
         qx = scratch.data();
       }
-      kk.matmul({k_row(layer, kvh, 0), k_row_bytes, qx, q_row, sc, n_ctx_padded, static_cast<std::size_t>(n_kv),
-                 static_cast<std::size_t>(tokens), static_cast<std::size_t>(hd)});
+      kk.matmul({k_row(layer, kvh, 0), k_row_bytes, qx, q_row, sc, n_ctx_padded,
+                 static_cast<std::size_t>(n_kv), static_cast<std::size_t>(tokens),
+                 static_cast<std::size_t>(hd)});
       // Causal softmax per query row; positions past the query (and the q8_0 padding) get 0.
       for (int t = 0; t < tokens; ++t) {
         float* row = sc + static_cast<std::size_t>(t) * n_ctx_padded;
@@ -290,8 +302,8 @@ void Context::State::attention(int layer, int tokens, int pos0) {
           kk.quantize(sc + static_cast<std::size_t>(t) * n_ctx_padded, scratch.data() + t * p_row, k_len);
         px = scratch.data();
       }
-      kk.matmul({v_rows(layer, kvh), v_row_bytes, px, p_row, att.data() + h * hd, dim, static_cast<std::size_t>(hd),
-                 static_cast<std::size_t>(tokens), k_len});
+      kk.matmul({v_rows(layer, kvh), v_row_bytes, px, p_row, att.data() + h * hd, dim,
+                 static_cast<std::size_t>(hd), static_cast<std::size_t>(tokens), k_len});
     }
   });
 }
@@ -300,11 +312,14 @@ void Context::State::forward(std::span<const std::int32_t> tokens, bool keep_log
                              std::size_t logit_row0) {
   const auto T = tokens.size();
   const auto dim = static_cast<std::size_t>(c.dim), ffn = static_cast<std::size_t>(c.ffn),
-             kvd = static_cast<std::size_t>(c.kv_heads * c.head_dim), vocab = static_cast<std::size_t>(c.vocab);
+             kvd = static_cast<std::size_t>(c.kv_heads * c.head_dim),
+             vocab = static_cast<std::size_t>(c.vocab);
   const Model::Impl& m = *model;
+  const auto swiglu = kernels::kernel_table().f32_swiglu.fn;  // silu(gate) * up, vectorised
   for (std::size_t t = 0; t < T; ++t) {
     const WeightMatrix& e = m.token_embedding;
-    dequantize_row(e.type, e.data + static_cast<std::size_t>(tokens[t]) * e.row_bytes, x.data() + t * dim, dim);
+    dequantize_row(e.type, e.data + static_cast<std::size_t>(tokens[t]) * e.row_bytes, x.data() + t * dim,
+                   dim);
   }
   const int pos0 = n_past;
   rope_angles(static_cast<int>(T), pos0);
@@ -334,7 +349,7 @@ void Context::State::forward(std::span<const std::int32_t> tokens, bool keep_log
     const MatmulTarget gate_up[] = {{&w.gate, hb.data(), ffn}, {&w.up, hb2.data(), ffn}};
     weight_matmul(gate_up, xb.data(), T, dim, act_scratch, threads);
     per_token(T, [&](std::size_t t) {
-      for (std::size_t i = t * ffn; i < (t + 1) * ffn; ++i) hb[i] = hb[i] / (1.0f + std::exp(-hb[i])) * hb2[i];
+      swiglu(hb.data() + t * ffn, hb2.data() + t * ffn, hb.data() + t * ffn, ffn);
     });
     weight_matmul(w.down, hb.data(), T, ffn, tmp.data(), dim, act_scratch, threads);
     per_token(T, [&](std::size_t t) {
@@ -347,7 +362,8 @@ void Context::State::forward(std::span<const std::int32_t> tokens, bool keep_log
   const std::size_t first = all_logits ? 0 : T - 1, rows = T - first;
   for (std::size_t t = first; t < T; ++t)
     rms_norm(x.data() + t * dim, m.output_norm.data(), xb.data() + (t - first) * dim, dim, c.rms_epsilon);
-  weight_matmul(m.output, xb.data(), rows, dim, logits.data() + logit_row0 * vocab, vocab, act_scratch, threads);
+  weight_matmul(m.output, xb.data(), rows, dim, logits.data() + logit_row0 * vocab, vocab, act_scratch,
+                threads);
 }
 
 }  // namespace cpudl::llm

@@ -46,6 +46,11 @@ void CPUDL_KERNEL(f32_log)(const float* x, float* out, std::size_t n) {
   map_unary<V>(x, out, n, [](F v) { return Math::log(v); });
 }
 
+// SwiGLU's gating (Llama's feed-forward): silu(gate) * up = gate * sigmoid(gate) * up.
+void CPUDL_KERNEL(f32_swiglu)(const float* gate, const float* up, float* out, std::size_t n) {
+  map_binary<V>(gate, up, out, n, [](F g, F u) { return V::mul(V::mul(g, Math::sigmoid(g)), u); });
+}
+
 void CPUDL_KERNEL(f32_relu_backward)(const float* x, const float* dy, float* dx, std::size_t n) {
   map_binary<V>(x, dy, dx, n, [](F xv, F g) { return V::select(V::greater(xv, V::zero()), g, V::zero()); });
 }

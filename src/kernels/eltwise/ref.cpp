@@ -52,6 +52,13 @@ void f32_log__ref(const float* x, float* out, std::size_t n) {
   map(x, out, n, [](double v) { return std::log(v); });
 }
 
+void f32_swiglu__ref(const float* gate, const float* up, float* out, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const double g = gate[i];
+    out[i] = static_cast<float>(g / (1.0 + std::exp(-g)) * up[i]);
+  }
+}
+
 // PyTorch's threshold_backward: the gradient passes where x > 0.
 void f32_relu_backward__ref(const float* x, const float* dy, float* dx, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
