@@ -335,6 +335,22 @@ void BM_transpose(benchmark::State& state) {
   report(state, kernel_table().f32_transpose.name, a.size() * 2 * sizeof(float), threads);
 }
 
+// RMSNorm over rows of 4096 (a 7B model's hidden size), kBig floats in all; GB/s (read x and
+// the weights, write y) against the bandwidth.
+void BM_rms_norm(benchmark::State& state) {
+  const int threads = threads_arg(state);
+  const std::size_t n = 4096, rows = static_cast<std::size_t>(state.range(0)) / n;
+  std::vector<float> x(rows * n, 0.5f), w(n, 1.0f), y(rows * n);
+  const auto& k = kernel_table().f32_rms_norm;
+  for (auto _ : state) {
+    cpudl::parallel_for(rows, 1, threads, [&](std::size_t r0, std::size_t r1) {
+      for (std::size_t r = r0; r < r1; ++r) k.fn(x.data() + r * n, w.data(), y.data() + r * n, n, 1e-5f);
+    });
+    benchmark::ClobberMemory();
+  }
+  report(state, k.name, rows * n * 2 * sizeof(float), threads);
+}
+
 // Args: {elements, threads (0 = the pool's default)}.
 BENCHMARK_CAPTURE(BM_binary, add, PICK(f32_add))
     ->Args({kBig, 1})
@@ -346,6 +362,7 @@ BENCHMARK_CAPTURE(BM_unary, relu, PICK(f32_relu))->Args({kBig, 1})->Args({kBig, 
 BENCHMARK_CAPTURE(BM_unary, gelu, PICK(f32_gelu))->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
 BENCHMARK_CAPTURE(BM_unary, exp, PICK(f32_exp))->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
 BENCHMARK(BM_sum)->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
+BENCHMARK(BM_rms_norm)->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
 // Args: {channels, threads}.
 BENCHMARK(BM_max_pool_nhwc)->Args({6, 1})->Args({8, 1})->Args({16, 1})->Args({6, 0})->UseRealTime();
 BENCHMARK(BM_conv_backward_weights_nhwc)->Args({0, 1})->Args({0, 0})->UseRealTime();

@@ -456,6 +456,28 @@ TEST(Kernels, SwigluMatchesDoubleReference) {
   });
 }
 
+// RMSNorm rows (the LLM forward) against the double-precision reference: lengths around the
+// vector widths, a large offset (the sum of squares in f32), and exact output bounds.
+TEST(Kernels, RmsNormMatchesDoubleReference) {
+  const auto reference = f32_rms_norm_variants().back().fn;
+  for_each_runnable(f32_rms_norm_variants(), [&](RmsNormFn fn) {
+    for (std::size_t n : kSizes) {
+      if (n == 0) continue;
+      for (const float offset : {0.0f, 30.0f}) {
+        auto x = spread(n, -3.0f, 3.0f, 21);
+        for (float& v : x) v += offset;
+        const auto w = spread(n, 0.5f, 1.5f, 22);
+        std::vector<float> want(n), got(n + 1, 7.0f);
+        reference(x.data(), w.data(), want.data(), n, 1e-5f);
+        fn(x.data(), w.data(), got.data(), n, 1e-5f);
+        for (std::size_t i = 0; i < n; ++i)
+          ASSERT_TRUE(close(got[i], want[i], 2e-6, 1e-7)) << "n=" << n << " i=" << i;
+        ASSERT_EQ(got[n], 7.0f) << "wrote past the end, n=" << n;
+      }
+    }
+  });
+}
+
 TEST(Kernels, BackwardKernelsMatchReference) {
   const struct {
     const std::vector<KernelVariant<F32UnaryBackwardFn>>* variants;

@@ -56,6 +56,7 @@ CPUDL_STANDARD_VARIANTS(f32_log_softmax, F32RowwiseFn)
 CPUDL_STANDARD_VARIANTS(f32_cross_entropy, CrossEntropyFn)
 CPUDL_STANDARD_VARIANTS(f32_layer_norm_forward, LayerNormForwardFn)
 CPUDL_STANDARD_VARIANTS(f32_layer_norm_backward, LayerNormBackwardFn)
+CPUDL_STANDARD_VARIANTS(f32_rms_norm, RmsNormFn)
 CPUDL_STANDARD_VARIANTS(f32_sgd_step, SgdStepFn)
 CPUDL_STANDARD_VARIANTS(f32_adam_step, AdamStepFn)
 #undef CPUDL_STANDARD_VARIANTS

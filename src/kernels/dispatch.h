@@ -42,6 +42,7 @@ namespace cpudl::kernels {
   X(f32_cross_entropy, CrossEntropyFn)                                 \
   X(f32_layer_norm_forward, LayerNormForwardFn)                        \
   X(f32_layer_norm_backward, LayerNormBackwardFn)                      \
+  X(f32_rms_norm, RmsNormFn)                                           \
   X(f32_sgd_step, SgdStepFn)                                           \
   X(f32_adam_step, AdamStepFn)                                         \
   X(f32_gemm_6x16, GemmMicrokernelFn)                                  \

@@ -163,17 +163,6 @@ void Context::eval(std::span<const std::int32_t> tokens, bool all_logits) {
   }
 }
 
-namespace {
-
-void rms_norm(const float* x, const float* weight, float* y, std::size_t n, float eps) {
-  double ss = 0;
-  for (std::size_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
-  const auto scale = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
-  for (std::size_t i = 0; i < n; ++i) y[i] = x[i] * scale * weight[i];
-}
-
-}  // namespace
-
 void Context::State::rope_angles(int tokens, int pos0) {
   const int half = c.rope_dims / 2;
   rope_cos.resize(static_cast<std::size_t>(tokens) * half);
@@ -315,7 +304,8 @@ void Context::State::forward(std::span<const std::int32_t> tokens, bool keep_log
              kvd = static_cast<std::size_t>(c.kv_heads * c.head_dim),
              vocab = static_cast<std::size_t>(c.vocab);
   const Model::Impl& m = *model;
-  const auto swiglu = kernels::kernel_table().f32_swiglu.fn;  // silu(gate) * up, vectorised
+  const auto swiglu = kernels::kernel_table().f32_swiglu.fn;  // silu(gate) * up
+  const auto rms_norm = kernels::kernel_table().f32_rms_norm.fn;
   for (std::size_t t = 0; t < T; ++t) {
     const WeightMatrix& e = m.token_embedding;
     dequantize_row(e.type, e.data + static_cast<std::size_t>(tokens[t]) * e.row_bytes, x.data() + t * dim,

@@ -37,6 +37,14 @@ void CPUDL_KERNEL(f32_layer_norm_forward)(const float* x, const float* gamma, co
   }
 }
 
+void CPUDL_KERNEL(f32_rms_norm)(const float* x, const float* weight, float* y, std::size_t n, float epsilon) {
+  const float ms = reduce_sum<V>(x, n, [](V::F v) { return V::mul(v, v); }) / static_cast<float>(n);
+  const V::F scale = V::set1(1.0f / __builtin_sqrtf(ms + epsilon));
+  for_vectors<V>(n, [&](std::size_t i, std::size_t lanes) {
+    store_n<V>(y + i, V::mul(V::mul(load_n<V>(x + i, lanes), scale), load_n<V>(weight + i, lanes)), lanes);
+  });
+}
+
 void CPUDL_KERNEL(f32_layer_norm_backward)(const float* x, const float* dy, const float* gamma,
                                            const float* mean, const float* rstd, float* dx, float* dgamma,
                                            float* dbeta, std::size_t rows, std::size_t cols) {

@@ -45,4 +45,11 @@ void f32_layer_norm_backward__ref(const float* x, const float* dy, const float* 
   }
 }
 
+void f32_rms_norm__ref(const float* x, const float* weight, float* y, std::size_t n, float epsilon) {
+  double ss = 0;
+  for (std::size_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  const double scale = 1.0 / std::sqrt(ss / static_cast<double>(n) + epsilon);
+  for (std::size_t i = 0; i < n; ++i) y[i] = static_cast<float>(x[i] * scale * weight[i]);
+}
+
 }  // namespace cpudl::kernels
