@@ -372,6 +372,14 @@ TEST(Autograd, FirstLayerWeightGradientsMatchTheDirectLoop) {
   }
 }
 
+// got and want hold the same values, to a relative tolerance (the fused ops sum in another order).
+void expect_same_values(const Tensor& got, const Tensor& want, float rtol, const char* what) {
+  const std::vector<float> a = got.to_vector(), b = want.to_vector();
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    ASSERT_NEAR(a[i], b[i], rtol * (1 + std::fabs(b[i]))) << what << " " << i;
+}
+
 // Conv2dOptions::relu against relu(conv2d(..)): values and every gradient, on the planar
 // first-layer path (images that need no gradient) and on oneDNN's path (an input that does,
 // and more input channels than the planar kernels take).
@@ -406,10 +414,7 @@ TEST(Autograd, FusedReluConvolutionMatchesReluOfConvolution) {
       grads[fused][2] = b.grad();
     }
     const auto expect_close = [](const Tensor& got, const Tensor& want, const char* what) {
-      const std::vector<float> a = got.to_vector(), b = want.to_vector();
-      ASSERT_EQ(a.size(), b.size()) << what;
-      for (std::size_t i = 0; i < a.size(); ++i)
-        ASSERT_NEAR(a[i], b[i], 1e-3f * (1 + std::fabs(b[i]))) << what << " " << i;
+      expect_same_values(got, want, 1e-3f, what);
     };
     expect_close(outs[1], outs[0], "output");
     std::size_t zeros = 0;
@@ -447,10 +452,7 @@ TEST(Autograd, FusedReluLinearMatchesReluOfLinear) {
       grads[fused][2] = c.bias ? b.grad() : Tensor();
     }
     const auto expect_close = [](const Tensor& got, const Tensor& want, const char* what) {
-      const std::vector<float> a = got.to_vector(), b = want.to_vector();
-      ASSERT_EQ(a.size(), b.size()) << what;
-      for (std::size_t i = 0; i < a.size(); ++i)
-        ASSERT_NEAR(a[i], b[i], 1e-4f * (1 + std::fabs(b[i]))) << what << " " << i;
+      expect_same_values(got, want, 1e-4f, what);
     };
     expect_close(outs[1], outs[0], "output");
     std::size_t zeros = 0;

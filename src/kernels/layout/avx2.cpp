@@ -6,36 +6,6 @@
 namespace cpudl::kernels {
 namespace {
 
-// dst rows 0..7 (stride ld_dst) = columns 0..7 of the 8 x 8 block at src (stride ld_src).
-inline void transpose_8x8(const float* src, std::size_t ld_src, float* dst, std::size_t ld_dst) {
-  __m256 r[8], t[8];
-  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * ld_src);
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-  }
-  // Pairs of rows interleaved; now gather 4-element column pieces.
-  r[0] = _mm256_shuffle_ps(t[0], t[2], _MM_SHUFFLE(1, 0, 1, 0));
-  r[1] = _mm256_shuffle_ps(t[0], t[2], _MM_SHUFFLE(3, 2, 3, 2));
-  r[2] = _mm256_shuffle_ps(t[1], t[3], _MM_SHUFFLE(1, 0, 1, 0));
-  r[3] = _mm256_shuffle_ps(t[1], t[3], _MM_SHUFFLE(3, 2, 3, 2));
-  r[4] = _mm256_shuffle_ps(t[4], t[6], _MM_SHUFFLE(1, 0, 1, 0));
-  r[5] = _mm256_shuffle_ps(t[4], t[6], _MM_SHUFFLE(3, 2, 3, 2));
-  r[6] = _mm256_shuffle_ps(t[5], t[7], _MM_SHUFFLE(1, 0, 1, 0));
-  r[7] = _mm256_shuffle_ps(t[5], t[7], _MM_SHUFFLE(3, 2, 3, 2));
-  // Lanes: low halves give columns 0-3, high halves columns 4-7.
-  for (int i = 0; i < 4; ++i) {
-    _mm256_storeu_ps(dst + i * ld_dst, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
-    _mm256_storeu_ps(dst + (i + 4) * ld_dst, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
-  }
-}
-
-// r[0..7] = the 8 columns at src of `rows` (< 8) source rows, zero rows below.
-inline void load_rows_block(const float* src, std::size_t ld_src, std::size_t rows, __m256* r) {
-  for (std::size_t i = 0; i < 8; ++i)
-    r[i] = i < rows ? _mm256_loadu_ps(src + i * ld_src) : _mm256_setzero_ps();
-}
-
 // r[0..7] (8 rows of 8) transposed in place: r[q] = column q.
 inline void transpose_registers(__m256* r) {
   __m256 t[8];
@@ -43,6 +13,7 @@ inline void transpose_registers(__m256* r) {
     t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
     t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
   }
+  // Pairs of rows interleaved; now gather 4-element column pieces.
   __m256 u[8];
   u[0] = _mm256_shuffle_ps(t[0], t[2], _MM_SHUFFLE(1, 0, 1, 0));
   u[1] = _mm256_shuffle_ps(t[0], t[2], _MM_SHUFFLE(3, 2, 3, 2));
@@ -52,10 +23,25 @@ inline void transpose_registers(__m256* r) {
   u[5] = _mm256_shuffle_ps(t[4], t[6], _MM_SHUFFLE(3, 2, 3, 2));
   u[6] = _mm256_shuffle_ps(t[5], t[7], _MM_SHUFFLE(1, 0, 1, 0));
   u[7] = _mm256_shuffle_ps(t[5], t[7], _MM_SHUFFLE(3, 2, 3, 2));
+  // Lanes: low halves give columns 0-3, high halves columns 4-7.
   for (int i = 0; i < 4; ++i) {
     r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
     r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
   }
+}
+
+// dst rows 0..7 (stride ld_dst) = columns 0..7 of the 8 x 8 block at src (stride ld_src).
+inline void transpose_8x8(const float* src, std::size_t ld_src, float* dst, std::size_t ld_dst) {
+  __m256 r[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * ld_src);
+  transpose_registers(r);
+  for (int i = 0; i < 8; ++i) _mm256_storeu_ps(dst + i * ld_dst, r[i]);
+}
+
+// r[0..7] = the 8 columns at src of `rows` (< 8) source rows, zero rows below.
+inline void load_rows_block(const float* src, std::size_t ld_src, std::size_t rows, __m256* r) {
+  for (std::size_t i = 0; i < 8; ++i)
+    r[i] = i < rows ? _mm256_loadu_ps(src + i * ld_src) : _mm256_setzero_ps();
 }
 
 // Fewer than 8 source rows, packed destination rows (ld_dst == rows): to channels-last for C < 8.
