@@ -193,15 +193,8 @@ Tensor activation(const Tensor& x, const char* name,
   const Tensor saved =
       backward_uses_output ? out.detach() : (is_dense(x) ? x.detach() : contiguous_values(x));
   const auto fn = backward.fn;
-  autograd::record(out, name, {x}, [saved, fn](const Tensor& g) {
-    const Tensor gc = values_in_layout_of(g, saved);
-    Tensor dx = empty_like(saved);
-    const float *s = saved.data(), *pg = gc.data();
-    float* pd = dx.data();
-    parallel_for(static_cast<std::size_t>(dx.numel()), kGrain,
-                 [&](std::size_t b, std::size_t e) { fn(s + b, pg + b, pd + b, e - b); });
-    return std::vector<Tensor>{dx};
-  });
+  autograd::record(out, name, {x},
+                   [saved, fn](const Tensor& g) { return std::vector<Tensor>{map_backward(fn, saved, g)}; });
   return out;
 }
 }  // namespace

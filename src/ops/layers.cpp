@@ -284,15 +284,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
       [crop, xc, wc, version, need_dx, need_dw, need_db, weight_shape, saved_y](const Tensor& g) {
         const onednn::ConvShape& run = crop.shape;
         Tensor gc = channels_last_values(g);
-        if (saved_y.defined()) {  // the fused ReLU's mask: the gradient passes where y > 0
-          Tensor masked = empty_channels_last(gc.shape());
-          const auto mask = native().f32_relu_backward.fn;
-          const float *py = saved_y.data(), *pg = gc.data();
-          float* pm = masked.data();
-          parallel_for(static_cast<std::size_t>(gc.numel()), kGrain,
-                       [&](std::size_t b, std::size_t e) { mask(py + b, pg + b, pm + b, e - b); });
-          gc = masked;
-        }
+        // The fused ReLU's mask: the gradient passes where y > 0.
+        if (saved_y.defined()) gc = map_backward(native().f32_relu_backward.fn, saved_y, gc);
         Tensor dx, dw, db;
         if (need_dx) {
           dx = empty_channels_last(xc.shape());

@@ -168,12 +168,8 @@ Tensor linear_op(const Tensor& x, const Tensor& weight, const Tensor& bias, bool
   autograd::record(y, "linear", {x, weight, bias},
                    [xc, wc, s, narrow, need_dx, need_dw, need_db, saved_y](const Tensor& g) {
                      Tensor gc = contiguous_values(g);
-                     if (saved_y.defined()) {  // the fused ReLU's mask: the gradient passes where y > 0
-                       Tensor masked = Tensor::empty(gc.shape());
-                       native().f32_relu_backward.fn(saved_y.data(), gc.data(), masked.data(),
-                                                     static_cast<std::size_t>(gc.numel()));
-                       gc = masked;
-                     }
+                     // The fused ReLU's mask: the gradient passes where y > 0.
+                     if (saved_y.defined()) gc = map_backward(native().f32_relu_backward.fn, saved_y, gc);
                      Tensor dx, dw, db;
                      if (need_dx) {
                        dx = Tensor::empty(xc.shape());

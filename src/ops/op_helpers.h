@@ -32,6 +32,19 @@ inline Tensor contiguous_values(const Tensor& t) {
   return t.contiguous();
 }
 
+// dx = fn(saved, g) element by element (an activation's derivative kernel, given the forward
+// input or output it needs), in saved's layout: the backward of an activation, alone or fused
+// into the op that produced `saved`.
+inline Tensor map_backward(kernels::F32UnaryBackwardFn fn, const Tensor& saved, const Tensor& g) {
+  const Tensor gc = values_in_layout_of(g, saved);
+  Tensor dx = empty_like(saved);
+  const float *s = saved.data(), *pg = gc.data();
+  float* pd = dx.data();
+  parallel_for(static_cast<std::size_t>(dx.numel()), kGrain,
+               [&](std::size_t b, std::size_t e) { fn(s + b, pg + b, pd + b, e - b); });
+  return dx;
+}
+
 // out = fn(x) element by element, in x's layout when x is dense (a channels-last activation
 // stays channels-last), else row-major.
 template <class Fn>
