@@ -5,6 +5,7 @@
 
 #include <random>
 
+#include "conv/winograd_conv.h"
 #include "cpudl/error.h"
 #include "dense_reference.h"
 #include "onednn/dense.h"
@@ -214,6 +215,73 @@ TEST(Conv2d, FusedResidualAndRelu) {
   const auto residual_nchw = to_nchw(residual, s.batch, s.out_channels, oh, ow);
   for (std::size_t i = 0; i < want.size(); ++i) want[i] = std::max(0.0f, want[i] + residual_nchw[i]);
   expect_close(to_nchw(y, s.batch, s.out_channels, oh, ow), want, 1e-4, "conv+residual+relu");
+}
+
+// NCHW <-> the blocked layout [N][C / block][H][W][block].
+std::vector<float> to_blocked(const std::vector<float>& x, std::int64_t n, std::int64_t c, std::int64_t hw,
+                              std::int64_t block, bool inverse = false) {
+  std::vector<float> y(x.size());
+  for (std::int64_t i = 0; i < n; ++i)
+    for (std::int64_t j = 0; j < c; ++j)
+      for (std::int64_t p = 0; p < hw; ++p) {
+        const auto plain = static_cast<std::size_t>((i * c + j) * hw + p);
+        const auto blocked =
+            static_cast<std::size_t>(((i * c + j / block * block) * hw + p * block) + j % block);
+        if (inverse)
+          y[plain] = x[blocked];
+        else
+          y[blocked] = x[plain];
+      }
+  return y;
+}
+
+// The Winograd F(4x4, 3x3) convolution against the direct double-precision loop: tile edges
+// (outputs not a multiple of 4), paddings 0-2, both block sizes, bias, residual and clamps.
+TEST(WinogradConv, MatchesTheDirectConvolutionWithEpilogues) {
+  struct Case {
+    std::int64_t batch, c, h, w, k, pad, block;
+    bool bias, residual;
+    float lo, hi;
+  };
+  const Case cases[] = {{1, 8, 6, 6, 16, 0, 8, false, false, -INFINITY, INFINITY},
+                        {2, 16, 9, 11, 32, 1, 8, true, false, 0.0f, INFINITY},
+                        {3, 24, 7, 5, 16, 1, 8, true, true, 0.0f, INFINITY},
+                        {1, 32, 13, 8, 48, 2, 16, true, true, 0.0f, 6.0f},
+                        {2, 16, 3, 3, 16, 1, 16, false, true, -INFINITY, INFINITY},
+                        {4, 64, 14, 14, 64, 1, 8, true, false, -INFINITY, INFINITY}};
+  for (const Case& t : cases) {
+    SCOPED_TRACE("batch " + std::to_string(t.batch) + " c " + std::to_string(t.c) + " " +
+                 std::to_string(t.h) + "x" + std::to_string(t.w) + " k " + std::to_string(t.k) + " pad " +
+                 std::to_string(t.pad) + " block " + std::to_string(t.block));
+    ConvShape s;
+    s.batch = t.batch, s.in_channels = t.c, s.height = t.h, s.width = t.w, s.out_channels = t.k;
+    s.kernel_h = s.kernel_w = 3, s.pad_h = s.pad_w = t.pad;
+    const std::int64_t oh = s.out_height(), ow = s.out_width();
+    const auto x = random_vector(static_cast<std::size_t>(t.batch * t.c * t.h * t.w), 31);
+    const auto w = random_vector(static_cast<std::size_t>(t.k * t.c * 9), 32);
+    const auto bias = random_vector(static_cast<std::size_t>(t.k), 33);
+    const auto residual = random_vector(static_cast<std::size_t>(t.batch * t.k * oh * ow), 34);
+    // Winograd's rounding error scales with the magnitudes summed, not with each output: the
+    // bound is relative to the convolution's scale (a wrong transform misses by O(scale)).
+    auto want = reference::conv2d_forward(s, x, w, t.bias ? &bias : nullptr);
+    double scale = 0;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      want[i] += t.residual ? residual[i] : 0.0f;
+      scale = std::max(scale, static_cast<double>(std::fabs(want[i])));
+      want[i] = std::min(std::max(want[i], t.lo), t.hi);
+    }
+    const conv::WinogradConv winograd({t.batch, t.c, t.h, t.w, t.k, t.pad, t.block}, w.data());
+    const auto residual_blocked = to_blocked(residual, t.batch, t.k, oh * ow, t.block);
+    std::vector<float> y(want.size(), 7.0f);
+    winograd.forward(to_blocked(x, t.batch, t.c, t.h * t.w, t.block).data(), t.bias ? bias.data() : nullptr,
+                     t.residual ? residual_blocked.data() : nullptr, t.lo, t.hi, y.data());
+    const auto got = to_blocked(y, t.batch, t.k, oh * ow, t.block, true);
+    for (std::size_t i = 0; i < want.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 1e-5 * scale) << "at " << i << " of scale " << scale;
+  }
+  EXPECT_THROW(conv::WinogradConv({1, 12, 8, 8, 16, 1, 8}, std::vector<float>(16 * 12 * 9).data()), Error);
+  EXPECT_FALSE(conv::winograd_worthwhile({1, 512, 7, 7, 512, 1, 8}));  // 4 tiles: oneDNN's direct conv
+  EXPECT_TRUE(conv::winograd_worthwhile({16, 512, 7, 7, 512, 1, 8}));
 }
 
 TEST(Conv2d, SteadyLoopCreatesNoPrimitiveAndReordersWeightsOncePerVersion) {

@@ -12,6 +12,7 @@
 #include "blas/blas.h"
 #include "kernels/dispatch.h"
 #include "kernels/gemm/gemm.h"
+#include "runtime/aligned_buffer.h"
 
 namespace cpudl::blas {
 
@@ -19,14 +20,6 @@ namespace {
 constexpr std::int64_t kKc = 256, kMc = 144, kNc = 4080;
 constexpr std::int64_t kMr = kernels::kGemmMr, kNr = kernels::kGemmNr;
 
-struct AlignedBuffer {
-  std::vector<float> storage;
-  float* get(std::size_t n) {
-    if (storage.size() < n + 16) storage.resize(n + 16);
-    return reinterpret_cast<float*>((reinterpret_cast<std::uintptr_t>(storage.data()) + 63) &
-                                    ~std::uintptr_t{63});
-  }
-};
 }  // namespace
 
 void native_sgemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,

@@ -18,6 +18,7 @@
 #include "kernels/quant/quant.h"
 #include "kernels/reduce/reduce.h"
 #include "kernels/softmax/softmax.h"
+#include "kernels/winograd/winograd.h"
 
 namespace cpudl::kernels {
 
@@ -111,6 +112,11 @@ CPUDL_AVX2_VARIANTS(f32_conv_backward_weights_planes, ConvBackwardWeightsPlanesF
 CPUDL_AVX2_VARIANTS(f32_narrow_linear_forward, NarrowLinearForwardFn)
 CPUDL_AVX2_VARIANTS(f32_narrow_linear_backward_data, NarrowLinearBackwardDataFn)
 CPUDL_AVX2_VARIANTS(f32_narrow_linear_backward_weights, NarrowLinearBackwardWeightsFn)
+// Winograd convolution: AVX2 (an AVX-512 variant is not written: untestable here, and oneDNN
+// has its own Winograd convolution for AVX-512).
+CPUDL_AVX2_VARIANTS(f32_winograd_input_4x3, WinogradInputFn)
+CPUDL_AVX2_VARIANTS(f32_winograd_gemm, WinogradGemmFn)
+CPUDL_AVX2_VARIANTS(f32_winograd_output_4x3, WinogradOutputFn)
 #undef CPUDL_AVX2_VARIANTS
 
 // Channels-last max pooling: AVX2 forward (AVX-512 would only widen a memory-bound loop); the

@@ -153,6 +153,34 @@ using NarrowLinearBackwardDataFn = void (*)(const float* dy, const float* w, flo
                                             std::size_t k, std::size_t n, std::size_t ld);
 using NarrowLinearBackwardWeightsFn = void (*)(const float* x, const float* dy, float* dw, std::size_t m,
                                                std::size_t k, std::size_t n, std::size_t ld);
+// Winograd F(4x4, 3x3) convolution (kernels/winograd/winograd.h) of a batch in the blocked
+// layout: x is [N][C / block][H][W][block], y is [N][K / block][out_h][out_w][block], stride 1,
+// `pad` zero rows and columns on each side; channels and out_channels are multiples of 8, block
+// is 8 or 16. Tile t of the batch is image t / (tiles_h * tiles_w), tile row and column within.
+struct WinogradShape {
+  std::size_t channels, out_channels, height, width, out_h, out_w, pad, block, tiles_h, tiles_w;
+};
+inline constexpr std::size_t kWinogradPositions = 36;  // the 6 x 6 transformed tile
+// v[(p * v_rows + i) * C + c] = position p (row-major in the 6 x 6 tile) of the transformed input
+// patch of tile first_tile + i, channel c, for i < tiles.
+using WinogradInputFn = void (*)(const WinogradShape& s, const float* x, std::size_t first_tile,
+                                 std::size_t tiles, float* v, std::size_t v_rows);
+// For each position p: m[(p * v_rows + i) * K + k] = sum over c of v[(p * v_rows + i) * C + c] *
+// u[p][k / 16][c][k % 16] for i < tiles, k in [k_begin, k_end) (multiples of 16; K too).
+using WinogradGemmFn = void (*)(const float* v, const float* u, float* m, std::size_t tiles,
+                                std::size_t v_rows, std::size_t channels, std::size_t out_channels,
+                                std::size_t k_begin, std::size_t k_end);
+// y = min(max(inverse transform of m + bias + residual, lo), hi) for the tiles' output pixels
+// inside the image and output channels [k_begin, k_end) (multiples of 8). bias ([K]) and
+// residual (y's shape and layout) may be null.
+struct WinogradEpilogue {
+  const float* bias;
+  const float* residual;
+  float lo, hi;
+};
+using WinogradOutputFn = void (*)(const WinogradShape& s, const float* m, std::size_t first_tile,
+                                  std::size_t tiles, std::size_t v_rows, std::size_t k_begin,
+                                  std::size_t k_end, const WinogradEpilogue& e, float* y);
 // One image's pooling window geometry, channels-last (H x W x C). Padding taps are skipped.
 struct PoolWindow {
   std::size_t channels, height, width, out_h, out_w, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w;

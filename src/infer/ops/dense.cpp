@@ -5,7 +5,9 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <memory>
 
+#include "conv/winograd_conv.h"
 #include "infer/op_registry.h"
 #include "infer/ops/window.h"
 #include "onednn/dense.h"
@@ -34,10 +36,12 @@ Window2d window_2d(const OpSetup& s, std::int64_t h, std::int64_t w, std::int64_
   std::vector<std::int64_t> pads = s.node.get_ints("pads", {0, 0, 0, 0});
   if (pads.size() != 4) s.fail("pads must have 4 entries");
   if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-    const std::int64_t sizes[2] = {h, w}, k[2] = {win.kh, win.kw}, st[2] = {win.sh, win.sw}, d[2] = {win.dh, win.dw};
+    const std::int64_t sizes[2] = {h, w}, k[2] = {win.kh, win.kw}, st[2] = {win.sh, win.sw},
+                       d[2] = {win.dh, win.dw};
     for (int i = 0; i < 2; ++i) {
       const std::int64_t out = (sizes[i] + st[i] - 1) / st[i];
-      const std::int64_t total = std::max<std::int64_t>(0, (out - 1) * st[i] + (k[i] - 1) * d[i] + 1 - sizes[i]);
+      const std::int64_t total =
+          std::max<std::int64_t>(0, (out - 1) * st[i] + (k[i] - 1) * d[i] + 1 - sizes[i]);
       pads[i] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
       pads[i + 2] = total - pads[i];
     }
@@ -82,12 +86,14 @@ FusedActivation fused_activation(const OpSetup& s) {
 
 void require_rank(const OpSetup& s, std::size_t i, std::size_t rank, const char* what) {
   if (s.shape(i).size() != rank)
-    s.fail(std::string(what) + " has shape " + shape_string(s.shape(i)) + ", expected rank " + std::to_string(rank));
+    s.fail(std::string(what) + " has shape " + shape_string(s.shape(i)) + ", expected rank " +
+           std::to_string(rank));
 }
 
 // Per-channel bias for an NCHW tensor (ConvTranspose, whose oneDNN path has no bias).
 void add_channel_bias(float* y, const float* bias, std::int64_t n, std::int64_t c, std::int64_t hw) {
-  parallel_for(static_cast<std::size_t>(n * c), static_cast<std::size_t>(std::max<std::int64_t>(1, 16384 / hw)),
+  parallel_for(static_cast<std::size_t>(n * c),
+               static_cast<std::size_t>(std::max<std::int64_t>(1, 16384 / hw)),
                [&](std::size_t b, std::size_t e) {
                  for (std::size_t i = b; i < e; ++i) {
                    const float v = bias[i % static_cast<std::size_t>(c)];
@@ -111,23 +117,49 @@ Kernel build_conv(OpSetup& s) {
   c.width = x[3];
   c.out_channels = w[0];
   c.groups = s.node.get_int("group", 1);
-  if (c.groups < 1 || c.in_channels % c.groups != 0 || w[1] * c.groups != c.in_channels || c.out_channels % c.groups != 0)
-    s.fail("weights " + shape_string(w) + " do not fit input " + shape_string(x) + " with group " + std::to_string(c.groups));
+  if (c.groups < 1 || c.in_channels % c.groups != 0 || w[1] * c.groups != c.in_channels ||
+      c.out_channels % c.groups != 0)
+    s.fail("weights " + shape_string(w) + " do not fit input " + shape_string(x) + " with group " +
+           std::to_string(c.groups));
   const Window2d win = window_2d(s, c.height, c.width, w[2], w[3]);
-  if (win.kh != w[2] || win.kw != w[3]) s.fail("kernel_shape disagrees with the weights' shape " + shape_string(w));
+  if (win.kh != w[2] || win.kw != w[3])
+    s.fail("kernel_shape disagrees with the weights' shape " + shape_string(w));
   c.kernel_h = win.kh, c.kernel_w = win.kw, c.stride_h = win.sh, c.stride_w = win.sw;
   c.pad_h = win.ph, c.pad_w = win.pw, c.dilation_h = win.dh, c.dilation_w = win.dw;
-  if (c.out_height() < 1 || c.out_width() < 1) s.fail("the kernel does not fit the padded input " + shape_string(x));
+  if (c.out_height() < 1 || c.out_width() < 1)
+    s.fail("the kernel does not fit the padded input " + shape_string(x));
   const bool bias = s.has(2);
   if (bias && (s.shape(2).size() != 1 || s.shape(2)[0] != c.out_channels))
-    s.fail("bias B has shape " + shape_string(s.shape(2)) + ", expected [" + std::to_string(c.out_channels) + "]");
+    s.fail("bias B has shape " + shape_string(s.shape(2)) + ", expected [" + std::to_string(c.out_channels) +
+           "]");
   const Shape out = {c.batch, c.out_channels, c.out_height(), c.out_width()};
   const bool residual = s.has(3);
-  if (residual && s.shape(3) != out) s.fail("fused residual has shape " + shape_string(s.shape(3)) + ", expected " + shape_string(out));
+  if (residual && s.shape(3) != out)
+    s.fail("fused residual has shape " + shape_string(s.shape(3)) + ", expected " + shape_string(out));
   s.set_output(0, DType::f32, out);
   const FusedActivation act = fused_activation(s);
   c.layout = static_cast<onednn::ActivationLayout>(s.node.get_int("cpudl.src_layout", 0));
-  if (s.node.has("cpudl.dst_layout")) c.dst_layout = static_cast<onednn::ActivationLayout>(s.node.get_int("cpudl.dst_layout", 0));
+  if (s.node.has("cpudl.dst_layout"))
+    c.dst_layout = static_cast<onednn::ActivationLayout>(s.node.get_int("cpudl.dst_layout", 0));
+  // Stride-1 3x3 layers between blocked activations go to the Winograd convolution (conv/
+  // winograd_conv.h) when their weights are known now; the rest to oneDNN.
+  const bool blocked = c.layout == onednn::ActivationLayout::blocked &&
+                       c.dst_layout.value_or(c.layout) == onednn::ActivationLayout::blocked;
+  const conv::WinogradConvShape wino{
+      c.batch, c.in_channels, c.height, c.width, c.out_channels, c.pad_h, onednn::blocked_layout_channels()};
+  if (blocked && s.constants[1] && c.groups == 1 && c.kernel_h == 3 && c.kernel_w == 3 && c.stride_h == 1 &&
+      c.stride_w == 1 && c.dilation_h == 1 && c.dilation_w == 1 && c.pad_h == c.pad_w &&
+      conv::winograd_worthwhile(wino)) {
+    auto winograd = std::make_shared<const conv::WinogradConv>(wino, s.constants[1]->data<float>());
+    const float lo = act.kind == onednn::Activation::none   ? -INFINITY
+                     : act.kind == onednn::Activation::relu ? 0.0f
+                                                            : act.lo;
+    const float hi = act.kind == onednn::Activation::clip ? act.hi : INFINITY;
+    return [winograd, bias, residual, lo, hi](std::span<const TensorView> in, std::span<const TensorView> o) {
+      winograd->forward(in[0].f32(), bias ? in[2].f32() : nullptr, residual ? in[3].f32() : nullptr, lo, hi,
+                        o[0].f32());
+    };
+  }
   const std::uint64_t version = s.constants[1] ? next_weights_version() : 0;
   return [c, bias, residual, act, version](std::span<const TensorView> in, std::span<const TensorView> o) {
     onednn::ConvEpilogue e;
@@ -148,7 +180,8 @@ Kernel build_conv_transpose(OpSetup& s) {
   const Shape& w = s.shape(1);
   const std::int64_t groups = s.node.get_int("group", 1);
   if (groups < 1 || w[0] != x[1] || x[1] % groups != 0)
-    s.fail("weights " + shape_string(w) + " do not fit input " + shape_string(x) + " with group " + std::to_string(groups));
+    s.fail("weights " + shape_string(w) + " do not fit input " + shape_string(x) + " with group " +
+           std::to_string(groups));
   if (s.node.has("output_shape")) s.fail("the output_shape attribute is not supported (give pads instead)");
   const Window2d win = window_2d(s, x[2], x[3], w[2], w[3]);
   const auto out_pad = s.node.get_ints("output_padding", {0, 0});
@@ -167,7 +200,8 @@ Kernel build_conv_transpose(OpSetup& s) {
   c.pad_h = win.ph, c.pad_w = win.pw, c.dilation_h = win.dh, c.dilation_w = win.dw, c.groups = groups;
   const bool bias = s.has(2);
   if (bias && (s.shape(2).size() != 1 || s.shape(2)[0] != c.in_channels))
-    s.fail("bias B has shape " + shape_string(s.shape(2)) + ", expected [" + std::to_string(c.in_channels) + "]");
+    s.fail("bias B has shape " + shape_string(s.shape(2)) + ", expected [" + std::to_string(c.in_channels) +
+           "]");
   s.set_output(0, DType::f32, {c.batch, c.in_channels, c.height, c.width});
   const std::uint64_t version = s.constants[1] ? next_weights_version() : 0;
   return [c, bias, version](std::span<const TensorView> in, std::span<const TensorView> o) {
@@ -192,8 +226,8 @@ Kernel build_gemm(OpSetup& s) {
   m.transpose_a = ta;
   m.transpose_b = tb;
   if ((tb ? b[1] : b[0]) != m.k)
-    s.fail("A " + shape_string(a) + " and B " + shape_string(b) + " do not multiply (transA " + std::to_string(ta) +
-           ", transB " + std::to_string(tb) + ")");
+    s.fail("A " + shape_string(a) + " and B " + shape_string(b) + " do not multiply (transA " +
+           std::to_string(ta) + ", transB " + std::to_string(tb) + ")");
   const Shape out = {m.m, m.n};
   // The bias rides in oneDNN's epilogue when it is a row vector added once (beta 1, alpha 1);
   // any other C is added after the product.
@@ -209,13 +243,16 @@ Kernel build_gemm(OpSetup& s) {
       const std::int64_t rows = c.size() == 2 ? c[0] : 1, cols = c.empty() ? 1 : c.back();
       for (std::int64_t i = 0; i < m.m; ++i)
         for (std::int64_t j = 0; j < m.n; ++j)
-          (*c_offsets)[static_cast<std::size_t>(i * m.n + j)] = (rows == 1 ? 0 : i) * cols + (cols == 1 ? 0 : j);
+          (*c_offsets)[static_cast<std::size_t>(i * m.n + j)] =
+              (rows == 1 ? 0 : i) * cols + (cols == 1 ? 0 : j);
     }
   }
   s.set_output(0, DType::f32, out);
   const FusedActivation act = fused_activation(s);
-  if (c_offsets && act.kind != onednn::Activation::none) s.fail("internal: activation fused over a general C");
-  return [m, row_bias, c_offsets, alpha, beta, act](std::span<const TensorView> in, std::span<const TensorView> o) {
+  if (c_offsets && act.kind != onednn::Activation::none)
+    s.fail("internal: activation fused over a general C");
+  return [m, row_bias, c_offsets, alpha, beta, act](std::span<const TensorView> in,
+                                                    std::span<const TensorView> o) {
     onednn::MatmulEpilogue e;
     e.bias = row_bias ? in[2].f32() : nullptr;
     e.activation = act.kind;
@@ -241,7 +278,8 @@ Kernel build_matmul(OpSetup& s) {
   if (a_vector) a.insert(a.begin(), 1);
   if (b_vector) b.push_back(1);
   const std::int64_t m = a[a.size() - 2], k = a.back(), n = b.back();
-  if (b[b.size() - 2] != k) s.fail("A " + shape_string(s.shape(0)) + " and B " + shape_string(s.shape(1)) + " do not multiply");
+  if (b[b.size() - 2] != k)
+    s.fail("A " + shape_string(s.shape(0)) + " and B " + shape_string(s.shape(1)) + " do not multiply");
   const Shape a_batch(a.begin(), a.end() - 2), b_batch(b.begin(), b.end() - 2);
   const Shape batch = broadcast_shapes(s, a_batch, b_batch);
   Shape out = batch;
@@ -283,19 +321,21 @@ Kernel build_matmul(OpSetup& s) {
       }
     }
   }
-  return [shape, bias, act, a_off, b_off, m, n](std::span<const TensorView> in, std::span<const TensorView> o) {
-    onednn::MatmulEpilogue e;
-    e.bias = bias ? in[2].f32() : nullptr;
-    e.activation = act.kind;
-    e.clip_min = act.lo;
-    e.clip_max = act.hi;
-    if (a_off.empty()) {
-      onednn::matmul(shape, in[0].f32(), in[1].f32(), o[0].f32(), e);
-      return;
-    }
-    for (std::size_t i = 0; i < a_off.size(); ++i)
-      onednn::matmul(shape, in[0].f32() + a_off[i], in[1].f32() + b_off[i], o[0].f32() + static_cast<std::int64_t>(i) * m * n, e);
-  };
+  return
+      [shape, bias, act, a_off, b_off, m, n](std::span<const TensorView> in, std::span<const TensorView> o) {
+        onednn::MatmulEpilogue e;
+        e.bias = bias ? in[2].f32() : nullptr;
+        e.activation = act.kind;
+        e.clip_min = act.lo;
+        e.clip_max = act.hi;
+        if (a_off.empty()) {
+          onednn::matmul(shape, in[0].f32(), in[1].f32(), o[0].f32(), e);
+          return;
+        }
+        for (std::size_t i = 0; i < a_off.size(); ++i)
+          onednn::matmul(shape, in[0].f32() + a_off[i], in[1].f32() + b_off[i],
+                         o[0].f32() + static_cast<std::int64_t>(i) * m * n, e);
+      };
 }
 
 Kernel build_pool(OpSetup& s, onednn::PoolKind kind) {
@@ -310,19 +350,24 @@ Kernel build_pool(OpSetup& s, onednn::PoolKind kind) {
   if (win.dh != 1 || win.dw != 1) s.fail("dilated pooling is not supported");
   onednn::PoolShape p;
   p.batch = x[0], p.channels = x[1], p.height = x[2], p.width = x[3];
-  p.kernel_h = win.kh, p.kernel_w = win.kw, p.stride_h = win.sh, p.stride_w = win.sw, p.pad_h = win.ph, p.pad_w = win.pw;
+  p.kernel_h = win.kh, p.kernel_w = win.kw, p.stride_h = win.sh, p.stride_w = win.sw, p.pad_h = win.ph,
+  p.pad_w = win.pw;
   p.kind = kind;
-  if (kind != onednn::PoolKind::max && s.node.get_int("count_include_pad", 0) != 0) p.kind = onednn::PoolKind::avg_include_padding;
+  if (kind != onednn::PoolKind::max && s.node.get_int("count_include_pad", 0) != 0)
+    p.kind = onednn::PoolKind::avg_include_padding;
   if (s.node.get_int("ceil_mode", 0) != 0) {
     // Ceil mode only differs when a window would start inside the padded input: reject that case.
     const std::int64_t ch = (p.height + 2 * p.pad_h - p.kernel_h + p.stride_h - 1) / p.stride_h + 1;
     const std::int64_t cw = (p.width + 2 * p.pad_w - p.kernel_w + p.stride_w - 1) / p.stride_w + 1;
-    if (ch != p.out_height() || cw != p.out_width()) s.fail("ceil_mode 1 with a partial last window is not supported");
+    if (ch != p.out_height() || cw != p.out_width())
+      s.fail("ceil_mode 1 with a partial last window is not supported");
   }
-  if (p.out_height() < 1 || p.out_width() < 1) s.fail("the window does not fit the padded input " + shape_string(x));
+  if (p.out_height() < 1 || p.out_width() < 1)
+    s.fail("the window does not fit the padded input " + shape_string(x));
   p.layout = static_cast<onednn::ActivationLayout>(s.node.get_int("cpudl.layout", 0));
   s.set_output(0, DType::f32, {p.batch, p.channels, p.out_height(), p.out_width()});
-  if (s.node.outputs.size() > 1 && !s.node.outputs[1].empty()) s.fail("the Indices output of MaxPool is not supported");
+  if (s.node.outputs.size() > 1 && !s.node.outputs[1].empty())
+    s.fail("the Indices output of MaxPool is not supported");
   return [p](std::span<const TensorView> in, std::span<const TensorView> o) {
     onednn::pool2d_forward(p, in[0].f32(), o[0].f32(), nullptr);
   };
@@ -380,7 +425,8 @@ Kernel build_global_average_pool(OpSetup& s) {
   return [planes, spatial](std::span<const TensorView> in, std::span<const TensorView> o) {
     const float* src = in[0].f32();
     float* dst = o[0].f32();
-    parallel_for(static_cast<std::size_t>(planes), static_cast<std::size_t>(std::max<std::int64_t>(1, 16384 / spatial)),
+    parallel_for(static_cast<std::size_t>(planes),
+                 static_cast<std::size_t>(std::max<std::int64_t>(1, 16384 / spatial)),
                  [&](std::size_t b, std::size_t e) {
                    for (std::size_t i = b; i < e; ++i) {
                      const float* p = src + static_cast<std::int64_t>(i) * spatial;

@@ -1,0 +1,40 @@
+// Stride-1 3x3 convolutions by Winograd F(4x4, 3x3) (kernels/winograd/winograd.h says how and
+// why): the weights are transformed once, when the convolution is prepared, and each run walks
+// the batch's 4x4 output tiles in blocks sized for the caches. Inference only (no backward);
+// activations in the blocked layout the inference runtime keeps between convolutions.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/kernel_types.h"
+
+namespace cpudl::conv {
+
+struct WinogradConvShape {
+  std::int64_t batch = 0, in_channels = 0, height = 0, width = 0, out_channels = 0, pad = 0;
+  std::int64_t block = 8;  // channels per block of the layout (8 or 16)
+};
+
+// Whether the Winograd path takes this convolution: channel counts it tiles (C a multiple of 8,
+// K of 16), and enough output tiles that the 4x larger transformed weights are read less often
+// than the direct convolution would gain (a batch-1 7x7 map with 512 channels is left to oneDNN).
+// CPUDL_WINOGRAD=0 turns the path off (to compare with oneDNN's direct convolutions).
+bool winograd_worthwhile(const WinogradConvShape& s);
+
+class WinogradConv {
+ public:
+  // weights: OIHW [out_channels][in_channels][3][3], read once here.
+  WinogradConv(const WinogradConvShape& shape, const float* weights);
+  // y = min(max(conv(x) + bias + residual, lo), hi); bias [K] and residual (y's shape) may be null.
+  void forward(const float* x, const float* bias, const float* residual, float lo, float hi, float* y) const;
+  const WinogradConvShape& shape() const { return shape_; }
+
+ private:
+  WinogradConvShape shape_;
+  kernels::WinogradShape tiles_{};
+  std::vector<float> weights_storage_;  // U [36][K / 16][C][16], 64-byte aligned inside
+  const float* weights_ = nullptr;
+};
+
+}  // namespace cpudl::conv

@@ -1,0 +1,180 @@
+// AVX2 Winograd F(4x4, 3x3) kernels (winograd.h): 8 channels per vector, the 6-point transforms
+// factored so that each 1-D pass is 6 FMAs and 6 adds, and the GEMM a 6 x 16 register tile (12
+// accumulators, two weight vectors, one broadcast) over the channels.
+#include <immintrin.h>
+
+#include <cstddef>
+
+#include "kernels/winograd/winograd.h"
+
+namespace cpudl::kernels {
+namespace {
+
+// r = B^T d along one dimension: r0 = 4 d0 - 5 d2 + d4, r1,2 = (d4 - 4 d2) +- (d3 - 4 d1),
+// r3,4 = (d4 - d2) +- 2 (d3 - d1), r5 = 4 d1 - 5 d3 + d5.
+inline void input_1d(const __m256 d[6], __m256 r[6]) {
+  const __m256 two = _mm256_set1_ps(2.0f), four = _mm256_set1_ps(4.0f), five = _mm256_set1_ps(5.0f);
+  const __m256 t0 = _mm256_fnmadd_ps(four, d[2], d[4]), t1 = _mm256_fnmadd_ps(four, d[1], d[3]);
+  const __m256 t2 = _mm256_sub_ps(d[4], d[2]), t3 = _mm256_sub_ps(d[3], d[1]);
+  r[0] = _mm256_fmadd_ps(four, d[0], _mm256_fnmadd_ps(five, d[2], d[4]));
+  r[1] = _mm256_add_ps(t0, t1);
+  r[2] = _mm256_sub_ps(t0, t1);
+  r[3] = _mm256_fmadd_ps(two, t3, t2);
+  r[4] = _mm256_fnmadd_ps(two, t3, t2);
+  r[5] = _mm256_fmadd_ps(four, d[1], _mm256_fnmadd_ps(five, d[3], d[5]));
+}
+
+// o = A^T m along one dimension: with a = m1 + m2, b = m1 - m2, c = m3 + m4, d = m3 - m4:
+// o0 = m0 + a + c, o1 = b + 2 d, o2 = a + 4 c, o3 = b + 8 d + m5.
+inline void output_1d(const __m256 m[6], __m256 o[4]) {
+  const __m256 a = _mm256_add_ps(m[1], m[2]), b = _mm256_sub_ps(m[1], m[2]);
+  const __m256 c = _mm256_add_ps(m[3], m[4]), d = _mm256_sub_ps(m[3], m[4]);
+  o[0] = _mm256_add_ps(_mm256_add_ps(m[0], a), c);
+  o[1] = _mm256_fmadd_ps(_mm256_set1_ps(2.0f), d, b);
+  o[2] = _mm256_fmadd_ps(_mm256_set1_ps(4.0f), c, a);
+  o[3] = _mm256_add_ps(_mm256_fmadd_ps(_mm256_set1_ps(8.0f), d, b), m[5]);
+}
+
+// m[r][0..16) = sum over c of v[r][c] * panel[c][0..16) for R rows of v (C apart) and of m (K apart).
+template <int R>
+void gemm_rows(const float* v, std::size_t channels, const float* panel, float* m, std::size_t out_channels) {
+  __m256 lo[R], hi[R];
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) lo[r] = hi[r] = _mm256_setzero_ps();
+  for (std::size_t c = 0; c < channels; ++c) {
+    const __m256 b0 = _mm256_load_ps(panel + c * 16), b1 = _mm256_load_ps(panel + c * 16 + 8);
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      const __m256 a = _mm256_broadcast_ss(v + r * channels + c);
+      lo[r] = _mm256_fmadd_ps(a, b0, lo[r]);
+      hi[r] = _mm256_fmadd_ps(a, b1, hi[r]);
+    }
+  }
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) {
+    _mm256_storeu_ps(m + r * out_channels, lo[r]);
+    _mm256_storeu_ps(m + r * out_channels + 8, hi[r]);
+  }
+}
+
+}  // namespace
+
+void f32_winograd_input_4x3__avx2(const WinogradShape& s, const float* x, std::size_t first_tile,
+                                  std::size_t tiles, float* v, std::size_t v_rows) {
+  const std::size_t per_image = s.tiles_h * s.tiles_w, C = s.channels, B = s.block;
+  const std::size_t plane = s.height * s.width * B, position_stride = v_rows * C;
+  alignas(32) float tmp[6][6][8];
+  for (std::size_t i = 0; i < tiles; ++i) {
+    const std::size_t t = first_tile + i, n = t / per_image, ty = t % per_image / s.tiles_w,
+                      tx = t % s.tiles_w;
+    // Which of the patch's rows and columns fall inside the image (the rest is zero padding).
+    const std::ptrdiff_t h0 = static_cast<std::ptrdiff_t>(ty * 4) - static_cast<std::ptrdiff_t>(s.pad);
+    const std::ptrdiff_t w0 = static_cast<std::ptrdiff_t>(tx * 4) - static_cast<std::ptrdiff_t>(s.pad);
+    bool row_inside[6], col_inside[6];
+    for (int a = 0; a < 6; ++a) {
+      row_inside[a] = h0 + a >= 0 && h0 + a < static_cast<std::ptrdiff_t>(s.height);
+      col_inside[a] = w0 + a >= 0 && w0 + a < static_cast<std::ptrdiff_t>(s.width);
+    }
+    const float* image = x + n * C * s.height * s.width;
+    float* vt = v + i * C;
+    for (std::size_t c = 0; c < C; c += 8) {
+      // Pixel (h0 + a, w0 + b) of this channel group; only dereferenced inside the image.
+      const float* corner = image + c / B * plane + c % B;
+      const std::ptrdiff_t corner_offset =
+          (h0 * static_cast<std::ptrdiff_t>(s.width) + w0) * static_cast<std::ptrdiff_t>(B);
+      for (int b = 0; b < 6; ++b) {
+        __m256 d[6], r[6];
+        for (int a = 0; a < 6; ++a) {
+          const std::ptrdiff_t offset =
+              corner_offset + (a * static_cast<std::ptrdiff_t>(s.width) + b) * static_cast<std::ptrdiff_t>(B);
+          d[a] = row_inside[a] && col_inside[b] ? _mm256_loadu_ps(corner + offset) : _mm256_setzero_ps();
+        }
+        input_1d(d, r);
+        for (int a = 0; a < 6; ++a) _mm256_store_ps(tmp[a][b], r[a]);
+      }
+      for (int a = 0; a < 6; ++a) {
+        __m256 d[6], r[6];
+        for (int b = 0; b < 6; ++b) d[b] = _mm256_load_ps(tmp[a][b]);
+        input_1d(d, r);
+        for (int q = 0; q < 6; ++q) _mm256_storeu_ps(vt + (a * 6 + q) * position_stride + c, r[q]);
+      }
+    }
+  }
+}
+
+void f32_winograd_gemm__avx2(const float* v, const float* u, float* m, std::size_t tiles, std::size_t v_rows,
+                             std::size_t channels, std::size_t out_channels, std::size_t k_begin,
+                             std::size_t k_end) {
+  for (std::size_t p = 0; p < kWinogradPositions; ++p) {
+    const float* vp = v + p * v_rows * channels;
+    const float* up = u + p * channels * out_channels;
+    float* mp = m + p * v_rows * out_channels;
+    for (std::size_t k = k_begin; k < k_end; k += kWinogradGemmColumns) {
+      const float* panel = up + k * channels;  // panel k / 16, C x 16 floats
+      std::size_t i = 0;
+      for (; i + 6 <= tiles; i += 6)
+        gemm_rows<6>(vp + i * channels, channels, panel, mp + i * out_channels + k, out_channels);
+      const float* vr = vp + i * channels;
+      float* mr = mp + i * out_channels + k;
+      switch (tiles - i) {
+        case 5:
+          gemm_rows<5>(vr, channels, panel, mr, out_channels);
+          break;
+        case 4:
+          gemm_rows<4>(vr, channels, panel, mr, out_channels);
+          break;
+        case 3:
+          gemm_rows<3>(vr, channels, panel, mr, out_channels);
+          break;
+        case 2:
+          gemm_rows<2>(vr, channels, panel, mr, out_channels);
+          break;
+        case 1:
+          gemm_rows<1>(vr, channels, panel, mr, out_channels);
+          break;
+        default:
+          break;
+      }
+    }
+  }
+}
+
+void f32_winograd_output_4x3__avx2(const WinogradShape& s, const float* m, std::size_t first_tile,
+                                   std::size_t tiles, std::size_t v_rows, std::size_t k_begin,
+                                   std::size_t k_end, const WinogradEpilogue& e, float* y) {
+  const std::size_t per_image = s.tiles_h * s.tiles_w, K = s.out_channels, B = s.block;
+  const std::size_t plane = s.out_h * s.out_w * B, position_stride = v_rows * K;
+  const __m256 lo = _mm256_set1_ps(e.lo), hi = _mm256_set1_ps(e.hi);
+  alignas(32) float tmp[4][6][8];
+  for (std::size_t i = 0; i < tiles; ++i) {
+    const std::size_t t = first_tile + i, n = t / per_image, ty = t % per_image / s.tiles_w,
+                      tx = t % s.tiles_w;
+    const std::size_t rows = s.out_h - ty * 4 < 4 ? s.out_h - ty * 4 : 4;
+    const std::size_t cols = s.out_w - tx * 4 < 4 ? s.out_w - tx * 4 : 4;
+    const std::size_t image = n * K * s.out_h * s.out_w;
+    const float* mt = m + i * K;
+    for (std::size_t k = k_begin; k < k_end; k += 8) {
+      for (int q = 0; q < 6; ++q) {
+        __m256 mm[6], o[4];
+        for (int r = 0; r < 6; ++r) mm[r] = _mm256_loadu_ps(mt + (r * 6 + q) * position_stride + k);
+        output_1d(mm, o);
+        for (int a = 0; a < 4; ++a) _mm256_store_ps(tmp[a][q], o[a]);
+      }
+      const __m256 bias = e.bias ? _mm256_loadu_ps(e.bias + k) : _mm256_setzero_ps();
+      const std::size_t corner = image + k / B * plane + k % B + (ty * 4 * s.out_w + tx * 4) * B;
+      for (std::size_t a = 0; a < rows; ++a) {
+        __m256 mm[6], o[4];
+        for (int q = 0; q < 6; ++q) mm[q] = _mm256_load_ps(tmp[a][q]);
+        output_1d(mm, o);
+        for (std::size_t b = 0; b < cols; ++b) {
+          const std::size_t at = corner + (a * s.out_w + b) * B;
+          __m256 value = _mm256_add_ps(o[b], bias);
+          if (e.residual) value = _mm256_add_ps(value, _mm256_loadu_ps(e.residual + at));
+          _mm256_storeu_ps(y + at, _mm256_min_ps(_mm256_max_ps(value, lo), hi));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace cpudl::kernels

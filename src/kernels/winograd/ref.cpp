@@ -1,0 +1,97 @@
+// Portable references of the Winograd kernels (winograd.h): the transforms written as products
+// with the matrices B^T and A^T themselves, independent of the factored forms the ISA variants
+// use, so that the tests compare two derivations.
+#include <algorithm>
+
+#include "kernels/winograd/winograd.h"
+
+namespace cpudl::kernels {
+namespace {
+
+constexpr float kBt[6][6] = {{4, 0, -5, 0, 1, 0},  {0, -4, -4, 1, 1, 0}, {0, 4, -4, -1, 1, 0},
+                             {0, -2, -1, 2, 1, 0}, {0, 2, -1, -2, 1, 0}, {0, 4, 0, -5, 0, 1}};
+constexpr float kAt[4][6] = {
+    {1, 1, 1, 1, 1, 0}, {0, 1, -1, 2, -2, 0}, {0, 1, 1, 4, 4, 0}, {0, 1, -1, 8, -8, 1}};
+
+// Offset of channel c at pixel (h, w) of image n in the blocked layout.
+std::size_t blocked_offset(std::size_t n, std::size_t channels, std::size_t height, std::size_t width,
+                           std::size_t block, std::size_t c, std::size_t h, std::size_t w) {
+  return n * channels * height * width + c / block * height * width * block + (h * width + w) * block +
+         c % block;
+}
+
+}  // namespace
+
+void f32_winograd_input_4x3__ref(const WinogradShape& s, const float* x, std::size_t first_tile,
+                                 std::size_t tiles, float* v, std::size_t v_rows) {
+  const std::size_t per_image = s.tiles_h * s.tiles_w;
+  for (std::size_t i = 0; i < tiles; ++i) {
+    const std::size_t t = first_tile + i, n = t / per_image, ty = t % per_image / s.tiles_w,
+                      tx = t % s.tiles_w;
+    for (std::size_t c = 0; c < s.channels; ++c) {
+      float d[6][6];
+      for (std::size_t a = 0; a < 6; ++a)
+        for (std::size_t b = 0; b < 6; ++b) {
+          // Input row ty * 4 + a - pad, column tx * 4 + b - pad; outside the image is padding.
+          const std::size_t h = ty * 4 + a, w = tx * 4 + b;
+          const bool inside = h >= s.pad && h - s.pad < s.height && w >= s.pad && w - s.pad < s.width;
+          d[a][b] =
+              inside ? x[blocked_offset(n, s.channels, s.height, s.width, s.block, c, h - s.pad, w - s.pad)]
+                     : 0.0f;
+        }
+      for (std::size_t r = 0; r < 6; ++r)
+        for (std::size_t q = 0; q < 6; ++q) {
+          float acc = 0.0f;
+          for (std::size_t a = 0; a < 6; ++a)
+            for (std::size_t b = 0; b < 6; ++b) acc += kBt[r][a] * d[a][b] * kBt[q][b];
+          v[((r * 6 + q) * v_rows + i) * s.channels + c] = acc;
+        }
+    }
+  }
+}
+
+void f32_winograd_gemm__ref(const float* v, const float* u, float* m, std::size_t tiles, std::size_t v_rows,
+                            std::size_t channels, std::size_t out_channels, std::size_t k_begin,
+                            std::size_t k_end) {
+  constexpr std::size_t kCols = kWinogradGemmColumns;
+  for (std::size_t p = 0; p < kWinogradPositions; ++p) {
+    const float* up = u + p * channels * out_channels;
+    for (std::size_t i = 0; i < tiles; ++i) {
+      const float* vrow = v + (p * v_rows + i) * channels;
+      float* mrow = m + (p * v_rows + i) * out_channels;
+      for (std::size_t k = k_begin; k < k_end; ++k) {
+        const float* panel = up + k / kCols * channels * kCols + k % kCols;
+        float acc = 0.0f;
+        for (std::size_t c = 0; c < channels; ++c) acc += vrow[c] * panel[c * kCols];
+        mrow[k] = acc;
+      }
+    }
+  }
+}
+
+void f32_winograd_output_4x3__ref(const WinogradShape& s, const float* m, std::size_t first_tile,
+                                  std::size_t tiles, std::size_t v_rows, std::size_t k_begin,
+                                  std::size_t k_end, const WinogradEpilogue& e, float* y) {
+  const std::size_t per_image = s.tiles_h * s.tiles_w, K = s.out_channels;
+  for (std::size_t i = 0; i < tiles; ++i) {
+    const std::size_t t = first_tile + i, n = t / per_image, ty = t % per_image / s.tiles_w,
+                      tx = t % s.tiles_w;
+    for (std::size_t k = k_begin; k < k_end; ++k) {
+      for (std::size_t a = 0; a < 4; ++a)
+        for (std::size_t b = 0; b < 4; ++b) {
+          const std::size_t h = ty * 4 + a, w = tx * 4 + b;
+          if (h >= s.out_h || w >= s.out_w) continue;
+          float acc = 0.0f;
+          for (std::size_t r = 0; r < 6; ++r)
+            for (std::size_t q = 0; q < 6; ++q)
+              acc += kAt[a][r] * m[((r * 6 + q) * v_rows + i) * K + k] * kAt[b][q];
+          const std::size_t at = blocked_offset(n, K, s.out_h, s.out_w, s.block, k, h, w);
+          if (e.bias) acc += e.bias[k];
+          if (e.residual) acc += e.residual[at];
+          y[at] = std::min(std::max(acc, e.lo), e.hi);
+        }
+    }
+  }
+}
+
+}  // namespace cpudl::kernels

@@ -1,0 +1,41 @@
+// Winograd F(4x4, 3x3) convolution kernels (Lavin & Gray, "Fast Algorithms for Convolutional
+// Neural Networks", 2016): each 4 x 4 block of outputs comes from a 6 x 6 input patch through
+// y = A^T [ (G g G^T) (.) (B^T d B) ] A, so a 3x3 convolution costs 36 multiply-adds per 16
+// outputs and channel pair instead of 144 -- the product over channels becomes 36 independent
+// GEMMs (tiles x C) (C x K). oneDNN 2.6 has no Winograd path for AVX2 and runs ResNet-18's 3x3
+// layers at 50-75% of the fp32 roof here, so these kernels (with the driver in
+// src/infer/ops/winograd_conv.cpp) carry the inference runtime's stride-1 3x3 convolutions.
+//
+// The transforms are exact in real arithmetic; in fp32 the interpolation points 0, +-1, +-2
+// amplify rounding by about 10x over a direct convolution (relative error ~1e-6 per layer),
+// well inside ONNX models' tolerances.
+//
+// Three kernels, the driver calling them per block of tiles so that the transformed block stays
+// in cache: the input transform writes V (36 positions x tiles x C), the GEMM multiplies each
+// position by the transformed weights U (packed in 16-column panels by the driver) into M, and
+// the output transform adds bias and residual, clamps (ReLU or Clip) and writes the blocked
+// output. Channel vectors are the SIMD dimension throughout, as the blocked layout stores them.
+#pragma once
+
+#include <cstddef>
+
+#include "kernels/kernel_types.h"
+
+namespace cpudl::kernels {
+
+inline constexpr std::size_t kWinogradGemmColumns = 16;  // the weight panel width
+
+#define CPUDL_DECLARE_WINOGRAD(isa)                                                                   \
+  void f32_winograd_input_4x3__##isa(const WinogradShape& s, const float* x, std::size_t first_tile,  \
+                                     std::size_t tiles, float* v, std::size_t v_rows);                \
+  void f32_winograd_gemm__##isa(const float* v, const float* u, float* m, std::size_t tiles,          \
+                                std::size_t v_rows, std::size_t channels, std::size_t out_channels,   \
+                                std::size_t k_begin, std::size_t k_end);                              \
+  void f32_winograd_output_4x3__##isa(const WinogradShape& s, const float* m, std::size_t first_tile, \
+                                      std::size_t tiles, std::size_t v_rows, std::size_t k_begin,     \
+                                      std::size_t k_end, const WinogradEpilogue& e, float* y);
+CPUDL_DECLARE_WINOGRAD(ref)
+CPUDL_DECLARE_WINOGRAD(avx2)
+#undef CPUDL_DECLARE_WINOGRAD
+
+}  // namespace cpudl::kernels
