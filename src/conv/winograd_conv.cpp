@@ -44,9 +44,9 @@ struct Schedule {
 // output channels of each block instead (the input transform is then repeated, which is cheap).
 Schedule schedule(const WinogradConvShape& s, std::size_t tiles, int threads) {
   const double weight_bytes = transformed_bytes(s);
-  const std::size_t floor_tiles = weight_bytes > 4e6 ? 48 : 24;
+  const std::size_t floor_tiles = getenv("WF") ? atoi(getenv("WF")) : (weight_bytes > 4e6 ? 48 : 24);
   const auto per_tile_bytes = static_cast<std::size_t>(kPositions * 4 * (s.in_channels + s.out_channels));
-  std::size_t block = std::max(floor_tiles, (std::size_t{3} << 19) / per_tile_bytes);
+  std::size_t block = std::max(floor_tiles, (getenv("WB") ? (size_t)atoi(getenv("WB")) * 1024 : (std::size_t{3} << 19)) / per_tile_bytes);
   std::size_t blocks = (tiles + block - 1) / block;
   const auto workers = static_cast<std::size_t>(std::max(1, threads));
   const std::size_t panels = static_cast<std::size_t>(s.out_channels) / kColumns;

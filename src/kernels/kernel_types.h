@@ -161,12 +161,16 @@ struct WinogradShape {
   std::size_t channels, out_channels, height, width, out_h, out_w, pad, block, tiles_h, tiles_w;
 };
 inline constexpr std::size_t kWinogradPositions = 36;  // the 6 x 6 transformed tile
-// v[(p * v_rows + i) * C + c] = position p (row-major in the 6 x 6 tile) of the transformed input
-// patch of tile first_tile + i, channel c, for i < tiles.
+// Transformed tiles are stored in groups of 8 channels: a[((p * channels / 8 + c / 8) * v_rows +
+// i) * 8 + c % 8] is position p (row-major in the 6 x 6 tile), channel c, of tile first_tile + i,
+// for i < tiles. So 8 channels of consecutive tiles are contiguous (what the GEMM broadcasts
+// from and the transforms stream through), with v_rows tiles of room per group.
+// The input transform writes v in this form (C channels).
 using WinogradInputFn = void (*)(const WinogradShape& s, const float* x, std::size_t first_tile,
                                  std::size_t tiles, float* v, std::size_t v_rows);
-// For each position p: m[(p * v_rows + i) * K + k] = sum over c of v[(p * v_rows + i) * C + c] *
-// u[p][k / 16][c][k % 16] for i < tiles, k in [k_begin, k_end) (multiples of 16; K too).
+// For each position p: m (K channels, grouped as above) = v (C channels) times u[p], where
+// u[p][k / 16][c][k % 16] holds the transformed weights; for i < tiles and output channels
+// [k_begin, k_end) (multiples of 16; K too).
 using WinogradGemmFn = void (*)(const float* v, const float* u, float* m, std::size_t tiles,
                                 std::size_t v_rows, std::size_t channels, std::size_t out_channels,
                                 std::size_t k_begin, std::size_t k_end);

@@ -20,6 +20,11 @@ std::size_t blocked_offset(std::size_t n, std::size_t channels, std::size_t heig
          c % block;
 }
 
+// Offset of position p, channel c of tile i in the 8-channel-grouped form (kernel_types.h).
+std::size_t grouped(std::size_t p, std::size_t c, std::size_t channels, std::size_t i, std::size_t rows) {
+  return ((p * channels / 8 + c / 8) * rows + i) * 8 + c % 8;
+}
+
 }  // namespace
 
 void f32_winograd_input_4x3__ref(const WinogradShape& s, const float* x, std::size_t first_tile,
@@ -44,7 +49,7 @@ void f32_winograd_input_4x3__ref(const WinogradShape& s, const float* x, std::si
           float acc = 0.0f;
           for (std::size_t a = 0; a < 6; ++a)
             for (std::size_t b = 0; b < 6; ++b) acc += kBt[r][a] * d[a][b] * kBt[q][b];
-          v[((r * 6 + q) * v_rows + i) * s.channels + c] = acc;
+          v[grouped(r * 6 + q, c, s.channels, i, v_rows)] = acc;
         }
     }
   }
@@ -56,16 +61,14 @@ void f32_winograd_gemm__ref(const float* v, const float* u, float* m, std::size_
   constexpr std::size_t kCols = kWinogradGemmColumns;
   for (std::size_t p = 0; p < kWinogradPositions; ++p) {
     const float* up = u + p * channels * out_channels;
-    for (std::size_t i = 0; i < tiles; ++i) {
-      const float* vrow = v + (p * v_rows + i) * channels;
-      float* mrow = m + (p * v_rows + i) * out_channels;
+    for (std::size_t i = 0; i < tiles; ++i)
       for (std::size_t k = k_begin; k < k_end; ++k) {
         const float* panel = up + k / kCols * channels * kCols + k % kCols;
         float acc = 0.0f;
-        for (std::size_t c = 0; c < channels; ++c) acc += vrow[c] * panel[c * kCols];
-        mrow[k] = acc;
+        for (std::size_t c = 0; c < channels; ++c)
+          acc += v[grouped(p, c, channels, i, v_rows)] * panel[c * kCols];
+        m[grouped(p, k, out_channels, i, v_rows)] = acc;
       }
-    }
   }
 }
 
@@ -84,7 +87,7 @@ void f32_winograd_output_4x3__ref(const WinogradShape& s, const float* m, std::s
           float acc = 0.0f;
           for (std::size_t r = 0; r < 6; ++r)
             for (std::size_t q = 0; q < 6; ++q)
-              acc += kAt[a][r] * m[((r * 6 + q) * v_rows + i) * K + k] * kAt[b][q];
+              acc += kAt[a][r] * m[grouped(r * 6 + q, k, K, i, v_rows)] * kAt[b][q];
           const std::size_t at = blocked_offset(n, K, s.out_h, s.out_w, s.block, k, h, w);
           if (e.bias) acc += e.bias[k];
           if (e.residual) acc += e.residual[at];
