@@ -37,21 +37,25 @@ struct Schedule {
   std::size_t tiles_per_block, blocks, k_parts;
 };
 
-// Blocks of tiles whose transformed input and products (36 x T x (C + K) floats) stay near
-// 1.5 MB (L2 and the nearby L3), but at least 24 tiles (48 when the weights are large) so that
-// each pass over the transformed weights feeds T/2 FLOPs per byte. When there are fewer blocks
-// than threads, or the weights are too large to read once per thread, the threads split the
-// output channels of each block instead (the input transform is then repeated, which is cheap).
+// Blocks of 24 tiles: their transformed input and products (36 x 24 x (C + K) floats, 0.4-1.7 MB
+// for 64-256 channels) stay in L2 and the near L3, and each pass over the transformed weights
+// feeds 12 FLOPs per byte (measured at 64-256 channels: 24 tiles gave 79-83% of the FMA roof in
+// the GEMM, 48 tiles 70-75%). Weights beyond 16 MB (512 -> 512 channels: 38 MB) come from
+// memory, so there one block takes as many tiles as 12 MB of buffers allow and the weights are
+// read once (76% of the roof at batch 16 against 53% with blocks of 36).
+//
+// With several threads, whole blocks go to each thread; when there are fewer blocks than
+// threads, or the weights are that large, the threads split the output channels instead (each
+// reads its share of the weights once; the input transform is then repeated, which is cheap).
 Schedule schedule(const WinogradConvShape& s, std::size_t tiles, int threads) {
-  const double weight_bytes = transformed_bytes(s);
-  const std::size_t floor_tiles = getenv("WF") ? atoi(getenv("WF")) : (weight_bytes > 4e6 ? 48 : 24);
+  const bool huge_weights = transformed_bytes(s) > 16e6;
   const auto per_tile_bytes = static_cast<std::size_t>(kPositions * 4 * (s.in_channels + s.out_channels));
-  std::size_t block = std::max(floor_tiles, (getenv("WB") ? (size_t)atoi(getenv("WB")) * 1024 : (std::size_t{3} << 19)) / per_tile_bytes);
+  std::size_t block = huge_weights ? std::max<std::size_t>(24, (std::size_t{12} << 20) / per_tile_bytes) : 24;
   std::size_t blocks = (tiles + block - 1) / block;
   const auto workers = static_cast<std::size_t>(std::max(1, threads));
   const std::size_t panels = static_cast<std::size_t>(s.out_channels) / kColumns;
   std::size_t k_parts = 1;
-  if (workers > 1 && panels >= workers && (blocks < workers || weight_bytes > 16e6)) {
+  if (workers > 1 && panels >= workers && (blocks < workers || huge_weights)) {
     k_parts = workers;
   } else {
     blocks = (blocks + workers - 1) / workers * workers;  // whole rounds over the threads
@@ -136,7 +140,8 @@ void WinogradConv::forward(const float* x, const float* bias, const float* resid
     float* m = m_buffer.get(kPositions * plan.tiles_per_block * K);
     const std::size_t panels = K / kColumns;
     for (std::size_t item = begin; item < end; ++item) {
-      const std::size_t block = item / plan.k_parts, part = item % plan.k_parts;
+      // Part-major: a thread's contiguous items share one range of output channels.
+      const std::size_t part = item / plan.blocks, block = item % plan.blocks;
       const std::size_t first = block * plan.tiles_per_block;
       const std::size_t count = std::min(plan.tiles_per_block, tiles - first);
       const std::size_t k_begin = panels * part / plan.k_parts * kColumns;
