@@ -4,12 +4,18 @@
 // (UseRealTime): the main thread's CPU time would undercount work spread over the pool.
 #include <benchmark/benchmark.h>
 
+#include <omp.h>
+
+#include <chrono>
+#include <cmath>
 #include <vector>
 
+#include "conv/winograd_conv.h"
 #include "kernels/dispatch.h"
 #include "kernels/int8/int8.h"
 #include "llm/quantize.h"
 #include "llm/weight_matmul.h"
+#include "onednn/dense.h"
 #include "runtime/parallel.h"
 
 namespace {
@@ -215,6 +221,52 @@ void report_flops(benchmark::State& state, const char* kernel, double flops_per_
   state.counters["threads"] = threads;
 }
 
+// ResNet-18's stride-1 3x3 layers (channels x channels at 56/28/14/7 pixels, batch 16) through
+// the Winograd convolution of the inference runtime, blocked layout, bias + ReLU fused. GFLOP/s
+// count the direct convolution's multiply-adds (what the layer computes), so % of the roof can
+// pass 100; `x_onednn` is oneDNN's direct convolution time on the same shape, measured in the
+// same process (best of 3), over this one.
+void BM_winograd_conv(benchmark::State& state) {
+  const int threads = threads_arg(state);
+  const std::int64_t channels = state.range(0), batch = 16;
+  const std::int64_t size = 56 * 64 / channels;
+  const cpudl::conv::WinogradConvShape shape{
+      batch, channels, size, size, channels, 1, cpudl::onednn::blocked_layout_channels()};
+  const auto elements = static_cast<std::size_t>(batch * channels * size * size);
+  std::vector<float> x(elements, 0.5f), y(elements), bias(static_cast<std::size_t>(channels), 0.1f);
+  std::vector<float> w(static_cast<std::size_t>(channels * channels * 9), 0.01f);
+  const cpudl::conv::WinogradConv conv(shape, w.data());
+  const int saved_threads = omp_get_max_threads();
+  omp_set_num_threads(threads);  // oneDNN's pool, for the comparison below
+  for (auto _ : state) {
+    conv.forward(x.data(), bias.data(), nullptr, 0.0f, INFINITY, y.data(), threads);
+    benchmark::ClobberMemory();
+  }
+  cpudl::onednn::ConvShape direct;
+  direct.batch = batch, direct.in_channels = direct.out_channels = channels,
+  direct.height = direct.width = size;
+  direct.kernel_h = direct.kernel_w = 3, direct.pad_h = direct.pad_w = 1;
+  direct.layout = cpudl::onednn::ActivationLayout::blocked;
+  auto time_once = [](auto&& fn) {
+    const auto start = std::chrono::steady_clock::now();
+    fn();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  double onednn = 1e30, ours = 1e30;
+  for (int rep = 0; rep < 3; ++rep) {
+    onednn = std::min(onednn, time_once([&] {
+                        cpudl::onednn::conv2d_forward(direct, x.data(), w.data(), 1, bias.data(), y.data(),
+                                                      {cpudl::onednn::Activation::relu, nullptr});
+                      }));
+    ours = std::min(ours, time_once([&] {
+                      conv.forward(x.data(), bias.data(), nullptr, 0.0f, INFINITY, y.data(), threads);
+                    }));
+  }
+  omp_set_num_threads(saved_threads);
+  report_flops(state, cpudl::kernels::kernel_table().f32_winograd_gemm.name, direct.flops(), threads);
+  state.counters["x_onednn"] = onednn / ours;
+}
+
 // SimpleCNN's first-layer weight gradient at batch 256 (1 -> 32 channels, 3x3, 28x28), images split
 // over the threads as the op does; GFLOP/s (2 x multiply-adds) and % of the fp32 FMA roof.
 void BM_conv_backward_weights_nhwc(benchmark::State& state) {
@@ -366,6 +418,15 @@ BENCHMARK(BM_rms_norm)->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
 // Args: {channels, threads}.
 BENCHMARK(BM_max_pool_nhwc)->Args({6, 1})->Args({8, 1})->Args({16, 1})->Args({6, 0})->UseRealTime();
 BENCHMARK(BM_conv_backward_weights_nhwc)->Args({0, 1})->Args({0, 0})->UseRealTime();
+// Args: {channels, threads}.
+BENCHMARK(BM_winograd_conv)
+    ->Args({64, 1})
+    ->Args({128, 1})
+    ->Args({256, 1})
+    ->Args({512, 1})
+    ->Args({64, 0})
+    ->Args({512, 0})
+    ->UseRealTime();
 BENCHMARK(BM_conv_forward_planes)->Args({256, 1})->Args({256, 0})->Args({4, 1})->UseRealTime();
 BENCHMARK(BM_conv_backward_weights_planes)->Args({256, 1})->Args({256, 0})->Args({4, 1})->UseRealTime();
 BENCHMARK(BM_transpose)->Args({0, 1})->Args({0, 0})->UseRealTime();

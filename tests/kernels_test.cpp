@@ -288,7 +288,8 @@ TEST(Kernels, WinogradKernelsMatchReference) {
       SCOPED_TRACE("c " + std::to_string(c.c) + " " + std::to_string(c.h) + "x" + std::to_string(c.w) +
                    " pad " + std::to_string(c.pad) + " tiles " + std::to_string(count));
       const auto x = random_values(c.batch * c.c * c.h * c.w, 41, false);
-      std::vector<float> want_v(kWinogradPositions * rows * c.c, 3.0f), got_v = want_v;
+      std::vector<float> want_v(kWinogradPositions * (rows * c.c + kWinogradPositionPad), 3.0f),
+          got_v = want_v;
       input.back().fn(s, x.data(), first, count, want_v.data(), rows);
       input[v].fn(s, x.data(), first, count, got_v.data(), rows);
       for (std::size_t i = 0; i < want_v.size(); ++i)
@@ -300,7 +301,8 @@ TEST(Kernels, WinogradKernelsMatchReference) {
       const auto u_values = random_values(kWinogradPositions * c.c * c.k, 42, false);
       std::copy(u_values.begin(), u_values.end(), u);
       const std::size_t k_begin = c.k > 16 ? 16 : 0;
-      std::vector<float> want_m(kWinogradPositions * rows * c.k, 5.0f), got_m = want_m;
+      std::vector<float> want_m(kWinogradPositions * (rows * c.k + kWinogradPositionPad), 5.0f),
+          got_m = want_m;
       gemm.back().fn(want_v.data(), u, want_m.data(), count, rows, c.c, c.k, k_begin, c.k);
       gemm[v].fn(want_v.data(), u, got_m.data(), count, rows, c.c, c.k, k_begin, c.k);
       for (std::size_t i = 0; i < want_m.size(); ++i)

@@ -44,9 +44,10 @@ struct Schedule {
 // memory, so there one block takes as many tiles as 12 MB of buffers allow and the weights are
 // read once (76% of the roof at batch 16 against 53% with blocks of 36).
 //
-// With several threads, whole blocks go to each thread; when there are fewer blocks than
-// threads, or the weights are that large, the threads split the output channels instead (each
-// reads its share of the weights once; the input transform is then repeated, which is cheap).
+// With several threads, whole blocks go to each thread when they divide evenly (or are many);
+// otherwise, or when the weights are that large, the threads split the output channels instead
+// (each reads its share of the weights once; the input transform is then repeated, which is
+// cheap). Batch 1 at 28x28 has 49 tiles: 3 blocks would leave one thread a third idle.
 Schedule schedule(const WinogradConvShape& s, std::size_t tiles, int threads) {
   const bool huge_weights = transformed_bytes(s) > 16e6;
   const auto per_tile_bytes = static_cast<std::size_t>(kPositions * 4 * (s.in_channels + s.out_channels));
@@ -55,13 +56,13 @@ Schedule schedule(const WinogradConvShape& s, std::size_t tiles, int threads) {
   const auto workers = static_cast<std::size_t>(std::max(1, threads));
   const std::size_t panels = static_cast<std::size_t>(s.out_channels) / kColumns;
   std::size_t k_parts = 1;
-  if (workers > 1 && panels >= workers && (blocks < workers || huge_weights)) {
+  if (workers > 1 && panels >= workers && (huge_weights || (blocks % workers != 0 && blocks < 4 * workers)))
     k_parts = workers;
-  } else {
+  else
     blocks = (blocks + workers - 1) / workers * workers;  // whole rounds over the threads
-  }
   block = (tiles + blocks - 1) / blocks;
-  block = (block + 5) / 6 * 6;  // whole 6-row GEMM tiles
+  const std::size_t whole = (block + 5) / 6 * 6;  // whole 6-row GEMM tiles, if the count stays
+  if ((tiles + whole - 1) / whole == blocks) block = whole;
   blocks = (tiles + block - 1) / block;
   return {block, blocks, k_parts};
 }
@@ -122,22 +123,22 @@ WinogradConv::WinogradConv(const WinogradConvShape& shape, const float* weights)
 }
 
 void WinogradConv::forward(const float* x, const float* bias, const float* residual, float lo, float hi,
-                           float* y) const {
+                           float* y, int threads) const {
   const auto& table = kernels::kernel_table();
   const auto input = table.f32_winograd_input_4x3.fn;
   const auto gemm = table.f32_winograd_gemm.fn;
   const auto output = table.f32_winograd_output_4x3.fn;
   const std::size_t C = tiles_.channels, K = tiles_.out_channels;
   const std::size_t tiles = static_cast<std::size_t>(shape_.batch) * tiles_.tiles_h * tiles_.tiles_w;
-  const int threads = runtime().threads.threads;
+  if (threads <= 0) threads = runtime().threads.threads;
   const Schedule plan = schedule(shape_, tiles, threads);
   const kernels::WinogradEpilogue epilogue{bias, residual, lo, hi};
   const float* u = weights_;
   const kernels::WinogradShape& geometry = tiles_;
   parallel_for(plan.blocks * plan.k_parts, 1, threads, [&](std::size_t begin, std::size_t end) {
     thread_local AlignedBuffer v_buffer, m_buffer;
-    float* v = v_buffer.get(kPositions * plan.tiles_per_block * C);
-    float* m = m_buffer.get(kPositions * plan.tiles_per_block * K);
+    float* v = v_buffer.get(kPositions * (plan.tiles_per_block * C + kernels::kWinogradPositionPad));
+    float* m = m_buffer.get(kPositions * (plan.tiles_per_block * K + kernels::kWinogradPositionPad));
     const std::size_t panels = K / kColumns;
     for (std::size_t item = begin; item < end; ++item) {
       // Part-major: a thread's contiguous items share one range of output channels.

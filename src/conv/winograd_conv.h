@@ -27,7 +27,9 @@ class WinogradConv {
   // weights: OIHW [out_channels][in_channels][3][3], read once here.
   WinogradConv(const WinogradConvShape& shape, const float* weights);
   // y = min(max(conv(x) + bias + residual, lo), hi); bias [K] and residual (y's shape) may be null.
-  void forward(const float* x, const float* bias, const float* residual, float lo, float hi, float* y) const;
+  // threads: 0 = the runtime's count.
+  void forward(const float* x, const float* bias, const float* residual, float lo, float hi, float* y,
+               int threads = 0) const;
   const WinogradConvShape& shape() const { return shape_; }
 
  private:

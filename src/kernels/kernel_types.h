@@ -160,11 +160,14 @@ using NarrowLinearBackwardWeightsFn = void (*)(const float* x, const float* dy, 
 struct WinogradShape {
   std::size_t channels, out_channels, height, width, out_h, out_w, pad, block, tiles_h, tiles_w;
 };
-inline constexpr std::size_t kWinogradPositions = 36;  // the 6 x 6 transformed tile
-// Transformed tiles are stored in groups of 8 channels: a[((p * channels / 8 + c / 8) * v_rows +
-// i) * 8 + c % 8] is position p (row-major in the 6 x 6 tile), channel c, of tile first_tile + i,
-// for i < tiles. So 8 channels of consecutive tiles are contiguous (what the GEMM broadcasts
-// from and the transforms stream through), with v_rows tiles of room per group.
+inline constexpr std::size_t kWinogradPositions = 36;    // the 6 x 6 transformed tile
+inline constexpr std::size_t kWinogradPositionPad = 16;  // floats between positions (one line)
+// Transformed tiles are stored in groups of 8 channels: a[p * (channels * v_rows + pad) + (c / 8
+// * v_rows + i) * 8 + c % 8], pad = kWinogradPositionPad, is position p (row-major in the 6 x 6
+// tile), channel c, of tile first_tile + i, for i < tiles. So 8 channels of consecutive tiles are
+// contiguous (what the GEMM broadcasts from and the transforms stream through), with v_rows
+// tiles of room per group. The pad keeps the 36 positions, which the transforms touch together,
+// off a power-of-two stride: 24 tiles x 64 channels put them 6 KB apart, on 2 of L1's 64 sets.
 // The input transform writes v in this form (C channels).
 using WinogradInputFn = void (*)(const WinogradShape& s, const float* x, std::size_t first_tile,
                                  std::size_t tiles, float* v, std::size_t v_rows);

@@ -73,7 +73,7 @@ void gemm_rows(const float* v, std::size_t channels, std::size_t group_stride, c
 void f32_winograd_input_4x3__avx2(const WinogradShape& s, const float* x, std::size_t first_tile,
                                   std::size_t tiles, float* v, std::size_t v_rows) {
   const std::size_t per_image = s.tiles_h * s.tiles_w, C = s.channels, B = s.block;
-  const std::size_t plane = s.height * s.width * B, position_stride = v_rows * C;
+  const std::size_t plane = s.height * s.width * B, position_stride = v_rows * C + kWinogradPositionPad;
   const auto width = static_cast<std::ptrdiff_t>(s.width), block = static_cast<std::ptrdiff_t>(B);
   alignas(32) float tmp[6][6][8];
   // Channel groups outside, tiles inside: each of the 36 positions is then written as one
@@ -129,9 +129,9 @@ void f32_winograd_gemm__avx2(const float* v, const float* u, float* m, std::size
                              std::size_t channels, std::size_t out_channels, std::size_t k_begin,
                              std::size_t k_end) {
   for (std::size_t p = 0; p < kWinogradPositions; ++p) {
-    const float* vp = v + p * v_rows * channels;
+    const float* vp = v + p * (v_rows * channels + kWinogradPositionPad);
     const float* up = u + p * channels * out_channels;
-    float* mp = m + p * v_rows * out_channels;
+    float* mp = m + p * (v_rows * out_channels + kWinogradPositionPad);
     for (std::size_t k = k_begin; k < k_end; k += kWinogradGemmColumns) {
       const float* panel = up + k * channels;  // panel k / 16, C x 16 floats
       // The weights stream from L3 or memory (36 x C x K floats, megabytes): the first row
@@ -174,7 +174,7 @@ void f32_winograd_output_4x3__avx2(const WinogradShape& s, const float* m, std::
                                    std::size_t tiles, std::size_t v_rows, std::size_t k_begin,
                                    std::size_t k_end, const WinogradEpilogue& e, float* y) {
   const std::size_t per_image = s.tiles_h * s.tiles_w, K = s.out_channels, B = s.block;
-  const std::size_t plane = s.out_h * s.out_w * B, position_stride = v_rows * K;
+  const std::size_t plane = s.out_h * s.out_w * B, position_stride = v_rows * K + kWinogradPositionPad;
   const __m256 lo = _mm256_set1_ps(e.lo), hi = _mm256_set1_ps(e.hi);
   alignas(32) float tmp[4][6][8];
   // Channel groups outside, tiles inside, as in the input transform: 36 sequential read streams

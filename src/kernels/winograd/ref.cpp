@@ -22,7 +22,7 @@ std::size_t blocked_offset(std::size_t n, std::size_t channels, std::size_t heig
 
 // Offset of position p, channel c of tile i in the 8-channel-grouped form (kernel_types.h).
 std::size_t grouped(std::size_t p, std::size_t c, std::size_t channels, std::size_t i, std::size_t rows) {
-  return ((p * channels / 8 + c / 8) * rows + i) * 8 + c % 8;
+  return p * (channels * rows + kWinogradPositionPad) + (c / 8 * rows + i) * 8 + c % 8;
 }
 
 }  // namespace
