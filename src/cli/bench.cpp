@@ -1,10 +1,13 @@
-// `cpudl bench peak|gemm|conv` (and `model`, in bench_model.cpp): the machine's roofs, and dense compute measured against them,
-// each BLAS side by side, on 1..N threads. Text table, or one JSON record per measurement.
+// `cpudl bench peak|gemm|conv` (and `model`, in bench_model.cpp): the machine's roofs, and dense compute
+// measured against them, each BLAS side by side, on 1..N threads. Text table, or one JSON record per
+// measurement.
 #include <omp.h>
 
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -12,6 +15,7 @@
 #include "bench/workloads.h"
 #include "blas/blas.h"
 #include "cli/command.h"
+#include "conv/winograd_conv.h"
 #include "cpudl/error.h"
 #include "cpudl/runtime.h"
 
@@ -122,7 +126,8 @@ int run_peak(const BenchOptions& o) {
 }
 
 int run_gemm(const BenchOptions& o) {
-  (void)blas::active_backend();  // a malformed CPUDL_BLAS is a usage error even though rows name their backend
+  (void)
+      blas::active_backend();  // a malformed CPUDL_BLAS is a usage error even though rows name their backend
   std::vector<blas::Backend> backends;
   if (o.backends.empty()) {
     for (blas::Backend b : blas::kAllBackends)
@@ -182,8 +187,11 @@ int run_conv(const BenchOptions& o) {
   const auto workloads = bench::conv_workloads(o.model, o.batch);
   Report report(o.json);
   report.header(
-      "Convolution through oneDNN, fp32, NHWC activations (median; % of the fp32 roof at the same threads)",
-      "model      layer                     batch threads pass              ms    GFLOP/s  %peak");
+      "Convolution through oneDNN (NHWC activations) and, for stride-1 3x3 layers, the inference runtime's "
+      "Winograd path (blocked), fp32 (median; % of the fp32 roof at the same threads; Winograd counted at "
+      "the direct "
+      "convolution's FLOPs)",
+      "model      layer                     batch threads pass                         ms    GFLOP/s  %peak");
   const int saved_threads = omp_get_max_threads();
   for (int t : thread_counts(o)) {
     omp_set_num_threads(t);
@@ -197,20 +205,41 @@ int run_conv(const BenchOptions& o) {
       const auto dy = random_buffer(
           static_cast<std::size_t>(s.batch * s.out_channels * s.out_height() * s.out_width()), 4);
       std::vector<float> y(dy.size()), dx(x.size()), dw(wt.size()), db(bias.size());
+      // The inference runtime's Winograd path (conv/winograd_conv.h) beside oneDNN's forward,
+      // on the shapes it takes; its activations are in the blocked layout (the values do not
+      // matter for the timing). FLOPs are the direct convolution's.
+      std::optional<conv::WinogradConv> winograd;
+      const conv::WinogradConvShape wino{s.batch,
+                                         s.in_channels,
+                                         s.height,
+                                         s.width,
+                                         s.out_channels,
+                                         s.pad_h,
+                                         onednn::blocked_layout_channels()};
+      if (s.groups == 1 && s.kernel_h == 3 && s.kernel_w == 3 && s.stride_h == 1 && s.stride_w == 1 &&
+          s.dilation_h == 1 && s.dilation_w == 1 && s.pad_h == s.pad_w && conv::winograd_worthwhile(wino))
+        winograd.emplace(wino, wt.data());
       const struct {
         const char* name;
+        const char* backend;
         std::function<void()> fn;
       } passes[] = {
-          {"forward", [&] { onednn::conv2d_forward(s, x.data(), wt.data(), 1, bias.data(), y.data()); }},
-          {"backward_data", [&] { onednn::conv2d_backward_data(s, dy.data(), wt.data(), 1, dx.data()); }},
-          {"backward_weights",
+          {"forward", "onednn",
+           [&] { onednn::conv2d_forward(s, x.data(), wt.data(), 1, bias.data(), y.data()); }},
+          {"forward", "winograd",
+           [&] { winograd->forward(x.data(), bias.data(), nullptr, -INFINITY, INFINITY, y.data(), t); }},
+          {"backward_data", "onednn",
+           [&] { onednn::conv2d_backward_data(s, dy.data(), wt.data(), 1, dx.data()); }},
+          {"backward_weights", "onednn",
            [&] { onednn::conv2d_backward_weights(s, x.data(), dy.data(), dw.data(), db.data()); }},
       };
       for (const auto& pass : passes) {
+        const bool winograd_pass = pass.backend == std::string("winograd");
+        if (winograd_pass && !winograd) continue;
         const bench::Timing timing = bench::time_calls(pass.fn, o.min_time);
         const double gflops = s.flops() / timing.median_seconds * 1e-9;
         Json j = {{"op", std::string("conv_") + pass.name},
-                  {"backend", "onednn"},
+                  {"backend", pass.backend},
                   {"model", w.model},
                   {"layer", w.layer},
                   {"n", s.batch},
@@ -227,8 +256,9 @@ int run_conv(const BenchOptions& o) {
                   {"ms", timing.median_seconds * 1e3},
                   {"gflops", gflops},
                   {"pct_peak", 100.0 * gflops / roof}};
-        report.record(j, format("%-10s %-25s %5lld %7d %-16s %8.3f %9.1f %5.1f%%", w.model.c_str(),
-                                w.layer.c_str(), static_cast<long long>(s.batch), t, pass.name,
+        const std::string pass_name = std::string(pass.name) + (winograd_pass ? " (winograd)" : "");
+        report.record(j, format("%-10s %-25s %5lld %7d %-27s %8.3f %9.1f %5.1f%%", w.model.c_str(),
+                                w.layer.c_str(), static_cast<long long>(s.batch), t, pass_name.c_str(),
                                 timing.median_seconds * 1e3, gflops, 100.0 * gflops / roof));
       }
     }
