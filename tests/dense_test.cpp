@@ -270,18 +270,23 @@ TEST(WinogradConv, MatchesTheDirectConvolutionWithEpilogues) {
       scale = std::max(scale, static_cast<double>(std::fabs(want[i])));
       want[i] = std::min(std::max(want[i], t.lo), t.hi);
     }
-    const conv::WinogradConv winograd({t.batch, t.c, t.h, t.w, t.k, t.pad, t.block}, w.data());
-    const auto residual_blocked = to_blocked(residual, t.batch, t.k, oh * ow, t.block);
-    std::vector<float> y(want.size(), 7.0f);
-    winograd.forward(to_blocked(x, t.batch, t.c, t.h * t.w, t.block).data(), t.bias ? bias.data() : nullptr,
-                     t.residual ? residual_blocked.data() : nullptr, t.lo, t.hi, y.data());
-    const auto got = to_blocked(y, t.batch, t.k, oh * ow, t.block, true);
-    for (std::size_t i = 0; i < want.size(); ++i)
-      ASSERT_NEAR(got[i], want[i], 1e-5 * scale) << "at " << i << " of scale " << scale;
+    for (const std::int64_t tile : {4, 2}) {
+      SCOPED_TRACE("tile " + std::to_string(tile));
+      const conv::WinogradConv winograd({t.batch, t.c, t.h, t.w, t.k, t.pad, t.block, tile}, w.data());
+      const auto residual_blocked = to_blocked(residual, t.batch, t.k, oh * ow, t.block);
+      std::vector<float> y(want.size(), 7.0f);
+      winograd.forward(to_blocked(x, t.batch, t.c, t.h * t.w, t.block).data(), t.bias ? bias.data() : nullptr,
+                       t.residual ? residual_blocked.data() : nullptr, t.lo, t.hi, y.data());
+      const auto got = to_blocked(y, t.batch, t.k, oh * ow, t.block, true);
+      for (std::size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], 1e-5 * scale) << "at " << i << " of scale " << scale;
+    }
   }
   EXPECT_THROW(conv::WinogradConv({1, 12, 8, 8, 16, 1, 8}, std::vector<float>(16 * 12 * 9).data()), Error);
-  EXPECT_FALSE(conv::winograd_worthwhile({1, 512, 7, 7, 512, 1, 8}));  // 4 tiles: oneDNN's direct conv
-  EXPECT_TRUE(conv::winograd_worthwhile({16, 512, 7, 7, 512, 1, 8}));
+  EXPECT_THROW(conv::WinogradConv({1, 16, 8, 8, 16, 1, 8, 3}, std::vector<float>(16 * 16 * 9).data()), Error);
+  EXPECT_EQ(conv::winograd_tile({1, 512, 7, 7, 512, 1, 8}), 2);  // 4 tiles of 4x4: F(2x2)
+  EXPECT_EQ(conv::winograd_tile({16, 512, 7, 7, 512, 1, 8}), 4);
+  EXPECT_EQ(conv::winograd_tile({16, 8, 7, 7, 512, 1, 8}), 0);  // too few input channels to pay
 }
 
 TEST(Conv2d, SteadyLoopCreatesNoPrimitiveAndReordersWeightsOncePerVersion) {

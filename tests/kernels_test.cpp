@@ -273,53 +273,54 @@ TEST(Kernels, WinogradKernelsMatchReference) {
   };
   const Case cases[] = {
       {1, 8, 6, 6, 16, 0, 8}, {2, 16, 9, 11, 32, 1, 8}, {1, 32, 7, 13, 48, 2, 16}, {3, 8, 5, 4, 16, 1, 8}};
-  const auto& input = f32_winograd_input_4x3_variants();
   const auto& gemm = f32_winograd_gemm_variants();
-  const auto& output = f32_winograd_output_4x3_variants();
-  for (std::size_t v = 0; v + 1 < input.size(); ++v) {
-    if (input[v].level > kMachineLevel) continue;
-    SCOPED_TRACE(input[v].name);
-    for (const Case& c : cases) {
-      const std::size_t oh = c.h + 2 * c.pad - 2, ow = c.w + 2 * c.pad - 2, th = (oh + 3) / 4,
-                        tw = (ow + 3) / 4;
-      const WinogradShape s{c.c, c.k, c.h, c.w, oh, ow, c.pad, c.block, th, tw};
-      const std::size_t tiles = c.batch * th * tw, first = tiles > 2 ? 1 : 0, count = tiles - first,
-                        rows = count + 3;
-      SCOPED_TRACE("c " + std::to_string(c.c) + " " + std::to_string(c.h) + "x" + std::to_string(c.w) +
-                   " pad " + std::to_string(c.pad) + " tiles " + std::to_string(count));
-      const auto x = random_values(c.batch * c.c * c.h * c.w, 41, false);
-      std::vector<float> want_v(kWinogradPositions * (rows * c.c + kWinogradPositionPad), 3.0f),
-          got_v = want_v;
-      input.back().fn(s, x.data(), first, count, want_v.data(), rows);
-      input[v].fn(s, x.data(), first, count, got_v.data(), rows);
-      for (std::size_t i = 0; i < want_v.size(); ++i)
-        ASSERT_NEAR(got_v[i], want_v[i], 1e-5f * (1 + std::fabs(want_v[i]))) << "input transform " << i;
+  for (const std::size_t tile : {4, 2}) {
+    const auto& input = tile == 4 ? f32_winograd_input_4x3_variants() : f32_winograd_input_2x3_variants();
+    const auto& output = tile == 4 ? f32_winograd_output_4x3_variants() : f32_winograd_output_2x3_variants();
+    const std::size_t positions = (tile + 2) * (tile + 2);
+    for (std::size_t v = 0; v + 1 < input.size(); ++v) {
+      if (input[v].level > kMachineLevel) continue;
+      SCOPED_TRACE(input[v].name);
+      for (const Case& c : cases) {
+        const std::size_t oh = c.h + 2 * c.pad - 2, ow = c.w + 2 * c.pad - 2, th = (oh + tile - 1) / tile,
+                          tw = (ow + tile - 1) / tile;
+        const WinogradShape s{c.c, c.k, c.h, c.w, oh, ow, c.pad, c.block, th, tw};
+        const std::size_t tiles = c.batch * th * tw, first = tiles > 2 ? 1 : 0, count = tiles - first,
+                          rows = count + 3;
+        SCOPED_TRACE("c " + std::to_string(c.c) + " " + std::to_string(c.h) + "x" + std::to_string(c.w) +
+                     " pad " + std::to_string(c.pad) + " tiles " + std::to_string(count));
+        const auto x = random_values(c.batch * c.c * c.h * c.w, 41, false);
+        std::vector<float> want_v(positions * (rows * c.c + kWinogradPositionPad), 3.0f), got_v = want_v;
+        input.back().fn(s, x.data(), first, count, want_v.data(), rows);
+        input[v].fn(s, x.data(), first, count, got_v.data(), rows);
+        for (std::size_t i = 0; i < want_v.size(); ++i)
+          ASSERT_NEAR(got_v[i], want_v[i], 1e-5f * (1 + std::fabs(want_v[i]))) << "input transform " << i;
 
-      // Aligned weight panels (the kernels load them with aligned loads).
-      std::vector<float> u_storage(kWinogradPositions * c.c * c.k + 16);
-      float* u = u_storage.data() + (32 - reinterpret_cast<std::uintptr_t>(u_storage.data()) % 32) % 32 / 4;
-      const auto u_values = random_values(kWinogradPositions * c.c * c.k, 42, false);
-      std::copy(u_values.begin(), u_values.end(), u);
-      const std::size_t k_begin = c.k > 16 ? 16 : 0;
-      std::vector<float> want_m(kWinogradPositions * (rows * c.k + kWinogradPositionPad), 5.0f),
-          got_m = want_m;
-      gemm.back().fn(want_v.data(), u, want_m.data(), count, rows, c.c, c.k, k_begin, c.k);
-      gemm[v].fn(want_v.data(), u, got_m.data(), count, rows, c.c, c.k, k_begin, c.k);
-      for (std::size_t i = 0; i < want_m.size(); ++i)
-        ASSERT_NEAR(got_m[i], want_m[i], 1e-4f * (1 + std::fabs(want_m[i]))) << "gemm " << i;
+        // Aligned weight panels (the kernels load them with aligned loads).
+        std::vector<float> u_storage(positions * c.c * c.k + 16);
+        float* u = u_storage.data() + (32 - reinterpret_cast<std::uintptr_t>(u_storage.data()) % 32) % 32 / 4;
+        const auto u_values = random_values(positions * c.c * c.k, 42, false);
+        std::copy(u_values.begin(), u_values.end(), u);
+        const std::size_t k_begin = c.k > 16 ? 16 : 0;
+        std::vector<float> want_m(positions * (rows * c.k + kWinogradPositionPad), 5.0f), got_m = want_m;
+        gemm.back().fn(positions, want_v.data(), u, want_m.data(), count, rows, c.c, c.k, k_begin, c.k);
+        gemm[v].fn(positions, want_v.data(), u, got_m.data(), count, rows, c.c, c.k, k_begin, c.k);
+        for (std::size_t i = 0; i < want_m.size(); ++i)
+          ASSERT_NEAR(got_m[i], want_m[i], 1e-4f * (1 + std::fabs(want_m[i]))) << "gemm " << i;
 
-      const auto bias = random_values(c.k, 43, false);
-      const auto residual = random_values(c.batch * c.k * oh * ow, 44, false);
-      for (const bool epilogue : {false, true}) {
-        const WinogradEpilogue e = epilogue ? WinogradEpilogue{bias.data(), residual.data(), 0.0f, 1.5f}
-                                            : WinogradEpilogue{nullptr, nullptr, -INFINITY, INFINITY};
-        std::vector<float> want_y(c.batch * c.k * oh * ow, 9.0f), got_y = want_y;
-        output.back().fn(s, want_m.data(), first, count, rows, 8, c.k, e, want_y.data());
-        output[v].fn(s, want_m.data(), first, count, rows, 8, c.k, e, got_y.data());
-        float scale = 0;  // the transform sums values up to 8x larger: error relative to the output's scale
-        for (const float value : want_y) scale = std::max(scale, std::fabs(value));
-        for (std::size_t i = 0; i < want_y.size(); ++i)
-          ASSERT_NEAR(got_y[i], want_y[i], 1e-5f * scale) << "output transform " << i;
+        const auto bias = random_values(c.k, 43, false);
+        const auto residual = random_values(c.batch * c.k * oh * ow, 44, false);
+        for (const bool epilogue : {false, true}) {
+          const WinogradEpilogue e = epilogue ? WinogradEpilogue{bias.data(), residual.data(), 0.0f, 1.5f}
+                                              : WinogradEpilogue{nullptr, nullptr, -INFINITY, INFINITY};
+          std::vector<float> want_y(c.batch * c.k * oh * ow, 9.0f), got_y = want_y;
+          output.back().fn(s, want_m.data(), first, count, rows, 8, c.k, e, want_y.data());
+          output[v].fn(s, want_m.data(), first, count, rows, 8, c.k, e, got_y.data());
+          float scale = 0;  // the transform sums values up to 8x larger: error relative to the output's scale
+          for (const float value : want_y) scale = std::max(scale, std::fabs(value));
+          for (std::size_t i = 0; i < want_y.size(); ++i)
+            ASSERT_NEAR(got_y[i], want_y[i], 1e-5f * scale) << "output transform " << i;
+        }
       }
     }
   }

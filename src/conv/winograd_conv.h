@@ -1,6 +1,6 @@
-// Stride-1 3x3 convolutions by Winograd F(4x4, 3x3) (kernels/winograd/winograd.h says how and
-// why): the weights are transformed once, when the convolution is prepared, and each run walks
-// the batch's 4x4 output tiles in blocks sized for the caches. Inference only (no backward);
+// Stride-1 3x3 convolutions by Winograd F(4x4, 3x3) or F(2x2, 3x3) (kernels/winograd/winograd.h
+// says how and why): the weights are transformed once, when the convolution is prepared, and
+// each run walks the batch's output tiles in blocks sized for the caches. Inference only (no backward);
 // activations in the blocked layout the inference runtime keeps between convolutions.
 #pragma once
 
@@ -14,13 +14,15 @@ namespace cpudl::conv {
 struct WinogradConvShape {
   std::int64_t batch = 0, in_channels = 0, height = 0, width = 0, out_channels = 0, pad = 0;
   std::int64_t block = 8;  // channels per block of the layout (8 or 16)
+  std::int64_t tile = 4;   // output tile: 4 = F(4x4, 3x3), 2 = F(2x2, 3x3)
 };
 
-// Whether the Winograd path takes this convolution: channel counts it tiles (C a multiple of 8,
-// K of 16), and enough output tiles that the 4x larger transformed weights are read less often
-// than the direct convolution would gain (a batch-1 7x7 map with 512 channels is left to oneDNN).
-// CPUDL_WINOGRAD=0 turns the path off (to compare with oneDNN's direct convolutions).
-bool winograd_worthwhile(const WinogradConvShape& s);
+// The tile the Winograd path uses for this convolution, or 0 when it does not take it (channel
+// counts it cannot tile: C a multiple of 8 and at least 16, K of 16). F(4x4) needs enough output
+// tiles that its 4x larger transformed weights are read less often than its arithmetic saves;
+// below 8 tiles (batch 1 at 7x7 pixels) F(2x2), whose weights are 1.8x the direct ones, takes
+// the layer. CPUDL_WINOGRAD=0 turns the path off (to compare with oneDNN's direct convolutions).
+int winograd_tile(const WinogradConvShape& s);
 
 class WinogradConv {
  public:

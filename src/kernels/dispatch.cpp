@@ -115,8 +115,10 @@ CPUDL_AVX2_VARIANTS(f32_narrow_linear_backward_weights, NarrowLinearBackwardWeig
 // Winograd convolution: AVX2 (an AVX-512 variant is not written: untestable here, and oneDNN
 // has its own Winograd convolution for AVX-512).
 CPUDL_AVX2_VARIANTS(f32_winograd_input_4x3, WinogradInputFn)
+CPUDL_AVX2_VARIANTS(f32_winograd_input_2x3, WinogradInputFn)
 CPUDL_AVX2_VARIANTS(f32_winograd_gemm, WinogradGemmFn)
 CPUDL_AVX2_VARIANTS(f32_winograd_output_4x3, WinogradOutputFn)
+CPUDL_AVX2_VARIANTS(f32_winograd_output_2x3, WinogradOutputFn)
 #undef CPUDL_AVX2_VARIANTS
 
 // Channels-last max pooling: AVX2 forward (AVX-512 would only widen a memory-bound loop); the

@@ -72,8 +72,10 @@ namespace cpudl::kernels {
   X(f32_narrow_linear_backward_data, NarrowLinearBackwardDataFn)       \
   X(f32_narrow_linear_backward_weights, NarrowLinearBackwardWeightsFn) \
   X(f32_winograd_input_4x3, WinogradInputFn)                           \
+  X(f32_winograd_input_2x3, WinogradInputFn)                           \
   X(f32_winograd_gemm, WinogradGemmFn)                                 \
   X(f32_winograd_output_4x3, WinogradOutputFn)                         \
+  X(f32_winograd_output_2x3, WinogradOutputFn)                         \
   X(f32_max_pool_nhwc, MaxPoolNhwcFn)                                  \
   X(f32_max_pool_nhwc_backward, MaxPoolNhwcBackwardFn)                 \
   X(f32_fma_probe, FmaProbeFn)                                         \

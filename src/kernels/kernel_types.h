@@ -153,30 +153,30 @@ using NarrowLinearBackwardDataFn = void (*)(const float* dy, const float* w, flo
                                             std::size_t k, std::size_t n, std::size_t ld);
 using NarrowLinearBackwardWeightsFn = void (*)(const float* x, const float* dy, float* dw, std::size_t m,
                                                std::size_t k, std::size_t n, std::size_t ld);
-// Winograd F(4x4, 3x3) convolution (kernels/winograd/winograd.h) of a batch in the blocked
+// Winograd F(4x4, 3x3) and F(2x2, 3x3) convolution (kernels/winograd/winograd.h) of a batch in the blocked
 // layout: x is [N][C / block][H][W][block], y is [N][K / block][out_h][out_w][block], stride 1,
 // `pad` zero rows and columns on each side; channels and out_channels are multiples of 8, block
 // is 8 or 16. Tile t of the batch is image t / (tiles_h * tiles_w), tile row and column within.
 struct WinogradShape {
   std::size_t channels, out_channels, height, width, out_h, out_w, pad, block, tiles_h, tiles_w;
 };
-inline constexpr std::size_t kWinogradPositions = 36;    // the 6 x 6 transformed tile
+inline constexpr std::size_t kWinogradPositions = 36;    // the 6 x 6 transformed tile of F(4x4, 3x3)
 inline constexpr std::size_t kWinogradPositionPad = 16;  // floats between positions (one line)
 // Transformed tiles are stored in groups of 8 channels: a[p * (channels * v_rows + pad) + (c / 8
 // * v_rows + i) * 8 + c % 8], pad = kWinogradPositionPad, is position p (row-major in the 6 x 6
-// tile), channel c, of tile first_tile + i, for i < tiles. So 8 channels of consecutive tiles are
+// or 4 x 4 tile), channel c, of tile first_tile + i, for i < tiles. So 8 channels of consecutive tiles are
 // contiguous (what the GEMM broadcasts from and the transforms stream through), with v_rows
 // tiles of room per group. The pad keeps the 36 positions, which the transforms touch together,
 // off a power-of-two stride: 24 tiles x 64 channels put them 6 KB apart, on 2 of L1's 64 sets.
 // The input transform writes v in this form (C channels).
 using WinogradInputFn = void (*)(const WinogradShape& s, const float* x, std::size_t first_tile,
                                  std::size_t tiles, float* v, std::size_t v_rows);
-// For each position p: m (K channels, grouped as above) = v (C channels) times u[p], where
+// For each of the positions p (36 or 16): m (K channels, grouped as above) = v (C channels) times u[p], where
 // u[p][k / 16][c][k % 16] holds the transformed weights; for i < tiles and output channels
 // [k_begin, k_end) (multiples of 16; K too).
-using WinogradGemmFn = void (*)(const float* v, const float* u, float* m, std::size_t tiles,
-                                std::size_t v_rows, std::size_t channels, std::size_t out_channels,
-                                std::size_t k_begin, std::size_t k_end);
+using WinogradGemmFn = void (*)(std::size_t positions, const float* v, const float* u, float* m,
+                                std::size_t tiles, std::size_t v_rows, std::size_t channels,
+                                std::size_t out_channels, std::size_t k_begin, std::size_t k_end);
 // y = min(max(inverse transform of m + bias + residual, lo), hi) for the tiles' output pixels
 // inside the image and output channels [k_begin, k_end) (multiples of 8). bias ([K]) and
 // residual (y's shape and layout) may be null.

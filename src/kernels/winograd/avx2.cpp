@@ -1,6 +1,7 @@
-// AVX2 Winograd F(4x4, 3x3) kernels (winograd.h): 8 channels per vector, the 6-point transforms
-// factored so that each 1-D pass is 6 FMAs and 6 adds, and the GEMM a 6 x 16 register tile (12
-// accumulators, two weight vectors, one broadcast) over the channels.
+// AVX2 Winograd F(4x4, 3x3) and F(2x2, 3x3) kernels (winograd.h): 8 channels per vector, the
+// transforms factored (a 1-D pass of F(4x4) is 6 FMAs and 6 adds, of F(2x2) 4 adds), one
+// transform body over the tile size, and the GEMM a 6 x 16 register tile (12 accumulators, two
+// weight vectors, one broadcast) over the channels.
 #include <immintrin.h>
 
 #include <cstddef>
@@ -10,30 +11,54 @@
 namespace cpudl::kernels {
 namespace {
 
-// r = B^T d along one dimension: r0 = 4 d0 - 5 d2 + d4, r1,2 = (d4 - 4 d2) +- (d3 - 4 d1),
-// r3,4 = (d4 - d2) +- 2 (d3 - d1), r5 = 4 d1 - 5 d3 + d5.
-inline void input_1d(const __m256 d[6], __m256 r[6]) {
-  const __m256 two = _mm256_set1_ps(2.0f), four = _mm256_set1_ps(4.0f), five = _mm256_set1_ps(5.0f);
-  const __m256 t0 = _mm256_fnmadd_ps(four, d[2], d[4]), t1 = _mm256_fnmadd_ps(four, d[1], d[3]);
-  const __m256 t2 = _mm256_sub_ps(d[4], d[2]), t3 = _mm256_sub_ps(d[3], d[1]);
-  r[0] = _mm256_fmadd_ps(four, d[0], _mm256_fnmadd_ps(five, d[2], d[4]));
-  r[1] = _mm256_add_ps(t0, t1);
-  r[2] = _mm256_sub_ps(t0, t1);
-  r[3] = _mm256_fmadd_ps(two, t3, t2);
-  r[4] = _mm256_fnmadd_ps(two, t3, t2);
-  r[5] = _mm256_fmadd_ps(four, d[1], _mm256_fnmadd_ps(five, d[3], d[5]));
-}
+// The 1-D transforms of F(M x M, 3x3) over T = M + 2 points.
+template <int M>
+struct Tile;
 
-// o = A^T m along one dimension: with a = m1 + m2, b = m1 - m2, c = m3 + m4, d = m3 - m4:
-// o0 = m0 + a + c, o1 = b + 2 d, o2 = a + 4 c, o3 = b + 8 d + m5.
-inline void output_1d(const __m256 m[6], __m256 o[4]) {
-  const __m256 a = _mm256_add_ps(m[1], m[2]), b = _mm256_sub_ps(m[1], m[2]);
-  const __m256 c = _mm256_add_ps(m[3], m[4]), d = _mm256_sub_ps(m[3], m[4]);
-  o[0] = _mm256_add_ps(_mm256_add_ps(m[0], a), c);
-  o[1] = _mm256_fmadd_ps(_mm256_set1_ps(2.0f), d, b);
-  o[2] = _mm256_fmadd_ps(_mm256_set1_ps(4.0f), c, a);
-  o[3] = _mm256_add_ps(_mm256_fmadd_ps(_mm256_set1_ps(8.0f), d, b), m[5]);
-}
+template <>
+struct Tile<4> {
+  static constexpr int kPoints = 6;
+  // r = B^T d: r0 = 4 d0 - 5 d2 + d4, r1,2 = (d4 - 4 d2) +- (d3 - 4 d1),
+  // r3,4 = (d4 - d2) +- 2 (d3 - d1), r5 = 4 d1 - 5 d3 + d5.
+  static void input(const __m256 d[6], __m256 r[6]) {
+    const __m256 two = _mm256_set1_ps(2.0f), four = _mm256_set1_ps(4.0f), five = _mm256_set1_ps(5.0f);
+    const __m256 t0 = _mm256_fnmadd_ps(four, d[2], d[4]), t1 = _mm256_fnmadd_ps(four, d[1], d[3]);
+    const __m256 t2 = _mm256_sub_ps(d[4], d[2]), t3 = _mm256_sub_ps(d[3], d[1]);
+    r[0] = _mm256_fmadd_ps(four, d[0], _mm256_fnmadd_ps(five, d[2], d[4]));
+    r[1] = _mm256_add_ps(t0, t1);
+    r[2] = _mm256_sub_ps(t0, t1);
+    r[3] = _mm256_fmadd_ps(two, t3, t2);
+    r[4] = _mm256_fnmadd_ps(two, t3, t2);
+    r[5] = _mm256_fmadd_ps(four, d[1], _mm256_fnmadd_ps(five, d[3], d[5]));
+  }
+  // o = A^T m: with a = m1 + m2, b = m1 - m2, c = m3 + m4, d = m3 - m4:
+  // o0 = m0 + a + c, o1 = b + 2 d, o2 = a + 4 c, o3 = b + 8 d + m5.
+  static void output(const __m256 m[6], __m256 o[4]) {
+    const __m256 a = _mm256_add_ps(m[1], m[2]), b = _mm256_sub_ps(m[1], m[2]);
+    const __m256 c = _mm256_add_ps(m[3], m[4]), d = _mm256_sub_ps(m[3], m[4]);
+    o[0] = _mm256_add_ps(_mm256_add_ps(m[0], a), c);
+    o[1] = _mm256_fmadd_ps(_mm256_set1_ps(2.0f), d, b);
+    o[2] = _mm256_fmadd_ps(_mm256_set1_ps(4.0f), c, a);
+    o[3] = _mm256_add_ps(_mm256_fmadd_ps(_mm256_set1_ps(8.0f), d, b), m[5]);
+  }
+};
+
+template <>
+struct Tile<2> {
+  static constexpr int kPoints = 4;
+  // r = B^T d: r0 = d0 - d2, r1 = d1 + d2, r2 = d2 - d1, r3 = d1 - d3.
+  static void input(const __m256 d[4], __m256 r[4]) {
+    r[0] = _mm256_sub_ps(d[0], d[2]);
+    r[1] = _mm256_add_ps(d[1], d[2]);
+    r[2] = _mm256_sub_ps(d[2], d[1]);
+    r[3] = _mm256_sub_ps(d[1], d[3]);
+  }
+  // o = A^T m: o0 = m0 + m1 + m2, o1 = m1 - m2 - m3.
+  static void output(const __m256 m[4], __m256 o[2]) {
+    o[0] = _mm256_add_ps(_mm256_add_ps(m[0], m[1]), m[2]);
+    o[1] = _mm256_sub_ps(_mm256_sub_ps(m[1], m[2]), m[3]);
+  }
+};
 
 // Rows r < R of m = v times one 16-column panel (C x 16), in the grouped form of
 // kernel_types.h: v points at the first row of channel group 0 (group g at g * group_stride,
@@ -68,67 +93,110 @@ void gemm_rows(const float* v, std::size_t channels, std::size_t group_stride, c
   }
 }
 
-}  // namespace
-
-void f32_winograd_input_4x3__avx2(const WinogradShape& s, const float* x, std::size_t first_tile,
-                                  std::size_t tiles, float* v, std::size_t v_rows) {
+template <int M>
+void input_transform(const WinogradShape& s, const float* x, std::size_t first_tile, std::size_t tiles,
+                     float* v, std::size_t v_rows) {
+  constexpr int T = Tile<M>::kPoints;
   const std::size_t per_image = s.tiles_h * s.tiles_w, C = s.channels, B = s.block;
   const std::size_t plane = s.height * s.width * B, position_stride = v_rows * C + kWinogradPositionPad;
   const auto width = static_cast<std::ptrdiff_t>(s.width), block = static_cast<std::ptrdiff_t>(B);
-  alignas(32) float tmp[6][6][8];
-  // Channel groups outside, tiles inside: each of the 36 positions is then written as one
+  alignas(32) float tmp[T][T][8];
+  // Channel groups outside, tiles inside: each of the T x T positions is then written as one
   // sequential stream (consecutive tiles of a group are contiguous, kernel_types.h), and the
-  // tiles walk along the same 6 input rows of one channel plane.
+  // tiles walk along the same T input rows of one channel plane.
   for (std::size_t c = 0; c < C; c += 8) {
     for (std::size_t i = 0; i < tiles; ++i) {
       const std::size_t t = first_tile + i, n = t / per_image, ty = t % per_image / s.tiles_w,
                         tx = t % s.tiles_w;
       // Which of the patch's rows and columns fall inside the image (the rest is zero padding).
-      const std::ptrdiff_t h0 = static_cast<std::ptrdiff_t>(ty * 4) - static_cast<std::ptrdiff_t>(s.pad);
-      const std::ptrdiff_t w0 = static_cast<std::ptrdiff_t>(tx * 4) - static_cast<std::ptrdiff_t>(s.pad);
-      bool row_inside[6], col_inside[6];
-      for (int a = 0; a < 6; ++a) {
+      const std::ptrdiff_t h0 = static_cast<std::ptrdiff_t>(ty * M) - static_cast<std::ptrdiff_t>(s.pad);
+      const std::ptrdiff_t w0 = static_cast<std::ptrdiff_t>(tx * M) - static_cast<std::ptrdiff_t>(s.pad);
+      bool row_inside[T], col_inside[T];
+      for (int a = 0; a < T; ++a) {
         row_inside[a] = h0 + a >= 0 && h0 + a < static_cast<std::ptrdiff_t>(s.height);
         col_inside[a] = w0 + a >= 0 && w0 + a < width;
       }
       // Pixel (h0 + a, w0 + b) of this channel group; only dereferenced inside the image.
       const float* corner = x + n * C * s.height * s.width + c / B * plane + c % B;
       const std::ptrdiff_t corner_offset = (h0 * width + w0) * block;
-      // The patch two tiles ahead (8 columns on): its rows come from L3 or memory, and the
-      // prefetchers alone left the loads above waiting (6.4 vs 4.8 ms at 64 channels, batch 16).
+      // The patch two tiles ahead: its rows come from L3 or memory, and the prefetchers alone
+      // left the loads above waiting (F(4x4) at 64 channels, batch 16: 6.4 vs 4.8 ms).
       if (i + 2 < tiles && tx + 2 < s.tiles_w)
-        for (int a = 0; a < 6; ++a)
+        for (int a = 0; a < T; ++a)
           if (row_inside[a]) {
             const char* ahead =
-                reinterpret_cast<const char*>(corner + corner_offset + (a * width + 8) * block);
-            _mm_prefetch(ahead, _MM_HINT_T0);
-            _mm_prefetch(ahead + 64, _MM_HINT_T0);
-            _mm_prefetch(ahead + 128, _MM_HINT_T0);
+                reinterpret_cast<const char*>(corner + corner_offset + (a * width + 2 * M) * block);
+            for (std::ptrdiff_t line = 0; line < T * block * 4; line += 64)
+              _mm_prefetch(ahead + line, _MM_HINT_T0);
           }
-      for (int b = 0; b < 6; ++b) {
-        __m256 d[6], r[6];
-        for (int a = 0; a < 6; ++a)
+      for (int b = 0; b < T; ++b) {
+        __m256 d[T], r[T];
+        for (int a = 0; a < T; ++a)
           d[a] = row_inside[a] && col_inside[b]
                      ? _mm256_loadu_ps(corner + corner_offset + (a * width + b) * block)
                      : _mm256_setzero_ps();
-        input_1d(d, r);
-        for (int a = 0; a < 6; ++a) _mm256_store_ps(tmp[a][b], r[a]);
+        Tile<M>::input(d, r);
+        for (int a = 0; a < T; ++a) _mm256_store_ps(tmp[a][b], r[a]);
       }
       float* vt = v + (c / 8 * v_rows + i) * 8;
-      for (int a = 0; a < 6; ++a) {
-        __m256 d[6], r[6];
-        for (int b = 0; b < 6; ++b) d[b] = _mm256_load_ps(tmp[a][b]);
-        input_1d(d, r);
-        for (int q = 0; q < 6; ++q) _mm256_storeu_ps(vt + (a * 6 + q) * position_stride, r[q]);
+      for (int a = 0; a < T; ++a) {
+        __m256 d[T], r[T];
+        for (int b = 0; b < T; ++b) d[b] = _mm256_load_ps(tmp[a][b]);
+        Tile<M>::input(d, r);
+        for (int q = 0; q < T; ++q) _mm256_storeu_ps(vt + (a * T + q) * position_stride, r[q]);
       }
     }
   }
 }
 
-void f32_winograd_gemm__avx2(const float* v, const float* u, float* m, std::size_t tiles, std::size_t v_rows,
-                             std::size_t channels, std::size_t out_channels, std::size_t k_begin,
-                             std::size_t k_end) {
-  for (std::size_t p = 0; p < kWinogradPositions; ++p) {
+template <int M>
+void output_transform(const WinogradShape& s, const float* m, std::size_t first_tile, std::size_t tiles,
+                      std::size_t v_rows, std::size_t k_begin, std::size_t k_end, const WinogradEpilogue& e,
+                      float* y) {
+  constexpr int T = Tile<M>::kPoints;
+  const std::size_t per_image = s.tiles_h * s.tiles_w, K = s.out_channels, B = s.block;
+  const std::size_t plane = s.out_h * s.out_w * B, position_stride = v_rows * K + kWinogradPositionPad;
+  const __m256 lo = _mm256_set1_ps(e.lo), hi = _mm256_set1_ps(e.hi);
+  alignas(32) float tmp[M][T][8];
+  // Channel groups outside, tiles inside, as in the input transform: T x T sequential read
+  // streams and M output rows of one channel plane.
+  for (std::size_t k = k_begin; k < k_end; k += 8) {
+    const __m256 bias = e.bias ? _mm256_loadu_ps(e.bias + k) : _mm256_setzero_ps();
+    for (std::size_t i = 0; i < tiles; ++i) {
+      const std::size_t t = first_tile + i, n = t / per_image, ty = t % per_image / s.tiles_w,
+                        tx = t % s.tiles_w;
+      const std::size_t rows = s.out_h - ty * M < M ? s.out_h - ty * M : M;
+      const std::size_t cols = s.out_w - tx * M < M ? s.out_w - tx * M : M;
+      const float* mt = m + (k / 8 * v_rows + i) * 8;
+      for (int q = 0; q < T; ++q) {
+        __m256 mm[T], o[M];
+        for (int r = 0; r < T; ++r) mm[r] = _mm256_loadu_ps(mt + (r * T + q) * position_stride);
+        Tile<M>::output(mm, o);
+        for (int a = 0; a < M; ++a) _mm256_store_ps(tmp[a][q], o[a]);
+      }
+      const std::size_t corner =
+          n * K * s.out_h * s.out_w + k / B * plane + k % B + (ty * M * s.out_w + tx * M) * B;
+      for (std::size_t a = 0; a < rows; ++a) {
+        __m256 mm[T], o[M];
+        for (int q = 0; q < T; ++q) mm[q] = _mm256_load_ps(tmp[a][q]);
+        Tile<M>::output(mm, o);
+        for (std::size_t b = 0; b < cols; ++b) {
+          const std::size_t at = corner + (a * s.out_w + b) * B;
+          __m256 value = _mm256_add_ps(o[b], bias);
+          if (e.residual) value = _mm256_add_ps(value, _mm256_loadu_ps(e.residual + at));
+          _mm256_storeu_ps(y + at, _mm256_min_ps(_mm256_max_ps(value, lo), hi));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void f32_winograd_gemm__avx2(std::size_t positions, const float* v, const float* u, float* m,
+                             std::size_t tiles, std::size_t v_rows, std::size_t channels,
+                             std::size_t out_channels, std::size_t k_begin, std::size_t k_end) {
+  for (std::size_t p = 0; p < positions; ++p) {
     const float* vp = v + p * (v_rows * channels + kWinogradPositionPad);
     const float* up = u + p * channels * out_channels;
     float* mp = m + p * (v_rows * out_channels + kWinogradPositionPad);
@@ -136,7 +204,7 @@ void f32_winograd_gemm__avx2(const float* v, const float* u, float* m, std::size
       const float* panel = up + k * channels;  // panel k / 16, C x 16 floats
       // The weights stream from L3 or memory (36 x C x K floats, megabytes): the first row
       // group fetches the next panel (of this position or the next one) while it computes.
-      const bool last = p + 1 == kWinogradPositions && k + kWinogradGemmColumns >= k_end;
+      const bool last = p + 1 == positions && k + kWinogradGemmColumns >= k_end;
       const float* next = last ? nullptr
                                : (k + kWinogradGemmColumns < k_end
                                       ? panel + kWinogradGemmColumns * channels
@@ -170,44 +238,30 @@ void f32_winograd_gemm__avx2(const float* v, const float* u, float* m, std::size
   }
 }
 
+}  // namespace cpudl::kernels
+
+namespace cpudl::kernels {
+
+void f32_winograd_input_4x3__avx2(const WinogradShape& s, const float* x, std::size_t first_tile,
+                                  std::size_t tiles, float* v, std::size_t v_rows) {
+  input_transform<4>(s, x, first_tile, tiles, v, v_rows);
+}
+
+void f32_winograd_input_2x3__avx2(const WinogradShape& s, const float* x, std::size_t first_tile,
+                                  std::size_t tiles, float* v, std::size_t v_rows) {
+  input_transform<2>(s, x, first_tile, tiles, v, v_rows);
+}
+
 void f32_winograd_output_4x3__avx2(const WinogradShape& s, const float* m, std::size_t first_tile,
                                    std::size_t tiles, std::size_t v_rows, std::size_t k_begin,
                                    std::size_t k_end, const WinogradEpilogue& e, float* y) {
-  const std::size_t per_image = s.tiles_h * s.tiles_w, K = s.out_channels, B = s.block;
-  const std::size_t plane = s.out_h * s.out_w * B, position_stride = v_rows * K + kWinogradPositionPad;
-  const __m256 lo = _mm256_set1_ps(e.lo), hi = _mm256_set1_ps(e.hi);
-  alignas(32) float tmp[4][6][8];
-  // Channel groups outside, tiles inside, as in the input transform: 36 sequential read streams
-  // and 4 output rows of one channel plane.
-  for (std::size_t k = k_begin; k < k_end; k += 8) {
-    const __m256 bias = e.bias ? _mm256_loadu_ps(e.bias + k) : _mm256_setzero_ps();
-    for (std::size_t i = 0; i < tiles; ++i) {
-      const std::size_t t = first_tile + i, n = t / per_image, ty = t % per_image / s.tiles_w,
-                        tx = t % s.tiles_w;
-      const std::size_t rows = s.out_h - ty * 4 < 4 ? s.out_h - ty * 4 : 4;
-      const std::size_t cols = s.out_w - tx * 4 < 4 ? s.out_w - tx * 4 : 4;
-      const float* mt = m + (k / 8 * v_rows + i) * 8;
-      for (int q = 0; q < 6; ++q) {
-        __m256 mm[6], o[4];
-        for (int r = 0; r < 6; ++r) mm[r] = _mm256_loadu_ps(mt + (r * 6 + q) * position_stride);
-        output_1d(mm, o);
-        for (int a = 0; a < 4; ++a) _mm256_store_ps(tmp[a][q], o[a]);
-      }
-      const std::size_t corner =
-          n * K * s.out_h * s.out_w + k / B * plane + k % B + (ty * 4 * s.out_w + tx * 4) * B;
-      for (std::size_t a = 0; a < rows; ++a) {
-        __m256 mm[6], o[4];
-        for (int q = 0; q < 6; ++q) mm[q] = _mm256_load_ps(tmp[a][q]);
-        output_1d(mm, o);
-        for (std::size_t b = 0; b < cols; ++b) {
-          const std::size_t at = corner + (a * s.out_w + b) * B;
-          __m256 value = _mm256_add_ps(o[b], bias);
-          if (e.residual) value = _mm256_add_ps(value, _mm256_loadu_ps(e.residual + at));
-          _mm256_storeu_ps(y + at, _mm256_min_ps(_mm256_max_ps(value, lo), hi));
-        }
-      }
-    }
-  }
+  output_transform<4>(s, m, first_tile, tiles, v_rows, k_begin, k_end, e, y);
+}
+
+void f32_winograd_output_2x3__avx2(const WinogradShape& s, const float* m, std::size_t first_tile,
+                                   std::size_t tiles, std::size_t v_rows, std::size_t k_begin,
+                                   std::size_t k_end, const WinogradEpilogue& e, float* y) {
+  output_transform<2>(s, m, first_tile, tiles, v_rows, k_begin, k_end, e, y);
 }
 
 }  // namespace cpudl::kernels

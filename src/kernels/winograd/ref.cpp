@@ -1,6 +1,6 @@
 // Portable references of the Winograd kernels (winograd.h): the transforms written as products
 // with the matrices B^T and A^T themselves, independent of the factored forms the ISA variants
-// use, so that the tests compare two derivations.
+// use, so that the tests compare two derivations. One body per transform, over the tile size.
 #include <algorithm>
 
 #include "kernels/winograd/winograd.h"
@@ -8,10 +8,14 @@
 namespace cpudl::kernels {
 namespace {
 
-constexpr float kBt[6][6] = {{4, 0, -5, 0, 1, 0},  {0, -4, -4, 1, 1, 0}, {0, 4, -4, -1, 1, 0},
-                             {0, -2, -1, 2, 1, 0}, {0, 2, -1, -2, 1, 0}, {0, 4, 0, -5, 0, 1}};
-constexpr float kAt[4][6] = {
+// F(4x4, 3x3): interpolation points 0, 1, -1, 2, -2, infinity.
+constexpr float kBt4[6][6] = {{4, 0, -5, 0, 1, 0},  {0, -4, -4, 1, 1, 0}, {0, 4, -4, -1, 1, 0},
+                              {0, -2, -1, 2, 1, 0}, {0, 2, -1, -2, 1, 0}, {0, 4, 0, -5, 0, 1}};
+constexpr float kAt4[4][6] = {
     {1, 1, 1, 1, 1, 0}, {0, 1, -1, 2, -2, 0}, {0, 1, 1, 4, 4, 0}, {0, 1, -1, 8, -8, 1}};
+// F(2x2, 3x3): points 0, 1, -1, infinity.
+constexpr float kBt2[4][4] = {{1, 0, -1, 0}, {0, 1, 1, 0}, {0, -1, 1, 0}, {0, 1, 0, -1}};
+constexpr float kAt2[2][4] = {{1, 1, 1, 0}, {0, 1, -1, -1}};
 
 // Offset of channel c at pixel (h, w) of image n in the blocked layout.
 std::size_t blocked_offset(std::size_t n, std::size_t channels, std::size_t height, std::size_t width,
@@ -25,41 +29,79 @@ std::size_t grouped(std::size_t p, std::size_t c, std::size_t channels, std::siz
   return p * (channels * rows + kWinogradPositionPad) + (c / 8 * rows + i) * 8 + c % 8;
 }
 
-}  // namespace
-
-void f32_winograd_input_4x3__ref(const WinogradShape& s, const float* x, std::size_t first_tile,
-                                 std::size_t tiles, float* v, std::size_t v_rows) {
+// M output pixels per tile side, T = M + 2 input pixels per patch side.
+template <std::size_t M, std::size_t T>
+void input_transform(const float (&bt)[T][T], const WinogradShape& s, const float* x, std::size_t first_tile,
+                     std::size_t tiles, float* v, std::size_t v_rows) {
   const std::size_t per_image = s.tiles_h * s.tiles_w;
   for (std::size_t i = 0; i < tiles; ++i) {
     const std::size_t t = first_tile + i, n = t / per_image, ty = t % per_image / s.tiles_w,
                       tx = t % s.tiles_w;
     for (std::size_t c = 0; c < s.channels; ++c) {
-      float d[6][6];
-      for (std::size_t a = 0; a < 6; ++a)
-        for (std::size_t b = 0; b < 6; ++b) {
-          // Input row ty * 4 + a - pad, column tx * 4 + b - pad; outside the image is padding.
-          const std::size_t h = ty * 4 + a, w = tx * 4 + b;
+      float d[T][T];
+      for (std::size_t a = 0; a < T; ++a)
+        for (std::size_t b = 0; b < T; ++b) {
+          // Input row ty * M + a - pad, column tx * M + b - pad; outside the image is padding.
+          const std::size_t h = ty * M + a, w = tx * M + b;
           const bool inside = h >= s.pad && h - s.pad < s.height && w >= s.pad && w - s.pad < s.width;
           d[a][b] =
               inside ? x[blocked_offset(n, s.channels, s.height, s.width, s.block, c, h - s.pad, w - s.pad)]
                      : 0.0f;
         }
-      for (std::size_t r = 0; r < 6; ++r)
-        for (std::size_t q = 0; q < 6; ++q) {
+      for (std::size_t r = 0; r < T; ++r)
+        for (std::size_t q = 0; q < T; ++q) {
           float acc = 0.0f;
-          for (std::size_t a = 0; a < 6; ++a)
-            for (std::size_t b = 0; b < 6; ++b) acc += kBt[r][a] * d[a][b] * kBt[q][b];
-          v[grouped(r * 6 + q, c, s.channels, i, v_rows)] = acc;
+          for (std::size_t a = 0; a < T; ++a)
+            for (std::size_t b = 0; b < T; ++b) acc += bt[r][a] * d[a][b] * bt[q][b];
+          v[grouped(r * T + q, c, s.channels, i, v_rows)] = acc;
         }
     }
   }
 }
 
-void f32_winograd_gemm__ref(const float* v, const float* u, float* m, std::size_t tiles, std::size_t v_rows,
-                            std::size_t channels, std::size_t out_channels, std::size_t k_begin,
-                            std::size_t k_end) {
+template <std::size_t M, std::size_t T>
+void output_transform(const float (&at)[M][T], const WinogradShape& s, const float* m, std::size_t first_tile,
+                      std::size_t tiles, std::size_t v_rows, std::size_t k_begin, std::size_t k_end,
+                      const WinogradEpilogue& e, float* y) {
+  const std::size_t per_image = s.tiles_h * s.tiles_w, K = s.out_channels;
+  for (std::size_t i = 0; i < tiles; ++i) {
+    const std::size_t t = first_tile + i, n = t / per_image, ty = t % per_image / s.tiles_w,
+                      tx = t % s.tiles_w;
+    for (std::size_t k = k_begin; k < k_end; ++k) {
+      for (std::size_t a = 0; a < M; ++a)
+        for (std::size_t b = 0; b < M; ++b) {
+          const std::size_t h = ty * M + a, w = tx * M + b;
+          if (h >= s.out_h || w >= s.out_w) continue;
+          float acc = 0.0f;
+          for (std::size_t r = 0; r < T; ++r)
+            for (std::size_t q = 0; q < T; ++q)
+              acc += at[a][r] * m[grouped(r * T + q, k, K, i, v_rows)] * at[b][q];
+          const std::size_t offset = blocked_offset(n, K, s.out_h, s.out_w, s.block, k, h, w);
+          if (e.bias) acc += e.bias[k];
+          if (e.residual) acc += e.residual[offset];
+          y[offset] = std::min(std::max(acc, e.lo), e.hi);
+        }
+    }
+  }
+}
+
+}  // namespace
+
+void f32_winograd_input_4x3__ref(const WinogradShape& s, const float* x, std::size_t first_tile,
+                                 std::size_t tiles, float* v, std::size_t v_rows) {
+  input_transform<4>(kBt4, s, x, first_tile, tiles, v, v_rows);
+}
+
+void f32_winograd_input_2x3__ref(const WinogradShape& s, const float* x, std::size_t first_tile,
+                                 std::size_t tiles, float* v, std::size_t v_rows) {
+  input_transform<2>(kBt2, s, x, first_tile, tiles, v, v_rows);
+}
+
+void f32_winograd_gemm__ref(std::size_t positions, const float* v, const float* u, float* m,
+                            std::size_t tiles, std::size_t v_rows, std::size_t channels,
+                            std::size_t out_channels, std::size_t k_begin, std::size_t k_end) {
   constexpr std::size_t kCols = kWinogradGemmColumns;
-  for (std::size_t p = 0; p < kWinogradPositions; ++p) {
+  for (std::size_t p = 0; p < positions; ++p) {
     const float* up = u + p * channels * out_channels;
     for (std::size_t i = 0; i < tiles; ++i)
       for (std::size_t k = k_begin; k < k_end; ++k) {
@@ -75,26 +117,13 @@ void f32_winograd_gemm__ref(const float* v, const float* u, float* m, std::size_
 void f32_winograd_output_4x3__ref(const WinogradShape& s, const float* m, std::size_t first_tile,
                                   std::size_t tiles, std::size_t v_rows, std::size_t k_begin,
                                   std::size_t k_end, const WinogradEpilogue& e, float* y) {
-  const std::size_t per_image = s.tiles_h * s.tiles_w, K = s.out_channels;
-  for (std::size_t i = 0; i < tiles; ++i) {
-    const std::size_t t = first_tile + i, n = t / per_image, ty = t % per_image / s.tiles_w,
-                      tx = t % s.tiles_w;
-    for (std::size_t k = k_begin; k < k_end; ++k) {
-      for (std::size_t a = 0; a < 4; ++a)
-        for (std::size_t b = 0; b < 4; ++b) {
-          const std::size_t h = ty * 4 + a, w = tx * 4 + b;
-          if (h >= s.out_h || w >= s.out_w) continue;
-          float acc = 0.0f;
-          for (std::size_t r = 0; r < 6; ++r)
-            for (std::size_t q = 0; q < 6; ++q)
-              acc += kAt[a][r] * m[grouped(r * 6 + q, k, K, i, v_rows)] * kAt[b][q];
-          const std::size_t at = blocked_offset(n, K, s.out_h, s.out_w, s.block, k, h, w);
-          if (e.bias) acc += e.bias[k];
-          if (e.residual) acc += e.residual[at];
-          y[at] = std::min(std::max(acc, e.lo), e.hi);
-        }
-    }
-  }
+  output_transform<4>(kAt4, s, m, first_tile, tiles, v_rows, k_begin, k_end, e, y);
+}
+
+void f32_winograd_output_2x3__ref(const WinogradShape& s, const float* m, std::size_t first_tile,
+                                  std::size_t tiles, std::size_t v_rows, std::size_t k_begin,
+                                  std::size_t k_end, const WinogradEpilogue& e, float* y) {
+  output_transform<2>(kAt2, s, m, first_tile, tiles, v_rows, k_begin, k_end, e, y);
 }
 
 }  // namespace cpudl::kernels
