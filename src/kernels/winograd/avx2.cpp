@@ -213,34 +213,15 @@ void f32_winograd_gemm__avx2(std::size_t positions, const float* v, const float*
       std::size_t i = 0;
       for (; i + 6 <= tiles; i += 6, next = nullptr)
         gemm_rows<6>(vp + i * 8, channels, group_stride, panel, mp + k * v_rows + i * 8, next);
-      const float* vr = vp + i * 8;
-      float* mr = mp + k * v_rows + i * 8;
-      switch (tiles - i) {
-        case 5:
-          gemm_rows<5>(vr, channels, group_stride, panel, mr, next);
-          break;
-        case 4:
-          gemm_rows<4>(vr, channels, group_stride, panel, mr, next);
-          break;
-        case 3:
-          gemm_rows<3>(vr, channels, group_stride, panel, mr, next);
-          break;
-        case 2:
-          gemm_rows<2>(vr, channels, group_stride, panel, mr, next);
-          break;
-        case 1:
-          gemm_rows<1>(vr, channels, group_stride, panel, mr, next);
-          break;
-        default:
-          break;
-      }
+      // The last 1-5 tiles: a narrower register tile (indexed by the row count).
+      using Rows = void (*)(const float*, std::size_t, std::size_t, const float*, float*, const float*);
+      static constexpr Rows kTail[] = {nullptr,      gemm_rows<1>, gemm_rows<2>,
+                                       gemm_rows<3>, gemm_rows<4>, gemm_rows<5>};
+      if (i < tiles)
+        kTail[tiles - i](vp + i * 8, channels, group_stride, panel, mp + k * v_rows + i * 8, next);
     }
   }
 }
-
-}  // namespace cpudl::kernels
-
-namespace cpudl::kernels {
 
 void f32_winograd_input_4x3__avx2(const WinogradShape& s, const float* x, std::size_t first_tile,
                                   std::size_t tiles, float* v, std::size_t v_rows) {
