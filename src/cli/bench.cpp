@@ -209,17 +209,7 @@ int run_conv(const BenchOptions& o) {
       // on the shapes it takes; its activations are in the blocked layout (the values do not
       // matter for the timing). FLOPs are the direct convolution's.
       std::optional<conv::WinogradConv> winograd;
-      conv::WinogradConvShape wino{s.batch,
-                                   s.in_channels,
-                                   s.height,
-                                   s.width,
-                                   s.out_channels,
-                                   s.pad_h,
-                                   onednn::blocked_layout_channels()};
-      wino.tile = conv::winograd_tile(wino);
-      if (s.groups == 1 && s.kernel_h == 3 && s.kernel_w == 3 && s.stride_h == 1 && s.stride_w == 1 &&
-          s.dilation_h == 1 && s.dilation_w == 1 && s.pad_h == s.pad_w && wino.tile != 0)
-        winograd.emplace(wino, wt.data());
+      if (const auto wino = conv::winograd_shape(s)) winograd.emplace(*wino, wt.data());
       const struct {
         const char* name;
         const char* backend;

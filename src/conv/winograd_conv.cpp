@@ -93,6 +93,17 @@ int winograd_tile(const WinogradConvShape& s) {
   return tiles >= 8 ? 4 : 2;
 }
 
+std::optional<WinogradConvShape> winograd_shape(const onednn::ConvShape& s) {
+  if (s.groups != 1 || s.kernel_h != 3 || s.kernel_w != 3 || s.stride_h != 1 || s.stride_w != 1 ||
+      s.dilation_h != 1 || s.dilation_w != 1 || s.pad_h != s.pad_w)
+    return std::nullopt;
+  WinogradConvShape w{
+      s.batch, s.in_channels, s.height, s.width, s.out_channels, s.pad_h, onednn::blocked_layout_channels()};
+  w.tile = winograd_tile(w);
+  if (w.tile == 0) return std::nullopt;
+  return w;
+}
+
 WinogradConv::WinogradConv(const WinogradConvShape& shape, const float* weights) : shape_(shape) {
   const auto C = static_cast<std::size_t>(shape.in_channels),
              K = static_cast<std::size_t>(shape.out_channels);

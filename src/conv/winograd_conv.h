@@ -5,9 +5,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "kernels/kernel_types.h"
+#include "onednn/dense.h"
 
 namespace cpudl::conv {
 
@@ -23,6 +25,11 @@ struct WinogradConvShape {
 // below 8 tiles (batch 1 at 7x7 pixels) F(2x2), whose weights are 1.8x the direct ones, takes
 // the layer. CPUDL_WINOGRAD=0 turns the path off (to compare with oneDNN's direct convolutions).
 int winograd_tile(const WinogradConvShape& s);
+
+// The Winograd shape of a convolution, tile chosen, when it is one the path takes (groups 1, 3x3,
+// stride 1, no dilation, symmetric padding, and winograd_tile() not 0); the one eligibility
+// check for the inference runtime and `cpudl bench conv`. Activations in the blocked layout.
+std::optional<WinogradConvShape> winograd_shape(const onednn::ConvShape& s);
 
 class WinogradConv {
  public:

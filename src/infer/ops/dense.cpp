@@ -145,12 +145,9 @@ Kernel build_conv(OpSetup& s) {
   // winograd_conv.h) when their weights are known now; the rest to oneDNN.
   const bool blocked = c.layout == onednn::ActivationLayout::blocked &&
                        c.dst_layout.value_or(c.layout) == onednn::ActivationLayout::blocked;
-  conv::WinogradConvShape wino{
-      c.batch, c.in_channels, c.height, c.width, c.out_channels, c.pad_h, onednn::blocked_layout_channels()};
-  wino.tile = conv::winograd_tile(wino);
-  if (blocked && s.constants[1] && c.groups == 1 && c.kernel_h == 3 && c.kernel_w == 3 && c.stride_h == 1 &&
-      c.stride_w == 1 && c.dilation_h == 1 && c.dilation_w == 1 && c.pad_h == c.pad_w && wino.tile != 0) {
-    auto winograd = std::make_shared<const conv::WinogradConv>(wino, s.constants[1]->data<float>());
+  const std::optional<conv::WinogradConvShape> wino = conv::winograd_shape(c);
+  if (blocked && s.constants[1] && wino) {
+    auto winograd = std::make_shared<const conv::WinogradConv>(*wino, s.constants[1]->data<float>());
     const float lo = act.kind == onednn::Activation::none   ? -INFINITY
                      : act.kind == onednn::Activation::relu ? 0.0f
                                                             : act.lo;
