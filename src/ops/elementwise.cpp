@@ -19,16 +19,7 @@ Tensor broadcast_binary(const Tensor& a, const Tensor& b, kernels::F32BinaryFn k
   require_f32(a, name, "first operand");
   require_f32(b, name, "second operand");
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
-  if (a.shape() == b.shape() && is_dense(a)) {
-    // One flat loop in a's layout (b copied into it when it differs): channels-last stays so.
-    const Tensor bv = values_in_layout_of(b, a);
-    Tensor out = empty_like(a);
-    const float *pa = a.data(), *pb = bv.data();
-    float* po = out.data();
-    parallel_for(static_cast<std::size_t>(out.numel()), kGrain,
-                 [&](std::size_t s, std::size_t e) { kernel(pa + s, pb + s, po + s, e - s); });
-    return out;
-  }
+  if (a.shape() == b.shape() && is_dense(a)) return map_pair_in_layout(kernel, a, b);  // one flat loop
   Tensor out = Tensor::empty(shape);
   NoGradGuard no_grad;
   const Tensor ea = a.expand(shape), eb = b.expand(shape);
@@ -193,8 +184,9 @@ Tensor activation(const Tensor& x, const char* name,
   const Tensor saved =
       backward_uses_output ? out.detach() : (is_dense(x) ? x.detach() : contiguous_values(x));
   const auto fn = backward.fn;
-  autograd::record(out, name, {x},
-                   [saved, fn](const Tensor& g) { return std::vector<Tensor>{map_backward(fn, saved, g)}; });
+  autograd::record(out, name, {x}, [saved, fn](const Tensor& g) {
+    return std::vector<Tensor>{map_pair_in_layout(fn, saved, g)};
+  });
   return out;
 }
 }  // namespace

@@ -285,7 +285,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
         const onednn::ConvShape& run = crop.shape;
         Tensor gc = channels_last_values(g);
         // The fused ReLU's mask: the gradient passes where y > 0.
-        if (saved_y.defined()) gc = map_backward(native().f32_relu_backward.fn, saved_y, gc);
+        if (saved_y.defined()) gc = map_pair_in_layout(native().f32_relu_backward.fn, saved_y, gc);
         Tensor dx, dw, db;
         if (need_dx) {
           dx = empty_channels_last(xc.shape());

@@ -169,7 +169,8 @@ Tensor linear_op(const Tensor& x, const Tensor& weight, const Tensor& bias, bool
                    [xc, wc, s, narrow, need_dx, need_dw, need_db, saved_y](const Tensor& g) {
                      Tensor gc = contiguous_values(g);
                      // The fused ReLU's mask: the gradient passes where y > 0.
-                     if (saved_y.defined()) gc = map_backward(native().f32_relu_backward.fn, saved_y, gc);
+                     if (saved_y.defined())
+                       gc = map_pair_in_layout(native().f32_relu_backward.fn, saved_y, gc);
                      Tensor dx, dw, db;
                      if (need_dx) {
                        dx = Tensor::empty(xc.shape());

@@ -32,17 +32,19 @@ inline Tensor contiguous_values(const Tensor& t) {
   return t.contiguous();
 }
 
-// dx = fn(saved, g) element by element (an activation's derivative kernel, given the forward
-// input or output it needs), in saved's layout: the backward of an activation, alone or fused
-// into the op that produced `saved`.
-inline Tensor map_backward(kernels::F32UnaryBackwardFn fn, const Tensor& saved, const Tensor& g) {
-  const Tensor gc = values_in_layout_of(g, saved);
-  Tensor dx = empty_like(saved);
-  const float *s = saved.data(), *pg = gc.data();
-  float* pd = dx.data();
-  parallel_for(static_cast<std::size_t>(dx.numel()), kGrain,
-               [&](std::size_t b, std::size_t e) { fn(s + b, pg + b, pd + b, e - b); });
-  return dx;
+// out = fn(a, b) element by element for a dense `a` and `b` of a's shape, in a's layout (b
+// copied into it when it differs: a channels-last activation stays channels-last). Serves the
+// binary ops' same-shape path and an activation's backward: fn is then its derivative kernel,
+// a the forward input or output it needs, b the incoming gradient, alone or fused into the op
+// that produced a.
+inline Tensor map_pair_in_layout(kernels::F32BinaryFn fn, const Tensor& a, const Tensor& b) {
+  const Tensor bv = values_in_layout_of(b, a);
+  Tensor out = empty_like(a);
+  const float *pa = a.data(), *pb = bv.data();
+  float* po = out.data();
+  parallel_for(static_cast<std::size_t>(out.numel()), kGrain,
+               [&](std::size_t s, std::size_t e) { fn(pa + s, pb + s, po + s, e - s); });
+  return out;
 }
 
 // out = fn(x) element by element, in x's layout when x is dense (a channels-last activation
