@@ -289,6 +289,67 @@ TEST(WinogradConv, MatchesTheDirectConvolutionWithEpilogues) {
   EXPECT_EQ(conv::winograd_tile({16, 8, 7, 7, 512, 1, 8}), 0);  // too few input channels to pay
 }
 
+// A 1x1 convolution with oneDNN's fused depthwise 3x3 stage (MobileNet's expand + depthwise)
+// against the two direct double-precision loops with the clamps between them: strides 1 and 2,
+// odd sizes (7 -> 4 at stride 2), with and without the depthwise bias.
+TEST(Conv2d, FusedDepthwiseStageMatchesTwoDirectConvolutions) {
+  const std::int64_t block = onednn::blocked_layout_channels();
+  struct Case {
+    std::int64_t batch, c, h, w, k, stride;
+    bool dw_bias;
+  };
+  const Case cases[] = {{2, 16, 8, 8, 32, 1, true},
+                        {1, 8, 7, 7, 48, 2, true},
+                        {3, 24, 6, 9, 16, 2, false},
+                        {1, 32, 5, 5, 64, 1, false}};
+  for (const Case& t : cases) {
+    SCOPED_TRACE("batch " + std::to_string(t.batch) + " c " + std::to_string(t.c) + " " +
+                 std::to_string(t.h) + "x" + std::to_string(t.w) + " k " + std::to_string(t.k) + " stride " +
+                 std::to_string(t.stride));
+    ConvShape pw;
+    pw.batch = t.batch, pw.in_channels = t.c, pw.height = t.h, pw.width = t.w, pw.out_channels = t.k;
+    pw.kernel_h = pw.kernel_w = 1;
+    ConvShape dw = pw;
+    dw.in_channels = t.k, dw.groups = t.k, dw.kernel_h = dw.kernel_w = 3, dw.pad_h = dw.pad_w = 1;
+    dw.stride_h = dw.stride_w = t.stride;
+    const auto x = random_vector(static_cast<std::size_t>(t.batch * t.c * t.h * t.w), 41);
+    const auto w1 = random_vector(static_cast<std::size_t>(t.k * t.c), 42);
+    const auto b1 = random_vector(static_cast<std::size_t>(t.k), 43);
+    const auto w2 = random_vector(static_cast<std::size_t>(t.k * 9), 44);
+    const auto b2 = random_vector(static_cast<std::size_t>(t.k), 45);
+    auto mid = reference::conv2d_forward(pw, x, w1, &b1);
+    for (float& v : mid) v = std::min(std::max(v, 0.0f), 0.5f);  // the pointwise ReLU6-like clamp
+    auto want = reference::conv2d_forward(dw, mid, w2, t.dw_bias ? &b2 : nullptr);
+    for (float& v : want) v = std::max(v, 0.0f);
+
+    pw.layout = ActivationLayout::blocked;
+    ASSERT_TRUE(onednn::depthwise_fusion_supported(pw, t.stride));
+    onednn::DepthwiseStage stage;
+    stage.stride = t.stride;
+    stage.weights = w2.data();
+    stage.bias = t.dw_bias ? b2.data() : nullptr;
+    stage.activation = Activation::relu;
+    onednn::ConvEpilogue e;
+    e.activation = Activation::clip;
+    e.clip_min = 0.0f, e.clip_max = 0.5f;
+    e.depthwise = &stage;
+    const std::int64_t oh = stage.out_size(t.h), ow = stage.out_size(t.w);
+    ASSERT_EQ(oh, dw.out_height());
+    ASSERT_EQ(ow, dw.out_width());
+    std::vector<float> y(want.size(), 7.0f);
+    conv2d_forward(pw, to_blocked(x, t.batch, t.c, t.h * t.w, block).data(), w1.data(), 5, b1.data(),
+                   y.data(), e);
+    expect_close(to_blocked(y, t.batch, t.k, oh * ow, block, true), want, 1e-4, "1x1 + depthwise");
+  }
+  ConvShape strided;  // the depthwise stage follows only a 1x1 stride-1 convolution
+  strided.batch = 1, strided.in_channels = 8, strided.height = strided.width = 8, strided.out_channels = 8;
+  strided.kernel_h = strided.kernel_w = 1, strided.stride_h = strided.stride_w = 2;
+  strided.layout = ActivationLayout::blocked;
+  EXPECT_FALSE(onednn::depthwise_fusion_supported(strided, 1));
+  strided.stride_h = strided.stride_w = 1;
+  EXPECT_FALSE(onednn::depthwise_fusion_supported(strided, 3));
+}
+
 TEST(Conv2d, SteadyLoopCreatesNoPrimitiveAndReordersWeightsOncePerVersion) {
   ConvShape s = conv_cases()[5].shape;
   s.layout = ActivationLayout::nhwc;

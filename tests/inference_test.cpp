@@ -51,10 +51,11 @@ TEST_P(MatchesPyTorch, OptimisedAndUnoptimised) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, MatchesPyTorch,
                          ::testing::Values("opzoo_opset11", "opzoo_opset12", "opzoo_opset13", "opzoo_opset14",
-                                           "opzoo_opset15", "opzoo_opset16", "opzoo_opset17", "simplecnn_opset13",
-                                           "simplecnn_opset17", "lenet5_opset13", "lenet5_opset17", "mlp_opset13",
-                                           "mlp_opset17", "transformer_opset13", "transformer_opset17",
-                                           "resnet18_opset13", "mobilenet_v2_opset17"));
+                                           "opzoo_opset15", "opzoo_opset16", "opzoo_opset17",
+                                           "simplecnn_opset13", "simplecnn_opset17", "lenet5_opset13",
+                                           "lenet5_opset17", "mlp_opset13", "mlp_opset17",
+                                           "transformer_opset13", "transformer_opset17", "resnet18_opset13",
+                                           "mobilenet_v2_opset17"));
 
 TEST(Inference, EachBatchSizeGetsItsOwnPlanAndTheSameRows) {
   cpudl::InferenceSession session(kOnnx / "resnet18_opset13.onnx");
@@ -83,6 +84,13 @@ TEST(Inference, OptimiserFoldsAndFusesAndThePlanReusesMemory) {
   cpudl::InferenceSession mobilenet(kOnnx / "mobilenet_v2_opset17.onnx");
   const cpudl::ModelInfo m = mobilenet.info({{1, 3, 64, 64}});
   EXPECT_EQ(m.ops_planned.count("Clip"), 0u);  // ReLU6 rides in the convolutions
+  // Every inverted residual block but the first (which has no expansion) runs its 1x1 expansion
+  // and depthwise convolution as one kernel; the FLOPs counted do not change.
+  EXPECT_EQ(m.rewrite_counts.at("fused depthwise Conv"), 16);
+  EXPECT_EQ(m.ops_planned.at("cpudl.ConvDepthwise"), 16);
+  EXPECT_EQ(m.ops_planned.at("Conv"), 52 - 2 * 16);
+  cpudl::InferenceSession plain_mobilenet(kOnnx / "mobilenet_v2_opset17.onnx", {false, false});
+  EXPECT_NEAR(m.flops, plain_mobilenet.info({{1, 3, 64, 64}}).flops, 1e-9 * m.flops);
   cpudl::InferenceSession transformer(kOnnx / "transformer_opset13.onnx");
   const cpudl::ModelInfo t = transformer.info({{2, 10, 64}});
   EXPECT_EQ(t.rewrite_counts.at("fused GELU"), 2);
@@ -105,7 +113,8 @@ TEST(Inference, SteadyStateRunsAllocateNothing) {
   }
   cpudl::InferenceSession session(kOnnx / "lenet5_opset13.onnx");
   std::vector<cpudl::Tensor> wrong = {cpudl::Tensor::zeros({3, 11})};
-  EXPECT_THROW(session.run_into({cpudl::io::load_npy(kOnnx / "lenet5_opset13.input.npy")}, wrong), cpudl::Error);
+  EXPECT_THROW(session.run_into({cpudl::io::load_npy(kOnnx / "lenet5_opset13.input.npy")}, wrong),
+               cpudl::Error);
 }
 
 TEST(Inference, WrongInputsAreNamed) {
@@ -114,8 +123,10 @@ TEST(Inference, WrongInputsAreNamed) {
     session.run({cpudl::Tensor::zeros({2, 1, 27, 28})});
     FAIL() << "no error";
   } catch (const cpudl::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("input 'input' has shape [2, 1, 27, 28], the model expects [?, 1, 28, 28]"),
-              std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(
+                  "input 'input' has shape [2, 1, 27, 28], the model expects [?, 1, 28, 28]"),
+              std::string::npos)
+        << e.what();
   }
   EXPECT_THROW(session.run({cpudl::Tensor::zeros({2, 1, 28, 28}, cpudl::DType::i64)}), cpudl::Error);
   EXPECT_THROW(session.run({}), cpudl::Error);
@@ -168,7 +179,8 @@ TEST(OnnxLoader, TinyModelRuns) {
 
 TEST(OnnxLoader, TruncatedAndGarbageFiles) {
   const std::string bytes = cpudl::io::read_file(kOnnx / "lenet5_opset13.onnx");
-  for (const std::string& broken : {bytes.substr(0, bytes.size() / 2), std::string("definitely not onnx"), std::string()}) {
+  for (const std::string& broken :
+       {bytes.substr(0, bytes.size() / 2), std::string("definitely not onnx"), std::string()}) {
     try {
       cpudl::infer::parse_onnx(broken, "broken.onnx", ".");
       FAIL() << "parsed";
@@ -194,7 +206,8 @@ TEST(OnnxLoader, EveryUnsupportedOperatorIsListedWithItsNodeAndOpset) {
 }
 
 TEST(OnnxLoader, OpsetOutsideTheSupportedRange) {
-  EXPECT_NE(load_error(tiny_model(9)).find("opset 9 is not supported (cpudl runs opsets 11 to 17)"), std::string::npos);
+  EXPECT_NE(load_error(tiny_model(9)).find("opset 9 is not supported (cpudl runs opsets 11 to 17)"),
+            std::string::npos);
   EXPECT_NE(load_error(tiny_model(18)).find("opset 18"), std::string::npos);
 }
 
@@ -202,7 +215,9 @@ TEST(OnnxLoader, TensorDataThatDisagreesWithItsShape) {
   auto m = tiny_model();
   m.mutable_graph()->mutable_initializer(0)->add_dims(2);  // [4, 2] but 4 floats
   const std::string e = load_error(m);
-  EXPECT_NE(e.find("initializer 'w': data holds 16 bytes but shape [4, 2] of f32 needs 32"), std::string::npos) << e;
+  EXPECT_NE(e.find("initializer 'w': data holds 16 bytes but shape [4, 2] of f32 needs 32"),
+            std::string::npos)
+      << e;
   auto raw = tiny_model();
   auto* w = raw.mutable_graph()->mutable_initializer(0);
   w->clear_float_data();
@@ -247,9 +262,11 @@ TEST(OnnxLoader, ExternalDataIsBoundsCheckedAndStaysInTheModelFolder) {
   };
   EXPECT_EQ(load_error(with_location("w.bin", "0"), dir), "");
   EXPECT_NE(load_error(with_location("w.bin", "8"), dir).find("lies beyond the end of"), std::string::npos);
-  EXPECT_NE(load_error(with_location("../w.bin", "0"), dir).find("must be a relative path inside the model's folder"),
+  EXPECT_NE(load_error(with_location("../w.bin", "0"), dir)
+                .find("must be a relative path inside the model's folder"),
             std::string::npos);
-  EXPECT_NE(load_error(with_location("missing.bin", "0"), dir).find("cannot open external data file"), std::string::npos);
+  EXPECT_NE(load_error(with_location("missing.bin", "0"), dir).find("cannot open external data file"),
+            std::string::npos);
   EXPECT_NE(load_error(with_location("w.bin", "x"), dir).find("is not a number"), std::string::npos);
   fs::remove_all(dir);
 }
@@ -271,7 +288,8 @@ TEST(OnnxLoader, ShapeArgumentsMustBeKnownBeforeTheRun) {
     session.run({cpudl::Tensor::zeros({4}), cpudl::Tensor::zeros({1}, cpudl::DType::i64)});
     FAIL() << "ran";
   } catch (const cpudl::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("Reshape node 'add': input 'shape' must be known before the run"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("Reshape node 'add': input 'shape' must be known before the run"),
+              std::string::npos)
         << e.what();
   }
   fs::remove(path);
@@ -311,7 +329,8 @@ TEST(OnnxLoader, LayoutReordersAroundTheConvolutionRegionKeepTheNumbers) {
   flat->add_input("c");
   flat->add_output("y");
   g->add_output()->set_name("y");
-  const fs::path path = fs::path(::testing::TempDir()) / ("cpudl_layout_" + std::to_string(getpid()) + ".onnx");
+  const fs::path path =
+      fs::path(::testing::TempDir()) / ("cpudl_layout_" + std::to_string(getpid()) + ".onnx");
   std::ofstream(path, std::ios::binary) << m.SerializeAsString();
   cpudl::InferenceSession session(path);
   cpudl::Generator gen(3);
@@ -327,8 +346,9 @@ TEST(OnnxLoader, LayoutReordersAroundTheConvolutionRegionKeepTheNumbers) {
         ASSERT_NEAR(y[(b * c + o) * h * w + p], ref, 1e-4) << b << " " << o << " " << p;
       }
   const auto rewrites = session.info({{n, c, h, w}}).rewrites;  // one reorder in, one before the Flatten
-  EXPECT_NE(std::find(rewrites.begin(), rewrites.end(), "2 reorder(s) at the edges of the blocked (nChw" +
-                                                            std::to_string(cpudl::onednn::blocked_layout_channels()) + "c) region"),
+  EXPECT_NE(std::find(rewrites.begin(), rewrites.end(),
+                      "2 reorder(s) at the edges of the blocked (nChw" +
+                          std::to_string(cpudl::onednn::blocked_layout_channels()) + "c) region"),
             rewrites.end());
   fs::remove(path);
 }
@@ -344,7 +364,8 @@ TEST(Npy, RoundTripsAndMatchesNumPysHeader) {
   const cpudl::Tensor back = cpudl::io::parse_npy(bytes, "t.npy");
   EXPECT_EQ(back.shape(), t.shape());
   EXPECT_EQ(back.to_vector(), t.to_vector());
-  const cpudl::Tensor ints = cpudl::io::parse_npy(cpudl::io::serialize_npy(cpudl::Tensor::zeros({3}, cpudl::DType::i64)), "i.npy");
+  const cpudl::Tensor ints =
+      cpudl::io::parse_npy(cpudl::io::serialize_npy(cpudl::Tensor::zeros({3}, cpudl::DType::i64)), "i.npy");
   EXPECT_EQ(ints.dtype(), cpudl::DType::i64);
   EXPECT_NE(cpudl::io::serialize_npy(ints).find("'shape': (3,)"), std::string::npos);
 }
@@ -360,7 +381,8 @@ TEST(Npy, BadFilesAreNamed) {
     return std::string();
   };
   EXPECT_NE(error("hello").find("x.npy: not a .npy file"), std::string::npos);
-  EXPECT_NE(error(good.substr(0, good.size() - 1)).find("holds 15 data bytes, shape [2, 2] of <f4 needs 16"), std::string::npos);
+  EXPECT_NE(error(good.substr(0, good.size() - 1)).find("holds 15 data bytes, shape [2, 2] of <f4 needs 16"),
+            std::string::npos);
   std::string fortran = good;
   fortran.replace(fortran.find("False"), 5, "True ");
   EXPECT_NE(error(fortran).find("Fortran-order"), std::string::npos);

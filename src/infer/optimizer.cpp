@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <optional>
 #include <set>
 #include <unordered_map>
@@ -77,7 +78,8 @@ void remove_identities(Graph& g, OptimizerReport& report) {
   std::vector<bool> removed(g.nodes.size(), false);
   for (std::size_t i = 0; i < g.nodes.size(); ++i) {
     Node& n = g.nodes[i];
-    const bool dropout = n.op == "Dropout" && (n.outputs.size() == 1 || n.outputs[1].empty()) && n.inputs.size() < 3;
+    const bool dropout =
+        n.op == "Dropout" && (n.outputs.size() == 1 || n.outputs[1].empty()) && n.inputs.size() < 3;
     if ((n.op != "Identity" && !dropout) || n.inputs.empty() || uses.outputs.count(n.outputs[0])) continue;
     rename_input(g, n.outputs[0], n.inputs[0]);
     removed[i] = true;
@@ -93,7 +95,9 @@ void fold_batch_norms(Graph& g, OptimizerReport& report) {
   std::vector<bool> removed(g.nodes.size(), false);
   for (std::size_t i = 0; i < g.nodes.size(); ++i) {
     Node& bn = g.nodes[i];
-    if (bn.op != "BatchNormalization" || bn.inputs.size() != 5 || bn.outputs.size() != 1 || bn.get_int("training_mode", 0)) continue;
+    if (bn.op != "BatchNormalization" || bn.inputs.size() != 5 || bn.outputs.size() != 1 ||
+        bn.get_int("training_mode", 0))
+      continue;
     std::size_t p = 0;
     bool found = false;
     for (std::size_t j = 0; j < i; ++j)
@@ -106,9 +110,11 @@ void fold_batch_norms(Graph& g, OptimizerReport& report) {
                          conv.get_float("alpha", 1) == 1 && conv.get_float("beta", 1) == 1;
     if (!is_conv && !is_gemm) continue;
     const HostTensor* w = constant_of(g, conv.inputs[1]);
-    const HostTensor* b = conv.inputs.size() > 2 && !conv.inputs[2].empty() ? constant_of(g, conv.inputs[2]) : nullptr;
+    const HostTensor* b =
+        conv.inputs.size() > 2 && !conv.inputs[2].empty() ? constant_of(g, conv.inputs[2]) : nullptr;
     const HostTensor* params[4];
-    bool ok = w && w->dtype == DType::f32 && !w->shape.empty() && (conv.inputs.size() < 3 || conv.inputs[2].empty() || b);
+    bool ok = w && w->dtype == DType::f32 && !w->shape.empty() &&
+              (conv.inputs.size() < 3 || conv.inputs[2].empty() || b);
     for (int k = 0; k < 4 && ok; ++k) {
       params[k] = constant_of(g, bn.inputs[static_cast<std::size_t>(k + 1)]);
       ok = params[k] && params[k]->dtype == DType::f32 && params[k]->shape == Shape{w->shape[0]};
@@ -144,10 +150,14 @@ void fuse_gelu(Graph& g, OptimizerReport& report) {
   for (std::size_t i = 0; i < g.nodes.size(); ++i)
     for (const auto& o : g.nodes[i].outputs) producer[o] = i;
   std::vector<bool> removed(g.nodes.size(), false);
-  auto other = [](const Node& n, const std::string& v) { return n.inputs[0] == v ? n.inputs[1] : n.inputs[0]; };
+  auto other = [](const Node& n, const std::string& v) {
+    return n.inputs[0] == v ? n.inputs[1] : n.inputs[0];
+  };
   for (std::size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& div = g.nodes[i];
-    if (removed[i] || div.op != "Div" || div.inputs.size() != 2 || !is_scalar_constant(g, div.inputs[1], 1.41421356f, 1e-4f)) continue;
+    if (removed[i] || div.op != "Div" || div.inputs.size() != 2 ||
+        !is_scalar_constant(g, div.inputs[1], 1.41421356f, 1e-4f))
+      continue;
     const std::string x = div.inputs[0];
     auto next = [&](std::size_t from, const char* op) -> std::optional<std::size_t> {
       const auto c = uses.only_consumer(g.nodes[from].outputs[0]);
@@ -162,9 +172,11 @@ void fuse_gelu(Graph& g, OptimizerReport& report) {
     const auto mul2 = next(*mul1, "Mul");
     const std::string m1_other = other(g.nodes[*mul1], g.nodes[*add].outputs[0]);
     std::size_t last;
-    if (m1_other == x && mul2 && is_scalar_constant(g, other(g.nodes[*mul2], g.nodes[*mul1].outputs[0]), 0.5f)) {
+    if (m1_other == x && mul2 &&
+        is_scalar_constant(g, other(g.nodes[*mul2], g.nodes[*mul1].outputs[0]), 0.5f)) {
       last = *mul2;  // (x * (1 + erf)) * 0.5
-    } else if (is_scalar_constant(g, m1_other, 0.5f) && mul2 && other(g.nodes[*mul2], g.nodes[*mul1].outputs[0]) == x) {
+    } else if (is_scalar_constant(g, m1_other, 0.5f) && mul2 &&
+               other(g.nodes[*mul2], g.nodes[*mul1].outputs[0]) == x) {
       last = *mul2;  // ((1 + erf) * 0.5) * x
     } else {
       continue;
@@ -204,7 +216,9 @@ void fuse_dynamic_quant_matmul(Graph& g, OptimizerReport& report) {
     if (!c || removed[*c] || g.nodes[*c].op != op) return std::nullopt;
     return c;
   };
-  auto other = [](const Node& n, const std::string& v) { return n.inputs[0] == v ? n.inputs[1] : n.inputs[0]; };
+  auto other = [](const Node& n, const std::string& v) {
+    return n.inputs[0] == v ? n.inputs[1] : n.inputs[0];
+  };
   for (std::size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& mmi = g.nodes[i];
     if (removed[i] || mmi.op != "MatMulInteger" || mmi.inputs.size() < 3) continue;
@@ -224,14 +238,16 @@ void fuse_dynamic_quant_matmul(Graph& g, OptimizerReport& report) {
     if (!mul || g.nodes[*mul].inputs.size() != 2) continue;
     const std::string scale_product = other(g.nodes[*mul], g.nodes[*cast].outputs[0]);
     const auto scale_mul = produced_by(scale_product, "Mul");
-    if (!scale_mul || uses.only_consumer(scale_product) != *mul || g.nodes[*scale_mul].inputs.size() != 2) continue;
+    if (!scale_mul || uses.only_consumer(scale_product) != *mul || g.nodes[*scale_mul].inputs.size() != 2)
+      continue;
     const Node& sm = g.nodes[*scale_mul];
     const std::string x_scale = g.nodes[*dql].outputs[1];
     if (sm.inputs[0] != x_scale && sm.inputs[1] != x_scale) continue;
     const std::string w_scale_name = other(sm, x_scale);
     const HostTensor* w_scale = constant_of(g, w_scale_name);
     const std::int64_t n = w->shape[1];
-    if (!w_scale || w_scale->dtype != DType::f32 || (w_scale->numel() != 1 && w_scale->numel() != n)) continue;
+    if (!w_scale || w_scale->dtype != DType::f32 || (w_scale->numel() != 1 && w_scale->numel() != n))
+      continue;
     Node fused;
     fused.op = "cpudl.Int8MatMul";
     fused.name = mmi.name.empty() ? g.nodes[*mul].name : mmi.name;
@@ -248,9 +264,9 @@ void fuse_dynamic_quant_matmul(Graph& g, OptimizerReport& report) {
     }
     fused.outputs = {g.nodes[last].outputs[0]};
     for (std::size_t k : {i, *cast, *scale_mul}) removed[k] = true;
-    report.add("fused dynamic int8 MatMul",
-               "fused " + g.nodes[*dql].label() + " + " + mmi.label() + " + Cast + Mul" + (fused.inputs.size() > 3 ? " + Add" : "") +
-                   " into one int8 product");
+    report.add("fused dynamic int8 MatMul", "fused " + g.nodes[*dql].label() + " + " + mmi.label() +
+                                                " + Cast + Mul" + (fused.inputs.size() > 3 ? " + Add" : "") +
+                                                " into one int8 product");
     g.nodes[last] = std::move(fused);
   }
   drop_removed(g, removed);
@@ -282,7 +298,9 @@ void fuse_qdq_products(Graph& g, OptimizerReport& report, bool convolutions) {
     const bool gemm = n.op == "Gemm", conv = n.op == "Conv";
     if ((n.op != "MatMul" && !gemm && !conv) || n.inputs.size() < 2) continue;
     if (conv && (!convolutions || n.get_int("group", 1) != 1)) continue;
-    if (gemm && (n.get_int("transA", 0) != 0 || n.get_float("alpha", 1) != 1.0f || n.get_float("beta", 1) != 1.0f)) continue;
+    if (gemm &&
+        (n.get_int("transA", 0) != 0 || n.get_float("alpha", 1) != 1.0f || n.get_float("beta", 1) != 1.0f))
+      continue;
     // The activation: DequantizeLinear(QuantizeLinear(x, s, z), s, z), uint8, per tensor.
     const Node* dq = produced_by(n.inputs[0], "DequantizeLinear");
     const Node* q = dq ? produced_by(dq->inputs[0], "QuantizeLinear") : nullptr;
@@ -298,7 +316,8 @@ void fuse_qdq_products(Graph& g, OptimizerReport& report, bool convolutions) {
     if (!wdq || wdq->inputs.size() < 2) continue;
     const HostTensor* w = constant_of(g, wdq->inputs[0]);
     const HostTensor* ws = constant_of(g, wdq->inputs[1]);
-    if (!w || w->dtype != DType::i8 || w->shape.size() != (conv ? 4u : 2u) || !ws || ws->dtype != DType::f32) continue;
+    if (!w || w->dtype != DType::i8 || w->shape.size() != (conv ? 4u : 2u) || !ws || ws->dtype != DType::f32)
+      continue;
     if (wdq->inputs.size() > 2 && !wdq->inputs[2].empty()) {
       const HostTensor* wz = constant_of(g, wdq->inputs[2]);
       if (!wz || wz->dtype != DType::i8) continue;
@@ -315,7 +334,8 @@ void fuse_qdq_products(Graph& g, OptimizerReport& report, bool convolutions) {
     std::string bias;
     if ((gemm || conv) && n.inputs.size() > 2 && !n.inputs[2].empty()) {
       const HostTensor* b = constant_of(g, n.inputs[2]);
-      if (!b || b->dtype != DType::f32 || b->numel() != cols || (b->shape.size() == 2 && b->shape[0] != 1)) continue;
+      if (!b || b->dtype != DType::f32 || b->numel() != cols || (b->shape.size() == 2 && b->shape[0] != 1))
+        continue;
       bias = n.inputs[2];
     }
     std::string w_name = wdq->inputs[0];
@@ -324,7 +344,8 @@ void fuse_qdq_products(Graph& g, OptimizerReport& report, bool convolutions) {
       if (!g.constants.count(w_name)) {
         auto t = std::make_shared<HostTensor>(HostTensor::zeros(DType::i8, {k, cols}));
         for (std::int64_t i = 0; i < k; ++i)
-          for (std::int64_t j = 0; j < cols; ++j) t->data<std::int8_t>()[i * cols + j] = w->data<std::int8_t>()[j * k + i];
+          for (std::int64_t j = 0; j < cols; ++j)
+            t->data<std::int8_t>()[i * cols + j] = w->data<std::int8_t>()[j * k + i];
         g.constants[w_name] = t;
       }
     }
@@ -334,13 +355,16 @@ void fuse_qdq_products(Graph& g, OptimizerReport& report, bool convolutions) {
     fused.name = n.name;
     if (conv) {  // the window, with the kernel size the flattened weights no longer show
       fused.attributes = n.attributes;
-      fused.attributes["kernel_shape"] = Attribute{Attribute::Kind::ints, 0, 0, "", {w->shape[2], w->shape[3]}, {}, {}, nullptr};
+      fused.attributes["kernel_shape"] =
+          Attribute{Attribute::Kind::ints, 0, 0, "", {w->shape[2], w->shape[3]}, {}, {}, nullptr};
     }
     fused.inputs = {q->inputs[0], w_name, wdq->inputs[1]};
     if (!bias.empty()) fused.inputs.push_back(bias);
     fused.outputs = {n.outputs[0]};
-    fused.attributes["cpudl.a_scale"] = Attribute{Attribute::Kind::f, 0, s->data<float>()[0], "", {}, {}, {}, nullptr};
-    fused.attributes["cpudl.a_zero"] = Attribute{Attribute::Kind::i, z->data<std::uint8_t>()[0], 0, "", {}, {}, {}, nullptr};
+    fused.attributes["cpudl.a_scale"] =
+        Attribute{Attribute::Kind::f, 0, s->data<float>()[0], "", {}, {}, {}, nullptr};
+    fused.attributes["cpudl.a_zero"] =
+        Attribute{Attribute::Kind::i, z->data<std::uint8_t>()[0], 0, "", {}, {}, {}, nullptr};
     n = std::move(fused);
     report.add(conv ? "fused QDQ int8 Conv" : "fused QDQ int8 MatMul",
                "fused the QuantizeLinear/DequantizeLinear pairs around " + label + " into one int8 product");
@@ -368,12 +392,14 @@ void fuse_with_shapes(Graph& g, const std::map<std::string, ValueDesc>& descs, O
   for (std::size_t i = 0; i < g.nodes.size(); ++i) {
     if (removed[i]) continue;
     const std::string op = g.nodes[i].op;
-    if (op == "cpudl.Int8MatMul" || op == "cpudl.Int8Conv") {  // their int8 kernel applies a ReLU, nothing else
+    if (op == "cpudl.Int8MatMul" ||
+        op == "cpudl.Int8Conv") {  // their int8 kernel applies a ReLU, nothing else
       const Uses uses(g);
       const auto c = uses.only_consumer(g.nodes[i].outputs[0]);
       if (c && !removed[*c] && g.nodes[*c].op == "Relu") {
         const std::string parts = g.nodes[i].label() + " + " + g.nodes[*c].label();
-        g.nodes[i].attributes["cpudl.activation"] = Attribute{Attribute::Kind::s, 0, 0, "Relu", {}, {}, {}, nullptr};
+        g.nodes[i].attributes["cpudl.activation"] =
+            Attribute{Attribute::Kind::s, 0, 0, "Relu", {}, {}, {}, nullptr};
         g.nodes[i].outputs[0] = g.nodes[*c].outputs[0];
         g.nodes[*c] = std::move(g.nodes[i]);
         removed[i] = true;
@@ -386,9 +412,10 @@ void fuse_with_shapes(Graph& g, const std::map<std::string, ValueDesc>& descs, O
     if (!out || out->dtype != DType::f32 || out->shape.empty()) continue;
     {
       const Node& n = g.nodes[i];
-      const bool gemm_plain = op != "Gemm" || (n.get_float("alpha", 1) == 1 && n.get_float("beta", 1) == 1 &&
-                                               (n.inputs.size() < 3 || n.inputs[2].empty() ||
-                                                (desc(n.inputs[2]) && desc(n.inputs[2])->numel() == out->shape.back())));
+      const bool gemm_plain =
+          op != "Gemm" || (n.get_float("alpha", 1) == 1 && n.get_float("beta", 1) == 1 &&
+                           (n.inputs.size() < 3 || n.inputs[2].empty() ||
+                            (desc(n.inputs[2]) && desc(n.inputs[2])->numel() == out->shape.back())));
       if (!gemm_plain) continue;
     }
     // The fused node moves to its last absorbed consumer's slot: everything that consumer reads
@@ -441,7 +468,8 @@ void fuse_with_shapes(Graph& g, const std::map<std::string, ValueDesc>& descs, O
     }
     // + Relu, or Clip with constant bounds.
     if (const auto c = consumer("Relu")) {
-      g.nodes[at].attributes["cpudl.activation"] = Attribute{Attribute::Kind::s, 0, 0, "Relu", {}, {}, {}, nullptr};
+      g.nodes[at].attributes["cpudl.activation"] =
+          Attribute{Attribute::Kind::s, 0, 0, "Relu", {}, {}, {}, nullptr};
       absorb(*c);
     } else if (const auto c = consumer("Clip")) {
       const Node& act = g.nodes[*c];
@@ -471,8 +499,8 @@ void assign_layouts(Graph& g, std::map<std::string, ValueDesc>& descs, Optimizer
   enum Layout : std::int64_t { nchw = 0, nhwc = 1, blocked = 2 };
   auto is_4d_f32 = [&](const std::string& v) {
     const auto it = descs.find(v);
-    return !v.empty() && it != descs.end() && it->second.dtype == DType::f32 && it->second.shape.size() == 4 &&
-           !g.constants.count(v);
+    return !v.empty() && it != descs.end() && it->second.dtype == DType::f32 &&
+           it->second.shape.size() == 4 && !g.constants.count(v);
   };
   auto channels = [&](const std::string& v) { return descs.at(v).shape[1]; };
   // The region's layout: blocked when every convolution's channels fit the block (a first layer
@@ -521,28 +549,33 @@ void assign_layouts(Graph& g, std::map<std::string, ValueDesc>& descs, Optimizer
     }
     v = converted[key];
   };
-  static const std::set<std::string> unary = {"Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "Erf", "Gelu", "Sqrt", "Exp", "Log", "Neg"};
+  static const std::set<std::string> unary = {"Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "Erf",
+                                              "Gelu", "Sqrt",      "Exp",  "Log",     "Neg"};
   static const std::set<std::string> binary = {"Add", "Sub", "Mul", "Div"};
   for (Node& n : g.nodes) {
     Layout out = nchw;
     if (n.op == "Conv" && is_4d_f32(n.inputs[0]) && is_4d_f32(n.outputs[0])) {
       const bool first_layer = region == blocked && channels(n.inputs[0]) % block != 0;
-      if (!first_layer) ensure(n.inputs[0], region);
-      else ensure(n.inputs[0], nchw);
+      if (!first_layer)
+        ensure(n.inputs[0], region);
+      else
+        ensure(n.inputs[0], nchw);
       if (n.inputs.size() > 3) ensure(n.inputs[3], region);
       set_int(n, "cpudl.src_layout", layout_of(n.inputs[0]));
       set_int(n, "cpudl.dst_layout", region);
       out = region;
-    } else if ((n.op == "MaxPool" || n.op == "AveragePool") && layout_of(n.inputs[0]) != nchw && n.outputs.size() == 1) {
+    } else if ((n.op == "MaxPool" || n.op == "AveragePool") && layout_of(n.inputs[0]) != nchw &&
+               n.outputs.size() == 1) {
       out = layout_of(n.inputs[0]);
       set_int(n, "cpudl.layout", out);
     } else if (n.op == "GlobalAveragePool" && layout_of(n.inputs[0]) != nchw) {
-      set_int(n, "cpudl.layout", layout_of(n.inputs[0]));  // its N x C x 1 x 1 output is plain in every layout
+      set_int(n, "cpudl.layout",
+              layout_of(n.inputs[0]));  // its N x C x 1 x 1 output is plain in every layout
     } else if (unary.count(n.op) && !n.inputs.empty()) {
       out = layout_of(n.inputs[0]);
       for (std::size_t k = 1; k < n.inputs.size(); ++k) ensure(n.inputs[k], nchw);
-    } else if (binary.count(n.op) && n.inputs.size() == 2 && is_4d_f32(n.inputs[0]) && is_4d_f32(n.inputs[1]) &&
-               descs.at(n.inputs[0]).shape == descs.at(n.inputs[1]).shape &&
+    } else if (binary.count(n.op) && n.inputs.size() == 2 && is_4d_f32(n.inputs[0]) &&
+               is_4d_f32(n.inputs[1]) && descs.at(n.inputs[0]).shape == descs.at(n.inputs[1]).shape &&
                (layout_of(n.inputs[0]) != nchw || layout_of(n.inputs[1]) != nchw)) {
       ensure(n.inputs[0], region);
       ensure(n.inputs[1], region);
@@ -573,8 +606,86 @@ void assign_layouts(Graph& g, std::map<std::string, ValueDesc>& descs, Optimizer
   g.nodes = std::move(nodes);
   if (reorders > 0)
     report.add("layout reorders", std::to_string(reorders) + " reorder(s) at the edges of the " +
-                                      (region == blocked ? "blocked (nChw" + std::to_string(block) + "c)" : std::string("NHWC")) +
+                                      (region == blocked ? "blocked (nChw" + std::to_string(block) + "c)"
+                                                         : std::string("NHWC")) +
                                       " region");
+}
+
+void fuse_depthwise(Graph& g, const std::map<std::string, ValueDesc>& descs, OptimizerReport& report) {
+  static const bool enabled = [] {
+    const char* value = std::getenv("CPUDL_FUSE_DEPTHWISE");
+    return value == nullptr || std::string(value) != "0";
+  }();
+  if (!enabled) return;
+  auto ints_are = [](const Node& n, const char* key, std::vector<std::int64_t> fallback, std::int64_t want) {
+    for (std::int64_t v : n.get_ints(key, std::move(fallback)))
+      if (v != want) return false;
+    return true;
+  };
+  // A Conv with constant weights of `kernel` x `kernel`, no residual, between blocked activations.
+  auto plain_conv = [&](const Node& n, std::int64_t kernel) -> const HostTensor* {
+    if (n.op != "Conv" || n.inputs.size() < 2 || n.inputs.size() > 3 || n.outputs.size() != 1) return nullptr;
+    if (n.get_int("cpudl.src_layout", 0) != 2 || n.get_int("cpudl.dst_layout", 0) != 2) return nullptr;
+    if (n.get_string("auto_pad", "NOTSET") != "NOTSET" || !ints_are(n, "dilations", {1, 1}, 1))
+      return nullptr;
+    const HostTensor* w = constant_of(g, n.inputs[1]);
+    if (!w || w->dtype != DType::f32 || w->shape.size() != 4 || w->shape[2] != kernel ||
+        w->shape[3] != kernel)
+      return nullptr;
+    const bool bias_known = n.inputs.size() < 3 || n.inputs[2].empty() || constant_of(g, n.inputs[2]);
+    return bias_known ? w : nullptr;
+  };
+  auto set = [](Node& n, const std::string& key, Attribute a) { n.attributes[key] = std::move(a); };
+  std::vector<bool> removed(g.nodes.size(), false);
+  const Uses uses(g);
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& pw = g.nodes[i];
+    const HostTensor* w1 = plain_conv(pw, 1);
+    if (!w1 || pw.get_int("group", 1) != 1 || !ints_are(pw, "strides", {1, 1}, 1) ||
+        !ints_are(pw, "pads", {0, 0, 0, 0}, 0))
+      continue;
+    const auto c = uses.only_consumer(pw.outputs[0]);
+    if (!c || removed[*c]) continue;
+    const Node& dw = g.nodes[*c];
+    const HostTensor* w2 = plain_conv(dw, 3);
+    const std::int64_t channels = w1->shape[0];
+    const auto strides = dw.get_ints("strides", {1, 1});
+    if (!w2 || dw.inputs[0] != pw.outputs[0] || dw.get_int("group", 1) != channels ||
+        w2->shape[0] != channels || w2->shape[1] != 1 || !ints_are(dw, "pads", {0, 0, 0, 0}, 1) ||
+        strides.size() != 2 || strides[0] != strides[1])
+      continue;
+    const auto x = descs.find(pw.inputs[0]);
+    if (x == descs.end() || x->second.shape.size() != 4) continue;
+    onednn::ConvShape shape;
+    shape.batch = x->second.shape[0];
+    shape.in_channels = x->second.shape[1];
+    shape.height = x->second.shape[2];
+    shape.width = x->second.shape[3];
+    shape.out_channels = channels;
+    shape.kernel_h = shape.kernel_w = 1;
+    shape.layout = onednn::ActivationLayout::blocked;
+    if (!onednn::depthwise_fusion_supported(shape, strides[0])) continue;
+
+    Node fused;
+    fused.op = "cpudl.ConvDepthwise";
+    fused.name = pw.name;
+    fused.inputs = {pw.inputs[0], pw.inputs[1], pw.inputs.size() > 2 ? pw.inputs[2] : "", dw.inputs[1],
+                    dw.inputs.size() > 2 ? dw.inputs[2] : ""};
+    fused.outputs = dw.outputs;
+    const std::pair<const char*, const char*> activation_keys[] = {
+        {"cpudl.activation", "cpudl.dw_activation"},
+        {"cpudl.clip_min", "cpudl.dw_clip_min"},
+        {"cpudl.clip_max", "cpudl.dw_clip_max"}};
+    for (const auto& [key, dw_key] : activation_keys) {
+      if (const auto a = pw.attributes.find(key); a != pw.attributes.end()) set(fused, key, a->second);
+      if (const auto a = dw.attributes.find(key); a != dw.attributes.end()) set(fused, dw_key, a->second);
+    }
+    set(fused, "cpudl.dw_stride", Attribute{Attribute::Kind::i, strides[0], 0, "", {}, {}, {}, nullptr});
+    report.add("fused depthwise Conv", "fused " + pw.label() + " + " + dw.label());
+    g.nodes[*c] = std::move(fused);
+    removed[i] = true;
+  }
+  drop_removed(g, removed);
 }
 
 void remove_dead_nodes(Graph& g) {

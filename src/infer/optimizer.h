@@ -15,7 +15,8 @@
 namespace cpudl::infer {
 
 struct OptimizerReport {
-  std::vector<std::string> rewrites;  // one line per rewrite: "folded BatchNormalization 'bn1' into Conv 'conv1'"
+  std::vector<std::string>
+      rewrites;  // one line per rewrite: "folded BatchNormalization 'bn1' into Conv 'conv1'"
   std::map<std::string, int> counts;  // rewrite kind -> how many
   void add(const std::string& kind, const std::string& line) {
     rewrites.push_back(line);
@@ -24,7 +25,8 @@ struct OptimizerReport {
 };
 
 struct OptimizeOptions {
-  bool int8_convolutions = false;  // fuse QDQ convolutions into cpudl.Int8Conv (InferenceOptions says why not by default)
+  bool int8_convolutions =
+      false;  // fuse QDQ convolutions into cpudl.Int8Conv (InferenceOptions says why not by default)
 };
 void optimize_graph(Graph& graph, OptimizerReport& report, const OptimizeOptions& options = {});
 void fuse_with_shapes(Graph& graph, const std::map<std::string, ValueDesc>& descs, OptimizerReport& report);
@@ -35,6 +37,12 @@ void fuse_with_shapes(Graph& graph, const std::map<std::string, ValueDesc>& desc
 // graph's image input, a Flatten, the outputs). Conv gets cpudl.src_layout/dst_layout, pools and
 // GlobalAveragePool cpudl.layout (onednn::ActivationLayout codes).
 void assign_layouts(Graph& graph, std::map<std::string, ValueDesc>& descs, OptimizerReport& report);
+// After assign_layouts: a 1x1 Conv whose only consumer is a depthwise 3x3 Conv (padding 1, stride
+// 1 or 2), both blocked with constant weights, becomes one cpudl.ConvDepthwise node -- inputs X,
+// W, B, depthwise W, depthwise B; attributes cpudl.dw_stride and cpudl.dw_activation/clip_* --
+// run by oneDNN's fused kernel where it has one (onednn::DepthwiseStage says why).
+// CPUDL_FUSE_DEPTHWISE=0 turns it off (for comparisons).
+void fuse_depthwise(Graph& graph, const std::map<std::string, ValueDesc>& descs, OptimizerReport& report);
 // Drops nodes none of whose outputs reach a graph output.
 void remove_dead_nodes(Graph& graph);
 

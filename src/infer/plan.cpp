@@ -18,7 +18,9 @@ constexpr std::size_t kAlignment = 64;
 
 std::size_t round_up(std::size_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
 
-std::size_t bytes_of(const ValueDesc& d) { return static_cast<std::size_t>(d.numel()) * element_size(d.dtype); }
+std::size_t bytes_of(const ValueDesc& d) {
+  return static_cast<std::size_t>(d.numel()) * element_size(d.dtype);
+}
 
 OpSetup make_setup(const Node& node, std::int64_t opset, const std::map<std::string, ValueDesc>& descs,
                    const std::map<std::string, std::shared_ptr<const HostTensor>>& known) {
@@ -45,22 +47,28 @@ Kernel build(OpSetup& s) {
   std::size_t named = 0;
   for (const auto& o : s.node.outputs) named += !o.empty();
   if (named > s.outputs.size())
-    s.fail("has " + std::to_string(s.node.outputs.size()) + " outputs, expected at most " + std::to_string(s.outputs.size()));
+    s.fail("has " + std::to_string(s.node.outputs.size()) + " outputs, expected at most " +
+           std::to_string(s.outputs.size()));
   return k;
 }
 
 void check_input_shape(const ValueInfo& declared, const Shape& given) {
   if (declared.shape.empty()) return;  // no shape information in the model
   bool ok = declared.shape.size() == given.size();
-  for (std::size_t i = 0; ok && i < given.size(); ++i) ok = declared.shape[i] < 0 || declared.shape[i] == given[i];
+  for (std::size_t i = 0; ok && i < given.size(); ++i)
+    ok = declared.shape[i] < 0 || declared.shape[i] == given[i];
   if (!ok) {
     Shape shown = declared.shape;
     std::string text = "[";
-    for (std::size_t i = 0; i < shown.size(); ++i) text += (i ? ", " : "") + (shown[i] < 0 ? std::string("?") : std::to_string(shown[i]));
-    throw Error("input '" + declared.name + "' has shape " + shape_string(given) + ", the model expects " + text + "]");
+    for (std::size_t i = 0; i < shown.size(); ++i)
+      text += (i ? ", " : "") + (shown[i] < 0 ? std::string("?") : std::to_string(shown[i]));
+    throw Error("input '" + declared.name + "' has shape " + shape_string(given) + ", the model expects " +
+                text + "]");
   }
   for (std::int64_t d : given)
-    if (d < 1) throw Error("input '" + declared.name + "' has shape " + shape_string(given) + ": every dimension must be at least 1");
+    if (d < 1)
+      throw Error("input '" + declared.name + "' has shape " + shape_string(given) +
+                  ": every dimension must be at least 1");
 }
 
 }  // namespace
@@ -72,6 +80,10 @@ double node_flops(const Node& node, const std::vector<ValueDesc>& in, const std:
     const Shape& w = in[1].shape;
     return 2.0 * outputs * static_cast<double>(w[1] * w[2] * w[3]);
   }
+  if (node.op == "cpudl.ConvDepthwise" && in[0].shape.size() == 4 && in[1].shape.size() == 4) {
+    const double pointwise = 2.0 * static_cast<double>(in[0].numel()) * static_cast<double>(in[1].shape[0]);
+    return pointwise + 2.0 * outputs * 9.0;
+  }
   if (node.op == "ConvTranspose" && in[1].shape.size() == 4) {
     const Shape& w = in[1].shape;
     return 2.0 * static_cast<double>(in[0].numel()) * static_cast<double>(w[1] * w[2] * w[3]);
@@ -80,16 +92,20 @@ double node_flops(const Node& node, const std::vector<ValueDesc>& in, const std:
     const std::int64_t k = node.get_int("transA", 0) ? in[0].shape[0] : in[0].shape[1];
     return 2.0 * outputs * static_cast<double>(k);
   }
-  if (node.op == "cpudl.Int8Conv" && in[1].shape.size() == 2) return 2.0 * outputs * static_cast<double>(in[1].shape[0]);
-  if ((node.op == "MatMul" || node.op == "MatMulInteger" || node.op == "cpudl.Int8MatMul") && !in[0].shape.empty())
+  if (node.op == "cpudl.Int8Conv" && in[1].shape.size() == 2)
+    return 2.0 * outputs * static_cast<double>(in[1].shape[0]);
+  if ((node.op == "MatMul" || node.op == "MatMulInteger" || node.op == "cpudl.Int8MatMul") &&
+      !in[0].shape.empty())
     return 2.0 * outputs * static_cast<double>(in[0].shape.back());
   return 0;
 }
 
-Plan::Plan(const Graph& session_graph, const std::vector<Shape>& input_shapes, OptimizerReport& report, bool fuse) {
+Plan::Plan(const Graph& session_graph, const std::vector<Shape>& input_shapes, OptimizerReport& report,
+           bool fuse) {
   Graph g = session_graph;
   if (input_shapes.size() != g.inputs.size())
-    throw Error("the model has " + std::to_string(g.inputs.size()) + " input(s), " + std::to_string(input_shapes.size()) + " given");
+    throw Error("the model has " + std::to_string(g.inputs.size()) + " input(s), " +
+                std::to_string(input_shapes.size()) + " given");
   std::map<std::string, ValueDesc> descs;
   std::map<std::string, std::shared_ptr<const HostTensor>> known = g.constants;
   for (std::size_t i = 0; i < g.inputs.size(); ++i) {
@@ -109,7 +125,8 @@ Plan::Plan(const Graph& session_graph, const std::vector<Shape>& input_shapes, O
     bool foldable = node.op == "Shape";
     if (!foldable) {
       foldable = true;
-      for (std::size_t k = 0; k < s.inputs.size(); ++k) foldable = foldable && (!s.inputs[k].present || s.constants[k]);
+      for (std::size_t k = 0; k < s.inputs.size(); ++k)
+        foldable = foldable && (!s.inputs[k].present || s.constants[k]);
     }
     if (!foldable) {
       remaining.push_back(node);
@@ -117,10 +134,12 @@ Plan::Plan(const Graph& session_graph, const std::vector<Shape>& input_shapes, O
     }
     std::vector<TensorView> in_views, out_views;
     for (std::size_t k = 0; k < s.inputs.size(); ++k)
-      in_views.push_back(TensorView{s.inputs[k].dtype, &s.inputs[k].shape,
-                                    s.constants[k] ? const_cast<std::byte*>(s.constants[k]->bytes.data()) : nullptr});
+      in_views.push_back(
+          TensorView{s.inputs[k].dtype, &s.inputs[k].shape,
+                     s.constants[k] ? const_cast<std::byte*>(s.constants[k]->bytes.data()) : nullptr});
     std::vector<std::shared_ptr<HostTensor>> results;
-    for (const auto& d : s.outputs) results.push_back(std::make_shared<HostTensor>(HostTensor::zeros(d.dtype, d.shape)));
+    for (const auto& d : s.outputs)
+      results.push_back(std::make_shared<HostTensor>(HostTensor::zeros(d.dtype, d.shape)));
     for (std::size_t o = 0; o < results.size(); ++o)
       out_views.push_back(TensorView{results[o]->dtype, &results[o]->shape, results[o]->bytes.data()});
     if (s.output_aliases_input && !results[0]->bytes.empty())
@@ -134,7 +153,10 @@ Plan::Plan(const Graph& session_graph, const std::vector<Shape>& input_shapes, O
   g.constants = known;
   if (fuse) fuse_with_shapes(g, descs, report);
   remove_dead_nodes(g);
-  if (fuse) assign_layouts(g, descs, report);
+  if (fuse) {
+    assign_layouts(g, descs, report);
+    fuse_depthwise(g, descs, report);
+  }
 
   // Pass 2: values, kernels, buffers.
   std::unordered_map<std::string, std::size_t> index;
@@ -205,7 +227,8 @@ Plan::Plan(const Graph& session_graph, const std::vector<Shape>& input_shapes, O
   // Greedy by size: the largest buffers first, each at the lowest offset free over its lifetime.
   std::vector<std::size_t> order(buffer_bytes.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return buffer_bytes[a] > buffer_bytes[b]; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return buffer_bytes[a] > buffer_bytes[b]; });
   buffer_offsets_.assign(buffer_bytes.size(), 0);
   std::vector<std::size_t> placed;
   for (std::size_t b : order) {
@@ -226,7 +249,8 @@ Plan::Plan(const Graph& session_graph, const std::vector<Shape>& input_shapes, O
   }
   if (stats_.arena_bytes > 0) {
     auto* memory = static_cast<std::byte*>(std::aligned_alloc(kAlignment, round_up(stats_.arena_bytes)));
-    if (!memory) throw Error("cannot allocate the plan's " + std::to_string(stats_.arena_bytes) + "-byte arena");
+    if (!memory)
+      throw Error("cannot allocate the plan's " + std::to_string(stats_.arena_bytes) + "-byte arena");
     arena_ = std::unique_ptr<std::byte[], void (*)(std::byte*)>(memory, [](std::byte* p) { std::free(p); });
   }
   std::size_t widest = 0;
@@ -238,9 +262,12 @@ Plan::Plan(const Graph& session_graph, const std::vector<Shape>& input_shapes, O
 void* Plan::address(std::size_t v, std::span<const TensorView> inputs) const {
   const Value& value = values_[v];
   switch (value.storage) {
-    case Storage::constant: return const_cast<void*>(value.constant);
-    case Storage::input: return inputs[value.index].data;
-    case Storage::arena: return arena_.get() + buffer_offsets_[value.index];
+    case Storage::constant:
+      return const_cast<void*>(value.constant);
+    case Storage::input:
+      return inputs[value.index].data;
+    case Storage::arena:
+      return arena_.get() + buffer_offsets_[value.index];
   }
   return nullptr;
 }
@@ -250,11 +277,15 @@ void Plan::run(std::span<const TensorView> inputs, std::span<const TensorView> o
     const Step& step = steps_[i];
     for (std::size_t k = 0; k < step.inputs.size(); ++k) {
       const std::size_t v = step.inputs[k];
-      scratch_in_[k] = v == kNone ? TensorView{} : TensorView{values_[v].desc.dtype, &values_[v].desc.shape, address(v, inputs)};
+      scratch_in_[k] = v == kNone
+                           ? TensorView{}
+                           : TensorView{values_[v].desc.dtype, &values_[v].desc.shape, address(v, inputs)};
     }
     for (std::size_t k = 0; k < step.outputs.size(); ++k) {
       const std::size_t v = step.outputs[k];
-      scratch_out_[k] = v == kNone ? TensorView{} : TensorView{values_[v].desc.dtype, &values_[v].desc.shape, address(v, inputs)};
+      scratch_out_[k] = v == kNone
+                            ? TensorView{}
+                            : TensorView{values_[v].desc.dtype, &values_[v].desc.shape, address(v, inputs)};
     }
     const std::span<const TensorView> in(scratch_in_.data(), step.inputs.size());
     const std::span<const TensorView> out(scratch_out_.data(), step.outputs.size());

@@ -1,6 +1,8 @@
 // 2-D convolution through oneDNN: forward (bias, residual add and ReLU fused), backward data and
 // backward weights. Activations stay in the caller's layout; weights are reordered to the
 // primitive's blocked layout once per weights version.
+#include <algorithm>
+#include <optional>
 #include <string>
 
 #include "onednn/dense.h"
@@ -80,15 +82,59 @@ Geometry geometry(const ConvShape& s) {
   return g;
 }
 
-dnnl::convolution_forward::primitive_desc forward_pd(const Geometry& g, bool bias,
-                                                     const dnnl::primitive_attr& attr) {
-  const auto desc = bias ? dnnl::convolution_forward::desc(
-                               dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, g.src,
-                               g.weights_any, g.bias, g.dst, g.strides, g.dilates, g.pad_l, g.pad_r)
-                         : dnnl::convolution_forward::desc(
-                               dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, g.src,
-                               g.weights_any, g.dst, g.strides, g.dilates, g.pad_l, g.pad_r);
+dnnl::convolution_forward::primitive_desc forward_pd(
+    const Geometry& g, bool bias, const dnnl::primitive_attr& attr,
+    dnnl::prop_kind prop = dnnl::prop_kind::forward_training) {
+  const auto desc =
+      bias ? dnnl::convolution_forward::desc(prop, dnnl::algorithm::convolution_direct, g.src, g.weights_any,
+                                             g.bias, g.dst, g.strides, g.dilates, g.pad_l, g.pad_r)
+           : dnnl::convolution_forward::desc(prop, dnnl::algorithm::convolution_direct, g.src, g.weights_any,
+                                             g.dst, g.strides, g.dilates, g.pad_l, g.pad_r);
   return dnnl::convolution_forward::primitive_desc(desc, attr, engine());
+}
+
+// The post-ops of a forward convolution: residual add, activation, then the depthwise stage and
+// its activation.
+dnnl::post_ops forward_post_ops(const Geometry& g, const ConvEpilogue& e) {
+  dnnl::post_ops ops;
+  if (e.residual) ops.append_binary(dnnl::algorithm::binary_add, g.dst);
+  append_activation(ops, static_cast<int>(e.activation), e.clip_min, e.clip_max);
+  if (const DepthwiseStage* dw = e.depthwise) {
+    using dt = dnnl::memory::data_type;
+    ops.append_dw(dt::f32, dt::f32, dt::f32, 3, dw->stride, 1, 0, {});
+    append_activation(ops, static_cast<int>(dw->activation), dw->clip_min, dw->clip_max);
+  }
+  return ops;
+}
+
+// The forward primitive, or (depthwise fusion only) null where oneDNN has no fused kernel for the
+// shape or would compute another output size than ONNX's (H - 1) / stride + 1.
+std::optional<dnnl::convolution_forward::primitive_desc> try_forward_pd(const ConvShape& s, const Geometry& g,
+                                                                        bool bias, const ConvEpilogue& e) {
+  dnnl::primitive_attr attr;
+  attr.set_post_ops(forward_post_ops(g, e));
+  if (!e.depthwise) return forward_pd(g, bias, attr);
+  try {
+    auto pd = forward_pd(g, bias, attr, dnnl::prop_kind::forward_inference);
+    const dims want = {s.batch, s.out_channels, e.depthwise->out_size(s.height),
+                       e.depthwise->out_size(s.width)};
+    if (pd.dst_desc().dims() != want) return std::nullopt;
+    return pd;
+  } catch (const dnnl::error&) {
+    return std::nullopt;
+  }
+}
+
+void validate_depthwise(const ConvShape& s, const ConvEpilogue& e) {
+  if (!e.depthwise) return;
+  const bool pointwise = s.kernel_h == 1 && s.kernel_w == 1 && s.stride_h == 1 && s.stride_w == 1 &&
+                         s.pad_h == 0 && s.pad_w == 0 && s.groups == 1;
+  const bool blocked =
+      s.layout == ActivationLayout::blocked && s.dst_layout.value_or(s.layout) == ActivationLayout::blocked;
+  if (!pointwise || !blocked || e.residual || (e.depthwise->stride != 1 && e.depthwise->stride != 2))
+    throw Error(conv_text(s) +
+                ": a fused depthwise stage needs a blocked 1x1 stride-1 convolution without "
+                "residual, and depthwise stride 1 or 2");
 }
 
 // Weights in the primitive's layout: the caller's OIHW buffer when the layouts agree, otherwise
@@ -105,12 +151,12 @@ struct WeightsCache {
     plain = dnnl::memory(plain_md, engine(), DNNL_MEMORY_NONE);
     blocked = dnnl::memory(wanted, engine());
   }
-  // Binds DNNL_ARG_WEIGHTS: the blocked copy, or a per-call slot for the caller's buffer.
-  void bind(Executable& exec, const dnnl::memory::desc& plain_md) {
+  // Binds `arg`: the blocked copy, or a per-call slot for the caller's buffer.
+  void bind(Executable& exec, const dnnl::memory::desc& plain_md, int arg = DNNL_ARG_WEIGHTS) {
     if (needs_reorder)
-      exec.bind_owned(DNNL_ARG_WEIGHTS, blocked);
+      exec.bind_owned(arg, blocked);
     else
-      exec.bind(DNNL_ARG_WEIGHTS, plain_md);
+      exec.bind(arg, plain_md);
   }
   void refresh(const float* weights, std::uint64_t weights_version) {
     if (!needs_reorder) return;
@@ -124,7 +170,8 @@ struct WeightsCache {
 
 struct ForwardEntry {
   Executable exec;
-  WeightsCache weights;
+  WeightsCache weights, depthwise_weights;
+  bool depthwise_bias_owned = false;  // a zero bias for a depthwise stage without one
 };
 
 struct BackwardDataEntry {
@@ -160,43 +207,86 @@ void ConvShape::validate() const {
   if (out_height() < 1 || out_width() < 1) fail("the kernel does not fit the padded input");
 }
 
+bool depthwise_fusion_supported(const ConvShape& s, std::int64_t stride) {
+  DepthwiseStage dw;
+  dw.stride = stride;
+  ConvEpilogue e;
+  e.depthwise = &dw;
+  try {
+    s.validate();
+    validate_depthwise(s, e);
+  } catch (const Error&) {
+    return false;
+  }
+  return try_forward_pd(s, geometry(s), true, e).has_value();
+}
+
 void conv2d_forward(const ConvShape& s, const float* src, const float* weights, std::uint64_t weights_version,
                     const float* bias, float* dst, const ConvEpilogue& epilogue) {
   s.validate();
+  validate_depthwise(s, epilogue);
+  const DepthwiseStage* dw = epilogue.depthwise;
   static PrimitiveCache<ForwardEntry> cache;
   PrimitiveKey key = conv_key(kConvForward, s);
   add_weights_identity(key, weights, weights_version);
   key.add(bias != nullptr).add(static_cast<int>(epilogue.activation)).add(epilogue.residual != nullptr);
   key.add(float_bits(epilogue.clip_min)).add(float_bits(epilogue.clip_max));
-  const auto entry = with_context([&] { return conv_text(s); }, [&] {
-    return cache.get(key, [&] {
-      const Geometry g = geometry(s);
-      dnnl::primitive_attr attr;
-      dnnl::post_ops ops;
-      if (epilogue.residual) ops.append_binary(dnnl::algorithm::binary_add, g.dst);
-      append_activation(ops, static_cast<int>(epilogue.activation), epilogue.clip_min, epilogue.clip_max);
-      attr.set_post_ops(ops);
-      const auto pd = forward_pd(g, bias != nullptr, attr);
-      auto e = std::make_shared<ForwardEntry>();
-      e->exec.set_primitive(dnnl::convolution_forward(pd));
-      e->weights.init(g.weights_plain, pd.weights_desc());
-      e->exec.bind(DNNL_ARG_SRC, g.src);
-      e->exec.bind(DNNL_ARG_DST, g.dst);
-      if (bias) e->exec.bind(DNNL_ARG_BIAS, g.bias);
-      if (epilogue.residual) e->exec.bind(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, g.dst);
-      e->weights.bind(e->exec, g.weights_plain);
-      return e;
-    });
-  });
+  key.add(dw ? dw->stride : 0);
+  if (dw) {
+    add_weights_identity(key, dw->weights, weights_version);
+    key.add(dw->bias != nullptr).add(static_cast<int>(dw->activation));
+    key.add(float_bits(dw->clip_min)).add(float_bits(dw->clip_max));
+  }
+  const auto entry =
+      with_context([&] { return conv_text(s); },
+                   [&] {
+                     return cache.get(key, [&] {
+                       const Geometry g = geometry(s);
+                       const auto pd = try_forward_pd(s, g, bias != nullptr, epilogue);
+                       if (!pd)
+                         throw Error(conv_text(s) + ": oneDNN has no fused depthwise kernel for this shape");
+                       auto e = std::make_shared<ForwardEntry>();
+                       e->exec.set_primitive(dnnl::convolution_forward(*pd));
+                       e->weights.init(g.weights_plain, pd->weights_desc());
+                       e->exec.bind(DNNL_ARG_SRC, g.src);
+                       e->exec.bind(DNNL_ARG_DST, pd->dst_desc());
+                       if (bias) e->exec.bind(DNNL_ARG_BIAS, g.bias);
+                       if (epilogue.residual)
+                         e->exec.bind(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, g.dst);
+                       e->weights.bind(e->exec, g.weights_plain);
+                       if (dw) {
+                         constexpr int kDwWeights = DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS;
+                         constexpr int kDwBias = DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_BIAS;
+                         const auto dw_plain = plain_desc({s.out_channels, 1, 1, 3, 3}, tag::goihw);
+                         const auto dw_wanted = pd->query_md(dnnl::query::exec_arg_md, kDwWeights);
+                         e->depthwise_weights.init(dw_plain, dw_wanted);
+                         e->depthwise_weights.bind(e->exec, dw_plain, kDwWeights);
+                         const auto dw_bias = pd->query_md(dnnl::query::exec_arg_md, kDwBias);
+                         e->depthwise_bias_owned = dw->bias == nullptr;
+                         if (e->depthwise_bias_owned) {
+                           dnnl::memory zeros(dw_bias, engine());
+                           std::fill_n(static_cast<float*>(zeros.get_data_handle()), s.out_channels, 0.0f);
+                           e->exec.bind_owned(kDwBias, zeros);
+                         } else {
+                           e->exec.bind(kDwBias, dw_bias);
+                         }
+                       }
+                       return e;
+                     });
+                   });
   entry->weights.refresh(weights, weights_version);
-  // Slots in bind order: src, dst, [bias], [residual], [weights when plain].
-  const void* pointers[5];
+  if (dw) entry->depthwise_weights.refresh(dw->weights, weights_version);
+  // Slots in bind order: src, dst, [bias], [residual], [weights when plain], [depthwise weights
+  // when plain], [depthwise bias].
+  const void* pointers[7];
   std::size_t n = 0;
   pointers[n++] = src;
   pointers[n++] = dst;
   if (bias) pointers[n++] = bias;
   if (epilogue.residual) pointers[n++] = epilogue.residual;
   if (!entry->weights.needs_reorder) pointers[n++] = weights;
+  if (dw && !entry->depthwise_weights.needs_reorder) pointers[n++] = dw->weights;
+  if (dw && !entry->depthwise_bias_owned) pointers[n++] = dw->bias;
   entry->exec.run(std::span<const void* const>(pointers, n));
 }
 
@@ -204,25 +294,27 @@ void conv2d_backward_data(const ConvShape& s, const float* diff_dst, const float
                           std::uint64_t weights_version, float* diff_src) {
   s.validate();
   static PrimitiveCache<BackwardDataEntry> cache;
-  const auto entry = with_context([&] { return conv_text(s) + " backward data"; }, [&] {
-    PrimitiveKey key = conv_key(kConvBackwardData, s);
-    add_weights_identity(key, weights, weights_version);
-    return cache.get(key, [&] {
-      const Geometry g = geometry(s);
-      const auto hint = forward_pd(g, false, dnnl::primitive_attr());
-      const dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct, g.src,
-                                                       g.weights_any, g.dst, g.strides, g.dilates, g.pad_l,
-                                                       g.pad_r);
-      const dnnl::convolution_backward_data::primitive_desc pd(desc, engine(), hint);
-      auto e = std::make_shared<BackwardDataEntry>();
-      e->exec.set_primitive(dnnl::convolution_backward_data(pd));
-      e->weights.init(g.weights_plain, pd.weights_desc());
-      e->exec.bind(DNNL_ARG_DIFF_DST, g.dst);
-      e->exec.bind(DNNL_ARG_DIFF_SRC, g.src);
-      e->weights.bind(e->exec, g.weights_plain);
-      return e;
-    });
-  });
+  const auto entry =
+      with_context([&] { return conv_text(s) + " backward data"; },
+                   [&] {
+                     PrimitiveKey key = conv_key(kConvBackwardData, s);
+                     add_weights_identity(key, weights, weights_version);
+                     return cache.get(key, [&] {
+                       const Geometry g = geometry(s);
+                       const auto hint = forward_pd(g, false, dnnl::primitive_attr());
+                       const dnnl::convolution_backward_data::desc desc(
+                           dnnl::algorithm::convolution_direct, g.src, g.weights_any, g.dst, g.strides,
+                           g.dilates, g.pad_l, g.pad_r);
+                       const dnnl::convolution_backward_data::primitive_desc pd(desc, engine(), hint);
+                       auto e = std::make_shared<BackwardDataEntry>();
+                       e->exec.set_primitive(dnnl::convolution_backward_data(pd));
+                       e->weights.init(g.weights_plain, pd.weights_desc());
+                       e->exec.bind(DNNL_ARG_DIFF_DST, g.dst);
+                       e->exec.bind(DNNL_ARG_DIFF_SRC, g.src);
+                       e->weights.bind(e->exec, g.weights_plain);
+                       return e;
+                     });
+                   });
   entry->weights.refresh(weights, weights_version);
   if (entry->weights.needs_reorder)
     entry->exec.run({diff_dst, diff_src});
@@ -236,34 +328,35 @@ void conv2d_backward_weights(const ConvShape& s, const float* src, const float* 
   static PrimitiveCache<BackwardWeightsEntry> cache;
   PrimitiveKey key = conv_key(kConvBackwardWeights, s);
   key.add(diff_bias != nullptr);
-  const auto entry = with_context([&] { return conv_text(s) + " backward weights"; }, [&] {
-    return cache.get(key, [&] {
-      const Geometry g = geometry(s);
-      const auto hint = forward_pd(g, diff_bias != nullptr, dnnl::primitive_attr());
-      const auto desc = diff_bias
-                            ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct,
-                                                                       g.src, g.weights_any, g.bias, g.dst,
-                                                                       g.strides, g.dilates, g.pad_l, g.pad_r)
-                            : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct,
-                                                                       g.src, g.weights_any, g.dst, g.strides,
-                                                                       g.dilates, g.pad_l, g.pad_r);
-      const dnnl::convolution_backward_weights::primitive_desc pd(desc, engine(), hint);
-      auto e = std::make_shared<BackwardWeightsEntry>();
-      e->exec.set_primitive(dnnl::convolution_backward_weights(pd));
-      e->reorder_out = pd.diff_weights_desc() != g.weights_plain;
-      e->exec.bind(DNNL_ARG_SRC, g.src);
-      e->exec.bind(DNNL_ARG_DIFF_DST, g.dst);
-      if (diff_bias) e->exec.bind(DNNL_ARG_DIFF_BIAS, g.bias);
-      if (e->reorder_out) {
-        e->blocked_diff = dnnl::memory(pd.diff_weights_desc(), engine());
-        e->plain_diff = dnnl::memory(g.weights_plain, engine(), DNNL_MEMORY_NONE);
-        e->exec.bind_owned(DNNL_ARG_DIFF_WEIGHTS, e->blocked_diff);
-      } else {
-        e->exec.bind(DNNL_ARG_DIFF_WEIGHTS, g.weights_plain);
-      }
-      return e;
-    });
-  });
+  const auto entry = with_context(
+      [&] { return conv_text(s) + " backward weights"; },
+      [&] {
+        return cache.get(key, [&] {
+          const Geometry g = geometry(s);
+          const auto hint = forward_pd(g, diff_bias != nullptr, dnnl::primitive_attr());
+          const auto desc = diff_bias ? dnnl::convolution_backward_weights::desc(
+                                            dnnl::algorithm::convolution_direct, g.src, g.weights_any, g.bias,
+                                            g.dst, g.strides, g.dilates, g.pad_l, g.pad_r)
+                                      : dnnl::convolution_backward_weights::desc(
+                                            dnnl::algorithm::convolution_direct, g.src, g.weights_any, g.dst,
+                                            g.strides, g.dilates, g.pad_l, g.pad_r);
+          const dnnl::convolution_backward_weights::primitive_desc pd(desc, engine(), hint);
+          auto e = std::make_shared<BackwardWeightsEntry>();
+          e->exec.set_primitive(dnnl::convolution_backward_weights(pd));
+          e->reorder_out = pd.diff_weights_desc() != g.weights_plain;
+          e->exec.bind(DNNL_ARG_SRC, g.src);
+          e->exec.bind(DNNL_ARG_DIFF_DST, g.dst);
+          if (diff_bias) e->exec.bind(DNNL_ARG_DIFF_BIAS, g.bias);
+          if (e->reorder_out) {
+            e->blocked_diff = dnnl::memory(pd.diff_weights_desc(), engine());
+            e->plain_diff = dnnl::memory(g.weights_plain, engine(), DNNL_MEMORY_NONE);
+            e->exec.bind_owned(DNNL_ARG_DIFF_WEIGHTS, e->blocked_diff);
+          } else {
+            e->exec.bind(DNNL_ARG_DIFF_WEIGHTS, g.weights_plain);
+          }
+          return e;
+        });
+      });
   if (entry->reorder_out) {
     if (diff_bias)
       entry->exec.run({src, diff_dst, diff_bias});

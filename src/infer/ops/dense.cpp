@@ -72,14 +72,15 @@ struct FusedActivation {
   onednn::Activation kind = onednn::Activation::none;
   float lo = 0.0f, hi = 0.0f;
 };
-FusedActivation fused_activation(const OpSetup& s) {
+// `prefix` "cpudl.dw_" reads a cpudl.ConvDepthwise node's second activation.
+FusedActivation fused_activation(const OpSetup& s, const std::string& prefix = "cpudl.") {
   FusedActivation a;
-  const std::string act = s.node.get_string("cpudl.activation", "");
+  const std::string act = s.node.get_string(prefix + "activation", "");
   if (act == "Relu") a.kind = onednn::Activation::relu;
   if (act == "Clip") {
     a.kind = onednn::Activation::clip;
-    a.lo = s.node.get_float("cpudl.clip_min", -INFINITY);
-    a.hi = s.node.get_float("cpudl.clip_max", INFINITY);
+    a.lo = s.node.get_float(prefix + "clip_min", -INFINITY);
+    a.hi = s.node.get_float(prefix + "clip_max", INFINITY);
   }
   return a;
 }
@@ -164,6 +165,50 @@ Kernel build_conv(OpSetup& s) {
     e.clip_min = act.lo;
     e.clip_max = act.hi;
     e.residual = residual ? in[3].f32() : nullptr;
+    onednn::conv2d_forward(c, in[0].f32(), in[1].f32(), version, bias ? in[2].f32() : nullptr, o[0].f32(), e);
+  };
+}
+
+// cpudl.ConvDepthwise (optimizer.h's fuse_depthwise): X, W (K x C x 1 x 1), B, depthwise W
+// (K x 1 x 3 x 3), depthwise B; blocked activations in and out.
+Kernel build_conv_depthwise(OpSetup& s) {
+  s.require_inputs(4, 5);
+  s.require_present_f32();
+  require_rank(s, 0, 4, "input X");
+  const Shape& x = s.shape(0);
+  const Shape& w = s.shape(1);
+  onednn::ConvShape c;
+  c.batch = x[0], c.in_channels = x[1], c.height = x[2], c.width = x[3];
+  c.out_channels = w.size() == 4 ? w[0] : 0;
+  c.kernel_h = c.kernel_w = 1;
+  c.layout = onednn::ActivationLayout::blocked;
+  if (w != Shape{c.out_channels, c.in_channels, 1, 1})
+    s.fail("weights W have shape " + shape_string(w) + ", expected [K, " + std::to_string(c.in_channels) +
+           ", 1, 1]");
+  const bool bias = s.has(2), dw_bias = s.has(4);
+  if (bias && s.shape(2) != Shape{c.out_channels}) s.fail("bias B has shape " + shape_string(s.shape(2)));
+  if (s.shape(3) != Shape{c.out_channels, 1, 3, 3})
+    s.fail("depthwise weights have shape " + shape_string(s.shape(3)) + ", expected [" +
+           std::to_string(c.out_channels) + ", 1, 3, 3]");
+  if (dw_bias && s.shape(4) != Shape{c.out_channels})
+    s.fail("depthwise bias has shape " + shape_string(s.shape(4)));
+  onednn::DepthwiseStage stage;
+  stage.stride = s.node.get_int("cpudl.dw_stride", 1);
+  if (stage.stride != 1 && stage.stride != 2) s.fail("cpudl.dw_stride must be 1 or 2");
+  const FusedActivation act = fused_activation(s), dw_act = fused_activation(s, "cpudl.dw_");
+  stage.activation = dw_act.kind, stage.clip_min = dw_act.lo, stage.clip_max = dw_act.hi;
+  s.set_output(0, DType::f32, {c.batch, c.out_channels, stage.out_size(c.height), stage.out_size(c.width)});
+  const std::uint64_t version = s.constants[1] && s.constants[3] ? next_weights_version() : 0;
+  return [c, stage, bias, dw_bias, act, version](std::span<const TensorView> in,
+                                                 std::span<const TensorView> o) {
+    onednn::DepthwiseStage dw = stage;
+    dw.weights = in[3].f32();
+    dw.bias = dw_bias ? in[4].f32() : nullptr;
+    onednn::ConvEpilogue e;
+    e.activation = act.kind;
+    e.clip_min = act.lo;
+    e.clip_max = act.hi;
+    e.depthwise = &dw;
     onednn::conv2d_forward(c, in[0].f32(), in[1].f32(), version, bias ? in[2].f32() : nullptr, o[0].f32(), e);
   };
 }
@@ -438,6 +483,7 @@ Kernel build_global_average_pool(OpSetup& s) {
 const OpEntry kOps[] = {
     {"Conv", build_conv},
     {"ConvTranspose", build_conv_transpose},
+    {"cpudl.ConvDepthwise", build_conv_depthwise},
     {"Gemm", build_gemm},
     {"MatMul", build_matmul},
     {"MaxPool", build_max_pool},
