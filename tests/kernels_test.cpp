@@ -754,6 +754,33 @@ TEST(Kernels, GemmMicrokernelMatchesReference) {
   });
 }
 
+// The weight-rows form: rows of A lda apart (in place), the tile stored transposed; partial
+// tiles (rows < 6, cols < 16) must leave the rest of C untouched.
+TEST(Kernels, GemmRowsMicrokernelMatchesReference) {
+  const auto reference = f32_gemm_rows_6x16_variants().back().fn;
+  for_each_runnable(f32_gemm_rows_6x16_variants(), [&](GemmRowsMicrokernelFn fn) {
+    for (std::int64_t k : {1, 7, 64, 257}) {
+      const std::int64_t lda = k + 3;
+      const auto a = spread(static_cast<std::size_t>(6 * lda), -1, 1, 32),
+                 b = spread(static_cast<std::size_t>(16 * k), -1, 1, 33);
+      for (const auto& [rows, cols] :
+           {std::pair{6, 16}, std::pair{1, 16}, std::pair{5, 3}, std::pair{6, 9}}) {
+        std::vector<float> want(16 * 8, 0.5f), got(16 * 8, 0.5f);  // ldc 8: entries 6, 7 of each row stay
+        reference({k, a.data(), lda, rows, b.data(), want.data(), 8, cols});
+        fn({k, a.data(), lda, rows, b.data(), got.data(), 8, cols, a.data(), 1});
+        for (std::size_t i = 0; i < want.size(); ++i)
+          ASSERT_TRUE(close(got[i], want[i], 1e-5, 1e-5 * static_cast<double>(k)))
+              << "k=" << k << " rows=" << rows << " cols=" << cols << " i=" << i;
+        // The reference itself, at one entry: row 0 of A against column 0 of B.
+        double dot = 0;
+        for (std::int64_t p = 0; p < k; ++p) dot += static_cast<double>(a[p]) * b[p * 16];
+        ASSERT_NEAR(want[0], dot, 1e-5 * static_cast<double>(k));
+        ASSERT_EQ(want[static_cast<std::size_t>(rows)], 0.5f);  // past the rows: untouched
+      }
+    }
+  });
+}
+
 TEST(Kernels, RoofProbesCountTheirWork) {
   for (const auto* variants :
        {&f32_fma_probe_variants(), &int8_dot_probe_variants(), &bf16_dot_probe_variants()})

@@ -75,6 +75,11 @@ const std::vector<KernelVariant<GemmMicrokernelFn>>& f32_gemm_6x16_variants() {
                                                                   CPUDL_VARIANT(generic, f32_gemm_6x16__ref)};
   return v;
 }
+const std::vector<KernelVariant<GemmRowsMicrokernelFn>>& f32_gemm_rows_6x16_variants() {
+  static const std::vector<KernelVariant<GemmRowsMicrokernelFn>> v = {
+      CPUDL_VARIANT(avx2, f32_gemm_rows_6x16__avx2), CPUDL_VARIANT(generic, f32_gemm_rows_6x16__ref)};
+  return v;
+}
 
 // LLM kernels: AVX2 and the reference (quant.h says why no AVX-512 variant yet).
 #define CPUDL_AVX2_VARIANTS(kernel, Fn)                                                      \

@@ -71,6 +71,22 @@ using FmaProbeFn = std::uint64_t (*)(std::uint64_t iterations, float* sink);
 // C[6 x 16] (+)= packed A sliver x packed B sliver (see kernels/gemm/gemm.h).
 using GemmMicrokernelFn = void (*)(std::int64_t k, const float* a_panel, const float* b_panel, float* c,
                                    std::int64_t ldc, bool accumulate);
+// The weight-rows form: C^T tile c[j * ldc + i] = A rows (lda apart) x packed B sliver, for i <
+// rows <= 6 and j < cols <= 16, prefetching `prefetch_lines` cache lines from `prefetch` on the
+// way (see kernels/gemm/gemm.h).
+struct GemmRowsArgs {
+  std::int64_t k;
+  const float* a;
+  std::int64_t lda;
+  int rows;
+  const float* b_panel;
+  float* c;
+  std::int64_t ldc;
+  int cols;
+  const void* prefetch = nullptr;
+  std::int64_t prefetch_lines = 0;
+};
+using GemmRowsMicrokernelFn = void (*)(const GemmRowsArgs& args);
 
 // Matrix products with LLM weights in GGUF block formats (llm/ggml_types.h):
 //   y[t * ldy + r] = sum_k W[r][k] * x[t][k]   for r < rows, t < tokens,

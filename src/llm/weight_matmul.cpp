@@ -4,16 +4,21 @@
 
 #include "cpudl/error.h"
 #include "kernels/dispatch.h"
+#include "kernels/gemm/gemm.h"
 #include "llm/quantize.h"
+#include "runtime/aligned_buffer.h"
 #include "runtime/parallel.h"
 
 namespace cpudl::llm {
 
 std::size_t activation_row_bytes(ActivationFormat format, std::size_t k) {
   switch (format) {
-    case ActivationFormat::f32: return k * sizeof(float);
-    case ActivationFormat::q8a: return k / 32 * sizeof(BlockQ8A);
-    case ActivationFormat::q8k: return k / 256 * sizeof(BlockQ8_K);
+    case ActivationFormat::f32:
+      return k * sizeof(float);
+    case ActivationFormat::q8a:
+      return k / 32 * sizeof(BlockQ8A);
+    case ActivationFormat::q8k:
+      return k / 256 * sizeof(BlockQ8_K);
   }
   return 0;
 }
@@ -21,57 +26,94 @@ std::size_t activation_row_bytes(ActivationFormat format, std::size_t k) {
 WeightKernel weight_kernel(GgmlType type) {
   const kernels::KernelTable& k = kernels::kernel_table();
   switch (type) {
-    case GgmlType::f32: return {k.f32_f32_matmul.fn, nullptr, ActivationFormat::f32};
-    case GgmlType::f16: return {k.f16_f32_matmul.fn, nullptr, ActivationFormat::f32};
-    case GgmlType::bf16: return {k.bf16_f32_matmul.fn, nullptr, ActivationFormat::f32};
-    case GgmlType::q8_0: return {k.q8_0_q8a_matmul.fn, k.quantize_row_q8a.fn, ActivationFormat::q8a};
-    case GgmlType::q4_0: return {k.q4_0_q8a_matmul.fn, k.quantize_row_q8a.fn, ActivationFormat::q8a};
-    case GgmlType::q4_k: return {k.q4_k_q8_k_matmul.fn, k.quantize_row_q8_k.fn, ActivationFormat::q8k};
-    case GgmlType::q6_k: return {k.q6_k_q8_k_matmul.fn, k.quantize_row_q8_k.fn, ActivationFormat::q8k};
-    default: throw Error("no kernel for tensor type " + std::string(ggml_type_info(static_cast<std::uint32_t>(type))->name));
+    case GgmlType::f32:
+      return {k.f32_f32_matmul.fn, nullptr, ActivationFormat::f32};
+    case GgmlType::f16:
+      return {k.f16_f32_matmul.fn, nullptr, ActivationFormat::f32};
+    case GgmlType::bf16:
+      return {k.bf16_f32_matmul.fn, nullptr, ActivationFormat::f32};
+    case GgmlType::q8_0:
+      return {k.q8_0_q8a_matmul.fn, k.quantize_row_q8a.fn, ActivationFormat::q8a};
+    case GgmlType::q4_0:
+      return {k.q4_0_q8a_matmul.fn, k.quantize_row_q8a.fn, ActivationFormat::q8a};
+    case GgmlType::q4_k:
+      return {k.q4_k_q8_k_matmul.fn, k.quantize_row_q8_k.fn, ActivationFormat::q8k};
+    case GgmlType::q6_k:
+      return {k.q6_k_q8_k_matmul.fn, k.quantize_row_q8_k.fn, ActivationFormat::q8k};
+    default:
+      throw Error("no kernel for tensor type " +
+                  std::string(ggml_type_info(static_cast<std::uint32_t>(type))->name));
   }
 }
 
 namespace {
 
-// Prompt path: each thread takes a slice of the rows and walks it a panel of 12 rows at a time,
-// multiplying each panel by all tokens of a chunk (whose activations fit in L2) with the
-// register-blocked float kernels while the panel is in cache.
-void dequantized_matmul(std::span<const MatmulTarget> targets, const float* x, std::size_t tokens, std::size_t ldx,
-                        int threads) {
+// Prompt path: each thread packs the activations of a chunk of tokens (kGemmNr-token slivers,
+// k-major, sized to stay in its L2) and walks its slice of the rows six at a time, multiplying
+// each group of rows by every sliver with the weight-rows GEMM microkernel. F32 rows are read in
+// place from the mapping; the other types are converted into a six-row panel first, which then
+// serves every token of the chunk.
+void prompt_matmul(std::span<const MatmulTarget> targets, const float* x, std::size_t tokens, std::size_t ldx,
+                   int threads) {
+  constexpr std::size_t kRows = kernels::kGemmMr, kTokens = kernels::kGemmNr;
   const std::size_t cols = targets[0].w->cols;
   std::size_t total_rows = 0;
   for (const MatmulTarget& t : targets) total_rows += t.w->rows;
-  // Panels of 6, 12 and 48 rows measured the same here (within the host's noise).
-  const std::size_t panel_rows = 12;
-  const std::size_t token_chunk = std::max<std::size_t>(4, (std::size_t{256} << 10) / (cols * sizeof(float)) / 4 * 4);
-  const kernels::WeightMatmulFn f32_kernel = kernels::kernel_table().f32_f32_matmul.fn;
+  const std::size_t token_chunk =
+      std::max(kTokens, (std::size_t{256} << 10) / (cols * sizeof(float)) / kTokens * kTokens);
+  const kernels::GemmRowsMicrokernelFn kernel = kernels::kernel_table().f32_gemm_rows_6x16.fn;
   parallel_for(total_rows, 16, threads, [&](std::size_t begin, std::size_t end) {
-    thread_local std::vector<float> panel;
-    panel.resize(panel_rows * cols);
+    thread_local AlignedBuffer packed, panel;
     for (std::size_t t0 = 0; t0 < tokens; t0 += token_chunk) {
-      const std::size_t nt = std::min(token_chunk, tokens - t0);
+      const std::size_t nt = std::min(token_chunk, tokens - t0), slivers = (nt + kTokens - 1) / kTokens;
+      float* xp = packed.get(slivers * kTokens * cols);
+      // Writes in order, reading 16 rows side by side (a column-by-column walk of the packed
+      // sliver touched a new cache line per element and took a sixth of the kernel's time).
+      for (std::size_t s = 0; s < slivers; ++s) {
+        const float* src[kTokens];
+        const std::size_t width = std::min(kTokens, nt - s * kTokens);
+        for (std::size_t j = 0; j < kTokens; ++j)
+          src[j] = x + (t0 + s * kTokens + std::min(j, width - 1)) * ldx;
+        float* dst = xp + s * kTokens * cols;
+        for (std::size_t p = 0; p < cols; ++p)
+          for (std::size_t j = 0; j < kTokens; ++j) dst[p * kTokens + j] = j < width ? src[j][p] : 0.0f;
+      }
       std::size_t base = 0;
       for (const MatmulTarget& target : targets) {
         const WeightMatrix& w = *target.w;
         const std::size_t lo = std::max(begin, base), hi = std::min(end, base + w.rows);
-        // F32, F16 and BF16 rows feed the kernel as stored (it converts 16-bit values in
-        // registers); the others are converted into the panel first. Either way a panel of rows
-        // serves every token of the chunk while it is in cache.
-        const bool direct = w.type == GgmlType::f32 || w.type == GgmlType::f16 || w.type == GgmlType::bf16;
-        const kernels::WeightMatmulFn kernel = direct ? weight_kernel(w.type).matmul : f32_kernel;
-        for (std::size_t r = lo; r < hi; r += panel_rows) {
-          const std::size_t n = std::min(panel_rows, hi - r);
-          const void* rows = w.data + (r - base) * w.row_bytes;
-          std::size_t row_stride = w.row_bytes;
-          if (!direct) {
-            for (std::size_t j = 0; j < n; ++j)
-              dequantize_row(w.type, w.data + (r - base + j) * w.row_bytes, panel.data() + j * cols, cols);
-            rows = panel.data();
-            row_stride = cols * sizeof(float);
+        for (std::size_t r = lo; r < hi; r += kRows) {
+          const std::size_t n = std::min(kRows, hi - r);
+          const float* rows = reinterpret_cast<const float*>(w.data + (r - base) * w.row_bytes);
+          std::size_t lda = w.row_bytes / sizeof(float);
+          if (w.type != GgmlType::f32) {
+            float* converted = panel.get(kRows * cols);
+            for (std::size_t i = 0; i < n; ++i)
+              dequantize_row(w.type, w.data + (r - base + i) * w.row_bytes, converted + i * cols, cols);
+            rows = converted;
+            lda = cols;
           }
-          kernel({rows, row_stride, x + t0 * ldx, ldx * sizeof(float), target.y + t0 * target.ldy + (r - base),
-                  target.ldy, n, nt, cols});
+          // The next group's weights come from memory while this one computes, a share of them
+          // in each sliver's kernel: a panel read on demand cost a quarter of the F32 time.
+          const std::size_t next_bytes = std::min(kRows, hi > r + kRows ? hi - r - kRows : 0) * w.row_bytes;
+          const std::uint8_t* next_rows = w.data + (r + kRows - base) * w.row_bytes;
+          const std::size_t lines = (next_bytes + 63) / 64,
+                            lines_per_sliver = (lines + slivers - 1) / slivers;
+          for (std::size_t s = 0; s < slivers; ++s) {
+            const std::size_t first = std::min(lines, s * lines_per_sliver);
+            kernels::GemmRowsArgs args{
+                static_cast<std::int64_t>(cols),
+                rows,
+                static_cast<std::int64_t>(lda),
+                static_cast<int>(n),
+                xp + s * kTokens * cols,
+                target.y + (t0 + s * kTokens) * target.ldy + (r - base),
+                static_cast<std::int64_t>(target.ldy),
+                static_cast<int>(std::min(kTokens, nt - s * kTokens)),
+                next_rows + first * 64,
+                static_cast<std::int64_t>(std::min(lines, first + lines_per_sliver) - first)};
+            kernel(args);
+          }
         }
         base += w.rows;
       }
@@ -86,9 +128,10 @@ void weight_matmul(std::span<const MatmulTarget> targets, const float* x, std::s
   if (targets.empty()) return;
   const std::size_t cols = targets[0].w->cols;
   for (const MatmulTarget& t : targets)
-    if (t.w->cols != cols) throw Error("weight_matmul: '" + t.w->name + "' does not take inputs of " + std::to_string(cols));
+    if (t.w->cols != cols)
+      throw Error("weight_matmul: '" + t.w->name + "' does not take inputs of " + std::to_string(cols));
   if (tokens >= kPromptMinTokens && ldx == cols) {
-    dequantized_matmul(targets, x, tokens, ldx, threads);
+    prompt_matmul(targets, x, tokens, ldx, threads);
     return;
   }
   // Activations in each format the targets' kernels take (f32 rows are used as they are), each

@@ -1,14 +1,16 @@
 // y = x W^T for a weight matrix in any compute type, over the thread pool.
 // - A few tokens (generation): the weight kernels, rows of W split across threads, activations
 //   quantised once (Q8_0 or Q8_K) for the integer kernels; memory-bound, the weights read once.
-// - A prompt (kPromptMinTokens tokens or more): compute-bound. W is walked 12 rows at a time,
-//   each panel multiplied by all the tokens while it is in cache, by register-blocked float
-//   kernels (3 rows x 4 tokens; F16/BF16 converted in registers, the int8 types converted into
-//   an f32 panel first), at about 80% of the FMA roof here. On AVX2 an int8 maddubs product costs as many
-//   instructions per multiply-add as an f32 FMA once its int32 widening and per-block scaling
-//   are counted (measured: the int8 tile path was no faster), and weights stay in place in the
-//   mapping: llama.cpp's faster Q4_0 prompt path repacks them into 8-row interleaved copies.
-//   oneDNN's SGEMM on dequantised 16 MB panels measured 10-20% slower than this.
+// - A prompt (kPromptMinTokens tokens or more): compute-bound. Each thread packs the tokens'
+//   activations 16 at a time, k-major, and walks its rows of W six at a time through the
+//   weight-rows GEMM microkernel (kernels/gemm/gemm.h: W's elements broadcast from the rows as
+//   stored, so F32 weights are used in place in the mapping and the other types are converted
+//   into a six-row f32 panel that then serves every token). On AVX2 an int8 maddubs product
+//   costs as many instructions per multiply-add as an f32 FMA once its int32 widening and
+//   per-block scaling are counted (measured: an int8 tile path was no faster), and weights stay
+//   in place in the mapping: llama.cpp's faster Q4_0 prompt path repacks them into 8-row
+//   interleaved copies. oneDNN's SGEMM on dequantised 16 MB panels measured 10-20% slower than
+//   the earlier dot-product kernels this replaced.
 #pragma once
 
 #include <cstdint>

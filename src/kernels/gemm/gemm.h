@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "kernels/kernel_types.h"
+
 namespace cpudl::kernels {
 
 inline constexpr int kGemmMr = 6, kGemmNr = 16;
@@ -18,5 +20,19 @@ inline constexpr int kGemmMr = 6, kGemmNr = 16;
 CPUDL_DECLARE_GEMM(ref)
 CPUDL_DECLARE_GEMM(avx2)
 #undef CPUDL_DECLARE_GEMM
+
+// The weight-rows form, for LLM prompts (y = x W^T): c[j * ldc + i] = sum_p a[i * lda + p] *
+// b_panel[p * 16 + j] for i < rows (<= 6) and j < cols (<= 16). A's rows are read where they
+// are -- rows of a weight matrix, K contiguous, in the memory map or dequantised into a small
+// panel -- and broadcast one element at a time, so the weights are never transposed; B (16
+// tokens' activations) is packed as above, once per call. The tile is stored transposed,
+// token-major, as y[token][row] wants it, overwriting C. Rows past `rows` are not read.
+// `prefetch_lines` lines from `prefetch` (the caller's next weights) are prefetched spread over
+// the k loop: issued in a burst, they stalled on the few outstanding misses a core tracks.
+#define CPUDL_DECLARE_GEMM_ROWS(isa) void f32_gemm_rows_6x16__##isa(const GemmRowsArgs& args);
+
+CPUDL_DECLARE_GEMM_ROWS(ref)
+CPUDL_DECLARE_GEMM_ROWS(avx2)
+#undef CPUDL_DECLARE_GEMM_ROWS
 
 }  // namespace cpudl::kernels

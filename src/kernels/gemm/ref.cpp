@@ -13,4 +13,13 @@ void f32_gemm_6x16__ref(std::int64_t k, const float* a, const float* b, float* c
     for (int j = 0; j < kGemmNr; ++j) c[i * ldc + j] = (accumulate ? c[i * ldc + j] : 0.0f) + acc[i][j];
 }
 
+void f32_gemm_rows_6x16__ref(const GemmRowsArgs& g) {
+  for (int i = 0; i < g.rows; ++i)
+    for (int j = 0; j < g.cols; ++j) {
+      float acc = 0.0f;
+      for (std::int64_t p = 0; p < g.k; ++p) acc += g.a[i * g.lda + p] * g.b_panel[p * kGemmNr + j];
+      g.c[j * g.ldc + i] = acc;
+    }
+}
+
 }  // namespace cpudl::kernels
