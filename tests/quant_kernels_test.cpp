@@ -65,11 +65,13 @@ TEST_P(WeightMatmul, EveryVariantMatchesTheDequantisedProduct) {
       } else if (c.activation == Case::q8a) {
         quantize_row_q8a__ref(src, dst, k);
         const auto* b = static_cast<const llm::BlockQ8A*>(dst);
-        for (std::size_t i = 0; i < k; ++i) x_deq[t * k + i] = static_cast<double>(b[i / 32].d) * b[i / 32].qs[i % 32];
+        for (std::size_t i = 0; i < k; ++i)
+          x_deq[t * k + i] = static_cast<double>(b[i / 32].d) * b[i / 32].qs[i % 32];
       } else {
         quantize_row_q8_k__ref(src, dst, k);
         const auto* b = static_cast<const llm::BlockQ8_K*>(dst);
-        for (std::size_t i = 0; i < k; ++i) x_deq[t * k + i] = static_cast<double>(b[i / 256].d) * b[i / 256].qs[i % 256];
+        for (std::size_t i = 0; i < k; ++i)
+          x_deq[t * k + i] = static_cast<double>(b[i / 256].d) * b[i / 256].qs[i % 256];
       }
     }
     int ran = 0;
@@ -96,16 +98,79 @@ TEST_P(WeightMatmul, EveryVariantMatchesTheDequantisedProduct) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllWeightTypes, WeightMatmul,
-    ::testing::Values(Case{GgmlType::f32, f32_f32_matmul_variants, Case::f32},
-                      Case{GgmlType::f16, f16_f32_matmul_variants, Case::f32},
-                      Case{GgmlType::bf16, bf16_f32_matmul_variants, Case::f32},
-                      Case{GgmlType::q8_0, q8_0_q8a_matmul_variants, Case::q8a},
-                      Case{GgmlType::q4_0, q4_0_q8a_matmul_variants, Case::q8a},
-                      Case{GgmlType::q4_k, q4_k_q8_k_matmul_variants, Case::q8_k},
-                      Case{GgmlType::q6_k, q6_k_q8_k_matmul_variants, Case::q8_k}),
-    [](const auto& info) { return std::string(llm::ggml_type_info(static_cast<std::uint32_t>(info.param.weight))->name); });
+INSTANTIATE_TEST_SUITE_P(AllWeightTypes, WeightMatmul,
+                         ::testing::Values(Case{GgmlType::f32, f32_f32_matmul_variants, Case::f32},
+                                           Case{GgmlType::f16, f16_f32_matmul_variants, Case::f32},
+                                           Case{GgmlType::bf16, bf16_f32_matmul_variants, Case::f32},
+                                           Case{GgmlType::q8_0, q8_0_q8a_matmul_variants, Case::q8a},
+                                           Case{GgmlType::q4_0, q4_0_q8a_matmul_variants, Case::q8a},
+                                           Case{GgmlType::q4_k, q4_k_q8_k_matmul_variants, Case::q8_k},
+                                           Case{GgmlType::q6_k, q6_k_q8_k_matmul_variants, Case::q8_k}),
+                         [](const auto& info) {
+                           return std::string(
+                               llm::ggml_type_info(static_cast<std::uint32_t>(info.param.weight))->name);
+                         });
+
+// The Q4_0 prompt path: rows packed eight at a time (every pack variant with every GEMM
+// variant, partial panels of 3 and 7 rows included) against the double product of the
+// dequantised rows and activations, as above.
+TEST(Q4_0Panel, PackedProductMatchesTheDequantisedProduct) {
+  const std::size_t k = 256;
+  for (const int rows : {8, 7, 3}) {
+    const std::vector<float> w = gaussian(static_cast<std::size_t>(rows) * k, 11);
+    const std::size_t w_row = llm::row_bytes(GgmlType::q4_0, k);
+    std::vector<std::uint8_t> wq(static_cast<std::size_t>(rows) * w_row);
+    std::vector<float> w_deq(static_cast<std::size_t>(rows) * k);
+    for (int r = 0; r < rows; ++r) {
+      llm::quantize_row(GgmlType::q4_0, w.data() + static_cast<std::size_t>(r) * k, wq.data() + r * w_row, k);
+      llm::dequantize_row(GgmlType::q4_0, wq.data() + r * w_row,
+                          w_deq.data() + static_cast<std::size_t>(r) * k, k);
+    }
+    for (const std::size_t tokens : {1, 4, 6, 9}) {
+      SCOPED_TRACE("rows " + std::to_string(rows) + " tokens " + std::to_string(tokens));
+      const std::vector<float> x = gaussian(tokens * k, 12 + static_cast<unsigned>(tokens));
+      const std::size_t x_row = k / 32 * sizeof(llm::BlockQ8A);
+      std::vector<std::uint8_t> xq(tokens * x_row);
+      std::vector<double> x_deq(tokens * k);
+      for (std::size_t t = 0; t < tokens; ++t) {
+        quantize_row_q8a__ref(x.data() + t * k, xq.data() + t * x_row, k);
+        const auto* b = reinterpret_cast<const llm::BlockQ8A*>(xq.data() + t * x_row);
+        for (std::size_t i = 0; i < k; ++i)
+          x_deq[t * k + i] = static_cast<double>(b[i / 32].d) * b[i / 32].qs[i % 32];
+      }
+      int ran = 0;
+      for (const auto& pack : pack_q4_0x8_variants()) {
+        if (pack.level > kMachineLevel) continue;
+        std::vector<Q4_0x8Block> panel(k / 32);
+        std::memset(panel.data(), 0x5A,
+                    panel.size() * sizeof(Q4_0x8Block));  // a group the pack missed would show
+        pack.fn(wq.data(), w_row, rows, k, panel.data());
+        for (const auto& gemm : q4_0x8_q8a_gemm_variants()) {
+          if (gemm.level > kMachineLevel) continue;
+          SCOPED_TRACE(std::string(pack.name) + " pack, " + gemm.name + " gemm");
+          const std::size_t ldy = 11;
+          std::vector<float> y(tokens * ldy, -1.0f);
+          gemm.fn(panel.data(), k, xq.data(), x_row, tokens, y.data(), ldy, rows);
+          for (std::size_t t = 0; t < tokens; ++t)
+            for (std::size_t r = 0; r < ldy; ++r) {
+              if (r >= static_cast<std::size_t>(rows)) {
+                ASSERT_EQ(y[t * ldy + r], -1.0f) << "wrote past the rows";
+                continue;
+              }
+              double expected = 0, scale = 0;
+              for (std::size_t i = 0; i < k; ++i) {
+                expected += w_deq[r * k + i] * x_deq[t * k + i];
+                scale += std::fabs(w_deq[r * k + i] * x_deq[t * k + i]);
+              }
+              ASSERT_NEAR(y[t * ldy + r], expected, 1e-5 * scale) << "row " << r << " token " << t;
+            }
+          ++ran;
+        }
+      }
+      EXPECT_GE(ran, 1);
+    }
+  }
+}
 
 TEST(QuantizeRow, Q8AVariantsAreBitExact) {
   for (std::size_t k : {32, 64, 4096}) {
@@ -121,7 +186,8 @@ TEST(QuantizeRow, Q8AVariantsAreBitExact) {
       for (std::size_t b = 0; b < k / 32; ++b) {
         ASSERT_EQ(got[b].d, expected[b].d) << "block " << b;
         ASSERT_EQ(got[b].sum, expected[b].sum) << "block " << b;
-        for (int i = 0; i < 32; ++i) ASSERT_EQ(got[b].qs[i], expected[b].qs[i]) << "block " << b << " value " << i;
+        for (int i = 0; i < 32; ++i)
+          ASSERT_EQ(got[b].qs[i], expected[b].qs[i]) << "block " << b << " value " << i;
       }
       variant.fn(zeros.data(), got.data(), 32);  // an all-zero block: scale 0, no division by zero
       EXPECT_EQ(got[0].d, 0);
@@ -142,8 +208,10 @@ TEST(QuantizeRow, Q8KVariantsAreBitExact) {
       variant.fn(x.data(), got.data(), k);
       for (std::size_t b = 0; b < k / 256; ++b) {
         ASSERT_EQ(got[b].d, expected[b].d) << "block " << b;
-        for (int i = 0; i < 256; ++i) ASSERT_EQ(got[b].qs[i], expected[b].qs[i]) << "block " << b << " value " << i;
-        for (int g = 0; g < 16; ++g) ASSERT_EQ(got[b].bsums[g], expected[b].bsums[g]) << "block " << b << " sum " << g;
+        for (int i = 0; i < 256; ++i)
+          ASSERT_EQ(got[b].qs[i], expected[b].qs[i]) << "block " << b << " value " << i;
+        for (int g = 0; g < 16; ++g)
+          ASSERT_EQ(got[b].bsums[g], expected[b].bsums[g]) << "block " << b << " sum " << g;
       }
     }
   }
@@ -174,10 +242,11 @@ TEST(QuantizeRow, WeightRoundTripErrorIsWhatTheFormatAllows) {
 }
 
 TEST(Half, ConversionsMatchF16CRoundingAtTheEdges) {
-  const float values[] = {0.0f, -0.0f, 1.0f, 65504.0f, 65520.0f, 6.1035156e-05f, 5.9604645e-08f,
-                          2.9802322e-08f, 1.0009765625f, 1.00048828125f, -3.1415926f, 1e-9f};
-  const std::uint16_t expected[] = {0x0000, 0x8000, 0x3C00, 0x7BFF, 0x7C00, 0x0400, 0x0001,
-                                    0x0000, 0x3C01, 0x3C00, 0xC248, 0x0000};
+  const float values[] = {0.0f,          -0.0f,          1.0f,           65504.0f,
+                          65520.0f,      6.1035156e-05f, 5.9604645e-08f, 2.9802322e-08f,
+                          1.0009765625f, 1.00048828125f, -3.1415926f,    1e-9f};
+  const std::uint16_t expected[] = {0x0000, 0x8000, 0x3C00, 0x7BFF, 0x7C00, 0x0400,
+                                    0x0001, 0x0000, 0x3C01, 0x3C00, 0xC248, 0x0000};
   for (std::size_t i = 0; i < sizeof values / sizeof values[0]; ++i) {
     EXPECT_EQ(llm::f32_to_fp16(values[i]), expected[i]) << values[i];
     if (expected[i] != 0x7C00) {

@@ -88,6 +88,24 @@ struct GemmRowsArgs {
 };
 using GemmRowsMicrokernelFn = void (*)(const GemmRowsArgs& args);
 
+// Q4_0 rows repacked eight at a time for the int8 prompt product (llm/weight_matmul.h): the
+// weights stay as stored in the mapping, a panel is made per call and serves every token. Per
+// 32-value block: the 8 rows' scales as floats, then per group of 4 columns the 8 rows' 4 values
+// (0-15, the offset of 8 not applied) as 32 bytes, [row * 4 + column] -- one vector whose maddubs
+// with 4 broadcast activation bytes gives each row its partial sum, with no horizontal adds.
+struct Q4_0x8Block {
+  float d[8];
+  std::uint8_t q[8][32];  // [column group][row * 4 + column]
+};
+// `rows` (<= 8) Q4_0 rows, w_row_bytes apart, of k values into k / 32 panel blocks; missing rows
+// are zeros.
+using PackQ4_0x8Fn = void (*)(const void* w, std::size_t w_row_bytes, int rows, std::size_t k,
+                              Q4_0x8Block* panel);
+// y[t * ldy + r] = sum_k W[r][k] x[t][k] for r < rows (<= 8), t < tokens, from a panel and the
+// activations as BlockQ8A rows x_row_bytes apart (quantize_row_q8a).
+using Q4_0x8GemmFn = void (*)(const Q4_0x8Block* panel, std::size_t k, const void* x, std::size_t x_row_bytes,
+                              std::size_t tokens, float* y, std::size_t ldy, int rows);
+
 // Matrix products with LLM weights in GGUF block formats (llm/ggml_types.h):
 //   y[t * ldy + r] = sum_k W[r][k] * x[t][k]   for r < rows, t < tokens,
 // W rows w_row_bytes apart in the kernel's weight type, x rows x_row_bytes apart in its activation

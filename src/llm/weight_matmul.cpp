@@ -53,18 +53,57 @@ namespace {
 // each group of rows by every sliver with the weight-rows GEMM microkernel. F32 rows are read in
 // place from the mapping; the other types are converted into a six-row panel first, which then
 // serves every token of the chunk.
+// Q4_0 rows in int8 (kernel_types.h's Q4_0x8Block): eight rows at a time repacked into a panel
+// whose column groups multiply 4 activation bytes for all eight rows in one maddubs, against the
+// tokens' activations quantised to Q8 blocks (as in generation). On AVX2 this runs past the f32
+// FMA roof: 4-bit weights let the products add up in int16 across a whole block.
+void q4_0_rows(const WeightMatrix& w, std::size_t lo, std::size_t hi, const void* x, std::size_t x_row_bytes,
+               std::size_t tokens, float* y, std::size_t ldy) {
+  constexpr int kPanelRows = 8;
+  const kernels::KernelTable& k = kernels::kernel_table();
+  thread_local AlignedBuffer panel;
+  const std::size_t blocks = w.cols / 32;
+  auto* p = reinterpret_cast<kernels::Q4_0x8Block*>(
+      panel.get(blocks * sizeof(kernels::Q4_0x8Block) / sizeof(float)));
+  for (std::size_t r = lo; r < hi; r += kPanelRows) {
+    const int n = static_cast<int>(std::min<std::size_t>(kPanelRows, hi - r));
+    k.pack_q4_0x8.fn(w.data + r * w.row_bytes, w.row_bytes, n, w.cols, p);
+    k.q4_0x8_q8a_gemm.fn(p, w.cols, x, x_row_bytes, tokens, y + r, ldy, n);
+  }
+}
+
 void prompt_matmul(std::span<const MatmulTarget> targets, const float* x, std::size_t tokens, std::size_t ldx,
-                   int threads) {
+                   MatmulScratch& scratch, int threads) {
   constexpr std::size_t kRows = kernels::kGemmMr, kTokens = kernels::kGemmNr;
   const std::size_t cols = targets[0].w->cols;
   std::size_t total_rows = 0;
-  for (const MatmulTarget& t : targets) total_rows += t.w->rows;
+  bool any_q4_0 = false, any_float = false;
+  for (const MatmulTarget& t : targets) {
+    total_rows += t.w->rows;
+    (t.w->type == GgmlType::q4_0 ? any_q4_0 : any_float) = true;
+  }
+  const std::size_t q8_row_bytes = activation_row_bytes(ActivationFormat::q8a, cols);
+  if (any_q4_0) {
+    if (scratch.activations.size() < tokens * q8_row_bytes) scratch.activations.resize(tokens * q8_row_bytes);
+    const kernels::QuantizeRowFn quantize = kernels::kernel_table().quantize_row_q8a.fn;
+    for (std::size_t t = 0; t < tokens; ++t)
+      quantize(x + t * ldx, scratch.activations.data() + t * q8_row_bytes, cols);
+  }
   const std::size_t token_chunk =
       std::max(kTokens, (std::size_t{256} << 10) / (cols * sizeof(float)) / kTokens * kTokens);
   const kernels::GemmRowsMicrokernelFn kernel = kernels::kernel_table().f32_gemm_rows_6x16.fn;
   parallel_for(total_rows, 16, threads, [&](std::size_t begin, std::size_t end) {
     thread_local AlignedBuffer packed, panel;
-    for (std::size_t t0 = 0; t0 < tokens; t0 += token_chunk) {
+    std::size_t base = 0;
+    for (const MatmulTarget& target : targets) {
+      const WeightMatrix& w = *target.w;
+      const std::size_t lo = std::max(begin, base), hi = std::min(end, base + w.rows);
+      if (w.type == GgmlType::q4_0 && lo < hi)
+        q4_0_rows(w, lo - base, hi - base, scratch.activations.data(), q8_row_bytes, tokens, target.y,
+                  target.ldy);
+      base += w.rows;
+    }
+    for (std::size_t t0 = 0; any_float && t0 < tokens; t0 += token_chunk) {
       const std::size_t nt = std::min(token_chunk, tokens - t0), slivers = (nt + kTokens - 1) / kTokens;
       float* xp = packed.get(slivers * kTokens * cols);
       // Writes in order, reading 16 rows side by side (a column-by-column walk of the packed
@@ -82,7 +121,7 @@ void prompt_matmul(std::span<const MatmulTarget> targets, const float* x, std::s
       for (const MatmulTarget& target : targets) {
         const WeightMatrix& w = *target.w;
         const std::size_t lo = std::max(begin, base), hi = std::min(end, base + w.rows);
-        for (std::size_t r = lo; r < hi; r += kRows) {
+        for (std::size_t r = lo; r < hi && w.type != GgmlType::q4_0; r += kRows) {
           const std::size_t n = std::min(kRows, hi - r);
           const float* rows = reinterpret_cast<const float*>(w.data + (r - base) * w.row_bytes);
           std::size_t lda = w.row_bytes / sizeof(float);
@@ -131,7 +170,7 @@ void weight_matmul(std::span<const MatmulTarget> targets, const float* x, std::s
     if (t.w->cols != cols)
       throw Error("weight_matmul: '" + t.w->name + "' does not take inputs of " + std::to_string(cols));
   if (tokens >= kPromptMinTokens && ldx == cols) {
-    prompt_matmul(targets, x, tokens, ldx, threads);
+    prompt_matmul(targets, x, tokens, ldx, scratch, threads);
     return;
   }
   // Activations in each format the targets' kernels take (f32 rows are used as they are), each

@@ -5,12 +5,13 @@
 //   activations 16 at a time, k-major, and walks its rows of W six at a time through the
 //   weight-rows GEMM microkernel (kernels/gemm/gemm.h: W's elements broadcast from the rows as
 //   stored, so F32 weights are used in place in the mapping and the other types are converted
-//   into a six-row f32 panel that then serves every token). On AVX2 an int8 maddubs product
-//   costs as many instructions per multiply-add as an f32 FMA once its int32 widening and
-//   per-block scaling are counted (measured: an int8 tile path was no faster), and weights stay
-//   in place in the mapping: llama.cpp's faster Q4_0 prompt path repacks them into 8-row
-//   interleaved copies. oneDNN's SGEMM on dequantised 16 MB panels measured 10-20% slower than
-//   the earlier dot-product kernels this replaced.
+//   into a six-row f32 panel that then serves every token), at 80-90% of the FMA roof here.
+//   Q4_0 goes through int8 instead: eight rows at a time repacked into an interleaved panel
+//   (kernel_types.h's Q4_0x8Block) against the tokens' activations in Q8 blocks, 1.4x the f32
+//   path's speed (4-bit weights let maddubs products add up in int16 across a block, the trick
+//   of llama.cpp's repacked Q4_0; cpudl repacks per call, so the weights stay in the mapping).
+//   For Q8_0 the same product needs a sign fix-up and an int32 widening per 4 columns, which on
+//   AVX2 costs as much as the f32 FMAs it would replace.
 #pragma once
 
 #include <cstdint>

@@ -64,7 +64,8 @@ void int8_tile(const WeightMatmulArgs& a, std::size_t t0) {
   using W = typename Weights::Block;
   const std::size_t nb = a.k / 32;
   const llm::BlockQ8A* x[NT];
-  for (int i = 0; i < NT; ++i) x[i] = row<llm::BlockQ8A>(a.x, a.x_row_bytes, t0 + static_cast<std::size_t>(i));
+  for (int i = 0; i < NT; ++i)
+    x[i] = row<llm::BlockQ8A>(a.x, a.x_row_bytes, t0 + static_cast<std::size_t>(i));
   // acc += (dw dx) * (w . x) for block b of every token; indexed by constants only, so the
   // accumulators stay in registers (an index like b & 1 sends them through the stack).
   auto step = [&](const W& wb, std::size_t b, __m256* acc) {
@@ -216,6 +217,100 @@ void q8_0_q8a_matmul__avx2(const WeightMatmulArgs& a) { int8_matmul<Q8_0Weights>
 
 void q4_0_q8a_matmul__avx2(const WeightMatmulArgs& a) { int8_matmul<Q4_0Weights>(a); }
 
+void pack_q4_0x8__avx2(const void* w, std::size_t w_row_bytes, int rows, std::size_t k, Q4_0x8Block* panel) {
+  for (std::size_t b = 0; b < k / 32; ++b) {
+    // Each row's 32 values in column order (low nibbles, then high), as 8 int32 of 4 columns.
+    __m256i v[8];
+    for (int r = 0; r < 8; ++r) {
+      if (r >= rows) {
+        v[r] = _mm256_setzero_si256();
+        panel[b].d[r] = 0.0f;
+        continue;
+      }
+      const BlockQ4_0& in = row<BlockQ4_0>(w, w_row_bytes, static_cast<std::size_t>(r))[b];
+      v[r] = Q4_0Weights::load(in);
+      panel[b].d[r] = half(in.d);
+    }
+    // 8 x 8 transpose of the int32 column groups: group g of every row into one vector.
+    __m256i t[8], u[8];
+    for (int i = 0; i < 4; ++i) {
+      t[2 * i] = _mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+      t[2 * i + 1] = _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+    }
+    for (int h = 0; h < 2; ++h) {  // rows 0-3, then 4-7
+      u[4 * h + 0] = _mm256_unpacklo_epi64(t[4 * h], t[4 * h + 2]);
+      u[4 * h + 1] = _mm256_unpackhi_epi64(t[4 * h], t[4 * h + 2]);
+      u[4 * h + 2] = _mm256_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
+      u[4 * h + 3] = _mm256_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
+    }
+    for (int g = 0; g < 4; ++g) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(panel[b].q[g]),
+                          _mm256_permute2x128_si256(u[g], u[4 + g], 0x20));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(panel[b].q[g + 4]),
+                          _mm256_permute2x128_si256(u[g], u[4 + g], 0x31));
+    }
+  }
+}
+
+namespace {
+
+// NT tokens x 8 rows: per block, eight maddubs of a column group's 32 bytes (8 rows x 4
+// columns) with 4 broadcast activation bytes, summed in int16 -- values 0-15 times at most 127,
+// in pairs, over 8 groups: at most 30,480, no overflow -- then widened once per block.
+template <int NT>
+void q4_0x8_tile(const Q4_0x8Block* panel, std::size_t nb, const llm::BlockQ8A* const* x, float* const* y,
+                 int rows) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[NT];
+  for (int i = 0; i < NT; ++i) acc[i] = _mm256_setzero_ps();
+  for (std::size_t b = 0; b < nb; ++b) {
+    const Q4_0x8Block& p = panel[b];
+    __m256i s16[NT];
+    for (int i = 0; i < NT; ++i) s16[i] = _mm256_setzero_si256();
+    for (int g = 0; g < 8; ++g) {
+      const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.q[g]));
+      for (int i = 0; i < NT; ++i) {
+        std::int32_t four;
+        std::memcpy(&four, x[i][b].qs + 4 * g, 4);
+        s16[i] = _mm256_add_epi16(s16[i], _mm256_maddubs_epi16(wq, _mm256_set1_epi32(four)));
+      }
+    }
+    const __m256 dw = _mm256_loadu_ps(p.d);
+    for (int i = 0; i < NT; ++i) {
+      // sum (q - 8) x = sum q x - 8 sum x
+      const __m256i s32 =
+          _mm256_sub_epi32(_mm256_madd_epi16(s16[i], ones), _mm256_set1_epi32(8 * x[i][b].sum));
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), _mm256_mul_ps(dw, _mm256_set1_ps(x[i][b].d)), acc[i]);
+    }
+  }
+  for (int i = 0; i < NT; ++i) {
+    if (rows == 8) {
+      _mm256_storeu_ps(y[i], acc[i]);
+    } else {
+      alignas(32) float out[8];
+      _mm256_store_ps(out, acc[i]);
+      std::memcpy(y[i], out, static_cast<std::size_t>(rows) * sizeof(float));
+    }
+  }
+}
+
+}  // namespace
+
+void q4_0x8_q8a_gemm__avx2(const Q4_0x8Block* panel, std::size_t k, const void* x, std::size_t x_row_bytes,
+                           std::size_t tokens, float* y, std::size_t ldy, int rows) {
+  const llm::BlockQ8A* xs[4];
+  float* ys[4];
+  std::size_t t = 0;
+  auto rows_of = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      xs[i] = row<llm::BlockQ8A>(x, x_row_bytes, t + static_cast<std::size_t>(i));
+      ys[i] = y + (t + static_cast<std::size_t>(i)) * ldy;
+    }
+  };
+  for (; t + 4 <= tokens; t += 4) rows_of(4), q4_0x8_tile<4>(panel, k / 32, xs, ys, rows);
+  for (; t < tokens; ++t) rows_of(1), q4_0x8_tile<1>(panel, k / 32, xs, ys, rows);
+}
+
 namespace {
 
 float abs_max(const __m256* v, int n) {
@@ -294,7 +389,8 @@ void dequantize_row_bf16__avx2(const void* in, float* out, std::size_t k) {
   const auto* h = static_cast<const std::uint16_t*>(in);
   std::size_t i = 0;
   for (; i + 8 <= k; i += 8) _mm256_storeu_ps(out + i, load_bf16(h, i));
-  for (; i < k; ++i) out[i] = _mm_cvtss_f32(_mm_castsi128_ps(_mm_cvtsi32_si128(static_cast<int>(h[i]) << 16)));
+  for (; i < k; ++i)
+    out[i] = _mm_cvtss_f32(_mm_castsi128_ps(_mm_cvtsi32_si128(static_cast<int>(h[i]) << 16)));
 }
 
 void dequantize_row_q8_0__avx2(const void* in, float* out, std::size_t k) {
@@ -302,7 +398,8 @@ void dequantize_row_q8_0__avx2(const void* in, float* out, std::size_t k) {
   for (std::size_t b = 0; b < k / 32; ++b) {
     const __m256 d = _mm256_set1_ps(half(blocks[b].d));
     for (int i = 0; i < 32; i += 8) {
-      const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blocks[b].qs + i)));
+      const __m256i q =
+          _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blocks[b].qs + i)));
       _mm256_storeu_ps(out + 32 * b + i, _mm256_mul_ps(d, _mm256_cvtepi32_ps(q)));
     }
   }
@@ -316,7 +413,9 @@ void dequantize_row_q4_0__avx2(const void* in, float* out, std::size_t k) {
     const __m128i eight = _mm_set1_epi8(8), low = _mm_set1_epi8(0x0F);
     const __m128i lo = _mm_sub_epi8(_mm_and_si128(raw, low), eight);
     const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(raw, 4), low), eight);
-    auto store8 = [&](float* dst, __m128i q8) { _mm256_storeu_ps(dst, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8)))); };
+    auto store8 = [&](float* dst, __m128i q8) {
+      _mm256_storeu_ps(dst, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8))));
+    };
     store8(out + 32 * b, lo);
     store8(out + 32 * b + 8, _mm_srli_si128(lo, 8));
     store8(out + 32 * b + 16, hi);
@@ -333,9 +432,9 @@ __m128i q4_k_scales_mins(const std::uint8_t* packed) {
   std::memcpy(u, packed, 12);
   const std::uint32_t six = 0x3F3F3F3F, four = 0x0F0F0F0F, two = 0x03030303;
   const std::uint32_t mins_hi = ((u[2] >> 4) & four) | (((u[1] >> 6) & two) << 4);  // mins 4-7
-  const std::uint32_t mins_lo = u[1] & six;                                          // mins 0-3
-  const std::uint32_t scales_hi = (u[2] & four) | (((u[0] >> 6) & two) << 4);        // scales 4-7
-  const std::uint32_t scales_lo = u[0] & six;                                        // scales 0-3
+  const std::uint32_t mins_lo = u[1] & six;                                         // mins 0-3
+  const std::uint32_t scales_hi = (u[2] & four) | (((u[0] >> 6) & two) << 4);       // scales 4-7
+  const std::uint32_t scales_lo = u[0] & six;                                       // scales 0-3
   return _mm_setr_epi32(static_cast<int>(scales_lo), static_cast<int>(scales_hi), static_cast<int>(mins_lo),
                         static_cast<int>(mins_hi));
 }
@@ -360,14 +459,16 @@ float dot_q4_k(const llm::BlockQ4_K* w, const llm::BlockQ8_K* x, std::size_t nb)
       const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs + 32 * c));
       const __m256i x_lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs + 64 * c));
       const __m256i x_hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs + 64 * c + 32));
-      const __m256i p_lo = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_and_si256(q, low), x_lo), scale(2 * c));
-      const __m256i p_hi =
-          _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 4), low), x_hi), scale(2 * c + 1));
+      const __m256i p_lo =
+          _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_and_si256(q, low), x_lo), scale(2 * c));
+      const __m256i p_hi = _mm256_madd_epi16(
+          _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 4), low), x_hi), scale(2 * c + 1));
       sum = _mm256_add_epi32(sum, _mm256_add_epi32(p_lo, p_hi));
     }
     // sum_j min_j (bsums[2j] + bsums[2j+1]): pair sums by hadd, then one madd.
-    const __m128i pair_sums = _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].bsums)),
-                                             _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].bsums + 8)));
+    const __m128i pair_sums =
+        _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].bsums)),
+                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].bsums + 8)));
     __m128i m = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(scales_mins, 8)), pair_sums);
     m = _mm_add_epi32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(1, 0, 3, 2)));
     m = _mm_add_epi32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(2, 3, 0, 1)));
@@ -413,7 +514,8 @@ float dot_q6_k(const llm::BlockQ6_K* w, const llm::BlockQ8_K* x, std::size_t nb)
       }
     }
     const float d = half(w[b].d) * x[b].d;
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_sub_epi32(sum, _mm256_set1_epi32(4 * offset))), acc);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d),
+                          _mm256_cvtepi32_ps(_mm256_sub_epi32(sum, _mm256_set1_epi32(4 * offset))), acc);
   }
   return hsum(acc);
 }
@@ -447,7 +549,8 @@ void dequantize_row_q4_k__avx2(const void* in, float* out, std::size_t k) {
       const __m256 step = _mm256_set1_ps(d * static_cast<float>(scale[j]));
       const __m256 offset = _mm256_set1_ps(dmin * static_cast<float>(min[j]));
       const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks[b].qs + (j / 2) * 32));
-      const __m128i raw_hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks[b].qs + (j / 2) * 32 + 16));
+      const __m128i raw_hi =
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks[b].qs + (j / 2) * 32 + 16));
       const int shift = (j % 2) * 4;
       const __m128i lo = _mm_and_si128(_mm_srl_epi16(raw, _mm_cvtsi32_si128(shift)), _mm_set1_epi8(0x0F));
       const __m128i hi = _mm_and_si128(_mm_srl_epi16(raw_hi, _mm_cvtsi32_si128(shift)), _mm_set1_epi8(0x0F));
@@ -479,7 +582,8 @@ void dequantize_row_q6_k__avx2(const void* in, float* out, std::size_t k) {
           const __m256 step = _mm256_set1_ps(d * static_cast<float>(blocks[b].scales[8 * h + 2 * m + g]));
           float* dst = out + 256 * b + 128 * h + 32 * m + 16 * g;
           for (int e = 0; e < 16; e += 8) {
-            const __m256i q32 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(v + 16 * g + e)));
+            const __m256i q32 =
+                _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(v + 16 * g + e)));
             _mm256_storeu_ps(dst + e, _mm256_mul_ps(step, _mm256_cvtepi32_ps(q32)));
           }
         }

@@ -12,23 +12,28 @@
 
 namespace cpudl::kernels {
 
-#define CPUDL_DECLARE_QUANT(isa)                                                \
-  void f32_f32_matmul__##isa(const WeightMatmulArgs& a);                        \
-  void f16_f32_matmul__##isa(const WeightMatmulArgs& a);                        \
-  void bf16_f32_matmul__##isa(const WeightMatmulArgs& a);                       \
-  void q8_0_q8a_matmul__##isa(const WeightMatmulArgs& a);                      \
-  void q4_0_q8a_matmul__##isa(const WeightMatmulArgs& a);                      \
-  void quantize_row_q8a__##isa(const float* x, void* blocks, std::size_t k);    \
-  void dequantize_row_f16__##isa(const void* in, float* out, std::size_t k);    \
-  void dequantize_row_bf16__##isa(const void* in, float* out, std::size_t k);   \
-  void dequantize_row_q8_0__##isa(const void* in, float* out, std::size_t k);   \
-  void dequantize_row_q4_0__##isa(const void* in, float* out, std::size_t k);
+#define CPUDL_DECLARE_QUANT(isa)                                                                      \
+  void f32_f32_matmul__##isa(const WeightMatmulArgs& a);                                              \
+  void f16_f32_matmul__##isa(const WeightMatmulArgs& a);                                              \
+  void bf16_f32_matmul__##isa(const WeightMatmulArgs& a);                                             \
+  void q8_0_q8a_matmul__##isa(const WeightMatmulArgs& a);                                             \
+  void q4_0_q8a_matmul__##isa(const WeightMatmulArgs& a);                                             \
+  void quantize_row_q8a__##isa(const float* x, void* blocks, std::size_t k);                          \
+  void dequantize_row_f16__##isa(const void* in, float* out, std::size_t k);                          \
+  void dequantize_row_bf16__##isa(const void* in, float* out, std::size_t k);                         \
+  void dequantize_row_q8_0__##isa(const void* in, float* out, std::size_t k);                         \
+  void dequantize_row_q4_0__##isa(const void* in, float* out, std::size_t k);                         \
+  void pack_q4_0x8__##isa(const void* w, std::size_t w_row_bytes, int rows, std::size_t k,            \
+                          Q4_0x8Block* panel);                                                        \
+  void q4_0x8_q8a_gemm__##isa(const Q4_0x8Block* panel, std::size_t k, const void* x,                 \
+                              std::size_t x_row_bytes, std::size_t tokens, float* y, std::size_t ldy, \
+                              int rows);
 // The K-quants: AVX2 and the reference.
-#define CPUDL_DECLARE_KQUANT(isa)                               \
-  void q4_k_q8_k_matmul__##isa(const WeightMatmulArgs& a);      \
-  void q6_k_q8_k_matmul__##isa(const WeightMatmulArgs& a);      \
-  void quantize_row_q8_k__##isa(const float* x, void* blocks, std::size_t k);   \
-  void dequantize_row_q4_k__##isa(const void* in, float* out, std::size_t k);   \
+#define CPUDL_DECLARE_KQUANT(isa)                                             \
+  void q4_k_q8_k_matmul__##isa(const WeightMatmulArgs& a);                    \
+  void q6_k_q8_k_matmul__##isa(const WeightMatmulArgs& a);                    \
+  void quantize_row_q8_k__##isa(const float* x, void* blocks, std::size_t k); \
+  void dequantize_row_q4_k__##isa(const void* in, float* out, std::size_t k); \
   void dequantize_row_q6_k__##isa(const void* in, float* out, std::size_t k);
 
 CPUDL_DECLARE_QUANT(ref)

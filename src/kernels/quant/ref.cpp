@@ -14,8 +14,8 @@ using llm::BlockQ4_0;
 using llm::BlockQ4_K;
 using llm::BlockQ6_K;
 using llm::BlockQ8_0;
-using llm::BlockQ8A;
 using llm::BlockQ8_K;
+using llm::BlockQ8A;
 using llm::fp16_to_f32;
 
 namespace {
@@ -95,6 +95,40 @@ void q4_0_q8a_matmul__ref(const WeightMatmulArgs& a) {
   });
 }
 
+void pack_q4_0x8__ref(const void* w, std::size_t w_row_bytes, int rows, std::size_t k, Q4_0x8Block* panel) {
+  for (std::size_t b = 0; b < k / 32; ++b) {
+    Q4_0x8Block& out = panel[b];
+    for (int r = 0; r < 8; ++r) {
+      const BlockQ4_0* in =
+          r < rows ? reinterpret_cast<const BlockQ4_0*>(static_cast<const char*>(w) +
+                                                        static_cast<std::size_t>(r) * w_row_bytes) +
+                         b
+                   : nullptr;
+      out.d[r] = in ? fp16_to_f32(in->d) : 0.0f;
+      for (int c = 0; c < 32; ++c) {
+        const int value = !in ? 0 : c < 16 ? (in->qs[c] & 0xF) : (in->qs[c - 16] >> 4);
+        out.q[c / 4][r * 4 + c % 4] = static_cast<std::uint8_t>(value);
+      }
+    }
+  }
+}
+
+void q4_0x8_q8a_gemm__ref(const Q4_0x8Block* panel, std::size_t k, const void* x, std::size_t x_row_bytes,
+                          std::size_t tokens, float* y, std::size_t ldy, int rows) {
+  for (std::size_t t = 0; t < tokens; ++t) {
+    const auto* xt = reinterpret_cast<const BlockQ8A*>(static_cast<const char*>(x) + t * x_row_bytes);
+    for (int r = 0; r < rows; ++r) {
+      double s = 0;
+      for (std::size_t b = 0; b < k / 32; ++b) {
+        int sum = 0;
+        for (int c = 0; c < 32; ++c) sum += (panel[b].q[c / 4][r * 4 + c % 4] - 8) * xt[b].qs[c];
+        s += static_cast<double>(panel[b].d[r]) * xt[b].d * sum;
+      }
+      y[t * ldy + static_cast<std::size_t>(r)] = static_cast<float>(s);
+    }
+  }
+}
+
 void q4_k_q8_k_matmul__ref(const WeightMatmulArgs& a) {
   for_each_row_token<BlockQ4_K, BlockQ8_K>(a, [&](const BlockQ4_K* w, const BlockQ8_K* x) {
     double s = 0;
@@ -112,8 +146,8 @@ void q4_k_q8_k_matmul__ref(const WeightMatmulArgs& a) {
         sum_scaled += static_cast<long>(scale) * dot;
         sum_min += static_cast<long>(min) * (xb.bsums[2 * j] + xb.bsums[2 * j + 1]);
       }
-      s += static_cast<double>(xb.d) *
-           (fp16_to_f32(wb.d) * static_cast<double>(sum_scaled) - fp16_to_f32(wb.dmin) * static_cast<double>(sum_min));
+      s += static_cast<double>(xb.d) * (fp16_to_f32(wb.d) * static_cast<double>(sum_scaled) -
+                                        fp16_to_f32(wb.dmin) * static_cast<double>(sum_min));
     }
     return static_cast<float>(s);
   });
@@ -139,7 +173,8 @@ void q6_k_q8_k_matmul__ref(const WeightMatmulArgs& a) {
           const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
           const int g = l / 16;
           sum += static_cast<long>(sc[g]) * q1 * xq[l] + static_cast<long>(sc[g + 2]) * q2 * xq[l + 32] +
-                 static_cast<long>(sc[g + 4]) * q3 * xq[l + 64] + static_cast<long>(sc[g + 6]) * q4 * xq[l + 96];
+                 static_cast<long>(sc[g + 4]) * q3 * xq[l + 64] +
+                 static_cast<long>(sc[g + 6]) * q4 * xq[l + 96];
         }
       }
       s += static_cast<double>(xb.d) * fp16_to_f32(wb.d) * static_cast<double>(sum);
@@ -176,7 +211,8 @@ void quantize_row_q8_k__ref(const float* x, void* blocks, std::size_t k) {
     const float d = amax / 127.0f;
     const float inv = d != 0 ? 1.0f / d : 0.0f;
     out[b].d = d;
-    for (int i = 0; i < 256; ++i) out[b].qs[i] = static_cast<std::int8_t>(std::nearbyint(x[b * 256 + i] * inv));
+    for (int i = 0; i < 256; ++i)
+      out[b].qs[i] = static_cast<std::int8_t>(std::nearbyint(x[b * 256 + i] * inv));
     for (int g = 0; g < 16; ++g) {
       int s = 0;
       for (int i = 0; i < 16; ++i) s += out[b].qs[g * 16 + i];
@@ -222,7 +258,8 @@ void dequantize_row_q4_k__ref(const void* in, float* out, std::size_t k) {
       for (int i = 0; i < 32; ++i) {
         const std::uint8_t q = blk.qs[(j / 2) * 32 + i];
         out[256 * b + 32 * j + i] =
-            d * static_cast<float>(sc) * static_cast<float>(j % 2 == 0 ? q & 0xF : q >> 4) - dmin * static_cast<float>(m);
+            d * static_cast<float>(sc) * static_cast<float>(j % 2 == 0 ? q & 0xF : q >> 4) -
+            dmin * static_cast<float>(m);
       }
     }
   }
@@ -242,7 +279,8 @@ void dequantize_row_q6_k__ref(const void* in, float* out, std::size_t k) {
                           ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32,
                           ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32};
         for (int m = 0; m < 4; ++m)
-          y[l + 32 * m] = d * static_cast<float>(blk.scales[8 * half + (l + 32 * m) / 16]) * static_cast<float>(q[m]);
+          y[l + 32 * m] =
+              d * static_cast<float>(blk.scales[8 * half + (l + 32 * m) / 16]) * static_cast<float>(q[m]);
       }
     }
   }
