@@ -39,7 +39,7 @@ class WeightMatmul : public ::testing::TestWithParam<Case> {};
 
 TEST_P(WeightMatmul, EveryVariantMatchesTheDequantisedProduct) {
   const Case c = GetParam();
-  const std::size_t rows = 7, k = 512;
+  const std::size_t rows = 11, k = 512;  // one token: 4 streams of 2 rows, then 3 rows one by one
   const std::vector<float> w = gaussian(rows * k, 1);
   const std::size_t w_row = llm::row_bytes(c.weight, k);
   std::vector<std::uint8_t> wq(rows * w_row);

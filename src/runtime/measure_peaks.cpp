@@ -77,7 +77,7 @@ RoofMeasurement measure_compute_roof(ComputeRoof roof, int threads, double secon
 
 double measure_read_bandwidth(int threads, double seconds) {
   const Runtime& rt = runtime();
-  const auto sum = kernels::kernel_table().f32_sum.fn;
+  const auto sum = kernels::kernel_table().f32_read_probe.fn;
   threads = std::max(1, threads);
   // A buffer far beyond the last-level cache, first touched by the threads that read it (so its
   // pages land on their NUMA nodes).
