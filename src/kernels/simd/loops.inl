@@ -56,12 +56,25 @@ void map_binary(const float* a, const float* b, float* out, std::size_t n, Op op
       });
 }
 
-// Sum of op(x[i]) with four accumulators (hides add latency).
+// Sum of op(x[i]) with four accumulators (hides add latency). Beyond the caches the four walk
+// the four quarters of x side by side: four memory streams, which the prefetchers follow at the
+// machine's bandwidth where one stream reached about two thirds of it (measure_peaks.cpp).
 template <class V, class Op>
 float reduce_sum(const float* x, std::size_t n, Op op) {
   constexpr std::size_t W = V::kWidth;
   auto s0 = V::zero(), s1 = V::zero(), s2 = V::zero(), s3 = V::zero();
   std::size_t i = 0;
+  if (n * sizeof(float) >= (std::size_t{4} << 20)) {
+    const std::size_t quarter = n / 4 / W * W;
+    const float *x1 = x + quarter, *x2 = x + 2 * quarter, *x3 = x + 3 * quarter;
+    for (std::size_t j = 0; j < quarter; j += W) {
+      s0 = V::add(s0, op(V::load(x + j)));
+      s1 = V::add(s1, op(V::load(x1 + j)));
+      s2 = V::add(s2, op(V::load(x2 + j)));
+      s3 = V::add(s3, op(V::load(x3 + j)));
+    }
+    i = 4 * quarter;
+  }
   for (; i + 4 * W <= n; i += 4 * W) {
     s0 = V::add(s0, op(V::load(x + i)));
     s1 = V::add(s1, op(V::load(x + i + W)));
