@@ -68,6 +68,8 @@ void f32_gemm_rows_6x16__avx2(const GemmRowsArgs& g) {
   const std::int64_t prefetch_every =
       prefetch_left > 0 ? std::max<std::int64_t>(2, k / prefetch_left) : k + 1;
   std::int64_t countdown = prefetch_every;
+  // Twelve named accumulators, the six rows written out: as arrays walked by unrolled loops GCC
+  // 12 spilled accumulators to the stack inside the k loop.
   __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
   __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
   auto step = [&](std::int64_t p) {
