@@ -522,43 +522,37 @@ __m128i q4_k_scales_mins(const std::uint8_t* packed) {
                         static_cast<int>(mins_hi));
 }
 
-// One row of Q4_K weights . one token of Q8_K activations. The 6-bit scales multiply inside
-// madd (exact in int32), broadcast by byte shuffles; the mins meet the activation's 16-value
-// sums in one more madd.
-float dot_q4_k(const llm::BlockQ4_K* w, const llm::BlockQ8_K* x, std::size_t nb) {
-  __m256 acc = _mm256_setzero_ps();
-  float acc_min = 0;
+// One Q4_K block . one Q8_K activation block, added to acc (the scaled products, in lanes) and
+// acc_min (the mins' part, subtracted at the end). The 6-bit scales multiply inside madd (exact
+// in int32), broadcast by byte shuffles; the mins meet the activation's 16-value sums in one
+// more madd.
+inline void q4_k_block(const llm::BlockQ4_K& w, const llm::BlockQ8_K& x, __m256& acc, float& acc_min) {
   const __m256i low = _mm256_set1_epi8(0x0F);
-  for (std::size_t b = 0; b < nb; ++b) {
-    _mm_prefetch(reinterpret_cast<const char*>(w + b) + kPrefetchBytes, _MM_HINT_T0);
-    const __m128i scales_mins = q4_k_scales_mins(w[b].scales);
-    const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scales_mins));  // 8 words per lane
-    // Word j of `scales` in every position: shuffle bytes (2j, 2j+1).
-    auto scale = [&](int j) {
-      return _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<short>(((2 * j + 1) << 8) | (2 * j))));
-    };
-    __m256i sum = _mm256_setzero_si256();
-    for (int c = 0; c < 4; ++c) {
-      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs + 32 * c));
-      const __m256i x_lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs + 64 * c));
-      const __m256i x_hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs + 64 * c + 32));
-      const __m256i p_lo =
-          _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_and_si256(q, low), x_lo), scale(2 * c));
-      const __m256i p_hi = _mm256_madd_epi16(
-          _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 4), low), x_hi), scale(2 * c + 1));
-      sum = _mm256_add_epi32(sum, _mm256_add_epi32(p_lo, p_hi));
-    }
-    // sum_j min_j (bsums[2j] + bsums[2j+1]): pair sums by hadd, then one madd.
-    const __m128i pair_sums =
-        _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].bsums)),
-                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].bsums + 8)));
-    __m128i m = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(scales_mins, 8)), pair_sums);
-    m = _mm_add_epi32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(1, 0, 3, 2)));
-    m = _mm_add_epi32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(2, 3, 0, 1)));
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(half(w[b].d) * x[b].d), _mm256_cvtepi32_ps(sum), acc);
-    acc_min += half(w[b].dmin) * x[b].d * static_cast<float>(_mm_cvtsi128_si32(m));
+  const __m128i scales_mins = q4_k_scales_mins(w.scales);
+  const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scales_mins));  // 8 words per lane
+  // Word j of `scales` in every position: shuffle bytes (2j, 2j+1).
+  auto scale = [&](int j) {
+    return _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<short>(((2 * j + 1) << 8) | (2 * j))));
+  };
+  __m256i sum = _mm256_setzero_si256();
+  for (int c = 0; c < 4; ++c) {
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs + 32 * c));
+    const __m256i x_lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 64 * c));
+    const __m256i x_hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 64 * c + 32));
+    const __m256i p_lo =
+        _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_and_si256(q, low), x_lo), scale(2 * c));
+    const __m256i p_hi = _mm256_madd_epi16(
+        _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 4), low), x_hi), scale(2 * c + 1));
+    sum = _mm256_add_epi32(sum, _mm256_add_epi32(p_lo, p_hi));
   }
-  return hsum(acc) - acc_min;
+  // sum_j min_j (bsums[2j] + bsums[2j+1]): pair sums by hadd, then one madd.
+  const __m128i pair_sums = _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.bsums)),
+                                           _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.bsums + 8)));
+  __m128i m = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(scales_mins, 8)), pair_sums);
+  m = _mm_add_epi32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(1, 0, 3, 2)));
+  m = _mm_add_epi32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(2, 3, 0, 1)));
+  acc = _mm256_fmadd_ps(_mm256_set1_ps(half(w.d) * x.d), _mm256_cvtepi32_ps(sum), acc);
+  acc_min += half(w.dmin) * x.d * static_cast<float>(_mm_cvtsi128_si32(m));
 }
 
 // Half h (values 128h..128h+127) of a Q6_K block as 4 x 32 unsigned 6-bit values: value l + 32m
@@ -577,46 +571,74 @@ void q6_k_unpack(const llm::BlockQ6_K& block, int h, __m256i q[4]) {
   q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low), high_bits(6));
 }
 
-// One row of Q6_K weights . one token of Q8_K activations: q = 4 low bits | 2 high bits << 4,
-// in 0..63, multiplied unsigned; the offset of 32 meets the activation's 16-value sums.
-float dot_q6_k(const llm::BlockQ6_K* w, const llm::BlockQ8_K* x, std::size_t nb) {
-  __m256 acc = _mm256_setzero_ps();
-  for (std::size_t b = 0; b < nb; ++b) {
-    _mm_prefetch(reinterpret_cast<const char*>(w + b) + kPrefetchBytes, _MM_HINT_T0);
-    __m256i sum = _mm256_setzero_si256();
-    int offset = 0;
-    for (int g = 0; g < 16; ++g) offset += w[b].scales[g] * x[b].bsums[g];
-    for (int h = 0; h < 2; ++h) {
-      __m256i q[4];
-      q6_k_unpack(w[b], h, q);
-      for (int m = 0; m < 4; ++m) {
-        const std::int8_t* sc = w[b].scales + 8 * h + 2 * m;  // values 32m..32m+15, then +16..+31
-        const __m256i scales = _mm256_set_m128i(_mm_set1_epi16(sc[1]), _mm_set1_epi16(sc[0]));
-        const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs + 128 * h + 32 * m));
-        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(q[m], xq), scales));
-      }
+// One Q6_K block . one Q8_K block, added to acc: q = 4 low bits | 2 high bits << 4, in 0..63,
+// multiplied unsigned; the offset of 32 meets the activation's 16-value sums. (No mins: the
+// unused acc_min keeps the signature of q4_k_block.)
+inline void q6_k_block(const llm::BlockQ6_K& w, const llm::BlockQ8_K& x, __m256& acc, float& /*acc_min*/) {
+  __m256i sum = _mm256_setzero_si256();
+  int offset = 0;
+  for (int g = 0; g < 16; ++g) offset += w.scales[g] * x.bsums[g];
+  for (int h = 0; h < 2; ++h) {
+    __m256i q[4];
+    q6_k_unpack(w, h, q);
+    for (int m = 0; m < 4; ++m) {
+      const std::int8_t* sc = w.scales + 8 * h + 2 * m;  // values 32m..32m+15, then +16..+31
+      const __m256i scales = _mm256_set_m128i(_mm_set1_epi16(sc[1]), _mm_set1_epi16(sc[0]));
+      const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 128 * h + 32 * m));
+      sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(q[m], xq), scales));
     }
-    const float d = half(w[b].d) * x[b].d;
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d),
-                          _mm256_cvtepi32_ps(_mm256_sub_epi32(sum, _mm256_set1_epi32(4 * offset))), acc);
   }
-  return hsum(acc);
+  acc = _mm256_fmadd_ps(_mm256_set1_ps(half(w.d) * x.d),
+                        _mm256_cvtepi32_ps(_mm256_sub_epi32(sum, _mm256_set1_epi32(4 * offset))), acc);
 }
 
-template <class W, class Dot>
-void k_quant_matmul(const WeightMatmulArgs& a, Dot dot) {
+// Rows of K-quant weights . tokens of Q8_K activations, block by block. One token: four rows a
+// quarter of the slice apart in one loop, four memory streams (see float_streams); several
+// tokens: row by row.
+template <class W, class Block>
+void k_quant_matmul(const WeightMatmulArgs& a, Block block) {
   const std::size_t nb = a.k / 256;
+  auto dot = [&](const W* w, const llm::BlockQ8_K* x) {
+    __m256 acc = _mm256_setzero_ps();
+    float acc_min = 0;
+    for (std::size_t b = 0; b < nb; ++b) {
+      _mm_prefetch(reinterpret_cast<const char*>(w + b) + kPrefetchBytes, _MM_HINT_T0);
+      block(w[b], x[b], acc, acc_min);
+    }
+    return hsum(acc) - acc_min;
+  };
+  std::size_t r0 = 0;
+  if (a.tokens == 1) {
+    constexpr int kStreams = 4;
+    const auto* x = row<llm::BlockQ8_K>(a.x, a.x_row_bytes, 0);
+    const std::size_t quarter = a.rows / kStreams;
+    for (std::size_t r = 0; r < quarter; ++r) {
+      const W* w[kStreams];
+      __m256 acc[kStreams];
+      float acc_min[kStreams];
+      for (int s = 0; s < kStreams; ++s) {
+        w[s] = row<W>(a.w, a.w_row_bytes, r + static_cast<std::size_t>(s) * quarter);
+        acc[s] = _mm256_setzero_ps();
+        acc_min[s] = 0;
+      }
+      for (std::size_t b = 0; b < nb; ++b)
+        for (int s = 0; s < kStreams; ++s) block(w[s][b], x[b], acc[s], acc_min[s]);
+      for (int s = 0; s < kStreams; ++s)
+        a.y[r + static_cast<std::size_t>(s) * quarter] = hsum(acc[s]) - acc_min[s];
+    }
+    r0 = kStreams * quarter;
+  }
   for (std::size_t t = 0; t < a.tokens; ++t) {
     const auto* x = row<llm::BlockQ8_K>(a.x, a.x_row_bytes, t);
-    for (std::size_t r = 0; r < a.rows; ++r) a.y[t * a.ldy + r] = dot(row<W>(a.w, a.w_row_bytes, r), x, nb);
+    for (std::size_t r = r0; r < a.rows; ++r) a.y[t * a.ldy + r] = dot(row<W>(a.w, a.w_row_bytes, r), x);
   }
 }
 
 }  // namespace
 
-void q4_k_q8_k_matmul__avx2(const WeightMatmulArgs& a) { k_quant_matmul<llm::BlockQ4_K>(a, dot_q4_k); }
+void q4_k_q8_k_matmul__avx2(const WeightMatmulArgs& a) { k_quant_matmul<llm::BlockQ4_K>(a, q4_k_block); }
 
-void q6_k_q8_k_matmul__avx2(const WeightMatmulArgs& a) { k_quant_matmul<llm::BlockQ6_K>(a, dot_q6_k); }
+void q6_k_q8_k_matmul__avx2(const WeightMatmulArgs& a) { k_quant_matmul<llm::BlockQ6_K>(a, q6_k_block); }
 
 // K-quant rows to floats, in the reference's order of operations ((d * scale) * q - dmin * min)
 // so that the results are bit-identical.
