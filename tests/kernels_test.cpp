@@ -801,18 +801,6 @@ TEST(Kernels, RoofProbesCountTheirWork) {
     });
 }
 
-// The bandwidth probe reads every element once, whatever the split into streams.
-TEST(Kernels, ReadProbeSumsEveryElement) {
-  for_each_runnable(f32_read_probe_variants(), [&](ReadProbeFn fn) {
-    for (std::size_t n : {0, 1, 63, 64, 1000, 4096 + 7}) {
-      std::vector<float> x(n);
-      double want = 0;
-      for (std::size_t i = 0; i < n; ++i) want += (x[i] = static_cast<float>(i % 13) - 6.0f + 0.25f);
-      EXPECT_NEAR(fn(x.data(), n), want, 1e-3) << "n=" << n;
-    }
-  });
-}
-
 TEST(Dispatch, TablePicksTheBestVariantTheLevelAllows) {
   for (int l = 0; l < kIsaLevelCount; ++l) {
     const auto level = static_cast<IsaLevel>(l);

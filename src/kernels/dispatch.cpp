@@ -141,11 +141,6 @@ const std::vector<KernelVariant<MaxPoolNhwcBackwardFn>>& f32_max_pool_nhwc_backw
   return v;
 }
 
-const std::vector<KernelVariant<ReadProbeFn>>& f32_read_probe_variants() {
-  static const std::vector<KernelVariant<ReadProbeFn>> v = {CPUDL_VARIANT(avx2, f32_read_probe__avx2),
-                                                            CPUDL_VARIANT(generic, f32_read_probe__ref)};
-  return v;
-}
 const std::vector<KernelVariant<FmaProbeFn>>& int8_dot_probe_variants() {
   static const std::vector<KernelVariant<FmaProbeFn>> v = {
       CPUDL_VARIANT(avx512_vnni, int8_dot_probe__avx512_vnni), CPUDL_VARIANT(avx512, int8_dot_probe__avx512),

@@ -83,8 +83,7 @@ namespace cpudl::kernels {
   X(f32_max_pool_nhwc_backward, MaxPoolNhwcBackwardFn)                 \
   X(f32_fma_probe, FmaProbeFn)                                         \
   X(int8_dot_probe, FmaProbeFn)                                        \
-  X(bf16_dot_probe, FmaProbeFn)                                        \
-  X(f32_read_probe, ReadProbeFn)
+  X(bf16_dot_probe, FmaProbeFn)
 
 template <class Fn>
 struct KernelVariant {

@@ -67,7 +67,6 @@ using AdamStepFn = void (*)(float* param, const float* grad, float* m, float* v,
                             const AdamParams& p);
 
 using FmaProbeFn = std::uint64_t (*)(std::uint64_t iterations, float* sink);
-using ReadProbeFn = float (*)(const float* x, std::size_t n);
 
 // C[6 x 16] (+)= packed A sliver x packed B sliver (see kernels/gemm/gemm.h).
 using GemmMicrokernelFn = void (*)(std::int64_t k, const float* a_panel, const float* b_panel, float* c,

@@ -77,7 +77,7 @@ RoofMeasurement measure_compute_roof(ComputeRoof roof, int threads, double secon
 
 double measure_read_bandwidth(int threads, double seconds) {
   const Runtime& rt = runtime();
-  const auto sum = kernels::kernel_table().f32_read_probe.fn;
+  const auto sum = kernels::kernel_table().f32_sum.fn;
   threads = std::max(1, threads);
   // A buffer far beyond the last-level cache, first touched by the threads that read it (so its
   // pages land on their NUMA nodes).
@@ -113,7 +113,7 @@ MeasuredPeaks measure_peaks(double seconds) {
   peaks.fp32_gflops_one_core = one.gops;
   peaks.fp32_gflops_all_cores = measure_compute_roof(ComputeRoof::fp32_fma, peaks.threads, seconds / 4).gops;
   peaks.fma_kernel = one.kernel;
-  peaks.bandwidth_kernel = kernels::kernel_table().f32_read_probe.name;
+  peaks.bandwidth_kernel = kernels::kernel_table().f32_sum.name;
   peaks.bandwidth_gbs_one_core = measure_read_bandwidth(1, seconds / 4);
   peaks.bandwidth_gbs_all_cores = measure_read_bandwidth(peaks.threads, seconds / 4);
   return peaks;

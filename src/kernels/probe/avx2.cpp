@@ -49,31 +49,3 @@ std::uint64_t int8_dot_probe__avx2(std::uint64_t iterations, float* sink) {
 }
 
 }  // namespace cpudl::kernels
-
-namespace cpudl::kernels {
-
-// Four streams, two accumulators each (16 floats per stream per step).
-float f32_read_probe__avx2(const float* x, std::size_t n) {
-  const std::size_t quarter = n / 4;
-  const float* q[4] = {x, x + quarter, x + 2 * quarter, x + 3 * quarter};
-  __m256 acc[4][2];
-  for (auto& a : acc) a[0] = a[1] = _mm256_setzero_ps();
-  std::size_t i = 0;
-  for (; i + 16 <= quarter; i += 16)
-    for (int s = 0; s < 4; ++s) {
-      acc[s][0] = _mm256_add_ps(acc[s][0], _mm256_loadu_ps(q[s] + i));
-      acc[s][1] = _mm256_add_ps(acc[s][1], _mm256_loadu_ps(q[s] + i + 8));
-    }
-  __m256 total = _mm256_setzero_ps();
-  for (auto& a : acc) total = _mm256_add_ps(total, _mm256_add_ps(a[0], a[1]));
-  float lanes[8];
-  _mm256_storeu_ps(lanes, total);
-  float sum = 0;
-  for (float v : lanes) sum += v;
-  for (; i < quarter; ++i)
-    for (int s = 0; s < 4; ++s) sum += q[s][i];
-  for (i = 4 * quarter; i < n; ++i) sum += x[i];  // what the quarters leave
-  return sum;
-}
-
-}  // namespace cpudl::kernels

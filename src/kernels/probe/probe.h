@@ -2,7 +2,6 @@
 // peak is measured rather than taken from a datasheet. Declarations only (see dispatch.h).
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
 
 namespace cpudl::kernels {
@@ -18,14 +17,6 @@ namespace cpudl::kernels {
 #define CPUDL_DECLARE_BF16_PROBE(isa) \
   std::uint64_t bf16_dot_probe__##isa(std::uint64_t iterations, float* sink);
 
-// Memory read bandwidth: sums n floats as four concurrent streams, one per quarter: the hardware prefetchers
-// track each stream on its own, and one stream left a third of this machine's bandwidth unused
-// (docs/BENCHMARKS.md). Returns the sum.
-#define CPUDL_DECLARE_READ_PROBE(isa) float f32_read_probe__##isa(const float* x, std::size_t n);
-
-CPUDL_DECLARE_READ_PROBE(ref)
-CPUDL_DECLARE_READ_PROBE(avx2)
-#undef CPUDL_DECLARE_READ_PROBE
 CPUDL_DECLARE_PROBE(ref)
 CPUDL_DECLARE_PROBE(avx2)
 CPUDL_DECLARE_PROBE(avx512)

@@ -51,16 +51,3 @@ std::uint64_t bf16_dot_probe__ref(std::uint64_t iterations, float* sink) {
 }
 
 }  // namespace cpudl::kernels
-
-namespace cpudl::kernels {
-
-float f32_read_probe__ref(const float* x, std::size_t n) {
-  const std::size_t quarter = n / 4;
-  float sums[4] = {};
-  for (std::size_t i = 0; i < quarter; ++i)
-    for (int s = 0; s < 4; ++s) sums[s] += x[static_cast<std::size_t>(s) * quarter + i];
-  for (std::size_t i = 4 * quarter; i < n; ++i) sums[0] += x[i];  // what the quarters leave
-  return sums[0] + sums[1] + sums[2] + sums[3];
-}
-
-}  // namespace cpudl::kernels
