@@ -61,6 +61,28 @@ struct Q4_0Weights {
 // of the slice apart, which the prefetchers follow as four streams.)
 constexpr std::size_t kPrefetchBytes = 1024;
 
+// One weight block (unpacked to q) . one activation block, as 8 float lanes to scale and sum.
+template <class Weights>
+__m256 block_product(__m256i q, const llm::BlockQ8A& x) {
+  const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs));
+  if constexpr (Weights::kUnsigned) {
+    // sum (q - 8) x = sum q x - 8 sum x: each of the 8 int32 lanes gives up one sum x.
+    const __m256i p32 = _mm256_madd_epi16(_mm256_maddubs_epi16(q, xq), _mm256_set1_epi16(1));
+    return _mm256_cvtepi32_ps(_mm256_sub_epi32(p32, _mm256_set1_epi32(x.sum)));
+  } else {
+    return dot_signed(q, xq);
+  }
+}
+
+// The rows of `a` from `first` on, as arguments of their own (what the four-stream loops leave).
+WeightMatmulArgs rows_from(const WeightMatmulArgs& a, std::size_t first) {
+  WeightMatmulArgs rest = a;
+  rest.w = row<char>(a.w, a.w_row_bytes, first);
+  rest.y = a.y + first;
+  rest.rows = a.rows - first;
+  return rest;
+}
+
 template <int NT, class Weights>
 void int8_tile(const WeightMatmulArgs& a, std::size_t t0) {
   using W = typename Weights::Block;
@@ -73,18 +95,8 @@ void int8_tile(const WeightMatmulArgs& a, std::size_t t0) {
   auto step = [&](const W& wb, std::size_t b, __m256* acc) {
     const __m256i q = Weights::load(wb);
     const float d = half(wb.d);
-    for (int i = 0; i < NT; ++i) {
-      const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i][b].qs));
-      __m256 p;
-      if constexpr (Weights::kUnsigned) {
-        // sum (q - 8) x = sum q x - 8 sum x: each of the 8 int32 lanes gives up one sum x.
-        const __m256i p32 = _mm256_madd_epi16(_mm256_maddubs_epi16(q, xq), _mm256_set1_epi16(1));
-        p = _mm256_cvtepi32_ps(_mm256_sub_epi32(p32, _mm256_set1_epi32(x[i][b].sum)));
-      } else {
-        p = dot_signed(q, xq);
-      }
-      acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * x[i][b].d), p, acc[i]);
-    }
+    for (int i = 0; i < NT; ++i)
+      acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * x[i][b].d), block_product<Weights>(q, x[i][b]), acc[i]);
   };
   for (std::size_t r = 0; r < a.rows; ++r) {
     const W* w = row<W>(a.w, a.w_row_bytes, r);
@@ -119,27 +131,13 @@ void int8_streams(const WeightMatmulArgs& a) {
       w[s] = row<W>(a.w, a.w_row_bytes, r + static_cast<std::size_t>(s) * quarter);
       acc[s] = _mm256_setzero_ps();
     }
-    for (std::size_t b = 0; b < nb; ++b) {
-      const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
-      for (int s = 0; s < kStreams; ++s) {
-        const __m256i q = Weights::load(w[s][b]);
-        __m256 p;
-        if constexpr (Weights::kUnsigned) {
-          const __m256i p32 = _mm256_madd_epi16(_mm256_maddubs_epi16(q, xq), _mm256_set1_epi16(1));
-          p = _mm256_cvtepi32_ps(_mm256_sub_epi32(p32, _mm256_set1_epi32(x[b].sum)));
-        } else {
-          p = dot_signed(q, xq);
-        }
-        acc[s] = _mm256_fmadd_ps(_mm256_set1_ps(half(w[s][b].d) * x[b].d), p, acc[s]);
-      }
-    }
+    for (std::size_t b = 0; b < nb; ++b)
+      for (int s = 0; s < kStreams; ++s)
+        acc[s] = _mm256_fmadd_ps(_mm256_set1_ps(half(w[s][b].d) * x[b].d),
+                                 block_product<Weights>(Weights::load(w[s][b]), x[b]), acc[s]);
     for (int s = 0; s < kStreams; ++s) a.y[r + static_cast<std::size_t>(s) * quarter] = hsum(acc[s]);
   }
-  WeightMatmulArgs rest = a;
-  rest.w = row<char>(a.w, a.w_row_bytes, kStreams * quarter);
-  rest.y = a.y + kStreams * quarter;
-  rest.rows = a.rows - kStreams * quarter;
-  if (rest.rows > 0) int8_tile<1, Weights>(rest, 0);
+  if (a.rows > kStreams * quarter) int8_tile<1, Weights>(rows_from(a, kStreams * quarter), 0);
 }
 
 template <class Weights>
@@ -248,11 +246,7 @@ void float_streams(const WeightMatmulArgs& a, Load load, Scalar scalar) {
     }
   }
   // The rows past four whole quarters, one at a time.
-  WeightMatmulArgs rest = a;
-  rest.w = row<char>(a.w, a.w_row_bytes, kStreams * quarter);
-  rest.y = a.y + kStreams * quarter;
-  rest.rows = a.rows - kStreams * quarter;
-  if (rest.rows > 0) float_tile<1, W>(rest, 0, load, scalar);
+  if (a.rows > kStreams * quarter) float_tile<1, W>(rows_from(a, kStreams * quarter), 0, load, scalar);
 }
 
 template <class W, class Load, class Scalar>
