@@ -164,6 +164,9 @@ const Runtime& runtime();
 
 // Whether CPUDL_VERBOSE asks for kernel-choice logging (to stderr).
 bool verbose();
+// An optimisation's off switch (CPUDL_WINOGRAD, CPUDL_FUSE_DEPTHWISE): on unless the variable
+// is "0". Read when called; callers keep the answer.
+bool switched_on(const char* variable);
 
 // ---------------------------------------------------------------------------------------------
 // Roofs measured on this machine: what speed claims are judged against.

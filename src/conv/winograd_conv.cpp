@@ -5,10 +5,10 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 
 #include "cpudl/error.h"
+#include "cpudl/runtime.h"
 #include "kernels/dispatch.h"
 #include "kernels/winograd/winograd.h"
 #include "runtime/aligned_buffer.h"
@@ -78,10 +78,7 @@ Schedule schedule(const WinogradConvShape& s, std::size_t tiles, int threads) {
 }  // namespace
 
 int winograd_tile(const WinogradConvShape& s) {
-  static const bool enabled = [] {
-    const char* value = std::getenv("CPUDL_WINOGRAD");
-    return value == nullptr || std::string(value) != "0";
-  }();
+  static const bool enabled = switched_on("CPUDL_WINOGRAD");
   if (!enabled) return 0;
   if (s.in_channels % 8 != 0 || s.out_channels % static_cast<std::int64_t>(kColumns) != 0 ||
       s.in_channels < 16)

@@ -4,12 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <optional>
 #include <set>
 #include <unordered_map>
 
 #include "cpudl/error.h"
+#include "cpudl/runtime.h"
 #include "onednn/dense.h"
 
 namespace cpudl::infer {
@@ -612,10 +612,7 @@ void assign_layouts(Graph& g, std::map<std::string, ValueDesc>& descs, Optimizer
 }
 
 void fuse_depthwise(Graph& g, const std::map<std::string, ValueDesc>& descs, OptimizerReport& report) {
-  static const bool enabled = [] {
-    const char* value = std::getenv("CPUDL_FUSE_DEPTHWISE");
-    return value == nullptr || std::string(value) != "0";
-  }();
+  static const bool enabled = switched_on("CPUDL_FUSE_DEPTHWISE");
   if (!enabled) return;
   auto ints_are = [](const Node& n, const char* key, std::vector<std::int64_t> fallback, std::int64_t want) {
     for (std::int64_t v : n.get_ints(key, std::move(fallback)))

@@ -12,6 +12,11 @@
 
 namespace cpudl {
 
+bool switched_on(const char* variable) {
+  const char* value = std::getenv(variable);
+  return value == nullptr || std::strcmp(value, "0") != 0;
+}
+
 bool verbose() {
   static const bool on = [] {
     const char* value = std::getenv("CPUDL_VERBOSE");
