@@ -14,7 +14,8 @@ packages=(
   libbenchmark-dev                      # kernel microbenchmarks
   nlohmann-json3-dev                    # JSON output (doctor --json, bench --json)
   libcli11-dev                          # command-line parsing
-  libdnnl-dev                           # oneDNN: convolution, matmul, pooling, batch norm
+  libdnnl-dev ocl-icd-opencl-dev        # oneDNN (convolution, matmul, pooling, batch norm); its CMake
+                                        # config requires OpenCL, a Recommends that --no-install-recommends skips
   zlib1g-dev                            # gzip-compressed IDX files
   libonnx-dev libprotobuf-dev           # ONNX models: the onnx.proto schema and protobuf
   clang libclang-rt-14-dev              # libFuzzer targets for the file parsers

@@ -279,7 +279,9 @@ TEST(Autograd, ConvolutionOnMapsSmallerThanItsKernel) {
 
 // Pooling a channels-last input (a convolution's output) gives exactly the values and gradients
 // of pooling its row-major copy: channel counts oneDNN vectorises (16) and those the native
-// kernel takes (1, 3, 6), with and without padding and overlapping windows.
+// kernel takes (1, 3, 6), with and without padding and overlapping windows. Where windows
+// overlap, an input's gradient is a sum whose order differs between the native kernel and
+// oneDNN's (whose order depends on the ISA it picks): equal to float rounding, not bit for bit.
 TEST(Autograd, ChannelsLastPoolingMatchesRowMajor) {
   struct Case {
     Shape x;
@@ -305,7 +307,9 @@ TEST(Autograd, ChannelsLastPoolingMatchesRowMajor) {
       grads.push_back(leaf.grad().to_vector());
     }
     EXPECT_EQ(values[0], values[1]);
-    EXPECT_EQ(grads[0], grads[1]);
+    ASSERT_EQ(grads[0].size(), grads[1].size());
+    for (std::size_t i = 0; i < grads[0].size(); ++i)
+      ASSERT_NEAR(grads[0][i], grads[1][i], 1e-5f * (1.0f + std::fabs(grads[0][i]))) << "element " << i;
   }
 }
 

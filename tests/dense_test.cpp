@@ -220,13 +220,17 @@ TEST(Conv2d, FusedResidualAndRelu) {
 // NCHW <-> the blocked layout [N][C / block][H][W][block].
 std::vector<float> to_blocked(const std::vector<float>& x, std::int64_t n, std::int64_t c, std::int64_t hw,
                               std::int64_t block, bool inverse = false) {
-  std::vector<float> y(x.size());
+  // Channels padded up to a whole block (8 channels in AVX-512's 16-channel blocks): the
+  // padding lanes are zero, as oneDNN expects of its padded layouts.
+  const std::int64_t padded = (c + block - 1) / block * block;
+  std::vector<float> y(inverse ? static_cast<std::size_t>(n * c * hw)
+                               : static_cast<std::size_t>(n * padded * hw));
   for (std::int64_t i = 0; i < n; ++i)
     for (std::int64_t j = 0; j < c; ++j)
       for (std::int64_t p = 0; p < hw; ++p) {
         const auto plain = static_cast<std::size_t>((i * c + j) * hw + p);
         const auto blocked =
-            static_cast<std::size_t>(((i * c + j / block * block) * hw + p * block) + j % block);
+            static_cast<std::size_t>(((i * padded + j / block * block) * hw + p * block) + j % block);
         if (inverse)
           y[plain] = x[blocked];
         else

@@ -85,10 +85,16 @@ TEST(Inference, OptimiserFoldsAndFusesAndThePlanReusesMemory) {
   const cpudl::ModelInfo m = mobilenet.info({{1, 3, 64, 64}});
   EXPECT_EQ(m.ops_planned.count("Clip"), 0u);  // ReLU6 rides in the convolutions
   // Every inverted residual block but the first (which has no expansion) runs its 1x1 expansion
-  // and depthwise convolution as one kernel; the FLOPs counted do not change.
-  EXPECT_EQ(m.rewrite_counts.at("fused depthwise Conv"), 16);
-  EXPECT_EQ(m.ops_planned.at("cpudl.ConvDepthwise"), 16);
-  EXPECT_EQ(m.ops_planned.at("Conv"), 52 - 2 * 16);
+  // and depthwise convolution as one kernel; the FLOPs counted do not change. The fusion needs
+  // the blocked layout, which MobileNet's channel counts (24, 40, 80...) fill only in 8-channel
+  // blocks (AVX2); with AVX-512's 16 the network runs channels-last, unfused (ctest runs this
+  // suite again with CPUDL_ISA=avx2, so both cases are checked on an AVX-512 machine).
+  const bool blocked = cpudl::onednn::blocked_layout_channels() == 8;
+  const int fused = blocked ? 16 : 0;
+  EXPECT_EQ(m.rewrite_counts.count("fused depthwise Conv") ? m.rewrite_counts.at("fused depthwise Conv") : 0,
+            fused);
+  EXPECT_EQ(m.ops_planned.count("cpudl.ConvDepthwise") ? m.ops_planned.at("cpudl.ConvDepthwise") : 0, fused);
+  EXPECT_EQ(m.ops_planned.at("Conv"), 52 - 2 * fused);
   cpudl::InferenceSession plain_mobilenet(kOnnx / "mobilenet_v2_opset17.onnx", {false, false});
   EXPECT_NEAR(m.flops, plain_mobilenet.info({{1, 3, 64, 64}}).flops, 1e-9 * m.flops);
   cpudl::InferenceSession transformer(kOnnx / "transformer_opset13.onnx");
