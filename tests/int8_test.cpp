@@ -44,16 +44,19 @@ TEST(Int8Kernels, EveryGemmVariantIsExact) {
       {1, 1, 1, 0, false, false, true, 0},   {3, 5, 7, 0, true, false, true, 0},     {4, 32, 16, 0, true, true, true, 0},
       {5, 33, 17, 0, true, false, false, 0}, {64, 784, 40, 8, true, true, true, 0}, {7, 100, 8, 0, false, true, true, 0},
       {6, 64, 24, 16, true, false, true, 1}, {2, 257, 9, 0, false, false, true, 1},  {3, 31, 19, 0, true, false, true, 2},
+      {9, 70, 150, 8, true, true, true, 0},  // past one 64-column tile of the VNNI kernel, odd rows
   };
   std::mt19937 rng(7);
   for (const GemmCase& c : cases)
-    for (const bool seven_bit : {false, true}) {
+    for (const U8S8WeightRange range : {U8S8WeightRange::eight_bit, U8S8WeightRange::seven_bit,
+                                        U8S8WeightRange::with_minus_128}) {
+    const bool seven_bit = range == U8S8WeightRange::seven_bit, minus_128 = range == U8S8WeightRange::with_minus_128;
     SCOPED_TRACE(::testing::Message() << "m " << c.m << " k " << c.k << " n " << c.n << " from column " << c.n_begin
-                                      << (seven_bit ? ", 7-bit weights" : ", 8-bit weights"));
+                                      << (seven_bit ? ", 7-bit weights" : minus_128 ? ", weights with -128" : ", 8-bit weights"));
     std::vector<std::uint8_t> a(c.m * c.k);
     std::vector<std::int8_t> b(c.k * c.n);
     for (auto& v : a) v = c.extremes == 1 ? 255 : c.extremes == 2 ? 0 : static_cast<std::uint8_t>(rng() % 256);
-    const int lo = seven_bit ? -64 : -127, hi = seven_bit ? 63 : 127;
+    const int lo = seven_bit ? -64 : minus_128 ? -128 : -127, hi = seven_bit ? 63 : 127;
     for (std::size_t i = 0; i < b.size(); ++i)
       b[i] = static_cast<std::int8_t>(c.extremes ? (i % 3 == 0 ? lo : hi) : lo + static_cast<int>(rng() % static_cast<unsigned>(hi - lo + 1)));
     b[0] = static_cast<std::int8_t>(lo);  // the range's ends are present, so packing must classify it
@@ -66,8 +69,7 @@ TEST(Int8Kernels, EveryGemmVariantIsExact) {
     std::vector<std::int8_t> packed(u8s8_packed_bytes(c.k, c.n) + 32);
     auto* aligned = reinterpret_cast<std::int8_t*>((reinterpret_cast<std::uintptr_t>(packed.data()) + 31) / 32 * 32);
     std::vector<std::int32_t> sums(c.n);
-    ASSERT_EQ(pack_u8s8_weights(b.data(), c.n, c.k, c.n, aligned, sums.data()),
-              seven_bit ? U8S8WeightRange::seven_bit : U8S8WeightRange::eight_bit);
+    ASSERT_EQ(pack_u8s8_weights(b.data(), c.n, c.k, c.n, aligned, sums.data()), range);
     // Exact: the integer sum in 64 bits from the unpacked operands, then the float steps in order.
     std::vector<float> expected(c.m * c.n);
     for (std::size_t i = 0; i < c.m; ++i)
@@ -87,6 +89,8 @@ TEST(Int8Kernels, EveryGemmVariantIsExact) {
     int ran = 0;
     for (const auto& variant : u8s8_gemm_variants()) {
       if (variant.level > kMachineLevel) continue;
+      // -128 weights: only the reference and VPDPBUSD (no int16 step) are exact for them.
+      if (minus_128 && variant.level != IsaLevel::generic && variant.level < IsaLevel::avx512_vnni) continue;
       SCOPED_TRACE(variant.name);
       const std::size_t ldc = c.n + 2;
       std::vector<float> out(c.m * ldc, -7.0f);

@@ -256,9 +256,11 @@ struct Int8Product {
     const kernels::U8S8WeightRange range = kernels::pack_u8s8_weights(
         w.data<std::int8_t>(), static_cast<std::size_t>(n), static_cast<std::size_t>(k),
         static_cast<std::size_t>(n), packed.get(), col_sums.data());
-    // Weights holding -128 cannot take the SIMD kernels' exact paths (int8.h): the reference runs them.
-    gemm = range == kernels::U8S8WeightRange::with_minus_128 ? kernels::u8s8_gemm_variants().back().fn
-                                                             : native().u8s8_gemm.fn;
+    // Weights holding -128 cannot take the AVX2 kernel's exact paths (int8.h): the reference runs
+    // them there; VPDPBUSD has no int16 step and takes any weights.
+    const bool exact = range != kernels::U8S8WeightRange::with_minus_128 ||
+                       native().u8s8_gemm.level >= IsaLevel::avx512_vnni;
+    gemm = exact ? native().u8s8_gemm.fn : kernels::u8s8_gemm_variants().back().fn;
     seven_bit = range == kernels::U8S8WeightRange::seven_bit;
     scales = scale.as_float();
     rows.resize(static_cast<std::size_t>(m * k));
@@ -432,6 +434,8 @@ std::string describe_int8_execution(const std::map<std::string, int>& ops) {
     out += std::string("int8 products run on ") + k.name;
     if (k.level == IsaLevel::generic)
       out += " (the portable reference: exact, slow)";
+    else if (k.level >= IsaLevel::avx512_vnni)
+      out += " (VPDPBUSD: u8 x s8 summed in int32, exact for any weights)";
     else
       out +=
           " (exact u8 x s8 without VNNI: 7-bit weights on VPMADDUBSW directly, 8-bit weights with the "

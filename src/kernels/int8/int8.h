@@ -19,8 +19,8 @@
 //    (<= 128, unsigned) multiplies sign(a') * b, so no pair exceeds 2 * 128 * 127 = 32512, and
 //    128 * sum_k b comes back in the epilogue (four instructions per 32);
 //  - a matrix holding -128 (possible in a foreign file) runs on the reference.
-// AVX-512 VNNI's VPDPBUSD would do this in one instruction; that variant is not written yet,
-// because this machine cannot run it to test it.
+// AVX512-VNNI's VPDPBUSD has no int16 step: avx512_vnni.cpp multiplies the raw activations by
+// any weights (-128 included) exactly, one instruction per 64 multiply-adds.
 #pragma once
 
 #include <cstddef>
@@ -61,6 +61,7 @@ U8QuantParams u8_quant_params(float lo, float hi);
   void f32_quantize_u8__##isa(const float* x, std::size_t n, float scale, std::int32_t zero, std::uint8_t* y);
 CPUDL_DECLARE_INT8(ref)
 CPUDL_DECLARE_INT8(avx2)
+void u8s8_gemm__avx512_vnni(const U8S8GemmArgs& args);
 #undef CPUDL_DECLARE_INT8
 
 }  // namespace cpudl::kernels

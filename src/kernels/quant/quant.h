@@ -1,11 +1,11 @@
 // Kernels of the LLM path: weight x activation products for each GGUF weight type, and the row
 // quantisers that put activations in the formats the integer products take (Q8_0 for Q8_0/Q4_0
-// weights, Q8_K for the K-quants). ref.cpp is the oracle; avx2.cpp the AVX2 + FMA + F16C path.
+// weights, Q8_K for the K-quants). ref.cpp is the oracle; quant.inl the vector code, built as
+// avx2.cpp (AVX2 + FMA + F16C) and avx512_vnni.cpp (its integer products on VPDPBUSD).
 //
 // The integer products multiply int8 pairs exactly and scale each block's int32 sum in float,
 // the arithmetic of ggml's own kernels, so cpudl and llama.cpp see the same rounding of the
-// activations. Not yet written: AVX-512, AVX512-VNNI and AVX512-BF16 variants (this machine has
-// none of those units to test them on; those CPUs run the AVX2 variants).
+// activations.
 #pragma once
 
 #include "kernels/kernel_types.h"
@@ -28,7 +28,7 @@ namespace cpudl::kernels {
   void q4_0x8_q8a_gemm__##isa(const Q4_0x8Block* panel, std::size_t k, const void* x,                 \
                               std::size_t x_row_bytes, std::size_t tokens, float* y, std::size_t ldy, \
                               int rows);
-// The K-quants: AVX2 and the reference.
+// The K-quants.
 #define CPUDL_DECLARE_KQUANT(isa)                                             \
   void q4_k_q8_k_matmul__##isa(const WeightMatmulArgs& a);                    \
   void q6_k_q8_k_matmul__##isa(const WeightMatmulArgs& a);                    \
@@ -38,12 +38,10 @@ namespace cpudl::kernels {
 
 CPUDL_DECLARE_QUANT(ref)
 CPUDL_DECLARE_QUANT(avx2)
+CPUDL_DECLARE_QUANT(avx512_vnni)
 CPUDL_DECLARE_KQUANT(ref)
-void q4_k_q8_k_matmul__avx2(const WeightMatmulArgs& a);
-void q6_k_q8_k_matmul__avx2(const WeightMatmulArgs& a);
-void dequantize_row_q4_k__avx2(const void* in, float* out, std::size_t k);
-void dequantize_row_q6_k__avx2(const void* in, float* out, std::size_t k);
-void quantize_row_q8_k__avx2(const float* x, void* blocks, std::size_t k);
+CPUDL_DECLARE_KQUANT(avx2)
+CPUDL_DECLARE_KQUANT(avx512_vnni)
 #undef CPUDL_DECLARE_QUANT
 #undef CPUDL_DECLARE_KQUANT
 
