@@ -126,16 +126,16 @@ CPUDL_AVX2_VARIANTS(f32_min_max, F32MinMaxFn)
 CPUDL_AVX2_VARIANTS(f32_quantize_u8, F32QuantizeU8Fn)
 // A memory-bound transpose: AVX-512 registers would not move memory faster.
 CPUDL_AVX2_VARIANTS(f32_transpose, F32TransposeFn)
-// Few-input-channel weight gradients: AVX2 (an AVX-512 variant is not written: untestable here).
+// Few-input-channel weight gradients: AVX2 (an AVX-512 variant is not written yet).
 CPUDL_AVX2_VARIANTS(f32_conv_backward_weights_nhwc, ConvBackwardWeightsFn)
 CPUDL_AVX2_VARIANTS(f32_conv_forward_planes, ConvForwardPlanesFn)
 CPUDL_AVX2_VARIANTS(f32_conv_backward_weights_planes, ConvBackwardWeightsPlanesFn)
-// Narrow linear layers: memory-bound, AVX-512 would only widen the registers (and is untestable here).
+// Narrow linear layers: memory-bound, AVX-512 would only widen the registers.
 CPUDL_AVX2_VARIANTS(f32_narrow_linear_forward, NarrowLinearForwardFn)
 CPUDL_AVX2_VARIANTS(f32_narrow_linear_backward_data, NarrowLinearBackwardDataFn)
 CPUDL_AVX2_VARIANTS(f32_narrow_linear_backward_weights, NarrowLinearBackwardWeightsFn)
-// Winograd convolution: AVX2 (an AVX-512 variant is not written: untestable here, and oneDNN
-// has its own Winograd convolution for AVX-512).
+// Winograd convolution: AVX2 (an AVX-512 variant is not written yet; oneDNN has its own
+// Winograd convolution for AVX-512).
 CPUDL_AVX2_VARIANTS(f32_winograd_input_4x3, WinogradInputFn)
 CPUDL_AVX2_VARIANTS(f32_winograd_input_2x3, WinogradInputFn)
 CPUDL_AVX2_VARIANTS(f32_winograd_gemm, WinogradGemmFn)
