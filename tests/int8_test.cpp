@@ -89,8 +89,7 @@ TEST(Int8Kernels, EveryGemmVariantIsExact) {
     int ran = 0;
     for (const auto& variant : u8s8_gemm_variants()) {
       if (variant.level > kMachineLevel) continue;
-      // -128 weights: only the reference and VPDPBUSD (no int16 step) are exact for them.
-      if (minus_128 && variant.level != IsaLevel::generic && variant.level < IsaLevel::avx512_vnni) continue;
+      if (minus_128 && !u8s8_gemm_takes_minus_128(variant.level)) continue;
       SCOPED_TRACE(variant.name);
       const std::size_t ldc = c.n + 2;
       std::vector<float> out(c.m * ldc, -7.0f);

@@ -81,32 +81,18 @@ const std::vector<KernelVariant<GemmRowsMicrokernelFn>>& f32_gemm_rows_6x16_vari
   return v;
 }
 
-// LLM kernels: quant.inl built for AVX512-VNNI (its integer products on VPDPBUSD) and AVX2.
-#define CPUDL_QUANT_VARIANTS(kernel, Fn)                                                                \
+// LLM kernels. The integer products also have an AVX512-VNNI variant (VPDPBUSD; quant.h);
+// the float, K-quant and row-conversion kernels run their AVX2 variants on AVX-512 CPUs.
+#define CPUDL_VNNI_VARIANTS(kernel, Fn)                                                                 \
   const std::vector<KernelVariant<Fn>>& kernel##_variants() {                                           \
     static const std::vector<KernelVariant<Fn>> v = {CPUDL_VARIANT(avx512_vnni, kernel##__avx512_vnni), \
                                                      CPUDL_VARIANT(avx2, kernel##__avx2),               \
                                                      CPUDL_VARIANT(generic, kernel##__ref)};            \
     return v;                                                                                           \
   }
-CPUDL_QUANT_VARIANTS(f32_f32_matmul, WeightMatmulFn)
-CPUDL_QUANT_VARIANTS(f16_f32_matmul, WeightMatmulFn)
-CPUDL_QUANT_VARIANTS(bf16_f32_matmul, WeightMatmulFn)
-CPUDL_QUANT_VARIANTS(q8_0_q8a_matmul, WeightMatmulFn)
-CPUDL_QUANT_VARIANTS(q4_0_q8a_matmul, WeightMatmulFn)
-CPUDL_QUANT_VARIANTS(pack_q4_0x8, PackQ4_0x8Fn)
-CPUDL_QUANT_VARIANTS(q4_0x8_q8a_gemm, Q4_0x8GemmFn)
-CPUDL_QUANT_VARIANTS(quantize_row_q8a, QuantizeRowFn)
-CPUDL_QUANT_VARIANTS(dequantize_row_f16, DequantizeRowFn)
-CPUDL_QUANT_VARIANTS(dequantize_row_bf16, DequantizeRowFn)
-CPUDL_QUANT_VARIANTS(dequantize_row_q8_0, DequantizeRowFn)
-CPUDL_QUANT_VARIANTS(dequantize_row_q4_0, DequantizeRowFn)
-CPUDL_QUANT_VARIANTS(dequantize_row_q4_k, DequantizeRowFn)
-CPUDL_QUANT_VARIANTS(dequantize_row_q6_k, DequantizeRowFn)
-CPUDL_QUANT_VARIANTS(q4_k_q8_k_matmul, WeightMatmulFn)
-CPUDL_QUANT_VARIANTS(q6_k_q8_k_matmul, WeightMatmulFn)
-CPUDL_QUANT_VARIANTS(quantize_row_q8_k, QuantizeRowFn)
-#undef CPUDL_QUANT_VARIANTS
+CPUDL_VNNI_VARIANTS(q8_0_q8a_matmul, WeightMatmulFn)
+CPUDL_VNNI_VARIANTS(q4_0_q8a_matmul, WeightMatmulFn)
+CPUDL_VNNI_VARIANTS(q4_0x8_q8a_gemm, Q4_0x8GemmFn)
 
 #define CPUDL_AVX2_VARIANTS(kernel, Fn)                                                      \
   const std::vector<KernelVariant<Fn>>& kernel##_variants() {                                \
@@ -114,14 +100,24 @@ CPUDL_QUANT_VARIANTS(quantize_row_q8_k, QuantizeRowFn)
                                                      CPUDL_VARIANT(generic, kernel##__ref)}; \
     return v;                                                                                \
   }
+CPUDL_AVX2_VARIANTS(f32_f32_matmul, WeightMatmulFn)
+CPUDL_AVX2_VARIANTS(f16_f32_matmul, WeightMatmulFn)
+CPUDL_AVX2_VARIANTS(bf16_f32_matmul, WeightMatmulFn)
+CPUDL_AVX2_VARIANTS(pack_q4_0x8, PackQ4_0x8Fn)
+CPUDL_AVX2_VARIANTS(quantize_row_q8a, QuantizeRowFn)
+CPUDL_AVX2_VARIANTS(dequantize_row_f16, DequantizeRowFn)
+CPUDL_AVX2_VARIANTS(dequantize_row_bf16, DequantizeRowFn)
+CPUDL_AVX2_VARIANTS(dequantize_row_q8_0, DequantizeRowFn)
+CPUDL_AVX2_VARIANTS(dequantize_row_q4_0, DequantizeRowFn)
+CPUDL_AVX2_VARIANTS(dequantize_row_q4_k, DequantizeRowFn)
+CPUDL_AVX2_VARIANTS(dequantize_row_q6_k, DequantizeRowFn)
+CPUDL_AVX2_VARIANTS(q4_k_q8_k_matmul, WeightMatmulFn)
+CPUDL_AVX2_VARIANTS(q6_k_q8_k_matmul, WeightMatmulFn)
+CPUDL_AVX2_VARIANTS(quantize_row_q8_k, QuantizeRowFn)
 // Dynamic int8 products: VNNI's VPDPBUSD (int8.h), AVX2, the reference; the range and the
 // quantiser are memory-bound passes, AVX2 serves them.
-const std::vector<KernelVariant<U8S8GemmFn>>& u8s8_gemm_variants() {
-  static const std::vector<KernelVariant<U8S8GemmFn>> v = {CPUDL_VARIANT(avx512_vnni, u8s8_gemm__avx512_vnni),
-                                                           CPUDL_VARIANT(avx2, u8s8_gemm__avx2),
-                                                           CPUDL_VARIANT(generic, u8s8_gemm__ref)};
-  return v;
-}
+CPUDL_VNNI_VARIANTS(u8s8_gemm, U8S8GemmFn)
+#undef CPUDL_VNNI_VARIANTS
 CPUDL_AVX2_VARIANTS(f32_min_max, F32MinMaxFn)
 CPUDL_AVX2_VARIANTS(f32_quantize_u8, F32QuantizeU8Fn)
 // A memory-bound transpose: AVX-512 registers would not move memory faster.

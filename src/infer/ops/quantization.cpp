@@ -257,9 +257,9 @@ struct Int8Product {
         w.data<std::int8_t>(), static_cast<std::size_t>(n), static_cast<std::size_t>(k),
         static_cast<std::size_t>(n), packed.get(), col_sums.data());
     // Weights holding -128 cannot take the AVX2 kernel's exact paths (int8.h): the reference runs
-    // them there; VPDPBUSD has no int16 step and takes any weights.
+    // them there.
     const bool exact = range != kernels::U8S8WeightRange::with_minus_128 ||
-                       native().u8s8_gemm.level >= IsaLevel::avx512_vnni;
+                       kernels::u8s8_gemm_takes_minus_128(native().u8s8_gemm.level);
     gemm = exact ? native().u8s8_gemm.fn : kernels::u8s8_gemm_variants().back().fn;
     seven_bit = range == kernels::U8S8WeightRange::seven_bit;
     scales = scale.as_float();

@@ -26,7 +26,8 @@ void block(const U8S8GemmArgs& g, std::size_t m0, std::size_t n0, std::size_t co
   // the 16 registers without spilling.
   for (std::size_t q = 0; q < groups; ++q) {
     for (int j = 0; j < B; ++j) {
-      const __m256i w = _mm256_load_si256(reinterpret_cast<const __m256i*>(b + static_cast<std::size_t>(j) * k4 * 8 + q * 32));
+      const __m256i w = _mm256_load_si256(
+          reinterpret_cast<const __m256i*>(b + static_cast<std::size_t>(j) * k4 * 8 + q * 32));
       for (int r = 0; r < R; ++r) {
         const std::size_t at = (m0 + static_cast<std::size_t>(r)) * g.lda + q * 4;
         __m256i pairs;
@@ -82,10 +83,17 @@ void rows(const U8S8GemmArgs& g, std::size_t n0, std::size_t cols) {
   std::size_t m = 0;
   for (; m + 4 <= g.m; m += 4) block<4, B, SevenBit>(g, m, n0, cols);
   switch (g.m - m) {
-    case 3: block<3, B, SevenBit>(g, m, n0, cols); break;
-    case 2: block<2, B, SevenBit>(g, m, n0, cols); break;
-    case 1: block<1, B, SevenBit>(g, m, n0, cols); break;
-    default: break;
+    case 3:
+      block<3, B, SevenBit>(g, m, n0, cols);
+      break;
+    case 2:
+      block<2, B, SevenBit>(g, m, n0, cols);
+      break;
+    case 1:
+      block<1, B, SevenBit>(g, m, n0, cols);
+      break;
+    default:
+      break;
   }
 }
 
@@ -93,16 +101,20 @@ template <bool SevenBit>
 void columns(const U8S8GemmArgs& g) {
   for (std::size_t n = g.n_begin; n < g.n_end; n += 16) {
     const std::size_t cols = g.n_end - n < 16 ? g.n_end - n : 16;
-    if (cols > 8) rows<2, SevenBit>(g, n, cols);
-    else rows<1, SevenBit>(g, n, cols);
+    if (cols > 8)
+      rows<2, SevenBit>(g, n, cols);
+    else
+      rows<1, SevenBit>(g, n, cols);
   }
 }
 
 }  // namespace
 
 void u8s8_gemm__avx2(const U8S8GemmArgs& g) {
-  if (g.b_seven_bit) columns<true>(g);
-  else columns<false>(g);
+  if (g.b_seven_bit)
+    columns<true>(g);
+  else
+    columns<false>(g);
 }
 
 void f32_min_max__avx2(const float* x, std::size_t n, float* lo, float* hi) {
@@ -136,7 +148,9 @@ void f32_quantize_u8__avx2(const float* x, std::size_t n, float scale, std::int3
   // Clamped in float, before the conversion, as the reference does (MAX returns its second
   // operand for a NaN, so NaN becomes 0 in both).
   auto quantize8 = [&](const float* p) {
-    __m256 v = _mm256_add_ps(_mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(p), s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), z);
+    __m256 v = _mm256_add_ps(
+        _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(p), s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+        z);
     v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
     return _mm256_cvtps_epi32(v);
   };

@@ -28,6 +28,10 @@
 
 #include "kernels/kernel_types.h"
 
+namespace cpudl {
+enum class IsaLevel : int;  // cpudl/runtime.h
+}
+
 namespace cpudl::kernels {
 
 // The A operand, as every variant reads it: each row of uint8 a, as itself, as a' = a - 128
@@ -42,6 +46,9 @@ inline constexpr std::size_t u8s8_padded_k(std::size_t k) { return (k + 3) / 4 *
 std::size_t u8s8_packed_bytes(std::size_t k, std::size_t n);
 // What range the weights span, which decides the SIMD path (see above).
 enum class U8S8WeightRange { seven_bit, eight_bit, with_minus_128 };
+// Whether the u8s8_gemm variant of `level` is exact for weights holding -128: the reference and
+// VPDPBUSD are, the AVX2 paths are not (see above).
+bool u8s8_gemm_takes_minus_128(IsaLevel level);
 // Packs row-major b (K x N, row stride ldb) and writes each column's sum into col_sums[N].
 U8S8WeightRange pack_u8s8_weights(const std::int8_t* b, std::size_t ldb, std::size_t k, std::size_t n,
                                   std::int8_t* packed, std::int32_t* col_sums);

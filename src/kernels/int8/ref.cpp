@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "cpudl/runtime.h"
 #include "kernels/int8/int8.h"
 
 namespace cpudl::kernels {
@@ -15,6 +16,10 @@ std::size_t packed_index(std::size_t k4, std::size_t k, std::size_t n) {
 }  // namespace
 
 std::size_t u8s8_packed_bytes(std::size_t k, std::size_t n) { return padded_k(k) * ((n + 7) / 8 * 8); }
+
+bool u8s8_gemm_takes_minus_128(IsaLevel level) {
+  return level == IsaLevel::generic || level >= IsaLevel::avx512_vnni;
+}
 
 void prepare_u8s8_rows(const std::uint8_t* a, std::size_t m, std::size_t k, std::size_t lda,
                        std::uint8_t* raw, std::int8_t* shifted, std::uint8_t* magnitude, std::size_t ld) {

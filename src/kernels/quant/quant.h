@@ -1,7 +1,7 @@
 // Kernels of the LLM path: weight x activation products for each GGUF weight type, and the row
 // quantisers that put activations in the formats the integer products take (Q8_0 for Q8_0/Q4_0
-// weights, Q8_K for the K-quants). ref.cpp is the oracle; quant.inl the vector code, built as
-// avx2.cpp (AVX2 + FMA + F16C) and avx512_vnni.cpp (its integer products on VPDPBUSD).
+// weights, Q8_K for the K-quants). ref.cpp is the oracle; avx2.cpp the AVX2 + FMA + F16C path;
+// the integer products (int8_products.inl) are also built as avx512_vnni.cpp, on VPDPBUSD.
 //
 // The integer products multiply int8 pairs exactly and scale each block's int32 sum in float,
 // the arithmetic of ggml's own kernels, so cpudl and llama.cpp see the same rounding of the
@@ -38,10 +38,13 @@ namespace cpudl::kernels {
 
 CPUDL_DECLARE_QUANT(ref)
 CPUDL_DECLARE_QUANT(avx2)
-CPUDL_DECLARE_QUANT(avx512_vnni)
+void q8_0_q8a_matmul__avx512_vnni(const WeightMatmulArgs& a);
+void q4_0_q8a_matmul__avx512_vnni(const WeightMatmulArgs& a);
+void q4_0x8_q8a_gemm__avx512_vnni(const Q4_0x8Block* panel, std::size_t k, const void* x,
+                                  std::size_t x_row_bytes, std::size_t tokens, float* y, std::size_t ldy,
+                                  int rows);
 CPUDL_DECLARE_KQUANT(ref)
 CPUDL_DECLARE_KQUANT(avx2)
-CPUDL_DECLARE_KQUANT(avx512_vnni)
 #undef CPUDL_DECLARE_QUANT
 #undef CPUDL_DECLARE_KQUANT
 
