@@ -78,14 +78,18 @@ TEST_P(LlmReference, PromptLogitsMatchTheNumPyReference) {
 // F32 weights with an f32 cache: only float rounding separates cpudl from the float64 reference
 // (the 1e-4). Quantised weights: the reference uses the same stored weights, so the gap
 // is cpudl's 8-bit activations (llama.cpp's Q8_0 path is 1.6-2.4e-2 from the same reference).
-INSTANTIATE_TEST_SUITE_P(
-    Models, LlmReference,
-    ::testing::Values(Case{"tiny-llama", "f32", CacheType::f32, 1e-4}, Case{"tiny-llama", "f16", CacheType::f32, 1e-4},
-                      Case{"tiny-llama", "f32", CacheType::f16, 3e-3}, Case{"tiny-llama", "q8_0", CacheType::f16, 3e-2},
-                      Case{"tiny-llama", "q4_0", CacheType::f16, 3e-2}, Case{"tiny-llama", "q8_0", CacheType::q8_0, 3e-2},
-                      Case{"tiny-qwen2", "f32", CacheType::f32, 1e-4}, Case{"tiny-qwen2", "f16", CacheType::f16, 3e-3},
-                      Case{"tiny-qwen2", "q8_0", CacheType::f16, 3e-2}, Case{"tiny-qwen2", "q4_0", CacheType::q8_0, 3e-2}),
-    case_name);
+INSTANTIATE_TEST_SUITE_P(Models, LlmReference,
+                         ::testing::Values(Case{"tiny-llama", "f32", CacheType::f32, 1e-4},
+                                           Case{"tiny-llama", "f16", CacheType::f32, 1e-4},
+                                           Case{"tiny-llama", "f32", CacheType::f16, 3e-3},
+                                           Case{"tiny-llama", "q8_0", CacheType::f16, 3e-2},
+                                           Case{"tiny-llama", "q4_0", CacheType::f16, 3e-2},
+                                           Case{"tiny-llama", "q8_0", CacheType::q8_0, 3e-2},
+                                           Case{"tiny-qwen2", "f32", CacheType::f32, 1e-4},
+                                           Case{"tiny-qwen2", "f16", CacheType::f16, 3e-3},
+                                           Case{"tiny-qwen2", "q8_0", CacheType::f16, 3e-2},
+                                           Case{"tiny-qwen2", "q4_0", CacheType::q8_0, 3e-2}),
+                         case_name);
 
 }  // namespace
 }  // namespace cpudl::llm
@@ -109,8 +113,8 @@ TEST(Sampler, GreedyAndEachCutBehaveAsDefined) {
   EXPECT_EQ(histogram(greedy)[0], 4000);
   SamplerOptions top2{1.0f, 2, 1.0f, 0.0f, 1.0f, 64, 7};
   auto c = histogram(top2);
-  EXPECT_EQ(c[0] + c[1], 4000);          // only the two most likely
-  EXPECT_NEAR(c[0] / 4000.0, 2.0 / 3, 0.03);  // renormalised 0.5 : 0.25
+  EXPECT_EQ(c[0] + c[1], 4000);                            // only the two most likely
+  EXPECT_NEAR(c[0] / 4000.0, 2.0 / 3, 0.03);               // renormalised 0.5 : 0.25
   SamplerOptions top_p{1.0f, 0, 0.7f, 0.0f, 1.0f, 64, 7};  // 0.5 + 0.25 reaches 0.7
   c = histogram(top_p);
   EXPECT_EQ(c[0] + c[1], 4000);
@@ -163,6 +167,38 @@ TEST(WeightMatmul, MixedFormatsInOneCallMatchSeparateCalls) {
       weight_matmul(matrices[i], x.data(), tokens, cols, apart[i].data(), rows, fresh, 1);
       EXPECT_EQ(together[i], apart[i]) << "matrix " << i << ", " << tokens << " tokens";
     }
+  }
+}
+
+// A prompt over more tokens than one L2-sized chunk (4096 columns: 16-token chunks), with a
+// partial last sliver and row counts that are not multiples of the six-row groups, threads
+// splitting the rows: F32 and F16 weights against the double product of the stored values.
+TEST(WeightMatmul, PromptAcrossTokenChunksMatchesTheDoubleProduct) {
+  const std::size_t cols = 4096, rows = 13, tokens = 37;
+  std::vector<float> w(rows * cols), x(tokens * cols);
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>((i * 7919) % 1999) / 999.0f - 1.0f;
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 104729) % 997) / 498.0f - 1.0f;
+  for (const GgmlType type : {GgmlType::f32, GgmlType::f16}) {
+    const std::size_t rb = row_bytes(type, cols);
+    std::vector<std::uint8_t> data(rows * rb);
+    std::vector<float> stored(rows * cols);
+    for (std::size_t r = 0; r < rows; ++r) {
+      quantize_row(type, w.data() + r * cols, data.data() + r * rb, cols);
+      dequantize_row(type, data.data() + r * rb, stored.data() + r * cols, cols);
+    }
+    const WeightMatrix m{"m", type, data.data(), rows, cols, rb};
+    std::vector<float> y(tokens * rows, -1.0f);
+    MatmulScratch scratch;
+    weight_matmul(m, x.data(), tokens, cols, y.data(), rows, scratch, 2);
+    for (std::size_t t = 0; t < tokens; ++t)
+      for (std::size_t r = 0; r < rows; ++r) {
+        double want = 0, scale = 0;
+        for (std::size_t c = 0; c < cols; ++c) {
+          want += static_cast<double>(stored[r * cols + c]) * x[t * cols + c];
+          scale += std::fabs(static_cast<double>(stored[r * cols + c]) * x[t * cols + c]);
+        }
+        ASSERT_NEAR(y[t * rows + r], want, 1e-5 * scale) << "token " << t << " row " << r;
+      }
   }
 }
 

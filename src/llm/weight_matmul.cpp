@@ -48,11 +48,6 @@ WeightKernel weight_kernel(GgmlType type) {
 
 namespace {
 
-// Prompt path: each thread packs the activations of a chunk of tokens (kGemmNr-token slivers,
-// k-major, sized to stay in its L2) and walks its slice of the rows six at a time, multiplying
-// each group of rows by every sliver with the weight-rows GEMM microkernel. F32 rows are read in
-// place from the mapping; the other types are converted into a six-row panel first, which then
-// serves every token of the chunk.
 // Q4_0 rows in int8 (kernel_types.h's Q4_0x8Block): eight rows at a time repacked into a panel
 // whose column groups multiply 4 activation bytes for all eight rows in one maddubs, against the
 // tokens' activations quantised to Q8 blocks (as in generation). On AVX2 this runs past the f32
@@ -72,6 +67,11 @@ void q4_0_rows(const WeightMatrix& w, std::size_t lo, std::size_t hi, const void
   }
 }
 
+// Prompt path: the activations are packed once (kGemmNr-token slivers, k-major); each thread
+// walks its slice of the rows six at a time over chunks of tokens that stay in its L2,
+// multiplying each group of rows by every sliver with the weight-rows GEMM microkernel. F32 rows
+// are read in place from the mapping; the other types are converted into a six-row panel first,
+// which then serves every token of the chunk. Q4_0 rows take q4_0_rows instead.
 void prompt_matmul(std::span<const MatmulTarget> targets, const float* x, std::size_t tokens, std::size_t ldx,
                    MatmulScratch& scratch, int threads) {
   constexpr std::size_t kRows = kernels::kGemmMr, kTokens = kernels::kGemmNr;
@@ -89,11 +89,28 @@ void prompt_matmul(std::span<const MatmulTarget> targets, const float* x, std::s
     for (std::size_t t = 0; t < tokens; ++t)
       quantize(x + t * ldx, scratch.activations.data() + t * q8_row_bytes, cols);
   }
+  // Every token packed once, in slivers of kTokens k-major (zero-padded past the last token),
+  // shared by the threads; written in order, reading 16 rows side by side (a column-by-column
+  // walk of a sliver touched a new cache line per element and took a sixth of the kernel's time).
+  const std::size_t all_slivers = (tokens + kTokens - 1) / kTokens;
+  float* packed = any_float ? scratch.packed.get(all_slivers * kTokens * cols) : nullptr;
+  if (any_float)
+    parallel_for(all_slivers, 1, threads, [&](std::size_t first, std::size_t last) {
+      for (std::size_t s = first; s < last; ++s) {
+        const float* src[kTokens];
+        const std::size_t width = std::min(kTokens, tokens - s * kTokens);
+        for (std::size_t j = 0; j < kTokens; ++j) src[j] = x + (s * kTokens + std::min(j, width - 1)) * ldx;
+        float* dst = packed + s * kTokens * cols;
+        for (std::size_t p = 0; p < cols; ++p)
+          for (std::size_t j = 0; j < kTokens; ++j) dst[p * kTokens + j] = j < width ? src[j][p] : 0.0f;
+      }
+    });
+  // Tokens in chunks whose packed activations stay in L2 while a thread's rows pass over them.
   const std::size_t token_chunk =
       std::max(kTokens, (std::size_t{256} << 10) / (cols * sizeof(float)) / kTokens * kTokens);
   const kernels::GemmRowsMicrokernelFn kernel = kernels::kernel_table().f32_gemm_rows_6x16.fn;
   parallel_for(total_rows, 16, threads, [&](std::size_t begin, std::size_t end) {
-    thread_local AlignedBuffer packed, panel;
+    thread_local AlignedBuffer panel;
     std::size_t base = 0;
     for (const MatmulTarget& target : targets) {
       const WeightMatrix& w = *target.w;
@@ -105,18 +122,7 @@ void prompt_matmul(std::span<const MatmulTarget> targets, const float* x, std::s
     }
     for (std::size_t t0 = 0; any_float && t0 < tokens; t0 += token_chunk) {
       const std::size_t nt = std::min(token_chunk, tokens - t0), slivers = (nt + kTokens - 1) / kTokens;
-      float* xp = packed.get(slivers * kTokens * cols);
-      // Writes in order, reading 16 rows side by side (a column-by-column walk of the packed
-      // sliver touched a new cache line per element and took a sixth of the kernel's time).
-      for (std::size_t s = 0; s < slivers; ++s) {
-        const float* src[kTokens];
-        const std::size_t width = std::min(kTokens, nt - s * kTokens);
-        for (std::size_t j = 0; j < kTokens; ++j)
-          src[j] = x + (t0 + s * kTokens + std::min(j, width - 1)) * ldx;
-        float* dst = xp + s * kTokens * cols;
-        for (std::size_t p = 0; p < cols; ++p)
-          for (std::size_t j = 0; j < kTokens; ++j) dst[p * kTokens + j] = j < width ? src[j][p] : 0.0f;
-      }
+      const float* xp = packed + t0 * cols;  // t0 is a whole number of slivers
       std::size_t base = 0;
       for (const MatmulTarget& target : targets) {
         const WeightMatrix& w = *target.w;

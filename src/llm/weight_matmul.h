@@ -20,12 +20,14 @@
 
 #include "kernels/kernel_types.h"
 #include "llm/model_impl.h"
+#include "runtime/aligned_buffer.h"
 
 namespace cpudl::llm {
 
 // Buffers a matmul reuses from call to call: the quantised activations.
 struct MatmulScratch {
-  std::vector<std::uint8_t> activations;
+  std::vector<std::uint8_t> activations;  // quantised activations (Q8 rows)
+  AlignedBuffer packed;                   // a prompt's activations packed for the GEMM microkernel
 };
 
 // y[t * ldy + r] = sum_c W[r][c] x[t * ldx + c] for t < tokens, r < W.rows.
