@@ -148,6 +148,63 @@ TEST(Kernels, F32MaxPoolNhwcMatchesReference) {
   });
 }
 
+// Channels-last max-pool backward: every variant bit-equal to the reference's zero-fill and
+// scatter-add, for windows that tile the image (written without a fill), overlap, pad or leave
+// edge rows uncovered; argmax taps drawn at random, gradients with -0 and NaN.
+TEST(Kernels, F32MaxPoolNhwcBackwardMatchesReference) {
+  const auto reference = f32_max_pool_nhwc_backward_variants().back().fn;
+  struct Geometry {
+    std::size_t height, width, kernel, stride, pad;
+  };
+  const Geometry geometries[] = {{6, 8, 2, 2, 0}, {7, 7, 3, 2, 1}, {5, 5, 3, 1, 1},
+                                 {9, 4, 3, 3, 0}, {7, 9, 2, 2, 0}, {1, 1, 1, 1, 0}};
+  for_each_runnable(f32_max_pool_nhwc_backward_variants(), [&](MaxPoolNhwcBackwardFn fn) {
+    for (std::size_t channels : {1, 3, 6, 15, 16, 17, 40}) {
+      for (const Geometry& g : geometries) {
+        SCOPED_TRACE("channels " + std::to_string(channels) + " kernel " + std::to_string(g.kernel) +
+                     " stride " + std::to_string(g.stride) + " pad " + std::to_string(g.pad));
+        const PoolWindow w{channels,
+                           g.height,
+                           g.width,
+                           (g.height + 2 * g.pad - g.kernel) / g.stride + 1,
+                           (g.width + 2 * g.pad - g.kernel) / g.stride + 1,
+                           g.kernel,
+                           g.kernel,
+                           g.stride,
+                           g.stride,
+                           g.pad,
+                           g.pad};
+        const std::size_t outputs = w.out_h * w.out_w * channels, inputs = g.height * g.width * channels;
+        auto dy = random_values(outputs, static_cast<unsigned>(channels * 5 + g.width), false);
+        dy.resize(outputs);  // exact sizes: ASan catches reads past either
+        dy[0] = -0.0f;
+        if (outputs > 3) dy[3] = std::numeric_limits<float>::quiet_NaN();
+        // Taps inside the image only, as the forward pass records them.
+        std::vector<std::uint8_t> arg(outputs);
+        std::mt19937 rng(static_cast<unsigned>(channels + g.height));
+        for (std::size_t oh = 0; oh < w.out_h; ++oh)
+          for (std::size_t ow = 0; ow < w.out_w; ++ow)
+            for (std::size_t k = 0; k < channels; ++k) {
+              std::vector<std::uint8_t> inside;
+              for (std::size_t kh = 0; kh < g.kernel; ++kh)
+                for (std::size_t kw = 0; kw < g.kernel; ++kw) {
+                  const std::size_t ih = oh * g.stride + kh, iw = ow * g.stride + kw;
+                  if (ih >= g.pad && ih - g.pad < g.height && iw >= g.pad && iw - g.pad < g.width)
+                    inside.push_back(static_cast<std::uint8_t>(kh * g.kernel + kw));
+                }
+              arg[(oh * w.out_w + ow) * channels + k] = inside[rng() % inside.size()];
+            }
+        std::vector<float> want(inputs, 7.0f), got(inputs, 7.0f);  // 7: unwritten entries show
+        reference(w, dy.data(), arg.data(), want.data());
+        fn(w, dy.data(), arg.data(), got.data());
+        for (std::size_t i = 0; i < inputs; ++i)
+          ASSERT_TRUE(same_bits_or_both_nan(got[i], want[i]))
+              << "input " << i << ": " << got[i] << " vs " << want[i];
+      }
+    }
+  });
+}
+
 // Few-input-channel weight gradients: every variant against the reference loop (to float
 // rounding: the variants sum in a different order), over channel counts around the vector
 // width, padding, stride and dilation; scratch lanes past OC are never read back.

@@ -139,15 +139,18 @@ CPUDL_AVX2_VARIANTS(f32_winograd_output_4x3, WinogradOutputFn)
 CPUDL_AVX2_VARIANTS(f32_winograd_output_2x3, WinogradOutputFn)
 #undef CPUDL_AVX2_VARIANTS
 
-// Channels-last max pooling: AVX2 forward (AVX-512 would only widen a memory-bound loop); the
-// backward scatter is a memset and one add per output, the reference does it.
+// Channels-last max pooling: AVX-512 (k-masked partial channel blocks, pool/avx512.cpp) and
+// AVX2 forward; the AVX2 backward would need VMASKMOVPS for partial blocks (microcoded on AMD
+// Zen), so AVX2 machines scatter with the reference.
 const std::vector<KernelVariant<MaxPoolNhwcFn>>& f32_max_pool_nhwc_variants() {
-  static const std::vector<KernelVariant<MaxPoolNhwcFn>> v = {CPUDL_VARIANT(avx2, f32_max_pool_nhwc__avx2),
-                                                              CPUDL_VARIANT(generic, f32_max_pool_nhwc__ref)};
+  static const std::vector<KernelVariant<MaxPoolNhwcFn>> v = {
+      CPUDL_VARIANT(avx512, f32_max_pool_nhwc__avx512), CPUDL_VARIANT(avx2, f32_max_pool_nhwc__avx2),
+      CPUDL_VARIANT(generic, f32_max_pool_nhwc__ref)};
   return v;
 }
 const std::vector<KernelVariant<MaxPoolNhwcBackwardFn>>& f32_max_pool_nhwc_backward_variants() {
   static const std::vector<KernelVariant<MaxPoolNhwcBackwardFn>> v = {
+      CPUDL_VARIANT(avx512, f32_max_pool_nhwc_backward__avx512),
       CPUDL_VARIANT(generic, f32_max_pool_nhwc_backward__ref)};
   return v;
 }

@@ -18,6 +18,7 @@ namespace cpudl::kernels {
   void f32_max_pool_nhwc_backward__##isa(const PoolWindow& w, const float* diff_dst,                      \
                                          const std::uint8_t* argmax, float* diff_src);
 CPUDL_DECLARE_POOL(ref)
+CPUDL_DECLARE_POOL(avx512)
 void f32_max_pool_nhwc__avx2(const PoolWindow& w, const float* src, float* dst, std::uint8_t* argmax);
 #undef CPUDL_DECLARE_POOL
 
