@@ -244,16 +244,17 @@ TEST(Kernels, F32ConvBackwardWeightsNhwcMatchesReference) {
 }
 
 // The planar first-layer kernels (conv.h) against their reference loops, over channel counts
-// around the vector width, row widths below, at and past a multiple of 8, and with and without
+// around the vector width, row widths below, at and past multiples of 8 and 16, and with and without
 // the fused ReLU. Buffers are exact (ASan catches a read past x or dy); outputs carry guard values.
 struct PlanesCase {
   std::size_t ic, oc, out_h, out_w, k;
 };
 constexpr PlanesCase kPlanesCases[] = {{1, 32, 26, 26, 3}, {1, 6, 28, 28, 5}, {3, 70, 5, 9, 3},
-                                       {4, 8, 3, 16, 1},   {2, 13, 4, 7, 3},  {1, 1, 2, 8, 2}};
+                                       {4, 8, 3, 16, 1},   {2, 13, 4, 7, 3},  {1, 1, 2, 8, 2},
+                                       {2, 11, 3, 17, 2},  {3, 9, 4, 33, 3},  {1, 17, 5, 48, 7}};
 
 ConvPlanes planes_of(const PlanesCase& c) {
-  const std::size_t x_ld = (c.out_w + 7) / 8 * 8 + c.k - 1;
+  const std::size_t x_ld = conv_planes_row(c.out_w, c.k);
   return {c.ic, c.oc, c.out_h, c.out_w, c.k, c.k, x_ld, (c.out_h + c.k - 1) * x_ld};
 }
 

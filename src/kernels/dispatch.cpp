@@ -60,7 +60,6 @@ CPUDL_STANDARD_VARIANTS(f32_layer_norm_backward, LayerNormBackwardFn)
 CPUDL_STANDARD_VARIANTS(f32_rms_norm, RmsNormFn)
 CPUDL_STANDARD_VARIANTS(f32_sgd_step, SgdStepFn)
 CPUDL_STANDARD_VARIANTS(f32_adam_step, AdamStepFn)
-#undef CPUDL_STANDARD_VARIANTS
 
 const std::vector<KernelVariant<FmaProbeFn>>& f32_fma_probe_variants() {
   static const std::vector<KernelVariant<FmaProbeFn>> v = {CPUDL_VARIANT(avx512, f32_fma_probe__avx512),
@@ -124,8 +123,6 @@ CPUDL_AVX2_VARIANTS(f32_quantize_u8, F32QuantizeU8Fn)
 CPUDL_AVX2_VARIANTS(f32_transpose, F32TransposeFn)
 // Few-input-channel weight gradients: AVX2 (an AVX-512 variant is not written yet).
 CPUDL_AVX2_VARIANTS(f32_conv_backward_weights_nhwc, ConvBackwardWeightsFn)
-CPUDL_AVX2_VARIANTS(f32_conv_forward_planes, ConvForwardPlanesFn)
-CPUDL_AVX2_VARIANTS(f32_conv_backward_weights_planes, ConvBackwardWeightsPlanesFn)
 // Narrow linear layers: memory-bound, AVX-512 would only widen the registers.
 CPUDL_AVX2_VARIANTS(f32_narrow_linear_forward, NarrowLinearForwardFn)
 CPUDL_AVX2_VARIANTS(f32_narrow_linear_backward_data, NarrowLinearBackwardDataFn)
@@ -138,6 +135,11 @@ CPUDL_AVX2_VARIANTS(f32_winograd_gemm, WinogradGemmFn)
 CPUDL_AVX2_VARIANTS(f32_winograd_output_4x3, WinogradOutputFn)
 CPUDL_AVX2_VARIANTS(f32_winograd_output_2x3, WinogradOutputFn)
 #undef CPUDL_AVX2_VARIANTS
+
+// Planar first-layer convolutions: AVX-512 (16 columns, 32 registers) and AVX2.
+CPUDL_STANDARD_VARIANTS(f32_conv_forward_planes, ConvForwardPlanesFn)
+CPUDL_STANDARD_VARIANTS(f32_conv_backward_weights_planes, ConvBackwardWeightsPlanesFn)
+#undef CPUDL_STANDARD_VARIANTS
 
 // Channels-last max pooling: AVX-512 (k-masked partial channel blocks, pool/avx512.cpp) and
 // AVX2 forward; the AVX2 backward would need VMASKMOVPS for partial blocks (microcoded on AMD

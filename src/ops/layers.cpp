@@ -150,8 +150,7 @@ Tensor planar_conv2d(const onednn::ConvShape& s, const Tensor& x, const Tensor& 
   const auto pad_h = static_cast<std::size_t>(s.pad_h), pad_w = static_cast<std::size_t>(s.pad_w);
   const auto batch = static_cast<std::size_t>(s.batch);
   const std::size_t taps = ic_n * kh_n * kw_n, oc_pad = kernels::conv_padded_channels(oc_n);
-  // Rows long enough for the weight gradient's whole-vector reads (ConvPlanes).
-  const std::size_t x_ld = (out_w + 7) / 8 * 8 + kw_n - 1, rows = out_h + kh_n - 1;
+  const std::size_t x_ld = kernels::conv_planes_row(out_w, kw_n), rows = out_h + kh_n - 1;
   const kernels::ConvPlanes p{ic_n, oc_n, out_h, out_w, kh_n, kw_n, x_ld, rows * x_ld};
   const std::size_t in_image = ic_n * p.x_plane, out_image = oc_n * out_h * out_w;
   const Tensor xc = contiguous_values(x);

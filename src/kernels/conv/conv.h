@@ -14,10 +14,10 @@
 // classifier through flatten (SimpleCNN): a channels-last output would be transposed back to
 // NCHW order in each direction (22 MB per batch of 256 there), and planar output lets the ReLU
 // be fused into the convolution's store and its mask into the weight gradient's first pass.
-// Stride 1, no dilation; the op pads each image into a scratch buffer first. Forward: 8 output
-// columns x 8 output channels in registers, one x load and 8 broadcast weights per tap. Weight
+// Stride 1, no dilation; the op pads each image into a scratch buffer first. Forward: output
+// column vectors x output channels in registers, x loads and broadcast weights per tap. Weight
 // gradient: per output channel the (masked, zero-padded) gradient plane in L1, then blocks of
-// up to 12 taps that each gradient vector feeds.
+// taps that each gradient vector feeds (avx2.cpp: 8 columns, 12 taps; avx512.cpp: 16, 28).
 #pragma once
 
 #include <cstddef>
@@ -30,6 +30,11 @@ namespace cpudl::kernels {
 inline constexpr std::size_t kConvPlanesMaxTaps = 4 * 11 * 11, kConvPlanesMaxPlane = 64 * 64;
 
 inline constexpr std::size_t conv_padded_channels(std::size_t oc) { return (oc + 7) / 8 * 8; }
+// The planar kernels' padded input row (ConvPlanes::x_ld): the weight gradient reads whole
+// 16-lane vectors of each output row (zero-padded gradient columns) shifted by up to kernel_w - 1.
+inline constexpr std::size_t conv_planes_row(std::size_t out_w, std::size_t kernel_w) {
+  return (out_w + 15) / 16 * 16 + kernel_w - 1;
+}
 
 #define CPUDL_DECLARE_CONV(isa)                                                                      \
   void f32_conv_backward_weights_nhwc__##isa(const ConvWindow& w, const float* x, const float* dy,   \
@@ -41,5 +46,9 @@ inline constexpr std::size_t conv_padded_channels(std::size_t oc) { return (oc +
 CPUDL_DECLARE_CONV(ref)
 CPUDL_DECLARE_CONV(avx2)
 #undef CPUDL_DECLARE_CONV
+void f32_conv_forward_planes__avx512(const ConvPlanes& p, const float* x, const float* w, const float* bias,
+                                     bool relu, float* y);
+void f32_conv_backward_weights_planes__avx512(const ConvPlanes& p, const float* x, const float* dy,
+                                              const float* y, float* dw, float* db);
 
 }  // namespace cpudl::kernels

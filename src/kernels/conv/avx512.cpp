@@ -1,0 +1,170 @@
+// AVX-512 planar first-layer convolution (conv.h): the AVX2 kernels' schemes with 16-column
+// vectors and the 32 registers. Forward: 3 vectors x 8 output channels in registers (24 chains;
+// per tap 3 x loads, 8 broadcast weights, 24 FMAs). Weight gradient: blocks of up to 28 taps
+// share each 16-column gradient vector, so a 5x5 kernel (LeNet-5) is one block, and a row's
+// partial last vector is a k-masked load. Planes narrower than 16 columns run the AVX2 kernels.
+#include <immintrin.h>
+
+#include <utility>
+
+#include "kernels/conv/conv.h"
+
+namespace cpudl::kernels {
+namespace {
+
+// Each tap's offset in the padded input from its output position, taps in OIHW order.
+void tap_offsets(const ConvPlanes& p, std::size_t* offsets) {
+  for (std::size_t ic = 0, t = 0; ic < p.in_channels; ++ic)
+    for (std::size_t kh = 0; kh < p.kernel_h; ++kh)
+      for (std::size_t kw = 0; kw < p.kernel_w; ++kw) offsets[t++] = ic * p.x_plane + kh * p.x_ld + kw;
+}
+
+// acc[t] += sum over the (zero-padded) gradient rows of g * x shifted by tap t's offset, for the
+// TB taps of one block: each gradient vector is loaded once and used by every tap of the block.
+template <std::size_t TB>
+void taps_block(const float* g, std::size_t rows, std::size_t g_ld, const float* x, std::size_t x_ld,
+                const std::size_t* offsets, float* dw) {
+  __m512 acc[TB];
+#pragma GCC unroll 32
+  for (std::size_t t = 0; t < TB; ++t) acc[t] = _mm512_setzero_ps();
+  for (std::size_t r = 0; r < rows; ++r) {
+    const float* gr = g + r * g_ld;
+    const float* xr = x + r * x_ld;
+    for (std::size_t c = 0; c < g_ld; c += 16) {
+      const __m512 gv = _mm512_load_ps(gr + c);
+#pragma GCC unroll 32
+      for (std::size_t t = 0; t < TB; ++t)
+        acc[t] = _mm512_fmadd_ps(gv, _mm512_loadu_ps(xr + offsets[t] + c), acc[t]);
+    }
+  }
+#pragma GCC unroll 32
+  for (std::size_t t = 0; t < TB; ++t) dw[t] += _mm512_reduce_add_ps(acc[t]);
+}
+
+// Taps per block: TB accumulators + the gradient vector + one x load fit the 32 registers.
+constexpr std::size_t kMaxTapBlock = 28;
+using TapsFn = void (*)(const float*, std::size_t, std::size_t, const float*, std::size_t, const std::size_t*,
+                        float*);
+template <std::size_t... TB>
+TapsFn pick_taps(std::size_t tb, std::index_sequence<TB...>) {
+  TapsFn fn = nullptr;
+  ((fn = tb == TB + 1 ? &taps_block<TB + 1> : fn), ...);
+  return fn;
+}
+
+}  // namespace
+
+// The output plane is walked as a list of 16-column vectors (a row whose width is not a multiple
+// of 16 ends with one overlapping the vector before it, whose shared columns are computed and
+// stored twice, identically); the last group of a plane repeats its last vector when the count
+// is not a multiple of 3. The ReLU is max(0, acc), which keeps a NaN.
+void f32_conv_forward_planes__avx512(const ConvPlanes& p, const float* x, const float* w, const float* bias,
+                                     bool relu, float* y) {
+  const std::size_t taps = p.in_channels * p.kernel_h * p.kernel_w, plane = p.out_h * p.out_w;
+  if (p.out_w < 16 || taps > kConvPlanesMaxTaps) {
+    f32_conv_forward_planes__avx2(p, x, w, bias, relu, y);
+    return;
+  }
+  std::size_t offsets[kConvPlanesMaxTaps];
+  tap_offsets(p, offsets);
+  const std::size_t vectors = p.out_h * ((p.out_w + 15) / 16);
+  const __m512 zero = _mm512_setzero_ps();
+  for (std::size_t o0 = 0; o0 < p.out_channels; o0 += 8) {
+    const float* wb = w + (o0 / 8) * taps * 8;  // one packed 8-lane group
+    const std::size_t n_oc = p.out_channels - o0 < 8 ? p.out_channels - o0 : 8;
+    std::size_t row = 0, c0 = 0;  // the next vector: its row and first column before clamping
+    for (std::size_t v0 = 0; v0 < vectors; v0 += 3) {
+      std::size_t x_at[3], y_at[3];
+#pragma GCC unroll 3
+      for (std::size_t j = 0; j < 3; ++j) {
+        if (v0 + j >= vectors) {  // past the plane: repeat the last vector
+          x_at[j] = x_at[j - 1], y_at[j] = y_at[j - 1];
+          continue;
+        }
+        const std::size_t col = c0 + 16 <= p.out_w ? c0 : p.out_w - 16;
+        x_at[j] = row * p.x_ld + col;
+        y_at[j] = row * p.out_w + col;
+        c0 += 16;
+        if (c0 >= p.out_w) c0 = 0, ++row;
+      }
+      __m512 acc[3][8];
+#pragma GCC unroll 8
+      for (std::size_t o = 0; o < 8; ++o) acc[0][o] = acc[1][o] = acc[2][o] = _mm512_set1_ps(bias[o0 + o]);
+      const float *x0 = x + x_at[0], *x1 = x + x_at[1], *x2 = x + x_at[2];
+      for (std::size_t t = 0; t < taps; ++t) {
+        const std::size_t off = offsets[t];
+        const __m512 a = _mm512_loadu_ps(x0 + off), b = _mm512_loadu_ps(x1 + off),
+                     c = _mm512_loadu_ps(x2 + off);
+        const float* wt = wb + t * 8;
+#pragma GCC unroll 8
+        for (std::size_t o = 0; o < 8; ++o) {
+          const __m512 wv = _mm512_set1_ps(wt[o]);
+          acc[0][o] = _mm512_fmadd_ps(wv, a, acc[0][o]);
+          acc[1][o] = _mm512_fmadd_ps(wv, b, acc[1][o]);
+          acc[2][o] = _mm512_fmadd_ps(wv, c, acc[2][o]);
+        }
+      }
+      // Compile-time loops: indexing acc by a run-time bound would keep it in memory.
+#pragma GCC unroll 8
+      for (std::size_t o = 0; o < 8; ++o) {
+        if (o >= n_oc) break;
+        float* yo = y + (o0 + o) * plane;
+#pragma GCC unroll 3
+        for (std::size_t j = 0; j < 3; ++j)
+          _mm512_storeu_ps(yo + y_at[j], relu ? _mm512_max_ps(zero, acc[j][o]) : acc[j][o]);
+      }
+    }
+  }
+}
+
+// Per output channel: its gradient plane, masked by the fused ReLU and with rows zero-padded to
+// whole vectors, is copied into a small buffer (L1); then blocks of up to 28 taps run over it.
+// x's rows are long enough (conv_planes_row) that the padded columns read real memory, which
+// they multiply by zero.
+void f32_conv_backward_weights_planes__avx512(const ConvPlanes& p, const float* x, const float* dy,
+                                              const float* y, float* dw, float* db) {
+  const std::size_t taps = p.in_channels * p.kernel_h * p.kernel_w, plane = p.out_h * p.out_w;
+  const std::size_t g_ld = (p.out_w + 15) / 16 * 16;
+  if (p.out_w < 16 || taps > kConvPlanesMaxTaps || p.out_h * g_ld > kConvPlanesMaxPlane ||
+      g_ld + p.kernel_w - 1 > p.x_ld) {
+    f32_conv_backward_weights_planes__avx2(p, x, dy, y, dw, db);
+    return;
+  }
+  std::size_t offsets[kConvPlanesMaxTaps];
+  tap_offsets(p, offsets);
+  alignas(64) float g[kConvPlanesMaxPlane];
+  const std::size_t blocks = (taps + kMaxTapBlock - 1) / kMaxTapBlock;
+  const std::size_t full = p.out_w / 16 * 16, tail = p.out_w - full;
+  const __mmask16 tail_lanes = static_cast<__mmask16>((1u << tail) - 1u);
+  const __m512 zero = _mm512_setzero_ps();
+  for (std::size_t oc = 0; oc < p.out_channels; ++oc) {
+    const float* d = dy + oc * plane;
+    const float* yo = y ? y + oc * plane : nullptr;
+    __m512 sum = zero;
+    for (std::size_t r = 0; r < p.out_h; ++r) {
+      float* gr = g + r * g_ld;
+      const float* dr = d + r * p.out_w;
+      for (std::size_t c = 0; c <= full; c += 16) {
+        const __mmask16 lanes = c < full ? static_cast<__mmask16>(0xffff) : tail_lanes;
+        if (c == full && tail == 0) break;
+        __mmask16 pass = lanes;
+        if (yo)
+          pass = _mm512_mask_cmp_ps_mask(lanes, _mm512_maskz_loadu_ps(lanes, yo + r * p.out_w + c), zero,
+                                         _CMP_GT_OQ);
+        const __m512 v = _mm512_maskz_loadu_ps(pass, dr + c);
+        sum = _mm512_add_ps(sum, v);
+        _mm512_store_ps(gr + c, v);
+      }
+    }
+    if (db) db[oc] += _mm512_reduce_add_ps(sum);
+    float* dwo = dw + oc * taps;
+    for (std::size_t b = 0, t0 = 0; b < blocks; ++b) {
+      const std::size_t t1 = taps * (b + 1) / blocks;
+      pick_taps(t1 - t0, std::make_index_sequence<kMaxTapBlock>())(g, p.out_h, g_ld, x, p.x_ld, offsets + t0,
+                                                                   dwo + t0);
+      t0 = t1;
+    }
+  }
+}
+
+}  // namespace cpudl::kernels
