@@ -174,6 +174,35 @@ TEST(Autograd, ViewsPassGradientsThrough) {
                   {randn({2, 3}, 67)});
 }
 
+// A leaf's first gradient may be adopted rather than copied (engine.cpp), but never when the
+// same tensor also reaches another leaf or the caller: add's backward hands one gradient to both
+// operands, a view hands out the storage of its input's gradient, and backward(seed) is the
+// caller's. Each .grad must stay its own buffer: accumulating a second pass into one must not
+// change another, nor the seed.
+TEST(Autograd, LeafGradientsNeverShareABuffer) {
+  Tensor a = Tensor::from_vector({1, 2, 3}, {3}), b = Tensor::from_vector({4, 5, 6}, {3});
+  Tensor c = Tensor::from_vector({1, 1, 1, 1, 1, 1}, {2, 3});
+  for (Tensor* t : {&a, &b, &c}) t->set_requires_grad(true);
+  for (int pass = 1; pass <= 2; ++pass) {
+    sum(add(add(a, b), c.reshape({6}).slice(0, 0, 3))).backward();
+    EXPECT_NE(a.grad().data(), b.grad().data());
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(a.grad().data()[i], static_cast<float>(pass));
+      EXPECT_EQ(b.grad().data()[i], static_cast<float>(pass));
+      EXPECT_EQ(c.grad().data()[i], static_cast<float>(pass));
+      EXPECT_EQ(c.grad().data()[3 + i], 0.0f);
+    }
+  }
+  Tensor leaf = Tensor::from_vector({1, 2}, {2});
+  leaf.set_requires_grad(true);
+  const Tensor seed = Tensor::from_vector({0.5f, 0.25f}, {2});
+  leaf.backward(seed);
+  leaf.backward(seed);
+  EXPECT_EQ(leaf.grad().data()[0], 1.0f);
+  EXPECT_EQ(seed.data()[0], 0.5f);  // the caller's seed was not accumulated into
+  EXPECT_NE(leaf.grad().data(), seed.data());
+}
+
 // Distinct values 0.1 apart in shuffled order: no near-ties for max pooling's finite differences.
 Tensor distinct(const Shape& shape, std::uint64_t seed) {
   Tensor t = Tensor::empty(shape);

@@ -46,7 +46,14 @@ class AccumulateGrad final : public Node {
         throw Error("gradient of shape " + shape_text(grad.shape()) + " for a tensor of shape " +
                     shape_text(leaf->shape));
       if (!leaf->grad) {
-        leaf->grad = grad.detach().clone().impl();  // own contiguous buffer: later steps add into it
+        // The leaf needs its own contiguous buffer (later steps add into it). A gradient that
+        // nothing else references (no other tensor, no view of its storage) already is one and
+        // is adopted, as PyTorch's AccumulateGrad steals it: cloning every parameter's gradient
+        // after each zero_grad was 5% of a ResNet-18 training step (47 MB copied).
+        const std::shared_ptr<TensorImpl> impl = grad.impl();  // the engine's reference and this one
+        const bool sole_owner = impl.use_count() == 2 && impl->storage.use_count() == 1 && !impl->grad_fn &&
+                                !impl->requires_grad && grad.is_contiguous() && grad.dtype() == leaf->dtype;
+        leaf->grad = sole_owner ? impl : grad.detach().clone().impl();
       } else {
         add_(Tensor(leaf->grad), grad);  // in place: optimisers may hold this buffer
       }
