@@ -306,6 +306,55 @@ TEST(Autograd, ConvolutionOnMapsSmallerThanItsKernel) {
   }
 }
 
+// Convolutions whose every window covers the whole map run as one matrix product
+// (ops/conv_as_linear.h): ResNet-18's 3x3 kernels on 2x2 maps, a stride-2 one down to 1x1, a
+// non-square kernel with unequal padding, a stride-2 5x5 to 2x2, a 1x1 map (cropped to its live tap first),
+// and a 1x1 output whose window misses the map's last row and column (which must stay on oneDNN), each with
+// bias and ReLU, against the direct loops: values, input, weight and bias gradients.
+TEST(Autograd, ConvolutionCoveringTheWholeMapMatchesTheDirectLoop) {
+  struct Case {
+    Shape x, w;
+    Conv2dOptions o;
+  };
+  const Case cases[] = {
+      {{2, 8, 2, 2}, {6, 8, 3, 3}, {1, 1, 1, 1}}, {{3, 4, 2, 2}, {5, 4, 3, 3}, {2, 2, 1, 1}},
+      {{2, 3, 2, 3}, {4, 3, 3, 5}, {1, 1, 1, 2}}, {{2, 3, 3, 3}, {4, 3, 5, 5}, {2, 2, 2, 2}},
+      {{3, 4, 1, 1}, {5, 4, 3, 3}, {1, 1, 1, 1}}, {{2, 3, 4, 4}, {4, 3, 3, 3}, {2, 2, 0, 0}}};
+  std::uint64_t seed = 190;
+  for (const Case& c : cases)
+    for (const bool relu : {false, true}) {
+      SCOPED_TRACE(shape_text(c.x) + " * " + shape_text(c.w) + (relu ? " relu" : ""));
+      Tensor x = randn(c.x, seed++), w = randn(c.w, seed++, 0.5f), b = randn({c.w[0]}, seed++);
+      for (Tensor* t : {&x, &w, &b}) t->set_requires_grad(true);
+      Conv2dOptions o = c.o;
+      o.relu = relu;
+      const Tensor y = conv2d(x, w, b, o);
+      const Tensor r = randn(y.shape(), seed++);
+      sum(mul(y, r)).backward();
+
+      onednn::ConvShape s;
+      s.batch = c.x[0], s.in_channels = c.x[1], s.height = c.x[2], s.width = c.x[3];
+      s.out_channels = c.w[0], s.kernel_h = c.w[2], s.kernel_w = c.w[3];
+      s.stride_h = c.o.stride_h, s.stride_w = c.o.stride_w, s.pad_h = c.o.pad_h, s.pad_w = c.o.pad_w;
+      const std::vector<float> bias = b.to_vector();
+      std::vector<float> want = reference::conv2d_forward(s, x.to_vector(), w.to_vector(), &bias);
+      std::vector<float> dy = r.to_vector();
+      for (std::size_t i = 0; i < want.size(); ++i)
+        if (relu && !(want[i] > 0.0f)) want[i] = 0.0f, dy[i] = 0.0f;
+      const std::vector<float> got = y.to_vector();
+      ASSERT_EQ(got.size(), want.size());
+      for (std::size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-4f) << "output " << i;
+      std::vector<float> want_db;
+      const std::vector<float> want_dw = reference::conv2d_backward_weights(s, x.to_vector(), dy, &want_db);
+      const std::vector<float> want_dx = reference::conv2d_backward_data(s, dy, w.to_vector());
+      const std::vector<float> dx = x.grad().to_vector(), dw = w.grad().to_vector(),
+                               db = b.grad().to_vector();
+      for (std::size_t i = 0; i < want_dx.size(); ++i) ASSERT_NEAR(dx[i], want_dx[i], 1e-4f) << "dx " << i;
+      for (std::size_t i = 0; i < want_dw.size(); ++i) ASSERT_NEAR(dw[i], want_dw[i], 1e-4f) << "dw " << i;
+      for (std::size_t i = 0; i < want_db.size(); ++i) ASSERT_NEAR(db[i], want_db[i], 1e-4f) << "db " << i;
+    }
+}
+
 // Pooling a channels-last input (a convolution's output) gives exactly the values and gradients
 // of pooling its row-major copy: channel counts oneDNN vectorises (16) and those the native
 // kernel takes (1, 3, 6), with and without padding and overlapping windows. Where windows

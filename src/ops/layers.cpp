@@ -5,6 +5,7 @@
 
 #include "kernels/conv/conv.h"
 #include "onednn/dense.h"
+#include "ops/conv_as_linear.h"
 #include "ops/op_helpers.h"
 #include "ops/op_profile.h"
 #include "tensor/layout.h"
@@ -267,10 +268,17 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   // A cropped copy is new on every call: version 0 has oneDNN reorder it each time.
   const std::uint64_t version = !crop.cropped && weight.is_contiguous() ? weights_version(weight) : 0;
   const onednn::ConvShape& run = crop.shape;
-  onednn::ConvEpilogue epilogue;
-  if (o.relu) epilogue.activation = onednn::Activation::relu;
-  onednn::conv2d_forward(run, xc.data(), wc.data(), version, bc.defined() ? bc.data() : nullptr, y.data(),
-                         epilogue);
+  // Maps no larger than the kernel's reach (the deep end of a network on small images) run as
+  // one matrix product (conv_as_linear.h).
+  const Tensor expanded = conv_covers_whole_map(run) ? conv_expanded_weights(run, wc.data()) : Tensor();
+  if (expanded.defined()) {
+    conv_as_linear_forward(run, xc.data(), expanded, bc.defined() ? bc.data() : nullptr, o.relu, y.data());
+  } else {
+    onednn::ConvEpilogue epilogue;
+    if (o.relu) epilogue.activation = onednn::Activation::relu;
+    onednn::conv2d_forward(run, xc.data(), wc.data(), version, bc.defined() ? bc.data() : nullptr, y.data(),
+                           epilogue);
+  }
   count_forward_flops(s.flops());
   // Gradients only for inputs that need them: a first layer's input (the images) needs none, and
   // its backward-data pass would be the most expensive part of that layer's backward.
@@ -280,7 +288,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   const Tensor saved_y = o.relu ? y.detach() : Tensor();
   autograd::record(
       y, "conv2d", {x, weight, bias},
-      [crop, xc, wc, version, need_dx, need_dw, need_db, weight_shape, saved_y](const Tensor& g) {
+      [crop, xc, wc, expanded, version, need_dx, need_dw, need_db, weight_shape, saved_y](const Tensor& g) {
         const onednn::ConvShape& run = crop.shape;
         Tensor gc = channels_last_values(g);
         // The fused ReLU's mask: the gradient passes where y > 0.
@@ -288,15 +296,21 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
         Tensor dx, dw, db;
         if (need_dx) {
           dx = empty_channels_last(xc.shape());
-          onednn::conv2d_backward_data(run, gc.data(), wc.data(), version, dx.data());
+          if (expanded.defined())
+            conv_as_linear_backward_data(run, gc.data(), expanded, dx.data());
+          else
+            onednn::conv2d_backward_data(run, gc.data(), wc.data(), version, dx.data());
         }
         if (need_dw || need_db) {
           // oneDNN computes both in one pass; a frozen weight's gradient is computed and
           // dropped.
           dw = Tensor::empty(wc.shape());
           if (need_db) db = Tensor::empty({run.out_channels});
-          if (run.groups == 1 && run.in_channels <= kFewInputChannels &&
-              run.out_channels >= kFewInputChannelsMinOutputs)
+          if (expanded.defined())
+            conv_as_linear_backward_weights(run, xc.data(), gc.data(), dw.data(),
+                                            need_db ? db.data() : nullptr);
+          else if (run.groups == 1 && run.in_channels <= kFewInputChannels &&
+                   run.out_channels >= kFewInputChannelsMinOutputs)
             few_channel_backward_weights(run, xc.data(), gc.data(), dw.data(), need_db ? db.data() : nullptr);
           else
             onednn::conv2d_backward_weights(run, xc.data(), gc.data(), dw.data(),

@@ -1,0 +1,126 @@
+// Convolutions as one matrix product when every window covers the whole map (conv_as_linear.h).
+#include "ops/conv_as_linear.h"
+
+#include <cstring>
+#include <vector>
+
+#include "runtime/parallel.h"
+
+namespace cpudl::ops_detail {
+
+namespace {
+
+// E's size cap (floats): the product must stay a small multiple of the weights it expands.
+constexpr std::int64_t kMaxExpandedFloats = std::int64_t{1} << 24;
+
+bool covers(std::int64_t in, std::int64_t out, std::int64_t kernel, std::int64_t stride, std::int64_t pad) {
+  for (std::int64_t o = 0; o < out; ++o) {
+    const std::int64_t first = o * stride - pad;
+    if (first > 0 || first + kernel < in) return false;
+  }
+  return true;
+}
+
+struct Dims {
+  std::int64_t positions_in, positions_out, in, out, taps;
+};
+Dims dims(const onednn::ConvShape& s) {
+  const std::int64_t pin = s.height * s.width, pout = s.out_height() * s.out_width();
+  return {pin, pout, pin * s.in_channels, pout * s.out_channels, s.kernel_h * s.kernel_w};
+}
+
+// The kernel tap joining output position p to input position q.
+std::int64_t tap(const onednn::ConvShape& s, std::int64_t p, std::int64_t q) {
+  const std::int64_t oh = p / s.out_width(), ow = p % s.out_width(), ih = q / s.width, iw = q % s.width;
+  return (ih - oh * s.stride_h + s.pad_h) * s.kernel_w + (iw - ow * s.stride_w + s.pad_w);
+}
+
+onednn::LinearShape linear_shape(const onednn::ConvShape& s) {
+  const Dims d = dims(s);
+  return {s.batch, d.in, d.out};
+}
+
+}  // namespace
+
+bool conv_covers_whole_map(const onednn::ConvShape& s) {
+  if (s.groups != 1 || s.dilation_h != 1 || s.dilation_w != 1) return false;
+  const Dims d = dims(s);
+  return d.in * d.out <= kMaxExpandedFloats &&
+         covers(s.height, s.out_height(), s.kernel_h, s.stride_h, s.pad_h) &&
+         covers(s.width, s.out_width(), s.kernel_w, s.stride_w, s.pad_w);
+}
+
+Tensor conv_expanded_weights(const onednn::ConvShape& s, const float* w) {
+  const Dims d = dims(s);
+  const std::int64_t ic_n = s.in_channels, oc_n = s.out_channels;
+  // [tap][OC][IC] first, so that each block of E is a run of whole IC rows.
+  std::vector<float> by_tap(static_cast<std::size_t>(d.taps * oc_n * ic_n));
+  for (std::int64_t oc = 0; oc < oc_n; ++oc)
+    for (std::int64_t ic = 0; ic < ic_n; ++ic)
+      for (std::int64_t t = 0; t < d.taps; ++t)
+        by_tap[static_cast<std::size_t>((t * oc_n + oc) * ic_n + ic)] = w[(oc * ic_n + ic) * d.taps + t];
+  Tensor e = Tensor::empty({d.out, d.in});
+  float* pe = e.data();
+  parallel_for(static_cast<std::size_t>(d.out), 16, [&](std::size_t r0, std::size_t r1) {
+    for (auto row = static_cast<std::int64_t>(r0); row < static_cast<std::int64_t>(r1); ++row) {
+      const std::int64_t p = row / oc_n, oc = row % oc_n;
+      for (std::int64_t q = 0; q < d.positions_in; ++q)
+        std::memcpy(pe + row * d.in + q * ic_n, by_tap.data() + (tap(s, p, q) * oc_n + oc) * ic_n,
+                    static_cast<std::size_t>(ic_n) * sizeof(float));
+    }
+  });
+  return e;
+}
+
+void conv_as_linear_forward(const onednn::ConvShape& s, const float* x, const Tensor& expanded,
+                            const float* bias, bool relu, float* y) {
+  const Dims d = dims(s);
+  std::vector<float> bias_rows;
+  if (bias) {
+    bias_rows.resize(static_cast<std::size_t>(d.out));
+    for (std::int64_t p = 0; p < d.positions_out; ++p)
+      std::memcpy(bias_rows.data() + p * s.out_channels, bias, static_cast<std::size_t>(s.out_channels) * 4);
+  }
+  onednn::linear_forward(linear_shape(s), x, expanded.data(), bias ? bias_rows.data() : nullptr, y,
+                         relu ? onednn::Activation::relu : onednn::Activation::none);
+}
+
+void conv_as_linear_backward_data(const onednn::ConvShape& s, const float* dy, const Tensor& expanded,
+                                  float* dx) {
+  onednn::linear_backward_data(linear_shape(s), dy, expanded.data(), dx);
+}
+
+void conv_as_linear_backward_weights(const onednn::ConvShape& s, const float* x, const float* dy, float* dw,
+                                     float* db) {
+  const Dims d = dims(s);
+  const std::int64_t ic_n = s.in_channels, oc_n = s.out_channels;
+  std::vector<float> de(static_cast<std::size_t>(d.out * d.in)),
+      db_rows(db ? static_cast<std::size_t>(d.out) : 0);
+  onednn::linear_backward_weights(linear_shape(s), x, dy, de.data(), db ? db_rows.data() : nullptr);
+  // Fold E's gradient onto the kernel: each tap sums the blocks (p, q) it joins, in a fixed
+  // order; threads own output channels.
+  parallel_for(static_cast<std::size_t>(oc_n), 4, [&](std::size_t o0, std::size_t o1) {
+    std::vector<float> by_tap(static_cast<std::size_t>(d.taps * ic_n));
+    for (auto oc = static_cast<std::int64_t>(o0); oc < static_cast<std::int64_t>(o1); ++oc) {
+      std::fill(by_tap.begin(), by_tap.end(), 0.0f);
+      for (std::int64_t p = 0; p < d.positions_out; ++p) {
+        const float* row = de.data() + (p * oc_n + oc) * d.in;
+        for (std::int64_t q = 0; q < d.positions_in; ++q) {
+          float* acc = by_tap.data() + tap(s, p, q) * ic_n;
+          const float* block = row + q * ic_n;
+          for (std::int64_t ic = 0; ic < ic_n; ++ic) acc[ic] += block[ic];
+        }
+      }
+      for (std::int64_t ic = 0; ic < ic_n; ++ic)
+        for (std::int64_t t = 0; t < d.taps; ++t) dw[(oc * ic_n + ic) * d.taps + t] = by_tap[t * ic_n + ic];
+    }
+  });
+  if (db)
+    for (std::int64_t oc = 0; oc < oc_n; ++oc) {
+      float acc = 0.0f;
+      for (std::int64_t p = 0; p < d.positions_out; ++p) acc += db_rows[p * oc_n + oc];
+      db[oc] = acc;
+    }
+}
+
+}  // namespace cpudl::ops_detail

@@ -1,0 +1,32 @@
+// Convolutions whose every output window spans the whole input map run as one dense matrix
+// product per batch: channels-last, an image is the row x[H*W*IC] and its output the row
+// y[OH*OW*OC], and the convolution is y = x E^T with E[(oh,ow,oc)][(ih,iw,ic)] =
+// W[oc][ic][ih - oh*stride + pad][iw - ow*stride + pad], a matrix with no zero blocks when every
+// window covers the map. That is the deep end of a network on small images: ResNet-18 at 32x32
+// runs 3x3 kernels on 2x2 and 1x1 maps, where oneDNN's direct kernels took 30-40% of a training
+// step at 13-31% of the fp32 peak (their blocking assumes rows of pixels), and a GEMM of the same
+// useful FLOPs runs at oneDNN's matmul speed.
+#pragma once
+
+#include "cpudl/tensor.h"
+#include "onednn/dense.h"
+
+namespace cpudl::ops_detail {
+
+// Every output window covers every input position (groups 1, dilation 1); the matrix E is then
+// dense, and at most as many multiply-adds as the direct convolution (H*W <= KH*KW).
+bool conv_covers_whole_map(const onednn::ConvShape& s);
+
+// E [OH*OW*OC][H*W*IC] from weights [OC][IC][KH][KW].
+Tensor conv_expanded_weights(const onednn::ConvShape& s, const float* w);
+
+// y (channels-last) = x (channels-last) E^T + bias, ReLU fused when asked.
+void conv_as_linear_forward(const onednn::ConvShape& s, const float* x, const Tensor& expanded,
+                            const float* bias, bool relu, float* y);
+void conv_as_linear_backward_data(const onednn::ConvShape& s, const float* dy, const Tensor& expanded,
+                                  float* dx);
+// Writes dw [OC][IC][KH][KW] and, when non-null, db [OC].
+void conv_as_linear_backward_weights(const onednn::ConvShape& s, const float* x, const float* dy, float* dw,
+                                     float* db);
+
+}  // namespace cpudl::ops_detail
