@@ -123,10 +123,6 @@ CPUDL_AVX2_VARIANTS(f32_quantize_u8, F32QuantizeU8Fn)
 CPUDL_AVX2_VARIANTS(f32_transpose, F32TransposeFn)
 // Few-input-channel weight gradients: AVX2 (an AVX-512 variant is not written yet).
 CPUDL_AVX2_VARIANTS(f32_conv_backward_weights_nhwc, ConvBackwardWeightsFn)
-// Narrow linear layers: memory-bound, AVX-512 would only widen the registers.
-CPUDL_AVX2_VARIANTS(f32_narrow_linear_forward, NarrowLinearForwardFn)
-CPUDL_AVX2_VARIANTS(f32_narrow_linear_backward_data, NarrowLinearBackwardDataFn)
-CPUDL_AVX2_VARIANTS(f32_narrow_linear_backward_weights, NarrowLinearBackwardWeightsFn)
 // Winograd convolution: AVX2 (an AVX-512 variant is not written yet; oneDNN has its own
 // Winograd convolution for AVX-512).
 CPUDL_AVX2_VARIANTS(f32_winograd_input_4x3, WinogradInputFn)
@@ -136,6 +132,11 @@ CPUDL_AVX2_VARIANTS(f32_winograd_output_4x3, WinogradOutputFn)
 CPUDL_AVX2_VARIANTS(f32_winograd_output_2x3, WinogradOutputFn)
 #undef CPUDL_AVX2_VARIANTS
 
+// Narrow linear layers: memory-bound on a materialised activation, bound by FMAs in the fused
+// first layer (ops/planar_conv.cpp), where AVX-512 pays.
+CPUDL_STANDARD_VARIANTS(f32_narrow_linear_forward, NarrowLinearForwardFn)
+CPUDL_STANDARD_VARIANTS(f32_narrow_linear_backward_data, NarrowLinearBackwardDataFn)
+CPUDL_STANDARD_VARIANTS(f32_narrow_linear_backward_weights, NarrowLinearBackwardWeightsFn)
 // Planar first-layer convolutions: AVX-512 (16 columns, 32 registers) and AVX2.
 CPUDL_STANDARD_VARIANTS(f32_conv_forward_planes, ConvForwardPlanesFn)
 CPUDL_STANDARD_VARIANTS(f32_conv_backward_weights_planes, ConvBackwardWeightsPlanesFn)

@@ -115,6 +115,7 @@ void narrow_backward_weights(const onednn::LinearShape& s, const float* x, const
   const std::size_t lines = (k + 15) / 16;
   parallel_for(lines, 16, [&](std::size_t l0, std::size_t l1) {
     const std::size_t k0 = l0 * 16, k1 = std::min(k, l1 * 16);
+    for (std::size_t j = 0; j < n; ++j) std::fill(dw + j * k + k0, dw + j * k + k1, 0.0f);  // the kernel adds
     fn(x + k0, dy, dw + k0, m, k1 - k0, n, k);
   });
   if (db)

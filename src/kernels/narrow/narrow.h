@@ -8,7 +8,8 @@
 // ~1.8 ms to read 22 MB). These kernels walk the activation once in its storage order.
 //
 // Row-major; `ld` is the row stride of x, w, dx and dw (a column range [0, k) of wider
-// matrices, so that threads can split k). Outputs are written, not accumulated.
+// matrices, so that threads can split k). y and dx are written; the weight gradient is added
+// into dw, so that batches processed in pieces (ops/planar_conv.cpp) sum into one buffer.
 #pragma once
 
 #include <cstddef>
@@ -28,6 +29,7 @@ inline constexpr std::size_t kNarrowLinearMaxOutputs = 16;
                                                  std::size_t k, std::size_t n, std::size_t ld);
 CPUDL_DECLARE_NARROW(ref)
 CPUDL_DECLARE_NARROW(avx2)
+CPUDL_DECLARE_NARROW(avx512)
 #undef CPUDL_DECLARE_NARROW
 
 }  // namespace cpudl::kernels

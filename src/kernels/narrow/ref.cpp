@@ -29,7 +29,7 @@ void f32_narrow_linear_backward_weights__ref(const float* x, const float* dy, fl
     for (std::size_t p = 0; p < k; ++p) {
       float acc = 0.0f;
       for (std::size_t i = 0; i < m; ++i) acc += dy[i * n + j] * x[i * ld + p];
-      dw[j * ld + p] = acc;
+      dw[j * ld + p] += acc;
     }
 }
 
