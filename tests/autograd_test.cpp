@@ -548,6 +548,93 @@ TEST(Autograd, FusedReluLinearMatchesReluOfLinear) {
 
 // A classifier with many inputs and few outputs runs on the narrow kernels: its output and
 // all three gradients against direct double-precision loops.
+// conv2d_relu_linear (a first layer fused with a narrow classifier, recomputing the activation
+// in the backward pass) against the direct loops in double: the logits and the gradients of
+// both layers' weights and biases. Batches that do not fill the pieces of images, a row wider
+// than a vector, three input channels with padding, absent biases; then the shapes that fall
+// back to the three ops (an input that needs a gradient, a classifier with 20 outputs).
+TEST(Autograd, FusedFirstLayerAndClassifierMatchTheDirectLoops) {
+  struct Case {
+    Shape x, w;
+    Conv2dOptions o;
+    std::int64_t classes;
+    bool conv_bias, fc_bias, x_grad;
+  };
+  const Case cases[] = {{{9, 1, 12, 12}, {16, 1, 3, 3}, {}, 10, true, true, false},
+                        {{5, 3, 9, 17}, {20, 3, 3, 3}, {1, 1, 1, 1}, 1, false, false, false},
+                        {{3, 1, 8, 8}, {16, 1, 3, 3}, {}, 10, true, true, true},
+                        {{2, 2, 6, 6}, {16, 2, 3, 3}, {}, 20, true, true, false}};
+  std::uint64_t seed = 600;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(shape_text(c.x) + " * " + shape_text(c.w) + " -> " + std::to_string(c.classes));
+    onednn::ConvShape s;
+    s.batch = c.x[0], s.in_channels = c.x[1], s.height = c.x[2], s.width = c.x[3];
+    s.out_channels = c.w[0], s.kernel_h = c.w[2], s.kernel_w = c.w[3];
+    s.pad_h = c.o.pad_h, s.pad_w = c.o.pad_w;
+    const std::int64_t k = s.out_channels * s.out_height() * s.out_width();
+    Tensor x = randn(c.x, seed++), w = randn(c.w, seed++, 0.5f), fw = randn({c.classes, k}, seed++, 0.05f);
+    Tensor b = c.conv_bias ? randn({c.w[0]}, seed++) : Tensor(),
+           fb = c.fc_bias ? randn({c.classes}, seed++) : Tensor();
+    for (Tensor* t : {&w, &b, &fw, &fb})
+      if (t->defined()) t->set_requires_grad(true);
+    x.set_requires_grad(c.x_grad);
+    const Tensor y = conv2d_relu_linear(x, w, b, c.o, fw, fb);
+    ASSERT_EQ(y.shape(), (Shape{c.x[0], c.classes}));
+    const Tensor g = randn(y.shape(), seed++);
+    sum(mul(y, g)).backward();
+
+    const std::vector<float> bias = b.defined() ? b.to_vector() : std::vector<float>(c.w[0], 0.0f);
+    std::vector<float> act = reference::conv2d_forward(s, x.to_vector(), w.to_vector(), &bias);
+    for (float& v : act) v = v > 0.0f ? v : 0.0f;
+    const std::vector<float> fwv = fw.to_vector(), gv = g.to_vector(), yv = y.to_vector();
+    const std::int64_t n = c.x[0], m = c.classes;
+    std::vector<float> dact(act.size());
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t j = 0; j < m; ++j) {
+        double want = fb.defined() ? fb.to_vector()[j] : 0.0;
+        for (std::int64_t p = 0; p < k; ++p) want += double(act[i * k + p]) * fwv[j * k + p];
+        ASSERT_NEAR(yv[i * m + j], want, 1e-3 * (1 + std::fabs(want))) << "logit " << i << "," << j;
+      }
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t p = 0; p < k; ++p) {
+        double d = 0;
+        for (std::int64_t j = 0; j < m; ++j) d += double(gv[i * m + j]) * fwv[j * k + p];
+        dact[i * k + p] = act[i * k + p] > 0.0f ? static_cast<float>(d) : 0.0f;
+      }
+    const std::vector<float> dfw = fw.grad().to_vector();
+    for (std::int64_t j = 0; j < m; ++j)
+      for (std::int64_t p = 0; p < k; ++p) {
+        double want = 0;
+        for (std::int64_t i = 0; i < n; ++i) want += double(gv[i * m + j]) * act[i * k + p];
+        ASSERT_NEAR(dfw[j * k + p], want, 1e-3 * (1 + std::fabs(want))) << "fc weight " << j << "," << p;
+      }
+    if (fb.defined()) {
+      for (std::int64_t j = 0; j < m; ++j) {
+        double want = 0;
+        for (std::int64_t i = 0; i < n; ++i) want += gv[i * m + j];
+        ASSERT_NEAR(fb.grad().to_vector()[j], want, 1e-4 * (1 + std::fabs(want)));
+      }
+    }
+    std::vector<float> want_db;
+    const std::vector<float> want_dw = reference::conv2d_backward_weights(s, x.to_vector(), dact, &want_db);
+    const std::vector<float> dw = w.grad().to_vector();
+    for (std::size_t i = 0; i < want_dw.size(); ++i)
+      ASSERT_NEAR(dw[i], want_dw[i], 1e-3 * (1 + std::fabs(want_dw[i]))) << "conv weight " << i;
+    if (b.defined()) {
+      for (std::size_t i = 0; i < want_db.size(); ++i)
+        ASSERT_NEAR(b.grad().to_vector()[i], want_db[i], 1e-3 * (1 + std::fabs(want_db[i])))
+            << "conv bias " << i;
+    }
+    EXPECT_EQ(x.grad().defined(), c.x_grad);
+    if (c.x_grad) {
+      const std::vector<float> want_dx = reference::conv2d_backward_data(s, dact, w.to_vector()),
+                               dx = x.grad().to_vector();
+      for (std::size_t i = 0; i < want_dx.size(); ++i)
+        ASSERT_NEAR(dx[i], want_dx[i], 1e-3 * (1 + std::fabs(want_dx[i])));
+    }
+  }
+}
+
 TEST(Autograd, NarrowLinearLayerMatchesTheDirectLoops) {
   const std::int64_t m = 5, k = 1100, n = 10;
   Tensor x = randn({m, k}, 501), w = randn({n, k}, 502, 0.05f), b = randn({n}, 503);

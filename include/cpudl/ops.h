@@ -86,6 +86,14 @@ struct Conv2dOptions {
 };
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
               const Conv2dOptions& options = {});
+// linear(relu(conv2d(x, conv_weight, conv_bias, options)).flatten(1), fc_weight, fc_bias) as one
+// op: a first layer (few input channels, stride 1, images that need no gradient) feeding a
+// classifier with few outputs, as the tutorial's SimpleCNN. Images are processed a few at a time
+// with the convolution's output kept in cache, and the backward pass recomputes it instead of
+// reading it back: SimpleCNN's 22 MB activation never goes to memory. Other shapes run the
+// three ops.
+Tensor conv2d_relu_linear(const Tensor& x, const Tensor& conv_weight, const Tensor& conv_bias,
+                          const Conv2dOptions& options, const Tensor& fc_weight, const Tensor& fc_bias);
 Tensor max_pool2d(const Tensor& x, std::int64_t kernel, std::int64_t stride = 0, std::int64_t padding = 0);
 Tensor avg_pool2d(const Tensor& x, std::int64_t kernel, std::int64_t stride = 0, std::int64_t padding = 0,
                   bool count_include_pad = true);

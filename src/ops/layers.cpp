@@ -8,6 +8,7 @@
 #include "ops/conv_as_linear.h"
 #include "ops/op_helpers.h"
 #include "ops/op_profile.h"
+#include "ops/planar_conv.h"
 #include "tensor/layout.h"
 
 namespace cpudl {
@@ -25,34 +26,11 @@ void require_4d(const Tensor& x, const char* op) {
 // oneDNN's blocked copy is refreshed exactly when needed.
 std::uint64_t weights_version(const Tensor& w) { return w.version() * 2 + 1; }
 
-// Weight gradients summed over a batch: images split over the threads, each thread adding its
-// images' terms (add(n, slice) for image n) into its own zeroed slice of `size` floats; the
-// slices are then added. The per-thread order of images is fixed, so results do not depend on
-// scheduling.
-template <class AddImage>
-std::vector<float> sum_over_images(std::size_t batch, std::size_t size, const AddImage& add) {
-  const int threads = std::max(1, std::min<int>(runtime().threads.threads, static_cast<int>(batch)));
-  const auto parts = static_cast<std::size_t>(threads);
-  std::vector<float> sums(parts * size, 0.0f);
-  parallel_for(parts, 1, threads, [&](std::size_t first, std::size_t last) {
-    for (std::size_t part = first; part < last; ++part)
-      for (std::size_t n = batch * part / parts; n < batch * (part + 1) / parts; ++n)
-        add(n, sums.data() + part * size);
-  });
-  for (std::size_t t = 1; t < parts; ++t)
-    for (std::size_t i = 0; i < size; ++i) sums[i] += sums[t * size + i];
-  sums.resize(size);
-  return sums;
-}
-
 // A first layer's weight gradient (1-4 input channels) on the native kernel (kernels/conv/):
 // oneDNN's NHWC backward-weights pass runs it at 7-8% of peak. Images are split over the threads,
 // each summing into its own [KH][KW][IC][OC] buffer; the sums are then added and transposed to
 // PyTorch's OIHW.
-// Below 16 output channels (LeNet-5's 6) each tap is one FMA per pixel and oneDNN is faster
-// (3.9 vs 7 ms for LeNet-5's first layer at batch 256).
-constexpr std::int64_t kFewInputChannels = 4, kFewInputChannelsMinOutputs = 16;
-
+// Below kFewInputChannelsMinOutputs (planar_conv.h) oneDNN stays.
 void few_channel_backward_weights(const onednn::ConvShape& s, const float* x, const float* dy, float* dw,
                                   float* db) {
   const kernels::ConvWindow w{
@@ -128,101 +106,10 @@ CroppedKernel crop_dead_taps(const onednn::ConvShape& s) {
   return c;
 }
 
-// A first layer (few input channels, stride 1, images that need no gradient) on the planar
-// kernels (kernels/conv/conv.h): NCHW output, ReLU fused into the store and its mask into the
-// weight gradient. Each image is padded once into a scratch batch that the backward pass reuses.
-// From 16 outputs on, as for the channels-last weight gradient: LeNet-5's 6-channel first layer
-// feeds a max pool, which on NCHW (oneDNN's) took 12.6 ms per call against 1.9 ms for the
-// native channels-last pool, more than the planar convolution saves.
-bool planar_first_layer(const onednn::ConvShape& s, const Tensor& x) {
-  return s.groups == 1 && s.in_channels <= kFewInputChannels &&
-         s.out_channels >= kFewInputChannelsMinOutputs && s.stride_h == 1 && s.stride_w == 1 &&
-         s.dilation_h == 1 && s.dilation_w == 1 && !x.requires_grad() &&
-         static_cast<std::size_t>(s.in_channels * s.kernel_h * s.kernel_w) <= kernels::kConvPlanesMaxTaps;
-}
-
-Tensor planar_conv2d(const onednn::ConvShape& s, const Tensor& x, const Tensor& weight, const Tensor& bias,
-                     bool relu) {
-  const auto oc_n = static_cast<std::size_t>(s.out_channels), ic_n = static_cast<std::size_t>(s.in_channels);
-  const auto kh_n = static_cast<std::size_t>(s.kernel_h), kw_n = static_cast<std::size_t>(s.kernel_w);
-  const auto out_h = static_cast<std::size_t>(s.out_height()),
-             out_w = static_cast<std::size_t>(s.out_width());
-  const auto height = static_cast<std::size_t>(s.height), width = static_cast<std::size_t>(s.width);
-  const auto pad_h = static_cast<std::size_t>(s.pad_h), pad_w = static_cast<std::size_t>(s.pad_w);
-  const auto batch = static_cast<std::size_t>(s.batch);
-  const std::size_t taps = ic_n * kh_n * kw_n, oc_pad = kernels::conv_padded_channels(oc_n);
-  const std::size_t x_ld = kernels::conv_planes_row(out_w, kw_n), rows = out_h + kh_n - 1;
-  const kernels::ConvPlanes p{ic_n, oc_n, out_h, out_w, kh_n, kw_n, x_ld, rows * x_ld};
-  const std::size_t in_image = ic_n * p.x_plane, out_image = oc_n * out_h * out_w;
-  const Tensor xc = contiguous_values(x);
-  Tensor padded = Tensor::empty({s.batch, static_cast<std::int64_t>(in_image)});
-  {
-    const float* src = xc.data();
-    float* dst = padded.data();
-    parallel_for(batch, 1, [&](std::size_t b, std::size_t e) {
-      for (std::size_t n = b; n < e; ++n)
-        for (std::size_t c = 0; c < ic_n; ++c) {
-          float* plane = dst + n * in_image + c * p.x_plane;
-          std::fill(plane, plane + p.x_plane, 0.0f);
-          for (std::size_t r = 0; r < height; ++r)
-            std::memcpy(plane + (r + pad_h) * x_ld + pad_w, src + ((n * ic_n + c) * height + r) * width,
-                        width * sizeof(float));
-        }
-    });
-  }
-  std::vector<float> packed(oc_pad * taps, 0.0f), bias_pad(oc_pad, 0.0f);
-  const Tensor wc = contiguous_values(weight);
-  for (std::size_t oc = 0; oc < oc_n; ++oc)
-    for (std::size_t t = 0; t < taps; ++t)
-      packed[(oc / 8) * taps * 8 + t * 8 + oc % 8] = wc.data()[oc * taps + t];
-  if (bias.defined()) {
-    const Tensor bc = contiguous_values(bias);
-    std::copy(bc.data(), bc.data() + oc_n, bias_pad.begin());
-  }
-  Tensor y = Tensor::empty({s.batch, s.out_channels, s.out_height(), s.out_width()});
-  {
-    const auto kernel = native().f32_conv_forward_planes.fn;
-    const float* xp = padded.data();
-    float* yp = y.data();
-    parallel_for(batch, 1, [&](std::size_t b, std::size_t e) {
-      for (std::size_t n = b; n < e; ++n)
-        kernel(p, xp + n * in_image, packed.data(), bias_pad.data(), relu, yp + n * out_image);
-    });
-  }
-  count_forward_flops(s.flops());
-  const bool need_dw = weight.requires_grad(), need_db = bias.defined() && bias.requires_grad();
-  const Tensor saved_y = relu ? y.detach() : Tensor();
-  const Shape weight_shape = weight.shape();
-  autograd::record(y, "conv2d", {x, weight, bias}, [=](const Tensor& g) {
-    Tensor dw, db;
-    if (!need_dw && !need_db) return std::vector<Tensor>{dw, dw, db};
-    const Tensor gc = contiguous_values(g);
-    // Each image's [OC][taps] + [OC] sums.
-    const std::size_t per_part = oc_n * taps + oc_n;
-    const auto kernel = native().f32_conv_backward_weights_planes.fn;
-    const float *xp = padded.data(), *gp = gc.data(), *yp = relu ? saved_y.data() : nullptr;
-    const std::vector<float> sums = sum_over_images(batch, per_part, [&](std::size_t n, float* mine) {
-      kernel(p, xp + n * in_image, gp + n * out_image, yp ? yp + n * out_image : nullptr, mine,
-             need_db ? mine + oc_n * taps : nullptr);
-    });
-    if (need_dw) {
-      dw = Tensor::empty(weight_shape);
-      std::copy(sums.begin(), sums.begin() + static_cast<std::ptrdiff_t>(oc_n * taps), dw.data());
-    }
-    if (need_db) {
-      db = Tensor::empty({s.out_channels});
-      std::copy(sums.begin() + static_cast<std::ptrdiff_t>(oc_n * taps),
-                sums.begin() + static_cast<std::ptrdiff_t>(per_part), db.data());
-    }
-    return std::vector<Tensor>{Tensor(), dw, db};
-  });
-  return y;
-}
-
 }  // namespace
 
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& o) {
-  profiling::Scope profile("conv2d");
+onednn::ConvShape ops_detail::conv2d_shape(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                           const Conv2dOptions& o) {
   require_4d(x, "conv2d");
   require_f32(weight, "conv2d", "weight");
   if (weight.dim() != 4)
@@ -239,6 +126,12 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   if (bias.defined() && (bias.dim() != 1 || bias.size(0) != s.out_channels))
     throw Error("conv2d: bias of shape " + shape_text(bias.shape()) + ", expected [" +
                 std::to_string(s.out_channels) + "]");
+  return s;
+}
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& o) {
+  profiling::Scope profile("conv2d");
+  onednn::ConvShape s = conv2d_shape(x, weight, bias, o);
   if (planar_first_layer(s, x)) {
     s.validate();
     return planar_conv2d(s, x, weight, bias, o.relu);

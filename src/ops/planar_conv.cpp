@@ -1,0 +1,229 @@
+// First layers on the planar kernels (planar_conv.h): conv2d's planar path, and conv2d_relu_linear,
+// the first layer fused with a narrow classifier.
+#include "ops/planar_conv.h"
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "kernels/conv/conv.h"
+#include "kernels/narrow/narrow.h"
+#include "ops/op_helpers.h"
+#include "ops/op_profile.h"
+#include "runtime/aligned_buffer.h"
+
+namespace cpudl {
+using namespace ops_detail;
+
+namespace {
+
+// A batch of first-layer inputs ready for the planar kernels: each image zero-padded into its
+// planes (rows conv_planes_row long), the weights packed [OC/8][taps][8], the bias padded to OC/8.
+struct PlanarLayer {
+  kernels::ConvPlanes p{};
+  std::size_t batch = 0, taps = 0, in_image = 0, out_image = 0;
+  Tensor padded;
+  std::vector<float> packed, bias;
+
+  void forward(std::size_t n, bool relu, float* y) const {
+    native().f32_conv_forward_planes.fn(p, padded.data() + n * in_image, packed.data(), bias.data(), relu, y);
+  }
+  // Adds image n's weight gradient for its output gradient dy (masked where y <= 0 when y is
+  // given) into dw [OC][taps] and, when not null, db [OC].
+  void backward_weights(std::size_t n, const float* dy, const float* y, float* dw, float* db) const {
+    native().f32_conv_backward_weights_planes.fn(p, padded.data() + n * in_image, dy, y, dw, db);
+  }
+  // dw and db as tensors from the [OC][taps] + [OC] sums at `at`.
+  std::vector<Tensor> gradients(const float* at, const Shape& weight_shape, bool need_dw,
+                                bool need_db) const {
+    Tensor dw, db;
+    const std::size_t weights = p.out_channels * taps;
+    if (need_dw) {
+      dw = Tensor::empty(weight_shape);
+      std::copy(at, at + weights, dw.data());
+    }
+    if (need_db) {
+      db = Tensor::empty({static_cast<std::int64_t>(p.out_channels)});
+      std::copy(at + weights, at + weights + p.out_channels, db.data());
+    }
+    return {dw, db};
+  }
+};
+
+std::shared_ptr<const PlanarLayer> prepare(const onednn::ConvShape& s, const Tensor& x, const Tensor& weight,
+                                           const Tensor& bias) {
+  auto layer = std::make_shared<PlanarLayer>();
+  const auto oc_n = static_cast<std::size_t>(s.out_channels), ic_n = static_cast<std::size_t>(s.in_channels);
+  const auto kh_n = static_cast<std::size_t>(s.kernel_h), kw_n = static_cast<std::size_t>(s.kernel_w);
+  const auto out_h = static_cast<std::size_t>(s.out_height()),
+             out_w = static_cast<std::size_t>(s.out_width());
+  const auto height = static_cast<std::size_t>(s.height), width = static_cast<std::size_t>(s.width);
+  const auto pad_h = static_cast<std::size_t>(s.pad_h), pad_w = static_cast<std::size_t>(s.pad_w);
+  const std::size_t x_ld = kernels::conv_planes_row(out_w, kw_n), rows = out_h + kh_n - 1;
+  layer->p = {ic_n, oc_n, out_h, out_w, kh_n, kw_n, x_ld, rows * x_ld};
+  layer->batch = static_cast<std::size_t>(s.batch);
+  layer->taps = ic_n * kh_n * kw_n;
+  layer->in_image = ic_n * layer->p.x_plane;
+  layer->out_image = oc_n * out_h * out_w;
+  const Tensor xc = contiguous_values(x);
+  layer->padded = Tensor::empty({s.batch, static_cast<std::int64_t>(layer->in_image)});
+  {
+    const float* src = xc.data();
+    float* dst = layer->padded.data();
+    const std::size_t in_image = layer->in_image, x_plane = layer->p.x_plane;
+    parallel_for(layer->batch, 1, [&](std::size_t b, std::size_t e) {
+      for (std::size_t n = b; n < e; ++n)
+        for (std::size_t c = 0; c < ic_n; ++c) {
+          float* plane = dst + n * in_image + c * x_plane;
+          std::fill(plane, plane + x_plane, 0.0f);
+          for (std::size_t r = 0; r < height; ++r)
+            std::memcpy(plane + (r + pad_h) * x_ld + pad_w, src + ((n * ic_n + c) * height + r) * width,
+                        width * sizeof(float));
+        }
+    });
+  }
+  const std::size_t oc_pad = kernels::conv_padded_channels(oc_n), taps = layer->taps;
+  layer->packed.assign(oc_pad * taps, 0.0f);
+  layer->bias.assign(oc_pad, 0.0f);
+  const Tensor wc = contiguous_values(weight);
+  for (std::size_t oc = 0; oc < oc_n; ++oc)
+    for (std::size_t t = 0; t < taps; ++t)
+      layer->packed[(oc / 8) * taps * 8 + t * 8 + oc % 8] = wc.data()[oc * taps + t];
+  if (bias.defined()) {
+    const Tensor bc = contiguous_values(bias);
+    std::copy(bc.data(), bc.data() + oc_n, layer->bias.begin());
+  }
+  return layer;
+}
+
+// Images per piece of the fused layer: the pieces' activations and their gradients (2 x 4 x 86 KB
+// for SimpleCNN) stay in L2 next to a 10 x 21632 classifier slice.
+constexpr std::size_t kFusedImages = 4;
+
+}  // namespace
+
+bool ops_detail::planar_first_layer(const onednn::ConvShape& s, const Tensor& x) {
+  return s.groups == 1 && s.in_channels <= kFewInputChannels &&
+         s.out_channels >= kFewInputChannelsMinOutputs && s.stride_h == 1 && s.stride_w == 1 &&
+         s.dilation_h == 1 && s.dilation_w == 1 && !x.requires_grad() &&
+         static_cast<std::size_t>(s.in_channels * s.kernel_h * s.kernel_w) <= kernels::kConvPlanesMaxTaps;
+}
+
+// NCHW output; each image is padded once into a scratch batch that the backward pass reuses.
+// From 16 outputs on, as for the channels-last weight gradient: LeNet-5's 6-channel first layer
+// feeds a max pool, which on NCHW (oneDNN's) took 12.6 ms per call against 1.9 ms for the native
+// channels-last pool, more than the planar convolution saves.
+Tensor ops_detail::planar_conv2d(const onednn::ConvShape& s, const Tensor& x, const Tensor& weight,
+                                 const Tensor& bias, bool relu) {
+  const std::shared_ptr<const PlanarLayer> layer = prepare(s, x, weight, bias);
+  Tensor y = Tensor::empty({s.batch, s.out_channels, s.out_height(), s.out_width()});
+  float* yp = y.data();
+  parallel_for(layer->batch, 1, [&](std::size_t b, std::size_t e) {
+    for (std::size_t n = b; n < e; ++n) layer->forward(n, relu, yp + n * layer->out_image);
+  });
+  count_forward_flops(s.flops());
+  const bool need_dw = weight.requires_grad(), need_db = bias.defined() && bias.requires_grad();
+  const Tensor saved_y = relu ? y.detach() : Tensor();
+  const Shape weight_shape = weight.shape();
+  autograd::record(y, "conv2d", {x, weight, bias}, [=](const Tensor& g) {
+    if (!need_dw && !need_db) return std::vector<Tensor>{Tensor(), Tensor(), Tensor()};
+    const Tensor gc = contiguous_values(g);
+    const std::size_t per_part = layer->p.out_channels * (layer->taps + 1), out_image = layer->out_image;
+    const float *gp = gc.data(), *yp = relu ? saved_y.data() : nullptr;
+    const std::vector<float> sums = sum_over_images(layer->batch, per_part, [&](std::size_t n, float* mine) {
+      layer->backward_weights(n, gp + n * out_image, yp ? yp + n * out_image : nullptr, mine,
+                              need_db ? mine + layer->p.out_channels * layer->taps : nullptr);
+    });
+    const std::vector<Tensor> wb = layer->gradients(sums.data(), weight_shape, need_dw, need_db);
+    return std::vector<Tensor>{Tensor(), wb[0], wb[1]};
+  });
+  return y;
+}
+
+Tensor conv2d_relu_linear(const Tensor& x, const Tensor& conv_weight, const Tensor& conv_bias,
+                          const Conv2dOptions& options, const Tensor& fc_weight, const Tensor& fc_bias) {
+  Conv2dOptions o = options;
+  o.relu = true;
+  const auto unfused = [&] {
+    return linear(conv2d(x, conv_weight, conv_bias, o).flatten(1), fc_weight, fc_bias);
+  };
+  onednn::ConvShape s = conv2d_shape(x, conv_weight, conv_bias, o);
+  const std::int64_t features = s.out_channels * s.out_height() * s.out_width();
+  if (!planar_first_layer(s, x) || fc_weight.dim() != 2 || fc_weight.dtype() != DType::f32 ||
+      fc_weight.size(1) != features ||
+      fc_weight.size(0) > static_cast<std::int64_t>(kernels::kNarrowLinearMaxOutputs) ||
+      (fc_bias.defined() && (fc_bias.dim() != 1 || fc_bias.size(0) != fc_weight.size(0))))
+    return unfused();
+  s.validate();
+  profiling::Scope profile("conv2d_relu_linear");
+  const std::shared_ptr<const PlanarLayer> layer = prepare(s, x, conv_weight, conv_bias);
+  const Tensor fw = contiguous_values(fc_weight);
+  const Tensor fb = fc_bias.defined() ? contiguous_values(fc_bias) : Tensor();
+  const std::size_t k = layer->out_image, outputs = static_cast<std::size_t>(fc_weight.size(0));
+  const std::size_t batch = layer->batch, pieces = (batch + kFusedImages - 1) / kFusedImages;
+  Tensor y = Tensor::empty({s.batch, fc_weight.size(0)});
+  {
+    float* yp = y.data();
+    const auto forward = native().f32_narrow_linear_forward.fn;
+    parallel_for(pieces, 1, [&](std::size_t b, std::size_t e) {
+      thread_local AlignedBuffer act_buffer;  // whole cache lines: 512-bit loads do not split
+      float* act = act_buffer.get(kFusedImages * k);
+      for (std::size_t piece = b; piece < e; ++piece) {
+        const std::size_t n0 = piece * kFusedImages, n1 = std::min(batch, n0 + kFusedImages);
+        for (std::size_t n = n0; n < n1; ++n) layer->forward(n, true, act + (n - n0) * k);
+        forward(act, fw.data(), yp + n0 * outputs, n1 - n0, k, outputs, k);
+        if (fb.defined())
+          for (std::size_t n = n0; n < n1; ++n)
+            for (std::size_t j = 0; j < outputs; ++j) yp[n * outputs + j] += fb.data()[j];
+      }
+    });
+  }
+  count_forward_flops(s.flops() + 2.0 * static_cast<double>(batch * k * outputs));
+  const bool need_cw = conv_weight.requires_grad(),
+             need_cb = conv_bias.defined() && conv_bias.requires_grad();
+  const bool need_fw = fc_weight.requires_grad(), need_fb = fc_bias.defined() && fc_bias.requires_grad();
+  const Shape conv_shape = conv_weight.shape();
+  autograd::record(
+      y, "conv2d_relu_linear", {x, conv_weight, conv_bias, fc_weight, fc_bias}, [=](const Tensor& g) {
+        const Tensor gc = contiguous_values(g);
+        const float* gp = gc.data();
+        const std::size_t conv_part = layer->p.out_channels * (layer->taps + 1);
+        const std::size_t fc_part = need_fw ? outputs * k : 0;
+        const bool need_conv = need_cw || need_cb;
+        const auto data = native().f32_narrow_linear_backward_data.fn;
+        const auto weights = native().f32_narrow_linear_backward_weights.fn;
+        // Per thread: its pieces in order, the activation recomputed, the classifier's weight
+        // gradient added (the kernel adds), the activation's gradient formed, masked by the ReLU
+        // and folded into the convolution's weight gradient.
+        const std::vector<float> sums =
+            sum_over_images(pieces, fc_part + conv_part, [&](std::size_t piece, float* mine) {
+              thread_local AlignedBuffer act_buffer, grad_buffer;
+              float *act = act_buffer.get(kFusedImages * k), *grad = grad_buffer.get(kFusedImages * k);
+              const std::size_t n0 = piece * kFusedImages, n1 = std::min(batch, n0 + kFusedImages);
+              for (std::size_t n = n0; n < n1; ++n) layer->forward(n, true, act + (n - n0) * k);
+              if (need_fw) weights(act, gp + n0 * outputs, mine, n1 - n0, k, outputs, k);
+              if (!need_conv) return;
+              data(gp + n0 * outputs, fw.data(), grad, n1 - n0, k, outputs, k);
+              float* conv_sums = mine + fc_part;
+              for (std::size_t n = n0; n < n1; ++n)
+                layer->backward_weights(n, grad + (n - n0) * k, act + (n - n0) * k, conv_sums,
+                                        need_cb ? conv_sums + layer->p.out_channels * layer->taps : nullptr);
+            });
+        const std::vector<Tensor> conv =
+            layer->gradients(sums.data() + fc_part, conv_shape, need_cw, need_cb);
+        Tensor dfw, dfb;
+        if (need_fw) {
+          dfw = Tensor::empty({static_cast<std::int64_t>(outputs), static_cast<std::int64_t>(k)});
+          std::copy(sums.begin(), sums.begin() + static_cast<std::ptrdiff_t>(fc_part), dfw.data());
+        }
+        if (need_fb) {
+          dfb = Tensor::zeros({static_cast<std::int64_t>(outputs)});
+          for (std::size_t n = 0; n < batch; ++n)
+            for (std::size_t j = 0; j < outputs; ++j) dfb.data()[j] += gp[n * outputs + j];
+        }
+        return std::vector<Tensor>{Tensor(), conv[0], conv[1], dfw, dfb};
+      });
+  return y;
+}
+
+}  // namespace cpudl
