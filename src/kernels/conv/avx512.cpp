@@ -1,10 +1,12 @@
 // AVX-512 planar first-layer convolution (conv.h): the AVX2 kernels' schemes with 16-column
 // vectors and the 32 registers. Forward: 3 vectors x 8 output channels in registers (24 chains;
-// per tap 3 x loads, 8 broadcast weights, 24 FMAs). Weight gradient: blocks of up to 28 taps
-// share each 16-column gradient vector, so a 5x5 kernel (LeNet-5) is one block, and a row's
-// partial last vector is a k-masked load. Planes narrower than 16 columns run the AVX2 kernels.
+// per tap 3 x loads, 8 broadcast weights, 24 FMAs). Weight gradient: three output channels at a
+// time, in blocks of up to 9 taps (27 accumulators), each x vector feeding the three channels
+// and each gradient vector the block's taps; a row's partial last vector is a k-masked load. Planes narrower
+// than 16 columns run the AVX2 kernels.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "kernels/conv/conv.h"
@@ -19,37 +21,62 @@ void tap_offsets(const ConvPlanes& p, std::size_t* offsets) {
       for (std::size_t kw = 0; kw < p.kernel_w; ++kw) offsets[t++] = ic * p.x_plane + kh * p.x_ld + kw;
 }
 
-// acc[t] += sum over the (zero-padded) gradient rows of g * x shifted by tap t's offset, for the
-// TB taps of one block: each gradient vector is loaded once and used by every tap of the block.
-template <std::size_t TB>
-void taps_block(const float* g, std::size_t rows, std::size_t g_ld, const float* x, std::size_t x_ld,
-                const std::size_t* offsets, float* dw) {
-  __m512 acc[TB];
+// v, loaded once into a register: GCC otherwise folds a load used by several FMAs into each of
+// them as a memory operand, loading the same (line-splitting, unaligned) vector once per FMA.
+inline __m512 in_register(__m512 v) {
+  asm("" : "+v"(v));
+  return v;
+}
+
+// acc[o][t] += sum over the (zero-padded) gradient rows of g_o * x shifted by tap t's offset,
+// for OCB output channels (gradient planes g_plane apart) and the TB taps of one block: each x
+// vector is loaded once for the OCB channels, each gradient vector once for the TB taps.
+template <std::size_t OCB, std::size_t TB>
+void taps_block(const float* g, std::size_t g_plane, std::size_t rows, std::size_t g_ld, const float* x,
+                std::size_t x_ld, const std::size_t* offsets, float* dw, std::size_t dw_ld) {
+  __m512 acc[OCB][TB];
+#pragma GCC unroll 4
+  for (std::size_t o = 0; o < OCB; ++o)
 #pragma GCC unroll 32
-  for (std::size_t t = 0; t < TB; ++t) acc[t] = _mm512_setzero_ps();
+    for (std::size_t t = 0; t < TB; ++t) acc[o][t] = _mm512_setzero_ps();
   for (std::size_t r = 0; r < rows; ++r) {
     const float* gr = g + r * g_ld;
     const float* xr = x + r * x_ld;
     for (std::size_t c = 0; c < g_ld; c += 16) {
-      const __m512 gv = _mm512_load_ps(gr + c);
+      __m512 gv[OCB];
+#pragma GCC unroll 4
+      for (std::size_t o = 0; o < OCB; ++o) gv[o] = _mm512_load_ps(gr + o * g_plane + c);
 #pragma GCC unroll 32
-      for (std::size_t t = 0; t < TB; ++t)
-        acc[t] = _mm512_fmadd_ps(gv, _mm512_loadu_ps(xr + offsets[t] + c), acc[t]);
+      for (std::size_t t = 0; t < TB; ++t) {
+        const __m512 xv = in_register(_mm512_loadu_ps(xr + offsets[t] + c));
+#pragma GCC unroll 4
+        for (std::size_t o = 0; o < OCB; ++o) acc[o][t] = _mm512_fmadd_ps(gv[o], xv, acc[o][t]);
+      }
     }
   }
+#pragma GCC unroll 4
+  for (std::size_t o = 0; o < OCB; ++o)
 #pragma GCC unroll 32
-  for (std::size_t t = 0; t < TB; ++t) dw[t] += _mm512_reduce_add_ps(acc[t]);
+    for (std::size_t t = 0; t < TB; ++t) dw[o * dw_ld + t] += _mm512_reduce_add_ps(acc[o][t]);
 }
 
-// Taps per block: TB accumulators + the gradient vector + one x load fit the 32 registers.
-constexpr std::size_t kMaxTapBlock = 28;
-using TapsFn = void (*)(const float*, std::size_t, std::size_t, const float*, std::size_t, const std::size_t*,
-                        float*);
-template <std::size_t... TB>
+// Channels per group: three, whose 9-tap blocks (27 accumulators, 3 gradient vectors and an x
+// vector) fill the 32 registers: 12 loads per 27 FMAs where one channel at a time took 10 per 9.
+constexpr std::size_t kChannelGroup = 3;
+// Taps per block for a group of OCB channels: OCB x TB accumulators + OCB + 1 vectors in 32.
+constexpr std::size_t max_tap_block(std::size_t ocb) { return ocb == 1 ? 28 : ocb == 2 ? 14 : 9; }
+using TapsFn = void (*)(const float*, std::size_t, std::size_t, std::size_t, const float*, std::size_t,
+                        const std::size_t*, float*, std::size_t);
+template <std::size_t OCB, std::size_t... TB>
 TapsFn pick_taps(std::size_t tb, std::index_sequence<TB...>) {
   TapsFn fn = nullptr;
-  ((fn = tb == TB + 1 ? &taps_block<TB + 1> : fn), ...);
+  ((fn = tb == TB + 1 ? &taps_block<OCB, TB + 1> : fn), ...);
   return fn;
+}
+TapsFn pick_taps(std::size_t ocb, std::size_t tb) {
+  if (ocb == 1) return pick_taps<1>(tb, std::make_index_sequence<max_tap_block(1)>());
+  if (ocb == 2) return pick_taps<2>(tb, std::make_index_sequence<max_tap_block(2)>());
+  return pick_taps<3>(tb, std::make_index_sequence<max_tap_block(3)>());
 }
 
 }  // namespace
@@ -118,7 +145,8 @@ void f32_conv_forward_planes__avx512(const ConvPlanes& p, const float* x, const 
 }
 
 // Per output channel: its gradient plane, masked by the fused ReLU and with rows zero-padded to
-// whole vectors, is copied into a small buffer (L1); then blocks of up to 28 taps run over it.
+// whole vectors, is copied into a small buffer (L1); then blocks of taps run over three channels'
+// buffers at once.
 // x's rows are long enough (conv_planes_row) that the padded columns read real memory, which
 // they multiply by zero.
 void f32_conv_backward_weights_planes__avx512(const ConvPlanes& p, const float* x, const float* dy,
@@ -132,36 +160,39 @@ void f32_conv_backward_weights_planes__avx512(const ConvPlanes& p, const float* 
   }
   std::size_t offsets[kConvPlanesMaxTaps];
   tap_offsets(p, offsets);
-  alignas(64) float g[kConvPlanesMaxPlane];
-  const std::size_t blocks = (taps + kMaxTapBlock - 1) / kMaxTapBlock;
+  alignas(64) float g[kChannelGroup * kConvPlanesMaxPlane];
+  const std::size_t g_plane = p.out_h * g_ld;
   const std::size_t full = p.out_w / 16 * 16, tail = p.out_w - full;
   const __mmask16 tail_lanes = static_cast<__mmask16>((1u << tail) - 1u);
   const __m512 zero = _mm512_setzero_ps();
-  for (std::size_t oc = 0; oc < p.out_channels; ++oc) {
-    const float* d = dy + oc * plane;
-    const float* yo = y ? y + oc * plane : nullptr;
-    __m512 sum = zero;
-    for (std::size_t r = 0; r < p.out_h; ++r) {
-      float* gr = g + r * g_ld;
-      const float* dr = d + r * p.out_w;
-      for (std::size_t c = 0; c <= full; c += 16) {
-        const __mmask16 lanes = c < full ? static_cast<__mmask16>(0xffff) : tail_lanes;
-        if (c == full && tail == 0) break;
-        __mmask16 pass = lanes;
-        if (yo)
-          pass = _mm512_mask_cmp_ps_mask(lanes, _mm512_maskz_loadu_ps(lanes, yo + r * p.out_w + c), zero,
-                                         _CMP_GT_OQ);
-        const __m512 v = _mm512_maskz_loadu_ps(pass, dr + c);
-        sum = _mm512_add_ps(sum, v);
-        _mm512_store_ps(gr + c, v);
+  for (std::size_t oc0 = 0; oc0 < p.out_channels; oc0 += kChannelGroup) {
+    const std::size_t ocb = std::min(kChannelGroup, p.out_channels - oc0);
+    for (std::size_t o = 0; o < ocb; ++o) {
+      const std::size_t oc = oc0 + o;
+      const float* d = dy + oc * plane;
+      const float* yo = y ? y + oc * plane : nullptr;
+      __m512 sum = zero;
+      for (std::size_t r = 0; r < p.out_h; ++r) {
+        float* gr = g + o * g_plane + r * g_ld;
+        const float* dr = d + r * p.out_w;
+        for (std::size_t c = 0; c <= full; c += 16) {
+          const __mmask16 lanes = c < full ? static_cast<__mmask16>(0xffff) : tail_lanes;
+          if (c == full && tail == 0) break;
+          __mmask16 pass = lanes;
+          if (yo)
+            pass = _mm512_mask_cmp_ps_mask(lanes, _mm512_maskz_loadu_ps(lanes, yo + r * p.out_w + c), zero,
+                                           _CMP_GT_OQ);
+          const __m512 v = _mm512_maskz_loadu_ps(pass, dr + c);
+          sum = _mm512_add_ps(sum, v);
+          _mm512_store_ps(gr + c, v);
+        }
       }
+      if (db) db[oc] += _mm512_reduce_add_ps(sum);
     }
-    if (db) db[oc] += _mm512_reduce_add_ps(sum);
-    float* dwo = dw + oc * taps;
+    const std::size_t blocks = (taps + max_tap_block(ocb) - 1) / max_tap_block(ocb);
     for (std::size_t b = 0, t0 = 0; b < blocks; ++b) {
       const std::size_t t1 = taps * (b + 1) / blocks;
-      pick_taps(t1 - t0, std::make_index_sequence<kMaxTapBlock>())(g, p.out_h, g_ld, x, p.x_ld, offsets + t0,
-                                                                   dwo + t0);
+      pick_taps(ocb, t1 - t0)(g, g_plane, p.out_h, g_ld, x, p.x_ld, offsets + t0, dw + oc0 * taps + t0, taps);
       t0 = t1;
     }
   }
