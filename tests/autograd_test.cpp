@@ -414,44 +414,67 @@ TEST(Autograd, OpProfileChargesEachOpOnce) {
   for (const auto& [key, t] : by) EXPECT_GE(t.seconds, 0.0) << key;
 }
 
-// First layers (1-4 input channels, 16+ outputs) take the native weight-gradient kernel: dW and
-// db against the direct loop in double, with padding, stride, dilation, cropping and a batch that
-// does not split evenly over the threads.
+// First layers (1-4 input channels) whose images need no gradient run on the planar kernels, NCHW
+// out from 16 channels on and channels-last below (LeNet-5's 6: transposed per image); with an
+// input that needs one, the channels-last weight-gradient kernel (16+ outputs) or oneDNN. Values,
+// dW and db against the direct loops in double, with and without the fused ReLU, with padding,
+// stride, dilation, cropping and a batch that does not split evenly over the threads.
 TEST(Autograd, FirstLayerWeightGradientsMatchTheDirectLoop) {
   struct Case {
     Shape x, w;
     Conv2dOptions o;
+    bool x_grad;
   };
-  const Case cases[] = {{{5, 1, 12, 12}, {32, 1, 3, 3}, {}},
-                        {{3, 3, 9, 7}, {16, 3, 3, 3}, {2, 2, 1, 1}},
-                        {{2, 2, 8, 8}, {33, 2, 3, 3}, {1, 1, 2, 2, 2, 2}},
-                        {{3, 4, 1, 1}, {20, 4, 3, 3}, {1, 1, 1, 1}},
-                        {{2, 1, 28, 28}, {6, 1, 5, 5}, {1, 1, 2, 2}},
-                        {{2, 3, 10, 11}, {70, 3, 3, 3}, {1, 1, 1, 1}}};
+  const Case cases[] = {{{5, 1, 12, 12}, {32, 1, 3, 3}, {}, false},
+                        {{3, 3, 9, 7}, {16, 3, 3, 3}, {2, 2, 1, 1}, false},
+                        {{2, 2, 8, 8}, {33, 2, 3, 3}, {1, 1, 2, 2, 2, 2}, false},
+                        {{3, 4, 1, 1}, {20, 4, 3, 3}, {1, 1, 1, 1}, false},
+                        {{2, 1, 28, 28}, {6, 1, 5, 5}, {1, 1, 2, 2}, false},
+                        {{3, 3, 9, 17}, {5, 3, 3, 3}, {1, 1, 1, 1}, false},
+                        {{2, 1, 28, 28}, {6, 1, 5, 5}, {1, 1, 2, 2}, true},
+                        {{2, 3, 10, 11}, {70, 3, 3, 3}, {1, 1, 1, 1}, true}};
   std::uint64_t seed = 190;
-  for (const Case& c : cases) {
-    SCOPED_TRACE(shape_text(c.x) + " * " + shape_text(c.w));
-    Tensor x = randn(c.x, seed++), w = randn(c.w, seed++, 0.5f), b = randn({c.w[0]}, seed++);
-    w.set_requires_grad(true);
-    b.set_requires_grad(true);
-    const Tensor y = conv2d(x, w, b, c.o);
-    const Tensor g = randn(y.shape(), seed++);
-    sum(mul(y, g)).backward();
-    onednn::ConvShape s;
-    s.batch = c.x[0], s.in_channels = c.x[1], s.height = c.x[2], s.width = c.x[3];
-    s.out_channels = c.w[0], s.kernel_h = c.w[2], s.kernel_w = c.w[3];
-    s.stride_h = c.o.stride_h, s.stride_w = c.o.stride_w, s.pad_h = c.o.pad_h, s.pad_w = c.o.pad_w;
-    s.dilation_h = c.o.dilation_h, s.dilation_w = c.o.dilation_w;
-    std::vector<float> want_db;
-    const std::vector<float> want_dw =
-        reference::conv2d_backward_weights(s, x.to_vector(), g.to_vector(), &want_db);
-    const std::vector<float> dw = w.grad().to_vector(), db = b.grad().to_vector();
-    ASSERT_EQ(dw.size(), want_dw.size());
-    for (std::size_t i = 0; i < dw.size(); ++i)
-      ASSERT_NEAR(dw[i], want_dw[i], 1e-3f * (1 + std::fabs(want_dw[i]))) << i;
-    for (std::size_t i = 0; i < db.size(); ++i)
-      ASSERT_NEAR(db[i], want_db[i], 1e-3f * (1 + std::fabs(want_db[i]))) << i;
-  }
+  for (const Case& c : cases)
+    for (const bool relu : {false, true}) {
+      SCOPED_TRACE(shape_text(c.x) + " * " + shape_text(c.w) + (relu ? " relu" : "") +
+                   (c.x_grad ? " dx" : ""));
+      Tensor x = randn(c.x, seed++), w = randn(c.w, seed++, 0.5f), b = randn({c.w[0]}, seed++);
+      x.set_requires_grad(c.x_grad);
+      w.set_requires_grad(true);
+      b.set_requires_grad(true);
+      Conv2dOptions o = c.o;
+      o.relu = relu;
+      const Tensor y = conv2d(x, w, b, o);
+      const Tensor g = randn(y.shape(), seed++);
+      sum(mul(y, g)).backward();
+      onednn::ConvShape s;
+      s.batch = c.x[0], s.in_channels = c.x[1], s.height = c.x[2], s.width = c.x[3];
+      s.out_channels = c.w[0], s.kernel_h = c.w[2], s.kernel_w = c.w[3];
+      s.stride_h = c.o.stride_h, s.stride_w = c.o.stride_w, s.pad_h = c.o.pad_h, s.pad_w = c.o.pad_w;
+      s.dilation_h = c.o.dilation_h, s.dilation_w = c.o.dilation_w;
+      // The layout the next op gets: channels-last unless a planar first layer (stride 1, no
+      // dilation, no input gradient) has 16+ outputs.
+      if (y.size(2) * y.size(3) > 1) {
+        const bool planar = !c.x_grad && c.o.stride_h == 1 && c.o.dilation_h == 1;
+        EXPECT_EQ(is_channels_last(y) && !y.is_contiguous(), !planar || c.w[0] < 16);
+      }
+      const std::vector<float> bias = b.to_vector(), got = y.to_vector();
+      std::vector<float> want = reference::conv2d_forward(s, x.to_vector(), w.to_vector(), &bias),
+                         dy = g.to_vector();
+      for (std::size_t i = 0; i < want.size(); ++i)
+        if (relu && !(want[i] > 0.0f)) want[i] = 0.0f, dy[i] = 0.0f;
+      ASSERT_EQ(got.size(), want.size());
+      for (std::size_t i = 0; i < got.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], 1e-4f * (1 + std::fabs(want[i]))) << "output " << i;
+      std::vector<float> want_db;
+      const std::vector<float> want_dw = reference::conv2d_backward_weights(s, x.to_vector(), dy, &want_db);
+      const std::vector<float> dw = w.grad().to_vector(), db = b.grad().to_vector();
+      ASSERT_EQ(dw.size(), want_dw.size());
+      for (std::size_t i = 0; i < dw.size(); ++i)
+        ASSERT_NEAR(dw[i], want_dw[i], 1e-3f * (1 + std::fabs(want_dw[i]))) << i;
+      for (std::size_t i = 0; i < db.size(); ++i)
+        ASSERT_NEAR(db[i], want_db[i], 1e-3f * (1 + std::fabs(want_db[i]))) << i;
+    }
 }
 
 // got and want hold the same values, to a relative tolerance (the fused ops sum in another order).

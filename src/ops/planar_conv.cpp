@@ -103,23 +103,36 @@ constexpr std::size_t kFusedImages = 4;
 }  // namespace
 
 bool ops_detail::planar_first_layer(const onednn::ConvShape& s, const Tensor& x) {
-  return s.groups == 1 && s.in_channels <= kFewInputChannels &&
-         s.out_channels >= kFewInputChannelsMinOutputs && s.stride_h == 1 && s.stride_w == 1 &&
+  return s.groups == 1 && s.in_channels <= kFewInputChannels && s.stride_h == 1 && s.stride_w == 1 &&
          s.dilation_h == 1 && s.dilation_w == 1 && !x.requires_grad() &&
          static_cast<std::size_t>(s.in_channels * s.kernel_h * s.kernel_w) <= kernels::kConvPlanesMaxTaps;
 }
 
-// NCHW output; each image is padded once into a scratch batch that the backward pass reuses.
-// From 16 outputs on, as for the channels-last weight gradient: LeNet-5's 6-channel first layer
-// feeds a max pool, which on NCHW (oneDNN's) took 12.6 ms per call against 1.9 ms for the native
-// channels-last pool, more than the planar convolution saves.
+// Each image is padded once into a scratch batch that the backward pass reuses. The output is
+// NCHW from 16 channels on (SimpleCNN's 32 feed its classifier through flatten in that order);
+// fewer (LeNet-5's 6) feed channels-last ops, the native max pool and the next convolution, so
+// each image's planes are transposed there from cache, and its gradient back.
 Tensor ops_detail::planar_conv2d(const onednn::ConvShape& s, const Tensor& x, const Tensor& weight,
                                  const Tensor& bias, bool relu) {
   const std::shared_ptr<const PlanarLayer> layer = prepare(s, x, weight, bias);
-  Tensor y = Tensor::empty({s.batch, s.out_channels, s.out_height(), s.out_width()});
+  const bool channels_last = s.out_channels < kFewInputChannelsMinOutputs;
+  const Shape out_shape = {s.batch, s.out_channels, s.out_height(), s.out_width()};
+  Tensor y = channels_last ? empty_channels_last(out_shape) : Tensor::empty(out_shape);
+  const std::size_t channels = layer->p.out_channels, plane = layer->p.out_h * layer->p.out_w;
+  const auto transpose = native().f32_transpose.fn;
   float* yp = y.data();
   parallel_for(layer->batch, 1, [&](std::size_t b, std::size_t e) {
-    for (std::size_t n = b; n < e; ++n) layer->forward(n, relu, yp + n * layer->out_image);
+    thread_local AlignedBuffer planes;
+    for (std::size_t n = b; n < e; ++n) {
+      float* out = yp + n * layer->out_image;
+      if (!channels_last) {
+        layer->forward(n, relu, out);
+        continue;
+      }
+      float* planar = planes.get(layer->out_image);
+      layer->forward(n, relu, planar);
+      transpose(planar, channels, plane, plane, out, channels);
+    }
   });
   count_forward_flops(s.flops());
   const bool need_dw = weight.requires_grad(), need_db = bias.defined() && bias.requires_grad();
@@ -127,12 +140,22 @@ Tensor ops_detail::planar_conv2d(const onednn::ConvShape& s, const Tensor& x, co
   const Shape weight_shape = weight.shape();
   autograd::record(y, "conv2d", {x, weight, bias}, [=](const Tensor& g) {
     if (!need_dw && !need_db) return std::vector<Tensor>{Tensor(), Tensor(), Tensor()};
-    const Tensor gc = contiguous_values(g);
-    const std::size_t per_part = layer->p.out_channels * (layer->taps + 1), out_image = layer->out_image;
-    const float *gp = gc.data(), *yp = relu ? saved_y.data() : nullptr;
+    Tensor gc = channels_last ? channels_last_values(g) : contiguous_values(g);
+    // Channels-last, the ReLU's mask is applied in that layout first.
+    if (relu && channels_last) gc = map_pair_in_layout(native().f32_relu_backward.fn, saved_y, gc);
+    const std::size_t per_part = channels * (layer->taps + 1), out_image = layer->out_image;
+    const float *gp = gc.data(), *yp = relu && !channels_last ? saved_y.data() : nullptr;
+    const auto transpose = native().f32_transpose.fn;
     const std::vector<float> sums = sum_over_images(layer->batch, per_part, [&](std::size_t n, float* mine) {
-      layer->backward_weights(n, gp + n * out_image, yp ? yp + n * out_image : nullptr, mine,
-                              need_db ? mine + layer->p.out_channels * layer->taps : nullptr);
+      const float* grad = gp + n * out_image;
+      if (channels_last) {
+        thread_local AlignedBuffer planes;
+        float* planar = planes.get(out_image);
+        transpose(grad, plane, channels, channels, planar, plane);
+        grad = planar;
+      }
+      layer->backward_weights(n, grad, yp ? yp + n * out_image : nullptr, mine,
+                              need_db ? mine + channels * layer->taps : nullptr);
     });
     const std::vector<Tensor> wb = layer->gradients(sums.data(), weight_shape, need_dw, need_db);
     return std::vector<Tensor>{Tensor(), wb[0], wb[1]};

@@ -12,9 +12,9 @@
 namespace cpudl::ops_detail {
 
 // First layers: at most this many input channels. From kFewInputChannelsMinOutputs outputs on
-// the native first-layer kernels beat oneDNN; below (LeNet-5's 6) each tap is one FMA per pixel
-// and oneDNN is faster (3.9 vs 7 ms for LeNet-5's first layer at batch 256), and LeNet-5's
-// 6-channel output feeds a max pool that is 6x faster channels-last than on NCHW.
+// the planar output stays NCHW and the channels-last weight-gradient kernel (for inputs that need
+// a gradient) beats oneDNN; below (LeNet-5's 6) that kernel does one FMA per pixel and tap and
+// oneDNN stays, and the planar output is transposed to channels-last for the pooling after it.
 inline constexpr std::int64_t kFewInputChannels = 4, kFewInputChannelsMinOutputs = 16;
 
 // conv2d's shape checks (an Error naming the mismatch) and its oneDNN shape.
