@@ -21,6 +21,12 @@ constexpr std::size_t W = V::kWidth;
 
 // Columns per chunk: w's slice (n <= 16 rows of it) stays in L2, a block's x rows in L1.
 constexpr std::size_t kChunk = 1024;
+// Register blocks: the forward's rows x outputs and the weight gradient's vectors per output fill
+// the 16 (AVX2) or 32 (AVX-512) registers; in cache (the fused first layer) the FMAs bind, and
+// each loaded vector then feeds more of them.
+constexpr bool kWide = W == 16;
+constexpr std::size_t kForwardRows = kWide ? 4 : 3, kForwardOutputs = kWide ? 5 : 4,
+                      kWeightVectors = kWide ? 4 : 2, kDataVectors = kWide ? 6 : 3;
 
 // y[r][c] += x[r] . w[c] over columns [k0, k1) (a multiple of W long), R rows x C outputs in
 // registers: per W columns R x loads and C w loads feed R * C FMAs.
@@ -56,9 +62,11 @@ void forward_rows(const float* x, const float* w, float* y, std::size_t k0, std:
 #pragma GCC unroll 16
   for (std::size_t r = 0; r < R; ++r) xr[r] = x + r * ld;
   std::size_t j = 0;
-  for (; j + 4 <= n; j += 4) {
-    const float* wr[4] = {w + j * ld, w + (j + 1) * ld, w + (j + 2) * ld, w + (j + 3) * ld};
-    forward_block<R, 4>(xr, wr, k0, k1, y + j, n);
+  for (; j + kForwardOutputs <= n; j += kForwardOutputs) {
+    const float* wr[kForwardOutputs];
+#pragma GCC unroll 16
+    for (std::size_t c = 0; c < kForwardOutputs; ++c) wr[c] = w + (j + c) * ld;
+    forward_block<R, kForwardOutputs>(xr, wr, k0, k1, y + j, n);
   }
   for (; j < n; ++j) {
     const float* wr[1] = {w + j * ld};
@@ -101,7 +109,8 @@ template <std::size_t R, bool Stream>
 void data_rows(const float* dy, const float* w, float* dx, std::size_t k0, std::size_t k1, std::size_t n,
                std::size_t ld) {
   std::size_t p = k0;
-  for (; p + 3 * W <= k1; p += 3 * W) data_block<R, 3, Stream>(dy, w, dx, p, n, ld);
+  for (; p + kDataVectors * W <= k1; p += kDataVectors * W)
+    data_block<R, kDataVectors, Stream>(dy, w, dx, p, n, ld);
   for (; p + W <= k1; p += W) data_block<R, 1, Stream>(dy, w, dx, p, n, ld);
 }
 
@@ -154,7 +163,8 @@ void weights_block(const float* x, const float* dy, float* dw, std::size_t rows,
     }
 }
 
-// Outputs per block: 12 accumulators at V = 2, with the x vectors and a broadcast in registers.
+// Outputs per block: up to 6 x kWeightVectors accumulators, with the x vectors and a broadcast in
+// registers.
 constexpr std::size_t kWeightOutputs = 6;
 using WeightsBlockFn = void (*)(const float*, const float*, float*, std::size_t, std::size_t, std::size_t,
                                 std::size_t, std::size_t);
@@ -183,7 +193,8 @@ void CPUDL_KERNEL(f32_narrow_linear_forward)(const float* x, const float* w, flo
   for (std::size_t k0 = 0; k0 < kv; k0 += kChunk) {
     const std::size_t k1 = std::min(k0 + kChunk, kv);
     std::size_t i = 0;
-    for (; i + 3 <= m; i += 3) forward_rows<3>(x + i * ld, w, y + i * n, k0, k1, n, ld);
+    for (; i + kForwardRows <= m; i += kForwardRows)
+      forward_rows<kForwardRows>(x + i * ld, w, y + i * n, k0, k1, n, ld);
     for (; i < m; ++i) forward_rows<1>(x + i * ld, w, y + i * n, k0, k1, n, ld);
   }
   for (std::size_t i = 0; i < m; ++i)
@@ -218,7 +229,8 @@ void CPUDL_KERNEL(f32_narrow_linear_backward_weights)(const float* x, const floa
   std::size_t first[(kNarrowLinearMaxOutputs + kWeightOutputs - 1) / kWeightOutputs + 1];
   for (std::size_t b = 0; b <= blocks; ++b) first[b] = n * b / blocks;
   for (std::size_t b = 0; b < blocks; ++b) {
-    wide[b] = pick_weights_block<2>(first[b + 1] - first[b], std::make_index_sequence<kWeightOutputs>());
+    wide[b] = pick_weights_block<kWeightVectors>(first[b + 1] - first[b],
+                                                 std::make_index_sequence<kWeightOutputs>());
     narrow[b] = pick_weights_block<1>(first[b + 1] - first[b], std::make_index_sequence<kWeightOutputs>());
   }
   // Chunks of k outer (dw's slice stays in L2), blocks of rows inner.
@@ -227,7 +239,7 @@ void CPUDL_KERNEL(f32_narrow_linear_backward_weights)(const float* x, const floa
     for (std::size_t i0 = 0; i0 < m; i0 += kWeightRows) {
       const std::size_t rows = std::min(kWeightRows, m - i0);
       std::size_t p = k0;
-      for (; p + 2 * W <= k1; p += 2 * W)
+      for (; p + kWeightVectors * W <= k1; p += kWeightVectors * W)
         for (std::size_t b = 0; b < blocks; ++b)
           wide[b](x + i0 * ld, dy + i0 * n, dw, rows, p, first[b], n, ld);
       for (; p < k1; p += W)
