@@ -49,9 +49,12 @@ std::vector<std::int64_t> parse_list(const std::string& text, const char* flag) 
 }
 
 std::vector<int> thread_counts(const BenchOptions& o) {
+  // The runtime sets OpenMP's thread count when it first starts: started later, inside the first
+  // measurement, it undid the caller's omp_set_num_threads (`--threads 1` timed 2 threads).
+  const int default_threads = runtime().threads.threads;
   std::vector<int> out;
   if (o.threads.empty()) {
-    for (int t = 1; t <= runtime().threads.threads; ++t) out.push_back(t);
+    for (int t = 1; t <= default_threads; ++t) out.push_back(t);
   } else {
     for (std::int64_t t : parse_list(o.threads, "--threads")) out.push_back(static_cast<int>(t));
   }
