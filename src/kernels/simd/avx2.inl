@@ -42,6 +42,16 @@ struct Avx2 {
   static F bit_or(F a, F b) { return _mm256_or_ps(a, b); }
   static F round(F a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
   static I to_int(F a) { return _mm256_cvtps_epi32(a); }  // nearest
+  // a * 2^n for an integral n in [-150, 128]: 2^n applied in two halves built in the exponent
+  // field, so that denormal results and overflow to inf stay exact.
+  static F scale_by_pow2(F a, F n) {
+    const __m256i ni = _mm256_cvtps_epi32(n);
+    const __m256i half = _mm256_srai_epi32(ni, 1), rest = _mm256_sub_epi32(ni, half);
+    const __m256i bias = _mm256_set1_epi32(127);
+    const F scale_a = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(half, bias), 23));
+    const F scale_b = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(rest, bias), 23));
+    return _mm256_mul_ps(_mm256_mul_ps(a, scale_a), scale_b);
+  }
   static F to_float(I a) { return _mm256_cvtepi32_ps(a); }
   static I add_int(I a, I b) { return _mm256_add_epi32(a, b); }
   static I sub_int(I a, I b) { return _mm256_sub_epi32(a, b); }

@@ -39,6 +39,8 @@ struct Avx512 {
   static F bit_or(F a, F b) { return _mm512_or_ps(a, b); }
   static F round(F a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
   static I to_int(F a) { return _mm512_cvtps_epi32(a); }
+  // a * 2^n for an integral n, exact from denormal results to overflow: one VSCALEFPS.
+  static F scale_by_pow2(F a, F n) { return _mm512_scalef_ps(a, n); }
   static F to_float(I a) { return _mm512_cvtepi32_ps(a); }
   static I add_int(I a, I b) { return _mm512_add_epi32(a, b); }
   static I sub_int(I a, I b) { return _mm512_sub_epi32(a, b); }

@@ -12,8 +12,8 @@ struct VectorMath {
   using F = typename V::F;
   using I = typename V::I;
 
-  // exp(x) = 2^n * p(r), x = n ln2 + r, |r| <= ln2/2 (Cephes expf polynomial). 2^n is applied in
-  // two halves so that n from -150 (denormal results) to 128 (overflow to inf) stays exact.
+  // exp(x) = 2^n * p(r), x = n ln2 + r, |r| <= ln2/2 (Cephes expf polynomial). 2^n is applied
+  // exactly for n from -150 (denormal results) to 128 (overflow to inf): V::scale_by_pow2.
   static F exp(F x) { return exp_sum<false>(x, V::zero()); }
 
   // exp(a + b) for an exactly known a and a small b (|b| < 2), without rounding a + b first:
@@ -33,12 +33,7 @@ struct VectorMath {
     p = V::fma(p, r, V::set1(5.0000001201e-1f));
     p = V::fma(p, V::mul(r, r), r);
     p = V::add(p, V::set1(1.0f));
-    const I ni = V::to_int(n);
-    const I half = V::shift_right_arith(ni, 1);
-    const I rest = V::sub_int(ni, half);
-    const F scale_a = V::bits_to_float(V::shift_left(V::add_int(half, V::set1_int(127)), 23));
-    const F scale_b = V::bits_to_float(V::shift_left(V::add_int(rest, V::set1_int(127)), 23));
-    const F result = V::mul(V::mul(p, scale_a), scale_b);
+    const F result = V::scale_by_pow2(p, n);
     return V::select(V::is_nan(a), a, result);
   }
 
