@@ -276,6 +276,16 @@ TEST(Autograd, OnlyInputsThatNeedGradientsGetThem) {
   }
 }
 
+// The oneDNN shape of conv2d(x of shape `x`, weight of shape `w`, options o), for the reference loops.
+onednn::ConvShape conv_shape_of(const Shape& x, const Shape& w, const Conv2dOptions& o) {
+  onednn::ConvShape s;
+  s.batch = x[0], s.in_channels = x[1], s.height = x[2], s.width = x[3];
+  s.out_channels = w[0], s.kernel_h = w[2], s.kernel_w = w[3];
+  s.stride_h = o.stride_h, s.stride_w = o.stride_w, s.pad_h = o.pad_h, s.pad_w = o.pad_w;
+  s.dilation_h = o.dilation_h, s.dilation_w = o.dilation_w;
+  return s;
+}
+
 // Kernels larger than the map (ResNet-18's 3x3 kernels on its last stage's 1x1 maps at 32x32
 // input) run on the cropped live taps: the forward against the direct loop, the gradients (zero
 // on the dead taps) against finite differences.
@@ -291,10 +301,7 @@ TEST(Autograd, ConvolutionOnMapsSmallerThanItsKernel) {
   std::uint64_t seed = 150;
   for (const Case& c : cases) {
     const Tensor x = randn(c.x, seed++), w = randn(c.w, seed++, 0.5f), b = randn({c.w[0]}, seed++);
-    onednn::ConvShape s;
-    s.batch = c.x[0], s.in_channels = c.x[1], s.height = c.x[2], s.width = c.x[3];
-    s.out_channels = c.w[0], s.kernel_h = c.w[2], s.kernel_w = c.w[3];
-    s.stride_h = c.o.stride_h, s.stride_w = c.o.stride_w, s.pad_h = c.o.pad_h, s.pad_w = c.o.pad_w;
+    const onednn::ConvShape s = conv_shape_of(c.x, c.w, c.o);
     const std::vector<float> bias = b.to_vector();
     const std::vector<float> want = reference::conv2d_forward(s, x.to_vector(), w.to_vector(), &bias);
     const std::vector<float> got = conv2d(x, w, b, c.o).to_vector();
@@ -332,10 +339,7 @@ TEST(Autograd, ConvolutionCoveringTheWholeMapMatchesTheDirectLoop) {
       const Tensor r = randn(y.shape(), seed++);
       sum(mul(y, r)).backward();
 
-      onednn::ConvShape s;
-      s.batch = c.x[0], s.in_channels = c.x[1], s.height = c.x[2], s.width = c.x[3];
-      s.out_channels = c.w[0], s.kernel_h = c.w[2], s.kernel_w = c.w[3];
-      s.stride_h = c.o.stride_h, s.stride_w = c.o.stride_w, s.pad_h = c.o.pad_h, s.pad_w = c.o.pad_w;
+      const onednn::ConvShape s = conv_shape_of(c.x, c.w, c.o);
       const std::vector<float> bias = b.to_vector();
       std::vector<float> want = reference::conv2d_forward(s, x.to_vector(), w.to_vector(), &bias);
       std::vector<float> dy = r.to_vector();
@@ -447,11 +451,7 @@ TEST(Autograd, FirstLayerWeightGradientsMatchTheDirectLoop) {
       const Tensor y = conv2d(x, w, b, o);
       const Tensor g = randn(y.shape(), seed++);
       sum(mul(y, g)).backward();
-      onednn::ConvShape s;
-      s.batch = c.x[0], s.in_channels = c.x[1], s.height = c.x[2], s.width = c.x[3];
-      s.out_channels = c.w[0], s.kernel_h = c.w[2], s.kernel_w = c.w[3];
-      s.stride_h = c.o.stride_h, s.stride_w = c.o.stride_w, s.pad_h = c.o.pad_h, s.pad_w = c.o.pad_w;
-      s.dilation_h = c.o.dilation_h, s.dilation_w = c.o.dilation_w;
+      const onednn::ConvShape s = conv_shape_of(c.x, c.w, c.o);
       // The layout the next op gets: channels-last unless a planar first layer (stride 1, no
       // dilation, no input gradient) has 16+ outputs.
       if (y.size(2) * y.size(3) > 1) {
@@ -590,10 +590,7 @@ TEST(Autograd, FusedFirstLayerAndClassifierMatchTheDirectLoops) {
   std::uint64_t seed = 600;
   for (const Case& c : cases) {
     SCOPED_TRACE(shape_text(c.x) + " * " + shape_text(c.w) + " -> " + std::to_string(c.classes));
-    onednn::ConvShape s;
-    s.batch = c.x[0], s.in_channels = c.x[1], s.height = c.x[2], s.width = c.x[3];
-    s.out_channels = c.w[0], s.kernel_h = c.w[2], s.kernel_w = c.w[3];
-    s.pad_h = c.o.pad_h, s.pad_w = c.o.pad_w;
+    const onednn::ConvShape s = conv_shape_of(c.x, c.w, c.o);
     const std::int64_t k = s.out_channels * s.out_height() * s.out_width();
     Tensor x = randn(c.x, seed++), w = randn(c.w, seed++, 0.5f), fw = randn({c.classes, k}, seed++, 0.05f);
     Tensor b = c.conv_bias ? randn({c.w[0]}, seed++) : Tensor(),

@@ -103,6 +103,22 @@ TEST(Kernels, F32TransposeMatchesReference) {
   });
 }
 
+// A pooling window of square kernel, stride and padding over a height x width image.
+PoolWindow square_pool_window(std::size_t channels, std::size_t height, std::size_t width, std::size_t kernel,
+                              std::size_t stride, std::size_t pad) {
+  return {channels,
+          height,
+          width,
+          (height + 2 * pad - kernel) / stride + 1,
+          (width + 2 * pad - kernel) / stride + 1,
+          kernel,
+          kernel,
+          stride,
+          stride,
+          pad,
+          pad};
+}
+
 // Channels-last max pooling: values and argmax taps bit-equal to the reference, for channel
 // counts around the vector width, padded and overlapping windows, and NaN (which wins and stays).
 TEST(Kernels, F32MaxPoolNhwcMatchesReference) {
@@ -115,17 +131,7 @@ TEST(Kernels, F32MaxPoolNhwcMatchesReference) {
   for_each_runnable(f32_max_pool_nhwc_variants(), [&](MaxPoolNhwcFn fn) {
     for (std::size_t channels : {1, 3, 6, 7, 8, 9, 15, 16, 17}) {
       for (const Geometry& g : geometries) {
-        const PoolWindow w{channels,
-                           g.height,
-                           g.width,
-                           (g.height + 2 * g.pad - g.kernel) / g.stride + 1,
-                           (g.width + 2 * g.pad - g.kernel) / g.stride + 1,
-                           g.kernel,
-                           g.kernel,
-                           g.stride,
-                           g.stride,
-                           g.pad,
-                           g.pad};
+        const PoolWindow w = square_pool_window(channels, g.height, g.width, g.kernel, g.stride, g.pad);
         auto src = random_values(g.height * g.width * channels,
                                  static_cast<unsigned>(channels * 7 + g.height), false);
         src.resize(g.height * g.width *
@@ -163,17 +169,7 @@ TEST(Kernels, F32MaxPoolNhwcBackwardMatchesReference) {
       for (const Geometry& g : geometries) {
         SCOPED_TRACE("channels " + std::to_string(channels) + " kernel " + std::to_string(g.kernel) +
                      " stride " + std::to_string(g.stride) + " pad " + std::to_string(g.pad));
-        const PoolWindow w{channels,
-                           g.height,
-                           g.width,
-                           (g.height + 2 * g.pad - g.kernel) / g.stride + 1,
-                           (g.width + 2 * g.pad - g.kernel) / g.stride + 1,
-                           g.kernel,
-                           g.kernel,
-                           g.stride,
-                           g.stride,
-                           g.pad,
-                           g.pad};
+        const PoolWindow w = square_pool_window(channels, g.height, g.width, g.kernel, g.stride, g.pad);
         const std::size_t outputs = w.out_h * w.out_w * channels, inputs = g.height * g.width * channels;
         auto dy = random_values(outputs, static_cast<unsigned>(channels * 5 + g.width), false);
         dy.resize(outputs);  // exact sizes: ASan catches reads past either

@@ -245,13 +245,6 @@ void planes_taps_block(const float* g, std::size_t rows, std::size_t g_ld, const
   for (std::size_t t = 0; t < TB; ++t) dw[t] += Avx2::reduce_add(acc[t]);
 }
 
-// Each tap's offset in the padded input from its output position, taps in OIHW order.
-void planes_tap_offsets(const ConvPlanes& p, std::size_t* offsets) {
-  for (std::size_t ic = 0, t = 0; ic < p.in_channels; ++ic)
-    for (std::size_t kh = 0; kh < p.kernel_h; ++kh)
-      for (std::size_t kw = 0; kw < p.kernel_w; ++kw) offsets[t++] = ic * p.x_plane + kh * p.x_ld + kw;
-}
-
 // Taps per block: TB accumulators + the gradient vector + one x load fit the 16 registers.
 constexpr std::size_t kPlanesMaxTapBlock = 12;
 using PlanesTapsFn = void (*)(const float*, std::size_t, std::size_t, const float*, std::size_t,
@@ -280,27 +273,15 @@ void f32_conv_forward_planes__avx2(const ConvPlanes& p, const float* x, const fl
     return;
   }
   std::size_t offsets[kConvPlanesMaxTaps];
-  planes_tap_offsets(p, offsets);
-  const std::size_t vectors = p.out_h * ((p.out_w + 7) / 8);
+  conv_planes_tap_offsets(p, offsets);
   const __m256 zero = _mm256_setzero_ps();
   for (std::size_t o0 = 0; o0 < p.out_channels; o0 += 4) {
     const float* wb = w + (o0 / 8) * taps * 8 + o0 % 8;  // 4 of an 8-lane packed group
     const std::size_t n_oc = p.out_channels - o0 < 4 ? p.out_channels - o0 : 4;
-    std::size_t row = 0, c0 = 0;  // the next vector: its row and first column before clamping
-    for (std::size_t v0 = 0; v0 < vectors; v0 += 3) {
+    PlaneVectorGroups<8, 3> walk(p);
+    for (std::size_t group = 0; group < walk.groups(); ++group) {
       std::size_t x_at[3], y_at[3];
-#pragma GCC unroll 16
-      for (std::size_t j = 0; j < 3; ++j) {
-        if (v0 + j >= vectors) {  // past the plane: repeat the last vector
-          x_at[j] = x_at[j - 1], y_at[j] = y_at[j - 1];
-          continue;
-        }
-        const std::size_t col = c0 + 8 <= p.out_w ? c0 : p.out_w - 8;
-        x_at[j] = row * p.x_ld + col;
-        y_at[j] = row * p.out_w + col;
-        c0 += 8;
-        if (c0 >= p.out_w) c0 = 0, ++row;
-      }
+      walk.next(x_at, y_at);
       __m256 acc[3][4];
 #pragma GCC unroll 16
       for (std::size_t o = 0; o < 4; ++o)
@@ -346,7 +327,7 @@ void f32_conv_backward_weights_planes__avx2(const ConvPlanes& p, const float* x,
     return;
   }
   std::size_t offsets[kConvPlanesMaxTaps];
-  planes_tap_offsets(p, offsets);
+  conv_planes_tap_offsets(p, offsets);
   alignas(32) float g[kConvPlanesMaxPlane];
   const std::size_t blocks = (taps + kPlanesMaxTapBlock - 1) / kPlanesMaxTapBlock;
   const std::size_t full = p.out_w / 8 * 8, tail = p.out_w - full;

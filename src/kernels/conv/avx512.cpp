@@ -14,13 +14,6 @@
 namespace cpudl::kernels {
 namespace {
 
-// Each tap's offset in the padded input from its output position, taps in OIHW order.
-void tap_offsets(const ConvPlanes& p, std::size_t* offsets) {
-  for (std::size_t ic = 0, t = 0; ic < p.in_channels; ++ic)
-    for (std::size_t kh = 0; kh < p.kernel_h; ++kh)
-      for (std::size_t kw = 0; kw < p.kernel_w; ++kw) offsets[t++] = ic * p.x_plane + kh * p.x_ld + kw;
-}
-
 // v, loaded once into a register: GCC otherwise folds a load used by several FMAs into each of
 // them as a memory operand, loading the same (line-splitting, unaligned) vector once per FMA.
 inline __m512 in_register(__m512 v) {
@@ -93,27 +86,15 @@ void f32_conv_forward_planes__avx512(const ConvPlanes& p, const float* x, const 
     return;
   }
   std::size_t offsets[kConvPlanesMaxTaps];
-  tap_offsets(p, offsets);
-  const std::size_t vectors = p.out_h * ((p.out_w + 15) / 16);
+  conv_planes_tap_offsets(p, offsets);
   const __m512 zero = _mm512_setzero_ps();
   for (std::size_t o0 = 0; o0 < p.out_channels; o0 += 8) {
     const float* wb = w + (o0 / 8) * taps * 8;  // one packed 8-lane group
     const std::size_t n_oc = p.out_channels - o0 < 8 ? p.out_channels - o0 : 8;
-    std::size_t row = 0, c0 = 0;  // the next vector: its row and first column before clamping
-    for (std::size_t v0 = 0; v0 < vectors; v0 += 3) {
+    PlaneVectorGroups<16, 3> walk(p);
+    for (std::size_t group = 0; group < walk.groups(); ++group) {
       std::size_t x_at[3], y_at[3];
-#pragma GCC unroll 3
-      for (std::size_t j = 0; j < 3; ++j) {
-        if (v0 + j >= vectors) {  // past the plane: repeat the last vector
-          x_at[j] = x_at[j - 1], y_at[j] = y_at[j - 1];
-          continue;
-        }
-        const std::size_t col = c0 + 16 <= p.out_w ? c0 : p.out_w - 16;
-        x_at[j] = row * p.x_ld + col;
-        y_at[j] = row * p.out_w + col;
-        c0 += 16;
-        if (c0 >= p.out_w) c0 = 0, ++row;
-      }
+      walk.next(x_at, y_at);
       __m512 acc[3][8];
 #pragma GCC unroll 8
       for (std::size_t o = 0; o < 8; ++o) acc[0][o] = acc[1][o] = acc[2][o] = _mm512_set1_ps(bias[o0 + o]);
@@ -170,7 +151,7 @@ void f32_conv_backward_weights_planes__avx512(const ConvPlanes& p, const float* 
     return;
   }
   std::size_t offsets[kConvPlanesMaxTaps];
-  tap_offsets(p, offsets);
+  conv_planes_tap_offsets(p, offsets);
   alignas(64) float g[kChannelGroup * kConvPlanesMaxPlane];
   const std::size_t g_plane = p.out_h * g_ld;
   const std::size_t full = p.out_w / 16 * 16, tail = p.out_w - full;

@@ -36,6 +36,42 @@ inline constexpr std::size_t conv_planes_row(std::size_t out_w, std::size_t kern
   return (out_w + 15) / 16 * 16 + kernel_w - 1;
 }
 
+// Each tap's offset in the padded input from its output position, taps in OIHW order.
+inline void conv_planes_tap_offsets(const ConvPlanes& p, std::size_t* offsets) {
+  for (std::size_t ic = 0, t = 0; ic < p.in_channels; ++ic)
+    for (std::size_t kh = 0; kh < p.kernel_h; ++kh)
+      for (std::size_t kw = 0; kw < p.kernel_w; ++kw) offsets[t++] = ic * p.x_plane + kh * p.x_ld + kw;
+}
+
+// The planar forward kernels walk an output plane as a list of W-column vectors (p.out_w >= W):
+// a row whose width is not a multiple of W ends with one overlapping the vector before it, whose
+// shared columns are computed and stored twice, identically. Groups of G vectors are taken at a
+// time; the last group repeats the plane's last vector when the count is not a multiple of G.
+template <std::size_t W, std::size_t G>
+class PlaneVectorGroups {
+ public:
+  explicit PlaneVectorGroups(const ConvPlanes& p) : p_(p), vectors_(p.out_h * ((p.out_w + W - 1) / W)) {}
+  std::size_t groups() const { return (vectors_ + G - 1) / G; }
+  // The next group's offsets in the padded input and in the output plane.
+  void next(std::size_t* x_at, std::size_t* y_at) {
+    for (std::size_t j = 0; j < G; ++j, ++v_) {
+      if (v_ < vectors_) {
+        const std::size_t col = c0_ + W <= p_.out_w ? c0_ : p_.out_w - W;
+        last_x_ = row_ * p_.x_ld + col;
+        last_y_ = row_ * p_.out_w + col;
+        c0_ += W;
+        if (c0_ >= p_.out_w) c0_ = 0, ++row_;
+      }
+      x_at[j] = last_x_, y_at[j] = last_y_;  // past the plane: the last vector again
+    }
+  }
+
+ private:
+  const ConvPlanes& p_;
+  std::size_t vectors_, v_ = 0, row_ = 0, c0_ = 0;  // the next vector: its row and first column
+  std::size_t last_x_ = 0, last_y_ = 0;
+};
+
 #define CPUDL_DECLARE_CONV(isa)                                                                      \
   void f32_conv_backward_weights_nhwc__##isa(const ConvWindow& w, const float* x, const float* dy,   \
                                              float* dw, float* db);                                  \
