@@ -55,10 +55,12 @@ Tensor conv_expanded_weights(const onednn::ConvShape& s, const float* w) {
   const std::int64_t ic_n = s.in_channels, oc_n = s.out_channels;
   // [tap][OC][IC] first, so that each block of E is a run of whole IC rows.
   std::vector<float> by_tap(static_cast<std::size_t>(d.taps * oc_n * ic_n));
-  for (std::int64_t oc = 0; oc < oc_n; ++oc)
-    for (std::int64_t ic = 0; ic < ic_n; ++ic)
-      for (std::int64_t t = 0; t < d.taps; ++t)
-        by_tap[static_cast<std::size_t>((t * oc_n + oc) * ic_n + ic)] = w[(oc * ic_n + ic) * d.taps + t];
+  parallel_for(static_cast<std::size_t>(oc_n), 8, [&](std::size_t o0, std::size_t o1) {
+    for (auto oc = static_cast<std::int64_t>(o0); oc < static_cast<std::int64_t>(o1); ++oc)
+      for (std::int64_t ic = 0; ic < ic_n; ++ic)
+        for (std::int64_t t = 0; t < d.taps; ++t)
+          by_tap[static_cast<std::size_t>((t * oc_n + oc) * ic_n + ic)] = w[(oc * ic_n + ic) * d.taps + t];
+  });
   Tensor e = Tensor::empty({d.out, d.in});
   float* pe = e.data();
   parallel_for(static_cast<std::size_t>(d.out), 16, [&](std::size_t r0, std::size_t r1) {
@@ -94,9 +96,12 @@ void conv_as_linear_backward_weights(const onednn::ConvShape& s, const float* x,
                                      float* db) {
   const Dims d = dims(s);
   const std::int64_t ic_n = s.in_channels, oc_n = s.out_channels;
-  std::vector<float> de(static_cast<std::size_t>(d.out * d.in)),
-      db_rows(db ? static_cast<std::size_t>(d.out) : 0);
-  onednn::linear_backward_weights(linear_shape(s), x, dy, de.data(), db ? db_rows.data() : nullptr);
+  // Written whole by oneDNN: no zero-fill (E's gradient is as large as E: 4 MB for ResNet-18's
+  // 2x2 maps).
+  const Tensor de_tensor = Tensor::empty({d.out, d.in});
+  const float* de = de_tensor.data();
+  std::vector<float> db_rows(db ? static_cast<std::size_t>(d.out) : 0);
+  onednn::linear_backward_weights(linear_shape(s), x, dy, de_tensor.data(), db ? db_rows.data() : nullptr);
   // Fold E's gradient onto the kernel: each tap sums the blocks (p, q) it joins, in a fixed
   // order; threads own output channels.
   parallel_for(static_cast<std::size_t>(oc_n), 4, [&](std::size_t o0, std::size_t o1) {
@@ -104,7 +109,7 @@ void conv_as_linear_backward_weights(const onednn::ConvShape& s, const float* x,
     for (auto oc = static_cast<std::int64_t>(o0); oc < static_cast<std::int64_t>(o1); ++oc) {
       std::fill(by_tap.begin(), by_tap.end(), 0.0f);
       for (std::int64_t p = 0; p < d.positions_out; ++p) {
-        const float* row = de.data() + (p * oc_n + oc) * d.in;
+        const float* row = de + (p * oc_n + oc) * d.in;
         for (std::int64_t q = 0; q < d.positions_in; ++q) {
           float* acc = by_tap.data() + tap(s, p, q) * ic_n;
           const float* block = row + q * ic_n;
