@@ -10,6 +10,7 @@
 #include "cpudl/error.h"
 #include "cpudl/ops.h"
 #include "dense_reference.h"
+#include "onednn/dense.h"
 #include "tensor/layout.h"
 
 namespace cpudl {
@@ -357,6 +358,63 @@ TEST(Autograd, ConvolutionCoveringTheWholeMapMatchesTheDirectLoop) {
       for (std::size_t i = 0; i < want_dw.size(); ++i) ASSERT_NEAR(dw[i], want_dw[i], 1e-4f) << "dw " << i;
       for (std::size_t i = 0; i < want_db.size(); ++i) ASSERT_NEAR(db[i], want_db[i], 1e-4f) << "db " << i;
     }
+}
+
+// Under Bf16Autocast, conv2d runs in bf16 (inputs and weights rounded to 8 mantissa bits, sums
+// and output in f32): within bf16's rounding of the direct loop in double, and not equal to the
+// f32 result (the bf16 kernels did run); with fused ReLU and bias, strided and padded; a
+// convolution whose inputs need gradients throws. Skipped on CPUs without AVX512-BF16 or AMX,
+// where the guard itself must throw.
+TEST(Autograd, Bf16AutocastConvolutionsRoundTheirInputs) {
+  if (!onednn::bf16_compute_available()) {
+    EXPECT_THROW(Bf16Autocast guard, Error);
+    GTEST_SKIP() << "this CPU has no bf16 kernels";
+  }
+  struct Case {
+    Shape x, w;
+    Conv2dOptions o;
+  };
+  const Case cases[] = {{{2, 16, 9, 9}, {32, 16, 3, 3}, {1, 1, 1, 1}},
+                        {{3, 3, 17, 17}, {16, 3, 7, 7}, {2, 2, 3, 3}}};
+  std::uint64_t seed = 700;
+  for (const Case& c : cases)
+    for (const bool relu : {false, true}) {
+      SCOPED_TRACE(shape_text(c.x) + " * " + shape_text(c.w) + (relu ? " relu" : ""));
+      Tensor x = channels_last_values(randn(c.x, seed++)), w = randn(c.w, seed++, 0.5f),
+             b = randn({c.w[0]}, seed++);
+      Conv2dOptions o = c.o;
+      o.relu = relu;
+      const onednn::ConvShape s = conv_shape_of(c.x, c.w, c.o);
+      const std::vector<float> bias = b.to_vector();
+      std::vector<float> want = reference::conv2d_forward(s, x.to_vector(), w.to_vector(), &bias);
+      if (relu)
+        for (float& v : want) v = v > 0.0f ? v : 0.0f;
+      const std::vector<float> exact = conv2d(x, w, b, o).to_vector();
+      std::vector<float> got;
+      {
+        NoGradGuard no_grad;
+        Bf16Autocast autocast;
+        got = conv2d(x, w, b, o).to_vector();
+      }
+      // Each product carries up to 2^-8 relative error from the two roundings: bound the sum by
+      // that of the absolute products.
+      std::vector<float> ax = x.to_vector(), aw = w.to_vector();
+      for (float& v : ax) v = std::fabs(v);
+      for (float& v : aw) v = std::fabs(v);
+      const std::vector<float> magnitude = reference::conv2d_forward(s, ax, aw, nullptr);
+      ASSERT_EQ(got.size(), want.size());
+      std::size_t differ = 0, nonzero = 0;
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        ASSERT_NEAR(got[i], want[i], 2e-2f * magnitude[i] + 1e-5f) << "output " << i;
+        differ += got[i] != exact[i];
+        nonzero += exact[i] != 0.0f;
+      }
+      EXPECT_GT(differ, nonzero / 2) << "bf16 rounding should change most outputs";
+    }
+  Tensor x = randn({1, 8, 5, 5}, seed++), w = randn({8, 8, 3, 3}, seed++);
+  w.set_requires_grad(true);
+  Bf16Autocast autocast;
+  EXPECT_THROW(conv2d(x, w), Error);
 }
 
 // Pooling a channels-last input (a convolution's output) gives exactly the values and gradients

@@ -179,8 +179,8 @@ TEST(Cli, BenchModelCountsTheNetworksFlops) {
   const Result r = run("bench model --model lenet5 --batch 8 --train --steps 2 --threads 1 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
-  for (const char* key : {"model", "mode", "batch", "threads", "images_per_second", "ms_per_step", "gflop_per_step",
-                          "gflops", "peak_gflops", "pct_peak"})
+  for (const char* key : {"model", "mode", "batch", "threads", "images_per_second", "ms_per_step",
+                          "gflop_per_step", "gflops", "peak_gflops", "pct_peak"})
     EXPECT_TRUE(j.contains(key)) << key;
   // LeNet-5's multiply-adds per image, layer by layer: conv1 6x28x28x25, conv2 16x10x10x150,
   // fc 400x120 + 120x84 + 84x10 = 416,520; x2 FLOPs, x8 images, x3 for a training step.
@@ -189,6 +189,28 @@ TEST(Cli, BenchModelCountsTheNetworksFlops) {
   EXPECT_GT(j["images_per_second"].get<double>(), 0.0);
   EXPECT_EQ(run("bench model --model vgg").exit_code, 2);
   EXPECT_EQ(run("bench model --model lenet5 --image-size 32").exit_code, 2);
+  EXPECT_EQ(run("bench model --model lenet5 --precision fp16").exit_code, 2);
+  const Result train_bf16 = run("bench model --model lenet5 --train --precision bf16");
+  EXPECT_EQ(train_bf16.exit_code, 2);
+  EXPECT_NE(train_bf16.err.find("training in bf16 is not supported"), std::string::npos) << train_bf16.err;
+}
+
+// --precision bf16 runs inference with bf16 convolutions where the CPU has them, and says so
+// clearly where it has not (CPUDL_ISA=avx512 caps the kernels below AVX512-BF16).
+TEST(Cli, BenchModelBf16) {
+  const Result capped =
+      run("bench model --model resnet18 --batch 2 --steps 1 --precision bf16", "CPUDL_ISA=avx512");
+  EXPECT_NE(capped.exit_code, 0);
+  EXPECT_NE(capped.err.find("neither AVX512-BF16 nor AMX"), std::string::npos) << capped.err;
+  const Result r =
+      run("bench model --model resnet18 --batch 2 --steps 1 --threads 1 --precision bf16 --json");
+  if (r.exit_code != 0 && r.err.find("neither AVX512-BF16 nor AMX") != std::string::npos)
+    GTEST_SKIP() << "this CPU has no bf16 kernels";
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["precision"], "bf16");
+  EXPECT_EQ(j["mode"], "inference");
+  EXPECT_GT(j["images_per_second"].get<double>(), 0.0);
 }
 
 }  // namespace

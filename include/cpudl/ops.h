@@ -84,6 +84,24 @@ struct Conv2dOptions {
   // applied to the incoming gradient inside the backward pass; no separate pass over memory.
   bool relu = false;
 };
+// While an instance lives on this thread, convolutions run in bf16 as under
+// torch.autocast(device_type="cpu", dtype=torch.bfloat16): inputs and weights rounded to bf16,
+// products summed and outputs kept in f32 (onednn::conv2d_forward_bf16). Other ops stay f32, and
+// so do the convolutions cpudl runs natively (first layers of 1-4 channels, whole-map products).
+// Inference only: a convolution whose inputs need gradients throws. The constructor throws when
+// the CPU has neither AVX512-BF16 nor AMX (or CPUDL_ISA caps them).
+class Bf16Autocast {
+ public:
+  Bf16Autocast();
+  ~Bf16Autocast();
+  Bf16Autocast(const Bf16Autocast&) = delete;
+  Bf16Autocast& operator=(const Bf16Autocast&) = delete;
+
+ private:
+  bool previous_;
+};
+bool bf16_autocast_enabled();
+
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
               const Conv2dOptions& options = {});
 // linear(relu(conv2d(x, conv_weight, conv_bias, options)).flatten(1), fc_weight, fc_bias) as one

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "cli/command.h"
 #include "cpudl/autograd.h"
@@ -21,7 +22,7 @@ struct ModelBenchOptions {
   std::string model = "simplecnn";
   std::int64_t batch = 64, image_size = 0, classes = 10;
   bool train = false, json = false, cifar_stem = false;
-  std::string optimizer = "adam";
+  std::string optimizer = "adam", precision = "fp32";
   int steps = 20, threads = 0;
 };
 
@@ -33,6 +34,13 @@ int run_model_bench(const ModelBenchOptions& o) {
     throw UsageError("--model " + o.model + ": not a zoo model (" + list + ")");
   }
   if (o.optimizer != "adam" && o.optimizer != "sgd") throw UsageError("--optimizer must be adam or sgd");
+  if (o.precision != "fp32" && o.precision != "bf16") throw UsageError("--precision must be fp32 or bf16");
+  const bool bf16 = o.precision == "bf16";
+  if (bf16 && o.train)
+    throw UsageError("--precision bf16: training in bf16 is not supported yet (bf16 runs inference only)");
+  // Convolutions in bf16 for the whole run, as torch.autocast (throws if the CPU has no bf16).
+  std::optional<Bf16Autocast> autocast;
+  if (bf16) autocast.emplace();
   // MNIST models take 1 x 28 x 28; resnet18 3 x S x S (32 by default) with torchvision's stem
   // (7x7 stride-2 conv and max pooling) unless --cifar-stem.
   const bool resnet = o.model == "resnet18";
@@ -85,6 +93,7 @@ int run_model_bench(const ModelBenchOptions& o) {
   if (o.json) {
     std::printf("%s\n", nlohmann::ordered_json{{"model", o.model},
                                                {"mode", o.train ? "train" : "inference"},
+                                               {"precision", o.precision},
                                                {"optimizer", o.train ? o.optimizer : ""},
                                                {"batch", o.batch},
                                                {"image_size", size},
@@ -100,11 +109,12 @@ int run_model_bench(const ModelBenchOptions& o) {
     return 0;
   }
   std::printf(
-      "%s %s, batch %lld at %lldx%lld, %d threads: %.0f images/s, %.2f ms/step, %.2f GFLOP/step, "
+      "%s %s%s, batch %lld at %lldx%lld, %d threads: %.0f images/s, %.2f ms/step, %.2f GFLOP/step, "
       "%.1f GFLOP/s = %.0f%% of the fp32 FMA roof (%.0f GFLOP/s measured now)\n",
       o.model.c_str(), o.train ? ("training (" + o.optimizer + ")").c_str() : "inference",
-      static_cast<long long>(o.batch), static_cast<long long>(size), static_cast<long long>(size), threads,
-      static_cast<double>(o.batch) / median, median * 1e3, flops / 1e9, gflops, 100 * gflops / roof, roof);
+      bf16 ? " (bf16 convolutions)" : "", static_cast<long long>(o.batch), static_cast<long long>(size),
+      static_cast<long long>(size), threads, static_cast<double>(o.batch) / median, median * 1e3, flops / 1e9,
+      gflops, 100 * gflops / roof, roof);
   return 0;
 }
 
@@ -119,6 +129,9 @@ void add_bench_model_command(CLI::App& bench, Action& action) {
   m->add_flag("--train", o->train,
               "Time a training step (forward, backward, optimiser) instead of inference");
   m->add_option("--optimizer", o->optimizer, "adam (default) or sgd (momentum 0.9) for --train");
+  m->add_option(
+      "--precision", o->precision,
+      "fp32 (default) or bf16: convolutions in bf16 as torch.autocast, inference only (AVX512-BF16 or AMX)");
   m->add_option("--image-size", o->image_size, "resnet18 input size (default 32)")
       ->check(CLI::Range(8, 1024));
   m->add_flag("--cifar-stem", o->cifar_stem, "resnet18 with a 3x3 stride-1 first conv and no max pooling");

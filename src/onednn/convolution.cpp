@@ -15,7 +15,7 @@ namespace {
 using dims = dnnl::memory::dims;
 using tag = dnnl::memory::format_tag;
 
-enum OpId : std::int64_t { kConvForward = 100, kConvBackwardData, kConvBackwardWeights };
+enum OpId : std::int64_t { kConvForward = 100, kConvBackwardData, kConvBackwardWeights, kConvForwardBf16 };
 
 std::string conv_text(const ConvShape& s) {
   return "conv2d [" + std::to_string(s.batch) + "x" + std::to_string(s.in_channels) + "x" +
@@ -174,6 +174,13 @@ struct ForwardEntry {
   bool depthwise_bias_owned = false;  // a zero bias for a depthwise stage without one
 };
 
+// The bf16 forward: the source rounded to bf16 into `converted` by its own reorder, then the
+// convolution on bf16 source and weights with f32 output.
+struct Bf16ForwardEntry {
+  Executable to_bf16, exec;
+  WeightsCache weights;
+};
+
 struct BackwardDataEntry {
   Executable exec;
   WeightsCache weights;
@@ -288,6 +295,60 @@ void conv2d_forward(const ConvShape& s, const float* src, const float* weights, 
   if (dw && !entry->depthwise_weights.needs_reorder) pointers[n++] = dw->weights;
   if (dw && !entry->depthwise_bias_owned) pointers[n++] = dw->bias;
   entry->exec.run(std::span<const void* const>(pointers, n));
+}
+
+void conv2d_forward_bf16(const ConvShape& s, const float* src, const float* weights,
+                         std::uint64_t weights_version, const float* bias, float* dst,
+                         Activation activation) {
+  s.validate();
+  if (s.layout == ActivationLayout::blocked || s.dst_layout)
+    throw Error(conv_text(s) + ": the bf16 forward takes NCHW or NHWC activations in and out");
+  static PrimitiveCache<Bf16ForwardEntry> cache;
+  PrimitiveKey key = conv_key(kConvForwardBf16, s);
+  add_weights_identity(key, weights, weights_version);
+  key.add(bias != nullptr).add(static_cast<int>(activation));
+  const auto entry = with_context(
+      [&] { return conv_text(s) + " in bf16"; },
+      [&] {
+        return cache.get(key, [&] {
+          using dt = dnnl::memory::data_type;
+          const Geometry g = geometry(s);
+          const dnnl::memory::desc src_bf16(g.src.dims(), dt::bf16, activation_tag(s.layout));
+          const dnnl::memory::desc weights_bf16(g.weights_any.dims(), dt::bf16,
+                                                dnnl::memory::format_tag::any);
+          const auto prop = dnnl::prop_kind::forward_inference;
+          const auto desc = bias ? dnnl::convolution_forward::desc(prop, dnnl::algorithm::convolution_direct,
+                                                                   src_bf16, weights_bf16, g.bias, g.dst,
+                                                                   g.strides, g.dilates, g.pad_l, g.pad_r)
+                                 : dnnl::convolution_forward::desc(prop, dnnl::algorithm::convolution_direct,
+                                                                   src_bf16, weights_bf16, g.dst, g.strides,
+                                                                   g.dilates, g.pad_l, g.pad_r);
+          dnnl::primitive_attr attr;
+          dnnl::post_ops ops;
+          append_activation(ops, static_cast<int>(activation), 0.0f, 6.0f);
+          attr.set_post_ops(ops);
+          const dnnl::convolution_forward::primitive_desc pd(desc, attr, engine());
+          auto e = std::make_shared<Bf16ForwardEntry>();
+          const dnnl::memory converted(src_bf16, engine());
+          e->to_bf16.set_primitive(
+              dnnl::reorder(dnnl::reorder::primitive_desc(engine(), g.src, engine(), src_bf16)));
+          e->to_bf16.bind(DNNL_ARG_FROM, g.src);
+          e->to_bf16.bind_owned(DNNL_ARG_TO, converted);
+          e->exec.set_primitive(dnnl::convolution_forward(pd));
+          e->exec.bind_owned(DNNL_ARG_SRC, converted);
+          e->exec.bind(DNNL_ARG_DST, g.dst);
+          if (bias) e->exec.bind(DNNL_ARG_BIAS, g.bias);
+          e->weights.init(g.weights_plain, pd.weights_desc());  // f32 OIHW -> bf16 blocked: always a reorder
+          e->weights.bind(e->exec, g.weights_plain);
+          return e;
+        });
+      });
+  entry->weights.refresh(weights, weights_version);
+  entry->to_bf16.run({src});
+  if (bias)
+    entry->exec.run({dst, bias});
+  else
+    entry->exec.run({dst});
 }
 
 void conv2d_backward_data(const ConvShape& s, const float* diff_dst, const float* weights,

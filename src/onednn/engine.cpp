@@ -70,4 +70,6 @@ void reorder(const dnnl::memory& from, const dnnl::memory& to) {
   counters().reorders.fetch_add(1, std::memory_order_relaxed);
 }
 
+bool bf16_compute_available() { return runtime().isa.active >= IsaLevel::avx512_bf16; }
+
 }  // namespace cpudl::onednn

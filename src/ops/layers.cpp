@@ -146,6 +146,18 @@ Tensor gradient_of_kernel(const Tensor& window_grad, const CroppedKernel& c, con
 
 }  // namespace
 
+namespace {
+thread_local bool g_bf16_autocast = false;
+}  // namespace
+
+Bf16Autocast::Bf16Autocast() : previous_(g_bf16_autocast) {
+  if (!onednn::bf16_compute_available())
+    throw Error("bf16: this CPU has neither AVX512-BF16 nor AMX (or CPUDL_ISA caps them); use fp32");
+  g_bf16_autocast = true;
+}
+Bf16Autocast::~Bf16Autocast() { g_bf16_autocast = previous_; }
+bool bf16_autocast_enabled() { return g_bf16_autocast; }
+
 onednn::ConvShape ops_detail::conv2d_shape(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                            const Conv2dOptions& o) {
   require_4d(x, "conv2d");
@@ -198,6 +210,12 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   const Tensor expanded = conv_covers_whole_map(run) ? conv_expanded_weights(run, wc.data()) : Tensor();
   if (expanded.defined()) {
     conv_as_linear_forward(run, xc.data(), expanded, bc.defined() ? bc.data() : nullptr, o.relu, y.data());
+  } else if (g_bf16_autocast) {
+    if (grad_mode_enabled() &&
+        (x.requires_grad() || weight.requires_grad() || (bias.defined() && bias.requires_grad())))
+      throw Error("conv2d: bf16 autocast is for inference; training in bf16 is not supported");
+    onednn::conv2d_forward_bf16(run, xc.data(), wc.data(), version, bc.defined() ? bc.data() : nullptr,
+                                y.data(), o.relu ? onednn::Activation::relu : onednn::Activation::none);
   } else {
     onednn::ConvEpilogue epilogue;
     if (o.relu) epilogue.activation = onednn::Activation::relu;
