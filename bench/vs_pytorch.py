@@ -93,11 +93,13 @@ def torch_worker(workload, threads, epochs, seed):
             if i >= 2:
                 times.append(time.perf_counter() - t0)
         return {"images_per_second": 64 / statistics.median(times)}
-    batch = int(workload.split("_b")[1])  # resnet18_infer_b1 / _b16
+    batch = int(workload.rsplit("_b", 1)[1])  # resnet18_infer[_bf16]_b1 / _b16
     model = torchvision.models.resnet18().eval()
     x = torch.rand(batch, 3, 224, 224)
     times = []
-    with torch.inference_mode():
+    # bf16: autocast, as its documentation runs CPU inference in bfloat16.
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled="bf16" in workload)
+    with torch.inference_mode(), autocast:
         for i in range(12 if batch == 1 else 7):
             t0 = time.perf_counter()
             model(x)
@@ -134,9 +136,12 @@ def cpudl(workload, threads, epochs, seed=0):
         r = run_json([CPUDL, "bench", "model", "--model", "resnet18", "--batch", "64", "--train", "--optimizer", "sgd",
                       "--steps", "10", "--threads", str(threads), "--json"])[-1]
         return {"images_per_second": r["images_per_second"]}
-    batch = workload.split("_b")[1]
+    batch = workload.rsplit("_b", 1)[1]
+    precision = "bf16" if "bf16" in workload else "fp32"
     r = run_json([CPUDL, "bench", "model", "--model", "resnet18", "--image-size", "224", "--classes", "1000", "--batch", batch,
-                  "--steps", "5", "--threads", str(threads), "--json"])[-1]
+                  "--steps", "5", "--threads", str(threads), "--precision", precision, "--json"])[-1]
+    if precision == "bf16":  # cpudl run has no bf16 mode
+        return {"ms": r["ms_per_step"]}
     onnx = os.path.join(WORK, "resnet18.onnx")
     o = run_json([CPUDL, "run", onnx, "--bench", "10" if batch == "1" else "5", "--batch", batch, "--threads", str(threads), "--json"])[-1]
     return {"ms": r["ms_per_step"], "onnx_ms": o["median_ms"]}
@@ -183,7 +188,14 @@ def main():
              if r["op"] == "peak_fp32_fma"}
     doctor = subprocess.run([CPUDL, "doctor", "--json"], check=True, capture_output=True, text=True).stdout.strip()
     rows, accuracy = [], {}
-    for workload in ("simplecnn", "lenet5", "resnet18_train", "resnet18_infer_b1", "resnet18_infer_b16"):
+    bf16 = subprocess.run([CPUDL, "bench", "model", "--model", "resnet18", "--batch", "1", "--steps", "1", "--threads", "1",
+                           "--precision", "bf16"], capture_output=True).returncode == 0
+    workloads = ["simplecnn", "lenet5", "resnet18_train", "resnet18_infer_b1", "resnet18_infer_b16"]
+    if bf16:
+        workloads += ["resnet18_infer_bf16_b1", "resnet18_infer_bf16_b16"]
+    else:
+        print("cpudl: no bf16 kernels on this CPU; the bf16 rows are left out", flush=True)
+    for workload in workloads:
         flops = flops_per_image(workload)
         for threads in (1, 2):
             # Rounds alternate the engines, so a noisy spell of the shared host hits all three;
@@ -196,9 +208,10 @@ def main():
             best, plain, mine = fastest(best), fastest(plain), fastest(mine)
             row = {"workload": workload, "threads": threads, "pytorch_best": best, "pytorch_plain": plain, "cpudl": mine}
             if "ms" in mine:
-                batch = int(workload.split("_b")[1])
+                batch = int(workload.rsplit("_b", 1)[1])
                 row["pct_peak"] = 100 * flops * batch / (mine["ms"] * 1e-3) / (peaks[threads] * 1e9)
-                row["onnx_pct_peak"] = 100 * flops * batch / (mine["onnx_ms"] * 1e-3) / (peaks[threads] * 1e9)
+                if "onnx_ms" in mine:
+                    row["onnx_pct_peak"] = 100 * flops * batch / (mine["onnx_ms"] * 1e-3) / (peaks[threads] * 1e9)
             else:
                 row["pct_peak"] = 100 * flops * mine["images_per_second"] / (peaks[threads] * 1e9)
             rows.append(row)
@@ -215,7 +228,10 @@ def main():
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         b, p, c = r["pytorch_best"], r["pytorch_plain"], r["cpudl"]
-        if "ms" in c:
+        if "ms" in c and "onnx_ms" not in c:  # bf16: PyTorch under autocast, cpudl --precision bf16
+            lines.append(f"| {r['workload']} | {r['threads']} | {b['ms']:.1f} ms | {p['ms']:.1f} ms | {c['ms']:.1f} ms | "
+                         f"{b['ms'] / c['ms']:.2f}x | {r['pct_peak']:.0f}% of the fp32 roof | |")
+        elif "ms" in c:
             lines.append(f"| {r['workload']} | {r['threads']} | {b['ms']:.1f} ms | {p['ms']:.1f} ms | {c['ms']:.1f} ms (`cpudl run`: {c['onnx_ms']:.1f} ms) | "
                          f"{b['ms'] / c['ms']:.2f}x (`run`: {b['ms'] / c['onnx_ms']:.2f}x) | {r['pct_peak']:.0f}% (`run`: {r['onnx_pct_peak']:.0f}%) | |")
         else:
@@ -232,6 +248,8 @@ def main():
                       f"Command: `make bench-pytorch` (bench/vs_pytorch.py, {args.epochs} epochs for the MNIST models; "
                       f"torch {torch.__version__}; {args.rounds} rounds alternating PyTorch best, PyTorch plain and cpudl, "
                       f"each keeping its fastest round). Ratios above 1.00x mean cpudl is faster (images/s) or quicker (ms). "
+                      f"The bf16 rows run PyTorch under torch.autocast(\"cpu\", dtype=torch.bfloat16) and "
+                      f"`cpudl bench model --precision bf16` (convolutions in bf16 on oneDNN's AMX/AVX512-BF16 kernels). "
                       f"fp32 FMA roof measured in the same run: {roof}. Machine (`cpudl doctor --json`):\n\n```json\n{doctor}\n```\n\n"
                       + table)
 
