@@ -96,9 +96,13 @@ std::shared_ptr<const PlanarLayer> prepare(const onednn::ConvShape& s, const Ten
   return layer;
 }
 
-// Images per piece of the fused layer: the pieces' activations and their gradients (2 x 4 x 86 KB
-// for SimpleCNN) stay in L2 next to a 10 x 21632 classifier slice.
-constexpr std::size_t kFusedImages = 4;
+// Images per piece of the fused layer: the piece's activations and their gradients (2 x 8 x 86 KB
+// for SimpleCNN) stay in the 2 MB L2, and 8 rows fill the narrow kernels' row blocks (4 in the
+// forward and data gradient, 8 in the weight gradient, whose dw update is then amortised over 8
+// images). SimpleCNN training, 4 vs 8, three alternating runs: 1 thread 30.1-32.5K vs 33.7-35.3K
+// images/s, 2 threads 58.5-59.9K vs 62.2-62.7K (before the narrow kernels' AVX-512 blocks, 4 and
+// 6 were level and 8 was slower). A 512 KB L2 (AMD Zen 3) may want fewer: not measured there.
+constexpr std::size_t kFusedImages = 8;
 
 }  // namespace
 
