@@ -80,7 +80,7 @@ def torch_worker(workload, threads, epochs, seed):
         with torch.no_grad():
             acc = (model(tx).argmax(1) == ty).float().mean().item()
         return {"images_per_second": epochs * len(x) / seconds, "test_accuracy": acc}
-    if workload == "resnet18_train":
+    if workload.startswith("resnet18_train"):
         model = torchvision.models.resnet18(num_classes=10)
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         x, y = torch.rand(64, 3, 32, 32), torch.randint(0, 10, (64,))
@@ -88,7 +88,10 @@ def torch_worker(workload, threads, epochs, seed):
         for i in range(12):
             t0 = time.perf_counter()
             opt.zero_grad()
-            F.cross_entropy(model(x), y).backward()
+            # bf16: the forward under autocast, backward outside it, as PyTorch's AMP recipe
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled="bf16" in workload):
+                loss = F.cross_entropy(model(x), y)
+            loss.backward()
             opt.step()
             if i >= 2:
                 times.append(time.perf_counter() - t0)
@@ -132,9 +135,10 @@ def cpudl(workload, threads, epochs, seed=0):
                           "--out", os.path.join(WORK, workload + ".safetensors")])
         s = [l for l in lines if l.get("summary")][-1]
         return {"images_per_second": s["images_per_second"], "test_accuracy": s["test_accuracy"]}
-    if workload == "resnet18_train":
+    if workload.startswith("resnet18_train"):
+        precision = "bf16" if "bf16" in workload else "fp32"
         r = run_json([CPUDL, "bench", "model", "--model", "resnet18", "--batch", "64", "--train", "--optimizer", "sgd",
-                      "--steps", "10", "--threads", str(threads), "--json"])[-1]
+                      "--steps", "10", "--threads", str(threads), "--precision", precision, "--json"])[-1]
         return {"images_per_second": r["images_per_second"]}
     batch = workload.rsplit("_b", 1)[1]
     precision = "bf16" if "bf16" in workload else "fp32"
@@ -155,9 +159,9 @@ def fastest(runs):
 
 
 def flops_per_image(workload):
-    if workload in ("simplecnn", "lenet5", "resnet18_train"):
+    if workload in ("simplecnn", "lenet5", "resnet18_train", "resnet18_train_bf16"):
         args = {"simplecnn": ["--model", "simplecnn"], "lenet5": ["--model", "lenet5"],
-                "resnet18_train": ["--model", "resnet18"]}[workload]
+                "resnet18_train": ["--model", "resnet18"], "resnet18_train_bf16": ["--model", "resnet18"]}[workload]
         # batch 2: batch norm in training needs more than one value per channel
         r = run_json([CPUDL, "bench", "model", *args, "--batch", "2", "--train", "--steps", "1", "--threads", "1", "--json"])[-1]
         return r["gflop_per_step"] * 1e9 / 2
@@ -192,7 +196,7 @@ def main():
                            "--precision", "bf16"], capture_output=True).returncode == 0
     workloads = ["simplecnn", "lenet5", "resnet18_train", "resnet18_infer_b1", "resnet18_infer_b16"]
     if bf16:
-        workloads += ["resnet18_infer_bf16_b1", "resnet18_infer_bf16_b16"]
+        workloads += ["resnet18_train_bf16", "resnet18_infer_bf16_b1", "resnet18_infer_bf16_b16"]
     else:
         print("cpudl: no bf16 kernels on this CPU; the bf16 rows are left out", flush=True)
     for workload in workloads:
@@ -249,7 +253,8 @@ def main():
                       f"torch {torch.__version__}; {args.rounds} rounds alternating PyTorch best, PyTorch plain and cpudl, "
                       f"each keeping its fastest round). Ratios above 1.00x mean cpudl is faster (images/s) or quicker (ms). "
                       f"The bf16 rows run PyTorch under torch.autocast(\"cpu\", dtype=torch.bfloat16) and "
-                      f"`cpudl bench model --precision bf16` (convolutions in bf16 on oneDNN's AMX/AVX512-BF16 kernels). "
+                      f"`cpudl bench model --precision bf16` (convolutions in bf16 on oneDNN's AMX/AVX512-BF16 kernels; "
+                      f"in training their backward passes too, with f32 weights and optimiser state; % peak against the fp32 roof). "
                       f"fp32 FMA roof measured in the same run: {roof}. Machine (`cpudl doctor --json`):\n\n```json\n{doctor}\n```\n\n"
                       + table)
 

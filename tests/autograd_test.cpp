@@ -5,6 +5,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <optional>
 
 #include "cpudl/autograd.h"
 #include "cpudl/error.h"
@@ -362,9 +363,8 @@ TEST(Autograd, ConvolutionCoveringTheWholeMapMatchesTheDirectLoop) {
 
 // Under Bf16Autocast, conv2d runs in bf16 (inputs and weights rounded to 8 mantissa bits, sums
 // and output in f32): within bf16's rounding of the direct loop in double, and not equal to the
-// f32 result (the bf16 kernels did run); with fused ReLU and bias, strided and padded; a
-// convolution whose inputs need gradients throws. Skipped on CPUs without AVX512-BF16 or AMX,
-// where the guard itself must throw.
+// f32 result (the bf16 kernels did run); with fused ReLU and bias, strided and padded. Skipped on
+// CPUs without AVX512-BF16 or AMX, where the guard itself must throw.
 TEST(Autograd, Bf16AutocastConvolutionsRoundTheirInputs) {
   if (!onednn::bf16_compute_available()) {
     EXPECT_THROW(Bf16Autocast guard, Error);
@@ -411,10 +411,81 @@ TEST(Autograd, Bf16AutocastConvolutionsRoundTheirInputs) {
       }
       EXPECT_GT(differ, nonzero / 2) << "bf16 rounding should change most outputs";
     }
-  Tensor x = randn({1, 8, 5, 5}, seed++), w = randn({8, 8, 3, 3}, seed++);
-  w.set_requires_grad(true);
-  Bf16Autocast autocast;
-  EXPECT_THROW(conv2d(x, w), Error);
+}
+
+// In training under Bf16Autocast the backward passes of conv2d run in bf16 too (output gradient,
+// source and weights rounded, sums in f32), as PyTorch's autocast training: input, weight and bias
+// gradients within bf16 rounding of the direct loops, and different from the f32 gradients in
+// most entries. A 3x3 padded layer and a 1x1 stride-2 downsample, with and without fused ReLU
+// (whose mask is the computed output's); the strided layer's weight and bias gradients are
+// computed in f32 by design (layers.cpp), equal to those of the f32 pass with the same mask.
+TEST(Autograd, Bf16AutocastTrainsConvolutionsInBf16) {
+  if (!onednn::bf16_compute_available()) GTEST_SKIP() << "this CPU has no bf16 kernels";
+  struct Case {
+    Shape x, w;
+    Conv2dOptions o;
+  };
+  const Case cases[] = {{{2, 16, 9, 9}, {32, 16, 3, 3}, {1, 1, 1, 1}},
+                        {{2, 24, 8, 8}, {16, 24, 1, 1}, {2, 2, 0, 0}}};
+  std::uint64_t seed = 720;
+  for (const Case& c : cases)
+    for (const bool relu : {false, true}) {
+      SCOPED_TRACE(shape_text(c.x) + " * " + shape_text(c.w) + (relu ? " relu" : ""));
+      const Tensor x0 = randn(c.x, seed++), w0 = randn(c.w, seed++, 0.5f), b0 = randn({c.w[0]}, seed++);
+      Conv2dOptions o = c.o;
+      o.relu = relu;
+      const onednn::ConvShape s = conv_shape_of(c.x, c.w, c.o);
+      const Tensor r = randn({s.batch, s.out_channels, s.out_height(), s.out_width()}, seed++);
+      struct Pass {
+        std::vector<float> y, dx, dw, db;
+      };
+      auto pass = [&](bool bf16) {
+        Tensor x = x0.clone(), w = w0.clone(), b = b0.clone();
+        for (Tensor* t : {&x, &w, &b}) t->set_requires_grad(true);
+        std::optional<Bf16Autocast> autocast;
+        if (bf16) autocast.emplace();
+        const Tensor y = conv2d(x, w, b, o);
+        sum(mul(y, r)).backward();
+        return Pass{y.to_vector(), x.grad().to_vector(), w.grad().to_vector(), b.grad().to_vector()};
+      };
+      const Pass exact = pass(false), got = pass(true);
+      // The gradient reaching the convolution: r where the (bf16) output passed the ReLU.
+      std::vector<float> dy = r.to_vector();
+      for (std::size_t i = 0; i < dy.size(); ++i)
+        if (relu && !(got.y[i] > 0.0f)) dy[i] = 0.0f;
+      std::vector<float> want_db;
+      const std::vector<float> want_dw = reference::conv2d_backward_weights(s, x0.to_vector(), dy, &want_db);
+      const std::vector<float> want_dx = reference::conv2d_backward_data(s, dy, w0.to_vector());
+      // Error bounds: 2^-8 relative per rounded operand, on the sums of absolute products.
+      std::vector<float> ax = x0.to_vector(), aw = w0.to_vector(), ady = dy;
+      for (auto* v : {&ax, &aw, &ady})
+        for (float& e : *v) e = std::fabs(e);
+      std::vector<float> adb;
+      const std::vector<float> mag_dw = reference::conv2d_backward_weights(s, ax, ady, &adb);
+      const std::vector<float> mag_dx = reference::conv2d_backward_data(s, ady, aw);
+      const bool strided = c.o.stride_h > 1;
+      auto check = [](const char* name, const std::vector<float>& g, const std::vector<float>& want,
+                      const std::vector<float>& mag, const std::vector<float>& f32) {
+        ASSERT_EQ(g.size(), want.size()) << name;
+        std::size_t differ = 0, nonzero = 0;  // a stride-2 1x1's dx is zero off its grid
+        for (std::size_t i = 0; i < g.size(); ++i) {
+          ASSERT_NEAR(g[i], want[i], 2e-2f * mag[i] + 1e-5f) << name << " " << i;
+          differ += g[i] != f32[i];
+          nonzero += f32[i] != 0.0f;
+        }
+        EXPECT_GT(differ, nonzero / 2) << name << ": bf16 rounding should change most entries";
+      };
+      check("dx", got.dx, want_dx, mag_dx, exact.dx);
+      if (!strided) {
+        check("dw", got.dw, want_dw, mag_dw, exact.dw);
+        check("db", got.db, want_db, adb, exact.db);
+      } else {
+        for (std::size_t i = 0; i < want_dw.size(); ++i)
+          ASSERT_NEAR(got.dw[i], want_dw[i], 1e-4f) << "dw " << i;
+        for (std::size_t i = 0; i < want_db.size(); ++i)
+          ASSERT_NEAR(got.db[i], want_db[i], 1e-4f) << "db " << i;
+      }
+    }
 }
 
 // Pooling a channels-last input (a convolution's output) gives exactly the values and gradients

@@ -86,10 +86,13 @@ struct Conv2dOptions {
 };
 // While an instance lives on this thread, convolutions run in bf16 as under
 // torch.autocast(device_type="cpu", dtype=torch.bfloat16): inputs and weights rounded to bf16,
-// products summed and outputs kept in f32 (onednn::conv2d_forward_bf16). Other ops stay f32, and
-// so do the convolutions cpudl runs natively (first layers of 1-4 channels, whole-map products).
-// Inference only: a convolution whose inputs need gradients throws. The constructor throws when
-// the CPU has neither AVX512-BF16 nor AMX (or CPUDL_ISA caps them).
+// products summed and outputs kept in f32 (onednn::conv2d_forward_bf16). In training the backward
+// passes of those convolutions run in bf16 too (the output gradient rounded, input and weight
+// gradients accumulated and kept in f32), so master weights and optimiser state stay f32 as in
+// PyTorch's autocast training. Other ops stay f32, and so do the convolutions cpudl runs natively
+// (first layers of 1-4 channels, whole-map products, few-channel weight gradients). The mode is
+// read when an op runs forward: its backward follows the forward's precision. The constructor
+// throws when the CPU has neither AVX512-BF16 nor AMX (or CPUDL_ISA caps them).
 class Bf16Autocast {
  public:
   Bf16Autocast();

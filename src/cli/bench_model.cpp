@@ -36,9 +36,8 @@ int run_model_bench(const ModelBenchOptions& o) {
   if (o.optimizer != "adam" && o.optimizer != "sgd") throw UsageError("--optimizer must be adam or sgd");
   if (o.precision != "fp32" && o.precision != "bf16") throw UsageError("--precision must be fp32 or bf16");
   const bool bf16 = o.precision == "bf16";
-  if (bf16 && o.train)
-    throw UsageError("--precision bf16: training in bf16 is not supported yet (bf16 runs inference only)");
-  // Convolutions in bf16 for the whole run, as torch.autocast (throws if the CPU has no bf16).
+  // Convolutions in bf16 for the whole run, as torch.autocast: in training their backward passes
+  // too, with f32 weights and optimiser state (throws if the CPU has no bf16).
   std::optional<Bf16Autocast> autocast;
   if (bf16) autocast.emplace();
   // MNIST models take 1 x 28 x 28; resnet18 3 x S x S (32 by default) with torchvision's stem
@@ -129,9 +128,9 @@ void add_bench_model_command(CLI::App& bench, Action& action) {
   m->add_flag("--train", o->train,
               "Time a training step (forward, backward, optimiser) instead of inference");
   m->add_option("--optimizer", o->optimizer, "adam (default) or sgd (momentum 0.9) for --train");
-  m->add_option(
-      "--precision", o->precision,
-      "fp32 (default) or bf16: convolutions in bf16 as torch.autocast, inference only (AVX512-BF16 or AMX)");
+  m->add_option("--precision", o->precision,
+                "fp32 (default) or bf16: convolutions (forward and, with --train, backward) in bf16 as "
+                "torch.autocast; needs AVX512-BF16 or AMX");
   m->add_option("--image-size", o->image_size, "resnet18 input size (default 32)")
       ->check(CLI::Range(8, 1024));
   m->add_flag("--cifar-stem", o->cifar_stem, "resnet18 with a 3x3 stride-1 first conv and no max pooling");

@@ -2,6 +2,7 @@
 // backward weights. Activations stay in the caller's layout; weights are reordered to the
 // primitive's blocked layout once per weights version.
 #include <algorithm>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -15,7 +16,14 @@ namespace {
 using dims = dnnl::memory::dims;
 using tag = dnnl::memory::format_tag;
 
-enum OpId : std::int64_t { kConvForward = 100, kConvBackwardData, kConvBackwardWeights, kConvForwardBf16 };
+enum OpId : std::int64_t {
+  kConvForward = 100,
+  kConvBackwardData,
+  kConvBackwardWeights,
+  kConvForwardBf16,
+  kConvBackwardDataBf16,
+  kConvBackwardWeightsBf16
+};
 
 std::string conv_text(const ConvShape& s) {
   return "conv2d [" + std::to_string(s.batch) + "x" + std::to_string(s.in_channels) + "x" +
@@ -174,12 +182,68 @@ struct ForwardEntry {
   bool depthwise_bias_owned = false;  // a zero bias for a depthwise stage without one
 };
 
-// The bf16 forward: the source rounded to bf16 into `converted` by its own reorder, then the
-// convolution on bf16 source and weights with f32 output.
-struct Bf16ForwardEntry {
-  Executable to_bf16, exec;
-  WeightsCache weights;
+// An f32 argument that a bf16 primitive reads in bf16: rounded to nearest even by its own reorder
+// into a buffer the entry owns.
+struct Bf16Staging {
+  Executable convert;
+  // Binds `arg` of `exec` to the owned bf16 copy of an f32 tensor laid out as `f32_md` (tag `t`).
+  void init(Executable& exec, int arg, const dnnl::memory::desc& f32_md, tag t) {
+    const dnnl::memory::desc bf16_md(f32_md.dims(), dnnl::memory::data_type::bf16, t);
+    const dnnl::memory converted(bf16_md, engine());
+    convert.set_primitive(dnnl::reorder(dnnl::reorder::primitive_desc(engine(), f32_md, engine(), bf16_md)));
+    convert.bind(DNNL_ARG_FROM, f32_md);
+    convert.bind_owned(DNNL_ARG_TO, converted);
+    exec.bind_owned(arg, converted);
+  }
+  void run(const float* values) { convert.run({values}); }
 };
+
+// The bf16 passes: their arguments staged in bf16, then the convolution accumulating in f32. The
+// mutex keeps a staged copy from being overwritten by a concurrent caller before it is read.
+struct Bf16ForwardEntry {
+  Executable exec;
+  Bf16Staging src;
+  WeightsCache weights;
+  std::mutex mutex;
+};
+
+struct Bf16BackwardDataEntry {
+  Executable exec;
+  Bf16Staging diff_dst;
+  WeightsCache weights;
+  std::mutex mutex;
+};
+
+struct Bf16BackwardWeightsEntry {
+  Executable exec;
+  Bf16Staging src, diff_dst;
+  bool reorder_out = false;
+  dnnl::memory blocked_diff, plain_diff;
+  std::mutex mutex;
+};
+
+dnnl::memory::desc bf16_desc(const dnnl::memory::desc& md, tag t) {
+  return dnnl::memory::desc(md.dims(), dnnl::memory::data_type::bf16, t);
+}
+
+// The forward descriptor of a bf16 convolution (f32 bias and output): the primitive itself, or
+// the hint its backward passes need.
+dnnl::convolution_forward::primitive_desc bf16_forward_pd(const ConvShape& s, const Geometry& g, bool bias,
+                                                          const dnnl::primitive_attr& attr) {
+  const auto src = bf16_desc(g.src, activation_tag(s.layout)), weights = bf16_desc(g.weights_any, tag::any);
+  const auto prop = dnnl::prop_kind::forward_training;
+  const auto algo = dnnl::algorithm::convolution_direct;
+  const auto desc = bias ? dnnl::convolution_forward::desc(prop, algo, src, weights, g.bias, g.dst, g.strides,
+                                                           g.dilates, g.pad_l, g.pad_r)
+                         : dnnl::convolution_forward::desc(prop, algo, src, weights, g.dst, g.strides,
+                                                           g.dilates, g.pad_l, g.pad_r);
+  return dnnl::convolution_forward::primitive_desc(desc, attr, engine());
+}
+
+void require_plain_bf16_layout(const ConvShape& s) {
+  if (s.layout == ActivationLayout::blocked || s.dst_layout)
+    throw Error(conv_text(s) + ": the bf16 passes take NCHW or NHWC activations in and out");
+}
 
 struct BackwardDataEntry {
   Executable exec;
@@ -301,54 +365,124 @@ void conv2d_forward_bf16(const ConvShape& s, const float* src, const float* weig
                          std::uint64_t weights_version, const float* bias, float* dst,
                          Activation activation) {
   s.validate();
-  if (s.layout == ActivationLayout::blocked || s.dst_layout)
-    throw Error(conv_text(s) + ": the bf16 forward takes NCHW or NHWC activations in and out");
+  require_plain_bf16_layout(s);
   static PrimitiveCache<Bf16ForwardEntry> cache;
   PrimitiveKey key = conv_key(kConvForwardBf16, s);
   add_weights_identity(key, weights, weights_version);
   key.add(bias != nullptr).add(static_cast<int>(activation));
-  const auto entry = with_context(
-      [&] { return conv_text(s) + " in bf16"; },
-      [&] {
-        return cache.get(key, [&] {
-          using dt = dnnl::memory::data_type;
-          const Geometry g = geometry(s);
-          const dnnl::memory::desc src_bf16(g.src.dims(), dt::bf16, activation_tag(s.layout));
-          const dnnl::memory::desc weights_bf16(g.weights_any.dims(), dt::bf16,
-                                                dnnl::memory::format_tag::any);
-          const auto prop = dnnl::prop_kind::forward_inference;
-          const auto desc = bias ? dnnl::convolution_forward::desc(prop, dnnl::algorithm::convolution_direct,
-                                                                   src_bf16, weights_bf16, g.bias, g.dst,
-                                                                   g.strides, g.dilates, g.pad_l, g.pad_r)
-                                 : dnnl::convolution_forward::desc(prop, dnnl::algorithm::convolution_direct,
-                                                                   src_bf16, weights_bf16, g.dst, g.strides,
-                                                                   g.dilates, g.pad_l, g.pad_r);
-          dnnl::primitive_attr attr;
-          dnnl::post_ops ops;
-          append_activation(ops, static_cast<int>(activation), 0.0f, 6.0f);
-          attr.set_post_ops(ops);
-          const dnnl::convolution_forward::primitive_desc pd(desc, attr, engine());
-          auto e = std::make_shared<Bf16ForwardEntry>();
-          const dnnl::memory converted(src_bf16, engine());
-          e->to_bf16.set_primitive(
-              dnnl::reorder(dnnl::reorder::primitive_desc(engine(), g.src, engine(), src_bf16)));
-          e->to_bf16.bind(DNNL_ARG_FROM, g.src);
-          e->to_bf16.bind_owned(DNNL_ARG_TO, converted);
-          e->exec.set_primitive(dnnl::convolution_forward(pd));
-          e->exec.bind_owned(DNNL_ARG_SRC, converted);
-          e->exec.bind(DNNL_ARG_DST, g.dst);
-          if (bias) e->exec.bind(DNNL_ARG_BIAS, g.bias);
-          e->weights.init(g.weights_plain, pd.weights_desc());  // f32 OIHW -> bf16 blocked: always a reorder
-          e->weights.bind(e->exec, g.weights_plain);
-          return e;
-        });
-      });
+  const auto entry = with_context([&] { return conv_text(s) + " in bf16"; },
+                                  [&] {
+                                    return cache.get(key, [&] {
+                                      const Geometry g = geometry(s);
+                                      dnnl::primitive_attr attr;
+                                      dnnl::post_ops ops;
+                                      append_activation(ops, static_cast<int>(activation), 0.0f, 6.0f);
+                                      attr.set_post_ops(ops);
+                                      const auto pd = bf16_forward_pd(s, g, bias != nullptr, attr);
+                                      auto e = std::make_shared<Bf16ForwardEntry>();
+                                      e->exec.set_primitive(dnnl::convolution_forward(pd));
+                                      e->src.init(e->exec, DNNL_ARG_SRC, g.src, activation_tag(s.layout));
+                                      e->exec.bind(DNNL_ARG_DST, g.dst);
+                                      if (bias) e->exec.bind(DNNL_ARG_BIAS, g.bias);
+                                      // f32 OIHW -> bf16 blocked: always a reorder
+                                      e->weights.init(g.weights_plain, pd.weights_desc());
+                                      e->weights.bind(e->exec, g.weights_plain);
+                                      return e;
+                                    });
+                                  });
+  std::lock_guard<std::mutex> lock(entry->mutex);
   entry->weights.refresh(weights, weights_version);
-  entry->to_bf16.run({src});
+  entry->src.run(src);
   if (bias)
     entry->exec.run({dst, bias});
   else
     entry->exec.run({dst});
+}
+
+void conv2d_backward_data_bf16(const ConvShape& s, const float* diff_dst, const float* weights,
+                               std::uint64_t weights_version, float* diff_src) {
+  s.validate();
+  require_plain_bf16_layout(s);
+  static PrimitiveCache<Bf16BackwardDataEntry> cache;
+  PrimitiveKey key = conv_key(kConvBackwardDataBf16, s);
+  add_weights_identity(key, weights, weights_version);
+  const auto entry = with_context(
+      [&] { return conv_text(s) + " backward data in bf16"; },
+      [&] {
+        return cache.get(key, [&] {
+          const Geometry g = geometry(s);
+          const auto hint = bf16_forward_pd(s, g, false, dnnl::primitive_attr());
+          const dnnl::convolution_backward_data::desc desc(
+              dnnl::algorithm::convolution_direct, g.src, bf16_desc(g.weights_any, tag::any),
+              bf16_desc(g.dst, activation_tag(s.layout)), g.strides, g.dilates, g.pad_l, g.pad_r);
+          const dnnl::convolution_backward_data::primitive_desc pd(desc, engine(), hint);
+          auto e = std::make_shared<Bf16BackwardDataEntry>();
+          e->exec.set_primitive(dnnl::convolution_backward_data(pd));
+          e->diff_dst.init(e->exec, DNNL_ARG_DIFF_DST, g.dst, activation_tag(s.layout));
+          e->exec.bind(DNNL_ARG_DIFF_SRC, g.src);
+          e->weights.init(g.weights_plain, pd.weights_desc());
+          e->weights.bind(e->exec, g.weights_plain);
+          return e;
+        });
+      });
+  std::lock_guard<std::mutex> lock(entry->mutex);
+  entry->weights.refresh(weights, weights_version);
+  entry->diff_dst.run(diff_dst);
+  entry->exec.run({diff_src});
+}
+
+void conv2d_backward_weights_bf16(const ConvShape& s, const float* src, const float* diff_dst,
+                                  float* diff_weights, float* diff_bias) {
+  s.validate();
+  require_plain_bf16_layout(s);
+  static PrimitiveCache<Bf16BackwardWeightsEntry> cache;
+  PrimitiveKey key = conv_key(kConvBackwardWeightsBf16, s);
+  key.add(diff_bias != nullptr);
+  const auto entry = with_context(
+      [&] { return conv_text(s) + " backward weights in bf16"; },
+      [&] {
+        return cache.get(key, [&] {
+          const Geometry g = geometry(s);
+          const tag layout = activation_tag(s.layout);
+          const auto hint = bf16_forward_pd(s, g, diff_bias != nullptr, dnnl::primitive_attr());
+          const auto src_md = bf16_desc(g.src, layout), dst_md = bf16_desc(g.dst, layout);
+          const auto algo = dnnl::algorithm::convolution_direct;
+          // Weight (and bias) gradients accumulate and are written in f32.
+          const auto desc =
+              diff_bias
+                  ? dnnl::convolution_backward_weights::desc(algo, src_md, g.weights_any, g.bias, dst_md,
+                                                             g.strides, g.dilates, g.pad_l, g.pad_r)
+                  : dnnl::convolution_backward_weights::desc(algo, src_md, g.weights_any, dst_md, g.strides,
+                                                             g.dilates, g.pad_l, g.pad_r);
+          const dnnl::convolution_backward_weights::primitive_desc pd(desc, engine(), hint);
+          auto e = std::make_shared<Bf16BackwardWeightsEntry>();
+          e->exec.set_primitive(dnnl::convolution_backward_weights(pd));
+          e->src.init(e->exec, DNNL_ARG_SRC, g.src, layout);
+          e->diff_dst.init(e->exec, DNNL_ARG_DIFF_DST, g.dst, layout);
+          if (diff_bias) e->exec.bind(DNNL_ARG_DIFF_BIAS, g.bias);
+          e->reorder_out = pd.diff_weights_desc() != g.weights_plain;
+          if (e->reorder_out) {
+            e->blocked_diff = dnnl::memory(pd.diff_weights_desc(), engine());
+            e->plain_diff = dnnl::memory(g.weights_plain, engine(), DNNL_MEMORY_NONE);
+            e->exec.bind_owned(DNNL_ARG_DIFF_WEIGHTS, e->blocked_diff);
+          } else {
+            e->exec.bind(DNNL_ARG_DIFF_WEIGHTS, g.weights_plain);
+          }
+          return e;
+        });
+      });
+  std::lock_guard<std::mutex> lock(entry->mutex);
+  entry->src.run(src);
+  entry->diff_dst.run(diff_dst);
+  const void* pointers[2];
+  std::size_t n = 0;
+  if (diff_bias) pointers[n++] = diff_bias;
+  if (!entry->reorder_out) pointers[n++] = diff_weights;
+  entry->exec.run(std::span<const void* const>(pointers, n));
+  if (entry->reorder_out) {
+    entry->plain_diff.set_data_handle(diff_weights);
+    reorder(entry->blocked_diff, entry->plain_diff);
+  }
 }
 
 void conv2d_backward_data(const ConvShape& s, const float* diff_dst, const float* weights,

@@ -101,15 +101,19 @@ bool depthwise_fusion_supported(const ConvShape& s, std::int64_t stride);
 // while (weights pointer, version) is unchanged: bump it whenever the weights change.
 void conv2d_forward(const ConvShape& s, const float* src, const float* weights, std::uint64_t weights_version,
                     const float* bias, float* dst, const ConvEpilogue& epilogue = {});
-// The forward convolution computing in bf16, as torch.autocast(dtype=torch.bfloat16) runs it:
-// source and weights rounded to bf16 (round to nearest even), products accumulated and the output
-// written in f32, the activation fused; inference only, NCHW or NHWC activations. On AMX or
-// AVX512-BF16 CPUs oneDNN's bf16 kernels run it (ResNet-18's 3x3 128-channel layer on AMX: 2.1
-// TFLOP/s on one core against 209 GFLOP/s in f32); bf16_compute_available() says whether this
-// CPU has them.
+// The convolution's three passes computing in bf16, as torch.autocast(dtype=torch.bfloat16) runs
+// them: every f32 operand (source, weights, output gradient) rounded to bf16 (nearest even),
+// products accumulated and every result (output, input gradient, weight and bias gradients)
+// written in f32; the forward's activation fused; NCHW or NHWC activations. On AMX or AVX512-BF16
+// CPUs oneDNN's bf16 kernels run them (ResNet-18's 3x3 128-channel layer on AMX: 2.1 TFLOP/s on
+// one core against 209 GFLOP/s in f32); bf16_compute_available() says whether this CPU has them.
 bool bf16_compute_available();
 void conv2d_forward_bf16(const ConvShape& s, const float* src, const float* weights,
                          std::uint64_t weights_version, const float* bias, float* dst, Activation activation);
+void conv2d_backward_data_bf16(const ConvShape& s, const float* diff_dst, const float* weights,
+                               std::uint64_t weights_version, float* diff_src);
+void conv2d_backward_weights_bf16(const ConvShape& s, const float* src, const float* diff_dst,
+                                  float* diff_weights, float* diff_bias);
 void conv2d_backward_data(const ConvShape& s, const float* diff_dst, const float* weights,
                           std::uint64_t weights_version, float* diff_src);
 // Writes (not accumulates) diff_weights in OIHW and, when non-null, diff_bias.
