@@ -455,6 +455,31 @@ TEST(Kernels, ReluReferenceSemantics) {
   EXPECT_TRUE(std::isnan(y[3]));
 }
 
+// Outputs past g_streaming_store_bytes take map_into's non-temporal path (aligned head, four
+// vectors a step, a fence, masked tail). With the threshold lowered to 64 bytes every size above
+// 16 floats takes it, at an unaligned output, and must still equal the reference bit for bit.
+TEST(Kernels, StreamingStoresMatchReference) {
+  kernel_table();  // its first use sets the threshold: before the test lowers it
+  struct LoweredThreshold {
+    std::size_t saved = g_streaming_store_bytes;
+    LoweredThreshold() { g_streaming_store_bytes = 64; }
+    ~LoweredThreshold() { g_streaming_store_bytes = saved; }
+  } lowered;
+  check_binary(f32_add_variants(), f32_add_variants().back().fn);
+  check_binary(f32_mul_variants(), f32_mul_variants().back().fn);
+  const auto relu = f32_relu_variants().back().fn;
+  for_each_runnable(f32_relu_variants(), [&](F32UnaryFn fn) {
+    for (std::size_t n : kSizes) {
+      const auto x = random_values(n, 4, true);
+      std::vector<float> expected(n + 2, 7.0f), got(n + 2, 7.0f);
+      relu(x.data() + 1, expected.data() + 1, n);
+      fn(x.data() + 1, got.data() + 1, n);
+      for (std::size_t i = 0; i < n + 2; ++i)
+        ASSERT_TRUE(same_bits_or_both_nan(got[i], expected[i])) << "n=" << n << " i=" << i;
+    }
+  });
+}
+
 TEST(Kernels, SubAndDivMatchReferenceExactly) {
   check_binary(f32_sub_variants(), f32_sub_variants().back().fn);
   check_binary(f32_div_variants(), f32_div_variants().back().fn);
