@@ -361,6 +361,37 @@ TEST(Autograd, ConvolutionCoveringTheWholeMapMatchesTheDirectLoop) {
     }
 }
 
+// oneDNN's blocked copy of a convolution's weights is cached under (data pointer, version). A
+// weight tensor created where a freed one lived (an allocator hands the same block back) must
+// not find the old tensor's copy: versions are unique across tensors. The reuse is staged
+// without allocator luck: a new tensor (fresh TensorImpl) over the same storage, holding other
+// values. Its output must match the direct loop with its own weights, in f32 and in bf16.
+TEST(Autograd, ConvolutionWeightsAtAReusedAddressAreNotTakenFromTheCache) {
+  const Shape xs = {2, 16, 6, 6}, ws = {16, 16, 3, 3};
+  const Conv2dOptions o{1, 1, 1, 1};
+  const onednn::ConvShape s = conv_shape_of(xs, ws, o);
+  const Tensor x = randn(xs, 810);
+  for (const bool bf16 : {false, true}) {
+    if (bf16 && !onednn::bf16_compute_available()) continue;
+    SCOPED_TRACE(bf16 ? "bf16" : "f32");
+    std::optional<Bf16Autocast> autocast;
+    if (bf16) autocast.emplace();
+    const Tensor old_weights = randn(ws, 811);
+    conv2d(x, old_weights, Tensor(), o);  // caches the blocked copy of the old values
+    const std::vector<float> values = randn(ws, 812).to_vector();
+    auto impl = std::make_shared<TensorImpl>();
+    impl->storage = old_weights.impl()->storage;
+    impl->shape = ws;
+    impl->strides = old_weights.strides();
+    const Tensor w(impl);
+    std::copy(values.begin(), values.end(), w.data());
+    ASSERT_EQ(w.data(), old_weights.data());
+    const std::vector<float> got = conv2d(x, w, Tensor(), o).to_vector();
+    const std::vector<float> want = reference::conv2d_forward(s, x.to_vector(), values, nullptr);
+    for (std::size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], bf16 ? 0.3f : 1e-3f) << i;
+  }
+}
+
 // Under Bf16Autocast, conv2d runs in bf16 (inputs and weights rounded to 8 mantissa bits, sums
 // and output in f32): within bf16's rounding of the direct loop in double, and not equal to the
 // f32 result (the bf16 kernels did run); with fused ReLU and bias, strided and padded. Skipped on

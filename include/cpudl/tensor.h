@@ -123,7 +123,10 @@ class Tensor {
   bool is_leaf() const;
   std::shared_ptr<Node> grad_fn() const;
 
-  // In-place updates (optimisers): bump the version so stale saved tensors are detected.
+  // In-place updates (optimisers, loading): bump the version so that what was derived from the
+  // old contents (oneDNN's blocked weights) is rebuilt. Versions are unique across all tensors
+  // (fresh_tensor_version), so (data pointer, version) names contents even when a freed tensor's
+  // memory is reused by a new one.
   void bump_version() const;
   std::uint64_t version() const;
 
@@ -136,6 +139,9 @@ class Tensor {
 
 std::ostream& operator<<(std::ostream& out, const Tensor& t);
 
+// A version no tensor has had before (a process-wide counter).
+std::uint64_t fresh_tensor_version();
+
 struct TensorImpl {
   std::shared_ptr<Storage> storage;
   std::int64_t offset = 0;  // in elements
@@ -146,7 +152,8 @@ struct TensorImpl {
   std::shared_ptr<TensorImpl> grad;
   std::shared_ptr<Node> grad_fn;         // set on results of differentiable ops
   std::weak_ptr<Node> grad_accumulator;  // leaves: where their gradient is summed
-  std::shared_ptr<std::uint64_t> version = std::make_shared<std::uint64_t>(0);  // shared by views
+  std::shared_ptr<std::uint64_t> version =
+      std::make_shared<std::uint64_t>(fresh_tensor_version());  // shared by views
 };
 
 }  // namespace cpudl

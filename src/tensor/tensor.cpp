@@ -1,4 +1,5 @@
 // Tensor construction, properties, element access, copies and printing.
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -6,6 +7,7 @@
 #include <ostream>
 #include <sstream>
 
+#include <atomic>
 #include "cpudl/autograd.h"
 #include "cpudl/error.h"
 #include "cpudl/tensor.h"
@@ -203,7 +205,12 @@ Tensor Tensor::detach() const {
   return Tensor(impl);
 }
 
-void Tensor::bump_version() const { ++*checked(impl_).version; }
+std::uint64_t fresh_tensor_version() {
+  static std::atomic<std::uint64_t> counter{0};
+  return counter.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+
+void Tensor::bump_version() const { *checked(impl_).version = fresh_tensor_version(); }
 std::uint64_t Tensor::version() const { return *checked(impl_).version; }
 
 std::string Tensor::to_string() const {
