@@ -1,6 +1,7 @@
 // Convolutions as one matrix product when every window covers the whole map (conv_as_linear.h).
 #include "ops/conv_as_linear.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -50,25 +51,26 @@ bool conv_covers_whole_map(const onednn::ConvShape& s) {
          covers(s.width, s.out_width(), s.kernel_w, s.stride_w, s.pad_w);
 }
 
-Tensor conv_expanded_weights(const onednn::ConvShape& s, const float* w) {
+KernelWindow whole_kernel(const onednn::ConvShape& s) { return {s.kernel_h, s.kernel_w, 0, 0}; }
+
+Tensor conv_expanded_weights(const onednn::ConvShape& s, const float* w, const KernelWindow& window) {
   const Dims d = dims(s);
-  const std::int64_t ic_n = s.in_channels, oc_n = s.out_channels;
-  // [tap][OC][IC] first, so that each block of E is a run of whole IC rows.
-  std::vector<float> by_tap(static_cast<std::size_t>(d.taps * oc_n * ic_n));
-  parallel_for(static_cast<std::size_t>(oc_n), 8, [&](std::size_t o0, std::size_t o1) {
-    for (auto oc = static_cast<std::int64_t>(o0); oc < static_cast<std::int64_t>(o1); ++oc)
-      for (std::int64_t ic = 0; ic < ic_n; ++ic)
-        for (std::int64_t t = 0; t < d.taps; ++t)
-          by_tap[static_cast<std::size_t>((t * oc_n + oc) * ic_n + ic)] = w[(oc * ic_n + ic) * d.taps + t];
-  });
+  const std::int64_t ic_n = s.in_channels, oc_n = s.out_channels, full_taps = window.full_h * window.full_w;
   Tensor e = Tensor::empty({d.out, d.in});
   float* pe = e.data();
+  // Row (p, oc) of E gathers output channel oc's kernel (IC x full taps, at most 18 KB for
+  // ResNet-18's 512 x 512 x 3 x 3: it stays in L1/L2 while read with a stride of full_taps).
   parallel_for(static_cast<std::size_t>(d.out), 16, [&](std::size_t r0, std::size_t r1) {
     for (auto row = static_cast<std::int64_t>(r0); row < static_cast<std::int64_t>(r1); ++row) {
       const std::int64_t p = row / oc_n, oc = row % oc_n;
-      for (std::int64_t q = 0; q < d.positions_in; ++q)
-        std::memcpy(pe + row * d.in + q * ic_n, by_tap.data() + (tap(s, p, q) * oc_n + oc) * ic_n,
-                    static_cast<std::size_t>(ic_n) * sizeof(float));
+      const float* kernel = w + oc * ic_n * full_taps;
+      for (std::int64_t q = 0; q < d.positions_in; ++q) {
+        const std::int64_t t = tap(s, p, q);
+        const float* src =
+            kernel + (window.kh_begin + t / s.kernel_w) * window.full_w + window.kw_begin + t % s.kernel_w;
+        float* dst = pe + row * d.in + q * ic_n;
+        for (std::int64_t ic = 0; ic < ic_n; ++ic) dst[ic] = src[ic * full_taps];
+      }
     }
   });
   return e;
@@ -92,10 +94,10 @@ void conv_as_linear_backward_data(const onednn::ConvShape& s, const float* dy, c
   onednn::linear_backward_data(linear_shape(s), dy, expanded.data(), dx);
 }
 
-void conv_as_linear_backward_weights(const onednn::ConvShape& s, const float* x, const float* dy, float* dw,
-                                     float* db) {
+void conv_as_linear_backward_weights(const onednn::ConvShape& s, const KernelWindow& window, const float* x,
+                                     const float* dy, float* dw, float* db) {
   const Dims d = dims(s);
-  const std::int64_t ic_n = s.in_channels, oc_n = s.out_channels;
+  const std::int64_t ic_n = s.in_channels, oc_n = s.out_channels, full_taps = window.full_h * window.full_w;
   // Written whole by oneDNN: no zero-fill (E's gradient is as large as E: 4 MB for ResNet-18's
   // 2x2 maps).
   const Tensor de_tensor = Tensor::empty({d.out, d.in});
@@ -116,8 +118,12 @@ void conv_as_linear_backward_weights(const onednn::ConvShape& s, const float* x,
           for (std::int64_t ic = 0; ic < ic_n; ++ic) acc[ic] += block[ic];
         }
       }
+      float* kernel = dw + oc * ic_n * full_taps;
+      std::fill(kernel, kernel + ic_n * full_taps, 0.0f);  // the dead taps' gradient
       for (std::int64_t ic = 0; ic < ic_n; ++ic)
-        for (std::int64_t t = 0; t < d.taps; ++t) dw[(oc * ic_n + ic) * d.taps + t] = by_tap[t * ic_n + ic];
+        for (std::int64_t t = 0; t < d.taps; ++t)
+          kernel[ic * full_taps + (window.kh_begin + t / s.kernel_w) * window.full_w + window.kw_begin +
+                 t % s.kernel_w] = by_tap[t * ic_n + ic];
     }
   });
   if (db)

@@ -17,16 +17,25 @@ namespace cpudl::ops_detail {
 // dense, and at most as many multiply-adds as the direct convolution (H*W <= KH*KW).
 bool conv_covers_whole_map(const onednn::ConvShape& s);
 
-// E [OH*OW*OC][H*W*IC] from weights [OC][IC][KH][KW].
-Tensor conv_expanded_weights(const onednn::ConvShape& s, const float* w);
+// Where the kernel `s` runs sits in the stored weights [OC][IC][full_h][full_w]: the window
+// [kh_begin, +s.kernel_h) x [kw_begin, +s.kernel_w), the rest being taps that only ever read
+// padding (crop_dead_taps in layers.cpp). E is built from, and its gradient folded into, the
+// stored kernel directly: no copy of the window either way.
+struct KernelWindow {
+  std::int64_t full_h = 0, full_w = 0, kh_begin = 0, kw_begin = 0;
+};
+KernelWindow whole_kernel(const onednn::ConvShape& s);
+
+// E [OH*OW*OC][H*W*IC] from the window of weights [OC][IC][full_h][full_w].
+Tensor conv_expanded_weights(const onednn::ConvShape& s, const float* w, const KernelWindow& window);
 
 // y (channels-last) = x (channels-last) E^T + bias, ReLU fused when asked.
 void conv_as_linear_forward(const onednn::ConvShape& s, const float* x, const Tensor& expanded,
                             const float* bias, bool relu, float* y);
 void conv_as_linear_backward_data(const onednn::ConvShape& s, const float* dy, const Tensor& expanded,
                                   float* dx);
-// Writes dw [OC][IC][KH][KW] and, when non-null, db [OC].
-void conv_as_linear_backward_weights(const onednn::ConvShape& s, const float* x, const float* dy, float* dw,
-                                     float* db);
+// Writes dw [OC][IC][full_h][full_w] (zero outside the window) and, when non-null, db [OC].
+void conv_as_linear_backward_weights(const onednn::ConvShape& s, const KernelWindow& window, const float* x,
+                                     const float* dy, float* dw, float* db);
 
 }  // namespace cpudl::ops_detail

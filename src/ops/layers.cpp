@@ -106,10 +106,14 @@ CroppedKernel crop_dead_taps(const onednn::ConvShape& s) {
   return c;
 }
 
+KernelWindow window_of(const CroppedKernel& c, const Shape& weight_shape) {
+  return {weight_shape[2], weight_shape[3], c.kh_begin, c.kw_begin};
+}
+
 // The live window [kh_begin, +kernel_h) x [kw_begin, +kernel_w) of weights [OC][IC][KH][KW]
 // (weights_of_window) and a window's gradient placed in a zero kernel of `full` shape
-// (gradient_of_kernel), rows of OC x IC split over the threads: a strided view copy was serial,
-// one element at a time (ResNet-18's 512 x 512 x 3 x 3 kernels, ~8 ms of a 2-thread step).
+// (gradient_of_kernel), for cropped kernels oneDNN runs (whole-map products read the stored
+// kernel directly); rows of OC x IC split over the threads, as a strided view copy is serial.
 Tensor weights_of_window(const Tensor& weight, const CroppedKernel& c) {
   const Tensor w = contiguous_values(weight);
   const std::int64_t rows = w.size(0) * w.size(1), kh = w.size(2), kw = w.size(3);
@@ -152,7 +156,8 @@ thread_local bool g_bf16_autocast = false;
 // conv2d's backward pass, in the precision and on the path its forward took.
 struct ConvBackward {
   CroppedKernel crop;
-  Tensor xc, wc, expanded;  // channels-last input, the (cropped) weights, a whole-map product's E
+  // Channels-last input; the (cropped) weights oneDNN runs, or a whole-map product's E.
+  Tensor xc, wc, expanded;
   std::uint64_t version;
   bool bf16;
   // Gradients only for inputs that need them: a first layer's input (the images) needs none, and
@@ -178,13 +183,17 @@ struct ConvBackward {
     }
     if (need_dw || need_db) {
       // oneDNN computes both in one pass; a frozen weight's gradient is computed and dropped.
-      dw = Tensor::empty(wc.shape());
       if (need_db) db = Tensor::empty({run.out_channels});
       float* db_out = need_db ? db.data() : nullptr;
-      if (expanded.defined())
-        conv_as_linear_backward_weights(run, xc.data(), gc.data(), dw.data(), db_out);
-      else if (run.groups == 1 && run.in_channels <= kFewInputChannels &&
-               run.out_channels >= kFewInputChannelsMinOutputs)
+      if (expanded.defined()) {  // folded straight into the whole kernel, dead taps included
+        dw = Tensor::empty(weight_shape);
+        conv_as_linear_backward_weights(run, window_of(crop, weight_shape), xc.data(), gc.data(), dw.data(),
+                                        db_out);
+        return {dx, need_dw ? dw : Tensor(), db};
+      }
+      dw = Tensor::empty(wc.shape());
+      if (run.groups == 1 && run.in_channels <= kFewInputChannels &&
+          run.out_channels >= kFewInputChannelsMinOutputs)
         few_channel_backward_weights(run, xc.data(), gc.data(), dw.data(), db_out);
       // oneDNN's AMX weight gradient is slower than its f32 one for strided convolutions
       // (ResNet-18 at 32x32, batch 64, 1 thread: 1x1/2 0.44-1.22 ms against 0.18-0.67, 3x3/2
@@ -254,13 +263,18 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   // input runs 3x3 kernels on 1x1 maps, where oneDNN's backward-weights pass took 150 ms per call
   // for the 1/9 of the work that matters.
   const CroppedKernel crop = crop_dead_taps(s);
-  const Tensor wc = crop.cropped ? weights_of_window(weight, crop) : contiguous_values(weight);
-  // A cropped copy is new on every call: version 0 has oneDNN reorder it each time.
-  const std::uint64_t version = !crop.cropped && weight.is_contiguous() ? weights_version(weight) : 0;
   const onednn::ConvShape& run = crop.shape;
   // Maps no larger than the kernel's reach (the deep end of a network on small images) run as
-  // one matrix product (conv_as_linear.h).
-  const Tensor expanded = conv_covers_whole_map(run) ? conv_expanded_weights(run, wc.data()) : Tensor();
+  // one matrix product (conv_as_linear.h), E gathered from the stored kernel's live window.
+  const Tensor expanded =
+      conv_covers_whole_map(run)
+          ? conv_expanded_weights(run, contiguous_values(weight).data(), window_of(crop, weight.shape()))
+          : Tensor();
+  const Tensor wc = expanded.defined() ? Tensor()
+                    : crop.cropped     ? weights_of_window(weight, crop)
+                                       : contiguous_values(weight);
+  // A cropped copy is new on every call: version 0 has oneDNN reorder it each time.
+  const std::uint64_t version = !crop.cropped && weight.is_contiguous() ? weights_version(weight) : 0;
   const bool bf16 = g_bf16_autocast && !expanded.defined();
   if (expanded.defined()) {
     conv_as_linear_forward(run, xc.data(), expanded, bc.defined() ? bc.data() : nullptr, o.relu, y.data());
