@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <vector>
 
 #include "cpudl/error.h"
 #include "cpudl/ops.h"
@@ -74,6 +75,64 @@ TEST(Tensor, ViewsShareStorage) {
   EXPECT_EQ(t.flatten(1).shape(), (Shape{2, 12}));
   EXPECT_EQ(t.view({-1, 6}).shape(), (Shape{4, 6}));
   EXPECT_THROW(t.view({5, -1}), Error);
+}
+
+// v.contiguous() element i must be the element of v's storage at sum(index_d * stride_d): an
+// odometer over the index, independent of copy_strided's row walk and thread split.
+template <class T>
+void expect_contiguous_copy_follows_strides(const Tensor& v) {
+  SCOPED_TRACE(shape_text(v.shape()));
+  const Tensor c = v.contiguous();
+  ASSERT_EQ(c.shape(), v.shape());
+  if (v.numel() == 0) return;
+  ASSERT_TRUE(c.is_contiguous());
+  const auto* from = static_cast<const T*>(v.raw_data());
+  const auto* got = static_cast<const T*>(c.raw_data());
+  const Shape& shape = v.shape();
+  std::vector<std::int64_t> index(shape.size(), 0);
+  for (std::int64_t i = 0; i < v.numel(); ++i) {
+    std::int64_t offset = 0;
+    for (std::size_t d = 0; d < shape.size(); ++d) offset += index[d] * v.strides()[d];
+    ASSERT_EQ(got[i], from[offset]) << "element " << i;
+    for (std::size_t d = shape.size(); d-- > 0;) {
+      if (++index[d] < shape[d]) break;
+      index[d] = 0;
+    }
+  }
+}
+
+// Strided copies of every element size (f32, i64, bf16 and i8 storage): permutations (inner
+// stride 1 and not), stepped slices, broadcasts (stride 0 innermost and outer), a scalar, empty
+// shapes, and copies large enough to be split over the threads (~1M elements).
+TEST(Tensor, StridedCopiesFollowTheStrides) {
+  Generator gen(5);
+  const Tensor big = Tensor::randn({4, 48, 33, 40}, gen);
+  expect_contiguous_copy_follows_strides<float>(big.permute({0, 2, 3, 1}));  // NCHW -> NHWC order
+  expect_contiguous_copy_follows_strides<float>(big.permute({3, 1, 0, 2}));  // inner stride 33
+  expect_contiguous_copy_follows_strides<float>(big.slice(2, 1, 33, 3).slice(3, 2, 40, 2));
+  expect_contiguous_copy_follows_strides<float>(big.transpose(2, 3));
+  expect_contiguous_copy_follows_strides<float>(Tensor::randn({7, 1}, gen).expand({7, 300}));
+  expect_contiguous_copy_follows_strides<float>(Tensor::randn({1, 5}, gen).expand({4000, 5}));
+  expect_contiguous_copy_follows_strides<float>(Tensor::randn({3, 0, 4}, gen).permute({2, 0, 1}));
+  expect_contiguous_copy_follows_strides<float>(Tensor::scalar(2.5f).expand({3, 2}));
+  for (const DType dtype : {DType::i64, DType::bf16, DType::i8}) {
+    SCOPED_TRACE(static_cast<int>(dtype));
+    Tensor t = Tensor::empty({6, 70, 9, 11}, dtype);
+    auto* bytes = static_cast<std::uint8_t*>(t.raw_data());
+    const std::size_t n = static_cast<std::size_t>(t.numel()) * dtype_size(dtype);
+    for (std::size_t i = 0; i < n; ++i) bytes[i] = static_cast<std::uint8_t>(gen.next_u64());
+    const Tensor p = t.permute({1, 3, 0, 2}), q = t.slice(1, 3, 70, 4);
+    if (dtype == DType::i64) {
+      expect_contiguous_copy_follows_strides<std::int64_t>(p);
+      expect_contiguous_copy_follows_strides<std::int64_t>(q);
+    } else if (dtype == DType::bf16) {
+      expect_contiguous_copy_follows_strides<std::uint16_t>(p);
+      expect_contiguous_copy_follows_strides<std::uint16_t>(q);
+    } else {
+      expect_contiguous_copy_follows_strides<std::int8_t>(p);
+      expect_contiguous_copy_follows_strides<std::int8_t>(q);
+    }
+  }
 }
 
 TEST(Tensor, ElementAccessErrorsNameTheProblem) {

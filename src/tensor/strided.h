@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "cpudl/error.h"
 #include "cpudl/tensor.h"
@@ -23,22 +24,29 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
 // Copies src into dst (same shape, any strides, same dtype).
 void copy_strided(const Tensor& src, const Tensor& dst);
 
-// Calls fn(offset_a, offset_b, offset_out, inner) for every innermost row of a broadcast
-// element-wise op: a and b are views already expanded to out's shape; `inner` is the length of
-// the last dimension, whose strides are (stride_a, stride_b, 1).
+// Calls fn(offset_a, offset_b, offset_out, inner) for the innermost rows [begin, end) of a
+// broadcast element-wise op: a and b are views already expanded to out's shape; `inner` is the
+// length of the last dimension, whose strides are (stride_a, stride_b, 1). Rows are numbered in
+// row-major order of the outer dimensions, so threads can take disjoint ranges.
 template <class Fn>
-void for_each_row(const Shape& shape, const Shape& stride_a, const Shape& stride_b, Fn fn) {
+void for_rows(const Shape& shape, const Shape& stride_a, const Shape& stride_b, std::int64_t begin,
+              std::int64_t end, Fn fn) {
   const std::size_t nd = shape.size();
   if (nd == 0) {
-    fn(0, 0, 0, 1);
+    if (begin < end) fn(0, 0, 0, 1);
     return;
   }
+  if (begin >= end) return;
   const std::int64_t inner = shape[nd - 1];
-  std::int64_t rows = 1;
-  for (std::size_t d = 0; d + 1 < nd; ++d) rows *= shape[d];
   std::vector<std::int64_t> index(nd, 0);
   std::int64_t oa = 0, ob = 0;
-  for (std::int64_t r = 0; r < rows; ++r) {
+  for (std::size_t d = nd - 1, r = static_cast<std::size_t>(begin); d-- > 0;) {  // row `begin`'s index
+    index[d] = static_cast<std::int64_t>(r) % shape[d];
+    r /= static_cast<std::size_t>(shape[d]);
+    oa += index[d] * stride_a[d];
+    ob += index[d] * stride_b[d];
+  }
+  for (std::int64_t r = begin; r < end; ++r) {
     fn(oa, ob, r * inner, inner);
     for (std::size_t d = nd - 1; d-- > 0;) {  // odometer over the outer dims
       if (++index[d] < shape[d]) {
@@ -51,6 +59,14 @@ void for_each_row(const Shape& shape, const Shape& stride_a, const Shape& stride
       index[d] = 0;
     }
   }
+}
+
+// Every innermost row, in order.
+template <class Fn>
+void for_each_row(const Shape& shape, const Shape& stride_a, const Shape& stride_b, Fn fn) {
+  std::int64_t rows = 1;
+  for (std::size_t d = 0; d + 1 < shape.size(); ++d) rows *= shape[d];
+  for_rows(shape, stride_a, stride_b, 0, rows, fn);
 }
 
 }  // namespace cpudl

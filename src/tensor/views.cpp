@@ -6,6 +6,7 @@
 
 #include "cpudl/autograd.h"
 #include "cpudl/ops.h"
+#include "runtime/parallel.h"
 #include "tensor/layout.h"
 #include "tensor/strided.h"
 
@@ -88,28 +89,63 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
   return out;
 }
 
+namespace {
+
+// Rows of `inner` elements of type T (by size: the copy moves bits), strides in elements: a
+// typed loop, a memcpy when both rows are dense, a fill from a broadcast (stride-0) source.
+template <class T>
+void copy_rows(const Tensor& src, const Tensor& dst) {
+  const Shape& shape = src.shape();
+  const auto* s = static_cast<const T*>(src.raw_data());
+  auto* d = static_cast<T*>(dst.raw_data());
+  const std::int64_t inner = shape.empty() ? 1 : shape.back();
+  const std::int64_t ss = shape.empty() ? 1 : src.strides().back(),
+                     ds = shape.empty() ? 1 : dst.strides().back();
+  const std::int64_t rows = inner == 0 ? 0 : shape_numel(shape) / inner;
+  // Large copies are split over the threads by rows, in chunks of at least ~64K elements.
+  const auto grain = static_cast<std::size_t>(std::max<std::int64_t>(1, (std::int64_t{1} << 16) / inner));
+  parallel_for(static_cast<std::size_t>(rows), grain, [&](std::size_t r0, std::size_t r1) {
+    for_rows(shape, src.strides(), dst.strides(), static_cast<std::int64_t>(r0),
+             static_cast<std::int64_t>(r1),
+             [&](std::int64_t os, std::int64_t od, std::int64_t, std::int64_t n) {
+               const T* from = s + os;
+               T* to = d + od;
+               if (ss == 1 && ds == 1) {
+                 std::memcpy(to, from, static_cast<std::size_t>(n) * sizeof(T));
+               } else if (ss == 0) {
+                 for (std::int64_t i = 0; i < n; ++i) to[i * ds] = *from;
+               } else {
+                 for (std::int64_t i = 0; i < n; ++i) to[i * ds] = from[i * ss];
+               }
+             });
+  });
+}
+
+}  // namespace
+
 void copy_strided(const Tensor& src, const Tensor& dst) {
   if (src.shape() != dst.shape())
     throw Error("copy: shape " + shape_text(src.shape()) + " into " + shape_text(dst.shape()));
   if (src.dtype() != dst.dtype()) throw Error("copy: dtype mismatch");
   const std::size_t es = dtype_size(src.dtype());
-  const auto* s = static_cast<const char*>(src.raw_data());
-  auto* d = static_cast<char*>(dst.raw_data());
   if (src.is_contiguous() && dst.is_contiguous()) {
-    std::memcpy(d, s, static_cast<std::size_t>(src.numel()) * es);
+    std::memcpy(dst.raw_data(), src.raw_data(), static_cast<std::size_t>(src.numel()) * es);
     return;
   }
-  const Shape& shape = src.shape();
-  if (shape_numel(shape) == 0) return;
+  if (shape_numel(src.shape()) == 0) return;
   if (copy_between_channel_layouts(src, dst)) return;
-  for_each_row(shape, src.strides(), dst.strides(),
-               [&](std::int64_t os, std::int64_t od, std::int64_t, std::int64_t inner) {
-                 const std::int64_t ss = shape.empty() ? 1 : src.strides().back(),
-                                    ds = shape.empty() ? 1 : dst.strides().back();
-                 for (std::int64_t i = 0; i < inner; ++i)
-                   std::memcpy(d + (od + i * ds) * static_cast<std::int64_t>(es),
-                               s + (os + i * ss) * static_cast<std::int64_t>(es), es);
-               });
+  switch (es) {
+    case 1:
+      return copy_rows<std::uint8_t>(src, dst);
+    case 2:
+      return copy_rows<std::uint16_t>(src, dst);
+    case 4:
+      return copy_rows<std::uint32_t>(src, dst);
+    case 8:
+      return copy_rows<std::uint64_t>(src, dst);
+    default:
+      throw Error("copy: unsupported element size " + std::to_string(es));
+  }
 }
 
 Tensor Tensor::view(const Shape& requested) const {
