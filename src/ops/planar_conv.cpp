@@ -2,6 +2,7 @@
 // the first layer fused with a narrow classifier.
 #include "ops/planar_conv.h"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -32,6 +33,24 @@ struct PlanarLayer {
   // given) into dw [OC][taps] and, when not null, db [OC].
   void backward_weights(std::size_t n, const float* dy, const float* y, float* dw, float* db) const {
     native().f32_conv_backward_weights_planes.fn(p, padded.data() + n * in_image, dy, y, dw, db);
+  }
+  // The same for the output channels [c0, c0 + count) only (c0 a multiple of the packed block of
+  // 8): y, dy, dw and db are still the whole layer's, addressed at channel c0.
+  void forward(std::size_t n, std::size_t c0, std::size_t count, bool relu, float* y) const {
+    native().f32_conv_forward_planes.fn(channels(count), padded.data() + n * in_image,
+                                        packed.data() + c0 * taps, bias.data() + c0, relu, y + c0 * plane());
+  }
+  void backward_weights(std::size_t n, std::size_t c0, std::size_t count, const float* dy, const float* y,
+                        float* dw, float* db) const {
+    const std::size_t at = c0 * plane();
+    native().f32_conv_backward_weights_planes.fn(channels(count), padded.data() + n * in_image, dy + at,
+                                                 y + at, dw + c0 * taps, db ? db + c0 : nullptr);
+  }
+  std::size_t plane() const { return p.out_h * p.out_w; }
+  kernels::ConvPlanes channels(std::size_t count) const {
+    kernels::ConvPlanes q = p;
+    q.out_channels = count;
+    return q;
   }
   // dw and db as tensors from the [OC][taps] + [OC] sums at `at`.
   std::vector<Tensor> gradients(const float* at, const Shape& weight_shape, bool need_dw,
@@ -96,12 +115,17 @@ std::shared_ptr<const PlanarLayer> prepare(const onednn::ConvShape& s, const Ten
   return layer;
 }
 
-// Images per piece of the fused layer: the piece's activations and their gradients (2 x 8 x 86 KB
-// for SimpleCNN) stay in the 2 MB L2, and 8 rows fill the narrow kernels' row blocks (4 in the
-// forward and data gradient, 8 in the weight gradient, whose dw update is then amortised over 8
-// images). SimpleCNN training, 4 vs 8, three alternating runs: 1 thread 30.1-32.5K vs 33.7-35.3K
-// images/s, 2 threads 58.5-59.9K vs 62.2-62.7K (before the narrow kernels' AVX-512 blocks, 4 and
-// 6 were level and 8 was slower). A 512 KB L2 (AMD Zen 3) may want fewer: not measured there.
+// Images per piece of the fused layer, and output channels per group. The fused layer works a
+// group of channels at a time over all of a thread's pieces: the group's slice of the classifier
+// weights and of their gradient (2 x 216 KB for SimpleCNN's groups of 8 channels) stays in L2
+// while every piece passes, with the piece's activations and their gradients for the group (2 x
+// 8 x 21.6 KB). Whole images at a time, the piece (1.4 MB) and the whole weights and gradient
+// (1.7 MB) did not fit the 2 MB L2 together, and the weights came back from L3 for every piece
+// (SimpleCNN training, `cpudl bench model --train --batch 256`, alternating binaries: 1 thread
+// 33.9-34.1K -> 41.7K images/s, 2 threads 63.2K -> 73.5-74.3K). 8 images fill the narrow kernels' row
+// blocks (4 in the forward and data gradient, 8 in the weight gradient, whose dw update is then
+// amortised over 8 images); 8 channels are one packed block of the planar kernels.
+constexpr std::size_t kFusedChannels = 8;
 constexpr std::size_t kFusedImages = 8;
 
 }  // namespace
@@ -188,21 +212,27 @@ Tensor conv2d_relu_linear(const Tensor& x, const Tensor& conv_weight, const Tens
   const Tensor fb = fc_bias.defined() ? contiguous_values(fc_bias) : Tensor();
   const std::size_t k = layer->out_image, outputs = static_cast<std::size_t>(fc_weight.size(0));
   const std::size_t batch = layer->batch, pieces = (batch + kFusedImages - 1) / kFusedImages;
-  Tensor y = Tensor::empty({s.batch, fc_weight.size(0)});
+  Tensor y = Tensor::zeros({s.batch, fc_weight.size(0)});
+  const std::size_t channels = layer->p.out_channels, plane = layer->plane();
   {
     float* yp = y.data();
     const auto forward = native().f32_narrow_linear_forward.fn;
     parallel_for(pieces, 1, [&](std::size_t b, std::size_t e) {
       thread_local AlignedBuffer act_buffer;  // whole cache lines: 512-bit loads do not split
       float* act = act_buffer.get(kFusedImages * k);
-      for (std::size_t piece = b; piece < e; ++piece) {
-        const std::size_t n0 = piece * kFusedImages, n1 = std::min(batch, n0 + kFusedImages);
-        for (std::size_t n = n0; n < n1; ++n) layer->forward(n, true, act + (n - n0) * k);
-        forward(act, fw.data(), yp + n0 * outputs, n1 - n0, k, outputs, k);
-        if (fb.defined())
-          for (std::size_t n = n0; n < n1; ++n)
-            for (std::size_t j = 0; j < outputs; ++j) yp[n * outputs + j] += fb.data()[j];
+      float part[kFusedImages * kernels::kNarrowLinearMaxOutputs];
+      for (std::size_t c0 = 0; c0 < channels; c0 += kFusedChannels) {
+        const std::size_t count = std::min(kFusedChannels, channels - c0), col = c0 * plane;
+        for (std::size_t piece = b; piece < e; ++piece) {
+          const std::size_t n0 = piece * kFusedImages, n1 = std::min(batch, n0 + kFusedImages);
+          for (std::size_t n = n0; n < n1; ++n) layer->forward(n, c0, count, true, act + (n - n0) * k);
+          forward(act + col, fw.data() + col, part, n1 - n0, count * plane, outputs, k);
+          for (std::size_t i = 0; i < (n1 - n0) * outputs; ++i) yp[n0 * outputs + i] += part[i];
+        }
       }
+      if (fb.defined())
+        for (std::size_t n = b * kFusedImages; n < std::min(batch, e * kFusedImages); ++n)
+          for (std::size_t j = 0; j < outputs; ++j) yp[n * outputs + j] += fb.data()[j];
     });
   }
   count_forward_flops(s.flops() + 2.0 * static_cast<double>(batch * k * outputs));
@@ -219,22 +249,34 @@ Tensor conv2d_relu_linear(const Tensor& x, const Tensor& conv_weight, const Tens
         const bool need_conv = need_cw || need_cb;
         const auto data = native().f32_narrow_linear_backward_data.fn;
         const auto weights = native().f32_narrow_linear_backward_weights.fn;
-        // Per thread: its pieces in order, the activation recomputed, the classifier's weight
-        // gradient added (the kernel adds), the activation's gradient formed, masked by the ReLU
-        // and folded into the convolution's weight gradient.
+        // Per thread: its pieces, a group of channels at a time (kFusedChannels): the group's
+        // activation recomputed, the classifier's weight gradient added (the kernel adds), the
+        // activation's gradient formed, masked by the ReLU and folded into the convolution's
+        // weight gradient; in a fixed order, so results do not depend on scheduling.
+        const auto parts = static_cast<std::size_t>(
+            std::max(1, std::min<int>(runtime().threads.threads, static_cast<int>(pieces))));
         const std::vector<float> sums =
-            sum_over_images(pieces, fc_part + conv_part, [&](std::size_t piece, float* mine) {
+            sum_over_images(parts, fc_part + conv_part, [&](std::size_t part, float* mine) {
               thread_local AlignedBuffer act_buffer, grad_buffer;
               float *act = act_buffer.get(kFusedImages * k), *grad = grad_buffer.get(kFusedImages * k);
-              const std::size_t n0 = piece * kFusedImages, n1 = std::min(batch, n0 + kFusedImages);
-              for (std::size_t n = n0; n < n1; ++n) layer->forward(n, true, act + (n - n0) * k);
-              if (need_fw) weights(act, gp + n0 * outputs, mine, n1 - n0, k, outputs, k);
-              if (!need_conv) return;
-              data(gp + n0 * outputs, fw.data(), grad, n1 - n0, k, outputs, k);
               float* conv_sums = mine + fc_part;
-              for (std::size_t n = n0; n < n1; ++n)
-                layer->backward_weights(n, grad + (n - n0) * k, act + (n - n0) * k, conv_sums,
-                                        need_cb ? conv_sums + layer->p.out_channels * layer->taps : nullptr);
+              float* bias_sums = need_cb ? conv_sums + channels * layer->taps : nullptr;
+              const std::size_t first = pieces * part / parts, last = pieces * (part + 1) / parts;
+              for (std::size_t c0 = 0; c0 < channels; c0 += kFusedChannels) {
+                const std::size_t count = std::min(kFusedChannels, channels - c0), col = c0 * plane;
+                for (std::size_t piece = first; piece < last; ++piece) {
+                  const std::size_t n0 = piece * kFusedImages, n1 = std::min(batch, n0 + kFusedImages);
+                  for (std::size_t n = n0; n < n1; ++n)
+                    layer->forward(n, c0, count, true, act + (n - n0) * k);
+                  if (need_fw)
+                    weights(act + col, gp + n0 * outputs, mine + col, n1 - n0, count * plane, outputs, k);
+                  if (!need_conv) continue;
+                  data(gp + n0 * outputs, fw.data() + col, grad + col, n1 - n0, count * plane, outputs, k);
+                  for (std::size_t n = n0; n < n1; ++n)
+                    layer->backward_weights(n, c0, count, grad + (n - n0) * k, act + (n - n0) * k, conv_sums,
+                                            bias_sums);
+                }
+              }
             });
         const std::vector<Tensor> conv =
             layer->gradients(sums.data() + fc_part, conv_shape, need_cw, need_cb);
