@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <tuple>
 
 #include "cpudl/autograd.h"
 #include "cpudl/error.h"
@@ -517,6 +518,50 @@ TEST(Autograd, Bf16AutocastTrainsConvolutionsInBf16) {
           ASSERT_NEAR(got.db[i], want_db[i], 1e-4f) << "db " << i;
       }
     }
+}
+
+// Under Bf16Autocast, linear layers on oneDNN (not the narrow kernels) and convolutions run as
+// whole-map products are bf16 too, forward and backward, as torch.autocast runs linear and
+// matmul: outputs and input gradients within bf16 rounding of the f32 pass and different from it
+// in most entries.
+TEST(Autograd, Bf16AutocastCoversLinearLayersAndWholeMapProducts) {
+  if (!onednn::bf16_compute_available()) GTEST_SKIP() << "this CPU has no bf16 kernels";
+  struct Pass {
+    std::vector<float> y, dx;
+  };
+  auto run = [](const std::function<Tensor(const Tensor&)>& f, const Tensor& x0, bool bf16) {
+    Tensor x = x0.clone();
+    x.set_requires_grad(true);
+    std::optional<Bf16Autocast> autocast;
+    if (bf16) autocast.emplace();
+    const Tensor y = f(x);
+    sum(mul(y, y)).backward();
+    return Pass{y.to_vector(), x.grad().to_vector()};
+  };
+  const Tensor w = randn({48, 40}, 730, 0.3f), b = randn({48}, 731);
+  const Tensor cw = randn({24, 16, 3, 3}, 732, 0.3f);
+  const std::pair<const char*, std::function<Tensor(const Tensor&)>> layers[] = {
+      {"linear", [&](const Tensor& x) { return linear(x, w, b); }},
+      {"whole-map conv2d", [&](const Tensor& x) {
+         return conv2d(x, cw, Tensor(), Conv2dOptions{1, 1, 1, 1});
+       }}};
+  const Tensor inputs[] = {randn({12, 40}, 733), randn({6, 16, 2, 2}, 734)};
+  for (std::size_t i = 0; i < 2; ++i) {
+    SCOPED_TRACE(layers[i].first);
+    const Pass exact = run(layers[i].second, inputs[i], false), got = run(layers[i].second, inputs[i], true);
+    for (const auto& [name, g, e] :
+         {std::tuple{"y", &got.y, &exact.y}, std::tuple{"dx", &got.dx, &exact.dx}}) {
+      ASSERT_EQ(g->size(), e->size());
+      float scale = 0.0f;
+      for (float v : *e) scale = std::max(scale, std::fabs(v));
+      std::size_t differ = 0;
+      for (std::size_t j = 0; j < g->size(); ++j) {
+        ASSERT_NEAR((*g)[j], (*e)[j], 3e-2f * scale) << name << " " << j;
+        differ += (*g)[j] != (*e)[j];
+      }
+      EXPECT_GT(differ, g->size() / 2) << name << ": bf16 rounding should change most entries";
+    }
+  }
 }
 
 // Pooling a channels-last input (a convolution's output) gives exactly the values and gradients

@@ -192,7 +192,7 @@ TEST(Cli, BenchModelCountsTheNetworksFlops) {
   EXPECT_EQ(run("bench model --model lenet5 --precision fp16").exit_code, 2);
 }
 
-// --precision bf16 runs inference and training with bf16 convolutions where the CPU has them,
+// --precision bf16 runs inference and training under bf16 autocast where the CPU has it,
 // and says so clearly where it has not (CPUDL_ISA=avx512 caps the kernels below AVX512-BF16).
 TEST(Cli, BenchModelBf16) {
   const Result capped =

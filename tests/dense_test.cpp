@@ -3,6 +3,7 @@
 // plus the primitive cache and weight-reorder counters.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 
 #include "conv/winograd_conv.h"
@@ -102,6 +103,73 @@ TEST(Matmul, BiasReluAndAccumulateEpilogues) {
   for (std::size_t i = 0; i < want.size(); ++i) acc_want[i] += want[i];
   matmul(s, a.data(), b.data(), acc.data(), {nullptr, Activation::none, true});
   expect_close(acc, acc_want, 1e-5, "accumulate");
+}
+
+// matmul_bf16 rounds A and B to bf16 and sums in f32, as torch.autocast: within 2^-8 relative
+// per product of the double loop (bounded by the sum of absolute products), different from the
+// f32 result in most entries (the bf16 kernels ran), for every transpose, a batch, the bias+ReLU
+// and accumulate epilogues, and a linear layer's three products with LinearShape::bf16. Skipped
+// without bf16 kernels.
+TEST(Matmul, Bf16RoundsItsOperandsAndSumsInF32) {
+  if (!bf16_compute_available()) GTEST_SKIP() << "this CPU has no bf16 kernels";
+  auto magnitude = [](const MatmulShape& s, std::vector<float> a, std::vector<float> b) {
+    for (float& v : a) v = std::fabs(v);
+    for (float& v : b) v = std::fabs(v);
+    return reference_matmul(s, a, b);
+  };
+  auto check = [](const std::vector<float>& got, const std::vector<float>& want,
+                  const std::vector<float>& mag, const std::vector<float>& f32, const char* what) {
+    ASSERT_EQ(got.size(), want.size()) << what;
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      ASSERT_NEAR(got[i], want[i], 1e-2f * mag[i] + 1e-5f) << what << " " << i;
+      differ += got[i] != f32[i];
+    }
+    EXPECT_GT(differ, got.size() / 2) << what << ": bf16 rounding should change most entries";
+  };
+  const MatmulShape shapes[] = {{1, 37, 45, 70}, {3, 17, 33, 40}};
+  unsigned seed = 40;
+  for (MatmulShape s : shapes)
+    for (int t = 0; t < 4; ++t) {
+      s.transpose_a = t & 1;
+      s.transpose_b = t & 2;
+      SCOPED_TRACE(testing::Message() << s.batch << "x" << s.m << "x" << s.n << "x" << s.k << " t" << t);
+      const auto a = random_vector(static_cast<std::size_t>(s.batch * s.m * s.k), seed++);
+      const auto b = random_vector(static_cast<std::size_t>(s.batch * s.k * s.n), seed++);
+      std::vector<float> c(static_cast<std::size_t>(s.batch * s.m * s.n)), f32(c.size());
+      matmul_bf16(s, a.data(), b.data(), c.data());
+      matmul(s, a.data(), b.data(), f32.data());
+      check(c, reference_matmul(s, a, b), magnitude(s, a, b), f32, "matmul_bf16");
+    }
+  const MatmulShape s{1, 9, 21, 14};
+  const auto a = random_vector(9 * 14, 3), b = random_vector(14 * 21, 4), bias = random_vector(21, 5);
+  const auto want = reference_matmul(s, a, b), mag = magnitude(s, a, b);
+  std::vector<float> c(want.size());
+  matmul_bf16(s, a.data(), b.data(), c.data(), {bias.data(), Activation::relu, false});
+  for (std::size_t i = 0; i < want.size(); ++i)
+    ASSERT_NEAR(c[i], std::max(0.0f, want[i] + bias[i % 21]), 1e-2f * mag[i] + 1e-5f) << "bias+relu " << i;
+  std::vector<float> acc = random_vector(want.size(), 6), start = acc;
+  matmul_bf16(s, a.data(), b.data(), acc.data(), {nullptr, Activation::none, true});
+  for (std::size_t i = 0; i < want.size(); ++i)
+    ASSERT_NEAR(acc[i], start[i] + want[i], 1e-2f * mag[i] + 1e-5f) << "accumulate " << i;
+
+  const LinearShape l{6, 40, 23, true};
+  const auto x = random_vector(6 * 40, 7), w = random_vector(23 * 40, 8), dy = random_vector(6 * 23, 9);
+  std::vector<float> y(6 * 23), dx(6 * 40), dw(23 * 40), db(23);
+  linear_forward(l, x.data(), w.data(), nullptr, y.data());
+  const MatmulShape fwd{1, 6, 23, 40, false, true}, bwd_data{1, 6, 40, 23}, bwd_w{1, 23, 40, 6, true, false};
+  std::vector<float> y32(y.size()), dx32(dx.size()), dw32(dw.size());
+  matmul(fwd, x.data(), w.data(), y32.data());
+  matmul(bwd_data, dy.data(), w.data(), dx32.data());
+  matmul(bwd_w, dy.data(), x.data(), dw32.data());
+  check(y, reference_matmul(fwd, x, w), magnitude(fwd, x, w), y32, "linear forward");
+  linear_backward_data(l, dy.data(), w.data(), dx.data());
+  check(dx, reference_matmul(bwd_data, dy, w), magnitude(bwd_data, dy, w), dx32, "linear backward data");
+  linear_backward_weights(l, x.data(), dy.data(), dw.data(), db.data());
+  check(dw, reference_matmul(bwd_w, dy, x), magnitude(bwd_w, dy, x), dw32, "linear dW");
+  std::vector<float> db_want(23, 0.0f);
+  for (std::size_t i = 0; i < dy.size(); ++i) db_want[i % 23] += dy[i];
+  expect_close(db, db_want, 1e-5, "linear db stays f32");
 }
 
 TEST(Matmul, RejectsEmptyShapes) {

@@ -84,15 +84,17 @@ struct Conv2dOptions {
   // applied to the incoming gradient inside the backward pass; no separate pass over memory.
   bool relu = false;
 };
-// While an instance lives on this thread, convolutions run in bf16 as under
+// While an instance lives on this thread, convolutions and linear layers run in bf16 as under
 // torch.autocast(device_type="cpu", dtype=torch.bfloat16): inputs and weights rounded to bf16,
-// products summed and outputs kept in f32 (onednn::conv2d_forward_bf16). In training the backward
-// passes of those convolutions run in bf16 too (the output gradient rounded, input and weight
+// products summed and outputs kept in f32 (onednn::conv2d_forward_bf16, onednn::matmul_bf16). In
+// training their backward passes run in bf16 too (the output gradient rounded, input and weight
 // gradients accumulated and kept in f32), so master weights and optimiser state stay f32 as in
-// PyTorch's autocast training. Other ops stay f32, and so do the convolutions cpudl runs natively
-// (first layers of 1-4 channels, whole-map products, few-channel weight gradients). The mode is
-// read when an op runs forward: its backward follows the forward's precision. The constructor
-// throws when the CPU has neither AVX512-BF16 nor AMX (or CPUDL_ISA caps them).
+// PyTorch's autocast training. Other ops (batch norm, pooling, elementwise) stay f32, and so do
+// the products cpudl runs on its native kernels (first layers of 1-4 channels, narrow
+// classifiers, few-channel weight gradients) and the weight gradients of strided convolutions
+// (oneDNN's bf16 kernel is slower there). The mode is read when an op runs forward: its backward
+// follows the forward's precision. The constructor throws when the CPU has neither AVX512-BF16
+// nor AMX (or CPUDL_ISA caps them).
 class Bf16Autocast {
  public:
   Bf16Autocast();

@@ -36,8 +36,9 @@ int run_model_bench(const ModelBenchOptions& o) {
   if (o.optimizer != "adam" && o.optimizer != "sgd") throw UsageError("--optimizer must be adam or sgd");
   if (o.precision != "fp32" && o.precision != "bf16") throw UsageError("--precision must be fp32 or bf16");
   const bool bf16 = o.precision == "bf16";
-  // Convolutions in bf16 for the whole run, as torch.autocast: in training their backward passes
-  // too, with f32 weights and optimiser state (throws if the CPU has no bf16).
+  // Convolutions and linear layers in bf16 for the whole run, as torch.autocast: in training
+  // their backward passes too, with f32 weights and optimiser state (throws if the CPU has no
+  // bf16).
   std::optional<Bf16Autocast> autocast;
   if (bf16) autocast.emplace();
   // MNIST models take 1 x 28 x 28; resnet18 3 x S x S (32 by default) with torchvision's stem
@@ -111,7 +112,7 @@ int run_model_bench(const ModelBenchOptions& o) {
       "%s %s%s, batch %lld at %lldx%lld, %d threads: %.0f images/s, %.2f ms/step, %.2f GFLOP/step, "
       "%.1f GFLOP/s = %.0f%% of the fp32 FMA roof (%.0f GFLOP/s measured now)\n",
       o.model.c_str(), o.train ? ("training (" + o.optimizer + ")").c_str() : "inference",
-      bf16 ? " (bf16 convolutions)" : "", static_cast<long long>(o.batch), static_cast<long long>(size),
+      bf16 ? " (bf16 autocast)" : "", static_cast<long long>(o.batch), static_cast<long long>(size),
       static_cast<long long>(size), threads, static_cast<double>(o.batch) / median, median * 1e3, flops / 1e9,
       gflops, 100 * gflops / roof, roof);
   return 0;
@@ -129,8 +130,8 @@ void add_bench_model_command(CLI::App& bench, Action& action) {
               "Time a training step (forward, backward, optimiser) instead of inference");
   m->add_option("--optimizer", o->optimizer, "adam (default) or sgd (momentum 0.9) for --train");
   m->add_option("--precision", o->precision,
-                "fp32 (default) or bf16: convolutions (forward and, with --train, backward) in bf16 as "
-                "torch.autocast; needs AVX512-BF16 or AMX");
+                "fp32 (default) or bf16: convolutions and linear layers (forward and, with --train, "
+                "backward) in bf16 as torch.autocast; needs AVX512-BF16 or AMX");
   m->add_option("--image-size", o->image_size, "resnet18 input size (default 32)")
       ->check(CLI::Range(8, 1024));
   m->add_flag("--cifar-stem", o->cifar_stem, "resnet18 with a 3x3 stride-1 first conv and no max pooling");

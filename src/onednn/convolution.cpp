@@ -182,22 +182,6 @@ struct ForwardEntry {
   bool depthwise_bias_owned = false;  // a zero bias for a depthwise stage without one
 };
 
-// An f32 argument that a bf16 primitive reads in bf16: rounded to nearest even by its own reorder
-// into a buffer the entry owns.
-struct Bf16Staging {
-  Executable convert;
-  // Binds `arg` of `exec` to the owned bf16 copy of an f32 tensor laid out as `f32_md` (tag `t`).
-  void init(Executable& exec, int arg, const dnnl::memory::desc& f32_md, tag t) {
-    const dnnl::memory::desc bf16_md(f32_md.dims(), dnnl::memory::data_type::bf16, t);
-    const dnnl::memory converted(bf16_md, engine());
-    convert.set_primitive(dnnl::reorder(dnnl::reorder::primitive_desc(engine(), f32_md, engine(), bf16_md)));
-    convert.bind(DNNL_ARG_FROM, f32_md);
-    convert.bind_owned(DNNL_ARG_TO, converted);
-    exec.bind_owned(arg, converted);
-  }
-  void run(const float* values) { convert.run({values}); }
-};
-
 // The bf16 passes: their arguments staged in bf16, then the convolution accumulating in f32. The
 // mutex keeps a staged copy from being overwritten by a concurrent caller before it is read.
 struct Bf16ForwardEntry {
@@ -370,26 +354,27 @@ void conv2d_forward_bf16(const ConvShape& s, const float* src, const float* weig
   PrimitiveKey key = conv_key(kConvForwardBf16, s);
   add_weights_identity(key, weights, weights_version);
   key.add(bias != nullptr).add(static_cast<int>(activation));
-  const auto entry = with_context([&] { return conv_text(s) + " in bf16"; },
-                                  [&] {
-                                    return cache.get(key, [&] {
-                                      const Geometry g = geometry(s);
-                                      dnnl::primitive_attr attr;
-                                      dnnl::post_ops ops;
-                                      append_activation(ops, static_cast<int>(activation), 0.0f, 6.0f);
-                                      attr.set_post_ops(ops);
-                                      const auto pd = bf16_forward_pd(s, g, bias != nullptr, attr);
-                                      auto e = std::make_shared<Bf16ForwardEntry>();
-                                      e->exec.set_primitive(dnnl::convolution_forward(pd));
-                                      e->src.init(e->exec, DNNL_ARG_SRC, g.src, activation_tag(s.layout));
-                                      e->exec.bind(DNNL_ARG_DST, g.dst);
-                                      if (bias) e->exec.bind(DNNL_ARG_BIAS, g.bias);
-                                      // f32 OIHW -> bf16 blocked: always a reorder
-                                      e->weights.init(g.weights_plain, pd.weights_desc());
-                                      e->weights.bind(e->exec, g.weights_plain);
-                                      return e;
-                                    });
-                                  });
+  const auto entry =
+      with_context([&] { return conv_text(s) + " in bf16"; },
+                   [&] {
+                     return cache.get(key, [&] {
+                       const Geometry g = geometry(s);
+                       dnnl::primitive_attr attr;
+                       dnnl::post_ops ops;
+                       append_activation(ops, static_cast<int>(activation), 0.0f, 6.0f);
+                       attr.set_post_ops(ops);
+                       const auto pd = bf16_forward_pd(s, g, bias != nullptr, attr);
+                       auto e = std::make_shared<Bf16ForwardEntry>();
+                       e->exec.set_primitive(dnnl::convolution_forward(pd));
+                       e->src.init(e->exec, DNNL_ARG_SRC, g.src, bf16_desc(g.src, activation_tag(s.layout)));
+                       e->exec.bind(DNNL_ARG_DST, g.dst);
+                       if (bias) e->exec.bind(DNNL_ARG_BIAS, g.bias);
+                       // f32 OIHW -> bf16 blocked: always a reorder
+                       e->weights.init(g.weights_plain, pd.weights_desc());
+                       e->weights.bind(e->exec, g.weights_plain);
+                       return e;
+                     });
+                   });
   std::lock_guard<std::mutex> lock(entry->mutex);
   entry->weights.refresh(weights, weights_version);
   entry->src.run(src);
@@ -418,7 +403,7 @@ void conv2d_backward_data_bf16(const ConvShape& s, const float* diff_dst, const 
           const dnnl::convolution_backward_data::primitive_desc pd(desc, engine(), hint);
           auto e = std::make_shared<Bf16BackwardDataEntry>();
           e->exec.set_primitive(dnnl::convolution_backward_data(pd));
-          e->diff_dst.init(e->exec, DNNL_ARG_DIFF_DST, g.dst, activation_tag(s.layout));
+          e->diff_dst.init(e->exec, DNNL_ARG_DIFF_DST, g.dst, bf16_desc(g.dst, activation_tag(s.layout)));
           e->exec.bind(DNNL_ARG_DIFF_SRC, g.src);
           e->weights.init(g.weights_plain, pd.weights_desc());
           e->weights.bind(e->exec, g.weights_plain);
@@ -457,8 +442,8 @@ void conv2d_backward_weights_bf16(const ConvShape& s, const float* src, const fl
           const dnnl::convolution_backward_weights::primitive_desc pd(desc, engine(), hint);
           auto e = std::make_shared<Bf16BackwardWeightsEntry>();
           e->exec.set_primitive(dnnl::convolution_backward_weights(pd));
-          e->src.init(e->exec, DNNL_ARG_SRC, g.src, layout);
-          e->diff_dst.init(e->exec, DNNL_ARG_DIFF_DST, g.dst, layout);
+          e->src.init(e->exec, DNNL_ARG_SRC, g.src, src_md);
+          e->diff_dst.init(e->exec, DNNL_ARG_DIFF_DST, g.dst, dst_md);
           if (diff_bias) e->exec.bind(DNNL_ARG_DIFF_BIAS, g.bias);
           e->reorder_out = pd.diff_weights_desc() != g.weights_plain;
           if (e->reorder_out) {

@@ -41,9 +41,17 @@ void matmul(const MatmulShape& shape, const float* a, const float* b, float* c,
 void matmul_onednn(const MatmulShape& shape, const float* a, const float* b, float* c,
                    const MatmulEpilogue& epilogue = {});
 
-// Linear layer, PyTorch's convention: y[n x out] = x[n x in] W[out x in]^T + b.
+// matmul computing in bf16, as torch.autocast runs matmuls and linear layers: A and B rounded to
+// bf16 (nearest even), products accumulated and C written in f32, the epilogue as matmul's;
+// oneDNN's AMX or AVX512-BF16 kernels (bf16_compute_available()). Always oneDNN.
+void matmul_bf16(const MatmulShape& shape, const float* a, const float* b, float* c,
+                 const MatmulEpilogue& epilogue = {});
+
+// Linear layer, PyTorch's convention: y[n x out] = x[n x in] W[out x in]^T + b. With bf16, the
+// three products run on matmul_bf16 (the bias gradient stays f32).
 struct LinearShape {
   std::int64_t batch = 0, in = 0, out = 0;
+  bool bf16 = false;
 };
 void linear_forward(const LinearShape& s, const float* x, const float* weight, const float* bias, float* y,
                     Activation activation = Activation::none);

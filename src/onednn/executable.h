@@ -53,18 +53,37 @@ class Executable {
   std::mutex mutex_;
 };
 
+// An f32 argument that a bf16 primitive reads in bf16 (torch.autocast's operands): rounded to
+// nearest even by its own reorder into a buffer the entry owns, before each run of the primitive.
+struct Bf16Staging {
+  Executable convert;
+  // Binds `arg` of `exec` to the owned copy `bf16_md` of an f32 tensor laid out as `f32_md`.
+  void init(Executable& exec, int arg, const dnnl::memory::desc& f32_md, const dnnl::memory::desc& bf16_md) {
+    const dnnl::memory converted(bf16_md, engine());
+    convert.set_primitive(dnnl::reorder(dnnl::reorder::primitive_desc(engine(), f32_md, engine(), bf16_md)));
+    convert.bind(DNNL_ARG_FROM, f32_md);
+    convert.bind_owned(DNNL_ARG_TO, converted);
+    exec.bind_owned(arg, converted);
+  }
+  void run(const void* values) { convert.run({values}); }
+};
+
 // Plain row-major descriptor with explicit strides.
-inline dnnl::memory::desc strided_desc(const dnnl::memory::dims& dims, const dnnl::memory::dims& strides) {
-  return dnnl::memory::desc(dims, dnnl::memory::data_type::f32, strides);
+inline dnnl::memory::desc strided_desc(const dnnl::memory::dims& dims, const dnnl::memory::dims& strides,
+                                       dnnl::memory::data_type type = dnnl::memory::data_type::f32) {
+  return dnnl::memory::desc(dims, type, strides);
 }
 
 // oneDNN's format tag for an activation layout (dense.h): the one place that maps them.
 inline dnnl::memory::format_tag activation_tag(ActivationLayout layout) {
   using tag = dnnl::memory::format_tag;
   switch (layout) {
-    case ActivationLayout::nhwc: return tag::nhwc;
-    case ActivationLayout::blocked: return blocked_layout_channels() == 16 ? tag::nChw16c : tag::nChw8c;
-    default: return tag::nchw;
+    case ActivationLayout::nhwc:
+      return tag::nhwc;
+    case ActivationLayout::blocked:
+      return blocked_layout_channels() == 16 ? tag::nChw16c : tag::nChw8c;
+    default:
+      return tag::nchw;
   }
 }
 

@@ -2,6 +2,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <mutex>
 #include <string>
 
 #include "blas/blas.h"
@@ -15,7 +16,13 @@ namespace {
 using dims = dnnl::memory::dims;
 using tag = dnnl::memory::format_tag;
 
-enum OpId : std::int64_t { kMatmul = 1, kLinearForward, kLinearBackwardData, kLinearBackwardWeights };
+enum OpId : std::int64_t {
+  kMatmul = 1,
+  kLinearForward,
+  kLinearBackwardData,
+  kLinearBackwardWeights,
+  kMatmulBf16
+};
 
 std::string shape_text(const MatmulShape& s) {
   return "matmul [" + std::to_string(s.batch) + "x" + std::to_string(s.m) + "x" + std::to_string(s.k) +
@@ -27,9 +34,14 @@ struct MatmulEntry {
   bool has_bias = false;
 };
 
-std::shared_ptr<MatmulEntry> make_matmul(const MatmulShape& s, bool bias, const MatmulEpilogue& e) {
+// A, B, C and bias descriptors: A and B in `type` (f32, or bf16 for the autocast path), C and the
+// bias f32.
+struct MatmulDescs {
+  dnnl::memory::desc a, b, c, bias;
+};
+MatmulDescs matmul_descs(const MatmulShape& s, dnnl::memory::data_type type) {
   const bool batched = s.batch > 1;
-  auto md = [&](std::int64_t rows, std::int64_t cols, bool transposed) {
+  auto md = [&](std::int64_t rows, std::int64_t cols, bool transposed, dnnl::memory::data_type t) {
     // Stored as rows x cols row-major, or as its transpose (cols x rows) read through strides.
     dims d = {rows, cols};
     dims st = transposed ? dims{1, rows} : dims{cols, 1};
@@ -37,26 +49,48 @@ std::shared_ptr<MatmulEntry> make_matmul(const MatmulShape& s, bool bias, const 
       d.insert(d.begin(), s.batch);
       st.insert(st.begin(), rows * cols);
     }
-    return strided_desc(d, st);
+    return strided_desc(d, st, t);
   };
-  const auto a_md = md(s.m, s.k, s.transpose_a);
-  const auto b_md = md(s.k, s.n, s.transpose_b);
-  const auto c_md = md(s.m, s.n, false);
-  const auto bias_md = batched ? plain_desc({1, 1, s.n}, tag::abc) : plain_desc({1, s.n}, tag::ab);
+  const auto f32 = dnnl::memory::data_type::f32;
+  return {md(s.m, s.k, s.transpose_a, type), md(s.k, s.n, s.transpose_b, type), md(s.m, s.n, false, f32),
+          batched ? plain_desc({1, 1, s.n}, tag::abc) : plain_desc({1, s.n}, tag::ab)};
+}
+
+dnnl::matmul::primitive_desc matmul_pd(const MatmulDescs& d, bool bias, const MatmulEpilogue& e) {
   dnnl::primitive_attr attr;
   attr.set_post_ops(make_post_ops(static_cast<int>(e.activation), e.clip_min, e.clip_max, e.accumulate));
-  const auto desc =
-      bias ? dnnl::matmul::desc(a_md, b_md, bias_md, c_md) : dnnl::matmul::desc(a_md, b_md, c_md);
-  const dnnl::matmul::primitive_desc pd(desc, attr, engine());
+  const auto desc = bias ? dnnl::matmul::desc(d.a, d.b, d.bias, d.c) : dnnl::matmul::desc(d.a, d.b, d.c);
+  return dnnl::matmul::primitive_desc(desc, attr, engine());
+}
+
+PrimitiveKey matmul_key(std::int64_t op, const MatmulShape& s, const MatmulEpilogue& e) {
+  PrimitiveKey key(op);
+  key.add(s.batch).add(s.m).add(s.n).add(s.k).add(s.transpose_a).add(s.transpose_b);
+  key.add(e.bias != nullptr).add(static_cast<int>(e.activation)).add(e.accumulate);
+  key.add(float_bits(e.clip_min)).add(float_bits(e.clip_max));
+  return key;
+}
+
+std::shared_ptr<MatmulEntry> make_matmul(const MatmulShape& s, bool bias, const MatmulEpilogue& e) {
+  const MatmulDescs d = matmul_descs(s, dnnl::memory::data_type::f32);
   auto entry = std::make_shared<MatmulEntry>();
-  entry->exec.set_primitive(dnnl::matmul(pd));
+  entry->exec.set_primitive(dnnl::matmul(matmul_pd(d, bias, e)));
   entry->has_bias = bias;
-  entry->exec.bind(DNNL_ARG_SRC, a_md);
-  entry->exec.bind(DNNL_ARG_WEIGHTS, b_md);
-  entry->exec.bind(DNNL_ARG_DST, c_md);
-  if (bias) entry->exec.bind(DNNL_ARG_BIAS, bias_md);
+  entry->exec.bind(DNNL_ARG_SRC, d.a);
+  entry->exec.bind(DNNL_ARG_WEIGHTS, d.b);
+  entry->exec.bind(DNNL_ARG_DST, d.c);
+  if (bias) entry->exec.bind(DNNL_ARG_BIAS, d.bias);
   return entry;
 }
+
+// The bf16 matmul: A and B staged in bf16, then the product accumulating and writing f32. The
+// mutex keeps a staged copy from being overwritten by a concurrent caller before it is read.
+struct Bf16MatmulEntry {
+  Executable exec;
+  Bf16Staging a, b;
+  bool has_bias = false;
+  std::mutex mutex;
+};
 
 struct LinearEntry {
   Executable exec;
@@ -97,15 +131,44 @@ void matmul_onednn(const MatmulShape& s, const float* a, const float* b, float* 
   if (s.batch < 1 || s.m < 1 || s.n < 1 || s.k < 1)
     throw Error(shape_text(s) + ": every dimension must be at least 1");
   static PrimitiveCache<MatmulEntry> cache;
-  PrimitiveKey key(kMatmul);
-  key.add(s.batch).add(s.m).add(s.n).add(s.k).add(s.transpose_a).add(s.transpose_b);
-  key.add(e.bias != nullptr).add(static_cast<int>(e.activation)).add(e.accumulate);
-  key.add(float_bits(e.clip_min)).add(float_bits(e.clip_max));
-  const auto entry = with_context([&] { return shape_text(s); }, [&] { return cache.get(key, [&] { return make_matmul(s, e.bias != nullptr, e); }); });
+  const PrimitiveKey key = matmul_key(kMatmul, s, e);
+  const auto entry =
+      with_context([&] { return shape_text(s); },
+                   [&] { return cache.get(key, [&] { return make_matmul(s, e.bias != nullptr, e); }); });
   if (entry->has_bias)
     entry->exec.run({a, b, c, e.bias});
   else
     entry->exec.run({a, b, c});
+}
+
+void matmul_bf16(const MatmulShape& s, const float* a, const float* b, float* c, const MatmulEpilogue& e) {
+  if (s.batch < 1 || s.m < 1 || s.n < 1 || s.k < 1)
+    throw Error(shape_text(s) + ": every dimension must be at least 1");
+  static PrimitiveCache<Bf16MatmulEntry> cache;
+  const PrimitiveKey key = matmul_key(kMatmulBf16, s, e);
+  const auto entry =
+      with_context([&] { return shape_text(s) + " in bf16"; },
+                   [&] {
+                     return cache.get(key, [&] {
+                       const MatmulDescs f32 = matmul_descs(s, dnnl::memory::data_type::f32),
+                                         bf16 = matmul_descs(s, dnnl::memory::data_type::bf16);
+                       auto entry = std::make_shared<Bf16MatmulEntry>();
+                       entry->exec.set_primitive(dnnl::matmul(matmul_pd(bf16, e.bias != nullptr, e)));
+                       entry->has_bias = e.bias != nullptr;
+                       entry->a.init(entry->exec, DNNL_ARG_SRC, f32.a, bf16.a);
+                       entry->b.init(entry->exec, DNNL_ARG_WEIGHTS, f32.b, bf16.b);
+                       entry->exec.bind(DNNL_ARG_DST, bf16.c);
+                       if (entry->has_bias) entry->exec.bind(DNNL_ARG_BIAS, bf16.bias);
+                       return entry;
+                     });
+                   });
+  std::lock_guard<std::mutex> lock(entry->mutex);
+  entry->a.run(a);
+  entry->b.run(b);
+  if (entry->has_bias)
+    entry->exec.run({c, e.bias});
+  else
+    entry->exec.run({c});
 }
 
 namespace {
@@ -121,30 +184,39 @@ void check(const LinearShape& s) {
 void linear_forward(const LinearShape& s, const float* x, const float* weight, const float* bias, float* y,
                     Activation activation) {
   check(s);
+  if (s.bf16) {
+    MatmulEpilogue e;
+    e.bias = bias;
+    e.activation = activation;
+    return matmul_bf16(MatmulShape{1, s.batch, s.out, s.in, false, true}, x, weight, y, e);
+  }
   static PrimitiveCache<LinearEntry> cache;
   PrimitiveKey key(kLinearForward);
   key.add(s.batch).add(s.in).add(s.out).add(bias != nullptr).add(static_cast<int>(activation));
-  const auto entry = with_context([&] { return linear_text(s); }, [&] {
-    return cache.get(key, [&] {
-      const auto x_md = plain_desc({s.batch, s.in}, tag::nc);
-      const auto w_md = plain_desc({s.out, s.in}, tag::oi);
-      const auto b_md = plain_desc({s.out}, tag::x);
-      const auto y_md = plain_desc({s.batch, s.out}, tag::nc);
-      dnnl::primitive_attr attr;
-      attr.set_post_ops(make_post_ops(static_cast<int>(activation), 0.0f, 6.0f, false));
-      const auto desc =
-          bias ? dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_training, x_md, w_md, b_md, y_md)
-               : dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_training, x_md, w_md, y_md);
-      const dnnl::inner_product_forward::primitive_desc pd(desc, attr, engine());
-      auto e = std::make_shared<LinearEntry>();
-      e->exec.set_primitive(dnnl::inner_product_forward(pd));
-      e->exec.bind(DNNL_ARG_SRC, x_md);
-      e->exec.bind(DNNL_ARG_WEIGHTS, w_md);
-      e->exec.bind(DNNL_ARG_DST, y_md);
-      if (bias) e->exec.bind(DNNL_ARG_BIAS, b_md);
-      return e;
-    });
-  });
+  const auto entry =
+      with_context([&] { return linear_text(s); },
+                   [&] {
+                     return cache.get(key, [&] {
+                       const auto x_md = plain_desc({s.batch, s.in}, tag::nc);
+                       const auto w_md = plain_desc({s.out, s.in}, tag::oi);
+                       const auto b_md = plain_desc({s.out}, tag::x);
+                       const auto y_md = plain_desc({s.batch, s.out}, tag::nc);
+                       dnnl::primitive_attr attr;
+                       attr.set_post_ops(make_post_ops(static_cast<int>(activation), 0.0f, 6.0f, false));
+                       const auto desc = bias ? dnnl::inner_product_forward::desc(
+                                                    dnnl::prop_kind::forward_training, x_md, w_md, b_md, y_md)
+                                              : dnnl::inner_product_forward::desc(
+                                                    dnnl::prop_kind::forward_training, x_md, w_md, y_md);
+                       const dnnl::inner_product_forward::primitive_desc pd(desc, attr, engine());
+                       auto e = std::make_shared<LinearEntry>();
+                       e->exec.set_primitive(dnnl::inner_product_forward(pd));
+                       e->exec.bind(DNNL_ARG_SRC, x_md);
+                       e->exec.bind(DNNL_ARG_WEIGHTS, w_md);
+                       e->exec.bind(DNNL_ARG_DST, y_md);
+                       if (bias) e->exec.bind(DNNL_ARG_BIAS, b_md);
+                       return e;
+                     });
+                   });
   if (bias)
     entry->exec.run({x, weight, y, bias});
   else
@@ -155,14 +227,22 @@ void linear_forward(const LinearShape& s, const float* x, const float* weight, c
 // so no weight reorder is ever needed on the backward path.
 void linear_backward_data(const LinearShape& s, const float* dy, const float* weight, float* dx) {
   check(s);
-  matmul(MatmulShape{1, s.batch, s.in, s.out, false, false}, dy, weight, dx);
+  const MatmulShape shape{1, s.batch, s.in, s.out, false, false};
+  if (s.bf16)
+    matmul_bf16(shape, dy, weight, dx);
+  else
+    matmul(shape, dy, weight, dx);
 }
 
 void linear_backward_weights(const LinearShape& s, const float* x, const float* dy, float* dweight,
                              float* dbias) {
   check(s);
-  matmul(MatmulShape{1, s.out, s.in, s.batch, true, false}, dy, x, dweight);
-  if (dbias) {
+  const MatmulShape shape{1, s.out, s.in, s.batch, true, false};
+  if (s.bf16)
+    matmul_bf16(shape, dy, x, dweight);
+  else
+    matmul(shape, dy, x, dweight);
+  if (dbias) {  // f32 in either precision
     // db = column sums of dY: a 1 x batch ones-vector product keeps it on the GEMM path.
     thread_local std::vector<float> ones;
     if (ones.size() < static_cast<std::size_t>(s.batch)) ones.assign(static_cast<std::size_t>(s.batch), 1.0f);

@@ -36,9 +36,9 @@ std::int64_t tap(const onednn::ConvShape& s, std::int64_t p, std::int64_t q) {
   return (ih - oh * s.stride_h + s.pad_h) * s.kernel_w + (iw - ow * s.stride_w + s.pad_w);
 }
 
-onednn::LinearShape linear_shape(const onednn::ConvShape& s) {
+onednn::LinearShape linear_shape(const onednn::ConvShape& s, bool bf16) {
   const Dims d = dims(s);
-  return {s.batch, d.in, d.out};
+  return {s.batch, d.in, d.out, bf16};
 }
 
 }  // namespace
@@ -77,7 +77,7 @@ Tensor conv_expanded_weights(const onednn::ConvShape& s, const float* w, const K
 }
 
 void conv_as_linear_forward(const onednn::ConvShape& s, const float* x, const Tensor& expanded,
-                            const float* bias, bool relu, float* y) {
+                            const float* bias, bool relu, float* y, bool bf16) {
   const Dims d = dims(s);
   std::vector<float> bias_rows;
   if (bias) {
@@ -85,17 +85,17 @@ void conv_as_linear_forward(const onednn::ConvShape& s, const float* x, const Te
     for (std::int64_t p = 0; p < d.positions_out; ++p)
       std::memcpy(bias_rows.data() + p * s.out_channels, bias, static_cast<std::size_t>(s.out_channels) * 4);
   }
-  onednn::linear_forward(linear_shape(s), x, expanded.data(), bias ? bias_rows.data() : nullptr, y,
+  onednn::linear_forward(linear_shape(s, bf16), x, expanded.data(), bias ? bias_rows.data() : nullptr, y,
                          relu ? onednn::Activation::relu : onednn::Activation::none);
 }
 
 void conv_as_linear_backward_data(const onednn::ConvShape& s, const float* dy, const Tensor& expanded,
-                                  float* dx) {
-  onednn::linear_backward_data(linear_shape(s), dy, expanded.data(), dx);
+                                  float* dx, bool bf16) {
+  onednn::linear_backward_data(linear_shape(s, bf16), dy, expanded.data(), dx);
 }
 
 void conv_as_linear_backward_weights(const onednn::ConvShape& s, const KernelWindow& window, const float* x,
-                                     const float* dy, float* dw, float* db) {
+                                     const float* dy, float* dw, float* db, bool bf16) {
   const Dims d = dims(s);
   const std::int64_t ic_n = s.in_channels, oc_n = s.out_channels, full_taps = window.full_h * window.full_w;
   // Written whole by oneDNN: no zero-fill (E's gradient is as large as E: 4 MB for ResNet-18's
@@ -103,7 +103,8 @@ void conv_as_linear_backward_weights(const onednn::ConvShape& s, const KernelWin
   const Tensor de_tensor = Tensor::empty({d.out, d.in});
   const float* de = de_tensor.data();
   std::vector<float> db_rows(db ? static_cast<std::size_t>(d.out) : 0);
-  onednn::linear_backward_weights(linear_shape(s), x, dy, de_tensor.data(), db ? db_rows.data() : nullptr);
+  onednn::linear_backward_weights(linear_shape(s, bf16), x, dy, de_tensor.data(),
+                                  db ? db_rows.data() : nullptr);
   // Fold E's gradient onto the kernel: each tap sums the blocks (p, q) it joins, in a fixed
   // order; threads own output channels.
   parallel_for(static_cast<std::size_t>(oc_n), 4, [&](std::size_t o0, std::size_t o1) {

@@ -29,13 +29,14 @@ KernelWindow whole_kernel(const onednn::ConvShape& s);
 // E [OH*OW*OC][H*W*IC] from the window of weights [OC][IC][full_h][full_w].
 Tensor conv_expanded_weights(const onednn::ConvShape& s, const float* w, const KernelWindow& window);
 
-// y (channels-last) = x (channels-last) E^T + bias, ReLU fused when asked.
+// y (channels-last) = x (channels-last) E^T + bias, ReLU fused when asked. With bf16 the products
+// run on onednn::matmul_bf16 (Bf16Autocast), the bias gradient and the fold staying f32.
 void conv_as_linear_forward(const onednn::ConvShape& s, const float* x, const Tensor& expanded,
-                            const float* bias, bool relu, float* y);
+                            const float* bias, bool relu, float* y, bool bf16);
 void conv_as_linear_backward_data(const onednn::ConvShape& s, const float* dy, const Tensor& expanded,
-                                  float* dx);
+                                  float* dx, bool bf16);
 // Writes dw [OC][IC][full_h][full_w] (zero outside the window) and, when non-null, db [OC].
 void conv_as_linear_backward_weights(const onednn::ConvShape& s, const KernelWindow& window, const float* x,
-                                     const float* dy, float* dw, float* db);
+                                     const float* dy, float* dw, float* db, bool bf16);
 
 }  // namespace cpudl::ops_detail

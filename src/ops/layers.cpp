@@ -175,7 +175,7 @@ struct ConvBackward {
     if (need_dx) {
       dx = empty_channels_last(xc.shape());
       if (expanded.defined())
-        conv_as_linear_backward_data(run, gc.data(), expanded, dx.data());
+        conv_as_linear_backward_data(run, gc.data(), expanded, dx.data(), bf16);
       else if (bf16)
         onednn::conv2d_backward_data_bf16(run, gc.data(), wc.data(), version, dx.data());
       else
@@ -188,7 +188,7 @@ struct ConvBackward {
       if (expanded.defined()) {  // folded straight into the whole kernel, dead taps included
         dw = Tensor::empty(weight_shape);
         conv_as_linear_backward_weights(run, window_of(crop, weight_shape), xc.data(), gc.data(), dw.data(),
-                                        db_out);
+                                        db_out, bf16);
         return {dx, need_dw ? dw : Tensor(), db};
       }
       dw = Tensor::empty(wc.shape());
@@ -275,9 +275,10 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
                                        : contiguous_values(weight);
   // A cropped copy is new on every call: version 0 has oneDNN reorder it each time.
   const std::uint64_t version = !crop.cropped && weight.is_contiguous() ? weights_version(weight) : 0;
-  const bool bf16 = g_bf16_autocast && !expanded.defined();
+  const bool bf16 = g_bf16_autocast;
   if (expanded.defined()) {
-    conv_as_linear_forward(run, xc.data(), expanded, bc.defined() ? bc.data() : nullptr, o.relu, y.data());
+    conv_as_linear_forward(run, xc.data(), expanded, bc.defined() ? bc.data() : nullptr, o.relu, y.data(),
+                           bf16);
   } else if (bf16) {
     onednn::conv2d_forward_bf16(run, xc.data(), wc.data(), version, bc.defined() ? bc.data() : nullptr,
                                 y.data(), o.relu ? onednn::Activation::relu : onednn::Activation::none);

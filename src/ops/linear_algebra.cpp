@@ -148,7 +148,9 @@ Tensor linear_op(const Tensor& x, const Tensor& weight, const Tensor& bias, bool
   const Tensor xc = contiguous_values(x), wc = contiguous_values(weight);
   const Tensor bc = bias.defined() ? contiguous_values(bias) : Tensor();
   Tensor y = Tensor::empty(out_shape);
-  const onednn::LinearShape s{rows, in, out_features};
+  // Under Bf16Autocast the oneDNN products run in bf16 (the narrow kernels, bound by memory,
+  // stay f32).
+  const onednn::LinearShape s{rows, in, out_features, bf16_autocast_enabled()};
   const bool narrow = narrow_linear(s);
   if (rows > 0 && narrow) {
     narrow_forward(s, xc.data(), wc.data(), bc.defined() ? bc.data() : nullptr, y.data());
