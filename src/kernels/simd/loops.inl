@@ -31,10 +31,15 @@ void map_into(float* out, std::size_t n, Value value, PartialValue partial_value
       return;
     }
   }
-  for (; i + 2 * W <= n; i += 2 * W) {
+  // Four independent vectors per step, as in the streaming loop: the long dependency chains of
+  // exp, tanh and GELU (40-60 dependent operations each) are latency-bound with two in flight.
+  for (; i + 4 * W <= n; i += 4 * W) {
     const auto a = value(i), b = value(i + W);
+    const auto c = value(i + 2 * W), d = value(i + 3 * W);
     V::store(out + i, a);
     V::store(out + i + W, b);
+    V::store(out + i + 2 * W, c);
+    V::store(out + i + 3 * W, d);
   }
   for (; i + W <= n; i += W) V::store(out + i, value(i));
   if (i < n) V::store_partial(out + i, partial_value(i, n - i), n - i);
