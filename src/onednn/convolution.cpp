@@ -182,6 +182,53 @@ struct ForwardEntry {
   bool depthwise_bias_owned = false;  // a zero bias for a depthwise stage without one
 };
 
+// The weight gradient in PyTorch's OIHW: written by the primitive in place when it computes in
+// that layout, otherwise into a blocked buffer the entry owns and reordered out after each run.
+struct WeightGradientOut {
+  bool reorder_out = false;
+  dnnl::memory blocked, plain;
+  // Binds DNNL_ARG_DIFF_WEIGHTS: a per-call slot for the caller's buffer, or the blocked buffer.
+  void init(Executable& exec, const dnnl::memory::desc& computed, const dnnl::memory::desc& plain_md) {
+    reorder_out = computed != plain_md;
+    if (!reorder_out) {
+      exec.bind(DNNL_ARG_DIFF_WEIGHTS, plain_md);
+      return;
+    }
+    blocked = dnnl::memory(computed, engine());
+    plain = dnnl::memory(plain_md, engine(), DNNL_MEMORY_NONE);
+    exec.bind_owned(DNNL_ARG_DIFF_WEIGHTS, blocked);
+  }
+  void finish(float* diff_weights) {
+    if (!reorder_out) return;
+    plain.set_data_handle(diff_weights);
+    reorder(blocked, plain);
+  }
+};
+
+dnnl::convolution_backward_weights::desc backward_weights_desc(const Geometry& g,
+                                                               const dnnl::memory::desc& src,
+                                                               const dnnl::memory::desc& dst, bool bias) {
+  const auto algo = dnnl::algorithm::convolution_direct;
+  return bias ? dnnl::convolution_backward_weights::desc(algo, src, g.weights_any, g.bias, dst, g.strides,
+                                                         g.dilates, g.pad_l, g.pad_r)
+              : dnnl::convolution_backward_weights::desc(algo, src, g.weights_any, dst, g.strides, g.dilates,
+                                                         g.pad_l, g.pad_r);
+}
+
+// Runs a backward-weights entry whose remaining slots are [diff_bias], [diff_weights when plain]
+// after `first` (the f32 pass's src and diff_dst; none for the bf16 pass, whose are staged).
+template <class Entry>
+void run_backward_weights(Entry& entry, std::initializer_list<const void*> first, float* diff_weights,
+                          float* diff_bias) {
+  const void* pointers[4];
+  std::size_t n = 0;
+  for (const void* p : first) pointers[n++] = p;
+  if (diff_bias) pointers[n++] = diff_bias;
+  if (!entry.diff_weights.reorder_out) pointers[n++] = diff_weights;
+  entry.exec.run(std::span<const void* const>(pointers, n));
+  entry.diff_weights.finish(diff_weights);
+}
+
 // The bf16 passes: their arguments staged in bf16, then the convolution accumulating in f32. The
 // mutex keeps a staged copy from being overwritten by a concurrent caller before it is read.
 struct Bf16ForwardEntry {
@@ -201,8 +248,7 @@ struct Bf16BackwardDataEntry {
 struct Bf16BackwardWeightsEntry {
   Executable exec;
   Bf16Staging src, diff_dst;
-  bool reorder_out = false;
-  dnnl::memory blocked_diff, plain_diff;
+  WeightGradientOut diff_weights;
   std::mutex mutex;
 };
 
@@ -236,8 +282,7 @@ struct BackwardDataEntry {
 
 struct BackwardWeightsEntry {
   Executable exec;
-  bool reorder_out = false;
-  dnnl::memory blocked_diff, plain_diff;
+  WeightGradientOut diff_weights;
 };
 
 }  // namespace
@@ -423,51 +468,30 @@ void conv2d_backward_weights_bf16(const ConvShape& s, const float* src, const fl
   static PrimitiveCache<Bf16BackwardWeightsEntry> cache;
   PrimitiveKey key = conv_key(kConvBackwardWeightsBf16, s);
   key.add(diff_bias != nullptr);
-  const auto entry = with_context(
-      [&] { return conv_text(s) + " backward weights in bf16"; },
-      [&] {
-        return cache.get(key, [&] {
-          const Geometry g = geometry(s);
-          const tag layout = activation_tag(s.layout);
-          const auto hint = bf16_forward_pd(s, g, diff_bias != nullptr, dnnl::primitive_attr());
-          const auto src_md = bf16_desc(g.src, layout), dst_md = bf16_desc(g.dst, layout);
-          const auto algo = dnnl::algorithm::convolution_direct;
-          // Weight (and bias) gradients accumulate and are written in f32.
-          const auto desc =
-              diff_bias
-                  ? dnnl::convolution_backward_weights::desc(algo, src_md, g.weights_any, g.bias, dst_md,
-                                                             g.strides, g.dilates, g.pad_l, g.pad_r)
-                  : dnnl::convolution_backward_weights::desc(algo, src_md, g.weights_any, dst_md, g.strides,
-                                                             g.dilates, g.pad_l, g.pad_r);
-          const dnnl::convolution_backward_weights::primitive_desc pd(desc, engine(), hint);
-          auto e = std::make_shared<Bf16BackwardWeightsEntry>();
-          e->exec.set_primitive(dnnl::convolution_backward_weights(pd));
-          e->src.init(e->exec, DNNL_ARG_SRC, g.src, src_md);
-          e->diff_dst.init(e->exec, DNNL_ARG_DIFF_DST, g.dst, dst_md);
-          if (diff_bias) e->exec.bind(DNNL_ARG_DIFF_BIAS, g.bias);
-          e->reorder_out = pd.diff_weights_desc() != g.weights_plain;
-          if (e->reorder_out) {
-            e->blocked_diff = dnnl::memory(pd.diff_weights_desc(), engine());
-            e->plain_diff = dnnl::memory(g.weights_plain, engine(), DNNL_MEMORY_NONE);
-            e->exec.bind_owned(DNNL_ARG_DIFF_WEIGHTS, e->blocked_diff);
-          } else {
-            e->exec.bind(DNNL_ARG_DIFF_WEIGHTS, g.weights_plain);
-          }
-          return e;
-        });
-      });
+  const auto entry =
+      with_context([&] { return conv_text(s) + " backward weights in bf16"; },
+                   [&] {
+                     return cache.get(key, [&] {
+                       const Geometry g = geometry(s);
+                       const tag layout = activation_tag(s.layout);
+                       const auto hint = bf16_forward_pd(s, g, diff_bias != nullptr, dnnl::primitive_attr());
+                       const auto src_md = bf16_desc(g.src, layout), dst_md = bf16_desc(g.dst, layout);
+                       // Weight (and bias) gradients accumulate and are written in f32.
+                       const dnnl::convolution_backward_weights::primitive_desc pd(
+                           backward_weights_desc(g, src_md, dst_md, diff_bias != nullptr), engine(), hint);
+                       auto e = std::make_shared<Bf16BackwardWeightsEntry>();
+                       e->exec.set_primitive(dnnl::convolution_backward_weights(pd));
+                       e->src.init(e->exec, DNNL_ARG_SRC, g.src, src_md);
+                       e->diff_dst.init(e->exec, DNNL_ARG_DIFF_DST, g.dst, dst_md);
+                       if (diff_bias) e->exec.bind(DNNL_ARG_DIFF_BIAS, g.bias);
+                       e->diff_weights.init(e->exec, pd.diff_weights_desc(), g.weights_plain);
+                       return e;
+                     });
+                   });
   std::lock_guard<std::mutex> lock(entry->mutex);
   entry->src.run(src);
   entry->diff_dst.run(diff_dst);
-  const void* pointers[2];
-  std::size_t n = 0;
-  if (diff_bias) pointers[n++] = diff_bias;
-  if (!entry->reorder_out) pointers[n++] = diff_weights;
-  entry->exec.run(std::span<const void* const>(pointers, n));
-  if (entry->reorder_out) {
-    entry->plain_diff.set_data_handle(diff_weights);
-    reorder(entry->blocked_diff, entry->plain_diff);
-  }
+  run_backward_weights(*entry, {}, diff_weights, diff_bias);
 }
 
 void conv2d_backward_data(const ConvShape& s, const float* diff_dst, const float* weights,
@@ -508,47 +532,24 @@ void conv2d_backward_weights(const ConvShape& s, const float* src, const float* 
   static PrimitiveCache<BackwardWeightsEntry> cache;
   PrimitiveKey key = conv_key(kConvBackwardWeights, s);
   key.add(diff_bias != nullptr);
-  const auto entry = with_context(
-      [&] { return conv_text(s) + " backward weights"; },
-      [&] {
-        return cache.get(key, [&] {
-          const Geometry g = geometry(s);
-          const auto hint = forward_pd(g, diff_bias != nullptr, dnnl::primitive_attr());
-          const auto desc = diff_bias ? dnnl::convolution_backward_weights::desc(
-                                            dnnl::algorithm::convolution_direct, g.src, g.weights_any, g.bias,
-                                            g.dst, g.strides, g.dilates, g.pad_l, g.pad_r)
-                                      : dnnl::convolution_backward_weights::desc(
-                                            dnnl::algorithm::convolution_direct, g.src, g.weights_any, g.dst,
-                                            g.strides, g.dilates, g.pad_l, g.pad_r);
-          const dnnl::convolution_backward_weights::primitive_desc pd(desc, engine(), hint);
-          auto e = std::make_shared<BackwardWeightsEntry>();
-          e->exec.set_primitive(dnnl::convolution_backward_weights(pd));
-          e->reorder_out = pd.diff_weights_desc() != g.weights_plain;
-          e->exec.bind(DNNL_ARG_SRC, g.src);
-          e->exec.bind(DNNL_ARG_DIFF_DST, g.dst);
-          if (diff_bias) e->exec.bind(DNNL_ARG_DIFF_BIAS, g.bias);
-          if (e->reorder_out) {
-            e->blocked_diff = dnnl::memory(pd.diff_weights_desc(), engine());
-            e->plain_diff = dnnl::memory(g.weights_plain, engine(), DNNL_MEMORY_NONE);
-            e->exec.bind_owned(DNNL_ARG_DIFF_WEIGHTS, e->blocked_diff);
-          } else {
-            e->exec.bind(DNNL_ARG_DIFF_WEIGHTS, g.weights_plain);
-          }
-          return e;
-        });
-      });
-  if (entry->reorder_out) {
-    if (diff_bias)
-      entry->exec.run({src, diff_dst, diff_bias});
-    else
-      entry->exec.run({src, diff_dst});
-    entry->plain_diff.set_data_handle(diff_weights);
-    reorder(entry->blocked_diff, entry->plain_diff);
-  } else if (diff_bias) {
-    entry->exec.run({src, diff_dst, diff_bias, diff_weights});
-  } else {
-    entry->exec.run({src, diff_dst, diff_weights});
-  }
+  const auto entry =
+      with_context([&] { return conv_text(s) + " backward weights"; },
+                   [&] {
+                     return cache.get(key, [&] {
+                       const Geometry g = geometry(s);
+                       const auto hint = forward_pd(g, diff_bias != nullptr, dnnl::primitive_attr());
+                       const dnnl::convolution_backward_weights::primitive_desc pd(
+                           backward_weights_desc(g, g.src, g.dst, diff_bias != nullptr), engine(), hint);
+                       auto e = std::make_shared<BackwardWeightsEntry>();
+                       e->exec.set_primitive(dnnl::convolution_backward_weights(pd));
+                       e->exec.bind(DNNL_ARG_SRC, g.src);
+                       e->exec.bind(DNNL_ARG_DIFF_DST, g.dst);
+                       if (diff_bias) e->exec.bind(DNNL_ARG_DIFF_BIAS, g.bias);
+                       e->diff_weights.init(e->exec, pd.diff_weights_desc(), g.weights_plain);
+                       return e;
+                     });
+                   });
+  run_backward_weights(*entry, {src, diff_dst}, diff_weights, diff_bias);
 }
 
 }  // namespace cpudl::onednn

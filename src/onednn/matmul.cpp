@@ -29,6 +29,11 @@ std::string shape_text(const MatmulShape& s) {
          "] x [" + std::to_string(s.k) + "x" + std::to_string(s.n) + "]";
 }
 
+void require_dims(const MatmulShape& s) {
+  if (s.batch < 1 || s.m < 1 || s.n < 1 || s.k < 1)
+    throw Error(shape_text(s) + ": every dimension must be at least 1");
+}
+
 struct MatmulEntry {
   Executable exec;
   bool has_bias = false;
@@ -120,16 +125,14 @@ void cblas_matmul(blas::Backend backend, const MatmulShape& s, const float* a, c
 
 void matmul(const MatmulShape& s, const float* a, const float* b, float* c, const MatmulEpilogue& e) {
   if (const blas::Backend backend = blas::active_backend(); backend != blas::Backend::onednn) {
-    if (s.batch < 1 || s.m < 1 || s.n < 1 || s.k < 1)
-      throw Error(shape_text(s) + ": every dimension must be at least 1");
+    require_dims(s);
     return cblas_matmul(backend, s, a, b, c, e);
   }
   matmul_onednn(s, a, b, c, e);
 }
 
 void matmul_onednn(const MatmulShape& s, const float* a, const float* b, float* c, const MatmulEpilogue& e) {
-  if (s.batch < 1 || s.m < 1 || s.n < 1 || s.k < 1)
-    throw Error(shape_text(s) + ": every dimension must be at least 1");
+  require_dims(s);
   static PrimitiveCache<MatmulEntry> cache;
   const PrimitiveKey key = matmul_key(kMatmul, s, e);
   const auto entry =
@@ -142,8 +145,7 @@ void matmul_onednn(const MatmulShape& s, const float* a, const float* b, float* 
 }
 
 void matmul_bf16(const MatmulShape& s, const float* a, const float* b, float* c, const MatmulEpilogue& e) {
-  if (s.batch < 1 || s.m < 1 || s.n < 1 || s.k < 1)
-    throw Error(shape_text(s) + ": every dimension must be at least 1");
+  require_dims(s);
   static PrimitiveCache<Bf16MatmulEntry> cache;
   const PrimitiveKey key = matmul_key(kMatmulBf16, s, e);
   const auto entry =
