@@ -564,6 +564,34 @@ TEST(Autograd, Bf16AutocastCoversLinearLayersAndWholeMapProducts) {
   }
 }
 
+// A bf16 linear layer keeps its weights' bf16 copy between calls (inference): the copy must follow
+// an in-place update (set bumps the version) and must not serve another weight tensor of the same
+// shape. Each output against the f32 layer with the weights of that moment, within bf16 rounding.
+TEST(Autograd, Bf16LinearWeightsCopyFollowsUpdatesAndBelongsToOneTensor) {
+  if (!onednn::bf16_compute_available()) GTEST_SKIP() << "this CPU has no bf16 kernels";
+  const Tensor x = randn({8, 64}, 740);
+  Tensor w = randn({32, 64}, 741, 0.3f);
+  const Tensor other = randn({32, 64}, 742, 0.3f);
+  auto expect_bf16_of = [&](const Tensor& weights, const char* what) {
+    std::vector<float> want, got;
+    {
+      NoGradGuard no_grad;
+      want = linear(x, weights).to_vector();
+      Bf16Autocast autocast;
+      got = linear(x, weights).to_vector();
+    }
+    float scale = 0.0f;
+    for (float v : want) scale = std::max(scale, std::fabs(v));
+    for (std::size_t i = 0; i < got.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 2e-2f * scale) << what << " " << i;
+  };
+  expect_bf16_of(w, "first call");
+  for (std::int64_t j = 0; j < 64; ++j) w.set({3, j}, 4.0f);  // row 3 changes in place
+  expect_bf16_of(w, "after the update");
+  expect_bf16_of(other, "another tensor of the same shape");
+  expect_bf16_of(w, "back to the first");
+}
+
 // Pooling a channels-last input (a convolution's output) gives exactly the values and gradients
 // of pooling its row-major copy: channel counts oneDNN vectorises (16) and those the native
 // kernel takes (1, 3, 6), with and without padding and overlapping windows. Where windows

@@ -44,17 +44,20 @@ void matmul_onednn(const MatmulShape& shape, const float* a, const float* b, flo
 // matmul computing in bf16, as torch.autocast runs matmuls and linear layers: A and B rounded to
 // bf16 (nearest even), products accumulated and C written in f32, the epilogue as matmul's;
 // oneDNN's AMX or AVX512-BF16 kernels (bf16_compute_available()). Always oneDNN.
+// `b_version`, for B holding weights: 0 rounds B on every call; otherwise its bf16 copy is kept
+// while (pointer, version) is unchanged, as the convolutions' blocked weights are.
 void matmul_bf16(const MatmulShape& shape, const float* a, const float* b, float* c,
-                 const MatmulEpilogue& epilogue = {});
+                 const MatmulEpilogue& epilogue = {}, std::uint64_t b_version = 0);
 
 // Linear layer, PyTorch's convention: y[n x out] = x[n x in] W[out x in]^T + b. With bf16, the
-// three products run on matmul_bf16 (the bias gradient stays f32).
+// three products run on matmul_bf16 (the bias gradient stays f32), the forward keeping the
+// weights' bf16 copy under `weights_version` (matmul_bf16's b_version).
 struct LinearShape {
   std::int64_t batch = 0, in = 0, out = 0;
   bool bf16 = false;
 };
 void linear_forward(const LinearShape& s, const float* x, const float* weight, const float* bias, float* y,
-                    Activation activation = Activation::none);
+                    Activation activation = Activation::none, std::uint64_t weights_version = 0);
 void linear_backward_data(const LinearShape& s, const float* dy, const float* weight, float* dx);
 // Writes (not accumulates) dW and, when non-null, db.
 void linear_backward_weights(const LinearShape& s, const float* x, const float* dy, float* dweight,

@@ -94,6 +94,8 @@ struct Bf16MatmulEntry {
   Executable exec;
   Bf16Staging a, b;
   bool has_bias = false;
+  const float* staged_b = nullptr;  // B's pointer and version when its copy was kept
+  std::uint64_t staged_version = 0;
   std::mutex mutex;
 };
 
@@ -144,10 +146,13 @@ void matmul_onednn(const MatmulShape& s, const float* a, const float* b, float* 
     entry->exec.run({a, b, c});
 }
 
-void matmul_bf16(const MatmulShape& s, const float* a, const float* b, float* c, const MatmulEpilogue& e) {
+void matmul_bf16(const MatmulShape& s, const float* a, const float* b, float* c, const MatmulEpilogue& e,
+                 std::uint64_t b_version) {
   require_dims(s);
   static PrimitiveCache<Bf16MatmulEntry> cache;
-  const PrimitiveKey key = matmul_key(kMatmulBf16, s, e);
+  PrimitiveKey key = matmul_key(kMatmulBf16, s, e);
+  // Kept copies belong to one weight tensor: layers of equal shape must not share an entry.
+  if (b_version != 0) key.add(static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(b)));
   const auto entry =
       with_context([&] { return shape_text(s) + " in bf16"; },
                    [&] {
@@ -166,7 +171,11 @@ void matmul_bf16(const MatmulShape& s, const float* a, const float* b, float* c,
                    });
   std::lock_guard<std::mutex> lock(entry->mutex);
   entry->a.run(a);
-  entry->b.run(b);
+  if (b_version == 0 || entry->staged_b != b || entry->staged_version != b_version) {
+    entry->b.run(b);
+    entry->staged_b = b_version != 0 ? b : nullptr;
+    entry->staged_version = b_version;
+  }
   if (entry->has_bias)
     entry->exec.run({c, e.bias});
   else
@@ -184,13 +193,13 @@ void check(const LinearShape& s) {
 }  // namespace
 
 void linear_forward(const LinearShape& s, const float* x, const float* weight, const float* bias, float* y,
-                    Activation activation) {
+                    Activation activation, std::uint64_t weights_version) {
   check(s);
   if (s.bf16) {
     MatmulEpilogue e;
     e.bias = bias;
     e.activation = activation;
-    return matmul_bf16(MatmulShape{1, s.batch, s.out, s.in, false, true}, x, weight, y, e);
+    return matmul_bf16(MatmulShape{1, s.batch, s.out, s.in, false, true}, x, weight, y, e, weights_version);
   }
   static PrimitiveCache<LinearEntry> cache;
   PrimitiveKey key(kLinearForward);

@@ -22,10 +22,6 @@ void require_4d(const Tensor& x, const char* op) {
     throw Error(std::string(op) + ": input of shape " + shape_text(x.shape()) + ", expected [N, C, H, W]");
 }
 
-// A version key for a weight buffer: changes whenever the tensor is updated in place, so
-// oneDNN's blocked copy is refreshed exactly when needed.
-std::uint64_t weights_version(const Tensor& w) { return w.version() * 2 + 1; }
-
 // A first layer's weight gradient (1-4 input channels) on the native kernel (kernels/conv/):
 // oneDNN's NHWC backward-weights pass runs it at 7-8% of peak. Images are split over the threads,
 // each summing into its own [KH][KW][IC][OC] buffer; the sums are then added and transposed to

@@ -160,7 +160,8 @@ Tensor linear_op(const Tensor& x, const Tensor& weight, const Tensor& bias, bool
     }
   } else if (rows > 0) {
     onednn::linear_forward(s, xc.data(), wc.data(), bc.defined() ? bc.data() : nullptr, y.data(),
-                           relu ? onednn::Activation::relu : onednn::Activation::none);
+                           relu ? onednn::Activation::relu : onednn::Activation::none,
+                           weight.is_contiguous() ? weights_version(weight) : 0);
   }
   count_forward_flops(2.0 * static_cast<double>(rows) * static_cast<double>(in) *
                       static_cast<double>(out_features));

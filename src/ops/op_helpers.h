@@ -29,6 +29,11 @@ inline void require_f32(const Tensor& t, const char* op, const char* what) {
 }
 
 // The tensor's values as a contiguous f32 tensor, without recording a graph edge.
+// A version key for a weight buffer: changes whenever the tensor is updated in place, so
+// oneDNN's blocked (or bf16) copy is refreshed exactly when needed. Never 0, which means "keep
+// no copy".
+inline std::uint64_t weights_version(const Tensor& w) { return w.version() * 2 + 1; }
+
 inline Tensor contiguous_values(const Tensor& t) {
   NoGradGuard no_grad;
   return t.contiguous();
