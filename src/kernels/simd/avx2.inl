@@ -37,6 +37,8 @@ struct Avx2 {
   static F fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }    // a*b + c
   static F fnma(F a, F b, F c) { return _mm256_fnmadd_ps(a, b, c); }  // c - a*b
   static F sqrt(F a) { return _mm256_sqrt_ps(a); }
+  // 1/x: AVX2's 12-bit estimate would need two Newton steps; the division is as cheap.
+  static F reciprocal(F x) { return _mm256_div_ps(_mm256_set1_ps(1.0f), x); }
   static F abs(F a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a); }
   static F sign_bit(F a) { return _mm256_and_ps(_mm256_set1_ps(-0.0f), a); }
   static F bit_or(F a, F b) { return _mm256_or_ps(a, b); }

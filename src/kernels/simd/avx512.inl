@@ -34,6 +34,12 @@ struct Avx512 {
   static F fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
   static F fnma(F a, F b, F c) { return _mm512_fnmadd_ps(a, b, c); }
   static F sqrt(F a) { return _mm512_sqrt_ps(a); }
+  // 1/x: the 14-bit estimate refined by one Newton step (about 1 ulp), without a division's
+  // 10-16 cycles a vector.
+  static F reciprocal(F x) {
+    const F r = _mm512_rcp14_ps(x);
+    return _mm512_fmadd_ps(r, _mm512_fnmadd_ps(x, r, _mm512_set1_ps(1.0f)), r);
+  }
   static F abs(F a) { return _mm512_abs_ps(a); }
   static F sign_bit(F a) { return _mm512_and_ps(_mm512_set1_ps(-0.0f), a); }
   static F bit_or(F a, F b) { return _mm512_or_ps(a, b); }
