@@ -106,41 +106,19 @@ KernelWindow window_of(const CroppedKernel& c, const Shape& weight_shape) {
   return {weight_shape[2], weight_shape[3], c.kh_begin, c.kw_begin};
 }
 
-// The live window [kh_begin, +kernel_h) x [kw_begin, +kernel_w) of weights [OC][IC][KH][KW]
-// (weights_of_window) and a window's gradient placed in a zero kernel of `full` shape
-// (gradient_of_kernel), for cropped kernels oneDNN runs (whole-map products read the stored
-// kernel directly); rows of OC x IC split over the threads, as a strided view copy is serial.
+// The live window [kh_begin, +kernel_h) x [kw_begin, +kernel_w) of weights [OC][IC][KH][KW], and
+// a window's gradient placed in a zero kernel of `full` shape: strided views copied by
+// copy_strided, which splits the rows over the threads.
 Tensor weights_of_window(const Tensor& weight, const CroppedKernel& c) {
-  const Tensor w = contiguous_values(weight);
-  const std::int64_t rows = w.size(0) * w.size(1), kh = w.size(2), kw = w.size(3);
-  const std::int64_t h = c.shape.kernel_h, wd = c.shape.kernel_w;
-  Tensor out = Tensor::empty({w.size(0), w.size(1), h, wd});
-  const float* src = w.data();
-  float* dst = out.data();
-  parallel_for(static_cast<std::size_t>(rows), 256, [&](std::size_t r0, std::size_t r1) {
-    for (auto r = static_cast<std::int64_t>(r0); r < static_cast<std::int64_t>(r1); ++r)
-      for (std::int64_t i = 0; i < h; ++i)
-        for (std::int64_t j = 0; j < wd; ++j)
-          dst[(r * h + i) * wd + j] = src[(r * kh + c.kh_begin + i) * kw + c.kw_begin + j];
-  });
-  return out;
+  NoGradGuard no_grad;  // oneDNN's copy of the weights, not a node of the graph
+  return contiguous_values(weight.slice(2, c.kh_begin, c.kh_begin + c.shape.kernel_h)
+                               .slice(3, c.kw_begin, c.kw_begin + c.shape.kernel_w));
 }
 
 Tensor gradient_of_kernel(const Tensor& window_grad, const CroppedKernel& c, const Shape& full) {
-  const std::int64_t rows = full[0] * full[1], kh = full[2], kw = full[3];
-  const std::int64_t h = c.shape.kernel_h, wd = c.shape.kernel_w;
-  Tensor out = Tensor::empty(full);
-  const float* src = window_grad.data();
-  float* dst = out.data();
-  parallel_for(static_cast<std::size_t>(rows), 256, [&](std::size_t r0, std::size_t r1) {
-    for (auto r = static_cast<std::int64_t>(r0); r < static_cast<std::int64_t>(r1); ++r) {
-      float* row = dst + r * kh * kw;
-      std::fill(row, row + kh * kw, 0.0f);
-      for (std::int64_t i = 0; i < h; ++i)
-        for (std::int64_t j = 0; j < wd; ++j)
-          row[(c.kh_begin + i) * kw + c.kw_begin + j] = src[(r * h + i) * wd + j];
-    }
-  });
+  Tensor out = Tensor::zeros(full);
+  copy_strided(window_grad, out.slice(2, c.kh_begin, c.kh_begin + c.shape.kernel_h)
+                                .slice(3, c.kw_begin, c.kw_begin + c.shape.kernel_w));
   return out;
 }
 
