@@ -539,7 +539,7 @@ TEST(Kernels, TranscendentalsMatchDoubleReference) {
        "gelu",
        -12.0f,
        12.0f,
-       {0.0f, 1e-6f, -1e-6f, -5.0f, -9.0f, 30.0f, nan},
+       {0.0f, 1e-6f, -1e-6f, -5.0f, -9.0f, 30.0f, nan, inf, -inf, -14.9f, -15.0f, -15.1f, 15.0f, -13.5f},
        1e-6,
        1e-38},
   };

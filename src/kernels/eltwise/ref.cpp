@@ -15,7 +15,8 @@ template <class Op>
 void map2(const float* a, const float* b, float* out, std::size_t n, Op op) {
   for (std::size_t i = 0; i < n; ++i) out[i] = op(a[i], b[i]);
 }
-double gelu(double x) { return 0.5 * x * std::erfc(-x / std::sqrt(2.0)); }
+// x Phi(x), whose limit at -inf is 0 (the product form would give -inf * 0 = NaN there).
+double gelu(double x) { return std::isinf(x) && x < 0 ? 0.0 : 0.5 * x * std::erfc(-x / std::sqrt(2.0)); }
 double gelu_derivative(double x) {
   return 0.5 * std::erfc(-x / std::sqrt(2.0)) + x * std::exp(-0.5 * x * x) / std::sqrt(2.0 * M_PI);
 }

@@ -44,7 +44,7 @@ struct Avx2 {
   static F bit_or(F a, F b) { return _mm256_or_ps(a, b); }
   static F round(F a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
   static I to_int(F a) { return _mm256_cvtps_epi32(a); }  // nearest
-  // a * 2^n for an integral n in [-150, 128]: 2^n applied in two halves built in the exponent
+  // a * 2^n for an integral n in [-252, 254]: 2^n applied in two halves built in the exponent
   // field, so that denormal results and overflow to inf stay exact.
   static F scale_by_pow2(F a, F n) {
     const __m256i ni = _mm256_cvtps_epi32(n);
