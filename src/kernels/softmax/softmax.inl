@@ -13,13 +13,22 @@ namespace {
 
 using Math = VectorMath<V>;
 
-// y = exp(x - shift), returning the sum of y (tail lanes excluded).
-float exp_shifted_store(const float* x, float* y, std::size_t n, float shift) {
+// y = exp(x - shift), returning the sum of y (tail lanes excluded). The lines ahead_x / ahead_y
+// floats further (the next row's) are prefetched meanwhile: a row's passes run one after another,
+// its maximum bound by memory and its exponentials by arithmetic, and without the prefetch the
+// two never overlapped (rows of 1000 floats also end the hardware streamer's page every row).
+// 1000-column softmax on 64 MiB: 57-58 / 68 -> 86 / 107% of the read bandwidth, 1 / 2 threads.
+float exp_shifted_store(const float* x, float* y, std::size_t n, float shift, std::ptrdiff_t ahead_x,
+                        std::ptrdiff_t ahead_y) {
   const V::F s = V::set1(shift);
   V::F acc0 = V::zero(), acc1 = V::zero();
   std::size_t i = 0;
   constexpr std::size_t W = V::kWidth;
   for (; i + 2 * W <= n; i += 2 * W) {
+    __builtin_prefetch(x + i + ahead_x, 0, 3);
+    __builtin_prefetch(x + i + W + ahead_x, 0, 3);
+    __builtin_prefetch(y + i + ahead_y, 1, 3);
+    __builtin_prefetch(y + i + W + ahead_y, 1, 3);
     const V::F e0 = Math::exp(V::sub(V::load(x + i), s)), e1 = Math::exp(V::sub(V::load(x + i + W), s));
     V::store(y + i, e0);
     V::store(y + i + W, e1);
@@ -57,7 +66,9 @@ void CPUDL_KERNEL(f32_softmax)(const float* x, float* y, std::size_t rows, std::
   for (std::size_t r = 0; r < rows; ++r) {
     const float* xr = x + r * ld_in;
     float* yr = y + r * ld_out;
-    const float sum = exp_shifted_store(xr, yr, cols, reduce_max<V>(xr, cols));
+    const float sum =
+        exp_shifted_store(xr, yr, cols, reduce_max<V>(xr, cols), static_cast<std::ptrdiff_t>(ld_in),
+                          static_cast<std::ptrdiff_t>(ld_out));
     const V::F inv = V::set1(1.0f / sum);
     map_unary<V>(yr, yr, cols, [inv](V::F v) { return V::mul(v, inv); });
   }
