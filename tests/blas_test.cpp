@@ -7,6 +7,8 @@
 
 #include "blas/blas.h"
 #include "cpudl/error.h"
+#include "cpudl/runtime.h"
+#include "kernels/dispatch.h"
 #include "onednn/dense.h"
 
 namespace cpudl::blas {
@@ -52,8 +54,10 @@ TEST(Blas, CblasBackendsAgreeWithOneDnn) {
 TEST(Blas, NativeSgemmMatchesOneDnnOnEdgeShapes) {
   std::mt19937 gen(6);
   std::uniform_real_distribution<float> dist(-1, 1);
-  // Sizes around the 6x16 tile and the 256/144/4080 blocks, including k beyond one KC block.
-  const std::int64_t shapes[][3] = {{1, 1, 1},      {5, 15, 7},    {6, 16, 256},   {7, 17, 257},
+  // Sizes around the 6x16 and 14x32 tiles and their KC/MC blocks (256/144, 384/140) and NC = 4080,
+  // including k beyond one KC block.
+  const std::int64_t shapes[][3] = {{1, 1, 1},      {5, 15, 7},    {6, 16, 256},
+                                    {7, 17, 257},   {14, 32, 384}, {15, 33, 385},
                                     {145, 33, 300}, {13, 4097, 5}, {64, 1024, 784}};
   for (const auto& s : shapes) {
     const std::int64_t m = s[0], n = s[1], k = s[2];
@@ -65,13 +69,22 @@ TEST(Blas, NativeSgemmMatchesOneDnnOnEdgeShapes) {
       std::vector<float> want(static_cast<std::size_t>(m * n)), got(want.size(), 9.0f),
           acc(want.size(), 1.0f);
       onednn::matmul(onednn::MatmulShape{1, m, n, k, ta, tb}, a.data(), b.data(), want.data());
-      native_sgemm(ta, tb, m, n, k, a.data(), b.data(), got.data(), false, 2);
-      native_sgemm(ta, tb, m, n, k, a.data(), b.data(), acc.data(), true, 1);
-      for (std::size_t i = 0; i < want.size(); ++i) {
-        ASSERT_NEAR(got[i], want[i], 1e-4 * std::sqrt(static_cast<double>(k)))
-            << m << "x" << n << "x" << k << " t" << t << " at " << i;
-        ASSERT_NEAR(acc[i], want[i] + 1.0f, 1e-4 * std::sqrt(static_cast<double>(k)));
+      for (const auto& tile : kernels::f32_gemm_tile_variants()) {  // every tile this CPU runs
+        if (tile.level > runtime().isa.detected) continue;
+        SCOPED_TRACE(tile.name);
+        std::fill(got.begin(), got.end(), 9.0f);
+        std::fill(acc.begin(), acc.end(), 1.0f);
+        native_sgemm(tile.fn, ta, tb, m, n, k, a.data(), b.data(), got.data(), false, 2);
+        native_sgemm(tile.fn, ta, tb, m, n, k, a.data(), b.data(), acc.data(), true, 1);
+        for (std::size_t i = 0; i < want.size(); ++i) {
+          ASSERT_NEAR(got[i], want[i], 1e-4 * std::sqrt(static_cast<double>(k)))
+              << m << "x" << n << "x" << k << " t" << t << " at " << i;
+          ASSERT_NEAR(acc[i], want[i] + 1.0f, 1e-4 * std::sqrt(static_cast<double>(k)));
+        }
       }
+      native_sgemm(ta, tb, m, n, k, a.data(), b.data(), got.data(), false, 1);  // the table's choice
+      for (std::size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], 1e-4 * std::sqrt(static_cast<double>(k)));
     }
   }
   EXPECT_EQ(parse_backend("native"), Backend::native);

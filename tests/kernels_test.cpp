@@ -816,19 +816,28 @@ TEST(Kernels, OptimizerStepsMatchReference) {
   });
 }
 
+// Each tile (14x32 AVX-512, 6x16 AVX2 and portable) against the product of its packed slivers in
+// double; columns past the tile (ldc = nr + 4) must stay untouched.
 TEST(Kernels, GemmMicrokernelMatchesReference) {
-  const auto reference = f32_gemm_6x16_variants().back().fn;
-  for_each_runnable(f32_gemm_6x16_variants(), [&](GemmMicrokernelFn fn) {
+  for_each_runnable(f32_gemm_tile_variants(), [&](const GemmTile& tile) {
+    const std::int64_t mr = tile.mr, nr = tile.nr, ldc = nr + 4;
     for (std::int64_t k : {1, 2, 7, 64, 257}) {
-      const auto a = spread(static_cast<std::size_t>(6 * k), -1, 1, 30),
-                 b = spread(static_cast<std::size_t>(16 * k), -1, 1, 31);
+      const auto a = spread(static_cast<std::size_t>(mr * k), -1, 1, 30),
+                 b = spread(static_cast<std::size_t>(nr * k), -1, 1, 31);
       for (bool accumulate : {false, true}) {
-        std::vector<float> want(6 * 20, 0.5f),
-            got(6 * 20, 0.5f);  // ldc 20: columns 16..19 must stay untouched
-        reference(k, a.data(), b.data(), want.data(), 20, accumulate);
-        fn(k, a.data(), b.data(), got.data(), 20, accumulate);
-        for (std::size_t i = 0; i < want.size(); ++i)
-          ASSERT_TRUE(close(got[i], want[i], 1e-5, 1e-5 * static_cast<double>(k))) << "k=" << k << " i=" << i;
+        const auto before = spread(static_cast<std::size_t>(mr * ldc), -1, 1, 32);  // C's prior values
+        auto got = before;
+        tile.fn(k, a.data(), b.data(), got.data(), ldc, accumulate);
+        for (std::int64_t i = 0; i < mr; ++i)
+          for (std::int64_t j = 0; j < ldc; ++j) {
+            double want = j < nr && !accumulate ? 0.0 : before[static_cast<std::size_t>(i * ldc + j)];
+            if (j < nr)
+              for (std::int64_t p = 0; p < k; ++p)
+                want += static_cast<double>(a[static_cast<std::size_t>(p * mr + i)]) *
+                        b[static_cast<std::size_t>(p * nr + j)];
+            ASSERT_NEAR(got[static_cast<std::size_t>(i * ldc + j)], want, 1e-5 * static_cast<double>(k))
+                << "k=" << k << " i=" << i << " j=" << j;
+          }
       }
     }
   });

@@ -9,6 +9,10 @@
 #include <string_view>
 #include <vector>
 
+namespace cpudl::kernels {
+struct GemmTile;
+}
+
 namespace cpudl::blas {
 
 enum class Backend : int { onednn = 0, openblas = 1, blis = 2, native = 3 };
@@ -39,9 +43,12 @@ std::string kernel_name(Backend backend);
 std::string slow_kernel_warning(Backend backend, bool cpu_has_avx512);
 
 // cpudl's own blocked SGEMM on the kernel table's microkernel (native_gemm.cpp): same contract
-// as cblas_sgemm, on the OpenMP pool.
+// as cblas_sgemm, on the OpenMP pool. The second form runs a given tile (tests run each).
 void native_sgemm(bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, std::int64_t k,
                   const float* a, const float* b, float* c, bool accumulate, int threads);
+void native_sgemm(const kernels::GemmTile& tile, bool transpose_a, bool transpose_b, std::int64_t m,
+                  std::int64_t n, std::int64_t k, const float* a, const float* b, float* c, bool accumulate,
+                  int threads);
 
 // Row-major C[m x n] = op(A) op(B) (+ C when accumulate) through a CBLAS backend (openblas, blis),
 // using `threads` threads of its own pool.

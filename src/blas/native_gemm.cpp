@@ -1,8 +1,8 @@
-// cpudl's own SGEMM: BLIS's five loops around the 6x16 microkernel of the kernel table. Written
-// because oneDNN 2.6's AVX2 sgemm reaches ~70% of the FMA roof on Zen 3 (docs/BENCHMARKS.md),
-// where a packed register-blocked kernel reaches more. Blocks: KC = 256 (a 6x256 A sliver and a
-// 256x16 B sliver stay in L1), MC = 144 rows of packed A in L2, NC = 4080 columns of packed B
-// in L3.
+// cpudl's own SGEMM: BLIS's five loops around the microkernel tile of the kernel table (14x32
+// on AVX-512, 6x16 on AVX2). Written because oneDNN 2.6's AVX2 sgemm reaches ~70% of the FMA roof
+// on Zen 3 (docs/BENCHMARKS.md), where a packed register-blocked kernel reaches more. Blocks:
+// KC rows of k (an A sliver and a B sliver stay in L1), MC rows of packed A in L2 (both from
+// the tile), NC = 4080 columns of packed B in L3.
 #include <omp.h>
 
 #include <algorithm>
@@ -17,14 +17,19 @@
 namespace cpudl::blas {
 
 namespace {
-constexpr std::int64_t kKc = 256, kMc = 144, kNc = 4080;
-constexpr std::int64_t kMr = kernels::kGemmMr, kNr = kernels::kGemmNr;
-
+constexpr std::int64_t kNc = 4080;
+constexpr int kMaxTile = 14 * 32;  // the largest tile of the table, for edge tiles
 }  // namespace
 
 void native_sgemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
                   const float* b, float* c, bool accumulate, int threads) {
-  const auto ukernel = kernels::kernel_table().f32_gemm_6x16.fn;
+  native_sgemm(kernels::kernel_table().f32_gemm_tile.fn, ta, tb, m, n, k, a, b, c, accumulate, threads);
+}
+
+void native_sgemm(const kernels::GemmTile& tile, bool ta, bool tb, std::int64_t m, std::int64_t n,
+                  std::int64_t k, const float* a, const float* b, float* c, bool accumulate, int threads) {
+  const auto ukernel = tile.fn;
+  const std::int64_t kMr = tile.mr, kNr = tile.nr, kKc = tile.kc, kMc = tile.mc;
   // Element (i, p) of op(A) and (p, j) of op(B), row-major storage.
   const std::int64_t a_row = ta ? 1 : k, a_col = ta ? m : 1;
   if (k == 0) {
@@ -44,7 +49,7 @@ void native_sgemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t
       const bool add = accumulate || pc > 0;
 #pragma omp parallel num_threads(threads)
       {
-        // Pack B (kc x nc) as 16-column slivers, zero-padded; and all of A (m x kc) as 6-row slivers.
+        // Pack B (kc x nc) as nr-column slivers, zero-padded; and all of A (m x kc) as mr-row slivers.
         if (!tb) {
           // Row by row: B's rows stream in order (prefetch-friendly), each 16-column piece going
           // to its sliver. Walking a sliver's column instead reads one line per 8 KB row stride,
@@ -78,7 +83,7 @@ void native_sgemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t
         for (std::int64_t s = 0; s < m_strips; ++s) {
           float* dst = ap + s * kMr * kc;
           const std::int64_t row0 = s * kMr, height = std::min(kMr, m - row0);
-          if (ta && height == kMr) {  // columns of op(A) are rows of A: 24-byte copies
+          if (ta && height == kMr) {  // columns of op(A) are rows of A: mr-float copies
             const float* src = a + pc * m + row0;
             for (std::int64_t p = 0; p < kc; ++p)
               std::memcpy(dst + p * kMr, src + p * m, kMr * sizeof(float));
@@ -106,12 +111,12 @@ void native_sgemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t
               if (mr == kMr && nr == kNr) {
                 ukernel(kc, a_sliver, b_sliver, c + i0 * n + j0, n, add);
               } else {
-                float tile[kMr * kNr];
-                ukernel(kc, a_sliver, b_sliver, tile, kNr, false);
+                float edge[kMaxTile];
+                ukernel(kc, a_sliver, b_sliver, edge, kNr, false);
                 for (std::int64_t i = 0; i < mr; ++i)
                   for (std::int64_t j = 0; j < nr; ++j) {
                     float& out = c[(i0 + i) * n + j0 + j];
-                    out = (add ? out : 0.0f) + tile[i * kNr + j];
+                    out = (add ? out : 0.0f) + edge[i * kNr + j];
                   }
               }
             }

@@ -67,11 +67,13 @@ const std::vector<KernelVariant<FmaProbeFn>>& f32_fma_probe_variants() {
                                                            CPUDL_VARIANT(generic, f32_fma_probe__ref)};
   return v;
 }
-// AVX-512 machines run the AVX2 microkernel here: oneDNN's AVX-512 sgemm is already at ~93% of
-// peak there (CONVENTIONS.md), so the native GEMM is for AVX2 CPUs.
-const std::vector<KernelVariant<GemmMicrokernelFn>>& f32_gemm_6x16_variants() {
-  static const std::vector<KernelVariant<GemmMicrokernelFn>> v = {CPUDL_VARIANT(avx2, f32_gemm_6x16__avx2),
-                                                                  CPUDL_VARIANT(generic, f32_gemm_6x16__ref)};
+// The native SGEMM's tiles: 14x32 on AVX-512 (28 zmm accumulators), 6x16 on AVX2 (12 ymm). KC
+// and MC were measured on the driver at 512-2048 (docs/BENCHMARKS.md).
+const std::vector<KernelVariant<GemmTile>>& f32_gemm_tile_variants() {
+  static const std::vector<KernelVariant<GemmTile>> v = {
+      {IsaLevel::avx512, "f32_gemm_14x32__avx512", {f32_gemm_14x32__avx512, 14, 32, 384, 140}},
+      {IsaLevel::avx2, "f32_gemm_6x16__avx2", {f32_gemm_6x16__avx2, 6, 16, 256, 144}},
+      {IsaLevel::generic, "f32_gemm_6x16__ref", {f32_gemm_6x16__ref, 6, 16, 256, 144}}};
   return v;
 }
 const std::vector<KernelVariant<GemmRowsMicrokernelFn>>& f32_gemm_rows_6x16_variants() {

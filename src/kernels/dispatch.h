@@ -45,7 +45,7 @@ namespace cpudl::kernels {
   X(f32_rms_norm, RmsNormFn)                                           \
   X(f32_sgd_step, SgdStepFn)                                           \
   X(f32_adam_step, AdamStepFn)                                         \
-  X(f32_gemm_6x16, GemmMicrokernelFn)                                  \
+  X(f32_gemm_tile, GemmTile)                                           \
   X(f32_gemm_rows_6x16, GemmRowsMicrokernelFn)                         \
   X(f32_f32_matmul, WeightMatmulFn)                                    \
   X(f16_f32_matmul, WeightMatmulFn)                                    \

@@ -68,9 +68,16 @@ using AdamStepFn = void (*)(float* param, const float* grad, float* m, float* v,
 
 using FmaProbeFn = std::uint64_t (*)(std::uint64_t iterations, float* sink);
 
-// C[6 x 16] (+)= packed A sliver x packed B sliver (see kernels/gemm/gemm.h).
+// C[mr x nr] (+)= packed A sliver x packed B sliver (see kernels/gemm/gemm.h).
 using GemmMicrokernelFn = void (*)(std::int64_t k, const float* a_panel, const float* b_panel, float* c,
                                    std::int64_t ldc, bool accumulate);
+// A GEMM microkernel with its tile and the blocks the driver (src/blas/native_gemm.cpp) sizes
+// around it: kc rows of k per packed sliver, mc rows of A swept under each B sliver.
+struct GemmTile {
+  GemmMicrokernelFn fn;
+  int mr, nr;
+  std::int64_t kc, mc;
+};
 // The weight-rows form: C^T tile c[j * ldc + i] = A rows (lda apart) x packed B sliver, for i <
 // rows <= 6 and j < cols <= 16, prefetching `prefetch_lines` cache lines from `prefetch` on the
 // way (see kernels/gemm/gemm.h).

@@ -1,6 +1,7 @@
 // f32 GEMM microkernels (BLIS-style): C[6 x 16] (+)= A_panel B_panel over k, where A_panel holds
 // 6 rows of A packed column by column (a[p * 6 + i]) and B_panel 16 columns of B packed row by
-// row (b[p * 16 + j]). The blocked driver that packs and loops is portable (src/blas/native_gemm.cpp).
+// row (b[p * 16 + j]); the AVX-512 tile is 14 x 32, packed the same way. The blocked driver that packs and
+// loops is portable (src/blas/native_gemm.cpp).
 #pragma once
 
 #include <cstdint>
@@ -20,6 +21,10 @@ inline constexpr int kGemmMr = 6, kGemmNr = 16;
 CPUDL_DECLARE_GEMM(ref)
 CPUDL_DECLARE_GEMM(avx2)
 #undef CPUDL_DECLARE_GEMM
+
+// The AVX-512 tile, C[14 x 32], same contract with 14-row A and 32-column B slivers.
+void f32_gemm_14x32__avx512(std::int64_t k, const float* a_panel, const float* b_panel, float* c,
+                            std::int64_t ldc, bool accumulate);
 
 // The weight-rows form, for LLM prompts (y = x W^T): c[j * ldc + i] = sum_p a[i * lda + p] *
 // b_panel[p * 16 + j] for i < rows (<= 6) and j < cols (<= 16). A's rows are read where they
