@@ -54,22 +54,28 @@ std::vector<float> to_nchw(const std::vector<float>& x, std::int64_t n, std::int
 }
 
 // ------------------------------------------------------------------------------------ matmul
+// Entry (p, i, j) of the product, in double.
+double reference_entry(const MatmulShape& s, const std::vector<float>& a, const std::vector<float>& b,
+                       std::int64_t p, std::int64_t i, std::int64_t j) {
+  double acc = 0;
+  for (std::int64_t l = 0; l < s.k; ++l) {
+    const float av = s.transpose_a ? a[static_cast<std::size_t>(p * s.m * s.k + l * s.m + i)]
+                                   : a[static_cast<std::size_t>(p * s.m * s.k + i * s.k + l)];
+    const float bv = s.transpose_b ? b[static_cast<std::size_t>(p * s.k * s.n + j * s.k + l)]
+                                   : b[static_cast<std::size_t>(p * s.k * s.n + l * s.n + j)];
+    acc += static_cast<double>(av) * bv;
+  }
+  return acc;
+}
+
 std::vector<float> reference_matmul(const MatmulShape& s, const std::vector<float>& a,
                                     const std::vector<float>& b) {
   std::vector<float> c(static_cast<std::size_t>(s.batch * s.m * s.n));
   for (std::int64_t p = 0; p < s.batch; ++p)
     for (std::int64_t i = 0; i < s.m; ++i)
-      for (std::int64_t j = 0; j < s.n; ++j) {
-        double acc = 0;
-        for (std::int64_t l = 0; l < s.k; ++l) {
-          const float av = s.transpose_a ? a[static_cast<std::size_t>(p * s.m * s.k + l * s.m + i)]
-                                         : a[static_cast<std::size_t>(p * s.m * s.k + i * s.k + l)];
-          const float bv = s.transpose_b ? b[static_cast<std::size_t>(p * s.k * s.n + j * s.k + l)]
-                                         : b[static_cast<std::size_t>(p * s.k * s.n + l * s.n + j)];
-          acc += static_cast<double>(av) * bv;
-        }
-        c[static_cast<std::size_t>(p * s.m * s.n + i * s.n + j)] = static_cast<float>(acc);
-      }
+      for (std::int64_t j = 0; j < s.n; ++j)
+        c[static_cast<std::size_t>(p * s.m * s.n + i * s.n + j)] =
+            static_cast<float>(reference_entry(s, a, b, p, i, j));
   return c;
 }
 
@@ -87,6 +93,32 @@ TEST(Matmul, MatchesReferenceAcrossShapesAndTransposes) {
       matmul(s, a.data(), b.data(), c.data());
       expect_close(c, reference_matmul(s, a, b), 1e-5, "matmul");
     }
+}
+
+// Products of 2.5e8 multiply-adds and more run on oneDNN's sgemm instead of the primitive
+// (matmul.cpp): every transpose, a batch and accumulate, checked at sampled entries against the
+// double loop (the whole product in double would take seconds under the sanitizers).
+TEST(Matmul, LargeProductsMatchReferenceAtSampledEntries) {
+  for (int t = 0; t < 5; ++t) {
+    const MatmulShape s{t == 4 ? 2 : 1, 130, 3000, 700, static_cast<bool>(t & 1), static_cast<bool>(t & 2)};
+    const bool accumulate = t == 4;
+    SCOPED_TRACE(testing::Message() << "t" << t);
+    const auto a = random_vector(static_cast<std::size_t>(s.batch * s.m * s.k), 11);
+    const auto b = random_vector(static_cast<std::size_t>(s.batch * s.k * s.n), 12);
+    const auto before = random_vector(static_cast<std::size_t>(s.batch * s.m * s.n), 13);
+    auto c = before;
+    matmul(s, a.data(), b.data(), c.data(), {nullptr, Activation::none, accumulate});
+    std::mt19937 gen(14);
+    for (int sample = 0; sample < 300; ++sample) {
+      const std::int64_t p = static_cast<std::int64_t>(gen() % static_cast<unsigned>(s.batch));
+      const std::int64_t i = static_cast<std::int64_t>(gen() % static_cast<unsigned>(s.m));
+      const std::int64_t j = static_cast<std::int64_t>(gen() % static_cast<unsigned>(s.n));
+      const double want = (accumulate ? before[static_cast<std::size_t>((p * s.m + i) * s.n + j)] : 0.0) +
+                          reference_entry(s, a, b, p, i, j);
+      ASSERT_NEAR(c[static_cast<std::size_t>((p * s.m + i) * s.n + j)], want, 1e-4 * (1.0 + std::fabs(want)))
+          << "at batch " << p << " row " << i << " column " << j;
+    }
+  }
 }
 
 TEST(Matmul, BiasReluAndAccumulateEpilogues) {
