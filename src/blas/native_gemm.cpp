@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "blas/blas.h"
+#include "cpudl/error.h"
 #include "kernels/dispatch.h"
 #include "kernels/gemm/gemm.h"
 #include "runtime/aligned_buffer.h"
@@ -28,6 +30,9 @@ void native_sgemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t
 
 void native_sgemm(const kernels::GemmTile& tile, bool ta, bool tb, std::int64_t m, std::int64_t n,
                   std::int64_t k, const float* a, const float* b, float* c, bool accumulate, int threads) {
+  if (tile.mr * tile.nr > kMaxTile || tile.mc % tile.mr != 0)
+    throw Error("native_sgemm: a " + std::to_string(tile.mr) + "x" + std::to_string(tile.nr) +
+                " tile with MC " + std::to_string(tile.mc) + " does not fit the driver");
   const auto ukernel = tile.fn;
   const std::int64_t kMr = tile.mr, kNr = tile.nr, kKc = tile.kc, kMc = tile.mc;
   // Element (i, p) of op(A) and (p, j) of op(B), row-major storage.

@@ -67,8 +67,8 @@ const std::vector<KernelVariant<FmaProbeFn>>& f32_fma_probe_variants() {
                                                            CPUDL_VARIANT(generic, f32_fma_probe__ref)};
   return v;
 }
-// The native SGEMM's tiles: 14x32 on AVX-512 (28 zmm accumulators), 6x16 on AVX2 (12 ymm). KC
-// and MC were measured on the driver at 512-2048 (docs/BENCHMARKS.md).
+// The native SGEMM's tiles: 14x32 on AVX-512 (28 zmm accumulators), 6x16 on AVX2 (12 ymm). The
+// 14x32 blocks are the best of KC 256/384 x MC 140/504 measured on the driver at 512-2048.
 const std::vector<KernelVariant<GemmTile>>& f32_gemm_tile_variants() {
   static const std::vector<KernelVariant<GemmTile>> v = {
       {IsaLevel::avx512, "f32_gemm_14x32__avx512", {f32_gemm_14x32__avx512, 14, 32, 384, 140}},
