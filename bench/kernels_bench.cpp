@@ -103,11 +103,12 @@ void BM_adam(benchmark::State& state) {
   report(state, k.name, n * 7 * sizeof(float), threads);  // reads w, g, m, v; writes w, m, v
 }
 
-void BM_softmax(benchmark::State& state) {
+// Row-wise softmax or log-softmax over rows of 1000 columns (ImageNet's classes).
+void BM_rowwise(benchmark::State& state, const KernelVariant<F32RowwiseFn>& (*pick)()) {
+  const auto& k = pick();
   const std::size_t rows = static_cast<std::size_t>(state.range(0)) / 1000, cols = 1000;
   const int threads = threads_arg(state);
   std::vector<float> x(rows * cols, 0.5f), y(rows * cols);
-  const auto& k = kernel_table().f32_softmax;
   for (auto _ : state) {
     cpudl::parallel_for(rows, 16, threads, [&](std::size_t lo, std::size_t hi) {
       k.fn(x.data() + lo * cols, y.data() + lo * cols, hi - lo, cols, cols, cols);
@@ -116,6 +117,9 @@ void BM_softmax(benchmark::State& state) {
   }
   report(state, k.name, rows * cols * 2 * sizeof(float), threads);
 }
+
+const KernelVariant<F32RowwiseFn>& softmax_kernel() { return kernel_table().f32_softmax; }
+const KernelVariant<F32RowwiseFn>& log_softmax_kernel() { return kernel_table().f32_log_softmax; }
 
 #define PICK(kernel) [] { return kernel_table().kernel.fn; }, #kernel
 
@@ -446,8 +450,11 @@ BENCHMARK(BM_narrow_linear)
     ->Args({2, 0})
     ->UseRealTime();
 BENCHMARK(BM_adam)->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
-BENCHMARK(BM_softmax)->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
-// Args: {unused, threads}.
+BENCHMARK_CAPTURE(BM_rowwise, softmax, softmax_kernel)->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
+BENCHMARK_CAPTURE(BM_rowwise, log_softmax, log_softmax_kernel)
+    ->Args({kBig, 1})
+    ->Args({kBig, 0})
+    ->UseRealTime();
 // Args: {rows M, threads}.
 BENCHMARK_CAPTURE(BM_u8s8_gemm, weights_8bit, false)
     ->Args({1, 1})

@@ -78,8 +78,13 @@ void CPUDL_KERNEL(f32_log_softmax)(const float* x, float* y, std::size_t rows, s
                                    std::size_t ld_in, std::size_t ld_out) {
   for (std::size_t r = 0; r < rows; ++r) {
     const float* xr = x + r * ld_in;
-    const V::F lse = V::set1(log_sum_exp(xr, cols));
-    map_unary<V>(xr, y + r * ld_out, cols, [lse](V::F v) { return V::sub(v, lse); });
+    float* yr = y + r * ld_out;
+    // The exponentials go through y (then overwritten, in cache) for softmax's next-row prefetch.
+    const float m = reduce_max<V>(xr, cols);
+    const float sum = exp_shifted_store(xr, yr, cols, m, static_cast<std::ptrdiff_t>(ld_in),
+                                        static_cast<std::ptrdiff_t>(ld_out));
+    const V::F lse = V::set1(m + __builtin_logf(sum));
+    map_unary<V>(xr, yr, cols, [lse](V::F v) { return V::sub(v, lse); });
   }
 }
 
