@@ -14,16 +14,10 @@ struct VectorMath {
 
   // exp(x) = 2^n * p(r), x = n ln2 + r, |r| <= ln2/2 (Cephes expf polynomial). 2^n is applied
   // exactly for n from -150 (denormal results) to 128 (overflow to inf): V::scale_by_pow2.
-  static F exp(F x) { return exp_sum<false>(x, V::zero()); }
-
-  // exp(a + b) for an exactly known a and a small b (|b| < 2), without rounding a + b first:
-  // the reduction r = (a - n ln2_hi) + b - n ln2_lo keeps b's low bits.
-  template <bool kHasB>
-  static F exp_sum(F a, F b) {
-    const F clamped = V::min(V::max(a, V::set1(-104.0f)), V::set1(89.0f));
-    const F n = V::round(V::mul(kHasB ? V::add(clamped, b) : clamped, V::set1(1.44269504088896341f)));
+  static F exp(F x) {
+    const F clamped = V::min(V::max(x, V::set1(-104.0f)), V::set1(89.0f));
+    const F n = V::round(V::mul(clamped, V::set1(1.44269504088896341f)));
     F r = V::fnma(n, V::set1(0.693359375f), clamped);
-    if constexpr (kHasB) r = V::add(r, b);
     r = V::fnma(n, V::set1(-2.12194440e-4f), r);
     F p = V::set1(1.9875691500e-4f);
     p = V::fma(p, r, V::set1(1.3981999507e-3f));
@@ -34,7 +28,7 @@ struct VectorMath {
     p = V::fma(p, V::mul(r, r), r);
     p = V::add(p, V::set1(1.0f));
     const F result = V::scale_by_pow2(p, n);
-    return V::select(V::is_nan(a), a, result);
+    return V::select(V::is_nan(x), x, result);
   }
 
   // log(x) = e ln2 + log(m), m in [sqrt(1/2), sqrt(2)) (Cephes logf polynomial). Denormals are
