@@ -20,7 +20,6 @@ namespace cpudl::blas {
 
 namespace {
 constexpr std::int64_t kNc = 4080;
-constexpr int kMaxTile = 14 * 32;  // the largest tile of the table, for edge tiles
 }  // namespace
 
 void native_sgemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
@@ -30,7 +29,7 @@ void native_sgemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t
 
 void native_sgemm(const kernels::GemmTile& tile, bool ta, bool tb, std::int64_t m, std::int64_t n,
                   std::int64_t k, const float* a, const float* b, float* c, bool accumulate, int threads) {
-  if (tile.mr * tile.nr > kMaxTile || tile.mc % tile.mr != 0)
+  if (tile.mr * tile.nr > kernels::kGemmMaxTileFloats || tile.mc % tile.mr != 0)
     throw Error("native_sgemm: a " + std::to_string(tile.mr) + "x" + std::to_string(tile.nr) +
                 " tile with MC " + std::to_string(tile.mc) + " does not fit the driver");
   const auto ukernel = tile.fn;
@@ -116,7 +115,7 @@ void native_sgemm(const kernels::GemmTile& tile, bool ta, bool tb, std::int64_t 
               if (mr == kMr && nr == kNr) {
                 ukernel(kc, a_sliver, b_sliver, c + i0 * n + j0, n, add);
               } else {
-                float edge[kMaxTile];
+                float edge[kernels::kGemmMaxTileFloats];
                 ukernel(kc, a_sliver, b_sliver, edge, kNr, false);
                 for (std::int64_t i = 0; i < mr; ++i)
                   for (std::int64_t j = 0; j < nr; ++j) {

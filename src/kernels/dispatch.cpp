@@ -71,9 +71,11 @@ const std::vector<KernelVariant<FmaProbeFn>>& f32_fma_probe_variants() {
 // 14x32 blocks are the best of KC 256/384 x MC 140/504 measured on the driver at 512-2048.
 const std::vector<KernelVariant<GemmTile>>& f32_gemm_tile_variants() {
   static const std::vector<KernelVariant<GemmTile>> v = {
-      {IsaLevel::avx512, "f32_gemm_14x32__avx512", {f32_gemm_14x32__avx512, 14, 32, 384, 140}},
-      {IsaLevel::avx2, "f32_gemm_6x16__avx2", {f32_gemm_6x16__avx2, 6, 16, 256, 144}},
-      {IsaLevel::generic, "f32_gemm_6x16__ref", {f32_gemm_6x16__ref, 6, 16, 256, 144}}};
+      {IsaLevel::avx512,
+       "f32_gemm_14x32__avx512",
+       {f32_gemm_14x32__avx512, kGemmWideMr, kGemmWideNr, 384, 140}},
+      {IsaLevel::avx2, "f32_gemm_6x16__avx2", {f32_gemm_6x16__avx2, kGemmMr, kGemmNr, 256, 144}},
+      {IsaLevel::generic, "f32_gemm_6x16__ref", {f32_gemm_6x16__ref, kGemmMr, kGemmNr, 256, 144}}};
   return v;
 }
 const std::vector<KernelVariant<GemmRowsMicrokernelFn>>& f32_gemm_rows_6x16_variants() {

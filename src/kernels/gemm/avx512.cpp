@@ -11,7 +11,7 @@ namespace cpudl::kernels {
 
 void f32_gemm_14x32__avx512(std::int64_t k, const float* a, const float* b, float* c, std::int64_t ldc,
                             bool accumulate) {
-  constexpr int kRows = 14;
+  constexpr int kRows = kGemmWideMr;
   __m512 acc[kRows][2];
   for (int i = 0; i < kRows; ++i) {
     acc[i][0] = _mm512_setzero_ps();
@@ -30,7 +30,7 @@ void f32_gemm_14x32__avx512(std::int64_t k, const float* a, const float* b, floa
       acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
     }
     a += kRows;
-    b += 32;
+    b += kGemmWideNr;
   }
   for (int i = 0; i < kRows; ++i) {
     float* ci = c + i * ldc;

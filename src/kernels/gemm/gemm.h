@@ -23,6 +23,9 @@ CPUDL_DECLARE_GEMM(avx2)
 #undef CPUDL_DECLARE_GEMM
 
 // The AVX-512 tile, C[14 x 32], same contract with 14-row A and 32-column B slivers.
+inline constexpr int kGemmWideMr = 14, kGemmWideNr = 32;
+// The largest tile of the table: the driver's edge-tile buffer.
+inline constexpr int kGemmMaxTileFloats = kGemmWideMr * kGemmWideNr;
 void f32_gemm_14x32__avx512(std::int64_t k, const float* a_panel, const float* b_panel, float* c,
                             std::int64_t ldc, bool accumulate);
 
