@@ -36,26 +36,26 @@ std::vector<ConvWorkload> conv_workloads(const std::string& model, std::int64_t 
   std::vector<ConvWorkload> out;
   if (model == "all" || model == "resnet18") {
     const std::int64_t n = batch > 0 ? batch : 16;
-    out.push_back({"resnet18", "conv1 7x7/2", conv(n, 3, 224, 64, 7, 2, 3)});
-    out.push_back({"resnet18", "layer1 3x3 64", conv(n, 64, 56, 64, 3, 1, 1)});
-    out.push_back({"resnet18", "layer2.0 3x3/2 64-128", conv(n, 64, 56, 128, 3, 2, 1)});
-    out.push_back({"resnet18", "layer2 3x3 128", conv(n, 128, 28, 128, 3, 1, 1)});
-    out.push_back({"resnet18", "layer2 down 1x1/2", conv(n, 64, 56, 128, 1, 2, 0)});
-    out.push_back({"resnet18", "layer3.0 3x3/2 128-256", conv(n, 128, 28, 256, 3, 2, 1)});
-    out.push_back({"resnet18", "layer3 3x3 256", conv(n, 256, 14, 256, 3, 1, 1)});
-    out.push_back({"resnet18", "layer3 down 1x1/2", conv(n, 128, 28, 256, 1, 2, 0)});
-    out.push_back({"resnet18", "layer4.0 3x3/2 256-512", conv(n, 256, 14, 512, 3, 2, 1)});
-    out.push_back({"resnet18", "layer4 3x3 512", conv(n, 512, 7, 512, 3, 1, 1)});
-    out.push_back({"resnet18", "layer4 down 1x1/2", conv(n, 256, 14, 512, 1, 2, 0)});
+    out.push_back({"resnet18", "conv1 7x7/2", conv(n, 3, 224, 64, 7, 2, 3), false});
+    out.push_back({"resnet18", "layer1 3x3 64", conv(n, 64, 56, 64, 3, 1, 1), false});
+    out.push_back({"resnet18", "layer2.0 3x3/2 64-128", conv(n, 64, 56, 128, 3, 2, 1), false});
+    out.push_back({"resnet18", "layer2 3x3 128", conv(n, 128, 28, 128, 3, 1, 1), false});
+    out.push_back({"resnet18", "layer2 down 1x1/2", conv(n, 64, 56, 128, 1, 2, 0), false});
+    out.push_back({"resnet18", "layer3.0 3x3/2 128-256", conv(n, 128, 28, 256, 3, 2, 1), false});
+    out.push_back({"resnet18", "layer3 3x3 256", conv(n, 256, 14, 256, 3, 1, 1), false});
+    out.push_back({"resnet18", "layer3 down 1x1/2", conv(n, 128, 28, 256, 1, 2, 0), false});
+    out.push_back({"resnet18", "layer4.0 3x3/2 256-512", conv(n, 256, 14, 512, 3, 2, 1), false});
+    out.push_back({"resnet18", "layer4 3x3 512", conv(n, 512, 7, 512, 3, 1, 1), false});
+    out.push_back({"resnet18", "layer4 down 1x1/2", conv(n, 256, 14, 512, 1, 2, 0), false});
   }
   if (model == "all" || model == "lenet5") {
     const std::int64_t n = batch > 0 ? batch : 256;
-    out.push_back({"lenet5", "conv1 5x5 1-6", conv(n, 1, 28, 6, 5, 1, 2)});
-    out.push_back({"lenet5", "conv2 5x5 6-16", conv(n, 6, 14, 16, 5, 1, 0)});
+    out.push_back({"lenet5", "conv1 5x5 1-6", conv(n, 1, 28, 6, 5, 1, 2), true});
+    out.push_back({"lenet5", "conv2 5x5 6-16", conv(n, 6, 14, 16, 5, 1, 0), true});
   }
   if (model == "all" || model == "simplecnn") {
     const std::int64_t n = batch > 0 ? batch : 256;
-    out.push_back({"simplecnn", "conv1 3x3 1-32", conv(n, 1, 28, 32, 3, 1, 0)});
+    out.push_back({"simplecnn", "conv1 3x3 1-32", conv(n, 1, 28, 32, 3, 1, 0), true});
   }
   return out;
 }

@@ -18,6 +18,11 @@ std::vector<GemmWorkload> gemm_workloads(const std::vector<std::int64_t>& square
 struct ConvWorkload {
   std::string model, layer;
   onednn::ConvShape shape;
+  // Whether the layer has a bias, as the model defines it: ResNet-18's convolutions have none
+  // (batch norm follows, as in torchvision), LeNet-5's and SimpleCNN's do. The bias is a real
+  // cost in backward-weights (a reduction of dy over batch and space), so it is measured only
+  // where the model pays it.
+  bool bias;
 };
 // model: "resnet18", "lenet5", "simplecnn" or "all"; batch 0 = the model's default (16 for
 // resnet18, 256 for the MNIST models). Throws UsageError for an unknown model.

@@ -192,8 +192,8 @@ int run_conv(const BenchOptions& o) {
   report.header(
       "Convolution through oneDNN (NHWC activations) and, for stride-1 3x3 layers, the inference runtime's "
       "Winograd path (blocked), fp32 (median; % of the fp32 roof at the same threads; Winograd counted at "
-      "the direct "
-      "convolution's FLOPs)",
+      "the direct convolution's FLOPs; each layer with or without bias as its model defines it: "
+      "ResNet-18's convolutions have none)",
       "model      layer                     batch threads pass                         ms    GFLOP/s  %peak");
   const int saved_threads = omp_get_max_threads();
   for (int t : thread_counts(o)) {
@@ -208,6 +208,8 @@ int run_conv(const BenchOptions& o) {
       const auto dy = random_buffer(
           static_cast<std::size_t>(s.batch * s.out_channels * s.out_height() * s.out_width()), 4);
       std::vector<float> y(dy.size()), dx(x.size()), dw(wt.size()), db(bias.size());
+      const float* b = w.bias ? bias.data() : nullptr;
+      float* diff_b = w.bias ? db.data() : nullptr;
       // The inference runtime's Winograd path (conv/winograd_conv.h) beside oneDNN's forward,
       // on the shapes it takes; its activations are in the blocked layout (the values do not
       // matter for the timing). FLOPs are the direct convolution's.
@@ -218,14 +220,13 @@ int run_conv(const BenchOptions& o) {
         const char* backend;
         std::function<void()> fn;
       } passes[] = {
-          {"forward", "onednn",
-           [&] { onednn::conv2d_forward(s, x.data(), wt.data(), 1, bias.data(), y.data()); }},
+          {"forward", "onednn", [&] { onednn::conv2d_forward(s, x.data(), wt.data(), 1, b, y.data()); }},
           {"forward", "winograd",
-           [&] { winograd->forward(x.data(), bias.data(), nullptr, -INFINITY, INFINITY, y.data(), t); }},
+           [&] { winograd->forward(x.data(), b, nullptr, -INFINITY, INFINITY, y.data(), t); }},
           {"backward_data", "onednn",
            [&] { onednn::conv2d_backward_data(s, dy.data(), wt.data(), 1, dx.data()); }},
           {"backward_weights", "onednn",
-           [&] { onednn::conv2d_backward_weights(s, x.data(), dy.data(), dw.data(), db.data()); }},
+           [&] { onednn::conv2d_backward_weights(s, x.data(), dy.data(), dw.data(), diff_b); }},
       };
       for (const auto& pass : passes) {
         const bool winograd_pass = pass.backend == std::string("winograd");
@@ -246,6 +247,7 @@ int run_conv(const BenchOptions& o) {
                   {"stride", s.stride_h},
                   {"pad", s.pad_h},
                   {"groups", s.groups},
+                  {"bias", w.bias},
                   {"threads", t},
                   {"ms", timing.median_seconds * 1e3},
                   {"gflops", gflops},
