@@ -272,6 +272,25 @@ void BM_winograd_conv(benchmark::State& state) {
   state.counters["x_onednn"] = onednn / ours;
 }
 
+// The Winograd weight transform as training runs it on every call (F(4x4): U is 4x the 3x3
+// weights), over ResNet-18's channel counts, k panels split over the threads: bytes are the
+// weights read and U written, against the read bandwidth. Arg 0: channels (C = K).
+void BM_winograd_weights(benchmark::State& state) {
+  const int threads = threads_arg(state);
+  const std::int64_t channels = state.range(0);
+  const cpudl::conv::WinogradConvShape shape{16, channels, 56, 56, channels, 1, 0, 4};
+  std::vector<float> w(static_cast<std::size_t>(channels * channels * 9), 0.01f);
+  cpudl::AlignedBuffer storage;
+  float* u = storage.get(cpudl::conv::WinogradConv::transformed_floats(shape));
+  for (auto _ : state) {
+    const cpudl::conv::WinogradConv conv(shape, w.data(), cpudl::conv::WinogradPass::forward, u, threads);
+    benchmark::DoNotOptimize(u);
+    benchmark::ClobberMemory();
+  }
+  report(state, kernel_table().f32_winograd_weights_4x3.name,
+         (w.size() + cpudl::conv::WinogradConv::transformed_floats(shape)) * sizeof(float), threads);
+}
+
 // SimpleCNN's first-layer weight gradient at batch 256 (1 -> 32 channels, 3x3, 28x28), images split
 // over the threads as the op does; GFLOP/s (2 x multiply-adds) and % of the fp32 FMA roof.
 void BM_conv_backward_weights_nhwc(benchmark::State& state) {
@@ -430,6 +449,7 @@ BENCHMARK(BM_rms_norm)->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
 BENCHMARK(BM_max_pool_nhwc)->Args({6, 1})->Args({8, 1})->Args({16, 1})->Args({6, 0})->UseRealTime();
 BENCHMARK(BM_conv_backward_weights_nhwc)->Args({0, 1})->Args({0, 0})->UseRealTime();
 // Args: {channels, threads}.
+BENCHMARK(BM_winograd_weights)->Args({128, 1})->Args({256, 1})->Args({512, 1})->Args({512, 0})->UseRealTime();
 BENCHMARK(BM_winograd_conv)
     ->Args({64, 1})
     ->Args({128, 1})

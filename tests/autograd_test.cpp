@@ -8,6 +8,7 @@
 #include <optional>
 #include <tuple>
 
+#include "conv/winograd_conv.h"
 #include "cpudl/autograd.h"
 #include "cpudl/error.h"
 #include "cpudl/ops.h"
@@ -359,6 +360,54 @@ TEST(Autograd, ConvolutionCoveringTheWholeMapMatchesTheDirectLoop) {
       for (std::size_t i = 0; i < want_dx.size(); ++i) ASSERT_NEAR(dx[i], want_dx[i], 1e-4f) << "dx " << i;
       for (std::size_t i = 0; i < want_dw.size(); ++i) ASSERT_NEAR(dw[i], want_dw[i], 1e-4f) << "dw " << i;
       for (std::size_t i = 0; i < want_db.size(); ++i) ASSERT_NEAR(db[i], want_db[i], 1e-4f) << "db " << i;
+    }
+}
+
+// Stride-1 3x3 layers train through Winograd convolutions (forward and input gradient; the
+// weight gradient stays on oneDNN): paddings 1 and 0 (whose backward-data pass pads by 2), with
+// bias and fused ReLU, against the direct loops. Winograd's rounding grows with the magnitudes
+// summed, so the bound is relative to each result's scale.
+TEST(Autograd, WinogradConvolutionsMatchTheDirectLoop) {
+  struct Case {
+    Shape x, w;
+    Conv2dOptions o;
+  };
+  const Case cases[] = {{{3, 16, 16, 16}, {32, 16, 3, 3}, {1, 1, 1, 1}},
+                        {{3, 32, 18, 17}, {16, 32, 3, 3}, {1, 1, 0, 0}}};
+  std::uint64_t seed = 230;
+  auto expect_near = [](const std::vector<float>& got, const std::vector<float>& want, const char* what) {
+    ASSERT_EQ(got.size(), want.size()) << what;
+    float scale = 0;
+    for (const float v : want) scale = std::max(scale, std::fabs(v));
+    for (std::size_t i = 0; i < got.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 2e-5f * scale) << what << " " << i;
+  };
+  for (const Case& c : cases)
+    for (const bool relu : {false, true}) {
+      SCOPED_TRACE(shape_text(c.x) + " * " + shape_text(c.w) + (relu ? " relu" : ""));
+      onednn::ConvShape s = conv_shape_of(c.x, c.w, c.o);
+      s.layout = onednn::ActivationLayout::nhwc;
+      ASSERT_TRUE(conv::winograd_training_shape(s, conv::WinogradPass::forward));  // the path is taken
+      ASSERT_TRUE(conv::winograd_training_shape(s, conv::WinogradPass::backward_data));
+      Tensor x = randn(c.x, seed++), w = randn(c.w, seed++, 0.5f), b = randn({c.w[0]}, seed++);
+      for (Tensor* t : {&x, &w, &b}) t->set_requires_grad(true);
+      Conv2dOptions o = c.o;
+      o.relu = relu;
+      const Tensor y = conv2d(x, w, b, o);
+      const Tensor r = randn(y.shape(), seed++);
+      sum(mul(y, r)).backward();
+
+      const std::vector<float> bias = b.to_vector();
+      std::vector<float> want = reference::conv2d_forward(s, x.to_vector(), w.to_vector(), &bias);
+      std::vector<float> dy = r.to_vector();
+      for (std::size_t i = 0; i < want.size(); ++i)
+        if (relu && !(want[i] > 0.0f)) want[i] = 0.0f, dy[i] = 0.0f;
+      expect_near(y.to_vector(), want, "output");
+      std::vector<float> want_db;
+      expect_near(x.grad().to_vector(), reference::conv2d_backward_data(s, dy, w.to_vector()), "dx");
+      expect_near(w.grad().to_vector(), reference::conv2d_backward_weights(s, x.to_vector(), dy, &want_db),
+                  "dw");
+      expect_near(b.grad().to_vector(), want_db, "db");
     }
 }
 

@@ -340,7 +340,8 @@ std::vector<float> to_blocked(const std::vector<float>& x, std::int64_t n, std::
 }
 
 // The Winograd F(4x4, 3x3) convolution against the direct double-precision loop: tile edges
-// (outputs not a multiple of 4), paddings 0-2, both block sizes, bias, residual and clamps.
+// (outputs not a multiple of 4), paddings 0-2, both block sizes and channels-last (block 0),
+// bias, residual and clamps.
 TEST(WinogradConv, MatchesTheDirectConvolutionWithEpilogues) {
   struct Case {
     std::int64_t batch, c, h, w, k, pad, block;
@@ -352,8 +353,12 @@ TEST(WinogradConv, MatchesTheDirectConvolutionWithEpilogues) {
                         {3, 24, 7, 5, 16, 1, 8, true, true, 0.0f, INFINITY},
                         {1, 32, 13, 8, 48, 2, 16, true, true, 0.0f, 6.0f},
                         {2, 16, 3, 3, 16, 1, 16, false, true, -INFINITY, INFINITY},
-                        {4, 64, 14, 14, 64, 1, 8, true, false, -INFINITY, INFINITY}};
+                        {4, 64, 14, 14, 64, 1, 8, true, false, -INFINITY, INFINITY},
+                        {2, 24, 9, 7, 32, 1, 0, true, true, 0.0f, INFINITY},
+                        {1, 16, 6, 10, 48, 2, 0, false, false, -INFINITY, INFINITY}};
   for (const Case& t : cases) {
+    // Channels-last is the blocked layout with one block of all channels.
+    const std::int64_t in_block = t.block ? t.block : t.c, out_block = t.block ? t.block : t.k;
     SCOPED_TRACE("batch " + std::to_string(t.batch) + " c " + std::to_string(t.c) + " " +
                  std::to_string(t.h) + "x" + std::to_string(t.w) + " k " + std::to_string(t.k) + " pad " +
                  std::to_string(t.pad) + " block " + std::to_string(t.block));
@@ -377,11 +382,12 @@ TEST(WinogradConv, MatchesTheDirectConvolutionWithEpilogues) {
     for (const std::int64_t tile : {4, 2}) {
       SCOPED_TRACE("tile " + std::to_string(tile));
       const conv::WinogradConv winograd({t.batch, t.c, t.h, t.w, t.k, t.pad, t.block, tile}, w.data());
-      const auto residual_blocked = to_blocked(residual, t.batch, t.k, oh * ow, t.block);
+      const auto residual_blocked = to_blocked(residual, t.batch, t.k, oh * ow, out_block);
       std::vector<float> y(want.size(), 7.0f);
-      winograd.forward(to_blocked(x, t.batch, t.c, t.h * t.w, t.block).data(), t.bias ? bias.data() : nullptr,
-                       t.residual ? residual_blocked.data() : nullptr, t.lo, t.hi, y.data());
-      const auto got = to_blocked(y, t.batch, t.k, oh * ow, t.block, true);
+      winograd.forward(to_blocked(x, t.batch, t.c, t.h * t.w, in_block).data(),
+                       t.bias ? bias.data() : nullptr, t.residual ? residual_blocked.data() : nullptr, t.lo,
+                       t.hi, y.data());
+      const auto got = to_blocked(y, t.batch, t.k, oh * ow, out_block, true);
       for (std::size_t i = 0; i < want.size(); ++i)
         ASSERT_NEAR(got[i], want[i], 1e-5 * scale) << "at " << i << " of scale " << scale;
     }
@@ -391,6 +397,40 @@ TEST(WinogradConv, MatchesTheDirectConvolutionWithEpilogues) {
   EXPECT_EQ(conv::winograd_tile({1, 512, 7, 7, 512, 1, 8}), 2);  // 4 tiles of 4x4: F(2x2)
   EXPECT_EQ(conv::winograd_tile({16, 512, 7, 7, 512, 1, 8}), 4);
   EXPECT_EQ(conv::winograd_tile({16, 8, 7, 7, 512, 1, 8}), 0);  // too few input channels to pay
+}
+
+// A layer's backward-data pass as a Winograd convolution (training): dx = dy convolved with the
+// rotated, transposed kernel at padding 2 - pad, channels-last, against the direct loop's input
+// gradient; with caller-owned storage for the transformed weights, as training passes it.
+TEST(WinogradConv, BackwardDataMatchesTheDirectInputGradient) {
+  struct Case {
+    std::int64_t batch, c, h, w, k, pad;
+  };
+  for (const Case& t : {Case{2, 16, 9, 7, 32, 1}, Case{1, 32, 8, 8, 16, 0}, Case{3, 32, 5, 6, 16, 2}}) {
+    SCOPED_TRACE("c " + std::to_string(t.c) + " k " + std::to_string(t.k) + " pad " + std::to_string(t.pad));
+    ConvShape s;
+    s.batch = t.batch, s.in_channels = t.c, s.height = t.h, s.width = t.w, s.out_channels = t.k;
+    s.kernel_h = s.kernel_w = 3, s.pad_h = s.pad_w = t.pad;
+    const std::int64_t oh = s.out_height(), ow = s.out_width();
+    const auto dy = random_vector(static_cast<std::size_t>(t.batch * t.k * oh * ow), 35);
+    const auto w = random_vector(static_cast<std::size_t>(t.k * t.c * 9), 36);
+    const auto want = reference::conv2d_backward_data(s, dy, w);
+    double scale = 0;
+    for (const float value : want) scale = std::max(scale, static_cast<double>(std::fabs(value)));
+    for (const std::int64_t tile : {4, 2}) {
+      SCOPED_TRACE("tile " + std::to_string(tile));
+      const conv::WinogradConvShape backward{t.batch, t.k, oh, ow, t.c, 2 - t.pad, 0, tile};
+      std::vector<float> storage(conv::WinogradConv::transformed_floats(backward) + 16);
+      float* aligned = storage.data() + (64 - reinterpret_cast<std::uintptr_t>(storage.data()) % 64) % 64 / 4;
+      const conv::WinogradConv winograd(backward, w.data(), conv::WinogradPass::backward_data, aligned);
+      std::vector<float> dx(want.size(), 7.0f);
+      winograd.forward(to_nhwc(dy, t.batch, t.k, oh, ow).data(), nullptr, nullptr, -INFINITY, INFINITY,
+                       dx.data());
+      const auto got = to_nchw(dx, t.batch, t.c, t.h, t.w);
+      for (std::size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], 1e-5 * scale) << "at " << i << " of scale " << scale;
+    }
+  }
 }
 
 // A 1x1 convolution with oneDNN's fused depthwise 3x3 stage (MobileNet's expand + depthwise)

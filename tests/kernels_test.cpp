@@ -320,13 +320,14 @@ TEST(Kernels, F32ConvBackwardWeightsPlanesMatchesReference) {
 // row stride wider than k (a column range, as threads split the weight gradient). Outputs past
 // each row's k columns must stay untouched.
 // Each Winograd kernel against its reference (transforms written as matrix products there):
-// partial tiles, paddings 0-2, both layout blocks, partial tile ranges and output-channel ranges.
+// partial tiles, paddings 0-2, both layout blocks and channels-last (block 0 here), partial tile
+// ranges and output-channel ranges.
 TEST(Kernels, WinogradKernelsMatchReference) {
   struct Case {
     std::size_t batch, c, h, w, k, pad, block;
   };
-  const Case cases[] = {
-      {1, 8, 6, 6, 16, 0, 8}, {2, 16, 9, 11, 32, 1, 8}, {1, 32, 7, 13, 48, 2, 16}, {3, 8, 5, 4, 16, 1, 8}};
+  const Case cases[] = {{1, 8, 6, 6, 16, 0, 8}, {2, 16, 9, 11, 32, 1, 8}, {1, 32, 7, 13, 48, 2, 16},
+                        {3, 8, 5, 4, 16, 1, 8}, {2, 24, 9, 7, 32, 1, 0},  {1, 16, 6, 10, 48, 2, 0}};
   const auto& gemm = f32_winograd_gemm_variants();
   for (const std::size_t tile : {4, 2}) {
     const auto& input = tile == 4 ? f32_winograd_input_4x3_variants() : f32_winograd_input_2x3_variants();
@@ -338,17 +339,24 @@ TEST(Kernels, WinogradKernelsMatchReference) {
       for (const Case& c : cases) {
         const std::size_t oh = c.h + 2 * c.pad - 2, ow = c.w + 2 * c.pad - 2, th = (oh + tile - 1) / tile,
                           tw = (ow + tile - 1) / tile;
-        const WinogradShape s{c.c, c.k, c.h, c.w, oh, ow, c.pad, c.block, th, tw};
+        const bool channels_last = c.block == 0;
+        const WinogradShape s{
+            c.c, c.k, c.h, c.w, oh, ow, c.pad, channels_last ? c.c : c.block, channels_last ? c.k : c.block,
+            th,  tw};
         const std::size_t tiles = c.batch * th * tw, first = tiles > 2 ? 1 : 0, count = tiles - first,
                           rows = count + 3;
         SCOPED_TRACE("c " + std::to_string(c.c) + " " + std::to_string(c.h) + "x" + std::to_string(c.w) +
-                     " pad " + std::to_string(c.pad) + " tiles " + std::to_string(count));
+                     " pad " + std::to_string(c.pad) + " tiles " + std::to_string(count) +
+                     (channels_last ? " channels-last" : ""));
         const auto x = random_values(c.batch * c.c * c.h * c.w, 41, false);
         std::vector<float> want_v(positions * (rows * c.c + kWinogradPositionPad), 3.0f), got_v = want_v;
         input.back().fn(s, x.data(), first, count, want_v.data(), rows);
         input[v].fn(s, x.data(), first, count, got_v.data(), rows);
+        // The transform sums inputs with weights up to 25 and cancels: error relative to its scale.
+        float v_scale = 0;
+        for (const float value : want_v) v_scale = std::max(v_scale, std::fabs(value));
         for (std::size_t i = 0; i < want_v.size(); ++i)
-          ASSERT_NEAR(got_v[i], want_v[i], 1e-5f * (1 + std::fabs(want_v[i]))) << "input transform " << i;
+          ASSERT_NEAR(got_v[i], want_v[i], 1e-6f * v_scale) << "input transform " << i;
 
         // Aligned weight panels (the kernels load them with aligned loads).
         std::vector<float> u_storage(positions * c.c * c.k + 16);
@@ -370,11 +378,39 @@ TEST(Kernels, WinogradKernelsMatchReference) {
           std::vector<float> want_y(c.batch * c.k * oh * ow, 9.0f), got_y = want_y;
           output.back().fn(s, want_m.data(), first, count, rows, 8, c.k, e, want_y.data());
           output[v].fn(s, want_m.data(), first, count, rows, 8, c.k, e, got_y.data());
-          float scale = 0;  // the transform sums values up to 8x larger: error relative to the output's scale
+          // The transform sums products with weights up to 64 and cancels: error relative to
+          // the larger of the output's and the products' scales.
+          float scale = 0;
           for (const float value : want_y) scale = std::max(scale, std::fabs(value));
+          for (const float value : want_m) scale = std::max(scale, std::fabs(value));
           for (std::size_t i = 0; i < want_y.size(); ++i)
             ASSERT_NEAR(got_y[i], want_y[i], 1e-5f * scale) << "output transform " << i;
         }
+      }
+    }
+  }
+}
+
+// The weight transform against its double-precision reference (G as a matrix there, factored in
+// the ISA variants): both passes' filter orders, a range of output-channel panels (the rest of
+// u untouched).
+TEST(Kernels, WinogradWeightTransformMatchesReference) {
+  for (const std::size_t tile : {4, 2}) {
+    const auto& transform =
+        tile == 4 ? f32_winograd_weights_4x3_variants() : f32_winograd_weights_2x3_variants();
+    const std::size_t positions = (tile + 2) * (tile + 2);
+    for (std::size_t v = 0; v + 1 < transform.size(); ++v) {
+      if (transform[v].level > kMachineLevel) continue;
+      SCOPED_TRACE(transform[v].name);
+      for (const bool backward_data : {false, true}) {
+        const std::size_t C = 24, K = 48;
+        const auto weights = random_values(K * C * 9, 45, false);
+        std::vector<float> want(positions * C * K, 3.0f), got = want;
+        transform.back().fn(weights.data(), C, K, backward_data, 16, K, want.data());
+        transform[v].fn(weights.data(), C, K, backward_data, 16, K, got.data());
+        for (std::size_t i = 0; i < want.size(); ++i)
+          ASSERT_NEAR(got[i], want[i], 1e-6f * (1 + std::fabs(want[i])))
+              << (backward_data ? "backward data " : "forward ") << i;
       }
     }
   }

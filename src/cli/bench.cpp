@@ -190,11 +190,14 @@ int run_conv(const BenchOptions& o) {
   const auto workloads = bench::conv_workloads(o.model, o.batch);
   Report report(o.json);
   report.header(
-      "Convolution through oneDNN (NHWC activations) and, for stride-1 3x3 layers, the inference runtime's "
-      "Winograd path (blocked), fp32 (median; % of the fp32 roof at the same threads; Winograd counted at "
+      "Convolution through oneDNN (NHWC activations) and, for stride-1 3x3 layers, the Winograd paths: the "
+      "inference runtime's (winograd: blocked, weights transformed once) and training's (winograd_nhwc: "
+      "channels-last, weights transformed on each call), fp32 (median; % of the fp32 roof at the same "
+      "threads; Winograd counted at "
       "the direct convolution's FLOPs; each layer with or without bias as its model defines it: "
       "ResNet-18's convolutions have none)",
-      "model      layer                     batch threads pass                         ms    GFLOP/s  %peak");
+      "model      layer                     batch threads pass                            ms    GFLOP/s  "
+      "%peak");
   const int saved_threads = omp_get_max_threads();
   for (int t : thread_counts(o)) {
     omp_set_num_threads(t);
@@ -212,25 +215,43 @@ int run_conv(const BenchOptions& o) {
       float* diff_b = w.bias ? db.data() : nullptr;
       // The inference runtime's Winograd path (conv/winograd_conv.h) beside oneDNN's forward,
       // on the shapes it takes; its activations are in the blocked layout (the values do not
-      // matter for the timing). FLOPs are the direct convolution's.
+      // matter for the timing). And training's (`winograd_nhwc`): channels-last, the weights
+      // transformed on every call, forward and backward-data. FLOPs are the direct convolution's.
       std::optional<conv::WinogradConv> winograd;
-      if (const auto wino = conv::winograd_shape(s)) winograd.emplace(*wino, wt.data());
+      onednn::ConvShape blocked = s;
+      blocked.layout = onednn::ActivationLayout::blocked;
+      if (const auto wino = conv::winograd_shape(blocked)) winograd.emplace(*wino, wt.data());
+      const auto train_forward = conv::winograd_shape(s);
+      const auto train_backward = conv::winograd_backward_data_shape(s);
       const struct {
         const char* name;
         const char* backend;
-        std::function<void()> fn;
+        std::function<void()> fn;  // empty: the backend does not take this layer
       } passes[] = {
           {"forward", "onednn", [&] { onednn::conv2d_forward(s, x.data(), wt.data(), 1, b, y.data()); }},
           {"forward", "winograd",
-           [&] { winograd->forward(x.data(), b, nullptr, -INFINITY, INFINITY, y.data(), t); }},
+           winograd ? std::function<void()>(
+                          [&] { winograd->forward(x.data(), b, nullptr, -INFINITY, INFINITY, y.data(), t); })
+                    : nullptr},
+          {"forward", "winograd_nhwc",
+           train_forward ? std::function<void()>([&] {
+             conv::winograd_convolve(*train_forward, wt.data(), conv::WinogradPass::forward, x.data(), b,
+                                     -INFINITY, INFINITY, y.data(), t);
+           })
+                         : nullptr},
           {"backward_data", "onednn",
            [&] { onednn::conv2d_backward_data(s, dy.data(), wt.data(), 1, dx.data()); }},
+          {"backward_data", "winograd_nhwc",
+           train_backward ? std::function<void()>([&] {
+             conv::winograd_convolve(*train_backward, wt.data(), conv::WinogradPass::backward_data, dy.data(),
+                                     nullptr, -INFINITY, INFINITY, dx.data(), t);
+           })
+                          : nullptr},
           {"backward_weights", "onednn",
            [&] { onednn::conv2d_backward_weights(s, x.data(), dy.data(), dw.data(), diff_b); }},
       };
       for (const auto& pass : passes) {
-        const bool winograd_pass = pass.backend == std::string("winograd");
-        if (winograd_pass && !winograd) continue;
+        if (!pass.fn) continue;
         const bench::Timing timing = bench::time_calls(pass.fn, o.min_time);
         const double gflops = s.flops() / timing.median_seconds * 1e-9;
         Json j = {{"op", std::string("conv_") + pass.name},
@@ -252,8 +273,10 @@ int run_conv(const BenchOptions& o) {
                   {"ms", timing.median_seconds * 1e3},
                   {"gflops", gflops},
                   {"pct_peak", 100.0 * gflops / roof}};
-        const std::string pass_name = std::string(pass.name) + (winograd_pass ? " (winograd)" : "");
-        report.record(j, format("%-10s %-25s %5lld %7d %-27s %8.3f %9.1f %5.1f%%", w.model.c_str(),
+        const std::string backend = pass.backend;
+        const std::string pass_name =
+            std::string(pass.name) + (backend == "onednn" ? "" : " (" + backend + ")");
+        report.record(j, format("%-10s %-25s %5lld %7d %-30s %8.3f %9.1f %5.1f%%", w.model.c_str(),
                                 w.layer.c_str(), static_cast<long long>(s.batch), t, pass_name.c_str(),
                                 timing.median_seconds * 1e3, gflops, 100.0 * gflops / roof));
       }

@@ -19,16 +19,6 @@ namespace {
 
 constexpr std::size_t kColumns = kernels::kWinogradGemmColumns;
 
-// G of F(4x4, 3x3) (6 x 3: a 3-tap filter interpolated at 0, 1, -1, 2, -2, infinity) and of
-// F(2x2, 3x3) (4 x 3: at 0, 1, -1, infinity).
-constexpr double kG4[6][3] = {{1.0 / 4, 0, 0},
-                              {-1.0 / 6, -1.0 / 6, -1.0 / 6},
-                              {-1.0 / 6, 1.0 / 6, -1.0 / 6},
-                              {1.0 / 24, 1.0 / 12, 1.0 / 6},
-                              {1.0 / 24, -1.0 / 12, 1.0 / 6},
-                              {0, 0, 1}};
-constexpr double kG2[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
-
 std::size_t tiles_of(std::int64_t out, std::int64_t tile) {
   return static_cast<std::size_t>((out + tile - 1) / tile);
 }
@@ -92,24 +82,68 @@ int winograd_tile(const WinogradConvShape& s) {
 
 std::optional<WinogradConvShape> winograd_shape(const onednn::ConvShape& s) {
   if (s.groups != 1 || s.kernel_h != 3 || s.kernel_w != 3 || s.stride_h != 1 || s.stride_w != 1 ||
-      s.dilation_h != 1 || s.dilation_w != 1 || s.pad_h != s.pad_w)
+      s.dilation_h != 1 || s.dilation_w != 1 || s.pad_h != s.pad_w ||
+      s.layout == onednn::ActivationLayout::nchw)
     return std::nullopt;
-  WinogradConvShape w{
-      s.batch, s.in_channels, s.height, s.width, s.out_channels, s.pad_h, onednn::blocked_layout_channels()};
+  const bool channels_last = s.layout == onednn::ActivationLayout::nhwc;
+  WinogradConvShape w{s.batch,
+                      s.in_channels,
+                      s.height,
+                      s.width,
+                      s.out_channels,
+                      s.pad_h,
+                      channels_last ? 0 : onednn::blocked_layout_channels()};
   w.tile = winograd_tile(w);
   if (w.tile == 0) return std::nullopt;
   return w;
 }
 
-WinogradConv::WinogradConv(const WinogradConvShape& shape, const float* weights) : shape_(shape) {
+std::optional<WinogradConvShape> winograd_backward_data_shape(const onednn::ConvShape& s) {
+  if (s.kernel_h != 3 || s.kernel_w != 3 || s.pad_h > 2) return std::nullopt;
+  onednn::ConvShape backward = s;
+  backward.in_channels = s.out_channels, backward.out_channels = s.in_channels;
+  backward.height = s.out_height(), backward.width = s.out_width();
+  backward.pad_h = 2 - s.pad_h, backward.pad_w = 2 - s.pad_w;
+  return winograd_shape(backward);
+}
+
+std::optional<WinogradConvShape> winograd_training_shape(const onednn::ConvShape& s, WinogradPass pass) {
+  constexpr std::int64_t kMinTiles = 48;
+  if (s.layout != onednn::ActivationLayout::nhwc) return std::nullopt;
+  auto shape = pass == WinogradPass::forward ? winograd_shape(s) : winograd_backward_data_shape(s);
+  if (!shape) return std::nullopt;
+  const std::int64_t out_h = shape->height + 2 * shape->pad - 2, out_w = shape->width + 2 * shape->pad - 2;
+  const std::int64_t tiles =
+      shape->batch * ((out_h + shape->tile - 1) / shape->tile) * ((out_w + shape->tile - 1) / shape->tile);
+  if (tiles < kMinTiles) return std::nullopt;
+  return shape;
+}
+
+void winograd_convolve(const WinogradConvShape& shape, const float* weights, WinogradPass pass,
+                       const float* x, const float* bias, float lo, float hi, float* y, int threads) {
+  thread_local AlignedBuffer storage;
+  const WinogradConv conv(shape, weights, pass, storage.get(WinogradConv::transformed_floats(shape)),
+                          threads);
+  conv.forward(x, bias, nullptr, lo, hi, y, threads);
+}
+
+std::size_t WinogradConv::transformed_floats(const WinogradConvShape& shape) {
+  return positions_of(shape.tile) * static_cast<std::size_t>(shape.in_channels * shape.out_channels);
+}
+
+WinogradConv::WinogradConv(const WinogradConvShape& shape, const float* weights, WinogradPass pass,
+                           float* storage, int threads)
+    : shape_(shape) {
   const auto C = static_cast<std::size_t>(shape.in_channels),
              K = static_cast<std::size_t>(shape.out_channels);
-  if (C % 8 != 0 || K % kColumns != 0 || shape.pad < 0 || (shape.block != 8 && shape.block != 16) ||
-      (shape.tile != 2 && shape.tile != 4))
+  if (C % 8 != 0 || K % kColumns != 0 || shape.pad < 0 ||
+      (shape.block != 0 && shape.block != 8 && shape.block != 16) || (shape.tile != 2 && shape.tile != 4))
     throw Error("Winograd convolution: " + std::to_string(C) + " -> " + std::to_string(K) +
-                " channels (need multiples of 8 and 16), padding " + std::to_string(shape.pad) + " or tile " +
-                std::to_string(shape.tile) + " (2 or 4) not supported");
+                " channels (need multiples of 8 and 16), padding " + std::to_string(shape.pad) + ", block " +
+                std::to_string(shape.block) + " (0, 8 or 16) or tile " + std::to_string(shape.tile) +
+                " (2 or 4) not supported");
   const std::int64_t out_h = shape.height + 2 * shape.pad - 2, out_w = shape.width + 2 * shape.pad - 2;
+  const bool channels_last = shape.block == 0;
   tiles_ = {C,
             K,
             static_cast<std::size_t>(shape.height),
@@ -117,28 +151,25 @@ WinogradConv::WinogradConv(const WinogradConvShape& shape, const float* weights)
             static_cast<std::size_t>(out_h),
             static_cast<std::size_t>(out_w),
             static_cast<std::size_t>(shape.pad),
-            static_cast<std::size_t>(shape.block),
+            channels_last ? C : static_cast<std::size_t>(shape.block),
+            channels_last ? K : static_cast<std::size_t>(shape.block),
             tiles_of(out_h, shape.tile),
             tiles_of(out_w, shape.tile)};
-  // U[p][k / 16][c][k % 16] = (G g G^T)[p / T][p % T] for filter g = weights[k][c], T = tile + 2.
-  const std::size_t points = static_cast<std::size_t>(shape.tile) + 2, positions = points * points;
-  const double(*G)[3] = shape.tile == 4 ? kG4 : kG2;
-  weights_storage_.assign(positions * C * K + 16, 0.0f);
-  float* u = reinterpret_cast<float*>((reinterpret_cast<std::uintptr_t>(weights_storage_.data()) + 63) &
-                                      ~std::uintptr_t{63});
-  for (std::size_t k = 0; k < K; ++k)
-    for (std::size_t c = 0; c < C; ++c) {
-      const float* g = weights + (k * C + c) * 9;
-      double gg[6][3];  // G g
-      for (std::size_t r = 0; r < points; ++r)
-        for (int j = 0; j < 3; ++j) gg[r][j] = G[r][0] * g[j] + G[r][1] * g[3 + j] + G[r][2] * g[6 + j];
-      for (std::size_t r = 0; r < points; ++r)
-        for (std::size_t q = 0; q < points; ++q) {
-          const double value = gg[r][0] * G[q][0] + gg[r][1] * G[q][1] + gg[r][2] * G[q][2];
-          u[((r * points + q) * K + k / kColumns * kColumns) * C + c * kColumns + k % kColumns] =
-              static_cast<float>(value);
-        }
-    }
+  float* u = storage;
+  if (!u) {
+    weights_storage_.assign(transformed_floats(shape) + 16, 0.0f);
+    u = reinterpret_cast<float*>((reinterpret_cast<std::uintptr_t>(weights_storage_.data()) + 63) &
+                                 ~std::uintptr_t{63});
+  }
+  // U[p][k / 16][c][k % 16] = (G g G^T)[p / T][p % T] for the filter g from input c to output k,
+  // the threads taking panels of 16 output channels.
+  const auto transform = shape.tile == 4 ? kernels::kernel_table().f32_winograd_weights_4x3.fn
+                                         : kernels::kernel_table().f32_winograd_weights_2x3.fn;
+  const bool backward_data = pass == WinogradPass::backward_data;
+  if (threads <= 0) threads = runtime().threads.threads;
+  parallel_for(K / kColumns, 1, threads, [&](std::size_t begin, std::size_t end) {
+    transform(weights, C, K, backward_data, begin * kColumns, end * kColumns, u);
+  });
   weights_ = u;
 }
 

@@ -134,6 +134,8 @@ CPUDL_AVX2_VARIANTS(f32_winograd_input_2x3, WinogradInputFn)
 CPUDL_AVX2_VARIANTS(f32_winograd_gemm, WinogradGemmFn)
 CPUDL_AVX2_VARIANTS(f32_winograd_output_4x3, WinogradOutputFn)
 CPUDL_AVX2_VARIANTS(f32_winograd_output_2x3, WinogradOutputFn)
+CPUDL_AVX2_VARIANTS(f32_winograd_weights_4x3, WinogradWeightsFn)
+CPUDL_AVX2_VARIANTS(f32_winograd_weights_2x3, WinogradWeightsFn)
 #undef CPUDL_AVX2_VARIANTS
 
 // Narrow linear layers: memory-bound on a materialised activation, bound by FMAs in the fused

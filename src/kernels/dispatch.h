@@ -79,6 +79,8 @@ namespace cpudl::kernels {
   X(f32_winograd_gemm, WinogradGemmFn)                                 \
   X(f32_winograd_output_4x3, WinogradOutputFn)                         \
   X(f32_winograd_output_2x3, WinogradOutputFn)                         \
+  X(f32_winograd_weights_4x3, WinogradWeightsFn)                       \
+  X(f32_winograd_weights_2x3, WinogradWeightsFn)                       \
   X(f32_max_pool_nhwc, MaxPoolNhwcFn)                                  \
   X(f32_max_pool_nhwc_backward, MaxPoolNhwcBackwardFn)                 \
   X(f32_fma_probe, FmaProbeFn)                                         \

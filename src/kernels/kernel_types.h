@@ -194,12 +194,14 @@ using NarrowLinearBackwardDataFn = void (*)(const float* dy, const float* w, flo
                                             std::size_t k, std::size_t n, std::size_t ld);
 using NarrowLinearBackwardWeightsFn = void (*)(const float* x, const float* dy, float* dw, std::size_t m,
                                                std::size_t k, std::size_t n, std::size_t ld);
-// Winograd F(4x4, 3x3) and F(2x2, 3x3) convolution (kernels/winograd/winograd.h) of a batch in the blocked
-// layout: x is [N][C / block][H][W][block], y is [N][K / block][out_h][out_w][block], stride 1,
-// `pad` zero rows and columns on each side; channels and out_channels are multiples of 8, block
-// is 8 or 16. Tile t of the batch is image t / (tiles_h * tiles_w), tile row and column within.
+// Winograd F(4x4, 3x3) and F(2x2, 3x3) convolution (kernels/winograd/winograd.h) of a batch in a
+// blocked layout: x is [N][C / block][H][W][block], y is [N][K / out_block][out_h][out_w][out_block],
+// stride 1, `pad` zero rows and columns on each side; channels and out_channels are multiples of
+// 8. The inference runtime's layout has block = out_block = 8 or 16; channels-last (NHWC, what
+// training keeps) is the one-block case, block = channels and out_block = out_channels. Tile t of
+// the batch is image t / (tiles_h * tiles_w), tile row and column within.
 struct WinogradShape {
-  std::size_t channels, out_channels, height, width, out_h, out_w, pad, block, tiles_h, tiles_w;
+  std::size_t channels, out_channels, height, width, out_h, out_w, pad, block, out_block, tiles_h, tiles_w;
 };
 inline constexpr std::size_t kWinogradPositions = 36;    // the 6 x 6 transformed tile of F(4x4, 3x3)
 inline constexpr std::size_t kWinogradPositionPad = 16;  // floats between positions (one line)
@@ -229,6 +231,13 @@ struct WinogradEpilogue {
 using WinogradOutputFn = void (*)(const WinogradShape& s, const float* m, std::size_t first_tile,
                                   std::size_t tiles, std::size_t v_rows, std::size_t k_begin,
                                   std::size_t k_end, const WinogradEpilogue& e, float* y);
+// The weight transform: u[p][k / 16][c][k % 16] = (G g G^T)[p] (the GEMM's panels above) for
+// output channels [k_begin, k_end) (multiples of 16) of a convolution with `channels` inputs and
+// `out_channels` outputs, where the 3x3 filter g from input c to output k is weights[k][c]
+// (OIHW) for a layer's forward pass, or for its backward-data pass (dx = dy convolved with the
+// kernel rotated 180 degrees, inputs and outputs swapped) weights[c][k] rotated.
+using WinogradWeightsFn = void (*)(const float* weights, std::size_t channels, std::size_t out_channels,
+                                   bool backward_data, std::size_t k_begin, std::size_t k_end, float* u);
 // One image's pooling window geometry, channels-last (H x W x C). Padding taps are skipped.
 struct PoolWindow {
   std::size_t channels, height, width, out_h, out_w, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w;

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "conv/winograd_conv.h"
 #include "kernels/conv/conv.h"
 #include "onednn/dense.h"
 #include "ops/conv_as_linear.h"
@@ -134,6 +135,8 @@ struct ConvBackward {
   Tensor xc, wc, expanded;
   std::uint64_t version;
   bool bf16;
+  // The backward-data pass as a Winograd convolution (stride-1 3x3 layers; see conv2d below).
+  std::optional<conv::WinogradConvShape> winograd_backward;
   // Gradients only for inputs that need them: a first layer's input (the images) needs none, and
   // its backward-data pass would be the most expensive part of that layer's backward.
   bool need_dx, need_dw, need_db;
@@ -150,6 +153,9 @@ struct ConvBackward {
       dx = empty_channels_last(xc.shape());
       if (expanded.defined())
         conv_as_linear_backward_data(run, gc.data(), expanded, dx.data(), bf16);
+      else if (winograd_backward)
+        conv::winograd_convolve(*winograd_backward, wc.data(), conv::WinogradPass::backward_data, gc.data(),
+                                nullptr, -INFINITY, INFINITY, dx.data());
       else if (bf16)
         onednn::conv2d_backward_data_bf16(run, gc.data(), wc.data(), version, dx.data());
       else
@@ -250,7 +256,22 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   // A cropped copy is new on every call: version 0 has oneDNN reorder it each time.
   const std::uint64_t version = !crop.cropped && weight.is_contiguous() ? weights_version(weight) : 0;
   const bool bf16 = g_bf16_autocast;
-  if (expanded.defined()) {
+  // Stride-1 3x3 layers (fp32) run forward and backward-data as Winograd convolutions (conv/
+  // winograd_conv.h), the weights transformed on each call: 4x fewer multiplies per output tile,
+  // against oneDNN's direct convolution (at batch 16, ResNet-18's 3x3 layers forward 19 -> 11-17
+  // ms and backward-data 21-23 -> 11-18 ms, one thread). The rounding error grows to ~1e-5 of a
+  // layer's output scale; CPUDL_WINOGRAD=0 runs the direct convolutions.
+  const bool winograd_candidate = !bf16 && !expanded.defined() && !crop.cropped;
+  const auto winograd_forward =
+      winograd_candidate ? conv::winograd_training_shape(run, conv::WinogradPass::forward) : std::nullopt;
+  const auto winograd_backward = winograd_candidate && x.requires_grad()
+                                     ? conv::winograd_training_shape(run, conv::WinogradPass::backward_data)
+                                     : std::nullopt;
+  if (winograd_forward) {
+    conv::winograd_convolve(*winograd_forward, wc.data(), conv::WinogradPass::forward, xc.data(),
+                            bc.defined() ? bc.data() : nullptr, o.relu ? 0.0f : -INFINITY, INFINITY,
+                            y.data());
+  } else if (expanded.defined()) {
     conv_as_linear_forward(run, xc.data(), expanded, bc.defined() ? bc.data() : nullptr, o.relu, y.data(),
                            bf16);
   } else if (bf16) {
@@ -263,10 +284,10 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
                            epilogue);
   }
   count_forward_flops(s.flops());
-  autograd::record(
-      y, "conv2d", {x, weight, bias},
-      ConvBackward{crop, xc, wc, expanded, version, bf16, x.requires_grad(), weight.requires_grad(),
-                   bias.defined() && bias.requires_grad(), weight.shape(), o.relu ? y.detach() : Tensor()});
+  autograd::record(y, "conv2d", {x, weight, bias},
+                   ConvBackward{crop, xc, wc, expanded, version, bf16, winograd_backward, x.requires_grad(),
+                                weight.requires_grad(), bias.defined() && bias.requires_grad(),
+                                weight.shape(), o.relu ? y.detach() : Tensor()});
   return y;
 }
 

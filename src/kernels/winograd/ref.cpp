@@ -13,6 +13,15 @@ constexpr float kBt4[6][6] = {{4, 0, -5, 0, 1, 0},  {0, -4, -4, 1, 1, 0}, {0, 4,
                               {0, -2, -1, 2, 1, 0}, {0, 2, -1, -2, 1, 0}, {0, 4, 0, -5, 0, 1}};
 constexpr float kAt4[4][6] = {
     {1, 1, 1, 1, 1, 0}, {0, 1, -1, 2, -2, 0}, {0, 1, 1, 4, 4, 0}, {0, 1, -1, 8, -8, 1}};
+// G of F(4x4, 3x3) (6 x 3: a 3-tap filter interpolated at 0, 1, -1, 2, -2, infinity) and of
+// F(2x2, 3x3) (4 x 3: at 0, 1, -1, infinity).
+constexpr double kG4[6][3] = {{1.0 / 4, 0, 0},
+                              {-1.0 / 6, -1.0 / 6, -1.0 / 6},
+                              {-1.0 / 6, 1.0 / 6, -1.0 / 6},
+                              {1.0 / 24, 1.0 / 12, 1.0 / 6},
+                              {1.0 / 24, -1.0 / 12, 1.0 / 6},
+                              {0, 0, 1}};
+constexpr double kG2[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
 // F(2x2, 3x3): points 0, 1, -1, infinity.
 constexpr float kBt2[4][4] = {{1, 0, -1, 0}, {0, 1, 1, 0}, {0, -1, 1, 0}, {0, 1, 0, -1}};
 constexpr float kAt2[2][4] = {{1, 1, 1, 0}, {0, 1, -1, -1}};
@@ -76,7 +85,7 @@ void output_transform(const float (&at)[M][T], const WinogradShape& s, const flo
           for (std::size_t r = 0; r < T; ++r)
             for (std::size_t q = 0; q < T; ++q)
               acc += at[a][r] * m[grouped(r * T + q, k, K, i, v_rows)] * at[b][q];
-          const std::size_t offset = blocked_offset(n, K, s.out_h, s.out_w, s.block, k, h, w);
+          const std::size_t offset = blocked_offset(n, K, s.out_h, s.out_w, s.out_block, k, h, w);
           if (e.bias) acc += e.bias[k];
           if (e.residual) acc += e.residual[offset];
           y[offset] = std::min(std::max(acc, e.lo), e.hi);
@@ -85,7 +94,38 @@ void output_transform(const float (&at)[M][T], const WinogradShape& s, const flo
   }
 }
 
+// u = G g G^T in double, g the filter from input c to output k (see WinogradWeightsFn).
+template <std::size_t T>
+void weight_transform(const double (&G)[T][3], const float* weights, std::size_t C, std::size_t K,
+                      bool backward_data, std::size_t k_begin, std::size_t k_end, float* u) {
+  constexpr std::size_t kCols = kWinogradGemmColumns;
+  for (std::size_t k = k_begin; k < k_end; ++k)
+    for (std::size_t c = 0; c < C; ++c) {
+      double g[9];
+      for (std::size_t t = 0; t < 9; ++t)
+        g[t] = backward_data ? weights[(c * K + k) * 9 + 8 - t] : weights[(k * C + c) * 9 + t];
+      double gg[T][3];  // G g
+      for (std::size_t r = 0; r < T; ++r)
+        for (std::size_t j = 0; j < 3; ++j)
+          gg[r][j] = G[r][0] * g[j] + G[r][1] * g[3 + j] + G[r][2] * g[6 + j];
+      for (std::size_t r = 0; r < T; ++r)
+        for (std::size_t q = 0; q < T; ++q)
+          u[((r * T + q) * K + k / kCols * kCols) * C + c * kCols + k % kCols] =
+              static_cast<float>(gg[r][0] * G[q][0] + gg[r][1] * G[q][1] + gg[r][2] * G[q][2]);
+    }
+}
+
 }  // namespace
+
+void f32_winograd_weights_4x3__ref(const float* weights, std::size_t channels, std::size_t out_channels,
+                                   bool backward_data, std::size_t k_begin, std::size_t k_end, float* u) {
+  weight_transform(kG4, weights, channels, out_channels, backward_data, k_begin, k_end, u);
+}
+
+void f32_winograd_weights_2x3__ref(const float* weights, std::size_t channels, std::size_t out_channels,
+                                   bool backward_data, std::size_t k_begin, std::size_t k_end, float* u) {
+  weight_transform(kG2, weights, channels, out_channels, backward_data, k_begin, k_end, u);
+}
 
 void f32_winograd_input_4x3__ref(const WinogradShape& s, const float* x, std::size_t first_tile,
                                  std::size_t tiles, float* v, std::size_t v_rows) {

@@ -4,11 +4,17 @@
 // outputs and channel pair instead of 144 -- the product over channels becomes 36 independent
 // GEMMs (tiles x C) (C x K). oneDNN 2.6 has no Winograd path for AVX2 and runs ResNet-18's 3x3
 // layers at 50-90% of the fp32 roof here, so these kernels (with the driver in
-// src/conv/winograd_conv.cpp) carry the inference runtime's stride-1 3x3 convolutions.
+// src/conv/winograd_conv.cpp) carry the stride-1 3x3 convolutions of the inference runtime and of
+// training.
 //
 // F(2x2, 3x3) (a 4 x 4 patch per 2 x 2 outputs, 16 positions: 2.25x fewer multiplies instead of
 // 4x) serves layers with few tiles, where reading F(4x4)'s 4x larger transformed weights would
 // cost more than its arithmetic saves (batch 1 at 7x7 pixels, 512 channels: 38 MB against 17).
+//
+// The weight transform runs once when the inference runtime prepares a convolution, and on every
+// call in training, where the weights change each step (and the backward-data pass transforms
+// the rotated, transposed kernel): the AVX2 variant, in fp32 with G factored, writes the
+// transformed weights at memory speed; the reference computes in double.
 //
 // The transforms are exact in real arithmetic; in fp32 the interpolation points 0, +-1, +-2
 // amplify rounding over a direct convolution: up to ~1e-5 of a layer's output scale measured
@@ -29,20 +35,26 @@ namespace cpudl::kernels {
 
 inline constexpr std::size_t kWinogradGemmColumns = 16;  // the weight panel width
 
-#define CPUDL_DECLARE_WINOGRAD(isa)                                                                   \
-  void f32_winograd_input_4x3__##isa(const WinogradShape& s, const float* x, std::size_t first_tile,  \
-                                     std::size_t tiles, float* v, std::size_t v_rows);                \
-  void f32_winograd_input_2x3__##isa(const WinogradShape& s, const float* x, std::size_t first_tile,  \
-                                     std::size_t tiles, float* v, std::size_t v_rows);                \
-  void f32_winograd_gemm__##isa(std::size_t positions, const float* v, const float* u, float* m,      \
-                                std::size_t tiles, std::size_t v_rows, std::size_t channels,          \
-                                std::size_t out_channels, std::size_t k_begin, std::size_t k_end);    \
-  void f32_winograd_output_4x3__##isa(const WinogradShape& s, const float* m, std::size_t first_tile, \
-                                      std::size_t tiles, std::size_t v_rows, std::size_t k_begin,     \
-                                      std::size_t k_end, const WinogradEpilogue& e, float* y);        \
-  void f32_winograd_output_2x3__##isa(const WinogradShape& s, const float* m, std::size_t first_tile, \
-                                      std::size_t tiles, std::size_t v_rows, std::size_t k_begin,     \
-                                      std::size_t k_end, const WinogradEpilogue& e, float* y);
+#define CPUDL_DECLARE_WINOGRAD(isa)                                                                          \
+  void f32_winograd_input_4x3__##isa(const WinogradShape& s, const float* x, std::size_t first_tile,         \
+                                     std::size_t tiles, float* v, std::size_t v_rows);                       \
+  void f32_winograd_input_2x3__##isa(const WinogradShape& s, const float* x, std::size_t first_tile,         \
+                                     std::size_t tiles, float* v, std::size_t v_rows);                       \
+  void f32_winograd_gemm__##isa(std::size_t positions, const float* v, const float* u, float* m,             \
+                                std::size_t tiles, std::size_t v_rows, std::size_t channels,                 \
+                                std::size_t out_channels, std::size_t k_begin, std::size_t k_end);           \
+  void f32_winograd_output_4x3__##isa(const WinogradShape& s, const float* m, std::size_t first_tile,        \
+                                      std::size_t tiles, std::size_t v_rows, std::size_t k_begin,            \
+                                      std::size_t k_end, const WinogradEpilogue& e, float* y);               \
+  void f32_winograd_output_2x3__##isa(const WinogradShape& s, const float* m, std::size_t first_tile,        \
+                                      std::size_t tiles, std::size_t v_rows, std::size_t k_begin,            \
+                                      std::size_t k_end, const WinogradEpilogue& e, float* y);               \
+  void f32_winograd_weights_4x3__##isa(const float* weights, std::size_t channels, std::size_t out_channels, \
+                                       bool backward_data, std::size_t k_begin, std::size_t k_end,           \
+                                       float* u);                                                            \
+  void f32_winograd_weights_2x3__##isa(const float* weights, std::size_t channels, std::size_t out_channels, \
+                                       bool backward_data, std::size_t k_begin, std::size_t k_end,           \
+                                       float* u);
 CPUDL_DECLARE_WINOGRAD(ref)
 CPUDL_DECLARE_WINOGRAD(avx2)
 #undef CPUDL_DECLARE_WINOGRAD
