@@ -988,6 +988,37 @@ TEST(Autograd, Normalisation) {
       1e-2, 2e-2);
 }
 
+// batch_norm2d's fused ReLU (oneDNN's fuse_norm_relu in training, the inference activation
+// otherwise) against relu(batch_norm2d(..)): values, input, scale and shift gradients, running
+// statistics, in training and inference, on NCHW and channels-last inputs (a convolution's output).
+TEST(Autograd, FusedReluBatchNormMatchesReluOfBatchNorm) {
+  const Tensor x0 = randn({4, 16, 5, 6}, 140), w0 = add(randn({16}, 141, 0.2f), 1.0f).detach(),
+               b0 = randn({16}, 142, 0.5f), g = randn({4, 16, 5, 6}, 143);
+  for (const bool training : {true, false})
+    for (const bool channels_last : {false, true}) {
+      SCOPED_TRACE(std::string(training ? "training" : "inference") +
+                   (channels_last ? " channels-last" : ""));
+      Tensor outs[2], grads[2][3], stats[2][2];
+      for (int fused = 0; fused < 2; ++fused) {
+        Tensor x = channels_last ? channels_last_values(x0.clone()) : x0.clone(), w = w0.clone(),
+               b = b0.clone();
+        for (Tensor* t : {&x, &w, &b}) t->set_requires_grad(true);
+        Tensor rm = randn({16}, 144, 0.1f).detach(), rv = add(exp(randn({16}, 145, 0.3f)), 0.0f).detach();
+        outs[fused] = fused ? batch_norm2d(x, rm, rv, w, b, training, 0.1f, 1e-5f, true)
+                            : relu(batch_norm2d(x, rm, rv, w, b, training));
+        sum(mul(outs[fused], g)).backward();
+        grads[fused][0] = x.grad(), grads[fused][1] = w.grad(), grads[fused][2] = b.grad();
+        stats[fused][0] = rm, stats[fused][1] = rv;
+      }
+      expect_same_values(outs[1], outs[0], 1e-5f, "output");
+      expect_same_values(grads[1][0], grads[0][0], 1e-4f, "dx");
+      expect_same_values(grads[1][1], grads[0][1], 1e-4f, "dscale");
+      expect_same_values(grads[1][2], grads[0][2], 1e-4f, "dshift");
+      expect_same_values(stats[1][0], stats[0][0], 1e-6f, "running_mean");
+      expect_same_values(stats[1][1], stats[0][1], 1e-6f, "running_var");
+    }
+}
+
 // Conv, batch norm (training), ReLU and a residual add composed, as in a ResNet block.
 TEST(Autograd, ResidualBlockWithBatchNorm) {
   check_gradients(

@@ -75,8 +75,13 @@ class BatchNorm2d : public Module {
  public:
   explicit BatchNorm2d(std::int64_t channels, float eps = 1e-5f, float momentum = 0.1f);
   Tensor forward(const Tensor& x) override;
+  // relu(forward(x)) in one pass over memory each way (batch_norm2d's relu).
+  Tensor forward_relu(const Tensor& x);
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;
   float eps, momentum;
+
+ private:
+  Tensor run(const Tensor& x, bool relu);
 };
 
 class LayerNorm : public Module {

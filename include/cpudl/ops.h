@@ -123,9 +123,10 @@ Tensor avg_pool2d(const Tensor& x, std::int64_t kernel, std::int64_t stride = 0,
 Tensor adaptive_avg_pool2d(const Tensor& x, std::int64_t out_h, std::int64_t out_w);
 // Training: normalises with the batch statistics and updates running_mean/running_var in place
 // (unbiased variance, PyTorch's momentum convention). Inference: uses the running statistics.
+// relu: relu(batch_norm2d(..)) in one pass over memory each way (ResNet's conv -> bn -> relu).
 Tensor batch_norm2d(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                     const Tensor& weight, const Tensor& bias, bool training, float momentum = 0.1f,
-                    float eps = 1e-5f);
+                    float eps = 1e-5f, bool relu = false);
 // Normalises over the last `normalized_dims` dimensions.
 Tensor layer_norm(const Tensor& x, std::int64_t normalized_dims, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), float eps = 1e-5f);

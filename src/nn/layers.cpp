@@ -54,12 +54,15 @@ BatchNorm2d::BatchNorm2d(std::int64_t channels, float eps, float momentum) : eps
   num_batches_tracked = register_buffer("num_batches_tracked", Tensor::zeros({}, DType::i64));
 }
 
-Tensor BatchNorm2d::forward(const Tensor& x) {
+Tensor BatchNorm2d::forward(const Tensor& x) { return run(x, false); }
+Tensor BatchNorm2d::forward_relu(const Tensor& x) { return run(x, true); }
+
+Tensor BatchNorm2d::run(const Tensor& x, bool relu) {
   if (is_training()) {
     ++num_batches_tracked.data_as<std::int64_t>()[0];
     num_batches_tracked.bump_version();
   }
-  return batch_norm2d(x, running_mean, running_var, weight, bias, is_training(), momentum, eps);
+  return batch_norm2d(x, running_mean, running_var, weight, bias, is_training(), momentum, eps, relu);
 }
 
 LayerNorm::LayerNorm(const Shape& normalized_shape, float eps) : eps(eps) {

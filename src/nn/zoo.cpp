@@ -86,7 +86,7 @@ class BasicBlock : public Module {
     }
   }
   Tensor forward(const Tensor& x) override {
-    Tensor out = relu(bn1->forward(conv1->forward(x)));
+    Tensor out = bn1->forward_relu(conv1->forward(x));
     out = bn2->forward(conv2->forward(out));
     return relu(add(out, downsample ? downsample->forward(x) : x));
   }
@@ -114,7 +114,7 @@ class ResNet18 : public Module {
     fc = register_module("fc", std::make_shared<Linear>(512, classes));
   }
   Tensor forward(const Tensor& x) override {
-    Tensor h = relu(bn1->forward(conv1->forward(x)));
+    Tensor h = bn1->forward_relu(conv1->forward(x));
     if (!cifar_stem_) h = max_pool2d(h, 3, 2, 1);
     for (auto& layer : layers) h = layer->forward(h);
     return fc->forward(adaptive_avg_pool2d(h, 1, 1).flatten(1));

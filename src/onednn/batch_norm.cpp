@@ -1,5 +1,6 @@
-// Batch normalisation through oneDNN: training (batch statistics), inference (given statistics,
-// optionally fused with ReLU) and backward (data, scale and shift gradients in one pass).
+// Batch normalisation through oneDNN: training (batch statistics), inference (given statistics),
+// each optionally fused with the ReLU that follows, and backward (data, scale and shift
+// gradients in one pass, through the fused ReLU's mask when there is one).
 #include <cstring>
 #include <string>
 
@@ -42,15 +43,17 @@ PrimitiveKey bn_key(std::int64_t op, const BatchNormShape& s, std::int64_t extra
 }
 
 dnnl::memory::desc data_md(const BatchNormShape& s) {
-  return plain_desc({s.batch, s.channels, s.height, s.width},
-                    activation_tag(s.layout));
+  return plain_desc({s.batch, s.channels, s.height, s.width}, activation_tag(s.layout));
 }
 
 dnnl::memory::desc channel_md(const BatchNormShape& s) { return plain_desc({s.channels}, tag::x); }
 
-dnnl::batch_normalization_forward::primitive_desc training_pd(const BatchNormShape& s) {
+// relu: fuse_norm_relu, whose forward writes the ReLU's mask to a workspace the backward reads.
+dnnl::batch_normalization_forward::primitive_desc training_pd(const BatchNormShape& s, bool relu) {
+  auto f = flags::use_scale | flags::use_shift;
+  if (relu) f = f | flags::fuse_norm_relu;
   const dnnl::batch_normalization_forward::desc desc(dnnl::prop_kind::forward_training, data_md(s), s.epsilon,
-                                                     flags::use_scale | flags::use_shift);
+                                                     f);
   return dnnl::batch_normalization_forward::primitive_desc(desc, engine());
 }
 
@@ -60,25 +63,38 @@ struct BnEntry {
 
 }  // namespace
 
+std::size_t batch_norm_relu_workspace_bytes(const BatchNormShape& s) {
+  validate(s);
+  return with_context([&] { return bn_text(s); },
+                      [&] { return training_pd(s, true).workspace_desc().get_size(); });
+}
+
 void batch_norm_forward_training(const BatchNormShape& s, const float* src, const float* scale,
-                                 const float* shift, float* dst, float* mean, float* variance) {
+                                 const float* shift, float* dst, float* mean, float* variance,
+                                 void* relu_workspace) {
   validate(s);
   static PrimitiveCache<BnEntry> cache;
-  const auto entry = with_context([&] { return bn_text(s); }, [&] {
-    return cache.get(bn_key(kBnTraining, s), [&] {
-      const auto pd = training_pd(s);
-      auto e = std::make_shared<BnEntry>();
-      e->exec.set_primitive(dnnl::batch_normalization_forward(pd));
-      e->exec.bind(DNNL_ARG_SRC, data_md(s));
-      e->exec.bind(DNNL_ARG_SCALE, channel_md(s));
-      e->exec.bind(DNNL_ARG_SHIFT, channel_md(s));
-      e->exec.bind(DNNL_ARG_DST, data_md(s));
-      e->exec.bind(DNNL_ARG_MEAN, channel_md(s));
-      e->exec.bind(DNNL_ARG_VARIANCE, channel_md(s));
-      return e;
-    });
-  });
-  entry->exec.run({src, scale, shift, dst, mean, variance});
+  const bool relu = relu_workspace != nullptr;
+  const auto entry = with_context([&] { return bn_text(s); },
+                                  [&] {
+                                    return cache.get(bn_key(kBnTraining, s, relu), [&] {
+                                      const auto pd = training_pd(s, relu);
+                                      auto e = std::make_shared<BnEntry>();
+                                      e->exec.set_primitive(dnnl::batch_normalization_forward(pd));
+                                      e->exec.bind(DNNL_ARG_SRC, data_md(s));
+                                      e->exec.bind(DNNL_ARG_SCALE, channel_md(s));
+                                      e->exec.bind(DNNL_ARG_SHIFT, channel_md(s));
+                                      e->exec.bind(DNNL_ARG_DST, data_md(s));
+                                      e->exec.bind(DNNL_ARG_MEAN, channel_md(s));
+                                      e->exec.bind(DNNL_ARG_VARIANCE, channel_md(s));
+                                      if (relu) e->exec.bind(DNNL_ARG_WORKSPACE, pd.workspace_desc());
+                                      return e;
+                                    });
+                                  });
+  if (relu)
+    entry->exec.run({src, scale, shift, dst, mean, variance, relu_workspace});
+  else
+    entry->exec.run({src, scale, shift, dst, mean, variance});
 }
 
 void batch_norm_forward_inference(const BatchNormShape& s, const float* src, const float* scale,
@@ -87,52 +103,64 @@ void batch_norm_forward_inference(const BatchNormShape& s, const float* src, con
   validate(s);
   static PrimitiveCache<BnEntry> cache;
   const bool relu = activation == Activation::relu;
-  const auto entry = with_context([&] { return bn_text(s) + " inference"; }, [&] {
-    return cache.get(bn_key(kBnInference, s, relu), [&] {
-      auto f = flags::use_scale | flags::use_shift | flags::use_global_stats;
-      if (relu) f = f | flags::fuse_norm_relu;
-      const dnnl::batch_normalization_forward::desc desc(dnnl::prop_kind::forward_inference, data_md(s),
-                                                         s.epsilon, f);
-      const dnnl::batch_normalization_forward::primitive_desc pd(desc, engine());
-      auto e = std::make_shared<BnEntry>();
-      e->exec.set_primitive(dnnl::batch_normalization_forward(pd));
-      e->exec.bind(DNNL_ARG_SRC, data_md(s));
-      e->exec.bind(DNNL_ARG_SCALE, channel_md(s));
-      e->exec.bind(DNNL_ARG_SHIFT, channel_md(s));
-      e->exec.bind(DNNL_ARG_MEAN, channel_md(s));
-      e->exec.bind(DNNL_ARG_VARIANCE, channel_md(s));
-      e->exec.bind(DNNL_ARG_DST, data_md(s));
-      return e;
-    });
-  });
+  const auto entry =
+      with_context([&] { return bn_text(s) + " inference"; },
+                   [&] {
+                     return cache.get(bn_key(kBnInference, s, relu), [&] {
+                       auto f = flags::use_scale | flags::use_shift | flags::use_global_stats;
+                       if (relu) f = f | flags::fuse_norm_relu;
+                       const dnnl::batch_normalization_forward::desc desc(dnnl::prop_kind::forward_inference,
+                                                                          data_md(s), s.epsilon, f);
+                       const dnnl::batch_normalization_forward::primitive_desc pd(desc, engine());
+                       auto e = std::make_shared<BnEntry>();
+                       e->exec.set_primitive(dnnl::batch_normalization_forward(pd));
+                       e->exec.bind(DNNL_ARG_SRC, data_md(s));
+                       e->exec.bind(DNNL_ARG_SCALE, channel_md(s));
+                       e->exec.bind(DNNL_ARG_SHIFT, channel_md(s));
+                       e->exec.bind(DNNL_ARG_MEAN, channel_md(s));
+                       e->exec.bind(DNNL_ARG_VARIANCE, channel_md(s));
+                       e->exec.bind(DNNL_ARG_DST, data_md(s));
+                       return e;
+                     });
+                   });
   entry->exec.run({src, scale, shift, mean, variance, dst});
 }
 
 void batch_norm_backward(const BatchNormShape& s, const float* src, const float* diff_dst, const float* scale,
                          const float* shift, const float* mean, const float* variance, float* diff_src,
-                         float* diff_scale, float* diff_shift) {
+                         float* diff_scale, float* diff_shift, const void* relu_workspace) {
   validate(s);
   static PrimitiveCache<BnEntry> cache;
-  const auto entry = with_context([&] { return bn_text(s) + " backward"; }, [&] {
-    return cache.get(bn_key(kBnBackward, s), [&] {
-      const dnnl::batch_normalization_backward::desc desc(dnnl::prop_kind::backward, data_md(s), data_md(s),
-                                                          s.epsilon, flags::use_scale | flags::use_shift);
-      const dnnl::batch_normalization_backward::primitive_desc pd(desc, engine(), training_pd(s));
-      auto e = std::make_shared<BnEntry>();
-      e->exec.set_primitive(dnnl::batch_normalization_backward(pd));
-      e->exec.bind(DNNL_ARG_SRC, data_md(s));
-      e->exec.bind(DNNL_ARG_DIFF_DST, data_md(s));
-      e->exec.bind(DNNL_ARG_SCALE, channel_md(s));
-      e->exec.bind(DNNL_ARG_SHIFT, channel_md(s));
-      e->exec.bind(DNNL_ARG_MEAN, channel_md(s));
-      e->exec.bind(DNNL_ARG_VARIANCE, channel_md(s));
-      e->exec.bind(DNNL_ARG_DIFF_SRC, data_md(s));
-      e->exec.bind(DNNL_ARG_DIFF_SCALE, channel_md(s));
-      e->exec.bind(DNNL_ARG_DIFF_SHIFT, channel_md(s));
-      return e;
-    });
-  });
-  entry->exec.run({src, diff_dst, scale, shift, mean, variance, diff_src, diff_scale, diff_shift});
+  const bool relu = relu_workspace != nullptr;
+  const auto entry = with_context([&] { return bn_text(s) + " backward"; },
+                                  [&] {
+                                    return cache.get(bn_key(kBnBackward, s, relu), [&] {
+                                      auto f = flags::use_scale | flags::use_shift;
+                                      if (relu) f = f | flags::fuse_norm_relu;
+                                      const dnnl::batch_normalization_backward::desc desc(
+                                          dnnl::prop_kind::backward, data_md(s), data_md(s), s.epsilon, f);
+                                      const dnnl::batch_normalization_backward::primitive_desc pd(
+                                          desc, engine(), training_pd(s, relu));
+                                      auto e = std::make_shared<BnEntry>();
+                                      e->exec.set_primitive(dnnl::batch_normalization_backward(pd));
+                                      e->exec.bind(DNNL_ARG_SRC, data_md(s));
+                                      e->exec.bind(DNNL_ARG_DIFF_DST, data_md(s));
+                                      e->exec.bind(DNNL_ARG_SCALE, channel_md(s));
+                                      e->exec.bind(DNNL_ARG_SHIFT, channel_md(s));
+                                      e->exec.bind(DNNL_ARG_MEAN, channel_md(s));
+                                      e->exec.bind(DNNL_ARG_VARIANCE, channel_md(s));
+                                      e->exec.bind(DNNL_ARG_DIFF_SRC, data_md(s));
+                                      e->exec.bind(DNNL_ARG_DIFF_SCALE, channel_md(s));
+                                      e->exec.bind(DNNL_ARG_DIFF_SHIFT, channel_md(s));
+                                      if (relu) e->exec.bind(DNNL_ARG_WORKSPACE, pd.workspace_desc());
+                                      return e;
+                                    });
+                                  });
+  if (relu)
+    entry->exec.run(
+        {src, diff_dst, scale, shift, mean, variance, diff_src, diff_scale, diff_shift, relu_workspace});
+  else
+    entry->exec.run({src, diff_dst, scale, shift, mean, variance, diff_src, diff_scale, diff_shift});
 }
 
 }  // namespace cpudl::onednn

@@ -154,14 +154,20 @@ struct BatchNormShape {
   ActivationLayout layout = ActivationLayout::nchw;
   float epsilon = 1e-5f;
 };
+// relu_workspace: null, or batch_norm_relu_workspace_bytes(s) bytes to fuse the ReLU that follows
+// (y = max(bn(x), 0)): oneDNN records its mask there for the backward pass, in the same pass
+// over memory. ResNet's conv -> bn -> relu saves a read and a write of the activation each way.
+std::size_t batch_norm_relu_workspace_bytes(const BatchNormShape& s);
 void batch_norm_forward_training(const BatchNormShape& s, const float* src, const float* scale,
-                                 const float* shift, float* dst, float* mean, float* variance);
+                                 const float* shift, float* dst, float* mean, float* variance,
+                                 void* relu_workspace = nullptr);
 void batch_norm_forward_inference(const BatchNormShape& s, const float* src, const float* scale,
                                   const float* shift, const float* mean, const float* variance, float* dst,
                                   Activation activation = Activation::none);
-// oneDNN 2.6 lists the shift among the backward pass's inputs, so it is passed too.
+// oneDNN 2.6 lists the shift among the backward pass's inputs, so it is passed too. The forward's
+// relu_workspace when it fused the ReLU (diff_dst is then the gradient of the ReLU's output).
 void batch_norm_backward(const BatchNormShape& s, const float* src, const float* diff_dst, const float* scale,
                          const float* shift, const float* mean, const float* variance, float* diff_src,
-                         float* diff_scale, float* diff_shift);
+                         float* diff_scale, float* diff_shift, const void* relu_workspace = nullptr);
 
 }  // namespace cpudl::onednn

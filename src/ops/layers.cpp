@@ -421,7 +421,8 @@ Tensor adaptive_avg_pool2d(const Tensor& x, std::int64_t out_h, std::int64_t out
 }
 
 Tensor batch_norm2d(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
-                    const Tensor& weight, const Tensor& bias, bool training, float momentum, float eps) {
+                    const Tensor& weight, const Tensor& bias, bool training, float momentum, float eps,
+                    bool relu) {
   profiling::Scope profile("batch_norm2d");
   require_4d(x, "batch_norm2d");
   const std::int64_t c = x.size(1);
@@ -448,11 +449,16 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& running_mean, const Tensor& r
       throw Error("batch_norm2d: inference needs running_mean and running_var");
     const Tensor rm = contiguous_values(running_mean), rv = contiguous_values(running_var);
     onednn::batch_norm_forward_inference(s, xc.data(), scale.data(), shift.data(), rm.data(), rv.data(),
-                                         y.data());
+                                         y.data(),
+                                         relu ? onednn::Activation::relu : onednn::Activation::none);
     // Inference is a per-channel affine map: y = x a + b with a = scale / sqrt(var + eps).
     Tensor a = Tensor::empty({c});
     for (std::int64_t i = 0; i < c; ++i) a.data()[i] = scale.data()[i] / std::sqrt(rv.data()[i] + eps);
-    autograd::record(y, "batch_norm2d", {x, weight, bias}, [a, xc, rm, rv, eps](const Tensor& g) {
+    const Tensor saved_y = relu ? y.detach() : Tensor();
+    autograd::record(y, "batch_norm2d", {x, weight, bias}, [a, xc, rm, rv, eps, saved_y](const Tensor& grad) {
+      // The fused ReLU's mask: the gradient passes where y > 0.
+      const Tensor g =
+          saved_y.defined() ? map_pair_in_layout(native().f32_relu_backward.fn, saved_y, grad) : grad;
       const Tensor ar = a.reshape({1, -1, 1, 1});
       const Tensor xhat = div(sub(xc, rm.reshape({1, -1, 1, 1})), sqrt(add(rv, eps)).reshape({1, -1, 1, 1}));
       return std::vector<Tensor>{mul(g, ar), sum(mul(g, xhat), {0, 2, 3}), sum(g, {0, 2, 3})};
@@ -463,8 +469,12 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& running_mean, const Tensor& r
     throw Error("batch_norm2d: training needs more than one value per channel, got input " +
                 shape_text(x.shape()));
   Tensor mean = Tensor::empty({c}), var = Tensor::empty({c});
+  // The fused ReLU's mask, oneDNN's workspace (a bit per value), kept for the backward pass.
+  const std::shared_ptr<std::uint8_t[]> mask =
+      relu ? std::make_shared_for_overwrite<std::uint8_t[]>(onednn::batch_norm_relu_workspace_bytes(s))
+           : nullptr;
   onednn::batch_norm_forward_training(s, xc.data(), scale.data(), shift.data(), y.data(), mean.data(),
-                                      var.data());
+                                      var.data(), mask.get());
   if (running_mean.defined() && running_var.defined()) {
     // PyTorch updates the running variance with the unbiased batch variance.
     const double count = static_cast<double>(x.numel() / c);
@@ -478,13 +488,15 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& running_mean, const Tensor& r
     running_mean.bump_version();
     running_var.bump_version();
   }
-  autograd::record(y, "batch_norm2d", {x, weight, bias}, [s, xc, scale, shift, mean, var](const Tensor& g) {
-    const Tensor gc = values_in_layout_of(g, xc);
-    Tensor dx = empty_like(xc), dscale = Tensor::empty({s.channels}), dshift = Tensor::empty({s.channels});
-    onednn::batch_norm_backward(s, xc.data(), gc.data(), scale.data(), shift.data(), mean.data(), var.data(),
-                                dx.data(), dscale.data(), dshift.data());
-    return std::vector<Tensor>{dx, dscale, dshift};
-  });
+  autograd::record(
+      y, "batch_norm2d", {x, weight, bias}, [s, xc, scale, shift, mean, var, mask](const Tensor& g) {
+        const Tensor gc = values_in_layout_of(g, xc);
+        Tensor dx = empty_like(xc), dscale = Tensor::empty({s.channels}),
+               dshift = Tensor::empty({s.channels});
+        onednn::batch_norm_backward(s, xc.data(), gc.data(), scale.data(), shift.data(), mean.data(),
+                                    var.data(), dx.data(), dscale.data(), dshift.data(), mask.get());
+        return std::vector<Tensor>{dx, dscale, dshift};
+      });
   return y;
 }
 
