@@ -155,15 +155,15 @@ TEST(Kernels, F32MaxPoolNhwcMatchesReference) {
 }
 
 // Channels-last max-pool backward: every variant bit-equal to the reference's zero-fill and
-// scatter-add, for windows that tile the image (written without a fill), overlap, pad or leave
-// edge rows uncovered; argmax taps drawn at random, gradients with -0 and NaN.
+// scatter-add, for windows that tile the image, overlap, pad, leave edge rows uncovered or gaps
+// between them (stride > kernel); argmax taps drawn at random, gradients with -0 and NaN.
 TEST(Kernels, F32MaxPoolNhwcBackwardMatchesReference) {
   const auto reference = f32_max_pool_nhwc_backward_variants().back().fn;
   struct Geometry {
     std::size_t height, width, kernel, stride, pad;
   };
-  const Geometry geometries[] = {{6, 8, 2, 2, 0}, {7, 7, 3, 2, 1}, {5, 5, 3, 1, 1},
-                                 {9, 4, 3, 3, 0}, {7, 9, 2, 2, 0}, {1, 1, 1, 1, 0}};
+  const Geometry geometries[] = {{6, 8, 2, 2, 0}, {7, 7, 3, 2, 1}, {5, 5, 3, 1, 1}, {9, 4, 3, 3, 0},
+                                 {7, 9, 2, 2, 0}, {1, 1, 1, 1, 0}, {8, 7, 2, 3, 0}, {9, 8, 3, 2, 0}};
   for_each_runnable(f32_max_pool_nhwc_backward_variants(), [&](MaxPoolNhwcBackwardFn fn) {
     for (std::size_t channels : {1, 3, 6, 15, 16, 17, 40}) {
       for (const Geometry& g : geometries) {

@@ -12,7 +12,7 @@
 // reference's order, so the sums are bit-equal to it.
 #include <immintrin.h>
 
-#include <cstring>
+#include <algorithm>
 
 #include "kernels/pool/pool.h"
 
@@ -62,36 +62,43 @@ void f32_max_pool_nhwc__avx512(const PoolWindow& w, const float* src, float* dst
   }
 }
 
+// Each input pixel gathers the gradients of the windows whose maximum it was (at most
+// ceil(kernel / stride) per dimension: 4 for 3x3/2), added in output order as the reference's
+// scatter adds them (so bit-equal, -0 landing as +0 alike), and is written once. The scatter form
+// zero-filled diff_src and read-modify-wrote a vector per winning tap, out of L2 at ResNet-18's
+// stem (batch 16 at 224x224: 22-30 ms per step against 6.6 for the forward pass).
 void f32_max_pool_nhwc_backward__avx512(const PoolWindow& w, const float* diff_dst,
                                         const std::uint8_t* argmax, float* diff_src) {
   const std::size_t c = w.channels;
-  const bool tiles = w.stride_h == w.kernel_h && w.stride_w == w.kernel_w && w.pad_h == 0 && w.pad_w == 0 &&
-                     w.out_h * w.stride_h == w.height && w.out_w * w.stride_w == w.width;
-  if (!tiles) std::memset(diff_src, 0, w.height * w.width * c * sizeof(float));
-  for (std::size_t oh = 0; oh < w.out_h; ++oh)
-    for (std::size_t ow = 0; ow < w.out_w; ++ow) {
-      const std::size_t at = (oh * w.out_w + ow) * c;
+  // The windows covering padded coordinate p (input index + pad): o * stride <= p <= o * stride + kernel - 1.
+  auto first_window = [](std::size_t p, std::size_t kernel, std::size_t stride) {
+    return p + 1 >= kernel ? (p + 1 - kernel + stride - 1) / stride : 0;
+  };
+  for (std::size_t ih = 0; ih < w.height; ++ih) {
+    const std::size_t top = ih + w.pad_h;
+    const std::size_t oh_begin = first_window(top, w.kernel_h, w.stride_h);
+    const std::size_t oh_end = std::min(w.out_h, top / w.stride_h + 1);
+    for (std::size_t iw = 0; iw < w.width; ++iw) {
+      const std::size_t left = iw + w.pad_w;
+      const std::size_t ow_begin = first_window(left, w.kernel_w, w.stride_w);
+      const std::size_t ow_end = std::min(w.out_w, left / w.stride_w + 1);
+      float* out = diff_src + (ih * w.width + iw) * c;
       for (std::size_t c0 = 0; c0 < c; c0 += 16) {
         const __mmask16 lanes = lanes_mask(c - c0 < 16 ? c - c0 : 16);
-        const __m512 g = _mm512_maskz_loadu_ps(lanes, diff_dst + at + c0);
-        const __m128i arg = _mm_maskz_loadu_epi8(lanes, argmax + at + c0);
-        for (std::size_t kh = 0; kh < w.kernel_h; ++kh)
-          for (std::size_t kw = 0; kw < w.kernel_w; ++kw) {
-            std::size_t offset;
-            if (!tap_inside(w, oh, ow, kh, kw, offset)) continue;
+        __m512 sum = _mm512_setzero_ps();
+        for (std::size_t oh = oh_begin; oh < oh_end; ++oh)
+          for (std::size_t ow = ow_begin; ow < ow_end; ++ow) {
+            const std::size_t at = (oh * w.out_w + ow) * c + c0;
+            const auto tap =
+                static_cast<char>((top - oh * w.stride_h) * w.kernel_w + (left - ow * w.stride_w));
             const __mmask16 won =
-                _mm_cmpeq_epi8_mask(arg, _mm_set1_epi8(static_cast<char>(kh * w.kernel_w + kw)));
-            float* out = diff_src + offset + c0;
-            if (tiles) {
-              // 0 + g, as the reference's zero-fill and add: a -0 gradient lands as +0 there too.
-              _mm512_mask_storeu_ps(out, lanes, _mm512_maskz_add_ps(won, _mm512_setzero_ps(), g));
-            } else if (won & lanes) {
-              _mm512_mask_storeu_ps(out, won & lanes,
-                                    _mm512_add_ps(_mm512_maskz_loadu_ps(won & lanes, out), g));
-            }
+                _mm_mask_cmpeq_epi8_mask(lanes, _mm_maskz_loadu_epi8(lanes, argmax + at), _mm_set1_epi8(tap));
+            if (won) sum = _mm512_mask_add_ps(sum, won, sum, _mm512_maskz_loadu_ps(won, diff_dst + at));
           }
+        _mm512_mask_storeu_ps(out + c0, lanes, sum);
       }
     }
+  }
 }
 
 }  // namespace cpudl::kernels
