@@ -7,6 +7,7 @@
 #include "cpudl/error.h"
 #include "cpudl/ops.h"
 #include "cpudl/tensor.h"
+#include "runtime/block_cache.h"
 #include "tensor/layout.h"
 
 namespace cpudl {
@@ -231,6 +232,38 @@ TEST(Tensor, ChannelsLastLayoutRoundTripsAndIsPreserved) {
   const Tensor t9 = Tensor::zeros({2, 1, 2, 1, 2, 1, 2, 1, 2});
   EXPECT_TRUE(is_dense(t9.transpose(0, 8)));
   EXPECT_FALSE(is_dense(t9.slice(0, 0, 1).expand({3, 1, 2, 1, 2, 1, 2, 1, 2})));
+}
+
+// Large tensor storage is reused rather than mapped afresh (runtime/block_cache.h): a freed block
+// of 1 MB or more is held and served again to the next request of its size class, aligned; small
+// blocks are not held; classes round up by at most an eighth; release empties the cache.
+TEST(Tensor, LargeStorageIsReusedAcrossTensors) {
+  EXPECT_EQ(block_size_class(kMinCachedBlock), kMinCachedBlock);
+  EXPECT_EQ(block_size_class(kMinCachedBlock + 1), kMinCachedBlock + kMinCachedBlock / 8);
+  EXPECT_EQ(block_size_class(51380224 + 4), std::size_t{52} << 20);  // ResNet-18's stem gradient
+  for (std::size_t bytes : {std::size_t{3000000}, std::size_t{100} << 20, std::size_t{1} << 30})
+    EXPECT_LE(block_size_class(bytes), bytes + bytes / 8) << bytes;
+  if (!block_cache_enabled()) GTEST_SKIP() << "no caching under AddressSanitizer";
+  release_cached_blocks();
+  const void* first = nullptr;
+  {
+    const Tensor big = Tensor::empty({3, 1000, 1000});  // 12 MB
+    first = big.data();
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(first) % 64, 0u);
+  }
+  EXPECT_EQ(cached_block_bytes(), block_size_class(12000000));
+  {
+    const Tensor again = Tensor::empty({2, 1500, 1000});  // 12 MB again: the same block
+    EXPECT_EQ(again.data(), first);
+    EXPECT_EQ(cached_block_bytes(), 0u);
+    const Tensor other = Tensor::empty({4, 1000, 1000});  // another class: a new block
+    EXPECT_NE(other.data(), first);
+  }
+  EXPECT_EQ(cached_block_bytes(), block_size_class(12000000) + block_size_class(16000000));
+  { const Tensor small = Tensor::empty({1000}); }
+  EXPECT_EQ(cached_block_bytes(), block_size_class(12000000) + block_size_class(16000000));
+  release_cached_blocks();
+  EXPECT_EQ(cached_block_bytes(), 0u);
 }
 
 }  // namespace

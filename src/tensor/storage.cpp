@@ -5,6 +5,7 @@
 
 #include "cpudl/error.h"
 #include "cpudl/tensor.h"
+#include "runtime/block_cache.h"
 
 namespace cpudl {
 
@@ -58,14 +59,11 @@ std::int64_t shape_numel(const Shape& shape) {
   return n;
 }
 
-// 64-byte alignment: a cache line, and the widest vector load (AVX-512) never splits one.
-Storage::Storage(std::size_t bytes) : bytes_(bytes) {
-  const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + 63) / 64 * 64;
-  data_ = std::aligned_alloc(64, rounded);
-  if (!data_) throw Error("out of memory allocating " + std::to_string(bytes) + " bytes");
-}
+// 64-byte alignment: a cache line, and the widest vector load (AVX-512) never splits one. Large
+// blocks are reused rather than mapped afresh (runtime/block_cache.h).
+Storage::Storage(std::size_t bytes) : data_(allocate_block(bytes)), bytes_(bytes) {}
 
-Storage::~Storage() { std::free(data_); }
+Storage::~Storage() { free_block(data_, bytes_); }
 
 std::uint64_t Generator::next_u64() {
   std::uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
