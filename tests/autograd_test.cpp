@@ -363,9 +363,10 @@ TEST(Autograd, ConvolutionCoveringTheWholeMapMatchesTheDirectLoop) {
     }
 }
 
-// Stride-1 3x3 layers train through Winograd convolutions (forward and input gradient; the
-// weight gradient stays on oneDNN): paddings 1 and 0 (whose backward-data pass pads by 2), with
-// bias and fused ReLU, against the direct loops. Winograd's rounding grows with the magnitudes
+// Stride-1 3x3 layers train through Winograd convolutions (forward, input gradient, and the
+// weight gradient when the bias needs none; with a trained bias oneDNN computes both): paddings
+// 1 and 0 (whose backward-data pass pads by 2), bias trained or frozen, fused ReLU, against the
+// direct loops. Winograd's rounding grows with the magnitudes
 // summed, so the bound is relative to each result's scale.
 TEST(Autograd, WinogradConvolutionsMatchTheDirectLoop) {
   struct Case {
@@ -383,32 +384,35 @@ TEST(Autograd, WinogradConvolutionsMatchTheDirectLoop) {
       ASSERT_NEAR(got[i], want[i], 2e-5f * scale) << what << " " << i;
   };
   for (const Case& c : cases)
-    for (const bool relu : {false, true}) {
-      SCOPED_TRACE(shape_text(c.x) + " * " + shape_text(c.w) + (relu ? " relu" : ""));
-      onednn::ConvShape s = conv_shape_of(c.x, c.w, c.o);
-      s.layout = onednn::ActivationLayout::nhwc;
-      ASSERT_TRUE(conv::winograd_training_shape(s, conv::WinogradPass::forward));  // the path is taken
-      ASSERT_TRUE(conv::winograd_training_shape(s, conv::WinogradPass::backward_data));
-      Tensor x = randn(c.x, seed++), w = randn(c.w, seed++, 0.5f), b = randn({c.w[0]}, seed++);
-      for (Tensor* t : {&x, &w, &b}) t->set_requires_grad(true);
-      Conv2dOptions o = c.o;
-      o.relu = relu;
-      const Tensor y = conv2d(x, w, b, o);
-      const Tensor r = randn(y.shape(), seed++);
-      sum(mul(y, r)).backward();
+    for (const bool relu : {false, true})
+      for (const bool bias_grad : {true, false}) {
+        SCOPED_TRACE(shape_text(c.x) + " * " + shape_text(c.w) + (relu ? " relu" : "") +
+                     (bias_grad ? "" : " frozen bias"));
+        onednn::ConvShape s = conv_shape_of(c.x, c.w, c.o);
+        s.layout = onednn::ActivationLayout::nhwc;
+        ASSERT_TRUE(conv::winograd_training_shape(s, conv::WinogradPass::forward));  // the path is taken
+        ASSERT_TRUE(conv::winograd_training_shape(s, conv::WinogradPass::backward_data));
+        Tensor x = randn(c.x, seed++), w = randn(c.w, seed++, 0.5f), b = randn({c.w[0]}, seed++);
+        for (Tensor* t : {&x, &w}) t->set_requires_grad(true);
+        b.set_requires_grad(bias_grad);
+        Conv2dOptions o = c.o;
+        o.relu = relu;
+        const Tensor y = conv2d(x, w, b, o);
+        const Tensor r = randn(y.shape(), seed++);
+        sum(mul(y, r)).backward();
 
-      const std::vector<float> bias = b.to_vector();
-      std::vector<float> want = reference::conv2d_forward(s, x.to_vector(), w.to_vector(), &bias);
-      std::vector<float> dy = r.to_vector();
-      for (std::size_t i = 0; i < want.size(); ++i)
-        if (relu && !(want[i] > 0.0f)) want[i] = 0.0f, dy[i] = 0.0f;
-      expect_near(y.to_vector(), want, "output");
-      std::vector<float> want_db;
-      expect_near(x.grad().to_vector(), reference::conv2d_backward_data(s, dy, w.to_vector()), "dx");
-      expect_near(w.grad().to_vector(), reference::conv2d_backward_weights(s, x.to_vector(), dy, &want_db),
-                  "dw");
-      expect_near(b.grad().to_vector(), want_db, "db");
-    }
+        const std::vector<float> bias = b.to_vector();
+        std::vector<float> want = reference::conv2d_forward(s, x.to_vector(), w.to_vector(), &bias);
+        std::vector<float> dy = r.to_vector();
+        for (std::size_t i = 0; i < want.size(); ++i)
+          if (relu && !(want[i] > 0.0f)) want[i] = 0.0f, dy[i] = 0.0f;
+        expect_near(y.to_vector(), want, "output");
+        std::vector<float> want_db;
+        expect_near(x.grad().to_vector(), reference::conv2d_backward_data(s, dy, w.to_vector()), "dx");
+        expect_near(w.grad().to_vector(), reference::conv2d_backward_weights(s, x.to_vector(), dy, &want_db),
+                    "dw");
+        if (bias_grad) expect_near(b.grad().to_vector(), want_db, "db");
+      }
 }
 
 // oneDNN's blocked copy of a convolution's weights is cached under (data pointer, version). A

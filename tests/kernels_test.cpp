@@ -416,6 +416,63 @@ TEST(Kernels, WinogradWeightTransformMatchesReference) {
   }
 }
 
+// The weight-gradient kernels against their references: the gradient transform (partial tiles,
+// channels-last and blocked, a range of output channels), the per-position product (row counts
+// around its 6-row tile, accumulating or not, a panel range) and the inverse weight transform.
+TEST(Kernels, WinogradWeightGradientKernelsMatchReference) {
+  struct Case {
+    std::size_t batch, c, h, w, k, pad, block;
+  };
+  const Case cases[] = {{2, 16, 9, 11, 32, 1, 8}, {2, 24, 9, 7, 32, 1, 0}, {1, 8, 6, 10, 48, 2, 0}};
+  const auto& grad = f32_winograd_output_grad_4x3_variants();
+  const auto& gemm = f32_winograd_gemm_weights_variants();
+  const auto& inverse = f32_winograd_weight_grad_4x3_variants();
+  const std::size_t positions = kWinogradPositions;
+  for (std::size_t v = 0; v + 1 < grad.size(); ++v) {
+    if (grad[v].level > kMachineLevel) continue;
+    SCOPED_TRACE(grad[v].name);
+    for (const Case& c : cases) {
+      const bool channels_last = c.block == 0;
+      const std::size_t oh = c.h + 2 * c.pad - 2, ow = c.w + 2 * c.pad - 2, th = (oh + 3) / 4,
+                        tw = (ow + 3) / 4;
+      const WinogradShape s{
+          c.c, c.k, c.h, c.w, oh, ow, c.pad, channels_last ? c.c : c.block, channels_last ? c.k : c.block,
+          th,  tw};
+      const std::size_t tiles = c.batch * th * tw, first = 1, count = tiles - first, rows = count + 3;
+      SCOPED_TRACE("c " + std::to_string(c.c) + " k " + std::to_string(c.k) + " tiles " +
+                   std::to_string(count));
+      const auto dy = random_values(c.batch * c.k * oh * ow, 46, false);
+      std::vector<float> want_m(positions * (rows * c.k + kWinogradPositionPad), 3.0f), got_m = want_m;
+      grad.back().fn(s, dy.data(), first, count, rows, 8, c.k, want_m.data());
+      grad[v].fn(s, dy.data(), first, count, rows, 8, c.k, got_m.data());
+      float m_scale = 0;
+      for (const float value : want_m) m_scale = std::max(m_scale, std::fabs(value));
+      for (std::size_t i = 0; i < want_m.size(); ++i)
+        ASSERT_NEAR(got_m[i], want_m[i], 1e-6f * m_scale) << "gradient transform " << i;
+
+      const auto v_values = random_values(positions * (rows * c.c + kWinogradPositionPad), 47, false);
+      const std::size_t k_begin = c.k > 16 ? 16 : 0;
+      for (const bool accumulate : {false, true}) {
+        std::vector<float> want_du(positions * c.c * c.k, 0.5f), got_du = want_du;
+        gemm.back().fn(v_values.data(), want_m.data(), want_du.data(), count, rows, c.c, c.k, k_begin, c.k,
+                       accumulate);
+        gemm[v].fn(v_values.data(), want_m.data(), got_du.data(), count, rows, c.c, c.k, k_begin, c.k,
+                   accumulate);
+        for (std::size_t i = 0; i < want_du.size(); ++i)
+          ASSERT_NEAR(got_du[i], want_du[i], 1e-4f * (1 + std::fabs(want_du[i])))
+              << "product " << i << (accumulate ? " accumulating" : "");
+      }
+
+      const auto du = random_values(positions * c.c * c.k, 48, false);
+      std::vector<float> want_dw(c.k * c.c * 9, 5.0f), got_dw = want_dw;
+      inverse.back().fn(du.data(), c.c, c.k, k_begin, c.k, want_dw.data());
+      inverse[v].fn(du.data(), c.c, c.k, k_begin, c.k, got_dw.data());
+      for (std::size_t i = 0; i < want_dw.size(); ++i)
+        ASSERT_NEAR(got_dw[i], want_dw[i], 1e-5f * (1 + std::fabs(want_dw[i]))) << "inverse transform " << i;
+    }
+  }
+}
+
 TEST(Kernels, NarrowLinearMatchesReference) {
   struct Case {
     std::size_t m, k, n, ld;

@@ -192,7 +192,8 @@ int run_conv(const BenchOptions& o) {
   report.header(
       "Convolution through oneDNN (NHWC activations) and, for stride-1 3x3 layers, the Winograd paths: the "
       "inference runtime's (winograd: blocked, weights transformed once) and training's (winograd_nhwc: "
-      "channels-last, weights transformed on each call), fp32 (median; % of the fp32 roof at the same "
+      "channels-last, weights transformed on each call; and the weight gradient), fp32 (median; % of the "
+      "fp32 roof at the same "
       "threads; Winograd counted at "
       "the direct convolution's FLOPs; each layer with or without bias as its model defines it: "
       "ResNet-18's convolutions have none)",
@@ -249,6 +250,11 @@ int run_conv(const BenchOptions& o) {
                           : nullptr},
           {"backward_weights", "onednn",
            [&] { onednn::conv2d_backward_weights(s, x.data(), dy.data(), dw.data(), diff_b); }},
+          {"backward_weights", "winograd_nhwc",
+           train_forward && !w.bias ? std::function<void()>([&] {
+             conv::winograd_backward_weights(*train_forward, x.data(), dy.data(), dw.data(), t);
+           })
+                                    : nullptr},
       };
       for (const auto& pass : passes) {
         if (!pass.fn) continue;
@@ -276,7 +282,7 @@ int run_conv(const BenchOptions& o) {
         const std::string backend = pass.backend;
         const std::string pass_name =
             std::string(pass.name) + (backend == "onednn" ? "" : " (" + backend + ")");
-        report.record(j, format("%-10s %-25s %5lld %7d %-30s %8.3f %9.1f %5.1f%%", w.model.c_str(),
+        report.record(j, format("%-10s %-25s %5lld %7d %-33s %8.3f %9.1f %5.1f%%", w.model.c_str(),
                                 w.layer.c_str(), static_cast<long long>(s.batch), t, pass_name.c_str(),
                                 timing.median_seconds * 1e3, gflops, 100.0 * gflops / roof));
       }

@@ -136,6 +136,9 @@ CPUDL_AVX2_VARIANTS(f32_winograd_output_4x3, WinogradOutputFn)
 CPUDL_AVX2_VARIANTS(f32_winograd_output_2x3, WinogradOutputFn)
 CPUDL_AVX2_VARIANTS(f32_winograd_weights_4x3, WinogradWeightsFn)
 CPUDL_AVX2_VARIANTS(f32_winograd_weights_2x3, WinogradWeightsFn)
+CPUDL_AVX2_VARIANTS(f32_winograd_output_grad_4x3, WinogradOutputGradFn)
+CPUDL_AVX2_VARIANTS(f32_winograd_gemm_weights, WinogradGemmWeightsFn)
+CPUDL_AVX2_VARIANTS(f32_winograd_weight_grad_4x3, WinogradWeightGradFn)
 #undef CPUDL_AVX2_VARIANTS
 
 // Narrow linear layers: memory-bound on a materialised activation, bound by FMAs in the fused

@@ -81,6 +81,9 @@ namespace cpudl::kernels {
   X(f32_winograd_output_2x3, WinogradOutputFn)                         \
   X(f32_winograd_weights_4x3, WinogradWeightsFn)                       \
   X(f32_winograd_weights_2x3, WinogradWeightsFn)                       \
+  X(f32_winograd_output_grad_4x3, WinogradOutputGradFn)                \
+  X(f32_winograd_gemm_weights, WinogradGemmWeightsFn)                  \
+  X(f32_winograd_weight_grad_4x3, WinogradWeightGradFn)                \
   X(f32_max_pool_nhwc, MaxPoolNhwcFn)                                  \
   X(f32_max_pool_nhwc_backward, MaxPoolNhwcBackwardFn)                 \
   X(f32_fma_probe, FmaProbeFn)                                         \

@@ -238,6 +238,22 @@ using WinogradOutputFn = void (*)(const WinogradShape& s, const float* m, std::s
 // kernel rotated 180 degrees, inputs and outputs swapped) weights[c][k] rotated.
 using WinogradWeightsFn = void (*)(const float* weights, std::size_t channels, std::size_t out_channels,
                                    bool backward_data, std::size_t k_begin, std::size_t k_end, float* u);
+// The weight gradient by F(4x4, 3x3) (winograd.h): dU[p] = sum over tiles of V[p]^T (A dY A^T)[p],
+// then dW = G^T dU G. The output-gradient transform writes m (grouped as above, K channels) =
+// A dy A^T for the tiles' 4 x 4 blocks of dy (y's shape and layout; outside the image zero), for
+// output channels [k_begin, k_end) (multiples of 8).
+using WinogradOutputGradFn = void (*)(const WinogradShape& s, const float* dy, std::size_t first_tile,
+                                      std::size_t tiles, std::size_t v_rows, std::size_t k_begin,
+                                      std::size_t k_end, float* m);
+// For each of the 36 positions p: du[p][k / 16][c][k % 16] (+)= sum over tiles i < tiles of
+// v[p] (channel c, tile i) * m[p] (channel k, tile i), for all C input channels and output
+// channels [k_begin, k_end) (multiples of 16); accumulate adds to du instead of overwriting it.
+using WinogradGemmWeightsFn = void (*)(const float* v, const float* m, float* du, std::size_t tiles,
+                                       std::size_t v_rows, std::size_t channels, std::size_t out_channels,
+                                       std::size_t k_begin, std::size_t k_end, bool accumulate);
+// dw[k][c][3][3] (OIHW) = G^T du[.][k][c] G for output channels [k_begin, k_end) (multiples of 16).
+using WinogradWeightGradFn = void (*)(const float* du, std::size_t channels, std::size_t out_channels,
+                                      std::size_t k_begin, std::size_t k_end, float* dw);
 // One image's pooling window geometry, channels-last (H x W x C). Padding taps are skipped.
 struct PoolWindow {
   std::size_t channels, height, width, out_h, out_w, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w;

@@ -135,8 +135,9 @@ struct ConvBackward {
   Tensor xc, wc, expanded;
   std::uint64_t version;
   bool bf16;
-  // The backward-data pass as a Winograd convolution (stride-1 3x3 layers; see conv2d below).
-  std::optional<conv::WinogradConvShape> winograd_backward;
+  // The backward-data pass as a Winograd convolution, and the weight gradient by Winograd
+  // (stride-1 3x3 layers without a bias gradient; see conv2d below).
+  std::optional<conv::WinogradConvShape> winograd_backward, winograd_weights;
   // Gradients only for inputs that need them: a first layer's input (the images) needs none, and
   // its backward-data pass would be the most expensive part of that layer's backward.
   bool need_dx, need_dw, need_db;
@@ -172,8 +173,10 @@ struct ConvBackward {
         return {dx, need_dw ? dw : Tensor(), db};
       }
       dw = Tensor::empty(wc.shape());
-      if (run.groups == 1 && run.in_channels <= kFewInputChannels &&
-          run.out_channels >= kFewInputChannelsMinOutputs)
+      if (winograd_weights && !need_db)
+        conv::winograd_backward_weights(*winograd_weights, xc.data(), gc.data(), dw.data());
+      else if (run.groups == 1 && run.in_channels <= kFewInputChannels &&
+               run.out_channels >= kFewInputChannelsMinOutputs)
         few_channel_backward_weights(run, xc.data(), gc.data(), dw.data(), db_out);
       // oneDNN's AMX weight gradient is slower than its f32 one for strided convolutions
       // (ResNet-18 at 32x32, batch 64, 1 thread: 1x1/2 0.44-1.22 ms against 0.18-0.67, 3x3/2
@@ -257,10 +260,12 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   const std::uint64_t version = !crop.cropped && weight.is_contiguous() ? weights_version(weight) : 0;
   const bool bf16 = g_bf16_autocast;
   // Stride-1 3x3 layers (fp32) run forward and backward-data as Winograd convolutions (conv/
-  // winograd_conv.h), the weights transformed on each call: 4x fewer multiplies per output tile,
-  // against oneDNN's direct convolution (at batch 16, ResNet-18's 3x3 layers forward 19 -> 11-17
-  // ms and backward-data 21-23 -> 11-18 ms, one thread). The rounding error grows to ~1e-5 of a
-  // layer's output scale; CPUDL_WINOGRAD=0 runs the direct convolutions.
+  // winograd_conv.h), the weights transformed on each call, and their weight gradient by Winograd
+  // too (when no bias gradient is asked: ResNet's convolutions have no bias): 4x fewer multiplies
+  // per output tile than oneDNN's direct convolution (at batch 16, ResNet-18's 3x3 layers forward
+  // 19 -> 11-17 ms, backward-data 21-23 -> 11-18 ms, weight gradient 20-24 -> 12-16 ms, one
+  // thread). The rounding error grows to ~1e-5 of a layer's output scale; CPUDL_WINOGRAD=0 runs
+  // the direct convolutions.
   const bool winograd_candidate = !bf16 && !expanded.defined() && !crop.cropped;
   const auto winograd_forward =
       winograd_candidate ? conv::winograd_training_shape(run, conv::WinogradPass::forward) : std::nullopt;
@@ -284,10 +289,11 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
                            epilogue);
   }
   count_forward_flops(s.flops());
-  autograd::record(y, "conv2d", {x, weight, bias},
-                   ConvBackward{crop, xc, wc, expanded, version, bf16, winograd_backward, x.requires_grad(),
-                                weight.requires_grad(), bias.defined() && bias.requires_grad(),
-                                weight.shape(), o.relu ? y.detach() : Tensor()});
+  autograd::record(
+      y, "conv2d", {x, weight, bias},
+      ConvBackward{crop, xc, wc, expanded, version, bf16, winograd_backward, winograd_forward,
+                   x.requires_grad(), weight.requires_grad(), bias.defined() && bias.requires_grad(),
+                   weight.shape(), o.relu ? y.detach() : Tensor()});
   return y;
 }
 

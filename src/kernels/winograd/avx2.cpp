@@ -41,6 +41,30 @@ struct Tile<4> {
     o[2] = _mm256_fmadd_ps(_mm256_set1_ps(4.0f), c, a);
     o[3] = _mm256_add_ps(_mm256_fmadd_ps(_mm256_set1_ps(8.0f), d, b), m[5]);
   }
+  // r = A d, the output transform's transpose (4 -> 6 points): r0 = d0, r1,2 = (d0 + d2) +- (d1 + d3),
+  // r3,4 = (d0 + 4 d2) +- (2 d1 + 8 d3), r5 = d3.
+  static void output_grad(const __m256 d[4], __m256 r[6]) {
+    const __m256 even = _mm256_add_ps(d[0], d[2]), odd = _mm256_add_ps(d[1], d[3]);
+    const __m256 even4 = _mm256_fmadd_ps(_mm256_set1_ps(4.0f), d[2], d[0]);
+    const __m256 odd4 = _mm256_fmadd_ps(_mm256_set1_ps(8.0f), d[3], _mm256_add_ps(d[1], d[1]));
+    r[0] = d[0];
+    r[1] = _mm256_add_ps(even, odd);
+    r[2] = _mm256_sub_ps(even, odd);
+    r[3] = _mm256_add_ps(even4, odd4);
+    r[4] = _mm256_sub_ps(even4, odd4);
+    r[5] = d[3];
+  }
+  // r = G^T x, the weight transform's transpose (6 -> 3 points): with s = x1 + x2, t = x3 + x4,
+  // r0 = x0 / 4 - s / 6 + t / 24, r1 = (x2 - x1) / 6 + (x3 - x4) / 12, r2 = (t - s) / 6 + x5.
+  static void weight_grad(const __m256 x[6], __m256 r[3]) {
+    const __m256 sixth = _mm256_set1_ps(1.0f / 6), twelfth = _mm256_set1_ps(1.0f / 12);
+    const __m256 s = _mm256_add_ps(x[1], x[2]), t = _mm256_add_ps(x[3], x[4]);
+    r[0] = _mm256_fnmadd_ps(
+        sixth, s, _mm256_fmadd_ps(_mm256_set1_ps(0.25f), x[0], _mm256_mul_ps(_mm256_set1_ps(1.0f / 24), t)));
+    r[1] =
+        _mm256_fmadd_ps(sixth, _mm256_sub_ps(x[2], x[1]), _mm256_mul_ps(twelfth, _mm256_sub_ps(x[3], x[4])));
+    r[2] = _mm256_fmadd_ps(sixth, _mm256_sub_ps(t, s), x[5]);
+  }
   // r = G g: r0 = g0 / 4, r1,2 = -((g0 + g2) +- g1) / 6, r3,4 = (g0 / 24 + g2 / 6) +- g1 / 12, r5 = g2.
   static void weights(const __m256 g[3], __m256 r[6]) {
     const __m256 sum = _mm256_add_ps(g[0], g[2]), minus_sixth = _mm256_set1_ps(-1.0f / 6);
@@ -255,7 +279,138 @@ void weight_transform(const float* weights, std::size_t C, std::size_t K, bool b
     }
 }
 
+// m = A dy A^T per tile, 8 output channels at a time (the grouped form of kernel_types.h), dy in
+// y's layout; rows and columns past the image are zero.
+void output_grad_transform(const WinogradShape& s, const float* dy, std::size_t first_tile, std::size_t tiles,
+                           std::size_t v_rows, std::size_t k_begin, std::size_t k_end, float* m) {
+  const std::size_t per_image = s.tiles_h * s.tiles_w, K = s.out_channels, B = s.out_block;
+  const std::size_t plane = s.out_h * s.out_w * B, position_stride = v_rows * K + kWinogradPositionPad;
+  alignas(32) float tmp[6][4][8];
+  for (std::size_t k = k_begin; k < k_end; k += 8)
+    for (std::size_t i = 0; i < tiles; ++i) {
+      const std::size_t t = first_tile + i, n = t / per_image, ty = t % per_image / s.tiles_w,
+                        tx = t % s.tiles_w;
+      const std::size_t rows = s.out_h - ty * 4 < 4 ? s.out_h - ty * 4 : 4;
+      const std::size_t cols = s.out_w - tx * 4 < 4 ? s.out_w - tx * 4 : 4;
+      const float* corner =
+          dy + n * K * s.out_h * s.out_w + k / B * plane + k % B + (ty * 4 * s.out_w + tx * 4) * B;
+      for (std::size_t b = 0; b < 4; ++b) {
+        __m256 d[4], r[6];
+        for (std::size_t a = 0; a < 4; ++a)
+          d[a] = a < rows && b < cols ? _mm256_loadu_ps(corner + (a * s.out_w + b) * B) : _mm256_setzero_ps();
+        Tile<4>::output_grad(d, r);
+        for (int a = 0; a < 6; ++a) _mm256_store_ps(tmp[a][b], r[a]);
+      }
+      float* mt = m + (k / 8 * v_rows + i) * 8;
+      for (int a = 0; a < 6; ++a) {
+        __m256 d[4], r[6];
+        for (int b = 0; b < 4; ++b) d[b] = _mm256_load_ps(tmp[a][b]);
+        Tile<4>::output_grad(d, r);
+        for (int q = 0; q < 6; ++q) _mm256_storeu_ps(mt + (a * 6 + q) * position_stride, r[q]);
+      }
+    }
+}
+
+// R input channels (rows of du) x one 16-column panel of output channels, reduced over the
+// tiles: row r's values of tile i at v_rows_at[r] + 8 i (its channel group's stream), the
+// panel's two 8-channel groups at m0 + 8 i and m1 + 8 i. 2R accumulators (12 of the 16 ymm).
+template <int R>
+void gemm_weights_rows(const float* const* v_rows_at, const float* m0, const float* m1, std::size_t tiles,
+                       float* out, bool accumulate) {
+  __m256 lo[R], hi[R];
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) lo[r] = hi[r] = _mm256_setzero_ps();
+  for (std::size_t i = 0; i < tiles; ++i) {
+    const __m256 b0 = _mm256_loadu_ps(m0 + i * 8), b1 = _mm256_loadu_ps(m1 + i * 8);
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      const __m256 a = _mm256_broadcast_ss(v_rows_at[r] + i * 8);
+      lo[r] = _mm256_fmadd_ps(a, b0, lo[r]);
+      hi[r] = _mm256_fmadd_ps(a, b1, hi[r]);
+    }
+  }
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) {
+    float* row = out + r * kWinogradGemmColumns;
+    if (accumulate) {
+      lo[r] = _mm256_add_ps(lo[r], _mm256_loadu_ps(row));
+      hi[r] = _mm256_add_ps(hi[r], _mm256_loadu_ps(row + 8));
+    }
+    _mm256_storeu_ps(row, lo[r]);
+    _mm256_storeu_ps(row + 8, hi[r]);
+  }
+}
+
 }  // namespace
+
+void f32_winograd_output_grad_4x3__avx2(const WinogradShape& s, const float* dy, std::size_t first_tile,
+                                        std::size_t tiles, std::size_t v_rows, std::size_t k_begin,
+                                        std::size_t k_end, float* m) {
+  output_grad_transform(s, dy, first_tile, tiles, v_rows, k_begin, k_end, m);
+}
+
+void f32_winograd_gemm_weights__avx2(const float* v, const float* m, float* du, std::size_t tiles,
+                                     std::size_t v_rows, std::size_t channels, std::size_t out_channels,
+                                     std::size_t k_begin, std::size_t k_end, bool accumulate) {
+  using Rows = void (*)(const float* const*, const float*, const float*, std::size_t, float*, bool);
+  static constexpr Rows kRows[] = {nullptr,
+                                   gemm_weights_rows<1>,
+                                   gemm_weights_rows<2>,
+                                   gemm_weights_rows<3>,
+                                   gemm_weights_rows<4>,
+                                   gemm_weights_rows<5>,
+                                   gemm_weights_rows<6>};
+  for (std::size_t p = 0; p < kWinogradPositions; ++p) {
+    const float* vp = v + p * (v_rows * channels + kWinogradPositionPad);
+    const float* mp = m + p * (v_rows * out_channels + kWinogradPositionPad);
+    float* dup = du + p * channels * out_channels;
+    for (std::size_t c = 0; c < channels; c += 6) {
+      const std::size_t rows = channels - c < 6 ? channels - c : 6;
+      const float* v_rows_at[6];
+      for (std::size_t r = 0; r < rows; ++r) v_rows_at[r] = vp + (c + r) / 8 * v_rows * 8 + (c + r) % 8;
+      for (std::size_t k = k_begin; k < k_end; k += kWinogradGemmColumns) {
+        const float* m0 = mp + k / 8 * v_rows * 8;
+        kRows[rows](v_rows_at, m0, m0 + v_rows * 8, tiles, dup + k * channels + c * kWinogradGemmColumns,
+                    accumulate);
+      }
+    }
+  }
+}
+
+void f32_winograd_weight_grad_4x3__avx2(const float* du, std::size_t channels, std::size_t out_channels,
+                                        std::size_t k_begin, std::size_t k_end, float* dw) {
+  const std::size_t position_stride = channels * out_channels;
+  alignas(32) float out[2][9][8];
+  for (std::size_t k = k_begin; k < k_end; k += kWinogradGemmColumns)
+    for (std::size_t c = 0; c < channels; ++c) {
+      // Both halves of the panel row together: each of the 36 lines is read once.
+      const float* at = du + k * channels + c * kWinogradGemmColumns;
+      __m256 t[2][3][6];  // G^T dU, column by column
+      for (int q = 0; q < 6; ++q) {
+        __m256 x[2][6];
+        for (int r = 0; r < 6; ++r) {
+          x[0][r] = _mm256_loadu_ps(at + static_cast<std::size_t>(r * 6 + q) * position_stride);
+          x[1][r] = _mm256_loadu_ps(at + static_cast<std::size_t>(r * 6 + q) * position_stride + 8);
+        }
+        for (int h = 0; h < 2; ++h) {
+          __m256 r3[3];
+          Tile<4>::weight_grad(x[h], r3);
+          for (int i = 0; i < 3; ++i) t[h][i][q] = r3[i];
+        }
+      }
+      for (int h = 0; h < 2; ++h)
+        for (int i = 0; i < 3; ++i) {
+          __m256 r3[3];
+          Tile<4>::weight_grad(t[h][i], r3);  // row i of (G^T dU) G
+          for (int j = 0; j < 3; ++j) _mm256_store_ps(out[h][i * 3 + j], r3[j]);
+        }
+      for (int h = 0; h < 2; ++h)
+        for (std::size_t l = 0; l < 8; ++l) {
+          float* filter = dw + ((k + h * 8 + l) * channels + c) * 9;
+          for (int tap = 0; tap < 9; ++tap) filter[tap] = out[h][tap][l];
+        }
+    }
+}
 
 void f32_winograd_weights_4x3__avx2(const float* weights, std::size_t channels, std::size_t out_channels,
                                     bool backward_data, std::size_t k_begin, std::size_t k_end, float* u) {

@@ -115,7 +115,69 @@ void weight_transform(const double (&G)[T][3], const float* weights, std::size_t
     }
 }
 
+// Offset of U's (and dU's) entry at position p, input channel c, output channel k.
+std::size_t panel_offset(std::size_t p, std::size_t c, std::size_t k, std::size_t C, std::size_t K) {
+  constexpr std::size_t kCols = kWinogradGemmColumns;
+  return (p * K + k / kCols * kCols) * C + c * kCols + k % kCols;
+}
+
 }  // namespace
+
+void f32_winograd_output_grad_4x3__ref(const WinogradShape& s, const float* dy, std::size_t first_tile,
+                                       std::size_t tiles, std::size_t v_rows, std::size_t k_begin,
+                                       std::size_t k_end, float* m) {
+  const std::size_t per_image = s.tiles_h * s.tiles_w, K = s.out_channels;
+  for (std::size_t i = 0; i < tiles; ++i) {
+    const std::size_t t = first_tile + i, n = t / per_image, ty = t % per_image / s.tiles_w,
+                      tx = t % s.tiles_w;
+    for (std::size_t k = k_begin; k < k_end; ++k) {
+      float d[4][4];
+      for (std::size_t a = 0; a < 4; ++a)
+        for (std::size_t b = 0; b < 4; ++b) {
+          const std::size_t h = ty * 4 + a, w = tx * 4 + b;
+          d[a][b] = h < s.out_h && w < s.out_w
+                        ? dy[blocked_offset(n, K, s.out_h, s.out_w, s.out_block, k, h, w)]
+                        : 0.0f;
+        }
+      // A dY A^T, A = (A^T)^T.
+      for (std::size_t r = 0; r < 6; ++r)
+        for (std::size_t q = 0; q < 6; ++q) {
+          float acc = 0.0f;
+          for (std::size_t a = 0; a < 4; ++a)
+            for (std::size_t b = 0; b < 4; ++b) acc += kAt4[a][r] * d[a][b] * kAt4[b][q];
+          m[grouped(r * 6 + q, k, K, i, v_rows)] = acc;
+        }
+    }
+  }
+}
+
+void f32_winograd_gemm_weights__ref(const float* v, const float* m, float* du, std::size_t tiles,
+                                    std::size_t v_rows, std::size_t channels, std::size_t out_channels,
+                                    std::size_t k_begin, std::size_t k_end, bool accumulate) {
+  for (std::size_t p = 0; p < kWinogradPositions; ++p)
+    for (std::size_t c = 0; c < channels; ++c)
+      for (std::size_t k = k_begin; k < k_end; ++k) {
+        float acc = 0.0f;
+        for (std::size_t i = 0; i < tiles; ++i)
+          acc += v[grouped(p, c, channels, i, v_rows)] * m[grouped(p, k, out_channels, i, v_rows)];
+        float& out = du[panel_offset(p, c, k, channels, out_channels)];
+        out = (accumulate ? out : 0.0f) + acc;
+      }
+}
+
+void f32_winograd_weight_grad_4x3__ref(const float* du, std::size_t channels, std::size_t out_channels,
+                                       std::size_t k_begin, std::size_t k_end, float* dw) {
+  for (std::size_t k = k_begin; k < k_end; ++k)
+    for (std::size_t c = 0; c < channels; ++c)
+      for (std::size_t i = 0; i < 3; ++i)
+        for (std::size_t j = 0; j < 3; ++j) {
+          double acc = 0.0;  // G^T dU G
+          for (std::size_t r = 0; r < 6; ++r)
+            for (std::size_t q = 0; q < 6; ++q)
+              acc += kG4[r][i] * du[panel_offset(r * 6 + q, c, k, channels, out_channels)] * kG4[q][j];
+          dw[(k * channels + c) * 9 + i * 3 + j] = static_cast<float>(acc);
+        }
+}
 
 void f32_winograd_weights_4x3__ref(const float* weights, std::size_t channels, std::size_t out_channels,
                                    bool backward_data, std::size_t k_begin, std::size_t k_end, float* u) {

@@ -16,6 +16,12 @@
 // the rotated, transposed kernel): the AVX2 variant, in fp32 with G factored, writes the
 // transformed weights at memory speed; the reference computes in double.
 //
+// Training's weight gradient runs the same algebra backwards (F(4x4) only: training takes layers
+// with enough tiles for it): Y = A^T [sum_c U (.) V] A gives dU = sum over tiles of
+// V (.) (A dY A^T), then dW = G^T dU G. The input transform is the forward's; the gradient's
+// transform, the per-position product (reduced over tiles, output C x K) and the inverse weight
+// transform are the three kernels below.
+//
 // The transforms are exact in real arithmetic; in fp32 the interpolation points 0, +-1, +-2
 // amplify rounding over a direct convolution: up to ~1e-5 of a layer's output scale measured
 // with F(4x4) (2.5e-6 with F(2x2)), well inside ONNX models' tolerances.
@@ -54,7 +60,15 @@ inline constexpr std::size_t kWinogradGemmColumns = 16;  // the weight panel wid
                                        float* u);                                                            \
   void f32_winograd_weights_2x3__##isa(const float* weights, std::size_t channels, std::size_t out_channels, \
                                        bool backward_data, std::size_t k_begin, std::size_t k_end,           \
-                                       float* u);
+                                       float* u);                                                            \
+  void f32_winograd_output_grad_4x3__##isa(const WinogradShape& s, const float* dy, std::size_t first_tile,  \
+                                           std::size_t tiles, std::size_t v_rows, std::size_t k_begin,       \
+                                           std::size_t k_end, float* m);                                     \
+  void f32_winograd_gemm_weights__##isa(const float* v, const float* m, float* du, std::size_t tiles,        \
+                                        std::size_t v_rows, std::size_t channels, std::size_t out_channels,  \
+                                        std::size_t k_begin, std::size_t k_end, bool accumulate);            \
+  void f32_winograd_weight_grad_4x3__##isa(const float* du, std::size_t channels, std::size_t out_channels,  \
+                                           std::size_t k_begin, std::size_t k_end, float* dw);
 CPUDL_DECLARE_WINOGRAD(ref)
 CPUDL_DECLARE_WINOGRAD(avx2)
 #undef CPUDL_DECLARE_WINOGRAD
