@@ -272,6 +272,48 @@ void BM_winograd_conv(benchmark::State& state) {
   state.counters["x_onednn"] = onednn / ours;
 }
 
+// Training's Winograd weight gradient on ResNet-18's stride-1 3x3 layers (channels x channels at
+// 56/28/14/7 pixels, batch 16, channels-last): GFLOP/s at the direct convolution's count and
+// `x_onednn`, oneDNN's NHWC backward-weights time on the same shape in the same process (best of
+// 3) over this one.
+void BM_winograd_backward_weights(benchmark::State& state) {
+  const int threads = threads_arg(state);
+  const std::int64_t channels = state.range(0), batch = 16, size = 56 * 64 / channels;
+  const cpudl::conv::WinogradConvShape shape{batch, channels, size, size, channels, 1, 0, 4};
+  const auto elements = static_cast<std::size_t>(batch * channels * size * size);
+  std::vector<float> x(elements, 0.5f), dy(elements, 0.25f),
+      dw(static_cast<std::size_t>(channels * channels * 9));
+  const int saved_threads = omp_get_max_threads();
+  omp_set_num_threads(threads);  // oneDNN's pool, for the comparison below
+  for (auto _ : state) {
+    cpudl::conv::winograd_backward_weights(shape, x.data(), dy.data(), dw.data(), threads);
+    benchmark::ClobberMemory();
+  }
+  cpudl::onednn::ConvShape direct;
+  direct.batch = batch, direct.in_channels = direct.out_channels = channels,
+  direct.height = direct.width = size;
+  direct.kernel_h = direct.kernel_w = 3, direct.pad_h = direct.pad_w = 1;
+  direct.layout = cpudl::onednn::ActivationLayout::nhwc;
+  auto time_once = [](auto&& fn) {
+    const auto start = std::chrono::steady_clock::now();
+    fn();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  double onednn = 1e30, ours = 1e30;
+  for (int rep = 0; rep < 3; ++rep) {
+    onednn =
+        std::min(onednn, time_once([&] {
+                   cpudl::onednn::conv2d_backward_weights(direct, x.data(), dy.data(), dw.data(), nullptr);
+                 }));
+    ours = std::min(ours, time_once([&] {
+                      cpudl::conv::winograd_backward_weights(shape, x.data(), dy.data(), dw.data(), threads);
+                    }));
+  }
+  omp_set_num_threads(saved_threads);
+  report_flops(state, kernel_table().f32_winograd_gemm_weights.name, direct.flops(), threads);
+  state.counters["x_onednn"] = onednn / ours;
+}
+
 // The Winograd weight transform as training runs it on every call (F(4x4): U is 4x the 3x3
 // weights), over ResNet-18's channel counts, k panels split over the threads: bytes are the
 // weights read and U written, against the read bandwidth. Arg 0: channels (C = K).
@@ -450,6 +492,14 @@ BENCHMARK(BM_max_pool_nhwc)->Args({6, 1})->Args({8, 1})->Args({16, 1})->Args({6,
 BENCHMARK(BM_conv_backward_weights_nhwc)->Args({0, 1})->Args({0, 0})->UseRealTime();
 // Args: {channels, threads}.
 BENCHMARK(BM_winograd_weights)->Args({128, 1})->Args({256, 1})->Args({512, 1})->Args({512, 0})->UseRealTime();
+BENCHMARK(BM_winograd_backward_weights)
+    ->Args({64, 1})
+    ->Args({128, 1})
+    ->Args({256, 1})
+    ->Args({512, 1})
+    ->Args({64, 0})
+    ->Args({512, 0})
+    ->UseRealTime();
 BENCHMARK(BM_winograd_conv)
     ->Args({64, 1})
     ->Args({128, 1})

@@ -2,6 +2,7 @@
 // each optionally fused with the ReLU that follows, and backward (data, scale and shift
 // gradients in one pass, through the fused ReLU's mask when there is one).
 #include <cstring>
+#include <span>
 #include <string>
 
 #include "onednn/dense.h"
@@ -91,10 +92,8 @@ void batch_norm_forward_training(const BatchNormShape& s, const float* src, cons
                                       return e;
                                     });
                                   });
-  if (relu)
-    entry->exec.run({src, scale, shift, dst, mean, variance, relu_workspace});
-  else
-    entry->exec.run({src, scale, shift, dst, mean, variance});
+  const void* args[] = {src, scale, shift, dst, mean, variance, relu_workspace};  // the workspace last
+  entry->exec.run(std::span(args, relu ? 7 : 6));
 }
 
 void batch_norm_forward_inference(const BatchNormShape& s, const float* src, const float* scale,
@@ -156,11 +155,9 @@ void batch_norm_backward(const BatchNormShape& s, const float* src, const float*
                                       return e;
                                     });
                                   });
-  if (relu)
-    entry->exec.run(
-        {src, diff_dst, scale, shift, mean, variance, diff_src, diff_scale, diff_shift, relu_workspace});
-  else
-    entry->exec.run({src, diff_dst, scale, shift, mean, variance, diff_src, diff_scale, diff_shift});
+  const void* args[] = {src,      diff_dst, scale,      shift,      mean,
+                        variance, diff_src, diff_scale, diff_shift, relu_workspace};  // the workspace last
+  entry->exec.run(std::span(args, relu ? 10 : 9));
 }
 
 }  // namespace cpudl::onednn
