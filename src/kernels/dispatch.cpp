@@ -127,17 +127,17 @@ CPUDL_AVX2_VARIANTS(f32_quantize_u8, F32QuantizeU8Fn)
 CPUDL_AVX2_VARIANTS(f32_transpose, F32TransposeFn)
 // Few-input-channel weight gradients: AVX2 (an AVX-512 variant is not written yet).
 CPUDL_AVX2_VARIANTS(f32_conv_backward_weights_nhwc, ConvBackwardWeightsFn)
-// Winograd convolution: AVX2 (an AVX-512 variant is not written yet; oneDNN has its own
-// Winograd convolution for AVX-512).
+// Winograd convolution: the transforms on AVX2 (memory-bound, eight channels per group of the
+// layout); the two products, where the arithmetic is, on AVX-512 too.
+CPUDL_STANDARD_VARIANTS(f32_winograd_gemm, WinogradGemmFn)
+CPUDL_STANDARD_VARIANTS(f32_winograd_gemm_weights, WinogradGemmWeightsFn)
 CPUDL_AVX2_VARIANTS(f32_winograd_input_4x3, WinogradInputFn)
 CPUDL_AVX2_VARIANTS(f32_winograd_input_2x3, WinogradInputFn)
-CPUDL_AVX2_VARIANTS(f32_winograd_gemm, WinogradGemmFn)
 CPUDL_AVX2_VARIANTS(f32_winograd_output_4x3, WinogradOutputFn)
 CPUDL_AVX2_VARIANTS(f32_winograd_output_2x3, WinogradOutputFn)
 CPUDL_AVX2_VARIANTS(f32_winograd_weights_4x3, WinogradWeightsFn)
 CPUDL_AVX2_VARIANTS(f32_winograd_weights_2x3, WinogradWeightsFn)
 CPUDL_AVX2_VARIANTS(f32_winograd_output_grad_4x3, WinogradOutputGradFn)
-CPUDL_AVX2_VARIANTS(f32_winograd_gemm_weights, WinogradGemmWeightsFn)
 CPUDL_AVX2_VARIANTS(f32_winograd_weight_grad_4x3, WinogradWeightGradFn)
 #undef CPUDL_AVX2_VARIANTS
 

@@ -71,6 +71,13 @@ inline constexpr std::size_t kWinogradGemmColumns = 16;  // the weight panel wid
                                            std::size_t k_begin, std::size_t k_end, float* dw);
 CPUDL_DECLARE_WINOGRAD(ref)
 CPUDL_DECLARE_WINOGRAD(avx2)
+// AVX-512: the two products (avx512.cpp); the transforms stay on AVX2.
+void f32_winograd_gemm__avx512(std::size_t positions, const float* v, const float* u, float* m,
+                               std::size_t tiles, std::size_t v_rows, std::size_t channels,
+                               std::size_t out_channels, std::size_t k_begin, std::size_t k_end);
+void f32_winograd_gemm_weights__avx512(const float* v, const float* m, float* du, std::size_t tiles,
+                                       std::size_t v_rows, std::size_t channels, std::size_t out_channels,
+                                       std::size_t k_begin, std::size_t k_end, bool accumulate);
 #undef CPUDL_DECLARE_WINOGRAD
 
 }  // namespace cpudl::kernels
