@@ -286,7 +286,7 @@ void BM_winograd_backward_weights(benchmark::State& state) {
   const int saved_threads = omp_get_max_threads();
   omp_set_num_threads(threads);  // oneDNN's pool, for the comparison below
   for (auto _ : state) {
-    cpudl::conv::winograd_backward_weights(shape, x.data(), dy.data(), dw.data(), threads);
+    cpudl::conv::winograd_backward_weights(shape, x.data(), dy.data(), dw.data(), nullptr, threads);
     benchmark::ClobberMemory();
   }
   cpudl::onednn::ConvShape direct;
@@ -306,7 +306,8 @@ void BM_winograd_backward_weights(benchmark::State& state) {
                    cpudl::onednn::conv2d_backward_weights(direct, x.data(), dy.data(), dw.data(), nullptr);
                  }));
     ours = std::min(ours, time_once([&] {
-                      cpudl::conv::winograd_backward_weights(shape, x.data(), dy.data(), dw.data(), threads);
+                      cpudl::conv::winograd_backward_weights(shape, x.data(), dy.data(), dw.data(), nullptr,
+                                                             threads);
                     }));
   }
   omp_set_num_threads(saved_threads);

@@ -363,10 +363,9 @@ TEST(Autograd, ConvolutionCoveringTheWholeMapMatchesTheDirectLoop) {
     }
 }
 
-// Stride-1 3x3 layers train through Winograd convolutions (forward, input gradient, and the
-// weight gradient when the bias needs none; with a trained bias oneDNN computes both): paddings
-// 1 and 0 (whose backward-data pass pads by 2), bias trained or frozen, fused ReLU, against the
-// direct loops. Winograd's rounding grows with the magnitudes
+// Stride-1 3x3 layers train through Winograd convolutions (forward, input gradient, weight and
+// bias gradients): paddings 1 and 0 (whose backward-data pass pads by 2), bias trained or
+// frozen, fused ReLU, against the direct loops. Winograd's rounding grows with the magnitudes
 // summed, so the bound is relative to each result's scale.
 TEST(Autograd, WinogradConvolutionsMatchTheDirectLoop) {
   struct Case {

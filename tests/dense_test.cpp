@@ -433,7 +433,7 @@ TEST(WinogradConv, BackwardDataMatchesTheDirectInputGradient) {
   }
 }
 
-// A layer's weight gradient by Winograd F(4x4, 3x3) (training): paddings 0-2, partial tiles,
+// A layer's weight and bias gradients by Winograd F(4x4, 3x3) (training): paddings 0-2, partial tiles,
 // channels-last and blocked, one and two threads (which split the output channels), one block of
 // tiles and several, against the direct loop's weight gradient (in double). fp32 sums 32768
 // products per weight in the last case: 1.3e-5 of the scale measured there, bound 5e-5.
@@ -454,19 +454,22 @@ TEST(WinogradConv, BackwardWeightsMatchTheDirectWeightGradient) {
     const std::int64_t oh = s.out_height(), ow = s.out_width();
     const auto x = random_vector(static_cast<std::size_t>(t.batch * t.c * t.h * t.w), 37);
     const auto dy = random_vector(static_cast<std::size_t>(t.batch * t.k * oh * ow), 38);
-    const auto want = reference::conv2d_backward_weights(s, x, dy, nullptr);
+    std::vector<float> want_db;
+    const auto want = reference::conv2d_backward_weights(s, x, dy, &want_db);
     double scale = 0;
     for (const float value : want) scale = std::max(scale, static_cast<double>(std::fabs(value)));
     const std::int64_t in_block = t.block ? t.block : t.c, out_block = t.block ? t.block : t.k;
     const auto xb = to_blocked(x, t.batch, t.c, t.h * t.w, in_block);
     const auto dyb = to_blocked(dy, t.batch, t.k, oh * ow, out_block);
     for (const int threads : {1, 2}) {
-      std::vector<float> dw(want.size(), 7.0f);
+      std::vector<float> dw(want.size(), 7.0f), db(want_db.size(), 7.0f);
       conv::winograd_backward_weights({t.batch, t.c, t.h, t.w, t.k, t.pad, t.block, 4}, xb.data(), dyb.data(),
-                                      dw.data(), threads);
+                                      dw.data(), db.data(), threads);
       for (std::size_t i = 0; i < want.size(); ++i)
         ASSERT_NEAR(dw[i], want[i], 5e-5 * scale)
             << "at " << i << " of scale " << scale << ", " << threads << " threads";
+      for (std::size_t k = 0; k < want_db.size(); ++k)  // sums of dy, accumulated in double
+        ASSERT_NEAR(db[k], want_db[k], 1e-5 * (1 + std::fabs(want_db[k]))) << "db " << k << ", " << threads;
     }
   }
   EXPECT_THROW(conv::winograd_backward_weights({1, 16, 8, 8, 16, 1, 0, 2}, nullptr, nullptr, nullptr), Error);

@@ -251,10 +251,10 @@ int run_conv(const BenchOptions& o) {
           {"backward_weights", "onednn",
            [&] { onednn::conv2d_backward_weights(s, x.data(), dy.data(), dw.data(), diff_b); }},
           {"backward_weights", "winograd_nhwc",
-           train_forward && !w.bias ? std::function<void()>([&] {
-             conv::winograd_backward_weights(*train_forward, x.data(), dy.data(), dw.data(), t);
+           train_forward ? std::function<void()>([&] {
+             conv::winograd_backward_weights(*train_forward, x.data(), dy.data(), dw.data(), diff_b, t);
            })
-                                    : nullptr},
+                         : nullptr},
       };
       for (const auto& pass : passes) {
         if (!pass.fn) continue;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "cpudl/error.h"
 #include "cpudl/runtime.h"
@@ -156,7 +157,7 @@ void winograd_convolve(const WinogradConvShape& shape, const float* weights, Win
 // input, which at 64 channels cost as much as the products (2 threads, ResNet-18's 56x56 layer:
 // 8.2 ms, against 9.5 for oneDNN).
 void winograd_backward_weights(const WinogradConvShape& shape, const float* x, const float* dy, float* dw,
-                               int threads) {
+                               float* db, int threads) {
   if (shape.tile != 4)
     throw Error("Winograd weight gradient: F(4x4, 3x3) only, tile " + std::to_string(shape.tile) +
                 " requested");
@@ -178,6 +179,9 @@ void winograd_backward_weights(const WinogradConvShape& shape, const float* x, c
   thread_local AlignedBuffer du_buffer, dw_buffer;
   float* du_all = du_buffer.get(du_floats * (split_tiles ? parts : 1));
   float* dw_parts = split_tiles ? dw_buffer.get(dw_floats * (parts - 1)) : nullptr;
+  // The bias gradient, per part: the transformed gradient's position (1, 1) is each tile's sum of
+  // dy (row 1 of A^T is all ones), so db adds it up over the tiles, in double.
+  std::vector<double> db_parts(db ? parts * K : 0, 0.0);
   parallel_for(parts, 1, threads, [&](std::size_t begin, std::size_t end) {
     thread_local AlignedBuffer v_buffer, m_buffer;
     float* v = v_buffer.get(positions * (block * C + kernels::kWinogradPositionPad));
@@ -193,6 +197,13 @@ void winograd_backward_weights(const WinogradConvShape& shape, const float* x, c
         table.f32_winograd_input_4x3.fn(g, x, first, count, v, block);
         table.f32_winograd_output_grad_4x3.fn(g, dy, first, count, block, k_begin, k_end, m);
         table.f32_winograd_gemm_weights.fn(v, m, du, count, block, C, K, k_begin, k_end, first > tile_begin);
+        if (db) {
+          const float* sums = m + 7 * (block * K + kernels::kWinogradPositionPad);
+          double* part_db = db_parts.data() + part * K;
+          for (std::size_t k = k_begin; k < k_end; k += 8)
+            for (std::size_t i = 0; i < count; ++i)
+              for (std::size_t l = 0; l < 8; ++l) part_db[k + l] += sums[(k / 8 * block + i) * 8 + l];
+        }
       }
       table.f32_winograd_weight_grad_4x3.fn(du, C, K, k_begin, k_end,
                                             split_tiles && part > 0 ? dw_parts + (part - 1) * dw_floats : dw);
@@ -201,6 +212,11 @@ void winograd_backward_weights(const WinogradConvShape& shape, const float* x, c
   for (std::size_t part = 1; split_tiles && part < parts; ++part) {
     const float* other = dw_parts + (part - 1) * dw_floats;
     for (std::size_t i = 0; i < dw_floats; ++i) dw[i] += other[i];
+  }
+  for (std::size_t k = 0; db && k < K; ++k) {
+    double sum = 0;
+    for (std::size_t part = 0; part < parts; ++part) sum += db_parts[part * K + k];
+    db[k] = static_cast<float>(sum);
   }
 }
 

@@ -80,9 +80,10 @@ void winograd_convolve(const WinogradConvShape& shape, const float* weights, Win
                        const float* x, const float* bias, float lo, float hi, float* y, int threads = 0);
 
 // Training's weight gradient of a stride-1 3x3 layer by F(4x4, 3x3) (kernels/winograd/winograd.h):
-// dw (OIHW) from the layer's input x and output gradient dy, both in `shape`'s layout (its
-// forward shape: in_channels inputs, out_channels outputs; tile 4). No bias gradient.
+// dw (OIHW) and, when db is not null, the bias gradient db ([out_channels]) from the layer's
+// input x and output gradient dy, both in `shape`'s layout (its forward shape: in_channels
+// inputs, out_channels outputs; tile 4).
 void winograd_backward_weights(const WinogradConvShape& shape, const float* x, const float* dy, float* dw,
-                               int threads = 0);
+                               float* db = nullptr, int threads = 0);
 
 }  // namespace cpudl::conv

@@ -136,7 +136,7 @@ struct ConvBackward {
   std::uint64_t version;
   bool bf16;
   // The backward-data pass as a Winograd convolution, and the weight gradient by Winograd
-  // (stride-1 3x3 layers without a bias gradient; see conv2d below).
+  // (stride-1 3x3 layers; see conv2d below).
   std::optional<conv::WinogradConvShape> winograd_backward, winograd_weights;
   // Gradients only for inputs that need them: a first layer's input (the images) needs none, and
   // its backward-data pass would be the most expensive part of that layer's backward.
@@ -173,8 +173,8 @@ struct ConvBackward {
         return {dx, need_dw ? dw : Tensor(), db};
       }
       dw = Tensor::empty(wc.shape());
-      if (winograd_weights && !need_db)
-        conv::winograd_backward_weights(*winograd_weights, xc.data(), gc.data(), dw.data());
+      if (winograd_weights)
+        conv::winograd_backward_weights(*winograd_weights, xc.data(), gc.data(), dw.data(), db_out);
       else if (run.groups == 1 && run.in_channels <= kFewInputChannels &&
                run.out_channels >= kFewInputChannelsMinOutputs)
         few_channel_backward_weights(run, xc.data(), gc.data(), dw.data(), db_out);
@@ -260,8 +260,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   const std::uint64_t version = !crop.cropped && weight.is_contiguous() ? weights_version(weight) : 0;
   const bool bf16 = g_bf16_autocast;
   // Stride-1 3x3 layers (fp32) run forward and backward-data as Winograd convolutions (conv/
-  // winograd_conv.h), the weights transformed on each call, and their weight gradient by Winograd
-  // too (when no bias gradient is asked: ResNet's convolutions have no bias): 4x fewer multiplies
+  // winograd_conv.h), the weights transformed on each call, and their weight and bias gradients
+  // by Winograd too: 4x fewer multiplies
   // per output tile than oneDNN's direct convolution (at batch 16, ResNet-18's 3x3 layers forward
   // 19 -> 11-17 ms, backward-data 21-23 -> 11-18 ms, weight gradient 20-24 -> 12-16 ms, one
   // thread). The rounding error grows to ~1e-5 of a layer's output scale; CPUDL_WINOGRAD=0 runs
