@@ -226,6 +226,39 @@ void report_flops(benchmark::State& state, const char* kernel, double flops_per_
   state.counters["threads"] = threads;
 }
 
+// ResNet-18's stride-1 3x3 layer of `channels` channels (56x56 at 64 ... 7x7 at 512), batch 16, as
+// oneDNN's direct convolution sees it in `layout`: the peer the Winograd benchmarks compare with.
+cpudl::onednn::ConvShape resnet_3x3_layer(std::int64_t channels, cpudl::onednn::ActivationLayout layout) {
+  cpudl::onednn::ConvShape s;
+  s.batch = 16, s.in_channels = s.out_channels = channels, s.height = s.width = 56 * 64 / channels;
+  s.kernel_h = s.kernel_w = 3, s.pad_h = s.pad_w = 1;
+  s.layout = layout;
+  return s;
+}
+
+// The Winograd benchmarks' arguments {channels, threads}: each ResNet-18 3x3 width on one thread,
+// the widest and narrowest on all.
+void resnet_3x3_args(benchmark::internal::Benchmark* b) {
+  for (const std::int64_t channels : {64, 128, 256, 512}) b->Args({channels, 1});
+  b->Args({64, 0})->Args({512, 0});
+}
+
+// theirs' time over ours, each the best of 3 calls alternating in this process (`x_<peer>`).
+template <class Theirs, class Ours>
+double best_of_3_ratio(Theirs&& theirs, Ours&& ours) {
+  auto time_once = [](auto&& fn) {
+    const auto start = std::chrono::steady_clock::now();
+    fn();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  double t = 1e30, o = 1e30;
+  for (int rep = 0; rep < 3; ++rep) {
+    t = std::min(t, time_once(theirs));
+    o = std::min(o, time_once(ours));
+  }
+  return t / o;
+}
+
 // ResNet-18's stride-1 3x3 layers (channels x channels at 56/28/14/7 pixels, batch 16) through
 // the Winograd convolution of the inference runtime, blocked layout, bias + ReLU fused. GFLOP/s
 // count the direct convolution's multiply-adds (what the layer computes), so % of the roof can
@@ -233,43 +266,30 @@ void report_flops(benchmark::State& state, const char* kernel, double flops_per_
 // same process (best of 3), over this one.
 void BM_winograd_conv(benchmark::State& state) {
   const int threads = threads_arg(state);
-  const std::int64_t channels = state.range(0), batch = 16;
-  const std::int64_t size = 56 * 64 / channels;
+  const auto direct = resnet_3x3_layer(state.range(0), cpudl::onednn::ActivationLayout::blocked);
+  const std::int64_t channels = direct.in_channels, size = direct.height;
   const cpudl::conv::WinogradConvShape shape{
-      batch, channels, size, size, channels, 1, cpudl::onednn::blocked_layout_channels()};
-  const auto elements = static_cast<std::size_t>(batch * channels * size * size);
+      direct.batch, channels, size, size, channels, 1, cpudl::onednn::blocked_layout_channels()};
+  const auto elements = static_cast<std::size_t>(direct.batch * channels * size * size);
   std::vector<float> x(elements, 0.5f), y(elements), bias(static_cast<std::size_t>(channels), 0.1f);
   std::vector<float> w(static_cast<std::size_t>(channels * channels * 9), 0.01f);
   const cpudl::conv::WinogradConv conv(shape, w.data());
   const int saved_threads = omp_get_max_threads();
   omp_set_num_threads(threads);  // oneDNN's pool, for the comparison below
+  auto ours = [&] { conv.forward(x.data(), bias.data(), nullptr, 0.0f, INFINITY, y.data(), threads); };
   for (auto _ : state) {
-    conv.forward(x.data(), bias.data(), nullptr, 0.0f, INFINITY, y.data(), threads);
+    ours();
     benchmark::ClobberMemory();
   }
-  cpudl::onednn::ConvShape direct;
-  direct.batch = batch, direct.in_channels = direct.out_channels = channels,
-  direct.height = direct.width = size;
-  direct.kernel_h = direct.kernel_w = 3, direct.pad_h = direct.pad_w = 1;
-  direct.layout = cpudl::onednn::ActivationLayout::blocked;
-  auto time_once = [](auto&& fn) {
-    const auto start = std::chrono::steady_clock::now();
-    fn();
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  };
-  double onednn = 1e30, ours = 1e30;
-  for (int rep = 0; rep < 3; ++rep) {
-    onednn = std::min(onednn, time_once([&] {
-                        cpudl::onednn::conv2d_forward(direct, x.data(), w.data(), 1, bias.data(), y.data(),
-                                                      {cpudl::onednn::Activation::relu, nullptr});
-                      }));
-    ours = std::min(ours, time_once([&] {
-                      conv.forward(x.data(), bias.data(), nullptr, 0.0f, INFINITY, y.data(), threads);
-                    }));
-  }
+  const double ratio = best_of_3_ratio(
+      [&] {
+        cpudl::onednn::conv2d_forward(direct, x.data(), w.data(), 1, bias.data(), y.data(),
+                                      {cpudl::onednn::Activation::relu, nullptr});
+      },
+      ours);
   omp_set_num_threads(saved_threads);
   report_flops(state, cpudl::kernels::kernel_table().f32_winograd_gemm.name, direct.flops(), threads);
-  state.counters["x_onednn"] = onednn / ours;
+  state.counters["x_onednn"] = ratio;
 }
 
 // Training's Winograd weight gradient on ResNet-18's stride-1 3x3 layers (channels x channels at
@@ -278,41 +298,26 @@ void BM_winograd_conv(benchmark::State& state) {
 // 3) over this one.
 void BM_winograd_backward_weights(benchmark::State& state) {
   const int threads = threads_arg(state);
-  const std::int64_t channels = state.range(0), batch = 16, size = 56 * 64 / channels;
-  const cpudl::conv::WinogradConvShape shape{batch, channels, size, size, channels, 1, 0, 4};
-  const auto elements = static_cast<std::size_t>(batch * channels * size * size);
+  const auto direct = resnet_3x3_layer(state.range(0), cpudl::onednn::ActivationLayout::nhwc);
+  const std::int64_t channels = direct.in_channels, size = direct.height;
+  const cpudl::conv::WinogradConvShape shape{direct.batch, channels, size, size, channels, 1, 0, 4};
+  const auto elements = static_cast<std::size_t>(direct.batch * channels * size * size);
   std::vector<float> x(elements, 0.5f), dy(elements, 0.25f),
       dw(static_cast<std::size_t>(channels * channels * 9));
   const int saved_threads = omp_get_max_threads();
   omp_set_num_threads(threads);  // oneDNN's pool, for the comparison below
-  for (auto _ : state) {
+  auto ours = [&] {
     cpudl::conv::winograd_backward_weights(shape, x.data(), dy.data(), dw.data(), nullptr, threads);
+  };
+  for (auto _ : state) {
+    ours();
     benchmark::ClobberMemory();
   }
-  cpudl::onednn::ConvShape direct;
-  direct.batch = batch, direct.in_channels = direct.out_channels = channels,
-  direct.height = direct.width = size;
-  direct.kernel_h = direct.kernel_w = 3, direct.pad_h = direct.pad_w = 1;
-  direct.layout = cpudl::onednn::ActivationLayout::nhwc;
-  auto time_once = [](auto&& fn) {
-    const auto start = std::chrono::steady_clock::now();
-    fn();
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  };
-  double onednn = 1e30, ours = 1e30;
-  for (int rep = 0; rep < 3; ++rep) {
-    onednn =
-        std::min(onednn, time_once([&] {
-                   cpudl::onednn::conv2d_backward_weights(direct, x.data(), dy.data(), dw.data(), nullptr);
-                 }));
-    ours = std::min(ours, time_once([&] {
-                      cpudl::conv::winograd_backward_weights(shape, x.data(), dy.data(), dw.data(), nullptr,
-                                                             threads);
-                    }));
-  }
+  const double ratio = best_of_3_ratio(
+      [&] { cpudl::onednn::conv2d_backward_weights(direct, x.data(), dy.data(), dw.data(), nullptr); }, ours);
   omp_set_num_threads(saved_threads);
   report_flops(state, kernel_table().f32_winograd_gemm_weights.name, direct.flops(), threads);
-  state.counters["x_onednn"] = onednn / ours;
+  state.counters["x_onednn"] = ratio;
 }
 
 // The Winograd weight transform as training runs it on every call (F(4x4): U is 4x the 3x3
@@ -493,22 +498,8 @@ BENCHMARK(BM_max_pool_nhwc)->Args({6, 1})->Args({8, 1})->Args({16, 1})->Args({6,
 BENCHMARK(BM_conv_backward_weights_nhwc)->Args({0, 1})->Args({0, 0})->UseRealTime();
 // Args: {channels, threads}.
 BENCHMARK(BM_winograd_weights)->Args({128, 1})->Args({256, 1})->Args({512, 1})->Args({512, 0})->UseRealTime();
-BENCHMARK(BM_winograd_backward_weights)
-    ->Args({64, 1})
-    ->Args({128, 1})
-    ->Args({256, 1})
-    ->Args({512, 1})
-    ->Args({64, 0})
-    ->Args({512, 0})
-    ->UseRealTime();
-BENCHMARK(BM_winograd_conv)
-    ->Args({64, 1})
-    ->Args({128, 1})
-    ->Args({256, 1})
-    ->Args({512, 1})
-    ->Args({64, 0})
-    ->Args({512, 0})
-    ->UseRealTime();
+BENCHMARK(BM_winograd_backward_weights)->Apply(resnet_3x3_args)->UseRealTime();
+BENCHMARK(BM_winograd_conv)->Apply(resnet_3x3_args)->UseRealTime();
 BENCHMARK(BM_conv_forward_planes)->Args({256, 1})->Args({256, 0})->Args({4, 1})->UseRealTime();
 BENCHMARK(BM_conv_backward_weights_planes)->Args({256, 1})->Args({256, 0})->Args({4, 1})->UseRealTime();
 BENCHMARK(BM_transpose)->Args({0, 1})->Args({0, 0})->UseRealTime();
