@@ -2,6 +2,7 @@
 // each optionally fused with the ReLU that follows, and backward (data, scale and shift
 // gradients in one pass, through the fused ReLU's mask when there is one).
 #include <cstring>
+#include <memory>
 #include <span>
 #include <string>
 
@@ -60,38 +61,46 @@ dnnl::batch_normalization_forward::primitive_desc training_pd(const BatchNormSha
 
 struct BnEntry {
   Executable exec;
+  std::size_t workspace_bytes = 0;  // the fused ReLU's mask (training with relu)
 };
+
+// The training forward primitive of shape s, fused with the ReLU or not: created once, cached.
+std::shared_ptr<BnEntry> training_entry(const BatchNormShape& s, bool relu) {
+  validate(s);
+  static PrimitiveCache<BnEntry> cache;
+  auto create = [&] {
+    const auto pd = training_pd(s, relu);
+    auto e = std::make_shared<BnEntry>();
+    e->exec.set_primitive(dnnl::batch_normalization_forward(pd));
+    e->exec.bind(DNNL_ARG_SRC, data_md(s));
+    e->exec.bind(DNNL_ARG_SCALE, channel_md(s));
+    e->exec.bind(DNNL_ARG_SHIFT, channel_md(s));
+    e->exec.bind(DNNL_ARG_DST, data_md(s));
+    e->exec.bind(DNNL_ARG_MEAN, channel_md(s));
+    e->exec.bind(DNNL_ARG_VARIANCE, channel_md(s));
+    if (relu) {
+      e->exec.bind(DNNL_ARG_WORKSPACE, pd.workspace_desc());
+      e->workspace_bytes = pd.workspace_desc().get_size();
+    }
+    return e;
+  };
+  return with_context([&] { return bn_text(s); },
+                      [&] { return cache.get(bn_key(kBnTraining, s, relu), create); });
+}
 
 }  // namespace
 
+// From the cached primitive: a training step asks once per fused layer, and creating a primitive
+// descriptor just to read the size cost more than the lookup.
 std::size_t batch_norm_relu_workspace_bytes(const BatchNormShape& s) {
-  validate(s);
-  return with_context([&] { return bn_text(s); },
-                      [&] { return training_pd(s, true).workspace_desc().get_size(); });
+  return training_entry(s, true)->workspace_bytes;
 }
 
 void batch_norm_forward_training(const BatchNormShape& s, const float* src, const float* scale,
                                  const float* shift, float* dst, float* mean, float* variance,
                                  void* relu_workspace) {
-  validate(s);
-  static PrimitiveCache<BnEntry> cache;
   const bool relu = relu_workspace != nullptr;
-  const auto entry = with_context([&] { return bn_text(s); },
-                                  [&] {
-                                    return cache.get(bn_key(kBnTraining, s, relu), [&] {
-                                      const auto pd = training_pd(s, relu);
-                                      auto e = std::make_shared<BnEntry>();
-                                      e->exec.set_primitive(dnnl::batch_normalization_forward(pd));
-                                      e->exec.bind(DNNL_ARG_SRC, data_md(s));
-                                      e->exec.bind(DNNL_ARG_SCALE, channel_md(s));
-                                      e->exec.bind(DNNL_ARG_SHIFT, channel_md(s));
-                                      e->exec.bind(DNNL_ARG_DST, data_md(s));
-                                      e->exec.bind(DNNL_ARG_MEAN, channel_md(s));
-                                      e->exec.bind(DNNL_ARG_VARIANCE, channel_md(s));
-                                      if (relu) e->exec.bind(DNNL_ARG_WORKSPACE, pd.workspace_desc());
-                                      return e;
-                                    });
-                                  });
+  const auto entry = training_entry(s, relu);
   const void* args[] = {src, scale, shift, dst, mean, variance, relu_workspace};  // the workspace last
   entry->exec.run(std::span(args, relu ? 7 : 6));
 }

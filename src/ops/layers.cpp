@@ -261,11 +261,10 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   const bool bf16 = g_bf16_autocast;
   // Stride-1 3x3 layers (fp32) run forward and backward-data as Winograd convolutions (conv/
   // winograd_conv.h), the weights transformed on each call, and their weight and bias gradients
-  // by Winograd too: 4x fewer multiplies
-  // per output tile than oneDNN's direct convolution (at batch 16, ResNet-18's 3x3 layers forward
-  // 19 -> 11-17 ms, backward-data 21-23 -> 11-18 ms, weight gradient 20-24 -> 12-16 ms, one
-  // thread). The rounding error grows to ~1e-5 of a layer's output scale; CPUDL_WINOGRAD=0 runs
-  // the direct convolutions.
+  // by Winograd too: 4x fewer multiplies per output tile than oneDNN's direct convolution (batch
+  // 16 at 224x224, one thread: forward 18-20 -> 8-12 ms, backward data 19-24 -> 8-13 ms, weight
+  // gradient 20-26 -> 9-13 ms, docs/BENCHMARKS.md). The rounding error grows to ~1e-5 of a
+  // layer's output scale; CPUDL_WINOGRAD=0 runs the direct convolutions.
   const bool winograd_candidate = !bf16 && !expanded.defined() && !crop.cropped;
   const auto winograd_forward =
       winograd_candidate ? conv::winograd_training_shape(run, conv::WinogradPass::forward) : std::nullopt;
