@@ -103,6 +103,24 @@ void BM_adam(benchmark::State& state) {
   report(state, k.name, n * 7 * sizeof(float), threads);  // reads w, g, m, v; writes w, m, v
 }
 
+// SGD with momentum and weight decay (the branch of PyTorch's step that touches most memory).
+void BM_sgd(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  const int threads = threads_arg(state);
+  std::vector<float> w(n, 0.1f), g(n, 0.01f), buf(n, 0.0f);
+  const auto& k = kernel_table().f32_sgd_step;
+  bool first = true;
+  for (auto _ : state) {
+    const cpudl::kernels::SgdParams p{1e-2f, 0.9f, 0.0f, 1e-4f, false, first};
+    first = false;
+    cpudl::parallel_for(n, 1 << 16, threads, [&](std::size_t lo, std::size_t hi) {
+      k.fn(w.data() + lo, g.data() + lo, buf.data() + lo, hi - lo, p);
+    });
+    benchmark::ClobberMemory();
+  }
+  report(state, k.name, n * 5 * sizeof(float), threads);  // reads w, g, buf; writes w, buf
+}
+
 // Row-wise softmax or log-softmax over rows of 1000 columns (ImageNet's classes).
 void BM_rowwise(benchmark::State& state, const KernelVariant<F32RowwiseFn>& (*pick)()) {
   const auto& k = pick();
@@ -488,6 +506,14 @@ BENCHMARK_CAPTURE(BM_binary, add, PICK(f32_add))
     ->Args({1 << 16, 1})
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_binary, swiglu, PICK(f32_swiglu))->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
+BENCHMARK_CAPTURE(BM_binary, relu_backward, PICK(f32_relu_backward))
+    ->Args({kBig, 1})
+    ->Args({kBig, 0})
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_binary, gelu_backward, PICK(f32_gelu_backward))
+    ->Args({kBig, 1})
+    ->Args({kBig, 0})
+    ->UseRealTime();
 BENCHMARK_CAPTURE(BM_unary, relu, PICK(f32_relu))->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
 BENCHMARK_CAPTURE(BM_unary, gelu, PICK(f32_gelu))->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
 BENCHMARK_CAPTURE(BM_unary, exp, PICK(f32_exp))->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
@@ -512,6 +538,7 @@ BENCHMARK(BM_narrow_linear)
     ->Args({2, 0})
     ->UseRealTime();
 BENCHMARK(BM_adam)->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
+BENCHMARK(BM_sgd)->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
 BENCHMARK_CAPTURE(BM_rowwise, softmax, softmax_kernel)->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
 BENCHMARK_CAPTURE(BM_rowwise, log_softmax, log_softmax_kernel)
     ->Args({kBig, 1})

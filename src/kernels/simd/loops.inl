@@ -33,13 +33,14 @@ void map_into(float* out, std::size_t n, Value value, PartialValue partial_value
   }
   // Four independent vectors per step, as in the streaming loop: the long dependency chains of
   // exp, tanh and GELU (40-60 dependent operations each) are latency-bound with two in flight.
+  // Each vector is stored as soon as it is computed: computing all four before the first store
+  // (as the streaming loop does) ran a 64 MiB add at 10 GB/s on one core here, against 13-14
+  // with the stores in between; GELU and the backward kernels measured the same either way.
   for (; i + 4 * W <= n; i += 4 * W) {
-    const auto a = value(i), b = value(i + W);
-    const auto c = value(i + 2 * W), d = value(i + 3 * W);
-    V::store(out + i, a);
-    V::store(out + i + W, b);
-    V::store(out + i + 2 * W, c);
-    V::store(out + i + 3 * W, d);
+    V::store(out + i, value(i));
+    V::store(out + i + W, value(i + W));
+    V::store(out + i + 2 * W, value(i + 2 * W));
+    V::store(out + i + 3 * W, value(i + 3 * W));
   }
   for (; i + W <= n; i += W) V::store(out + i, value(i));
   if (i < n) V::store_partial(out + i, partial_value(i, n - i), n - i);
