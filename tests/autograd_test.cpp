@@ -8,6 +8,7 @@
 #include <optional>
 #include <tuple>
 
+#include "conv/implicit_gemm_weight_grad.h"
 #include "conv/winograd_conv.h"
 #include "cpudl/autograd.h"
 #include "cpudl/error.h"
@@ -412,6 +413,39 @@ TEST(Autograd, WinogradConvolutionsMatchTheDirectLoop) {
                     "dw");
         if (bias_grad) expect_near(b.grad().to_vector(), want_db, "db");
       }
+}
+
+// Strided layers with many output channels take their weight gradient from the implicit GEMM
+// (conv/implicit_gemm_weight_grad.h) inside conv2d's backward: trained and frozen bias, fused
+// ReLU, stride 2 with padding 1 and 0, against the direct loops.
+TEST(Autograd, ImplicitGemmWeightGradientMatchesTheDirectLoop) {
+  const Shape x_shape = {2, 32, 9, 10}, w_shape = {256, 32, 3, 3};
+  std::uint64_t seed = 260;
+  for (const std::int64_t pad : {1, 0})
+    for (const bool relu : {false, true}) {
+      SCOPED_TRACE("pad " + std::to_string(pad) + (relu ? " relu" : ""));
+      const Conv2dOptions o{2, 2, pad, pad, 1, 1, 1, relu};
+      onednn::ConvShape s = conv_shape_of(x_shape, w_shape, o);
+      s.layout = onednn::ActivationLayout::nhwc;
+      ASSERT_TRUE(conv::implicit_gemm_weight_grad_preferred(s));  // the path is taken
+      Tensor x = randn(x_shape, seed++), w = randn(w_shape, seed++, 0.5f), b = randn({w_shape[0]}, seed++);
+      for (Tensor* t : {&x, &w, &b}) t->set_requires_grad(true);
+      const Tensor y = conv2d(x, w, b, o);
+      const Tensor r = randn(y.shape(), seed++);
+      sum(mul(y, r)).backward();
+      const std::vector<float> bias = b.to_vector();
+      const std::vector<float> out = reference::conv2d_forward(s, x.to_vector(), w.to_vector(), &bias);
+      std::vector<float> dy = r.to_vector();
+      for (std::size_t i = 0; i < dy.size(); ++i)
+        if (relu && !(out[i] > 0.0f)) dy[i] = 0.0f;
+      std::vector<float> want_db;
+      const std::vector<float> want = reference::conv2d_backward_weights(s, x.to_vector(), dy, &want_db);
+      const std::vector<float> dw = w.grad().to_vector(), db = b.grad().to_vector();
+      float scale = 0;
+      for (const float v : want) scale = std::max(scale, std::fabs(v));
+      for (std::size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(dw[i], want[i], 2e-5f * scale) << "dw " << i;
+      for (std::size_t i = 0; i < want_db.size(); ++i) ASSERT_NEAR(db[i], want_db[i], 1e-4f) << "db " << i;
+    }
 }
 
 // oneDNN's blocked copy of a convolution's weights is cached under (data pointer, version). A

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <random>
 
+#include "conv/implicit_gemm_weight_grad.h"
 #include "conv/winograd_conv.h"
 #include "cpudl/error.h"
 #include "dense_reference.h"
@@ -473,6 +474,60 @@ TEST(WinogradConv, BackwardWeightsMatchTheDirectWeightGradient) {
     }
   }
   EXPECT_THROW(conv::winograd_backward_weights({1, 16, 8, 8, 16, 1, 0, 2}, nullptr, nullptr, nullptr), Error);
+}
+
+// The implicit-GEMM weight gradient (channels-last) against the direct loop's, in double: strides
+// 1 and 2 (unequal too), paddings 0-3 (unequal too), 1x1, 3x3 and 7x7 kernels, output channels
+// that leave a partial tile, reductions of one block and of several (3 x 14 x 14 = 588 pixels),
+// one and two threads. Input channels are multiples of both tiles' NR (16 and 32). A wrong tap
+// offset, a skipped padding row or a dropped block moves results by the size of the values.
+TEST(ImplicitGemmWeightGrad, MatchesTheDirectWeightGradient) {
+  struct Case {
+    std::int64_t batch, c, h, w, k, kernel, stride_h, stride_w, pad_h, pad_w;
+  };
+  for (const Case& t : {Case{2, 32, 9, 7, 20, 3, 2, 2, 1, 1}, Case{1, 64, 8, 8, 14, 1, 2, 2, 0, 0},
+                        Case{1, 32, 6, 5, 32, 3, 1, 1, 1, 1}, Case{2, 32, 11, 10, 16, 7, 2, 2, 3, 3},
+                        Case{3, 32, 28, 28, 40, 3, 2, 2, 1, 1}, Case{2, 64, 7, 9, 30, 3, 2, 1, 0, 1}}) {
+    SCOPED_TRACE("c " + std::to_string(t.c) + " k " + std::to_string(t.k) + " kernel " +
+                 std::to_string(t.kernel) + " stride " + std::to_string(t.stride_h) + "x" +
+                 std::to_string(t.stride_w));
+    ConvShape s;
+    s.batch = t.batch, s.in_channels = t.c, s.height = t.h, s.width = t.w, s.out_channels = t.k;
+    s.kernel_h = s.kernel_w = t.kernel, s.stride_h = t.stride_h, s.stride_w = t.stride_w;
+    s.pad_h = t.pad_h, s.pad_w = t.pad_w, s.layout = ActivationLayout::nhwc;
+    ASSERT_TRUE(conv::implicit_gemm_weight_grad_applies(s));
+    const std::int64_t oh = s.out_height(), ow = s.out_width();
+    const auto x = random_vector(static_cast<std::size_t>(t.batch * t.c * t.h * t.w), 41);
+    const auto dy = random_vector(static_cast<std::size_t>(t.batch * t.k * oh * ow), 42);
+    std::vector<float> want_db;
+    const auto want = reference::conv2d_backward_weights(s, x, dy, &want_db);
+    double scale = 0;
+    for (const float value : want) scale = std::max(scale, static_cast<double>(std::fabs(value)));
+    const auto xc = to_nhwc(x, t.batch, t.c, t.h, t.w), dyc = to_nhwc(dy, t.batch, t.k, oh, ow);
+    for (const int threads : {1, 2}) {
+      std::vector<float> dw(want.size(), 7.0f), db(want_db.size(), 7.0f);
+      conv::implicit_gemm_weight_grad(s, xc.data(), dyc.data(), dw.data(), db.data(), threads);
+      for (std::size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(dw[i], want[i], 1e-5 * scale) << "at " << i << " of scale " << scale << ", " << threads;
+      for (std::size_t k = 0; k < want_db.size(); ++k)
+        ASSERT_NEAR(db[k], want_db[k], 1e-5 * (1 + std::fabs(want_db[k]))) << "db " << k << ", " << threads;
+      std::vector<float> dw_only(want.size(), 7.0f);  // no bias gradient asked for
+      conv::implicit_gemm_weight_grad(s, xc.data(), dyc.data(), dw_only.data(), nullptr, threads);
+      EXPECT_EQ(dw_only, dw);
+    }
+  }
+  ConvShape odd;  // channels that are not whole slivers, grouped, dilated or NCHW: not taken
+  odd.batch = 1, odd.in_channels = 8, odd.height = odd.width = 8, odd.out_channels = 16;
+  odd.kernel_h = odd.kernel_w = 3, odd.layout = ActivationLayout::nhwc;
+  EXPECT_FALSE(conv::implicit_gemm_weight_grad_applies(odd));
+  odd.in_channels = 64, odd.groups = 2;
+  EXPECT_FALSE(conv::implicit_gemm_weight_grad_applies(odd));
+  odd.groups = 1, odd.dilation_h = 2;
+  EXPECT_FALSE(conv::implicit_gemm_weight_grad_applies(odd));
+  odd.dilation_h = 1, odd.layout = ActivationLayout::nchw;
+  EXPECT_FALSE(conv::implicit_gemm_weight_grad_applies(odd));
+  odd.layout = ActivationLayout::nhwc;
+  EXPECT_TRUE(conv::implicit_gemm_weight_grad_applies(odd));
 }
 
 // A 1x1 convolution with oneDNN's fused depthwise 3x3 stage (MobileNet's expand + depthwise)

@@ -15,6 +15,7 @@
 #include "bench/workloads.h"
 #include "blas/blas.h"
 #include "cli/command.h"
+#include "conv/implicit_gemm_weight_grad.h"
 #include "conv/winograd_conv.h"
 #include "cpudl/error.h"
 #include "cpudl/runtime.h"
@@ -255,6 +256,11 @@ int run_conv(const BenchOptions& o) {
              conv::winograd_backward_weights(*train_forward, x.data(), dy.data(), dw.data(), diff_b, t);
            })
                          : nullptr},
+          {"backward_weights", "implicit_gemm",
+           conv::implicit_gemm_weight_grad_applies(s) ? std::function<void()>([&] {
+             conv::implicit_gemm_weight_grad(s, x.data(), dy.data(), dw.data(), diff_b, t);
+           })
+                                                      : nullptr},
       };
       for (const auto& pass : passes) {
         if (!pass.fn) continue;

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "conv/implicit_gemm_weight_grad.h"
 #include "conv/winograd_conv.h"
 #include "kernels/conv/conv.h"
 #include "onednn/dense.h"
@@ -178,6 +179,9 @@ struct ConvBackward {
       else if (run.groups == 1 && run.in_channels <= kFewInputChannels &&
                run.out_channels >= kFewInputChannelsMinOutputs)
         few_channel_backward_weights(run, xc.data(), gc.data(), dw.data(), db_out);
+      // Strided layers with many output channels: one implicit GEMM (conv/implicit_gemm_weight_grad.h).
+      else if (conv::implicit_gemm_weight_grad_preferred(run))
+        conv::implicit_gemm_weight_grad(run, xc.data(), gc.data(), dw.data(), db_out);
       // oneDNN's AMX weight gradient is slower than its f32 one for strided convolutions
       // (ResNet-18 at 32x32, batch 64, 1 thread: 1x1/2 0.44-1.22 ms against 0.18-0.67, 3x3/2
       // 1.5-2.8 ms against 1.2-1.9; but 3x3/1 2.7 ms against 6.3): those stay f32, only more exact.
