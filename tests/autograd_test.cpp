@@ -739,7 +739,7 @@ TEST(Autograd, OpProfileChargesEachOpOnce) {
 
 // First layers (1-4 input channels) whose images need no gradient run on the planar kernels, NCHW
 // out from 16 channels on and channels-last below (LeNet-5's 6: transposed per image); with an
-// input that needs one, the channels-last weight-gradient kernel (16+ outputs) or oneDNN. Values,
+// input that needs one, the channels-last weight-gradient kernel (16+ outputs, stride 1) or oneDNN. Values,
 // dW and db against the direct loops in double, with and without the fused ReLU, with padding,
 // stride, dilation, cropping and a batch that does not split evenly over the threads.
 TEST(Autograd, FirstLayerWeightGradientsMatchTheDirectLoop) {
