@@ -244,6 +244,27 @@ void report_flops(benchmark::State& state, const char* kernel, double flops_per_
   state.counters["threads"] = threads;
 }
 
+// The SGEMM microkernel's own ceiling: one tile's A and B slivers (k = 256) resident in L1, the
+// same C tile accumulated call after call, one thread. Whatever a GEMM driver adds (packing, L2
+// and L3 streams, edges) comes on top of the gap between this and the FMA roof: on this shared VM
+// it measured 88-96% from run to run, which is why `bench gemm` cannot reach 90% of the roof.
+void BM_gemm_microkernel_in_l1(benchmark::State& state) {
+  const auto& tile = kernel_table().f32_gemm_tile;
+  constexpr std::int64_t k = 256;
+  cpudl::AlignedBuffer a, b, c;
+  float* ap = a.get(static_cast<std::size_t>(tile.fn.mr * k));
+  float* bp = b.get(static_cast<std::size_t>(tile.fn.nr * k));
+  float* cp = c.get(static_cast<std::size_t>(tile.fn.mr * tile.fn.nr));
+  std::fill(ap, ap + tile.fn.mr * k, 1e-3f);
+  std::fill(bp, bp + tile.fn.nr * k, 1e-3f);
+  std::fill(cp, cp + tile.fn.mr * tile.fn.nr, 0.0f);
+  for (auto _ : state) {
+    for (int i = 0; i < 64; ++i) tile.fn.fn(k, ap, bp, cp, tile.fn.nr, true);
+    benchmark::ClobberMemory();
+  }
+  report_flops(state, tile.name, 64.0 * 2.0 * static_cast<double>(tile.fn.mr * tile.fn.nr * k), 1);
+}
+
 // ResNet-18's stride-1 3x3 layer of `channels` channels (56x56 at 64 ... 7x7 at 512), batch 16, as
 // oneDNN's direct convolution sees it in `layout`: the peer the Winograd benchmarks compare with.
 cpudl::onednn::ConvShape resnet_3x3_layer(std::int64_t channels, cpudl::onednn::ActivationLayout layout) {
@@ -518,6 +539,7 @@ BENCHMARK_CAPTURE(BM_unary, relu, PICK(f32_relu))->Args({kBig, 1})->Args({kBig, 
 BENCHMARK_CAPTURE(BM_unary, gelu, PICK(f32_gelu))->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
 BENCHMARK_CAPTURE(BM_unary, exp, PICK(f32_exp))->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
 BENCHMARK(BM_sum)->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
+BENCHMARK(BM_gemm_microkernel_in_l1)->UseRealTime();
 BENCHMARK(BM_rms_norm)->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
 // Args: {channels, threads}.
 BENCHMARK(BM_max_pool_nhwc)->Args({6, 1})->Args({8, 1})->Args({16, 1})->Args({6, 0})->UseRealTime();
