@@ -434,6 +434,22 @@ TEST(WinogradConv, BackwardDataMatchesTheDirectInputGradient) {
   }
 }
 
+// Random x and dy (NCHW) for a convolution, the direct loop's weight and bias gradients (in
+// double), and the weight gradient's largest magnitude: the scale tolerances are relative to.
+struct WeightGradientCase {
+  std::vector<float> x, dy, want_dw, want_db;
+  double scale = 0;
+};
+WeightGradientCase weight_gradient_case(const ConvShape& s, unsigned seed) {
+  WeightGradientCase c;
+  c.x = random_vector(static_cast<std::size_t>(s.batch * s.in_channels * s.height * s.width), seed);
+  c.dy = random_vector(static_cast<std::size_t>(s.batch * s.out_channels * s.out_height() * s.out_width()),
+                       seed + 1);
+  c.want_dw = reference::conv2d_backward_weights(s, c.x, c.dy, &c.want_db);
+  for (const float value : c.want_dw) c.scale = std::max(c.scale, static_cast<double>(std::fabs(value)));
+  return c;
+}
+
 // A layer's weight and bias gradients by Winograd F(4x4, 3x3) (training): paddings 0-2, partial tiles,
 // channels-last and blocked, one and two threads (which split the output channels), one block of
 // tiles and several, against the direct loop's weight gradient (in double). fp32 sums 32768
@@ -453,12 +469,7 @@ TEST(WinogradConv, BackwardWeightsMatchTheDirectWeightGradient) {
     s.batch = t.batch, s.in_channels = t.c, s.height = t.h, s.width = t.w, s.out_channels = t.k;
     s.kernel_h = s.kernel_w = 3, s.pad_h = s.pad_w = t.pad;
     const std::int64_t oh = s.out_height(), ow = s.out_width();
-    const auto x = random_vector(static_cast<std::size_t>(t.batch * t.c * t.h * t.w), 37);
-    const auto dy = random_vector(static_cast<std::size_t>(t.batch * t.k * oh * ow), 38);
-    std::vector<float> want_db;
-    const auto want = reference::conv2d_backward_weights(s, x, dy, &want_db);
-    double scale = 0;
-    for (const float value : want) scale = std::max(scale, static_cast<double>(std::fabs(value)));
+    const auto [x, dy, want, want_db, scale] = weight_gradient_case(s, 37);
     const std::int64_t in_block = t.block ? t.block : t.c, out_block = t.block ? t.block : t.k;
     const auto xb = to_blocked(x, t.batch, t.c, t.h * t.w, in_block);
     const auto dyb = to_blocked(dy, t.batch, t.k, oh * ow, out_block);
@@ -497,12 +508,7 @@ TEST(ImplicitGemmWeightGrad, MatchesTheDirectWeightGradient) {
     s.pad_h = t.pad_h, s.pad_w = t.pad_w, s.layout = ActivationLayout::nhwc;
     ASSERT_TRUE(conv::implicit_gemm_weight_grad_applies(s));
     const std::int64_t oh = s.out_height(), ow = s.out_width();
-    const auto x = random_vector(static_cast<std::size_t>(t.batch * t.c * t.h * t.w), 41);
-    const auto dy = random_vector(static_cast<std::size_t>(t.batch * t.k * oh * ow), 42);
-    std::vector<float> want_db;
-    const auto want = reference::conv2d_backward_weights(s, x, dy, &want_db);
-    double scale = 0;
-    for (const float value : want) scale = std::max(scale, static_cast<double>(std::fabs(value)));
+    const auto [x, dy, want, want_db, scale] = weight_gradient_case(s, 41);
     const auto xc = to_nhwc(x, t.batch, t.c, t.h, t.w), dyc = to_nhwc(dy, t.batch, t.k, oh, ow);
     for (const int threads : {1, 2}) {
       std::vector<float> dw(want.size(), 7.0f), db(want_db.size(), 7.0f);
