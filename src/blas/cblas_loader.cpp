@@ -8,6 +8,7 @@
 
 #include "blas/blas.h"
 #include "cpudl/error.h"
+#include "kernels/dispatch.h"
 
 namespace cpudl::blas {
 namespace {
@@ -157,7 +158,8 @@ void require(Backend backend) {
 
 std::string describe(Backend backend) {
   if (backend == Backend::onednn) return "oneDNN matmul";
-  if (backend == Backend::native) return "cpudl blocked SGEMM (6x16 microkernel)";
+  if (backend == Backend::native)
+    return std::string("cpudl blocked SGEMM (") + kernels::kernel_table().f32_gemm_tile.name + ")";
   std::string why;
   if (!available(backend, &why)) return why;
   return library(backend).description;
