@@ -111,6 +111,32 @@ TEST(Autograd, UnaryFunctions) {
       "tanh", [](auto& v) { return tanh(v[0]); }, {randn({20}, 20, 2.0f)}, 1e-3);
 }
 
+// relu(a + b) as one op: finite differences (b a twentieth of a: a + b stays 0.1 from the kink), and the same
+// values and gradients as relu(add(a, b)) in NCHW and channels-last inputs; a broadcast input
+// takes the two-op path.
+TEST(Autograd, AddReluMatchesReluOfAdd) {
+  check_gradients("add_relu", [](auto& v) { return add_relu(v[0], v[1]); },
+                  {away_from_zero({3, 4}, 27), mul(away_from_zero({3, 4}, 28), 0.05f).detach()});
+  for (const bool channels_last : {false, true}) {
+    SCOPED_TRACE(channels_last ? "channels-last" : "NCHW");
+    Tensor a = randn({2, 8, 5, 6}, 29), b = randn({2, 8, 5, 6}, 30);
+    if (channels_last) a = channels_last_values(a), b = channels_last_values(b);
+    const Tensor g = randn({2, 8, 5, 6}, 31);
+    auto run = [&](bool fused) {
+      Tensor x = a.detach(), y = b.detach();
+      x.set_requires_grad(true);
+      y.set_requires_grad(true);
+      const Tensor out = fused ? add_relu(x, y) : relu(add(x, y));
+      sum(mul(out, g)).backward();
+      return std::vector<std::vector<float>>{out.to_vector(), x.grad().to_vector(), y.grad().to_vector()};
+    };
+    const auto fused = run(true), two_ops = run(false);
+    for (std::size_t k = 0; k < fused.size(); ++k) EXPECT_EQ(fused[k], two_ops[k]) << "result " << k;
+  }
+  const Tensor row = randn({6}, 32), matrix = randn({3, 6}, 33);
+  EXPECT_EQ(add_relu(matrix, row).to_vector(), relu(add(matrix, row)).to_vector());
+}
+
 TEST(Autograd, Reductions) {
   check_gradients("sum all", [](auto& v) { return sum(v[0]); }, {randn({3, 4}, 21)});
   check_gradients("sum dims", [](auto& v) { return sum(v[0], {0, 2}); }, {randn({2, 3, 4}, 22)});

@@ -66,6 +66,20 @@ void check_binary(const std::vector<KernelVariant<F32BinaryFn>>& variants, F32Bi
 }
 
 TEST(Kernels, F32AddMatchesReference) { check_binary(f32_add_variants(), f32_add_variants().back().fn); }
+TEST(Kernels, F32AddReluMatchesReference) {
+  check_binary(f32_add_relu_variants(), f32_add_relu_variants().back().fn);
+}
+// The fused join is the two-op form exactly: relu's reference applied to add's.
+TEST(Kernels, AddReluReferenceIsReluOfAdd) {
+  const std::size_t n = 1000;
+  auto a = random_values(n, 3, true), b = random_values(n, 4, false);
+  a[0] = NAN, b[1] = -a[1];  // NaN kept; a zero sum stays zero
+  std::vector<float> fused(n), sum(n), two_ops(n);
+  f32_add_relu_variants().back().fn(a.data(), b.data(), fused.data(), n);
+  f32_add_variants().back().fn(a.data(), b.data(), sum.data(), n);
+  f32_relu_variants().back().fn(sum.data(), two_ops.data(), n);
+  for (std::size_t i = 0; i < n; ++i) ASSERT_TRUE(same_bits_or_both_nan(fused[i], two_ops[i])) << i;
+}
 // The transpose moves bits: every variant must equal the loop exactly, for every edge of the
 // 8 x 8 tiles, with leading dimensions wider than the matrix, and must not write past it.
 TEST(Kernels, F32TransposeMatchesReference) {

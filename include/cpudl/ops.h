@@ -47,6 +47,9 @@ Tensor sqrt(const Tensor& x);
 Tensor pow(const Tensor& x, float exponent);
 Tensor clamp(const Tensor& x, std::optional<float> min, std::optional<float> max);
 Tensor relu(const Tensor& x);
+// relu(add(a, b)) as one op (a residual block's join): one pass each way. Same shapes; others are
+// run as the two ops.
+Tensor add_relu(const Tensor& a, const Tensor& b);
 Tensor leaky_relu(const Tensor& x, float negative_slope = 0.01f);
 Tensor gelu(const Tensor& x);
 Tensor sigmoid(const Tensor& x);

@@ -34,6 +34,7 @@ namespace cpudl::kernels {
   X(f32_sigmoid_backward, F32UnaryBackwardFn)                          \
   X(f32_tanh_backward, F32UnaryBackwardFn)                             \
   X(f32_swiglu, F32BinaryFn)                                           \
+  X(f32_add_relu, F32BinaryFn)                                         \
   X(f32_sum, F32ReduceFn)                                              \
   X(f32_max, F32ReduceFn)                                              \
   X(f32_argmax, F32ArgmaxFn)                                           \

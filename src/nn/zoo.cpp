@@ -88,7 +88,7 @@ class BasicBlock : public Module {
   Tensor forward(const Tensor& x) override {
     Tensor out = bn1->forward_relu(conv1->forward(x));
     out = bn2->forward(conv2->forward(out));
-    return relu(add(out, downsample ? downsample->forward(x) : x));
+    return add_relu(out, downsample ? downsample->forward(x) : x);
   }
   std::shared_ptr<Conv2d> conv1, conv2;
   std::shared_ptr<BatchNorm2d> bn1, bn2;

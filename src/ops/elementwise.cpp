@@ -194,6 +194,21 @@ Tensor activation(const Tensor& x, const char* name,
 Tensor relu(const Tensor& x) {
   return activation(x, "relu", native().f32_relu, native().f32_relu_backward, false);
 }
+Tensor add_relu(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape() || !is_dense(a)) return relu(add(a, b));  // broadcasting: two ops
+  profiling::Scope profile("add_relu");
+  require_f32(a, "add_relu", "first input");
+  require_f32(b, "add_relu", "second input");
+  Tensor out = map_pair_in_layout(native().f32_add_relu.fn, a, b);
+  // relu's mask from the output: out > 0 exactly where a + b > 0 (NaN passes no gradient either way).
+  const Tensor saved = out.detach();
+  const auto mask = native().f32_relu_backward.fn;
+  autograd::record(out, "add_relu", {a, b}, [saved, mask](const Tensor& g) {
+    const Tensor dx = map_pair_in_layout(mask, saved, g);
+    return std::vector<Tensor>{dx, dx};
+  });
+  return out;
+}
 Tensor gelu(const Tensor& x) {
   return activation(x, "gelu", native().f32_gelu, native().f32_gelu_backward, false);
 }

@@ -22,7 +22,8 @@ namespace cpudl::kernels {
   void f32_gelu_backward__##isa(const float* x, const float* dy, float* dx, std::size_t n);    \
   void f32_sigmoid_backward__##isa(const float* y, const float* dy, float* dx, std::size_t n); \
   void f32_tanh_backward__##isa(const float* y, const float* dy, float* dx, std::size_t n);    \
-  void f32_swiglu__##isa(const float* gate, const float* up, float* out, std::size_t n);
+  void f32_swiglu__##isa(const float* gate, const float* up, float* out, std::size_t n);       \
+  void f32_add_relu__##isa(const float* a, const float* b, float* out, std::size_t n);
 
 CPUDL_DECLARE_ELTWISE(ref)
 CPUDL_DECLARE_ELTWISE(avx2)

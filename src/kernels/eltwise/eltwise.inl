@@ -51,6 +51,11 @@ void CPUDL_KERNEL(f32_swiglu)(const float* gate, const float* up, float* out, st
   map_binary<V>(gate, up, out, n, [](F g, F u) { return V::mul(V::mul(g, Math::sigmoid(g)), u); });
 }
 
+// max(0, a + b): a residual join and its ReLU in one pass (NaN kept, as f32_relu).
+void CPUDL_KERNEL(f32_add_relu)(const float* a, const float* b, float* out, std::size_t n) {
+  map_binary<V>(a, b, out, n, [](F x, F y) { return V::max(V::zero(), V::add(x, y)); });
+}
+
 void CPUDL_KERNEL(f32_relu_backward)(const float* x, const float* dy, float* dx, std::size_t n) {
   map_binary<V>(x, dy, dx, n, [](F xv, F g) { return V::select(V::greater(xv, V::zero()), g, V::zero()); });
 }

@@ -35,6 +35,14 @@ void f32_div__ref(const float* a, const float* b, float* out, std::size_t n) {
   map2(a, b, out, n, [](float x, float y) { return x / y; });
 }
 
+// relu(a + b), the sum rounded to float first as the two-op form would.
+void f32_add_relu__ref(const float* a, const float* b, float* out, std::size_t n) {
+  map2(a, b, out, n, [](float x, float y) {
+    const float sum = x + y;
+    return 0.0f > sum ? 0.0f : sum;
+  });
+}
+
 // max(0, x) with x propagated when it is NaN, as MAXPS(0, x) and PyTorch's relu do.
 void f32_relu__ref(const float* x, float* out, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) out[i] = 0.0f > x[i] ? 0.0f : x[i];
