@@ -54,9 +54,9 @@ void copy_floats(const float* src, std::int64_t n, float* dst) {
 }
 
 // The packing loops read a few channels of each pixel, pixels hundreds of bytes apart (strided
-// taps, wide rows of dy): the hardware prefetchers did not follow, and the copies waited on
-// each line (perf: a quarter of a 3x3/2 layer's time in the packing loops' loads). Each loop
-// prefetches the pixel this many ahead.
+// taps, wide rows of dy), which the hardware prefetchers follow poorly: each loop prefetches the
+// pixel this many ahead (ResNet-18's layer2.0, 1 thread: 16.4 -> 15.6 ms). The larger part of
+// the copies' waiting went with NextBlockPrefetch below.
 constexpr std::int64_t kPrefetchPixels = 8;
 void prefetch_floats(const float* p, std::int64_t n) {
   __builtin_prefetch(p);
