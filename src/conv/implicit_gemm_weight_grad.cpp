@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <vector>
 
 #include "cpudl/runtime.h"
 #include "kernels/dispatch.h"
@@ -80,50 +79,60 @@ struct PixelCursor {
 // The next block's inputs, fetched into L2 a few lines at a time between the microkernel calls
 // of this block, so that their misses overlap the arithmetic: packed block by block, the
 // copies of the first touch had waited on memory with the FMA units idle (22% of a 3x3/2
-// layer's time here). The lines are the input rows the next block's taps read (whole rows)
-// and the next block's rows of dy.
+// layer's time here). The lines are the next block's rows of dy, then, image by image, the
+// input rows its taps read (whole rows). No allocation: the images are walked as they come.
 class NextBlockPrefetch {
  public:
   NextBlockPrefetch(const onednn::ConvShape& s, const float* x, const float* dy, std::int64_t p0,
-                    std::int64_t kc, std::int64_t P) {
+                    std::int64_t kc, std::int64_t P)
+      : s_(s), x_(x) {
     if (p0 >= P) return;
     kc = std::min(kc, P - p0);
-    const std::int64_t OH = s.out_height(), OW = s.out_width(), row = s.width * s.in_channels;
+    first_.seek(p0, s.out_height(), s.out_width());
+    last_.seek(p0 + kc - 1, s.out_height(), s.out_width());
     dy_ = {reinterpret_cast<const char*>(dy + p0 * s.out_channels),
            reinterpret_cast<const char*>(dy + (p0 + kc) * s.out_channels)};
-    PixelCursor first, last;
-    first.seek(p0, OH, OW);
-    last.seek(p0 + kc - 1, OH, OW);
-    // Input rows [top, bottom] of each image the block's output rows reach.
-    for (std::int64_t n = first.n; n <= last.n; ++n) {
-      const std::int64_t oh0 = n == first.n ? first.oh : 0, oh1 = n == last.n ? last.oh : OH - 1;
-      const std::int64_t top = std::max<std::int64_t>(0, oh0 * s.stride_h - s.pad_h);
-      const std::int64_t bottom = std::min(s.height - 1, oh1 * s.stride_h - s.pad_h + s.kernel_h - 1);
-      if (top <= bottom)
-        rows_.push_back({reinterpret_cast<const char*>(x + (n * s.height + top) * row),
-                         reinterpret_cast<const char*>(x + (n * s.height + bottom + 1) * row)});
+    image_ = first_.n;
+    rows_ = input_rows(image_);
+    for (std::int64_t n = first_.n; n <= last_.n; ++n) {
+      const Range r = input_rows(n);
+      lines_ += (r.end - r.next) / 64;
     }
+    lines_ += (dy_.end - dy_.next) / 64;
   }
-  std::int64_t lines() const {
-    std::int64_t total = (dy_.end - dy_.next) / 64;
-    for (const Range& r : rows_) total += (r.end - r.next) / 64;
-    return total;
-  }
+  std::int64_t lines() const { return lines_; }
   void issue(std::int64_t count) {
     count = drain(dy_, count);
-    for (Range& r : rows_) count = drain(r, count);
+    while (count > 0 && image_ <= last_.n) {
+      count = drain(rows_, count);
+      if (rows_.next >= rows_.end && ++image_ <= last_.n) rows_ = input_rows(image_);
+    }
   }
 
  private:
   struct Range {
     const char *next = nullptr, *end = nullptr;
   };
+  // Input rows [top, bottom] of image n that the block's output rows in it reach.
+  Range input_rows(std::int64_t n) const {
+    const std::int64_t oh0 = n == first_.n ? first_.oh : 0,
+                       oh1 = n == last_.n ? last_.oh : s_.out_height() - 1;
+    const std::int64_t top = std::max<std::int64_t>(0, oh0 * s_.stride_h - s_.pad_h);
+    const std::int64_t bottom = std::min(s_.height - 1, oh1 * s_.stride_h - s_.pad_h + s_.kernel_h - 1);
+    if (top > bottom) return {};
+    const std::int64_t row = s_.width * s_.in_channels;
+    return {reinterpret_cast<const char*>(x_ + (n * s_.height + top) * row),
+            reinterpret_cast<const char*>(x_ + (n * s_.height + bottom + 1) * row)};
+  }
   static std::int64_t drain(Range& r, std::int64_t count) {
     for (; count > 0 && r.next < r.end; --count, r.next += 64) __builtin_prefetch(r.next, 0, 2);
     return count;
   }
-  Range dy_;
-  std::vector<Range> rows_;
+  const onednn::ConvShape& s_;
+  const float* x_;
+  PixelCursor first_, last_;
+  Range dy_, rows_;
+  std::int64_t image_ = 0, lines_ = 0;
 };
 
 }  // namespace
