@@ -64,6 +64,17 @@ struct BnEntry {
   std::size_t workspace_bytes = 0;  // the fused ReLU's mask (training with relu)
 };
 
+// The forward arguments of both passes, in the order run() takes them: src, scale, shift, dst,
+// mean, variance (training writes the statistics, inference reads them).
+void bind_forward_args(Executable& exec, const BatchNormShape& s) {
+  exec.bind(DNNL_ARG_SRC, data_md(s));
+  exec.bind(DNNL_ARG_SCALE, channel_md(s));
+  exec.bind(DNNL_ARG_SHIFT, channel_md(s));
+  exec.bind(DNNL_ARG_DST, data_md(s));
+  exec.bind(DNNL_ARG_MEAN, channel_md(s));
+  exec.bind(DNNL_ARG_VARIANCE, channel_md(s));
+}
+
 // The training forward primitive of shape s, fused with the ReLU or not: created once, cached.
 std::shared_ptr<BnEntry> training_entry(const BatchNormShape& s, bool relu) {
   validate(s);
@@ -72,12 +83,7 @@ std::shared_ptr<BnEntry> training_entry(const BatchNormShape& s, bool relu) {
     const auto pd = training_pd(s, relu);
     auto e = std::make_shared<BnEntry>();
     e->exec.set_primitive(dnnl::batch_normalization_forward(pd));
-    e->exec.bind(DNNL_ARG_SRC, data_md(s));
-    e->exec.bind(DNNL_ARG_SCALE, channel_md(s));
-    e->exec.bind(DNNL_ARG_SHIFT, channel_md(s));
-    e->exec.bind(DNNL_ARG_DST, data_md(s));
-    e->exec.bind(DNNL_ARG_MEAN, channel_md(s));
-    e->exec.bind(DNNL_ARG_VARIANCE, channel_md(s));
+    bind_forward_args(e->exec, s);
     if (relu) {
       e->exec.bind(DNNL_ARG_WORKSPACE, pd.workspace_desc());
       e->workspace_bytes = pd.workspace_desc().get_size();
@@ -122,16 +128,11 @@ void batch_norm_forward_inference(const BatchNormShape& s, const float* src, con
                        const dnnl::batch_normalization_forward::primitive_desc pd(desc, engine());
                        auto e = std::make_shared<BnEntry>();
                        e->exec.set_primitive(dnnl::batch_normalization_forward(pd));
-                       e->exec.bind(DNNL_ARG_SRC, data_md(s));
-                       e->exec.bind(DNNL_ARG_SCALE, channel_md(s));
-                       e->exec.bind(DNNL_ARG_SHIFT, channel_md(s));
-                       e->exec.bind(DNNL_ARG_MEAN, channel_md(s));
-                       e->exec.bind(DNNL_ARG_VARIANCE, channel_md(s));
-                       e->exec.bind(DNNL_ARG_DST, data_md(s));
+                       bind_forward_args(e->exec, s);
                        return e;
                      });
                    });
-  entry->exec.run({src, scale, shift, mean, variance, dst});
+  entry->exec.run({src, scale, shift, dst, mean, variance});
 }
 
 void batch_norm_backward(const BatchNormShape& s, const float* src, const float* diff_dst, const float* scale,
