@@ -9,11 +9,13 @@
 #include <tuple>
 
 #include "conv/implicit_gemm_weight_grad.h"
+#include "conv/tap_gemm_weight_grad.h"
 #include "conv/winograd_conv.h"
 #include "cpudl/autograd.h"
 #include "cpudl/error.h"
 #include "cpudl/ops.h"
 #include "dense_reference.h"
+#include "kernels/dispatch.h"
 #include "onednn/dense.h"
 #include "tensor/layout.h"
 
@@ -441,37 +443,51 @@ TEST(Autograd, WinogradConvolutionsMatchTheDirectLoop) {
       }
 }
 
-// Strided layers with many output channels take their weight gradient from the implicit GEMM
-// (conv/implicit_gemm_weight_grad.h) inside conv2d's backward: trained and frozen bias, fused
-// ReLU, stride 2 with padding 1 and 0, against the direct loops.
-TEST(Autograd, ImplicitGemmWeightGradientMatchesTheDirectLoop) {
-  const Shape x_shape = {2, 32, 9, 10}, w_shape = {256, 32, 3, 3};
+// Strided layers take their weight gradient from a native GEMM inside conv2d's backward: the
+// tap-major one (conv/tap_gemm_weight_grad.h) up to 128 input channels, the implicit GEMM
+// (conv/implicit_gemm_weight_grad.h) past them with 256+ output channels. Trained and frozen bias,
+// fused ReLU, stride 2 with padding 1 and 0, against the direct loops.
+TEST(Autograd, StridedWeightGradientPathsMatchTheDirectLoop) {
+  struct Case {
+    Shape x_shape, w_shape;
+    bool tap_major;
+  };
   std::uint64_t seed = 260;
-  for (const std::int64_t pad : {1, 0})
-    for (const bool relu : {false, true}) {
-      SCOPED_TRACE("pad " + std::to_string(pad) + (relu ? " relu" : ""));
-      const Conv2dOptions o{2, 2, pad, pad, 1, 1, 1, relu};
-      onednn::ConvShape s = conv_shape_of(x_shape, w_shape, o);
-      s.layout = onednn::ActivationLayout::nhwc;
-      ASSERT_TRUE(conv::implicit_gemm_weight_grad_preferred(s));  // the path is taken
-      Tensor x = randn(x_shape, seed++), w = randn(w_shape, seed++, 0.5f), b = randn({w_shape[0]}, seed++);
-      for (Tensor* t : {&x, &w, &b}) t->set_requires_grad(true);
-      const Tensor y = conv2d(x, w, b, o);
-      const Tensor r = randn(y.shape(), seed++);
-      sum(mul(y, r)).backward();
-      const std::vector<float> bias = b.to_vector();
-      const std::vector<float> out = reference::conv2d_forward(s, x.to_vector(), w.to_vector(), &bias);
-      std::vector<float> dy = r.to_vector();
-      for (std::size_t i = 0; i < dy.size(); ++i)
-        if (relu && !(out[i] > 0.0f)) dy[i] = 0.0f;
-      std::vector<float> want_db;
-      const std::vector<float> want = reference::conv2d_backward_weights(s, x.to_vector(), dy, &want_db);
-      const std::vector<float> dw = w.grad().to_vector(), db = b.grad().to_vector();
-      float scale = 0;
-      for (const float v : want) scale = std::max(scale, std::fabs(v));
-      for (std::size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(dw[i], want[i], 2e-5f * scale) << "dw " << i;
-      for (std::size_t i = 0; i < want_db.size(); ++i) ASSERT_NEAR(db[i], want_db[i], 1e-4f) << "db " << i;
-    }
+  for (const Case& c : {Case{{2, 32, 9, 10}, {128, 32, 3, 3}, true}, Case{{2, 160, 9, 10}, {256, 160, 3, 3}, false}})
+    for (const std::int64_t pad : {1, 0})
+      for (const bool relu : {false, true}) {
+        SCOPED_TRACE(std::string(c.tap_major ? "tap-major" : "implicit") + " pad " + std::to_string(pad) +
+                     (relu ? " relu" : ""));
+        const Conv2dOptions o{2, 2, pad, pad, 1, 1, 1, relu};
+        onednn::ConvShape s = conv_shape_of(c.x_shape, c.w_shape, o);
+        s.layout = onednn::ActivationLayout::nhwc;
+        // The path is taken (the tap-major one on AVX-512 machines only).
+        if (c.tap_major) {
+          if (kernels::kernel_table().f32_conv_weight_grad_taps.level == IsaLevel::avx512) {
+            ASSERT_TRUE(conv::tap_gemm_weight_grad_preferred(s));
+          }
+        } else {
+          ASSERT_FALSE(conv::tap_gemm_weight_grad_preferred(s));
+          ASSERT_TRUE(conv::implicit_gemm_weight_grad_preferred(s));
+        }
+        Tensor x = randn(c.x_shape, seed++), w = randn(c.w_shape, seed++, 0.5f), b = randn({c.w_shape[0]}, seed++);
+        for (Tensor* t : {&x, &w, &b}) t->set_requires_grad(true);
+        const Tensor y = conv2d(x, w, b, o);
+        const Tensor r = randn(y.shape(), seed++);
+        sum(mul(y, r)).backward();
+        const std::vector<float> bias = b.to_vector();
+        const std::vector<float> out = reference::conv2d_forward(s, x.to_vector(), w.to_vector(), &bias);
+        std::vector<float> dy = r.to_vector();
+        for (std::size_t i = 0; i < dy.size(); ++i)
+          if (relu && !(out[i] > 0.0f)) dy[i] = 0.0f;
+        std::vector<float> want_db;
+        const std::vector<float> want = reference::conv2d_backward_weights(s, x.to_vector(), dy, &want_db);
+        const std::vector<float> dw = w.grad().to_vector(), db = b.grad().to_vector();
+        float scale = 0;
+        for (const float v : want) scale = std::max(scale, std::fabs(v));
+        for (std::size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(dw[i], want[i], 2e-5f * scale) << "dw " << i;
+        for (std::size_t i = 0; i < want_db.size(); ++i) ASSERT_NEAR(db[i], want_db[i], 1e-4f) << "db " << i;
+      }
 }
 
 // oneDNN's blocked copy of a convolution's weights is cached under (data pointer, version). A

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "conv/implicit_gemm_weight_grad.h"
+#include "conv/tap_gemm_weight_grad.h"
 #include "conv/winograd_conv.h"
 #include "cpudl/error.h"
 #include "dense_reference.h"
@@ -534,6 +535,59 @@ TEST(ImplicitGemmWeightGrad, MatchesTheDirectWeightGradient) {
   EXPECT_FALSE(conv::implicit_gemm_weight_grad_applies(odd));
   odd.layout = ActivationLayout::nhwc;
   EXPECT_TRUE(conv::implicit_gemm_weight_grad_applies(odd));
+}
+
+// The tap-major weight gradient (channels-last) against the direct loop's, in double: strides 1
+// and 2 (unequal too), paddings 0-3 (unequal too), 1x1, 3x3 and 7x7 kernels, input channels that
+// leave a partial block of rows (20 = 3 x 6 + 2, 3, 70), one and several output-channel tiles,
+// output rows of 1 to 28 pixels, one block of rows per image and several; 1, 2 and 3 threads (3
+// threads on 2 images split the channel tiles too). A wrong tap offset, a skipped padding row or
+// a dropped block moves results by the size of the values.
+TEST(TapGemmWeightGrad, MatchesTheDirectWeightGradient) {
+  struct Case {
+    std::int64_t batch, c, h, w, k, kernel, stride_h, stride_w, pad_h, pad_w;
+  };
+  for (const Case& t : {Case{2, 20, 9, 7, 64, 3, 2, 2, 1, 1}, Case{1, 3, 8, 8, 128, 1, 2, 2, 0, 0},
+                        Case{2, 16, 6, 5, 64, 3, 1, 1, 1, 1}, Case{2, 6, 11, 10, 64, 7, 2, 2, 3, 3},
+                        Case{3, 12, 56, 56, 128, 3, 2, 2, 1, 1}, Case{2, 70, 7, 9, 192, 3, 2, 1, 0, 1},
+                        Case{2, 8, 3, 3, 64, 3, 2, 2, 1, 1}}) {
+    SCOPED_TRACE("c " + std::to_string(t.c) + " k " + std::to_string(t.k) + " kernel " +
+                 std::to_string(t.kernel) + " stride " + std::to_string(t.stride_h) + "x" +
+                 std::to_string(t.stride_w));
+    ConvShape s;
+    s.batch = t.batch, s.in_channels = t.c, s.height = t.h, s.width = t.w, s.out_channels = t.k;
+    s.kernel_h = s.kernel_w = t.kernel, s.stride_h = t.stride_h, s.stride_w = t.stride_w;
+    s.pad_h = t.pad_h, s.pad_w = t.pad_w, s.layout = ActivationLayout::nhwc;
+    ASSERT_TRUE(conv::tap_gemm_weight_grad_applies(s));
+    const std::int64_t oh = s.out_height(), ow = s.out_width();
+    const auto [x, dy, want, want_db, scale] = weight_gradient_case(s, 43);
+    const auto xc = to_nhwc(x, t.batch, t.c, t.h, t.w), dyc = to_nhwc(dy, t.batch, t.k, oh, ow);
+    for (const int threads : {1, 2, 3}) {
+      std::vector<float> dw(want.size(), 7.0f), db(want_db.size(), 7.0f);
+      conv::tap_gemm_weight_grad(s, xc.data(), dyc.data(), dw.data(), db.data(), threads);
+      for (std::size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(dw[i], want[i], 1e-5 * scale) << "at " << i << " of scale " << scale << ", " << threads;
+      for (std::size_t k = 0; k < want_db.size(); ++k)
+        ASSERT_NEAR(db[k], want_db[k], 1e-5 * (1 + std::fabs(want_db[k]))) << "db " << k << ", " << threads;
+      std::vector<float> dw_only(want.size(), 7.0f);  // no bias gradient asked for
+      conv::tap_gemm_weight_grad(s, xc.data(), dyc.data(), dw_only.data(), nullptr, threads);
+      EXPECT_EQ(dw_only, dw);
+    }
+  }
+  ConvShape odd;  // output channels not whole 64-channel tiles, grouped, dilated or NCHW: not taken
+  odd.batch = 1, odd.in_channels = 8, odd.height = odd.width = 8, odd.out_channels = 96;
+  odd.kernel_h = odd.kernel_w = 3, odd.stride_h = odd.stride_w = 2, odd.layout = ActivationLayout::nhwc;
+  EXPECT_FALSE(conv::tap_gemm_weight_grad_applies(odd));
+  odd.out_channels = 128, odd.groups = 2;
+  EXPECT_FALSE(conv::tap_gemm_weight_grad_applies(odd));
+  odd.groups = 1, odd.dilation_h = 2;
+  EXPECT_FALSE(conv::tap_gemm_weight_grad_applies(odd));
+  odd.dilation_h = 1, odd.layout = ActivationLayout::nchw;
+  EXPECT_FALSE(conv::tap_gemm_weight_grad_applies(odd));
+  odd.layout = ActivationLayout::nhwc;
+  EXPECT_TRUE(conv::tap_gemm_weight_grad_applies(odd));
+  odd.in_channels = 256;  // x's pixels 2 KB apart at stride 2: the implicit GEMM's
+  EXPECT_FALSE(conv::tap_gemm_weight_grad_preferred(odd));
 }
 
 // A 1x1 convolution with oneDNN's fused depthwise 3x3 stage (MobileNet's expand + depthwise)

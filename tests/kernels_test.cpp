@@ -300,6 +300,33 @@ TEST(Kernels, F32ConvForwardPlanesMatchesReference) {
   });
 }
 
+// The tap-major weight gradient's block against the reference: every row count (1-6), runs of
+// 0 to 17 pixels over 0 to 3 rows, x and dy strided as the driver reads them (x: pixels 2 x 40
+// floats apart, rows further; dy: a panel with rows of 9 pixels), accumulating into a C block that
+// starts non-zero.
+TEST(Kernels, F32ConvWeightGradTapsMatchesReference) {
+  const auto reference = f32_conv_weight_grad_taps_variants().back().fn;
+  for_each_runnable(f32_conv_weight_grad_taps_variants(), [&](TapGemmFn fn) {
+    const std::int64_t x_step = 80, x_row = 2000, dy_row = 9 * kTapGemmColumns;
+    const auto x = random_values(4 * x_row, 11, false), dy = random_values(4 * dy_row, 12, false);
+    for (int rows = 1; rows <= kTapGemmMaxRows; ++rows)
+      for (const std::int64_t pixels : {0, 1, 5, 9})
+        for (const std::int64_t row_count : {0, 1, 3}) {
+          SCOPED_TRACE("rows " + std::to_string(rows) + " pixels " + std::to_string(pixels) + " x " +
+                       std::to_string(row_count));
+          TapGemmArgs a{x.data() + 1, x_step, x_row, dy.data() + 3, kTapGemmColumns, dy_row, pixels, row_count,
+                        rows, nullptr};
+          std::vector<float> want = random_values(kTapGemmMaxRows * kTapGemmColumns, 13, false);
+          std::vector<float> got = want;
+          a.c = want.data();
+          reference(a);
+          a.c = got.data();
+          fn(a);
+          for (std::size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-4f * (1 + std::fabs(want[i]))) << i;
+        }
+  });
+}
+
 TEST(Kernels, F32ConvBackwardWeightsPlanesMatchesReference) {
   const auto reference = f32_conv_backward_weights_planes_variants().back().fn;
   for_each_runnable(f32_conv_backward_weights_planes_variants(), [&](ConvBackwardWeightsPlanesFn fn) {

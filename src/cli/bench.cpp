@@ -16,6 +16,7 @@
 #include "blas/blas.h"
 #include "cli/command.h"
 #include "conv/implicit_gemm_weight_grad.h"
+#include "conv/tap_gemm_weight_grad.h"
 #include "conv/winograd_conv.h"
 #include "cpudl/error.h"
 #include "cpudl/runtime.h"
@@ -194,7 +195,8 @@ int run_conv(const BenchOptions& o) {
       "Convolution through oneDNN (NHWC activations) and, for stride-1 3x3 layers, the Winograd paths: the "
       "inference runtime's (winograd: blocked, weights transformed once) and training's (winograd_nhwc: "
       "channels-last, weights transformed on each call; and the weight gradient), and the implicit-GEMM "
-      "weight gradient (implicit_gemm: training's for strided layers with 256+ outputs), fp32 (median; % "
+      "weight gradient (implicit_gemm: training's for strided layers with 256+ outputs and 256 inputs) and the "
+      "tap-major one of strided layers (tap_gemm: training's for strided layers with up to 128 inputs), fp32 (median; % "
       "of the fp32 roof at the same threads; Winograd counted at the direct convolution's FLOPs; each "
       "layer with or without bias as its model defines it: ResNet-18's convolutions have none)",
       "model      layer                     batch threads pass                            ms    GFLOP/s  "
@@ -260,6 +262,10 @@ int run_conv(const BenchOptions& o) {
              conv::implicit_gemm_weight_grad(s, x.data(), dy.data(), dw.data(), diff_b, t);
            })
                                                       : nullptr},
+          {"backward_weights", "tap_gemm",
+           conv::tap_gemm_weight_grad_applies(s) && (s.stride_h > 1 || s.stride_w > 1)
+               ? std::function<void()>([&] { conv::tap_gemm_weight_grad(s, x.data(), dy.data(), dw.data(), diff_b, t); })
+               : nullptr},
       };
       for (const auto& pass : passes) {
         if (!pass.fn) continue;

@@ -151,6 +151,12 @@ CPUDL_STANDARD_VARIANTS(f32_narrow_linear_backward_weights, NarrowLinearBackward
 CPUDL_STANDARD_VARIANTS(f32_conv_forward_planes, ConvForwardPlanesFn)
 CPUDL_STANDARD_VARIANTS(f32_conv_backward_weights_planes, ConvBackwardWeightsPlanesFn)
 #undef CPUDL_STANDARD_VARIANTS
+// The tap-major weight gradient's block: AVX-512 or the reference (see conv/conv.h).
+const std::vector<KernelVariant<TapGemmFn>>& f32_conv_weight_grad_taps_variants() {
+  static const std::vector<KernelVariant<TapGemmFn>> v = {CPUDL_VARIANT(avx512, f32_conv_weight_grad_taps__avx512),
+                                                          CPUDL_VARIANT(generic, f32_conv_weight_grad_taps__ref)};
+  return v;
+}
 
 // Channels-last max pooling: AVX-512 (k-masked partial channel blocks, pool/avx512.cpp) and
 // AVX2 forward; the AVX2 backward would need VMASKMOVPS for partial blocks (microcoded on AMD

@@ -171,6 +171,22 @@ struct ConvWindow {
 // lanes past OC are scratch) and, when db is not null, its bias gradient into db [OC_pad].
 using ConvBackwardWeightsFn = void (*)(const ConvWindow& w, const float* x, const float* dy, float* dw,
                                        float* db);
+// One kernel tap's share of a weight gradient (conv/tap_gemm_weight_grad.h): a `rows` x 64
+// block of dW^T, c[i * 64 + j] += sum over `row_count` runs of `pixels` output pixels of
+// x[r * x_row + p * x_step + i] * dy[r * dy_row + p * dy_step + j], for i < rows (1 to
+// kTapGemmMaxRows) and j < 64. x: input channels of the pixels the tap reads, where the
+// activation holds them; dy: 64 output channels of each output pixel.
+inline constexpr int kTapGemmMaxRows = 6, kTapGemmColumns = 64;
+struct TapGemmArgs {
+  const float* x;
+  std::int64_t x_step, x_row;
+  const float* dy;
+  std::int64_t dy_step, dy_row;
+  std::int64_t pixels, row_count;
+  int rows;
+  float* c;
+};
+using TapGemmFn = void (*)(const TapGemmArgs& args);
 // One image of a stride-1, undilated convolution with few input channels in planar (NCHW)
 // layout. The input is already padded: `in_channels` planes of `x_plane` floats, rows `x_ld`
 // apart, (out_h + kernel_h - 1) rows of at least (out_w + kernel_w - 1) values. Outputs and

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "conv/implicit_gemm_weight_grad.h"
+#include "conv/tap_gemm_weight_grad.h"
 #include "conv/winograd_conv.h"
 #include "kernels/conv/conv.h"
 #include "onednn/dense.h"
@@ -182,7 +183,11 @@ struct ConvBackward {
       else if (run.groups == 1 && run.in_channels <= kFewInputChannels &&
                run.out_channels >= kFewInputChannelsMinOutputs && run.stride_h == 1 && run.stride_w == 1)
         few_channel_backward_weights(run, xc.data(), gc.data(), dw.data(), db_out);
-      // Strided layers with many output channels: one implicit GEMM (conv/implicit_gemm_weight_grad.h).
+      // Strided layers with up to 128 input channels: a GEMM per kernel tap with x read in place
+      // (conv/tap_gemm_weight_grad.h); with more, and 256+ output channels, one implicit GEMM
+      // (conv/implicit_gemm_weight_grad.h).
+      else if (conv::tap_gemm_weight_grad_preferred(run))
+        conv::tap_gemm_weight_grad(run, xc.data(), gc.data(), dw.data(), db_out);
       else if (conv::implicit_gemm_weight_grad_preferred(run))
         conv::implicit_gemm_weight_grad(run, xc.data(), gc.data(), dw.data(), db_out);
       // oneDNN's AMX weight gradient is slower than its f32 one for strided convolutions

@@ -87,4 +87,10 @@ void f32_conv_forward_planes__avx512(const ConvPlanes& p, const float* x, const 
 void f32_conv_backward_weights_planes__avx512(const ConvPlanes& p, const float* x, const float* dy,
                                               const float* y, float* dw, float* db);
 
+// The tap-major weight gradient's block (TapGemmArgs): AVX-512 only, 6 rows x 4 vectors in
+// 24 accumulators (an AVX2 tile of this width would not fit its 16 registers; those machines keep
+// oneDNN's weight gradient).
+void f32_conv_weight_grad_taps__ref(const TapGemmArgs& args);
+void f32_conv_weight_grad_taps__avx512(const TapGemmArgs& args);
+
 }  // namespace cpudl::kernels

@@ -62,4 +62,14 @@ void f32_conv_backward_weights_planes__ref(const ConvPlanes& p, const float* x, 
       }
 }
 
+void f32_conv_weight_grad_taps__ref(const TapGemmArgs& a) {
+  for (std::int64_t r = 0; r < a.row_count; ++r)
+    for (std::int64_t p = 0; p < a.pixels; ++p) {
+      const float* x = a.x + r * a.x_row + p * a.x_step;
+      const float* dy = a.dy + r * a.dy_row + p * a.dy_step;
+      for (int i = 0; i < a.rows; ++i)
+        for (int j = 0; j < kTapGemmColumns; ++j) a.c[i * kTapGemmColumns + j] += x[i] * dy[j];
+    }
+}
+
 }  // namespace cpudl::kernels
