@@ -538,8 +538,9 @@ TEST(ImplicitGemmWeightGrad, MatchesTheDirectWeightGradient) {
 }
 
 // The tap-major weight gradient (channels-last) against the direct loop's, in double: strides 1
-// and 2 (unequal too), paddings 0-3 (unequal too), 1x1, 3x3 and 7x7 kernels, input channels that
-// leave a partial block of rows (20 = 3 x 6 + 2, 3, 70), one and several output-channel tiles,
+// and 2 (unequal too), paddings 0-3 (unequal too), 1x1, 3x3 and 7x7 kernels (ResNet's stem: 3
+// channels), kernel rows of KW x C values that leave a partial block of 6 (3 x 20, 3, 3 x 70, 7 x
+// 3), one and several output-channel tiles,
 // output rows of 1 to 28 pixels, one block of rows per image and several; 1, 2 and 3 threads (3
 // threads on 2 images split the channel tiles too). A wrong tap offset, a skipped padding row or
 // a dropped block moves results by the size of the values.
@@ -550,7 +551,7 @@ TEST(TapGemmWeightGrad, MatchesTheDirectWeightGradient) {
   for (const Case& t : {Case{2, 20, 9, 7, 64, 3, 2, 2, 1, 1}, Case{1, 3, 8, 8, 128, 1, 2, 2, 0, 0},
                         Case{2, 16, 6, 5, 64, 3, 1, 1, 1, 1}, Case{2, 6, 11, 10, 64, 7, 2, 2, 3, 3},
                         Case{3, 12, 56, 56, 128, 3, 2, 2, 1, 1}, Case{2, 70, 7, 9, 192, 3, 2, 1, 0, 1},
-                        Case{2, 8, 3, 3, 64, 3, 2, 2, 1, 1}}) {
+                        Case{2, 8, 3, 3, 64, 3, 2, 2, 1, 1}, Case{2, 3, 20, 18, 64, 7, 2, 2, 3, 3}}) {
     SCOPED_TRACE("c " + std::to_string(t.c) + " k " + std::to_string(t.k) + " kernel " +
                  std::to_string(t.kernel) + " stride " + std::to_string(t.stride_h) + "x" +
                  std::to_string(t.stride_w));

@@ -26,18 +26,6 @@ constexpr std::int64_t kBlockPixels = 56;
 // layer2.0 there (4-pixel rows) at 1.07x (1 thread) and 1.19x (2 threads) oneDNN's.
 constexpr std::int64_t kMinRowPixels = 4;
 
-// [first, last) of the output positions o in [lo, hi) whose input position o * stride - pad +
-// tap lies in [0, size).
-struct Range {
-  std::int64_t first, last;
-};
-Range valid_outputs(std::int64_t lo, std::int64_t hi, std::int64_t stride, std::int64_t pad, std::int64_t tap,
-                    std::int64_t size) {
-  while (lo < hi && lo * stride - pad + tap < 0) ++lo;
-  while (hi > lo && (hi - 1) * stride - pad + tap >= size) --hi;
-  return {lo, hi};
-}
-
 }  // namespace
 
 bool tap_gemm_weight_grad_applies(const onednn::ConvShape& s) {
@@ -70,6 +58,13 @@ void tap_gemm_weight_grad(const onednn::ConvShape& s, const float* x, const floa
   const std::int64_t group_floats = tiles * tile_floats;
   const std::int64_t block_rows = std::clamp<std::int64_t>(kBlockPixels / OW, 1, OH);
   const std::int64_t block_pixels = block_rows * OW;
+  // A block's input rows, padded: padded_row floats each, the columns [-pad_w, padded_w - pad_w)
+  // of the input, of which `copied` from column `left - pad_w` on are inside it.
+  const std::int64_t padded_w = (OW - 1) * s.stride_w + KW, padded_row = padded_w * C;
+  const std::int64_t left = std::min(s.pad_w, padded_w);
+  const std::int64_t copied = std::clamp<std::int64_t>(std::min(W, padded_w - s.pad_w) - (left - s.pad_w), 0, padded_w - left);
+  const std::int64_t max_in_rows = (block_rows - 1) * s.stride_h + KH;
+  const std::int64_t chunks = (KW * C + kMaxRows - 1) / kMaxRows;
 
   thread_local AlignedBuffer gradient_buffer;
   // The bias sums in double: thousands of pixels per channel (2352 in a test) summed in float drifted
@@ -90,11 +85,13 @@ void tap_gemm_weight_grad(const onednn::ConvShape& s, const float* x, const floa
       std::fill(group_grad + tile * tile_floats, group_grad + (tile + 1) * tile_floats, 0.0f);
       std::fill(group_bias + tile * kColumns, group_bias + (tile + 1) * kColumns, 0.0);
     }
-    thread_local AlignedBuffer panel_buffer;
+    thread_local AlignedBuffer panel_buffer, padded_buffer;
     float* panel = panel_buffer.get(static_cast<std::size_t>(my_tiles * block_pixels * kColumns));
+    float* padded = padded_buffer.get(static_cast<std::size_t>(max_in_rows * padded_row));
     for (std::int64_t n = n0; n < n1; ++n)
       for (std::int64_t oh0 = 0; oh0 < OH; oh0 += block_rows) {
         const std::int64_t oh1 = std::min(OH, oh0 + block_rows), pixels = (oh1 - oh0) * OW;
+        const std::int64_t in_rows = (oh1 - oh0 - 1) * s.stride_h + KH;
         // The block's dY, each of this item's tiles' 64 channels contiguous ([tile][pixel][64]),
         // and the bias sums on the way.
         const float* dy_block = dy + (n * OH + oh0) * OW * K;
@@ -106,39 +103,44 @@ void tap_gemm_weight_grad(const onednn::ConvShape& s, const float* x, const floa
             std::memcpy(panel + (i * block_pixels + p) * kColumns, src, kColumns * sizeof(float));
             for (std::int64_t j = 0; j < kColumns; ++j) sums[j] += src[j];
           }
-        // The next block's dY is fetched a few lines per tap while this block computes: its first
+        // The block's input rows, zero-padded: every output pixel then reads all KW taps of a
+        // kernel row, and for one pixel those are KW * C consecutive floats -- a kernel row's
+        // taps and channels are one run of block rows, [kw][c] as dW^T orders them.
+        for (std::int64_t r = 0; r < in_rows; ++r) {
+          float* dst = padded + r * padded_row;
+          const std::int64_t ih = oh0 * s.stride_h - s.pad_h + r;
+          if (ih < 0 || ih >= H) {
+            std::fill(dst, dst + padded_row, 0.0f);
+            continue;
+          }
+          const float* src = x + (n * H + ih) * W * C;
+          std::fill(dst, dst + left * C, 0.0f);
+          std::memcpy(dst + left * C, src + (left - s.pad_w) * C, static_cast<std::size_t>(copied * C) * sizeof(float));
+          std::fill(dst + (left + copied) * C, dst + padded_row, 0.0f);
+        }
+        // The next block's dY is fetched a few lines per call while this block computes: its first
         // touch from memory otherwise stalled the copy above.
         const bool last = n + 1 == n1 && oh1 == OH;
         const char* next = reinterpret_cast<const char*>(last ? dy_block : dy_block + pixels * K);
         const std::int64_t next_lines = last ? 0 : std::min(block_pixels, (n1 * OH - n * OH - oh1) * OW) * K / 16;
-        const std::int64_t per_tap = next_lines / (my_tiles * taps) + 1;
+        const std::int64_t per_call = next_lines / (my_tiles * KH * chunks) + 1;
         std::int64_t issued = 0;
+        kernels::TapGemmArgs a;
+        a.x_step = s.stride_w * C, a.x_row = s.stride_h * padded_row;
+        a.dy_step = kColumns, a.dy_row = OW * kColumns;
+        a.pixels = OW, a.row_count = oh1 - oh0;
         for (std::int64_t i = 0; i < my_tiles; ++i) {
           float* c = group_grad + (part + i * tile_parts) * tile_floats;
-          for (std::int64_t kh = 0; kh < KH; ++kh) {
-            const Range rows = valid_outputs(oh0, oh1, s.stride_h, s.pad_h, kh, H);
-            for (std::int64_t kw = 0; kw < KW; ++kw) {
-              for (std::int64_t l = 0; l < per_tap && issued < next_lines; ++l, ++issued)
+          a.dy = panel + i * block_pixels * kColumns;
+          for (std::int64_t kh = 0; kh < KH; ++kh)
+            for (std::int64_t r0 = 0; r0 < KW * C; r0 += kMaxRows) {
+              for (std::int64_t l = 0; l < per_call && issued < next_lines; ++l, ++issued)
                 __builtin_prefetch(next + issued * 64);
-              const Range cols = valid_outputs(0, OW, s.stride_w, s.pad_w, kw, W);
-              if (rows.first >= rows.last || cols.first >= cols.last) continue;
-              kernels::TapGemmArgs a;
-              const std::int64_t ih = rows.first * s.stride_h - s.pad_h + kh;
-              const std::int64_t iw = cols.first * s.stride_w - s.pad_w + kw;
-              a.x = x + ((n * H + ih) * W + iw) * C;
-              a.x_step = s.stride_w * C, a.x_row = s.stride_h * W * C;
-              a.dy = panel + (i * block_pixels + (rows.first - oh0) * OW + cols.first) * kColumns;
-              a.dy_step = kColumns, a.dy_row = OW * kColumns;
-              a.pixels = cols.last - cols.first, a.row_count = rows.last - rows.first;
-              float* tap_c = c + (kh * KW + kw) * C * kColumns;
-              for (std::int64_t c0 = 0; c0 < C; c0 += kMaxRows) {
-                a.rows = static_cast<int>(std::min(kMaxRows, C - c0));
-                a.c = tap_c + c0 * kColumns;
-                block_fn(a);
-                a.x += kMaxRows;
-              }
+              a.x = padded + kh * padded_row + r0;
+              a.rows = static_cast<int>(std::min(kMaxRows, KW * C - r0));
+              a.c = c + (kh * KW * C + r0) * kColumns;
+              block_fn(a);
             }
-          }
         }
       }
   }

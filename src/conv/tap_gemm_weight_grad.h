@@ -1,17 +1,21 @@
-// A strided convolution's weight gradient, one kernel tap at a time: for each tap, dW^T[tap] =
-// (the input pixels the tap reads)^T x dY, a GEMM over the output pixels that reads x in place --
-// 6 channels at a time, broadcast from where the channels-last activation holds them, against
-// vectors of 64 output channels of dY -- so no im2col sliver is ever packed. Written for
-// ResNet-18's layer2.0 and layer3.0 (3x3/2, 64 -> 128 and 128 -> 256), where oneDNN 2.6's weight
-// gradient ran at 52-64% of the fp32 roof and the implicit GEMM (implicit_gemm_weight_grad.h) lost
-// a fifth of its 14-row tiles to padding at 128 output channels.
+// A strided convolution's weight gradient as one GEMM per kernel row: for kernel row kh, dW^T[kh]
+// ([kw][c] x 64 output channels at a time) = X_kh^T x dY over the output pixels, where X_kh's row
+// for an output pixel is the KW taps' C channels it reads -- for one pixel those are KW * C
+// consecutive floats of the (zero-padded) input row, so they are read where they lie, 6 at a
+// time broadcast against vectors of 64 output channels of dY, and no im2col sliver is packed.
+// Written for ResNet-18's layer2.0 and layer3.0 (3x3/2, 64 -> 128 and 128 -> 256), where oneDNN
+// 2.6's weight gradient ran at 52-64% of the fp32 roof and the implicit GEMM
+// (implicit_gemm_weight_grad.h) lost a fifth of its 14-row tiles to padding at 128 output
+// channels; its 7x7/2 stem (3 input channels: rows of 21 floats) runs 1.15-1.2x oneDNN's speed.
 //
 // Threads take groups of images, each reading its share of x and dY from memory once into its own
 // dW^T (taps x C x K, in L2; the groups are summed by the final reorder into OIHW). Each image is
-// cut into blocks of whole output rows, about 56 pixels. Per block, dY's rows are first copied
-// into a contiguous panel, 14 KB per 64 output channels: read in place, rows 512 bytes and more
-// apart fell into a fraction of L1's sets and were evicted before the taps reused them (layer2.0,
-// 1 thread: 19.9 -> 12.3 ms).
+// cut into blocks of whole output rows, about 56 pixels. Per block:
+// - dY's rows are copied into a contiguous panel, 14 KB per 64 output channels: read in place,
+//   rows 512 bytes and more apart fell into a fraction of L1's sets and were evicted before the
+//   taps reused them (layer2.0, 1 thread: 19.9 -> 12.3 ms);
+// - the input rows the block reads are copied with their zero padding, so that every pixel reads
+//   all KW taps and no border pixel needs a call of its own (the stem, 1 thread: 38.5 -> 34.6 ms).
 #pragma once
 
 #include "onednn/dense.h"
@@ -24,9 +28,10 @@ bool tap_gemm_weight_grad_applies(const onednn::ConvShape& s);
 
 // Training's choice: where it measured faster than oneDNN and the implicit GEMM -- strided layers
 // with a kernel wider than 1x1, at most 128 input channels and output rows of 4 pixels or more,
-// on AVX-512. With 256 input channels
-// (layer4.0) x's pixels are 2 KB apart, two L1 sets per line, and the implicit GEMM's packed
-// slivers run faster; 1x1/2 layers reuse the dY panel for one tap only and stay on oneDNN.
+// on AVX-512. With 256 input channels and 512 outputs (layer4.0) a group's dW^T is 4.7 MB, past
+// L2, and each 49-pixel block streams it once: the implicit GEMM, which keeps its C tile in
+// registers across the whole reduction, runs 1.2x faster there. 1x1/2 layers, whose copied dY
+// panel serves one tap only, stay on oneDNN (0.75-0.8x of its speed).
 bool tap_gemm_weight_grad_preferred(const onednn::ConvShape& s);
 
 // dw ([out_channels][in_channels][kernel_h][kernel_w], OIHW) and, when db is not null, db (the

@@ -171,11 +171,11 @@ struct ConvWindow {
 // lanes past OC are scratch) and, when db is not null, its bias gradient into db [OC_pad].
 using ConvBackwardWeightsFn = void (*)(const ConvWindow& w, const float* x, const float* dy, float* dw,
                                        float* db);
-// One kernel tap's share of a weight gradient (conv/tap_gemm_weight_grad.h): a `rows` x 64
-// block of dW^T, c[i * 64 + j] += sum over `row_count` runs of `pixels` output pixels of
+// A kernel row's share of a weight gradient (conv/tap_gemm_weight_grad.h): a `rows` x 64 block
+// of dW^T, c[i * 64 + j] += sum over `row_count` runs of `pixels` output pixels of
 // x[r * x_row + p * x_step + i] * dy[r * dy_row + p * dy_step + j], for i < rows (1 to
-// kTapGemmMaxRows) and j < 64. x: input channels of the pixels the tap reads, where the
-// activation holds them; dy: 64 output channels of each output pixel.
+// kTapGemmMaxRows) and j < 64. x: consecutive (tap, input channel) values each output pixel
+// reads, where the padded input rows hold them; dy: 64 output channels of each output pixel.
 inline constexpr int kTapGemmMaxRows = 6, kTapGemmColumns = 64;
 struct TapGemmArgs {
   const float* x;

@@ -177,13 +177,12 @@ struct ConvBackward {
       dw = Tensor::empty(wc.shape());
       if (winograd_weights)
         conv::winograd_backward_weights(*winograd_weights, xc.data(), gc.data(), dw.data(), db_out);
-      // Strided first layers (ResNet's 7x7/2 stem) stay on oneDNN: batch 16 at 224x224, 1 thread,
-      // its weight gradient took 31-33 ms there against 66-70 ms on the native kernel (2
-      // threads: 15-17 against 34).
+      // Few-channel stride-1 first layers; strided ones (ResNet's 7x7/2 stem) took 66-70 ms on this
+      // kernel against oneDNN's 31-33 (batch 16 at 224x224, 1 thread) and go to the tap-major GEMM.
       else if (run.groups == 1 && run.in_channels <= kFewInputChannels &&
                run.out_channels >= kFewInputChannelsMinOutputs && run.stride_h == 1 && run.stride_w == 1)
         few_channel_backward_weights(run, xc.data(), gc.data(), dw.data(), db_out);
-      // Strided layers with up to 128 input channels: a GEMM per kernel tap with x read in place
+      // Strided layers with up to 128 input channels: a GEMM per kernel row with x read in place
       // (conv/tap_gemm_weight_grad.h); with more, and 256+ output channels, one implicit GEMM
       // (conv/implicit_gemm_weight_grad.h).
       else if (conv::tap_gemm_weight_grad_preferred(run))

@@ -197,11 +197,6 @@ void f32_conv_backward_weights_planes__avx512(const ConvPlanes& p, const float* 
 
 namespace {
 
-// x is read where the activation holds it, one pixel per step `x_step` floats apart (a strided
-// tap: 512 bytes and more), a distance at which the L1 prefetchers were not keeping up:
-// prefetching the pixel this many steps ahead took ResNet-18's layer2.0 from 15.9 to 14.6 ms.
-constexpr std::int64_t kTapPrefetchPixels = 4;
-
 template <int Rows>
 void weight_grad_taps(const TapGemmArgs& a) {
   __m512 acc[Rows][4];
@@ -213,7 +208,6 @@ void weight_grad_taps(const TapGemmArgs& a) {
     const float* x = a.x + r * a.x_row;
     const float* dy = a.dy + r * a.dy_row;
     for (std::int64_t p = 0; p < a.pixels; ++p) {
-      _mm_prefetch(reinterpret_cast<const char*>(x + kTapPrefetchPixels * a.x_step), _MM_HINT_T0);
       const __m512 g0 = _mm512_loadu_ps(dy), g1 = _mm512_loadu_ps(dy + 16);
       const __m512 g2 = _mm512_loadu_ps(dy + 32), g3 = _mm512_loadu_ps(dy + 48);
 #pragma GCC unroll 6
