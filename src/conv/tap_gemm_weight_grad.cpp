@@ -64,6 +64,8 @@ void tap_gemm_weight_grad(const onednn::ConvShape& s, const float* x, const floa
   const std::int64_t left = std::min(s.pad_w, padded_w);
   const std::int64_t copied = std::clamp<std::int64_t>(std::min(W, padded_w - s.pad_w) - (left - s.pad_w), 0, padded_w - left);
   const std::int64_t max_in_rows = (block_rows - 1) * s.stride_h + KH;
+  const bool in_place = s.pad_h == 0 && s.pad_w == 0;
+  const std::int64_t row_floats = in_place ? W * C : padded_row;  // between the rows read
   const std::int64_t chunks = (KW * C + kMaxRows - 1) / kMaxRows;
 
   thread_local AlignedBuffer gradient_buffer;
@@ -87,13 +89,13 @@ void tap_gemm_weight_grad(const onednn::ConvShape& s, const float* x, const floa
     }
     thread_local AlignedBuffer panel_buffer, padded_buffer;
     float* panel = panel_buffer.get(static_cast<std::size_t>(my_tiles * block_pixels * kColumns));
-    float* padded = padded_buffer.get(static_cast<std::size_t>(max_in_rows * padded_row));
+    float* padded = in_place ? nullptr : padded_buffer.get(static_cast<std::size_t>(max_in_rows * padded_row));
     for (std::int64_t n = n0; n < n1; ++n)
       for (std::int64_t oh0 = 0; oh0 < OH; oh0 += block_rows) {
         const std::int64_t oh1 = std::min(OH, oh0 + block_rows), pixels = (oh1 - oh0) * OW;
         const std::int64_t in_rows = (oh1 - oh0 - 1) * s.stride_h + KH;
         // The block's dY, each of this item's tiles' 64 channels contiguous ([tile][pixel][64]),
-        // and the bias sums on the way.
+        // and the bias sums on the way when asked for.
         const float* dy_block = dy + (n * OH + oh0) * OW * K;
         for (std::int64_t p = 0; p < pixels; ++p)
           for (std::int64_t i = 0; i < my_tiles; ++i) {
@@ -101,12 +103,15 @@ void tap_gemm_weight_grad(const onednn::ConvShape& s, const float* x, const floa
             const float* src = dy_block + p * K + tile * kColumns;
             double* sums = group_bias + tile * kColumns;
             std::memcpy(panel + (i * block_pixels + p) * kColumns, src, kColumns * sizeof(float));
-            for (std::int64_t j = 0; j < kColumns; ++j) sums[j] += src[j];
+            if (db)
+              for (std::int64_t j = 0; j < kColumns; ++j) sums[j] += src[j];
           }
         // The block's input rows, zero-padded: every output pixel then reads all KW taps of a
         // kernel row, and for one pixel those are KW * C consecutive floats -- a kernel row's
-        // taps and channels are one run of block rows, [kw][c] as dW^T orders them.
-        for (std::int64_t r = 0; r < in_rows; ++r) {
+        // taps and channels are one run of block rows, [kw][c] as dW^T orders them. Unpadded
+        // layers (1x1/2) read x where it is: their taps never leave the input.
+        const float* rows_in = in_place ? x + (n * H + oh0 * s.stride_h) * W * C : padded;
+        for (std::int64_t r = 0; r < (in_place ? 0 : in_rows); ++r) {
           float* dst = padded + r * padded_row;
           const std::int64_t ih = oh0 * s.stride_h - s.pad_h + r;
           if (ih < 0 || ih >= H) {
@@ -126,7 +131,7 @@ void tap_gemm_weight_grad(const onednn::ConvShape& s, const float* x, const floa
         const std::int64_t per_call = next_lines / (my_tiles * KH * chunks) + 1;
         std::int64_t issued = 0;
         kernels::TapGemmArgs a;
-        a.x_step = s.stride_w * C, a.x_row = s.stride_h * padded_row;
+        a.x_step = s.stride_w * C, a.x_row = s.stride_h * row_floats;
         a.dy_step = kColumns, a.dy_row = OW * kColumns;
         a.pixels = OW, a.row_count = oh1 - oh0;
         for (std::int64_t i = 0; i < my_tiles; ++i) {
@@ -136,7 +141,7 @@ void tap_gemm_weight_grad(const onednn::ConvShape& s, const float* x, const floa
             for (std::int64_t r0 = 0; r0 < KW * C; r0 += kMaxRows) {
               for (std::int64_t l = 0; l < per_call && issued < next_lines; ++l, ++issued)
                 __builtin_prefetch(next + issued * 64);
-              a.x = padded + kh * padded_row + r0;
+              a.x = rows_in + kh * row_floats + r0;
               a.rows = static_cast<int>(std::min(kMaxRows, KW * C - r0));
               a.c = c + (kh * KW * C + r0) * kColumns;
               block_fn(a);
