@@ -21,7 +21,9 @@ bool implicit_gemm_weight_grad_applies(const onednn::ConvShape& s);
 // strided layers with a kernel wider than 1x1 and at least 256 output channels (ResNet-18 at batch
 // 16, 1 thread: layer3.0 1.02-1.09x, layer4.0 1.21-1.27x oneDNN's speed; at 128 output channels,
 // layer2.0, a fifth of the 14-row tiles is padding and the two run even on one thread and 0.85x
-// on two; 1x1/2 layers, whose packing is not amortised over taps, 0.6-0.95x).
+// on two; 1x1/2 layers, whose packing is not amortised over taps, 0.6-0.95x). conv2d asks the
+// tap-major path first (conv/tap_gemm_weight_grad.h), which takes those with up to 128 input
+// channels (layer3.0 too).
 bool implicit_gemm_weight_grad_preferred(const onednn::ConvShape& s);
 
 // dw ([out_channels][in_channels][kernel_h][kernel_w], PyTorch's OIHW) and, when db is not null,
