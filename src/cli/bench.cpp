@@ -195,8 +195,8 @@ int run_conv(const BenchOptions& o) {
       "Convolution through oneDNN (NHWC activations) and, for stride-1 3x3 layers, the Winograd paths: the "
       "inference runtime's (winograd: blocked, weights transformed once) and training's (winograd_nhwc: "
       "channels-last, weights transformed on each call; and the weight gradient), and the implicit-GEMM "
-      "weight gradient (implicit_gemm: training's for strided layers with 256+ outputs and 256 inputs) and the "
-      "tap-major one of strided layers (tap_gemm: training's for strided layers with up to 128 inputs), fp32 (median; % "
+      "weight gradient (implicit_gemm: training's for strided layers with 256+ outputs and more than 128 "
+      "inputs) and the tap-major one of strided layers (tap_gemm: training's for those with up to 128 inputs), fp32 (median; % "
       "of the fp32 roof at the same threads; Winograd counted at the direct convolution's FLOPs; each "
       "layer with or without bias as its model defines it: ResNet-18's convolutions have none)",
       "model      layer                     batch threads pass                            ms    GFLOP/s  "
