@@ -488,18 +488,16 @@ TEST(WinogradConv, BackwardWeightsMatchTheDirectWeightGradient) {
   EXPECT_THROW(conv::winograd_backward_weights({1, 16, 8, 8, 16, 1, 0, 2}, nullptr, nullptr, nullptr), Error);
 }
 
-// The implicit-GEMM weight gradient (channels-last) against the direct loop's, in double: strides
-// 1 and 2 (unequal too), paddings 0-3 (unequal too), 1x1, 3x3 and 7x7 kernels, output channels
-// that leave a partial tile, reductions of one block and of several (3 x 14 x 14 = 588 pixels),
-// one and two threads. Input channels are multiples of both tiles' NR (16 and 32). A wrong tap
-// offset, a skipped padding row or a dropped block moves results by the size of the values.
-TEST(ImplicitGemmWeightGrad, MatchesTheDirectWeightGradient) {
-  struct Case {
-    std::int64_t batch, c, h, w, k, kernel, stride_h, stride_w, pad_h, pad_w;
-  };
-  for (const Case& t : {Case{2, 32, 9, 7, 20, 3, 2, 2, 1, 1}, Case{1, 64, 8, 8, 14, 1, 2, 2, 0, 0},
-                        Case{1, 32, 6, 5, 32, 3, 1, 1, 1, 1}, Case{2, 32, 11, 10, 16, 7, 2, 2, 3, 3},
-                        Case{3, 32, 28, 28, 40, 3, 2, 2, 1, 1}, Case{2, 64, 7, 9, 30, 3, 2, 1, 0, 1}}) {
+// The native weight gradients' cases (channels-last), each through `fn` on each thread count
+// against the direct loop's weight and bias gradients (in double), and with no bias gradient
+// asked for: the weight gradient unchanged.
+struct NativeWeightGradCase {
+  std::int64_t batch, c, h, w, k, kernel, stride_h, stride_w, pad_h, pad_w;
+};
+using NativeWeightGradFn = void (*)(const ConvShape&, const float*, const float*, float*, float*, int);
+void expect_native_weight_gradient(const std::vector<NativeWeightGradCase>& cases, bool (*applies)(const ConvShape&),
+                                   NativeWeightGradFn fn, unsigned seed, const std::vector<int>& thread_counts) {
+  for (const NativeWeightGradCase& t : cases) {
     SCOPED_TRACE("c " + std::to_string(t.c) + " k " + std::to_string(t.k) + " kernel " +
                  std::to_string(t.kernel) + " stride " + std::to_string(t.stride_h) + "x" +
                  std::to_string(t.stride_w));
@@ -507,22 +505,37 @@ TEST(ImplicitGemmWeightGrad, MatchesTheDirectWeightGradient) {
     s.batch = t.batch, s.in_channels = t.c, s.height = t.h, s.width = t.w, s.out_channels = t.k;
     s.kernel_h = s.kernel_w = t.kernel, s.stride_h = t.stride_h, s.stride_w = t.stride_w;
     s.pad_h = t.pad_h, s.pad_w = t.pad_w, s.layout = ActivationLayout::nhwc;
-    ASSERT_TRUE(conv::implicit_gemm_weight_grad_applies(s));
+    ASSERT_TRUE(applies(s));
     const std::int64_t oh = s.out_height(), ow = s.out_width();
-    const auto [x, dy, want, want_db, scale] = weight_gradient_case(s, 41);
+    const auto [x, dy, want, want_db, scale] = weight_gradient_case(s, seed);
     const auto xc = to_nhwc(x, t.batch, t.c, t.h, t.w), dyc = to_nhwc(dy, t.batch, t.k, oh, ow);
-    for (const int threads : {1, 2}) {
+    for (const int threads : thread_counts) {
       std::vector<float> dw(want.size(), 7.0f), db(want_db.size(), 7.0f);
-      conv::implicit_gemm_weight_grad(s, xc.data(), dyc.data(), dw.data(), db.data(), threads);
+      fn(s, xc.data(), dyc.data(), dw.data(), db.data(), threads);
       for (std::size_t i = 0; i < want.size(); ++i)
         ASSERT_NEAR(dw[i], want[i], 1e-5 * scale) << "at " << i << " of scale " << scale << ", " << threads;
       for (std::size_t k = 0; k < want_db.size(); ++k)
         ASSERT_NEAR(db[k], want_db[k], 1e-5 * (1 + std::fabs(want_db[k]))) << "db " << k << ", " << threads;
-      std::vector<float> dw_only(want.size(), 7.0f);  // no bias gradient asked for
-      conv::implicit_gemm_weight_grad(s, xc.data(), dyc.data(), dw_only.data(), nullptr, threads);
+      std::vector<float> dw_only(want.size(), 7.0f);
+      fn(s, xc.data(), dyc.data(), dw_only.data(), nullptr, threads);
       EXPECT_EQ(dw_only, dw);
     }
   }
+}
+
+// The implicit-GEMM weight gradient (channels-last) against the direct loop's, in double: strides
+// 1 and 2 (unequal too), paddings 0-3 (unequal too), 1x1, 3x3 and 7x7 kernels, output channels
+// that leave a partial tile, reductions of one block and of several (3 x 14 x 14 = 588 pixels),
+// one and two threads. Input channels are multiples of both tiles' NR (16 and 32). A wrong tap
+// offset, a skipped padding row or a dropped block moves results by the size of the values.
+TEST(ImplicitGemmWeightGrad, MatchesTheDirectWeightGradient) {
+  expect_native_weight_gradient({{2, 32, 9, 7, 20, 3, 2, 2, 1, 1},
+                                 {1, 64, 8, 8, 14, 1, 2, 2, 0, 0},
+                                 {1, 32, 6, 5, 32, 3, 1, 1, 1, 1},
+                                 {2, 32, 11, 10, 16, 7, 2, 2, 3, 3},
+                                 {3, 32, 28, 28, 40, 3, 2, 2, 1, 1},
+                                 {2, 64, 7, 9, 30, 3, 2, 1, 0, 1}},
+                                conv::implicit_gemm_weight_grad_applies, conv::implicit_gemm_weight_grad, 41, {1, 2});
   ConvShape odd;  // channels that are not whole slivers, grouped, dilated or NCHW: not taken
   odd.batch = 1, odd.in_channels = 8, odd.height = odd.width = 8, odd.out_channels = 16;
   odd.kernel_h = odd.kernel_w = 3, odd.layout = ActivationLayout::nhwc;
@@ -545,36 +558,15 @@ TEST(ImplicitGemmWeightGrad, MatchesTheDirectWeightGradient) {
 // threads on 2 images split the channel tiles too). A wrong tap offset, a skipped padding row or
 // a dropped block moves results by the size of the values.
 TEST(TapGemmWeightGrad, MatchesTheDirectWeightGradient) {
-  struct Case {
-    std::int64_t batch, c, h, w, k, kernel, stride_h, stride_w, pad_h, pad_w;
-  };
-  for (const Case& t : {Case{2, 20, 9, 7, 64, 3, 2, 2, 1, 1}, Case{1, 3, 8, 8, 128, 1, 2, 2, 0, 0},
-                        Case{2, 16, 6, 5, 64, 3, 1, 1, 1, 1}, Case{2, 6, 11, 10, 64, 7, 2, 2, 3, 3},
-                        Case{3, 12, 56, 56, 128, 3, 2, 2, 1, 1}, Case{2, 70, 7, 9, 192, 3, 2, 1, 0, 1},
-                        Case{2, 8, 3, 3, 64, 3, 2, 2, 1, 1}, Case{2, 3, 20, 18, 64, 7, 2, 2, 3, 3}}) {
-    SCOPED_TRACE("c " + std::to_string(t.c) + " k " + std::to_string(t.k) + " kernel " +
-                 std::to_string(t.kernel) + " stride " + std::to_string(t.stride_h) + "x" +
-                 std::to_string(t.stride_w));
-    ConvShape s;
-    s.batch = t.batch, s.in_channels = t.c, s.height = t.h, s.width = t.w, s.out_channels = t.k;
-    s.kernel_h = s.kernel_w = t.kernel, s.stride_h = t.stride_h, s.stride_w = t.stride_w;
-    s.pad_h = t.pad_h, s.pad_w = t.pad_w, s.layout = ActivationLayout::nhwc;
-    ASSERT_TRUE(conv::tap_gemm_weight_grad_applies(s));
-    const std::int64_t oh = s.out_height(), ow = s.out_width();
-    const auto [x, dy, want, want_db, scale] = weight_gradient_case(s, 43);
-    const auto xc = to_nhwc(x, t.batch, t.c, t.h, t.w), dyc = to_nhwc(dy, t.batch, t.k, oh, ow);
-    for (const int threads : {1, 2, 3}) {
-      std::vector<float> dw(want.size(), 7.0f), db(want_db.size(), 7.0f);
-      conv::tap_gemm_weight_grad(s, xc.data(), dyc.data(), dw.data(), db.data(), threads);
-      for (std::size_t i = 0; i < want.size(); ++i)
-        ASSERT_NEAR(dw[i], want[i], 1e-5 * scale) << "at " << i << " of scale " << scale << ", " << threads;
-      for (std::size_t k = 0; k < want_db.size(); ++k)
-        ASSERT_NEAR(db[k], want_db[k], 1e-5 * (1 + std::fabs(want_db[k]))) << "db " << k << ", " << threads;
-      std::vector<float> dw_only(want.size(), 7.0f);  // no bias gradient asked for
-      conv::tap_gemm_weight_grad(s, xc.data(), dyc.data(), dw_only.data(), nullptr, threads);
-      EXPECT_EQ(dw_only, dw);
-    }
-  }
+  expect_native_weight_gradient({{2, 20, 9, 7, 64, 3, 2, 2, 1, 1},
+                                 {1, 3, 8, 8, 128, 1, 2, 2, 0, 0},
+                                 {2, 16, 6, 5, 64, 3, 1, 1, 1, 1},
+                                 {2, 6, 11, 10, 64, 7, 2, 2, 3, 3},
+                                 {3, 12, 56, 56, 128, 3, 2, 2, 1, 1},
+                                 {2, 70, 7, 9, 192, 3, 2, 1, 0, 1},
+                                 {2, 8, 3, 3, 64, 3, 2, 2, 1, 1},
+                                 {2, 3, 20, 18, 64, 7, 2, 2, 3, 3}},
+                                conv::tap_gemm_weight_grad_applies, conv::tap_gemm_weight_grad, 43, {1, 2, 3});
   ConvShape odd;  // output channels not whole 64-channel tiles, grouped, dilated or NCHW: not taken
   odd.batch = 1, odd.in_channels = 8, odd.height = odd.width = 8, odd.out_channels = 96;
   odd.kernel_h = odd.kernel_w = 3, odd.stride_h = odd.stride_w = 2, odd.layout = ActivationLayout::nhwc;
@@ -587,7 +579,7 @@ TEST(TapGemmWeightGrad, MatchesTheDirectWeightGradient) {
   EXPECT_FALSE(conv::tap_gemm_weight_grad_applies(odd));
   odd.layout = ActivationLayout::nhwc;
   EXPECT_TRUE(conv::tap_gemm_weight_grad_applies(odd));
-  odd.in_channels = 256;  // x's pixels 2 KB apart at stride 2: the implicit GEMM's
+  odd.in_channels = 256;  // more than 128 input channels: the implicit GEMM's
   EXPECT_FALSE(conv::tap_gemm_weight_grad_preferred(odd));
 }
 
