@@ -453,7 +453,8 @@ TEST(Autograd, StridedWeightGradientPathsMatchTheDirectLoop) {
     bool tap_major;
   };
   std::uint64_t seed = 260;
-  for (const Case& c : {Case{{2, 32, 9, 10}, {128, 32, 3, 3}, true}, Case{{2, 160, 9, 10}, {256, 160, 3, 3}, false}})
+  for (const Case& c :
+       {Case{{2, 32, 9, 10}, {128, 32, 3, 3}, true}, Case{{2, 160, 9, 10}, {256, 160, 3, 3}, false}})
     for (const std::int64_t pad : {1, 0})
       for (const bool relu : {false, true}) {
         SCOPED_TRACE(std::string(c.tap_major ? "tap-major" : "implicit") + " pad " + std::to_string(pad) +
@@ -470,7 +471,8 @@ TEST(Autograd, StridedWeightGradientPathsMatchTheDirectLoop) {
           ASSERT_FALSE(conv::tap_gemm_weight_grad_preferred(s));
           ASSERT_TRUE(conv::implicit_gemm_weight_grad_preferred(s));
         }
-        Tensor x = randn(c.x_shape, seed++), w = randn(c.w_shape, seed++, 0.5f), b = randn({c.w_shape[0]}, seed++);
+        Tensor x = randn(c.x_shape, seed++), w = randn(c.w_shape, seed++, 0.5f),
+               b = randn({c.w_shape[0]}, seed++);
         for (Tensor* t : {&x, &w, &b}) t->set_requires_grad(true);
         const Tensor y = conv2d(x, w, b, o);
         const Tensor r = randn(y.shape(), seed++);
@@ -485,7 +487,8 @@ TEST(Autograd, StridedWeightGradientPathsMatchTheDirectLoop) {
         const std::vector<float> dw = w.grad().to_vector(), db = b.grad().to_vector();
         float scale = 0;
         for (const float v : want) scale = std::max(scale, std::fabs(v));
-        for (std::size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(dw[i], want[i], 2e-5f * scale) << "dw " << i;
+        for (std::size_t i = 0; i < want.size(); ++i)
+          ASSERT_NEAR(dw[i], want[i], 2e-5f * scale) << "dw " << i;
         for (std::size_t i = 0; i < want_db.size(); ++i) ASSERT_NEAR(db[i], want_db[i], 1e-4f) << "db " << i;
       }
 }

@@ -495,8 +495,9 @@ struct NativeWeightGradCase {
   std::int64_t batch, c, h, w, k, kernel, stride_h, stride_w, pad_h, pad_w;
 };
 using NativeWeightGradFn = void (*)(const ConvShape&, const float*, const float*, float*, float*, int);
-void expect_native_weight_gradient(const std::vector<NativeWeightGradCase>& cases, bool (*applies)(const ConvShape&),
-                                   NativeWeightGradFn fn, unsigned seed, const std::vector<int>& thread_counts) {
+void expect_native_weight_gradient(const std::vector<NativeWeightGradCase>& cases,
+                                   bool (*applies)(const ConvShape&), NativeWeightGradFn fn, unsigned seed,
+                                   const std::vector<int>& thread_counts) {
   for (const NativeWeightGradCase& t : cases) {
     SCOPED_TRACE("c " + std::to_string(t.c) + " k " + std::to_string(t.k) + " kernel " +
                  std::to_string(t.kernel) + " stride " + std::to_string(t.stride_h) + "x" +
@@ -535,7 +536,8 @@ TEST(ImplicitGemmWeightGrad, MatchesTheDirectWeightGradient) {
                                  {2, 32, 11, 10, 16, 7, 2, 2, 3, 3},
                                  {3, 32, 28, 28, 40, 3, 2, 2, 1, 1},
                                  {2, 64, 7, 9, 30, 3, 2, 1, 0, 1}},
-                                conv::implicit_gemm_weight_grad_applies, conv::implicit_gemm_weight_grad, 41, {1, 2});
+                                conv::implicit_gemm_weight_grad_applies, conv::implicit_gemm_weight_grad, 41,
+                                {1, 2});
   ConvShape odd;  // channels that are not whole slivers, grouped, dilated or NCHW: not taken
   odd.batch = 1, odd.in_channels = 8, odd.height = odd.width = 8, odd.out_channels = 16;
   odd.kernel_h = odd.kernel_w = 3, odd.layout = ActivationLayout::nhwc;
@@ -566,7 +568,8 @@ TEST(TapGemmWeightGrad, MatchesTheDirectWeightGradient) {
                                  {2, 70, 7, 9, 192, 3, 2, 1, 0, 1},
                                  {2, 8, 3, 3, 64, 3, 2, 2, 1, 1},
                                  {2, 3, 20, 18, 64, 7, 2, 2, 3, 3}},
-                                conv::tap_gemm_weight_grad_applies, conv::tap_gemm_weight_grad, 43, {1, 2, 3});
+                                conv::tap_gemm_weight_grad_applies, conv::tap_gemm_weight_grad, 43,
+                                {1, 2, 3});
   ConvShape odd;  // output channels not whole 64-channel tiles, grouped, dilated or NCHW: not taken
   odd.batch = 1, odd.in_channels = 8, odd.height = odd.width = 8, odd.out_channels = 96;
   odd.kernel_h = odd.kernel_w = 3, odd.stride_h = odd.stride_w = 2, odd.layout = ActivationLayout::nhwc;

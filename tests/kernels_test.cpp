@@ -314,15 +314,16 @@ TEST(Kernels, F32ConvWeightGradTapsMatchesReference) {
         for (const std::int64_t row_count : {0, 1, 3}) {
           SCOPED_TRACE("rows " + std::to_string(rows) + " pixels " + std::to_string(pixels) + " x " +
                        std::to_string(row_count));
-          TapGemmArgs a{x.data() + 1, x_step, x_row, dy.data() + 3, kTapGemmColumns, dy_row, pixels, row_count,
-                        rows, nullptr};
+          TapGemmArgs a{x.data() + 1, x_step, x_row,     dy.data() + 3, kTapGemmColumns,
+                        dy_row,       pixels, row_count, rows,          nullptr};
           std::vector<float> want = random_values(kTapGemmMaxRows * kTapGemmColumns, 13, false);
           std::vector<float> got = want;
           a.c = want.data();
           reference(a);
           a.c = got.data();
           fn(a);
-          for (std::size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-4f * (1 + std::fabs(want[i]))) << i;
+          for (std::size_t i = 0; i < want.size(); ++i)
+            ASSERT_NEAR(got[i], want[i], 1e-4f * (1 + std::fabs(want[i]))) << i;
         }
   });
 }

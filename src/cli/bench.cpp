@@ -196,7 +196,8 @@ int run_conv(const BenchOptions& o) {
       "inference runtime's (winograd: blocked, weights transformed once) and training's (winograd_nhwc: "
       "channels-last, weights transformed on each call; and the weight gradient), and the implicit-GEMM "
       "weight gradient (implicit_gemm: training's for strided layers with 256+ outputs and more than 128 "
-      "inputs) and the tap-major one of strided layers (tap_gemm: training's for those with up to 128 inputs), fp32 (median; % "
+      "inputs) and the tap-major one of strided layers (tap_gemm: training's for those with up to 128 "
+      "inputs), fp32 (median; % "
       "of the fp32 roof at the same threads; Winograd counted at the direct convolution's FLOPs; each "
       "layer with or without bias as its model defines it: ResNet-18's convolutions have none)",
       "model      layer                     batch threads pass                            ms    GFLOP/s  "
@@ -264,7 +265,8 @@ int run_conv(const BenchOptions& o) {
                                                       : nullptr},
           {"backward_weights", "tap_gemm",
            conv::tap_gemm_weight_grad_applies(s) && (s.stride_h > 1 || s.stride_w > 1)
-               ? std::function<void()>([&] { conv::tap_gemm_weight_grad(s, x.data(), dy.data(), dw.data(), diff_b, t); })
+               ? std::function<void()>(
+                     [&] { conv::tap_gemm_weight_grad(s, x.data(), dy.data(), dw.data(), diff_b, t); })
                : nullptr},
       };
       for (const auto& pass : passes) {

@@ -18,7 +18,7 @@ namespace {
 
 constexpr std::int64_t kColumns = kernels::kTapGemmColumns, kMaxRows = kernels::kTapGemmMaxRows;
 // Output pixels per block: whole output rows, about this many. The block's dY panel (56 x 64
-// floats, 14 KB) and the x lines one tap walks share L1 with room to spare; 56 measured a little
+// floats, 14 KB) and the x lines one kernel row walks share L1 with room to spare; 56 measured a little
 // faster than 96 and 196 (layer2.0 and layer4.0, 1 thread).
 constexpr std::int64_t kBlockPixels = 56;
 // Narrower output rows make each block call too short to amortise its 24 accumulator loads and
@@ -62,7 +62,8 @@ void tap_gemm_weight_grad(const onednn::ConvShape& s, const float* x, const floa
   // of the input, of which `copied` from column `left - pad_w` on are inside it.
   const std::int64_t padded_w = (OW - 1) * s.stride_w + KW, padded_row = padded_w * C;
   const std::int64_t left = std::min(s.pad_w, padded_w);
-  const std::int64_t copied = std::clamp<std::int64_t>(std::min(W, padded_w - s.pad_w) - (left - s.pad_w), 0, padded_w - left);
+  const std::int64_t copied =
+      std::clamp<std::int64_t>(std::min(W, padded_w - s.pad_w) - (left - s.pad_w), 0, padded_w - left);
   const std::int64_t max_in_rows = (block_rows - 1) * s.stride_h + KH;
   const bool in_place = s.pad_h == 0 && s.pad_w == 0;
   const std::int64_t row_floats = in_place ? W * C : padded_row;  // between the rows read
@@ -73,13 +74,15 @@ void tap_gemm_weight_grad(const onednn::ConvShape& s, const float* x, const floa
   // by 1e-4 of their size.
   thread_local std::vector<double> bias_buffer;
   float* grad = gradient_buffer.get(static_cast<std::size_t>(groups * group_floats));
-  if (bias_buffer.size() < static_cast<std::size_t>(groups * K)) bias_buffer.resize(static_cast<std::size_t>(groups * K));
+  if (bias_buffer.size() < static_cast<std::size_t>(groups * K))
+    bias_buffer.resize(static_cast<std::size_t>(groups * K));
   double* bias = bias_buffer.data();
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (std::int64_t item = 0; item < items; ++item) {
     const std::int64_t group = item / tile_parts, part = item % tile_parts;
     const std::int64_t n0 = s.batch * group / groups, n1 = s.batch * (group + 1) / groups;
-    const std::int64_t my_tiles = (tiles - part + tile_parts - 1) / tile_parts;  // part, part + tile_parts, ...
+    const std::int64_t my_tiles =
+        (tiles - part + tile_parts - 1) / tile_parts;  // part, part + tile_parts, ...
     float* group_grad = grad + group * group_floats;
     double* group_bias = bias + group * K;
     for (std::int64_t i = 0; i < my_tiles; ++i) {
@@ -89,7 +92,8 @@ void tap_gemm_weight_grad(const onednn::ConvShape& s, const float* x, const floa
     }
     thread_local AlignedBuffer panel_buffer, padded_buffer;
     float* panel = panel_buffer.get(static_cast<std::size_t>(my_tiles * block_pixels * kColumns));
-    float* padded = in_place ? nullptr : padded_buffer.get(static_cast<std::size_t>(max_in_rows * padded_row));
+    float* padded =
+        in_place ? nullptr : padded_buffer.get(static_cast<std::size_t>(max_in_rows * padded_row));
     for (std::int64_t n = n0; n < n1; ++n)
       for (std::int64_t oh0 = 0; oh0 < OH; oh0 += block_rows) {
         const std::int64_t oh1 = std::min(OH, oh0 + block_rows), pixels = (oh1 - oh0) * OW;
@@ -120,14 +124,16 @@ void tap_gemm_weight_grad(const onednn::ConvShape& s, const float* x, const floa
           }
           const float* src = x + (n * H + ih) * W * C;
           std::fill(dst, dst + left * C, 0.0f);
-          std::memcpy(dst + left * C, src + (left - s.pad_w) * C, static_cast<std::size_t>(copied * C) * sizeof(float));
+          std::memcpy(dst + left * C, src + (left - s.pad_w) * C,
+                      static_cast<std::size_t>(copied * C) * sizeof(float));
           std::fill(dst + (left + copied) * C, dst + padded_row, 0.0f);
         }
         // The next block's dY is fetched a few lines per call while this block computes: its first
         // touch from memory otherwise stalled the copy above.
         const bool last = n + 1 == n1 && oh1 == OH;
         const char* next = reinterpret_cast<const char*>(last ? dy_block : dy_block + pixels * K);
-        const std::int64_t next_lines = last ? 0 : std::min(block_pixels, (n1 * OH - n * OH - oh1) * OW) * K / 16;
+        const std::int64_t next_lines =
+            last ? 0 : std::min(block_pixels, (n1 * OH - n * OH - oh1) * OW) * K / 16;
         const std::int64_t per_call = next_lines / (my_tiles * KH * chunks) + 1;
         std::int64_t issued = 0;
         kernels::TapGemmArgs a;

@@ -153,8 +153,9 @@ CPUDL_STANDARD_VARIANTS(f32_conv_backward_weights_planes, ConvBackwardWeightsPla
 #undef CPUDL_STANDARD_VARIANTS
 // The tap-major weight gradient's block: AVX-512 or the reference (see conv/conv.h).
 const std::vector<KernelVariant<TapGemmFn>>& f32_conv_weight_grad_taps_variants() {
-  static const std::vector<KernelVariant<TapGemmFn>> v = {CPUDL_VARIANT(avx512, f32_conv_weight_grad_taps__avx512),
-                                                          CPUDL_VARIANT(generic, f32_conv_weight_grad_taps__ref)};
+  static const std::vector<KernelVariant<TapGemmFn>> v = {
+      CPUDL_VARIANT(avx512, f32_conv_weight_grad_taps__avx512),
+      CPUDL_VARIANT(generic, f32_conv_weight_grad_taps__ref)};
   return v;
 }
 
