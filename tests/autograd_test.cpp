@@ -2,6 +2,7 @@
 // accumulation, graph freeing, no-grad mode and the errors users hit.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -137,6 +138,35 @@ TEST(Autograd, AddReluMatchesReluOfAdd) {
   }
   const Tensor row = randn({6}, 32), matrix = randn({3, 6}, 33);
   EXPECT_EQ(add_relu(matrix, row).to_vector(), relu(add(matrix, row)).to_vector());
+}
+
+// Gradients reaching a node by several paths are summed, later ones added in place into a pending
+// sum that nothing else references. add hands one tensor to both its inputs: while that shared
+// gradient is u's pending sum and v's, adding u's other gradient into it in place would change
+// v's. u = exp(x) and v = 3x each feed s = u + v and one more product; the three terms summed in
+// every order (the engine meets them in different orders), NCHW and channels-last, against the
+// analytic gradient r * (6 exp(x) + 21).
+TEST(Autograd, GradientsReachingANodeTwiceAreSummedWithoutTouchingSharedOnes) {
+  for (const bool channels_last : {false, true})
+    for (const std::array<int, 3> order :
+         {std::array<int, 3>{0, 1, 2}, {0, 2, 1}, {1, 0, 2}, {1, 2, 0}, {2, 0, 1}, {2, 1, 0}}) {
+      SCOPED_TRACE(std::string(channels_last ? "channels-last" : "NCHW") + " order " +
+                   std::to_string(order[0]) + std::to_string(order[1]) + std::to_string(order[2]));
+      Tensor x = randn({2, 3, 4, 5}, 40);
+      if (channels_last) x = channels_last_values(x);
+      x = x.detach();
+      x.set_requires_grad(true);
+      const Tensor u = exp(x), v = mul(x, 3.0f);
+      const Tensor terms[3] = {add(u, v), mul(u, 5.0f), mul(v, 6.0f)};
+      const Tensor total = add(add(terms[order[0]], terms[order[1]]), terms[order[2]]);
+      const Tensor r = randn(total.shape(), 41);
+      sum(mul(total, r)).backward();
+      const std::vector<float> xv = x.to_vector(), rv = r.to_vector(), got = x.grad().to_vector();
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        const float want = rv[i] * (6.0f * std::exp(xv[i]) + 21.0f);
+        ASSERT_NEAR(got[i], want, 1e-5f * (1 + std::fabs(want))) << i;
+      }
+    }
 }
 
 TEST(Autograd, Reductions) {

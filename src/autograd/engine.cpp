@@ -7,6 +7,7 @@
 #include "cpudl/error.h"
 #include "cpudl/ops.h"
 #include "ops/op_profile.h"
+#include "tensor/layout.h"
 
 namespace cpudl {
 
@@ -101,6 +102,22 @@ std::int64_t live_nodes() { return g_live_nodes.load(); }
 
 }  // namespace autograd
 
+namespace {
+
+// A pending gradient nothing else references (no other tensor, no view of its storage): the next
+// contribution is added into it in place, back into the lines just read, instead of into a third
+// buffer that must first be fetched for ownership. ResNet-18's residual inputs (batch 16 at
+// 224x224, CPUDL_PROFILE=1): the engine's sums went from 11.7-12.6 to 7.5-8.3 ms a step on one
+// thread and from 5.7-5.9 to 3.8-4.1 on two. A gradient add handed to both its inputs is shared
+// and is never added into.
+bool owns_its_buffer(const Tensor& t) {
+  const std::shared_ptr<TensorImpl> impl = t.impl();  // t's reference and this one
+  return impl.use_count() == 2 && impl->storage.use_count() == 1 && !impl->grad_fn && !impl->requires_grad &&
+         t.dtype() == DType::f32;
+}
+
+}  // namespace
+
 void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
   if (!requires_grad())
     throw Error("backward() on a tensor that does not require grad (shape " + shape_text(shape()) +
@@ -153,7 +170,13 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
       if (!next) continue;
       if (i < input_grads.size() && input_grads[i].defined()) {
         Tensor& slot = pending[next.get()];
-        slot = slot.defined() ? add(slot, input_grads[i]) : input_grads[i];
+        if (!slot.defined())
+          slot = input_grads[i];
+        else if (owns_its_buffer(slot) && slot.shape() == input_grads[i].shape() &&
+                 same_dense_layout(slot, input_grads[i]))
+          add_(slot, input_grads[i]);
+        else
+          slot = add(slot, input_grads[i]);
       }
       if (--dependencies[next.get()] == 0) ready.push_back(next);
     }

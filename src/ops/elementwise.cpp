@@ -93,7 +93,7 @@ void add_(const Tensor& a, const Tensor& b) {
   require_f32(b, "add_", "source");
   if (broadcast_shapes(a.shape(), b.shape(), "add_") != a.shape())
     throw Error("add_: cannot add shape " + shape_text(b.shape()) + " into " + shape_text(a.shape()));
-  if (a.shape() == b.shape() && a.is_contiguous() && b.is_contiguous()) {
+  if (a.shape() == b.shape() && same_dense_layout(a, b)) {  // one flat loop, channels-last too
     float* pa = a.data();
     const float* pb = b.data();
     const auto add_fn = native().f32_add.fn;
