@@ -34,6 +34,14 @@ class FunctionNode final : public Node {
   autograd::BackwardFn fn_;
 };
 
+// Whether nothing but `t` references its tensor and storage (no other tensor, no view of the
+// storage, no graph): its buffer may then be taken over or written. A gradient add hands to both
+// its inputs is shared and fails this.
+bool owns_its_buffer(const Tensor& t) {
+  const std::shared_ptr<TensorImpl> impl = t.impl();  // t's reference and this one
+  return impl.use_count() == 2 && impl->storage.use_count() == 1 && !impl->grad_fn && !impl->requires_grad;
+}
+
 // Sums gradients into a leaf's .grad.
 class AccumulateGrad final : public Node {
  public:
@@ -51,10 +59,8 @@ class AccumulateGrad final : public Node {
         // nothing else references (no other tensor, no view of its storage) already is one and
         // is adopted, as PyTorch's AccumulateGrad steals it: cloning every parameter's gradient
         // after each zero_grad was 5% of a ResNet-18 training step (47 MB copied).
-        const std::shared_ptr<TensorImpl> impl = grad.impl();  // the engine's reference and this one
-        const bool sole_owner = impl.use_count() == 2 && impl->storage.use_count() == 1 && !impl->grad_fn &&
-                                !impl->requires_grad && grad.is_contiguous() && grad.dtype() == leaf->dtype;
-        leaf->grad = sole_owner ? impl : grad.detach().clone().impl();
+        const bool adopt = owns_its_buffer(grad) && grad.is_contiguous() && grad.dtype() == leaf->dtype;
+        leaf->grad = adopt ? grad.impl() : grad.detach().clone().impl();
       } else {
         add_(Tensor(leaf->grad), grad);  // in place: optimisers may hold this buffer
       }
@@ -101,22 +107,6 @@ void record(Tensor& out, const char* name, const std::vector<Tensor>& inputs, Ba
 std::int64_t live_nodes() { return g_live_nodes.load(); }
 
 }  // namespace autograd
-
-namespace {
-
-// A pending gradient nothing else references (no other tensor, no view of its storage): the next
-// contribution is added into it in place, back into the lines just read, instead of into a third
-// buffer that must first be fetched for ownership. ResNet-18's residual inputs (batch 16 at
-// 224x224, CPUDL_PROFILE=1): the engine's sums went from 11.7-12.6 to 7.5-8.3 ms a step on one
-// thread and from 5.7-5.9 to 3.8-4.1 on two. A gradient add handed to both its inputs is shared
-// and is never added into.
-bool owns_its_buffer(const Tensor& t) {
-  const std::shared_ptr<TensorImpl> impl = t.impl();  // t's reference and this one
-  return impl.use_count() == 2 && impl->storage.use_count() == 1 && !impl->grad_fn && !impl->requires_grad &&
-         t.dtype() == DType::f32;
-}
-
-}  // namespace
 
 void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
   if (!requires_grad())
@@ -170,10 +160,14 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
       if (!next) continue;
       if (i < input_grads.size() && input_grads[i].defined()) {
         Tensor& slot = pending[next.get()];
+        // A second contribution goes into the pending sum in place when the sum owns its buffer:
+        // back into the lines just read, not into a third buffer fetched for ownership (ResNet-18's
+        // residual inputs, batch 16 at 224x224: the engine's sums 11.7-12.6 -> 7.5-8.3 ms a step on
+        // one thread, 5.7-5.9 -> 3.8-4.1 on two).
         if (!slot.defined())
           slot = input_grads[i];
-        else if (owns_its_buffer(slot) && slot.shape() == input_grads[i].shape() &&
-                 same_dense_layout(slot, input_grads[i]))
+        else if (owns_its_buffer(slot) && slot.dtype() == DType::f32 &&
+                 slot.shape() == input_grads[i].shape() && same_dense_layout(slot, input_grads[i]))
           add_(slot, input_grads[i]);
         else
           slot = add(slot, input_grads[i]);
