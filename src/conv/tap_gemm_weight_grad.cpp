@@ -128,8 +128,9 @@ void tap_gemm_weight_grad(const onednn::ConvShape& s, const float* x, const floa
                       static_cast<std::size_t>(copied * C) * sizeof(float));
           std::fill(dst + (left + copied) * C, dst + padded_row, 0.0f);
         }
-        // The next block's dY is fetched a few lines per call while this block computes: its first
-        // touch from memory otherwise stalled the copy above.
+        // The next block's dY is fetched a few lines per call while this block computes, so that
+        // the copy above finds it in cache: 1-3% faster than without, with and without it
+        // alternating (layer2.0, layer3.0 and the stem, 1 thread).
         const bool last = n + 1 == n1 && oh1 == OH;
         const char* next = reinterpret_cast<const char*>(last ? dy_block : dy_block + pixels * K);
         const std::int64_t next_lines =
