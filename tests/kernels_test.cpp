@@ -617,6 +617,31 @@ TEST(Kernels, StreamingStoresMatchReference) {
   check_unary_exact(f32_relu_variants(), 4);
 }
 
+// Bare metal streams what its L3 cannot hold; a guest, whose CPUID reports the host's whole L3,
+// streams past its per-core share of it (2 MiB a usable core); never below 4 MiB.
+TEST(Kernels, StreamingStoreThresholdFollowsTheCacheAGuestCanCountOn) {
+  constexpr std::size_t kMiB = std::size_t{1} << 20;
+  CpuFeatures bare, guest;
+  guest.hypervisor = "KVMKVMKVM";
+  SystemInfo desktop;
+  desktop.l3_bytes = 32 * kMiB;
+  desktop.usable_physical_cores = 8;
+  EXPECT_EQ(streaming_store_threshold(bare, desktop), 32 * kMiB);
+  EXPECT_EQ(streaming_store_threshold(guest, desktop), 16 * kMiB);
+  SystemInfo cloud;  // this machine: two vCPUs of a 480 MiB-L3 host
+  cloud.l3_bytes = 480 * kMiB;
+  cloud.usable_physical_cores = 2;
+  EXPECT_EQ(streaming_store_threshold(bare, cloud), 480 * kMiB);
+  EXPECT_EQ(streaming_store_threshold(guest, cloud), 4 * kMiB);
+  cloud.usable_physical_cores = 16;
+  EXPECT_EQ(streaming_store_threshold(guest, cloud), 32 * kMiB);
+  SystemInfo small;  // a tiny L3, and an unknown one
+  small.l3_bytes = 2 * kMiB;
+  EXPECT_EQ(streaming_store_threshold(bare, small), 4 * kMiB);
+  EXPECT_EQ(streaming_store_threshold(bare, SystemInfo{}), 32 * kMiB);
+  EXPECT_EQ(streaming_store_threshold(guest, SystemInfo{}), 4 * kMiB);
+}
+
 TEST(Kernels, SubAndDivMatchReferenceExactly) {
   check_binary(f32_sub_variants(), f32_sub_variants().back().fn);
   check_binary(f32_div_variants(), f32_div_variants().back().fn);

@@ -117,6 +117,11 @@ KernelTable make_kernel_table(IsaLevel level);
 // The process's table, for runtime().isa.active; built once (logged when CPUDL_VERBOSE=1).
 const KernelTable& kernel_table();
 
+// The output size from which kernels write with non-temporal stores (g_streaming_store_bytes,
+// kernel_types.h): what cannot stay in the last-level cache, at least 4 MiB; under a hypervisor,
+// whose reported L3 is the host's, 2 MiB a usable core at most.
+std::size_t streaming_store_threshold(const CpuFeatures& cpu, const SystemInfo& system);
+
 // (kernel, chosen variant) pairs, for reports.
 std::vector<std::pair<const char*, const char*>> describe(const KernelTable& table);
 

@@ -289,8 +289,8 @@ using F32QuantizeU8Fn = void (*)(const float* x, std::size_t n, float scale, std
 
 // Outputs at least this large are written with non-temporal stores (they would not stay cached
 // anyway, and skipping each line's read-for-ownership saves memory traffic). Set once at start
-// from the last-level cache size (dispatch.cpp): an output that fits in L3 is better left there
-// for the op that reads it next.
+// by streaming_store_threshold (dispatch.h) from the last-level cache: an output that fits in
+// L3 is better left there for the op that reads it next.
 extern std::size_t g_streaming_store_bytes;
 
 }  // namespace cpudl::kernels
