@@ -8,6 +8,8 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <new>
 #include <vector>
 
 #include "conv/winograd_conv.h"
@@ -24,6 +26,28 @@ namespace {
 using namespace cpudl::kernels;
 
 constexpr std::size_t kBig = std::size_t{16} << 20;  // 16 Mi floats = 64 MiB per tensor
+
+// Tensors' storage starts on a cache line (runtime/block_cache.cpp), which the row kernels'
+// streaming stores rely on: the benchmarks' buffers do too (std::vector's large blocks are
+// 16 bytes past a page).
+template <class T>
+struct CacheLineAllocator {
+  using value_type = T;
+  CacheLineAllocator() = default;
+  template <class U>
+  CacheLineAllocator(const CacheLineAllocator<U>&) {}
+  T* allocate(std::size_t n) {
+    void* p = std::aligned_alloc(64, (n * sizeof(T) + 63) / 64 * 64);
+    if (p == nullptr) throw std::bad_alloc();
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, std::size_t) { std::free(p); }
+  template <class U>
+  bool operator==(const CacheLineAllocator<U>&) const {
+    return true;
+  }
+};
+using Floats = std::vector<float, CacheLineAllocator<float>>;
 
 double bandwidth_gbs(int threads) {
   static std::vector<double> measured(64, 0.0);
@@ -48,7 +72,7 @@ int threads_arg(const benchmark::State& state) {
 void BM_binary(benchmark::State& state, F32BinaryFn (*pick)(), const char* name) {
   const auto n = static_cast<std::size_t>(state.range(0));
   const int threads = threads_arg(state);
-  std::vector<float> a(n, 1.0f), b(n, 2.0f), c(n);
+  Floats a(n, 1.0f), b(n, 2.0f), c(n);
   const F32BinaryFn fn = pick();
   for (auto _ : state) {
     cpudl::parallel_for(n, 1 << 16, threads, [&](std::size_t lo, std::size_t hi) {
@@ -62,7 +86,7 @@ void BM_binary(benchmark::State& state, F32BinaryFn (*pick)(), const char* name)
 void BM_unary(benchmark::State& state, F32UnaryFn (*pick)(), const char* name) {
   const auto n = static_cast<std::size_t>(state.range(0));
   const int threads = threads_arg(state);
-  std::vector<float> x(n, 0.5f), y(n);
+  Floats x(n, 0.5f), y(n);
   const F32UnaryFn fn = pick();
   for (auto _ : state) {
     cpudl::parallel_for(n, 1 << 16, threads,
@@ -75,8 +99,8 @@ void BM_unary(benchmark::State& state, F32UnaryFn (*pick)(), const char* name) {
 void BM_sum(benchmark::State& state) {
   const auto n = static_cast<std::size_t>(state.range(0));
   const int threads = threads_arg(state);
-  std::vector<float> x(n, 1.0f);
-  std::vector<float> partial(64);
+  Floats x(n, 1.0f);
+  Floats partial(64);
   const auto& k = kernel_table().f32_sum;
   for (auto _ : state) {
     cpudl::parallel_for(n, 1 << 16, threads, [&](std::size_t lo, std::size_t hi) {
@@ -90,7 +114,7 @@ void BM_sum(benchmark::State& state) {
 void BM_adam(benchmark::State& state) {
   const auto n = static_cast<std::size_t>(state.range(0));
   const int threads = threads_arg(state);
-  std::vector<float> w(n, 0.1f), g(n, 0.01f), m(n, 0.0f), v(n, 0.0f);
+  Floats w(n, 0.1f), g(n, 0.01f), m(n, 0.0f), v(n, 0.0f);
   const auto& k = kernel_table().f32_adam_step;
   std::int64_t step = 0;
   for (auto _ : state) {
@@ -107,7 +131,7 @@ void BM_adam(benchmark::State& state) {
 void BM_sgd(benchmark::State& state) {
   const auto n = static_cast<std::size_t>(state.range(0));
   const int threads = threads_arg(state);
-  std::vector<float> w(n, 0.1f), g(n, 0.01f), buf(n, 0.0f);
+  Floats w(n, 0.1f), g(n, 0.01f), buf(n, 0.0f);
   const auto& k = kernel_table().f32_sgd_step;
   bool first = true;
   for (auto _ : state) {
@@ -126,7 +150,7 @@ void BM_rowwise(benchmark::State& state, const KernelVariant<F32RowwiseFn>& (*pi
   const auto& k = pick();
   const std::size_t rows = static_cast<std::size_t>(state.range(0)) / 1000, cols = 1000;
   const int threads = threads_arg(state);
-  std::vector<float> x(rows * cols, 0.5f), y(rows * cols);
+  Floats x(rows * cols, 0.5f), y(rows * cols);
   for (auto _ : state) {
     cpudl::parallel_for(rows, 16, threads, [&](std::size_t lo, std::size_t hi) {
       k.fn(x.data() + lo * cols, y.data() + lo * cols, hi - lo, cols, cols, cols);
@@ -134,6 +158,97 @@ void BM_rowwise(benchmark::State& state, const KernelVariant<F32RowwiseFn>& (*pi
     benchmark::ClobberMemory();
   }
   report(state, k.name, rows * cols * 2 * sizeof(float), threads);
+}
+
+// The other reductions, on one 64 MiB input split over the threads as BM_sum.
+void BM_max(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  const int threads = threads_arg(state);
+  Floats x(n);
+  for (std::size_t i = 0; i < n; ++i) x[i] = static_cast<float>(i % 1021);
+  Floats partial(64);
+  const auto& k = kernel_table().f32_max;
+  for (auto _ : state) {
+    cpudl::parallel_for(n, 1 << 16, threads, [&](std::size_t lo, std::size_t hi) {
+      partial[static_cast<std::size_t>(omp_get_thread_num())] = k.fn(x.data() + lo, hi - lo);
+    });
+    benchmark::DoNotOptimize(partial.data());
+  }
+  report(state, k.name, n * sizeof(float), threads);
+}
+
+void BM_argmax(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  const int threads = threads_arg(state);
+  Floats x(n);
+  for (std::size_t i = 0; i < n; ++i) x[i] = static_cast<float>(i % 1021);
+  std::vector<std::size_t> partial(64);
+  const auto& k = kernel_table().f32_argmax;
+  for (auto _ : state) {
+    cpudl::parallel_for(n, 1 << 16, threads, [&](std::size_t lo, std::size_t hi) {
+      partial[static_cast<std::size_t>(omp_get_thread_num())] = k.fn(x.data() + lo, hi - lo);
+    });
+    benchmark::DoNotOptimize(partial.data());
+  }
+  report(state, k.name, n * sizeof(float), threads);
+}
+
+// Layer norm over rows of 768 (BERT-base's hidden size), with gamma and beta: the forward reads
+// x and writes y (mean and rstd are 1/384 of that); the backward reads x and dy and writes dx,
+// adding into each thread's own dgamma/dbeta as ops/layer_norm does.
+void BM_layer_norm_forward(benchmark::State& state) {
+  const std::size_t cols = 768, rows = static_cast<std::size_t>(state.range(0)) / cols;
+  const int threads = threads_arg(state);
+  Floats x(rows * cols), y(rows * cols), gamma(cols, 1.5f), beta(cols, 0.25f), mean(rows), rstd(rows);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 97) * 0.01f;
+  const auto& k = kernel_table().f32_layer_norm_forward;
+  for (auto _ : state) {
+    cpudl::parallel_for(rows, 16, threads, [&](std::size_t lo, std::size_t hi) {
+      k.fn(x.data() + lo * cols, gamma.data(), beta.data(), y.data() + lo * cols, mean.data() + lo,
+           rstd.data() + lo, hi - lo, cols, 1e-5f);
+    });
+    benchmark::ClobberMemory();
+  }
+  report(state, k.name, rows * cols * 2 * sizeof(float), threads);
+}
+
+void BM_layer_norm_backward(benchmark::State& state) {
+  const std::size_t cols = 768, rows = static_cast<std::size_t>(state.range(0)) / cols;
+  const int threads = threads_arg(state);
+  Floats x(rows * cols), dy(rows * cols, 0.5f), dx(rows * cols), gamma(cols, 1.5f);
+  Floats mean(rows, 0.5f), rstd(rows, 2.0f), dgamma(64 * cols), dbeta(64 * cols);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 97) * 0.01f;
+  const auto& k = kernel_table().f32_layer_norm_backward;
+  for (auto _ : state) {
+    cpudl::parallel_for(rows, 16, threads, [&](std::size_t lo, std::size_t hi) {
+      const std::size_t t = static_cast<std::size_t>(omp_get_thread_num());
+      k.fn(x.data() + lo * cols, dy.data() + lo * cols, gamma.data(), mean.data() + lo, rstd.data() + lo,
+           dx.data() + lo * cols, dgamma.data() + t * cols, dbeta.data() + t * cols, hi - lo, cols);
+    });
+    benchmark::ClobberMemory();
+  }
+  report(state, k.name, rows * cols * 3 * sizeof(float), threads);
+}
+
+// Cross-entropy with its logits gradient over rows of 1000 classes: reads the logits, writes
+// dlogits (labels and losses are 1/1000 of that).
+void BM_cross_entropy(benchmark::State& state) {
+  const std::size_t classes = 1000, rows = static_cast<std::size_t>(state.range(0)) / classes;
+  const int threads = threads_arg(state);
+  Floats logits(rows * classes), dlogits(rows * classes), loss(rows), scratch(64 * classes);
+  std::vector<std::int32_t> labels(rows);
+  for (std::size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>(i % 89) * 0.05f;
+  for (std::size_t r = 0; r < rows; ++r) labels[r] = static_cast<std::int32_t>((r * 7) % classes);
+  const auto& k = kernel_table().f32_cross_entropy;
+  for (auto _ : state) {
+    cpudl::parallel_for(rows, 16, threads, [&](std::size_t lo, std::size_t hi) {
+      k.fn({logits.data() + lo * classes, labels.data() + lo, hi - lo, classes, classes, 0.1f,
+            loss.data() + lo, dlogits.data() + lo * classes, classes,
+            scratch.data() + static_cast<std::size_t>(omp_get_thread_num()) * classes});
+    });
+    benchmark::ClobberMemory();
+  }
+  report(state, k.name, rows * classes * 2 * sizeof(float), threads);
 }
 
 const KernelVariant<F32RowwiseFn>& softmax_kernel() { return kernel_table().f32_softmax; }
@@ -509,7 +624,7 @@ void BM_transpose(benchmark::State& state) {
 void BM_rms_norm(benchmark::State& state) {
   const int threads = threads_arg(state);
   const std::size_t n = 4096, rows = static_cast<std::size_t>(state.range(0)) / n;
-  std::vector<float> x(rows * n, 0.5f), w(n, 1.0f), y(rows * n);
+  Floats x(rows * n, 0.5f), w(n, 1.0f), y(rows * n);
   const auto& k = kernel_table().f32_rms_norm;
   for (auto _ : state) {
     cpudl::parallel_for(rows, 1, threads, [&](std::size_t r0, std::size_t r1) {
@@ -535,6 +650,26 @@ BENCHMARK_CAPTURE(BM_binary, gelu_backward, PICK(f32_gelu_backward))
     ->Args({kBig, 1})
     ->Args({kBig, 0})
     ->UseRealTime();
+BENCHMARK_CAPTURE(BM_binary, sub, PICK(f32_sub))->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
+BENCHMARK_CAPTURE(BM_binary, mul, PICK(f32_mul))->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
+BENCHMARK_CAPTURE(BM_binary, div, PICK(f32_div))->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
+BENCHMARK_CAPTURE(BM_binary, add_relu, PICK(f32_add_relu))->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
+BENCHMARK_CAPTURE(BM_binary, sigmoid_backward, PICK(f32_sigmoid_backward))
+    ->Args({kBig, 1})
+    ->Args({kBig, 0})
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_binary, tanh_backward, PICK(f32_tanh_backward))
+    ->Args({kBig, 1})
+    ->Args({kBig, 0})
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_unary, sigmoid, PICK(f32_sigmoid))->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
+BENCHMARK_CAPTURE(BM_unary, tanh, PICK(f32_tanh))->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
+BENCHMARK_CAPTURE(BM_unary, log, PICK(f32_log))->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
+BENCHMARK(BM_max)->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
+BENCHMARK(BM_argmax)->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
+BENCHMARK(BM_layer_norm_forward)->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
+BENCHMARK(BM_layer_norm_backward)->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
+BENCHMARK(BM_cross_entropy)->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
 BENCHMARK_CAPTURE(BM_unary, relu, PICK(f32_relu))->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
 BENCHMARK_CAPTURE(BM_unary, gelu, PICK(f32_gelu))->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
 BENCHMARK_CAPTURE(BM_unary, exp, PICK(f32_exp))->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();

@@ -33,6 +33,7 @@ struct CrossEntropyArgs {
   float* loss;     // rows
   float* dlogits;  // rows x classes (ld_grad apart), or null
   std::size_t ld_grad;
+  float* scratch;  // `classes` floats the kernel may overwrite (a row's exponentials)
 };
 using CrossEntropyFn = void (*)(const CrossEntropyArgs& args);
 

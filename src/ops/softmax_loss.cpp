@@ -121,10 +121,14 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, float label_smo
   std::vector<float> row_loss(static_cast<std::size_t>(rows));
   Tensor dlogits = Tensor::empty(logits.shape());
   const bool need_grad = grad_mode_enabled() && logits.requires_grad();
-  native().f32_cross_entropy.fn({lc.data(), labels.data(), static_cast<std::size_t>(rows),
-                                 static_cast<std::size_t>(classes), static_cast<std::size_t>(classes),
-                                 label_smoothing, row_loss.data(), need_grad ? dlogits.data() : nullptr,
-                                 static_cast<std::size_t>(classes)});
+  const auto c = static_cast<std::size_t>(classes);
+  parallel_for(static_cast<std::size_t>(rows), std::max<std::size_t>(1, kGrain / c),
+               [&](std::size_t b, std::size_t e) {
+                 std::vector<float> scratch(c);  // the kernel's row of exponentials
+                 native().f32_cross_entropy.fn(
+                     {lc.data() + b * c, labels.data() + b, e - b, c, c, label_smoothing, row_loss.data() + b,
+                      need_grad ? dlogits.data() + b * c : nullptr, c, scratch.data()});
+               });
   double total = 0;
   for (float v : row_loss) total += v;
   Tensor loss = Tensor::scalar(static_cast<float>(total / static_cast<double>(rows)));

@@ -13,6 +13,7 @@ void CPUDL_KERNEL(f32_layer_norm_forward)(const float* x, const float* gamma, co
                                           float* mean, float* rstd, std::size_t rows, std::size_t cols,
                                           float epsilon) {
   const float n = static_cast<float>(cols);
+  const bool stream = streams_output(rows * cols);
   for (std::size_t r = 0; r < rows; ++r) {
     const float* xr = x + r * cols;
     float* yr = y + r * cols;
@@ -26,15 +27,17 @@ void CPUDL_KERNEL(f32_layer_norm_forward)(const float* x, const float* gamma, co
                       n;
     const float rs = 1.0f / __builtin_sqrtf(var + epsilon);
     const V::F vr = V::set1(rs);
-    for_vectors<V>(cols, [&](std::size_t i, std::size_t lanes) {
+    write_row<V>(stream, yr, cols, [&](std::size_t i, std::size_t lanes) {
+      __builtin_prefetch(xr + cols + i, 0, 3);  // the next row (see the file comment)
       V::F out = V::mul(V::sub(load_n<V>(xr + i, lanes), vm), vr);
       if (gamma) out = V::mul(out, load_n<V>(gamma + i, lanes));
       if (beta) out = V::add(out, load_n<V>(beta + i, lanes));
-      store_n<V>(yr + i, out, lanes);
+      return out;
     });
     mean[r] = m;
     rstd[r] = rs;
   }
+  if (stream) V::fence();
 }
 
 void CPUDL_KERNEL(f32_rms_norm)(const float* x, const float* weight, float* y, std::size_t n, float epsilon) {
@@ -49,9 +52,11 @@ void CPUDL_KERNEL(f32_layer_norm_backward)(const float* x, const float* dy, cons
                                            const float* mean, const float* rstd, float* dx, float* dgamma,
                                            float* dbeta, std::size_t rows, std::size_t cols) {
   const float n = static_cast<float>(cols);
+  const bool stream = streams_output(rows * cols);
   for (std::size_t r = 0; r < rows; ++r) {
     const float* xr = x + r * cols;
     const float* dyr = dy + r * cols;
+    float* dxr = dx + r * cols;
     const V::F vm = V::set1(mean[r]), vr = V::set1(rstd[r]);
     V::F sum_g = V::zero(), sum_gx = V::zero();
     for_vectors<V>(cols, [&](std::size_t i, std::size_t lanes) {
@@ -63,15 +68,18 @@ void CPUDL_KERNEL(f32_layer_norm_backward)(const float* x, const float* dy, cons
       sum_gx = V::fma(g, xhat, sum_gx);
     });
     const V::F a = V::set1(V::reduce_add(sum_g) / n), b = V::set1(V::reduce_add(sum_gx) / n);
-    for_vectors<V>(cols, [&](std::size_t i, std::size_t lanes) {
+    write_row<V>(stream, dxr, cols, [&](std::size_t i, std::size_t lanes) {
+      __builtin_prefetch(xr + cols + i, 0, 3);
+      __builtin_prefetch(dyr + cols + i, 0, 3);
       const V::F xhat = V::mul(V::sub(load_n<V>(xr + i, lanes), vm), vr);
       const V::F d = load_n<V>(dyr + i, lanes);
       const V::F g = gamma ? V::mul(d, load_n<V>(gamma + i, lanes)) : d;
-      store_n<V>(dx + r * cols + i, V::mul(vr, V::fnma(xhat, b, V::sub(g, a))), lanes);
       if (dgamma) store_n<V>(dgamma + i, V::fma(d, xhat, load_n<V>(dgamma + i, lanes)), lanes);
       if (dbeta) store_n<V>(dbeta + i, V::add(d, load_n<V>(dbeta + i, lanes)), lanes);
+      return V::mul(vr, V::fnma(xhat, b, V::sub(g, a)));
     });
   }
+  if (stream) V::fence();
 }
 
 }  // namespace cpudl::kernels

@@ -1,10 +1,42 @@
 // Loop skeletons over a SIMD traits type V: full vectors (two per iteration where independent
 // work helps), then one masked tail. Included by ISA kernel files only, after the traits.
 
+#include <algorithm>
+#include <cstdint>
+
 #include "kernels/kernel_types.h"
 
 namespace cpudl::kernels {
 namespace {
+
+// out[0, n) = value(i) with non-temporal stores (see kernel_types.h), without the closing
+// fence: a masked head up to the first aligned line, four vectors a step, a masked tail.
+// value(i) computes lanes i..i+W-1, partial_value(i, lanes) the first `lanes` of them. Row-wise
+// kernels call it per row and fence once per call. False, with nothing written, when `out` is
+// not float-aligned.
+template <class V, class Value, class PartialValue>
+bool stream_into(float* out, std::size_t n, Value value, PartialValue partial_value) {
+  constexpr std::size_t W = V::kWidth;
+  const std::size_t misaligned = reinterpret_cast<std::uintptr_t>(out) % V::kAlignment;
+  if (misaligned % sizeof(float) != 0) return false;
+  const std::size_t head = std::min(n, misaligned ? (V::kAlignment - misaligned) / sizeof(float) : 0);
+  if (head) V::store_partial(out, partial_value(0, head), head);
+  std::size_t i = head;
+  for (; i + 4 * W <= n; i += 4 * W) {          // four independent vectors keep long
+    const auto a = value(i), b = value(i + W);  // dependency chains (exp) overlapped
+    const auto c = value(i + 2 * W), d = value(i + 3 * W);
+    V::stream(out + i, a);
+    V::stream(out + i + W, b);
+    V::stream(out + i + 2 * W, c);
+    V::stream(out + i + 3 * W, d);
+  }
+  for (; i + W <= n; i += W) V::stream(out + i, value(i));
+  if (i < n) V::store_partial(out + i, partial_value(i, n - i), n - i);
+  return true;
+}
+
+// Whether a kernel writing `floats` outputs in one call streams them.
+inline bool streams_output(std::size_t floats) { return floats * sizeof(float) >= g_streaming_store_bytes; }
 
 // out[i..] = value(i) for vectors of V::kWidth lanes: value(i) computes lanes i..i+W-1 (reading
 // past n is avoided by the masked head and tail).
@@ -12,24 +44,9 @@ template <class V, class Value, class PartialValue>
 void map_into(float* out, std::size_t n, Value value, PartialValue partial_value) {
   constexpr std::size_t W = V::kWidth;
   std::size_t i = 0;
-  if (n * sizeof(float) >= g_streaming_store_bytes) {  // see kernel_types.h
-    const std::size_t misaligned = reinterpret_cast<std::uintptr_t>(out) % V::kAlignment;
-    if (misaligned % sizeof(float) == 0) {
-      const std::size_t head = misaligned ? (V::kAlignment - misaligned) / sizeof(float) : 0;
-      if (head) V::store_partial(out, partial_value(0, head), head);
-      for (i = head; i + 4 * W <= n; i += 4 * W) {  // four independent vectors keep long
-        const auto a = value(i), b = value(i + W);  // dependency chains (exp) overlapped
-        const auto c = value(i + 2 * W), d = value(i + 3 * W);
-        V::stream(out + i, a);
-        V::stream(out + i + W, b);
-        V::stream(out + i + 2 * W, c);
-        V::stream(out + i + 3 * W, d);
-      }
-      for (; i + W <= n; i += W) V::stream(out + i, value(i));
-      V::fence();
-      if (i < n) V::store_partial(out + i, partial_value(i, n - i), n - i);
-      return;
-    }
+  if (streams_output(n) && stream_into<V>(out, n, value, partial_value)) {
+    V::fence();
+    return;
   }
   // Four independent vectors per step, as in the streaming loop: the long dependency chains of
   // exp, tanh and GELU (40-60 dependent operations each) are latency-bound with two in flight.
@@ -154,6 +171,17 @@ void store_n(float* p, typename V::F v, std::size_t lanes) {
     V::store(p, v);
   else
     V::store_partial(p, v, lanes);
+}
+
+// One row of a row-wise kernel: out[0, n) = value(i, lanes), called once per vector in order
+// (lanes < V::kWidth at the ends only), so value may also update other rows' sums. Streamed
+// when `stream` (stream_into: the caller fences once per call), stored otherwise.
+template <class V, class Value>
+void write_row(bool stream, float* out, std::size_t n, Value value) {
+  if (stream && stream_into<V>(
+                    out, n, [&](std::size_t i) { return value(i, std::size_t{V::kWidth}); }, value))
+    return;
+  for_vectors<V>(n, [&](std::size_t i, std::size_t lanes) { store_n<V>(out + i, value(i, lanes), lanes); });
 }
 
 }  // namespace

@@ -52,13 +52,6 @@ float exp_shifted_store(const float* x, float* y, std::size_t n, float shift, st
   return sum;
 }
 
-float log_sum_exp(const float* x, std::size_t n) {
-  const float m = reduce_max<V>(x, n);
-  const V::F shift = V::set1(m);
-  const float s = reduce_sum<V>(x, n, [shift](V::F v) { return Math::exp(V::sub(v, shift)); });
-  return m + __builtin_logf(s);
-}
-
 }  // namespace
 
 void CPUDL_KERNEL(f32_softmax)(const float* x, float* y, std::size_t rows, std::size_t cols,
@@ -89,22 +82,34 @@ void CPUDL_KERNEL(f32_log_softmax)(const float* x, float* y, std::size_t rows, s
 }
 
 // loss = lse - (1 - eps) x[label] - eps/C sum(x); grad = exp(x - lse) - eps/C - (1 - eps)[label].
+// Each row's exponentials go to the caller's scratch row (the next row prefetched meanwhile, as
+// in softmax) and the gradient is written from it in one pass, streamed when the call's
+// gradient is past g_streaming_store_bytes: one exponential per logit instead of two, and no
+// read-for-ownership of dlogits. The loss alone takes the same sums, so it is the same number.
 void CPUDL_KERNEL(f32_cross_entropy)(const CrossEntropyArgs& a) {
   const float eps = a.smoothing, uniform = eps / static_cast<float>(a.classes);
+  const std::size_t n = a.classes;
+  const bool stream = a.dlogits != nullptr && streams_output(a.rows * n);
+  float* exps = a.scratch;
   for (std::size_t r = 0; r < a.rows; ++r) {
     const float* x = a.logits + r * a.ld_logits;
     const auto label = static_cast<std::size_t>(a.labels[r]);
-    const float lse = log_sum_exp(x, a.classes);
-    float loss = lse - (1.0f - eps) * x[label];
-    if (eps != 0.0f) loss -= uniform * reduce_sum<V>(x, a.classes, [](V::F v) { return v; });
+    const float m = reduce_max<V>(x, n);
+    const float sum = exp_shifted_store(x, exps, n, m, static_cast<std::ptrdiff_t>(a.ld_logits), 0);
+    float loss = m + __builtin_logf(sum) - (1.0f - eps) * x[label];
+    if (eps != 0.0f) loss -= uniform * reduce_sum<V>(x, n, [](V::F v) { return v; });
     a.loss[r] = loss;
     if (a.dlogits) {
-      float* g = a.dlogits + r * a.ld_grad;
-      const V::F shift = V::set1(lse), u = V::set1(uniform);
-      map_unary<V>(x, g, a.classes, [shift, u](V::F v) { return V::sub(Math::exp(V::sub(v, shift)), u); });
-      g[label] -= 1.0f - eps;
+      // exp(x - lse) = exp(x - m) / sum; the label's (1 - eps) comes off in the buffer, so
+      // the gradient row is written once, in order.
+      exps[label] -= (1.0f - eps) * sum;
+      const V::F inv = V::set1(1.0f / sum), minus_u = V::set1(-uniform);
+      write_row<V>(stream, a.dlogits + r * a.ld_grad, n, [&](std::size_t i, std::size_t lanes) {
+        return V::fma(load_n<V>(exps + i, lanes), inv, minus_u);
+      });
     }
   }
+  if (stream) V::fence();
 }
 
 }  // namespace cpudl::kernels
