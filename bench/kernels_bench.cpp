@@ -96,12 +96,15 @@ void BM_unary(benchmark::State& state, F32UnaryFn (*pick)(), const char* name) {
   report(state, name, n * 2 * sizeof(float), threads);
 }
 
-void BM_sum(benchmark::State& state) {
+// A reduction (sum, max, argmax) of one 64 MiB input split over the threads, one result each.
+template <class Fn>
+void BM_reduce(benchmark::State& state, const KernelVariant<Fn>& (*pick)()) {
   const auto n = static_cast<std::size_t>(state.range(0));
   const int threads = threads_arg(state);
-  Floats x(n, 1.0f);
-  Floats partial(64);
-  const auto& k = kernel_table().f32_sum;
+  Floats x(n);
+  for (std::size_t i = 0; i < n; ++i) x[i] = static_cast<float>(i % 1021);
+  const auto& k = pick();
+  std::vector<decltype(k.fn(nullptr, 0))> partial(64);
   for (auto _ : state) {
     cpudl::parallel_for(n, 1 << 16, threads, [&](std::size_t lo, std::size_t hi) {
       partial[static_cast<std::size_t>(omp_get_thread_num())] = k.fn(x.data() + lo, hi - lo);
@@ -110,6 +113,10 @@ void BM_sum(benchmark::State& state) {
   }
   report(state, k.name, n * sizeof(float), threads);
 }
+
+const KernelVariant<F32ReduceFn>& sum_kernel() { return kernel_table().f32_sum; }
+const KernelVariant<F32ReduceFn>& max_kernel() { return kernel_table().f32_max; }
+const KernelVariant<F32ArgmaxFn>& argmax_kernel() { return kernel_table().f32_argmax; }
 
 void BM_adam(benchmark::State& state) {
   const auto n = static_cast<std::size_t>(state.range(0));
@@ -158,39 +165,6 @@ void BM_rowwise(benchmark::State& state, const KernelVariant<F32RowwiseFn>& (*pi
     benchmark::ClobberMemory();
   }
   report(state, k.name, rows * cols * 2 * sizeof(float), threads);
-}
-
-// The other reductions, on one 64 MiB input split over the threads as BM_sum.
-void BM_max(benchmark::State& state) {
-  const auto n = static_cast<std::size_t>(state.range(0));
-  const int threads = threads_arg(state);
-  Floats x(n);
-  for (std::size_t i = 0; i < n; ++i) x[i] = static_cast<float>(i % 1021);
-  Floats partial(64);
-  const auto& k = kernel_table().f32_max;
-  for (auto _ : state) {
-    cpudl::parallel_for(n, 1 << 16, threads, [&](std::size_t lo, std::size_t hi) {
-      partial[static_cast<std::size_t>(omp_get_thread_num())] = k.fn(x.data() + lo, hi - lo);
-    });
-    benchmark::DoNotOptimize(partial.data());
-  }
-  report(state, k.name, n * sizeof(float), threads);
-}
-
-void BM_argmax(benchmark::State& state) {
-  const auto n = static_cast<std::size_t>(state.range(0));
-  const int threads = threads_arg(state);
-  Floats x(n);
-  for (std::size_t i = 0; i < n; ++i) x[i] = static_cast<float>(i % 1021);
-  std::vector<std::size_t> partial(64);
-  const auto& k = kernel_table().f32_argmax;
-  for (auto _ : state) {
-    cpudl::parallel_for(n, 1 << 16, threads, [&](std::size_t lo, std::size_t hi) {
-      partial[static_cast<std::size_t>(omp_get_thread_num())] = k.fn(x.data() + lo, hi - lo);
-    });
-    benchmark::DoNotOptimize(partial.data());
-  }
-  report(state, k.name, n * sizeof(float), threads);
 }
 
 // Layer norm over rows of 768 (BERT-base's hidden size), with gamma and beta: the forward reads
@@ -636,46 +610,37 @@ void BM_rms_norm(benchmark::State& state) {
 }
 
 // Args: {elements, threads (0 = the pool's default)}.
+void big_one_and_all_threads(benchmark::internal::Benchmark* b) {
+  b->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
+}
 BENCHMARK_CAPTURE(BM_binary, add, PICK(f32_add))
     ->Args({kBig, 1})
     ->Args({kBig, 0})
     ->Args({1 << 16, 1})
     ->UseRealTime();
-BENCHMARK_CAPTURE(BM_binary, swiglu, PICK(f32_swiglu))->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
-BENCHMARK_CAPTURE(BM_binary, relu_backward, PICK(f32_relu_backward))
-    ->Args({kBig, 1})
-    ->Args({kBig, 0})
-    ->UseRealTime();
-BENCHMARK_CAPTURE(BM_binary, gelu_backward, PICK(f32_gelu_backward))
-    ->Args({kBig, 1})
-    ->Args({kBig, 0})
-    ->UseRealTime();
-BENCHMARK_CAPTURE(BM_binary, sub, PICK(f32_sub))->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
-BENCHMARK_CAPTURE(BM_binary, mul, PICK(f32_mul))->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
-BENCHMARK_CAPTURE(BM_binary, div, PICK(f32_div))->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
-BENCHMARK_CAPTURE(BM_binary, add_relu, PICK(f32_add_relu))->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
-BENCHMARK_CAPTURE(BM_binary, sigmoid_backward, PICK(f32_sigmoid_backward))
-    ->Args({kBig, 1})
-    ->Args({kBig, 0})
-    ->UseRealTime();
-BENCHMARK_CAPTURE(BM_binary, tanh_backward, PICK(f32_tanh_backward))
-    ->Args({kBig, 1})
-    ->Args({kBig, 0})
-    ->UseRealTime();
-BENCHMARK_CAPTURE(BM_unary, sigmoid, PICK(f32_sigmoid))->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
-BENCHMARK_CAPTURE(BM_unary, tanh, PICK(f32_tanh))->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
-BENCHMARK_CAPTURE(BM_unary, log, PICK(f32_log))->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
-BENCHMARK(BM_max)->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
-BENCHMARK(BM_argmax)->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
-BENCHMARK(BM_layer_norm_forward)->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
-BENCHMARK(BM_layer_norm_backward)->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
-BENCHMARK(BM_cross_entropy)->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
-BENCHMARK_CAPTURE(BM_unary, relu, PICK(f32_relu))->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
-BENCHMARK_CAPTURE(BM_unary, gelu, PICK(f32_gelu))->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
-BENCHMARK_CAPTURE(BM_unary, exp, PICK(f32_exp))->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
-BENCHMARK(BM_sum)->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
+BENCHMARK_CAPTURE(BM_binary, swiglu, PICK(f32_swiglu))->Apply(big_one_and_all_threads);
+BENCHMARK_CAPTURE(BM_binary, relu_backward, PICK(f32_relu_backward))->Apply(big_one_and_all_threads);
+BENCHMARK_CAPTURE(BM_binary, gelu_backward, PICK(f32_gelu_backward))->Apply(big_one_and_all_threads);
+BENCHMARK_CAPTURE(BM_binary, sub, PICK(f32_sub))->Apply(big_one_and_all_threads);
+BENCHMARK_CAPTURE(BM_binary, mul, PICK(f32_mul))->Apply(big_one_and_all_threads);
+BENCHMARK_CAPTURE(BM_binary, div, PICK(f32_div))->Apply(big_one_and_all_threads);
+BENCHMARK_CAPTURE(BM_binary, add_relu, PICK(f32_add_relu))->Apply(big_one_and_all_threads);
+BENCHMARK_CAPTURE(BM_binary, sigmoid_backward, PICK(f32_sigmoid_backward))->Apply(big_one_and_all_threads);
+BENCHMARK_CAPTURE(BM_binary, tanh_backward, PICK(f32_tanh_backward))->Apply(big_one_and_all_threads);
+BENCHMARK_CAPTURE(BM_unary, sigmoid, PICK(f32_sigmoid))->Apply(big_one_and_all_threads);
+BENCHMARK_CAPTURE(BM_unary, tanh, PICK(f32_tanh))->Apply(big_one_and_all_threads);
+BENCHMARK_CAPTURE(BM_unary, log, PICK(f32_log))->Apply(big_one_and_all_threads);
+BENCHMARK_CAPTURE(BM_reduce, max, max_kernel)->Apply(big_one_and_all_threads);
+BENCHMARK_CAPTURE(BM_reduce, argmax, argmax_kernel)->Apply(big_one_and_all_threads);
+BENCHMARK(BM_layer_norm_forward)->Apply(big_one_and_all_threads);
+BENCHMARK(BM_layer_norm_backward)->Apply(big_one_and_all_threads);
+BENCHMARK(BM_cross_entropy)->Apply(big_one_and_all_threads);
+BENCHMARK_CAPTURE(BM_unary, relu, PICK(f32_relu))->Apply(big_one_and_all_threads);
+BENCHMARK_CAPTURE(BM_unary, gelu, PICK(f32_gelu))->Apply(big_one_and_all_threads);
+BENCHMARK_CAPTURE(BM_unary, exp, PICK(f32_exp))->Apply(big_one_and_all_threads);
+BENCHMARK_CAPTURE(BM_reduce, sum, sum_kernel)->Apply(big_one_and_all_threads);
 BENCHMARK(BM_gemm_microkernel_in_l1)->UseRealTime();
-BENCHMARK(BM_rms_norm)->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
+BENCHMARK(BM_rms_norm)->Apply(big_one_and_all_threads);
 // Args: {channels, threads}.
 BENCHMARK(BM_max_pool_nhwc)->Args({6, 1})->Args({8, 1})->Args({16, 1})->Args({6, 0})->UseRealTime();
 BENCHMARK(BM_conv_backward_weights_nhwc)->Args({0, 1})->Args({0, 0})->UseRealTime();
@@ -694,13 +659,10 @@ BENCHMARK(BM_narrow_linear)
     ->Args({1, 0})
     ->Args({2, 0})
     ->UseRealTime();
-BENCHMARK(BM_adam)->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
-BENCHMARK(BM_sgd)->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
-BENCHMARK_CAPTURE(BM_rowwise, softmax, softmax_kernel)->Args({kBig, 1})->Args({kBig, 0})->UseRealTime();
-BENCHMARK_CAPTURE(BM_rowwise, log_softmax, log_softmax_kernel)
-    ->Args({kBig, 1})
-    ->Args({kBig, 0})
-    ->UseRealTime();
+BENCHMARK(BM_adam)->Apply(big_one_and_all_threads);
+BENCHMARK(BM_sgd)->Apply(big_one_and_all_threads);
+BENCHMARK_CAPTURE(BM_rowwise, softmax, softmax_kernel)->Apply(big_one_and_all_threads);
+BENCHMARK_CAPTURE(BM_rowwise, log_softmax, log_softmax_kernel)->Apply(big_one_and_all_threads);
 // Args: {rows M, threads}.
 BENCHMARK_CAPTURE(BM_u8s8_gemm, weights_8bit, false)
     ->Args({1, 1})
