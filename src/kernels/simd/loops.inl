@@ -174,8 +174,9 @@ void store_n(float* p, typename V::F v, std::size_t lanes) {
 }
 
 // One row of a row-wise kernel: out[0, n) = value(i, lanes), called once per vector in order
-// (lanes < V::kWidth at the ends only), so value may also update other rows' sums. Streamed
-// when `stream` (stream_into: the caller fences once per call), stored otherwise.
+// (lanes < V::kWidth at the ends only), so value may also update other arrays (layer norm's
+// dgamma and dbeta). Streamed when `stream` (stream_into: the caller fences once per call),
+// stored otherwise.
 template <class V, class Value>
 void write_row(bool stream, float* out, std::size_t n, Value value) {
   if (stream && stream_into<V>(
