@@ -56,29 +56,24 @@ float exp_shifted_store(const float* x, float* y, std::size_t n, float shift, st
 
 // Rows up to this long keep their exponentials in a stack row when the call's output is
 // streamed (softmax and log-softmax write y once, from it, with non-temporal stores); longer
-// rows, and calls below g_streaming_store_bytes, go through y itself, which stays cached.
+// rows, and calls below g_streaming_store_bytes, go through y itself, which stays cached. Either
+// way the exponentials' pass prefetches the next row (exp_shifted_store).
 constexpr std::size_t kStackRow = 4096;
 
 void CPUDL_KERNEL(f32_softmax)(const float* x, float* y, std::size_t rows, std::size_t cols,
                                std::size_t ld_in, std::size_t ld_out) {
   const bool stream = cols <= kStackRow && streams_output(rows * cols);
-  alignas(64) float exps[kStackRow];  // uninitialised: only written rows are read
+  alignas(64) float stack_row[kStackRow];  // uninitialised: only written rows are read
   for (std::size_t r = 0; r < rows; ++r) {
     const float* xr = x + r * ld_in;
     float* yr = y + r * ld_out;
-    if (stream) {
-      const float sum =
-          exp_shifted_store(xr, exps, cols, reduce_max<V>(xr, cols), static_cast<std::ptrdiff_t>(ld_in), 0);
-      const V::F inv = V::set1(1.0f / sum);
-      write_row<V>(true, yr, cols,
-                   [&](std::size_t i, std::size_t lanes) { return V::mul(load_n<V>(exps + i, lanes), inv); });
-      continue;
-    }
+    float* exps = stream ? stack_row : yr;
     const float sum =
-        exp_shifted_store(xr, yr, cols, reduce_max<V>(xr, cols), static_cast<std::ptrdiff_t>(ld_in),
-                          static_cast<std::ptrdiff_t>(ld_out));
+        exp_shifted_store(xr, exps, cols, reduce_max<V>(xr, cols), static_cast<std::ptrdiff_t>(ld_in),
+                          stream ? 0 : static_cast<std::ptrdiff_t>(ld_out));
     const V::F inv = V::set1(1.0f / sum);
-    map_unary<V>(yr, yr, cols, [inv](V::F v) { return V::mul(v, inv); });
+    write_row<V>(stream, yr, cols,
+                 [&](std::size_t i, std::size_t lanes) { return V::mul(load_n<V>(exps + i, lanes), inv); });
   }
   if (stream) V::fence();
 }
@@ -86,16 +81,15 @@ void CPUDL_KERNEL(f32_softmax)(const float* x, float* y, std::size_t rows, std::
 void CPUDL_KERNEL(f32_log_softmax)(const float* x, float* y, std::size_t rows, std::size_t cols,
                                    std::size_t ld_in, std::size_t ld_out) {
   const bool stream = cols <= kStackRow && streams_output(rows * cols);
-  alignas(64) float exps[kStackRow];  // uninitialised: only written rows are read
+  alignas(64) float stack_row[kStackRow];  // uninitialised: only written rows are read
   for (std::size_t r = 0; r < rows; ++r) {
     const float* xr = x + r * ld_in;
     float* yr = y + r * ld_out;
-    // The exponentials go through a row (the stack's, or y's, then overwritten in cache) for
-    // softmax's next-row prefetch.
     const float m = reduce_max<V>(xr, cols);
-    const float sum = stream ? exp_shifted_store(xr, exps, cols, m, static_cast<std::ptrdiff_t>(ld_in), 0)
-                             : exp_shifted_store(xr, yr, cols, m, static_cast<std::ptrdiff_t>(ld_in),
-                                                 static_cast<std::ptrdiff_t>(ld_out));
+    // Only the exponentials' sum is kept: the row they go through is overwritten below.
+    const float sum =
+        exp_shifted_store(xr, stream ? stack_row : yr, cols, m, static_cast<std::ptrdiff_t>(ld_in),
+                          stream ? 0 : static_cast<std::ptrdiff_t>(ld_out));
     const V::F lse = V::set1(m + __builtin_logf(sum));
     write_row<V>(stream, yr, cols,
                  [&](std::size_t i, std::size_t lanes) { return V::sub(load_n<V>(xr + i, lanes), lse); });
