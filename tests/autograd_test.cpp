@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "conv/implicit_gemm_weight_grad.h"
+#include "conv/pointwise_conv.h"
 #include "conv/tap_gemm_weight_grad.h"
 #include "conv/winograd_conv.h"
 #include "cpudl/autograd.h"
@@ -422,6 +423,16 @@ TEST(Autograd, ConvolutionCoveringTheWholeMapMatchesTheDirectLoop) {
     }
 }
 
+// Within 2e-5 of the largest magnitude of `want`, elementwise: the direct loops' results in
+// double against f32 sums of a few hundred products.
+void expect_near(const std::vector<float>& got, const std::vector<float>& want, const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  float scale = 0;
+  for (const float v : want) scale = std::max(scale, std::fabs(v));
+  for (std::size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], 2e-5f * scale) << what << " " << i;
+}
+
 // Stride-1 3x3 layers train through Winograd convolutions (forward, input gradient, weight and
 // bias gradients): paddings 1 and 0 (whose backward-data pass pads by 2), bias trained or
 // frozen, fused ReLU, against the direct loops. Winograd's rounding grows with the magnitudes
@@ -434,13 +445,6 @@ TEST(Autograd, WinogradConvolutionsMatchTheDirectLoop) {
   const Case cases[] = {{{3, 16, 16, 16}, {32, 16, 3, 3}, {1, 1, 1, 1}},
                         {{3, 32, 18, 17}, {16, 32, 3, 3}, {1, 1, 0, 0}}};
   std::uint64_t seed = 230;
-  auto expect_near = [](const std::vector<float>& got, const std::vector<float>& want, const char* what) {
-    ASSERT_EQ(got.size(), want.size()) << what;
-    float scale = 0;
-    for (const float v : want) scale = std::max(scale, std::fabs(v));
-    for (std::size_t i = 0; i < got.size(); ++i)
-      ASSERT_NEAR(got[i], want[i], 2e-5f * scale) << what << " " << i;
-  };
   for (const Case& c : cases)
     for (const bool relu : {false, true})
       for (const bool bias_grad : {true, false}) {
@@ -521,6 +525,36 @@ TEST(Autograd, StridedWeightGradientPathsMatchTheDirectLoop) {
           ASSERT_NEAR(dw[i], want[i], 2e-5f * scale) << "dw " << i;
         for (std::size_t i = 0; i < want_db.size(); ++i) ASSERT_NEAR(db[i], want_db[i], 1e-4f) << "db " << i;
       }
+}
+
+// ResNet's 1x1/2 shortcuts run forward (128+ input channels) and backward-data on the pointwise
+// GEMM (conv/pointwise_conv.h) inside conv2d: output, input and weight gradients against the
+// direct loops, with a trained bias, at sizes the stride does not divide (9x7 -> 5x4).
+TEST(Autograd, PointwiseShortcutPathsMatchTheDirectLoop) {
+  std::uint64_t seed = 270;
+  for (const std::int64_t c : {64, 128}) {
+    SCOPED_TRACE(std::to_string(c) + " input channels");
+    const Shape x_shape = {2, c, 9, 7}, w_shape = {2 * c, c, 1, 1};
+    const Conv2dOptions o{2, 2, 0, 0};
+    onednn::ConvShape s = conv_shape_of(x_shape, w_shape, o);
+    s.layout = onednn::ActivationLayout::nhwc;
+    if (kernels::kernel_table().f32_pointwise_tile.level == IsaLevel::avx512) {
+      ASSERT_TRUE(conv::pointwise_conv_backward_data_preferred(s));
+      ASSERT_EQ(conv::pointwise_conv_forward_preferred(s), c >= 128);
+    }
+    Tensor x = randn(x_shape, seed++), w = randn(w_shape, seed++, 0.5f), b = randn({w_shape[0]}, seed++);
+    for (Tensor* t : {&x, &w, &b}) t->set_requires_grad(true);
+    const Tensor y = conv2d(x, w, b, o);
+    const Tensor r = randn(y.shape(), seed++);
+    sum(mul(y, r)).backward();
+    const std::vector<float> bias = b.to_vector(), dy = r.to_vector();
+    expect_near(y.to_vector(), reference::conv2d_forward(s, x.to_vector(), w.to_vector(), &bias), "y");
+    expect_near(x.grad().to_vector(), reference::conv2d_backward_data(s, dy, w.to_vector()), "dx");
+    std::vector<float> want_db;
+    expect_near(w.grad().to_vector(), reference::conv2d_backward_weights(s, x.to_vector(), dy, &want_db),
+                "dw");
+    expect_near(b.grad().to_vector(), want_db, "db");
+  }
 }
 
 // oneDNN's blocked copy of a convolution's weights is cached under (data pointer, version). A

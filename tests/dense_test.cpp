@@ -3,16 +3,21 @@
 // plus the primitive cache and weight-reorder counters.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "conv/implicit_gemm_weight_grad.h"
+#include "conv/pointwise_conv.h"
 #include "conv/tap_gemm_weight_grad.h"
 #include "conv/winograd_conv.h"
 #include "cpudl/error.h"
 #include "dense_reference.h"
+#include "kernels/kernel_types.h"
 #include "onednn/dense.h"
 #include "onednn/engine.h"
+#include "runtime/aligned_buffer.h"
 
 namespace cpudl::onednn {
 namespace {
@@ -584,6 +589,75 @@ TEST(TapGemmWeightGrad, MatchesTheDirectWeightGradient) {
   EXPECT_TRUE(conv::tap_gemm_weight_grad_applies(odd));
   odd.in_channels = 256;  // more than 128 input channels: the implicit GEMM's
   EXPECT_FALSE(conv::tap_gemm_weight_grad_preferred(odd));
+}
+
+// The pointwise (1x1, channels-last) forward and backward-data passes against the direct loops,
+// in double: strides 1, 2, 3 and 2x1, sizes a stride does not divide (7x7 -> 4x4 at stride 2,
+// whose last row and column skip nothing; 10x9 at 3, which skips two trailing rows), two and
+// three 64-column panels, pixel counts past one 48-pixel block, 1-3 threads, with and without
+// bias (24 input channels: forward only), and each case again with the outputs streamed (64-byte aligned, the
+// threshold lowered). The outputs start as NaN, so every skipped pixel the backward pass fails to zero shows.
+TEST(PointwiseConv, MatchesTheDirectConvolution) {
+  struct Case {
+    std::int64_t batch, c, h, w, k, stride_h, stride_w;
+  };
+  const Case cases[] = {{2, 64, 7, 7, 128, 2, 2}, {1, 128, 10, 9, 64, 3, 3}, {3, 24, 8, 6, 192, 1, 1},
+                        {2, 64, 9, 8, 64, 2, 1},  {1, 192, 5, 5, 128, 2, 2}, {2, 64, 15, 14, 64, 2, 2}};
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (const Case& t : cases)
+    for (const bool streamed : {false, true}) {
+      SCOPED_TRACE("c " + std::to_string(t.c) + " " + std::to_string(t.h) + "x" + std::to_string(t.w) +
+                   " k " + std::to_string(t.k) + " stride " + std::to_string(t.stride_h) + "x" +
+                   std::to_string(t.stride_w) + (streamed ? " streamed" : ""));
+      ConvShape s;
+      s.batch = t.batch, s.in_channels = t.c, s.height = t.h, s.width = t.w, s.out_channels = t.k;
+      s.kernel_h = s.kernel_w = 1, s.stride_h = t.stride_h, s.stride_w = t.stride_w;
+      const std::int64_t oh = s.out_height(), ow = s.out_width();
+      const auto x = random_vector(static_cast<std::size_t>(t.batch * t.c * t.h * t.w), 51);
+      const auto w = random_vector(static_cast<std::size_t>(t.k * t.c), 52);
+      const auto bias = random_vector(static_cast<std::size_t>(t.k), 53);
+      const auto dy = random_vector(static_cast<std::size_t>(t.batch * t.k * oh * ow), 54);
+      const auto want_y = to_nhwc(reference::conv2d_forward(s, x, w, &bias), t.batch, t.k, oh, ow);
+      const auto want_y_plain = to_nhwc(reference::conv2d_forward(s, x, w, nullptr), t.batch, t.k, oh, ow);
+      const auto want_dx = to_nhwc(reference::conv2d_backward_data(s, dy, w), t.batch, t.c, t.h, t.w);
+      s.layout = ActivationLayout::nhwc;
+      ASSERT_TRUE(conv::pointwise_conv_forward_applies(s));
+      const bool backward = t.c % 64 == 0;  // 24 input channels: the forward pass only
+      ASSERT_EQ(conv::pointwise_conv_backward_data_applies(s), backward);
+      const auto xc = to_nhwc(x, t.batch, t.c, t.h, t.w), dyc = to_nhwc(dy, t.batch, t.k, oh, ow);
+      const std::size_t saved = kernels::g_streaming_store_bytes;
+      if (streamed) kernels::g_streaming_store_bytes = 64;
+      AlignedBuffer y_buffer, dx_buffer;
+      float* y = y_buffer.get(want_y.size());
+      float* dx = dx_buffer.get(want_dx.size());
+      for (const int threads : {1, 2, 3}) {
+        std::fill_n(y, want_y.size(), nan);
+        std::fill_n(dx, want_dx.size(), nan);
+        conv::pointwise_conv_forward(s, xc.data(), w.data(), bias.data(), y, threads);
+        expect_close(std::vector<float>(y, y + want_y.size()), want_y, 1e-5, "forward");
+        conv::pointwise_conv_forward(s, xc.data(), w.data(), nullptr, y, threads);
+        expect_close(std::vector<float>(y, y + want_y.size()), want_y_plain, 1e-5, "forward without bias");
+        if (!backward) continue;
+        conv::pointwise_conv_backward_data(s, dyc.data(), w.data(), dx, threads);
+        expect_close(std::vector<float>(dx, dx + want_dx.size()), want_dx, 1e-5, "backward data");
+      }
+      kernels::g_streaming_store_bytes = saved;
+    }
+  ConvShape odd;  // padded, 3x3, grouped, NCHW or a partial 64-column panel: not taken
+  odd.batch = 1, odd.in_channels = 64, odd.height = odd.width = 8, odd.out_channels = 64;
+  odd.kernel_h = odd.kernel_w = 1, odd.stride_h = odd.stride_w = 2, odd.layout = ActivationLayout::nhwc;
+  EXPECT_TRUE(conv::pointwise_conv_forward_applies(odd) && conv::pointwise_conv_backward_data_applies(odd));
+  odd.pad_h = 1;
+  EXPECT_FALSE(conv::pointwise_conv_forward_applies(odd) || conv::pointwise_conv_backward_data_applies(odd));
+  odd.pad_h = 0, odd.kernel_h = 3;
+  EXPECT_FALSE(conv::pointwise_conv_forward_applies(odd) || conv::pointwise_conv_backward_data_applies(odd));
+  odd.kernel_h = 1, odd.groups = 2;
+  EXPECT_FALSE(conv::pointwise_conv_forward_applies(odd) || conv::pointwise_conv_backward_data_applies(odd));
+  odd.groups = 1, odd.layout = ActivationLayout::nchw;
+  EXPECT_FALSE(conv::pointwise_conv_forward_applies(odd) || conv::pointwise_conv_backward_data_applies(odd));
+  odd.layout = ActivationLayout::nhwc, odd.out_channels = 96;  // forward needs 64-column output panels
+  EXPECT_FALSE(conv::pointwise_conv_forward_applies(odd));
+  EXPECT_TRUE(conv::pointwise_conv_backward_data_applies(odd));
 }
 
 // A 1x1 convolution with oneDNN's fused depthwise 3x3 stage (MobileNet's expand + depthwise)

@@ -9,6 +9,7 @@
 
 #include "kernels/conv/conv.h"
 #include "kernels/dispatch.h"
+#include "kernels/pointwise/pointwise.h"
 #include "kernels/winograd/winograd.h"
 #include "runtime/parallel.h"
 
@@ -297,6 +298,59 @@ TEST(Kernels, F32ConvForwardPlanesMatchesReference) {
         }
         EXPECT_EQ(negative == 0, relu);  // the case exercises the ReLU
       }
+  });
+}
+
+// The pointwise tile against the reference: every row count (0-6: 0 clears the zero region
+// only), k around the 16-step side-work slots, with and without bias, per-row gaps of 0-2 zero
+// blocks, a zero region (a tail shorter than a vector when not streaming), and the streaming
+// stores. The output buffer is compared whole, so a store outside the rows, gaps and region, or
+// a missing one, fails; the fetched rows must not change anything.
+TEST(Kernels, F32PointwiseTileMatchesReference) {
+  const auto reference = f32_pointwise_tile_variants().back().fn;
+  for_each_runnable(f32_pointwise_tile_variants(), [&](PointwiseTileFn fn) {
+    constexpr int kCols = kPointwiseColumns;
+    const std::int64_t lda = 2 * 130 + 3, row_floats = 5 * kCols, gap_stride = 80;
+    const auto a = random_values(kPointwiseMaxRows * lda, 21, false);
+    const auto b = random_values(130 * kCols, 22, false), bias = random_values(kCols, 23, false);
+    const int gaps[kPointwiseMaxRows] = {1, 0, 2, 1, 2, 0};
+    for (const bool stream : {false, true})
+      for (int rows = 0; rows <= kPointwiseMaxRows; ++rows)
+        for (const std::int64_t k : {0, 1, 15, 16, 17, 64, 130})
+          for (const bool with_bias : {false, true})
+            for (const std::int64_t zero_floats : {0, 16, 160, 37}) {
+              if (stream && zero_floats % 16) continue;
+              SCOPED_TRACE("rows " + std::to_string(rows) + " k " + std::to_string(k) + " zero " +
+                           std::to_string(zero_floats) + (stream ? " streamed" : "") +
+                           (with_bias ? " bias" : ""));
+              // Rows, then the zero region, in one 64-byte aligned buffer of 7s.
+              const std::size_t floats = kPointwiseMaxRows * row_floats + 256 + 16;
+              std::vector<float> want_buffer(floats + 16, 7.0f), got_buffer(floats + 16, 7.0f);
+              auto aligned = [](std::vector<float>& v) {
+                const auto at = reinterpret_cast<std::uintptr_t>(v.data());
+                return v.data() + (64 - at % 64) % 64 / sizeof(float);
+              };
+              auto run = [&](PointwiseTileFn f, float* base) {
+                const float* a_rows[kPointwiseMaxRows];
+                float* c_rows[kPointwiseMaxRows];
+                for (int i = 0; i < kPointwiseMaxRows; ++i) {
+                  a_rows[i] = a.data() + 1 + i * lda;
+                  c_rows[i] = base + i * row_floats;
+                }
+                PointwiseTileArgs t{};
+                t.k = k, t.a = a_rows, t.b = b.data() + 1, t.bias = with_bias ? bias.data() + 1 : nullptr;
+                t.c = c_rows, t.rows = rows, t.gaps = gaps, t.gap_stride = gap_stride;
+                t.zero = base + kPointwiseMaxRows * row_floats + 16, t.zero_floats = zero_floats;
+                t.stream = stream, t.prefetch = a_rows, t.prefetch_rows = kPointwiseMaxRows;
+                f(t);
+              };
+              float* want = aligned(want_buffer);
+              float* got = aligned(got_buffer);
+              run(reference, want);
+              run(fn, got);
+              for (std::size_t i = 0; i < floats; ++i)
+                ASSERT_NEAR(got[i], want[i], 1e-4f * (1 + std::fabs(want[i]))) << i;
+            }
   });
 }
 

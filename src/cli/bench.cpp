@@ -16,6 +16,7 @@
 #include "blas/blas.h"
 #include "cli/command.h"
 #include "conv/implicit_gemm_weight_grad.h"
+#include "conv/pointwise_conv.h"
 #include "conv/tap_gemm_weight_grad.h"
 #include "conv/winograd_conv.h"
 #include "cpudl/error.h"
@@ -197,7 +198,8 @@ int run_conv(const BenchOptions& o) {
       "channels-last, weights transformed on each call; and the weight gradient), and the implicit-GEMM "
       "weight gradient (implicit_gemm: training's for strided layers with 256+ outputs and more than 128 "
       "inputs) and the tap-major one of strided layers (tap_gemm: training's for those with up to 128 "
-      "inputs), fp32 (median; % "
+      "inputs), and the pointwise GEMM of 1x1 layers (pointwise: training's for strided ones with weights "
+      "up to 128 KB, backward-data, and forward from 128 inputs), fp32 (median; % "
       "of the fp32 roof at the same threads; Winograd counted at the direct convolution's FLOPs; each "
       "layer with or without bias as its model defines it: ResNet-18's convolutions have none)",
       "model      layer                     batch threads pass                            ms    GFLOP/s  "
@@ -243,8 +245,18 @@ int run_conv(const BenchOptions& o) {
                                      -INFINITY, INFINITY, y.data(), t);
            })
                          : nullptr},
+          {"forward", "pointwise",
+           conv::pointwise_conv_forward_applies(s) ? std::function<void()>([&] {
+             conv::pointwise_conv_forward(s, x.data(), wt.data(), b, y.data(), t);
+           })
+                                                   : nullptr},
           {"backward_data", "onednn",
            [&] { onednn::conv2d_backward_data(s, dy.data(), wt.data(), 1, dx.data()); }},
+          {"backward_data", "pointwise",
+           conv::pointwise_conv_backward_data_applies(s) ? std::function<void()>([&] {
+             conv::pointwise_conv_backward_data(s, dy.data(), wt.data(), dx.data(), t);
+           })
+                                                         : nullptr},
           {"backward_data", "winograd_nhwc",
            train_backward ? std::function<void()>([&] {
              conv::winograd_convolve(*train_backward, wt.data(), conv::WinogradPass::backward_data, dy.data(),

@@ -13,6 +13,7 @@
 #include "kernels/narrow/narrow.h"
 #include "kernels/norm/norm.h"
 #include "kernels/optim/optim.h"
+#include "kernels/pointwise/pointwise.h"
 #include "kernels/pool/pool.h"
 #include "kernels/probe/probe.h"
 #include "kernels/quant/quant.h"
@@ -57,6 +58,7 @@ CPUDL_STANDARD_VARIANTS(f32_softmax, F32RowwiseFn)
 CPUDL_STANDARD_VARIANTS(f32_log_softmax, F32RowwiseFn)
 CPUDL_STANDARD_VARIANTS(f32_cross_entropy, CrossEntropyFn)
 CPUDL_STANDARD_VARIANTS(f32_layer_norm_forward, LayerNormForwardFn)
+CPUDL_STANDARD_VARIANTS(f32_pointwise_tile, PointwiseTileFn)
 CPUDL_STANDARD_VARIANTS(f32_layer_norm_backward, LayerNormBackwardFn)
 CPUDL_STANDARD_VARIANTS(f32_rms_norm, RmsNormFn)
 CPUDL_STANDARD_VARIANTS(f32_sgd_step, SgdStepFn)

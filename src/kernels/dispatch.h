@@ -73,6 +73,7 @@ namespace cpudl::kernels {
   X(f32_conv_forward_planes, ConvForwardPlanesFn)                      \
   X(f32_conv_backward_weights_planes, ConvBackwardWeightsPlanesFn)     \
   X(f32_conv_weight_grad_taps, TapGemmFn)                              \
+  X(f32_pointwise_tile, PointwiseTileFn)                               \
   X(f32_narrow_linear_forward, NarrowLinearForwardFn)                  \
   X(f32_narrow_linear_backward_data, NarrowLinearBackwardDataFn)       \
   X(f32_narrow_linear_backward_weights, NarrowLinearBackwardWeightsFn) \

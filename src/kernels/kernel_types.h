@@ -188,6 +188,35 @@ struct TapGemmArgs {
   float* c;
 };
 using TapGemmFn = void (*)(const TapGemmArgs& args);
+// One tile of a 1x1 convolution run as a GEMM over pixels (kernels/pointwise/pointwise.h):
+// c[i][j] = bias[j] + sum over p < k of a[i][p] * b[p * 64 + j], for i < rows (0 to
+// kPointwiseMaxRows) and j < 64. a[i]: a pixel's k channels, read where they lie; b: 64 columns
+// of the weights packed row by row; c[i]: 64 floats of an output pixel. Each row is followed by
+// gaps[i] blocks of 64 zeros, gap_stride floats apart (c[i] + gap_stride, + 2 gap_stride, ...:
+// the pixels a strided backward-data pass skips), and the call clears `zero_floats` floats at
+// `zero` (skipped rows). `stream`: non-temporal stores; c rows, gaps and `zero` are then
+// 64-byte aligned and zero_floats a multiple of 16. The caller fences after its last call.
+// prefetch[r] for r < prefetch_rows: rows of k floats a later call reads, fetched on the way.
+// The side work (the fetches and the skipped rows' zeros) is spread over the k loop: issued in
+// a burst, the fetches stalled on the few misses a core tracks, and the zeros on its
+// write-combining buffers, with the arithmetic waiting behind them.
+inline constexpr int kPointwiseMaxRows = 6, kPointwiseColumns = 64;
+struct PointwiseTileArgs {
+  std::int64_t k;
+  const float* const* a;
+  const float* b;
+  const float* bias;  // 64 floats, or null
+  float* const* c;
+  int rows;
+  const int* gaps;  // rows counts, or null: no gaps
+  std::int64_t gap_stride;
+  float* zero;
+  std::int64_t zero_floats;
+  bool stream;
+  const float* const* prefetch;
+  int prefetch_rows;
+};
+using PointwiseTileFn = void (*)(const PointwiseTileArgs& args);
 // One image of a stride-1, undilated convolution with few input channels in planar (NCHW)
 // layout. The input is already padded: `in_channels` planes of `x_plane` floats, rows `x_ld`
 // apart, (out_h + kernel_h - 1) rows of at least (out_w + kernel_w - 1) values. Outputs and

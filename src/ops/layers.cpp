@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "conv/implicit_gemm_weight_grad.h"
+#include "conv/pointwise_conv.h"
 #include "conv/tap_gemm_weight_grad.h"
 #include "conv/winograd_conv.h"
 #include "kernels/conv/conv.h"
@@ -159,6 +160,8 @@ struct ConvBackward {
       else if (winograd_backward)
         conv::winograd_convolve(*winograd_backward, wc.data(), conv::WinogradPass::backward_data, gc.data(),
                                 nullptr, -INFINITY, INFINITY, dx.data());
+      else if (!bf16 && conv::pointwise_conv_backward_data_preferred(run))  // 1x1/2 shortcuts
+        conv::pointwise_conv_backward_data(run, gc.data(), wc.data(), dx.data());
       else if (bf16)
         onednn::conv2d_backward_data_bf16(run, gc.data(), wc.data(), version, dx.data());
       else
@@ -289,6 +292,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   } else if (expanded.defined()) {
     conv_as_linear_forward(run, xc.data(), expanded, bc.defined() ? bc.data() : nullptr, o.relu, y.data(),
                            bf16);
+  } else if (!bf16 && !o.relu && conv::pointwise_conv_forward_preferred(run)) {
+    conv::pointwise_conv_forward(run, xc.data(), wc.data(), bc.defined() ? bc.data() : nullptr, y.data());
   } else if (bf16) {
     onednn::conv2d_forward_bf16(run, xc.data(), wc.data(), version, bc.defined() ? bc.data() : nullptr,
                                 y.data(), o.relu ? onednn::Activation::relu : onednn::Activation::none);
