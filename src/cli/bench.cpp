@@ -5,7 +5,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
@@ -89,11 +88,22 @@ std::string format(const char* fmt, auto... args) {
   return buffer;
 }
 
-// fp32 roof per thread count, measured once per run.
-double fp32_roof(int threads) {
-  static std::map<int, double> roofs;
-  if (!roofs.count(threads)) roofs[threads] = measure_compute_roof(ComputeRoof::fp32_fma, threads, 0.3).gops;
-  return roofs[threads];
+// A measurement and the fp32 roof around it: the roof probed for 50 ms just before and just
+// after the timed calls, the mean of the two. The host is shared and its speed drifts over
+// seconds; with one roof per run (measured at its start) single rows read above 100% (make bench,
+// 2026-12-02: oneDNN's 512^3 at 105.9% of a 1-thread roof of 135 GFLOP/s, where `bench peak`
+// had measured 158 a minute earlier).
+struct RoofedTiming {
+  bench::Timing timing;
+  double roof_gflops;
+};
+template <class Fn>
+RoofedTiming time_against_roof(Fn&& fn, double min_time, int threads) {
+  constexpr double kProbeSeconds = 0.05;
+  const double before = measure_compute_roof(ComputeRoof::fp32_fma, threads, kProbeSeconds).gops;
+  const bench::Timing timing = bench::time_calls(fn, min_time);
+  const double after = measure_compute_roof(ComputeRoof::fp32_fma, threads, kProbeSeconds).gops;
+  return {timing, (before + after) / 2};
 }
 
 std::vector<float> random_buffer(std::size_t n, unsigned seed) {
@@ -150,15 +160,15 @@ int run_gemm(const BenchOptions& o) {
   std::string libraries;
   for (blas::Backend b : backends)
     libraries += "\n  " + std::string(blas::backend_name(b)) + ": " + blas::describe(b);
-  report.header(
-      ("SGEMM, C = A B, fp32 (median time; % of the fp32 FMA roof measured at the same threads)" + libraries)
-          .c_str(),
-      "backend   threads      m      n      k   ms        GFLOP/s  %peak  shape");
+  report.header(("SGEMM, C = A B, fp32 (median time; % of the fp32 FMA roof probed just before and after "
+                 "each row, at the same threads)" +
+                 libraries)
+                    .c_str(),
+                "backend   threads      m      n      k   ms        GFLOP/s  %peak  shape");
   const auto workloads = bench::gemm_workloads(parse_list(o.sizes, "--sizes"));
   const int saved_threads = omp_get_max_threads();
   for (int t : thread_counts(o)) {
     omp_set_num_threads(t);
-    const double roof = fp32_roof(t);
     for (const auto& w : workloads) {
       const auto a = random_buffer(static_cast<std::size_t>(w.m * w.k), 1);
       const auto b = random_buffer(static_cast<std::size_t>(w.k * w.n), 2);
@@ -170,7 +180,7 @@ int run_gemm(const BenchOptions& o) {
           else
             blas::cblas_sgemm(backend, false, false, w.m, w.n, w.k, a.data(), b.data(), c.data(), false, t);
         };
-        const bench::Timing timing = bench::time_calls(call, o.min_time);
+        const auto [timing, roof] = time_against_roof(call, o.min_time, t);
         const double gflops = 2.0 * static_cast<double>(w.m * w.n * w.k) / timing.median_seconds * 1e-9;
         Json j = {{"op", "gemm"},     {"backend", blas::backend_name(backend)},
                   {"label", w.label}, {"m", w.m},
@@ -200,14 +210,14 @@ int run_conv(const BenchOptions& o) {
       "inputs) and the tap-major one of strided layers (tap_gemm: training's for those with up to 128 "
       "inputs), and the pointwise GEMM of 1x1 layers (pointwise: training's for strided ones with weights "
       "up to 128 KB, backward-data, and forward from 128 inputs), fp32 (median; % "
-      "of the fp32 roof at the same threads; Winograd counted at the direct convolution's FLOPs; each "
+      "of the fp32 roof probed just before and after each row, at the same threads; Winograd counted at the "
+      "direct convolution's FLOPs; each "
       "layer with or without bias as its model defines it: ResNet-18's convolutions have none)",
       "model      layer                     batch threads pass                            ms    GFLOP/s  "
       "%peak");
   const int saved_threads = omp_get_max_threads();
   for (int t : thread_counts(o)) {
     omp_set_num_threads(t);
-    const double roof = fp32_roof(t);
     for (const auto& w : workloads) {
       const auto& s = w.shape;
       const auto x = random_buffer(static_cast<std::size_t>(s.batch * s.in_channels * s.height * s.width), 1);
@@ -283,7 +293,7 @@ int run_conv(const BenchOptions& o) {
       };
       for (const auto& pass : passes) {
         if (!pass.fn) continue;
-        const bench::Timing timing = bench::time_calls(pass.fn, o.min_time);
+        const auto [timing, roof] = time_against_roof(pass.fn, o.min_time, t);
         const double gflops = s.flops() / timing.median_seconds * 1e-9;
         Json j = {{"op", std::string("conv_") + pass.name},
                   {"backend", pass.backend},
