@@ -66,6 +66,39 @@ TEST(Cli, HelpAndVersionExit0) {
   EXPECT_NE(v.out.find("cpudl "), std::string::npos);
 }
 
+// OpenBLAS picks its kernel from CPU models it knows, and Debian 12's 0.3.21 took this machine
+// (Emerald Rapids) for a Prescott: unless OPENBLAS_CORETYPE is set, cpudl sets it from the ISA
+// level it runs at before loading the library. The user's setting wins, and a slow one is warned
+// about with the remedy.
+TEST(Cli, OpenBlasRunsTheKernelFamilyOfTheIsaLevel) {
+  const auto doctor = [](const std::string& env) {
+    return nlohmann::json::parse(run("doctor --json", "-u OPENBLAS_CORETYPE " + env).out);
+  };
+  const auto d = doctor("");
+  const std::string library = d["blas"]["libraries"]["openblas"];
+  if (library.find("cannot load") != std::string::npos) GTEST_SKIP() << library;
+  const std::string level = d["level"];
+  const std::string want = level.starts_with("avx512_bf16") || level == "amx" ? "Cooperlake"
+                           : level.starts_with("avx512")                      ? "SkylakeX"
+                           : level == "avx2"                                  ? "Haswell"
+                                                                              : "";
+  if (want.empty()) GTEST_SKIP() << "below AVX2: OpenBLAS's own choice";
+  EXPECT_NE(library.find("kernel " + want + " by OPENBLAS_CORETYPE=" + want + " from cpudl"),
+            std::string::npos)
+      << library;
+  const std::string capped = doctor("CPUDL_ISA=avx2")["blas"]["libraries"]["openblas"];
+  EXPECT_NE(capped.find("kernel Haswell by OPENBLAS_CORETYPE=Haswell from cpudl"), std::string::npos)
+      << capped;
+  if (level.starts_with("avx512") || level == "amx") {
+    const auto forced = doctor("OPENBLAS_CORETYPE=Prescott");
+    const std::string text = forced["blas"]["libraries"]["openblas"];
+    EXPECT_NE(text.find("kernel Prescott"), std::string::npos) << text;
+    EXPECT_EQ(text.find("from cpudl"), std::string::npos) << text;
+    EXPECT_NE(forced["warnings"].dump().find("OPENBLAS_CORETYPE for cpudl to set " + want), std::string::npos)
+        << forced["warnings"].dump();
+  }
+}
+
 TEST(Cli, DoctorJsonMatchesTheRuntime) {
   const Result r = run("doctor --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;

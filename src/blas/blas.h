@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "cpudl/runtime.h"
+
 namespace cpudl::kernels {
 struct GemmTile;
 }
@@ -41,6 +43,10 @@ std::string kernel_name(Backend backend);
 // forced or defaulted to AVX2 kernels on an AVX-512 CPU, BLIS falling back to its generic
 // kernel). Empty when all is well or the library is not installed.
 std::string slow_kernel_warning(Backend backend, bool cpu_has_avx512);
+// The OpenBLAS kernel family (OPENBLAS_CORETYPE) for an ISA level, or null below AVX2. Set before
+// OpenBLAS is loaded unless the user set OPENBLAS_CORETYPE: OpenBLAS's own choice falls back to
+// SSE3 code on CPUs newer than its tables (cblas_loader.cpp).
+const char* openblas_core_for(IsaLevel level);
 
 // cpudl's own blocked SGEMM on the kernel table's microkernel (native_gemm.cpp): same contract
 // as cblas_sgemm, on the OpenMP pool. The second form runs a given tile (tests run each).

@@ -8,6 +8,7 @@
 
 #include "blas/blas.h"
 #include "cpudl/error.h"
+#include "cpudl/runtime.h"
 #include "kernels/dispatch.h"
 
 namespace cpudl::blas {
@@ -50,8 +51,28 @@ Candidates candidates(Backend backend) {
            "/usr/lib/x86_64-linux-gnu/blis-pthread/libblis.so.4"}};
 }
 
+}  // namespace
+
+const char* openblas_core_for(IsaLevel level) {
+  if (level >= IsaLevel::avx512_bf16) return "Cooperlake";
+  if (level >= IsaLevel::avx512) return "SkylakeX";
+  if (level >= IsaLevel::avx2) return "Haswell";
+  return nullptr;
+}
+
+namespace {
+
 void load(Backend backend, Library& lib) {
   const Candidates c = candidates(backend);
+  // OpenBLAS picks its kernel when it is loaded, from CPU models it knows: 0.3.21 (Debian 12) took
+  // an Emerald Rapids guest (family 6, model 207) for a Prescott and ran SSE3 code there, its
+  // sgemm at 15-22% of the fp32 roof against 60-66% on the Cooperlake kernel it ships (`cpudl
+  // bench gemm --backends openblas`, 1 thread). Unless the user chose one, name the kernel family
+  // of the ISA level cpudl runs at (CPUDL_ISA caps it, as it caps oneDNN).
+  const char* core = backend == Backend::openblas && !std::getenv("OPENBLAS_CORETYPE")
+                         ? openblas_core_for(runtime().isa.active)
+                         : nullptr;
+  if (core) setenv("OPENBLAS_CORETYPE", core, 0);
   std::vector<std::string> files;
   if (const char* forced = std::getenv("CPUDL_BLAS_LIBRARY"); forced && *forced) {
     files.emplace_back(forced);
@@ -86,9 +107,10 @@ void load(Backend backend, Library& lib) {
       lib.int64 = text.find("USE64BITINT") != std::string::npos;
       lib.description += " (" + text;
       using CoreName = const char* (*)();
-      if (auto core = reinterpret_cast<CoreName>(dlsym(lib.handle, "openblas_get_corename"))) {
-        lib.kernel = core();
+      if (auto name = reinterpret_cast<CoreName>(dlsym(lib.handle, "openblas_get_corename"))) {
+        lib.kernel = name();
         lib.description += ", kernel " + lib.kernel;
+        if (core) lib.description += std::string(" by OPENBLAS_CORETYPE=") + core + " from cpudl";
       }
       lib.description += ")";
     }
@@ -180,10 +202,14 @@ std::string slow_kernel_warning(Backend backend, bool cpu_has_avx512) {
            "~15% of peak): avoid CPUDL_BLAS=blis here";
   if (backend == Backend::openblas && cpu_has_avx512) {
     const bool avx512_kernel = kernel == "skylakex" || kernel == "cooperlake" || kernel == "sapphirerapids";
+    // Measured here (Emerald Rapids guest, 1 thread, 1024^3): Cooperlake 60-66% of the fp32
+    // roof, Haswell 32%, Prescott 15-22%.
+    const char* remedy = openblas_core_for(runtime().isa.active);
     if (!avx512_kernel)
       return "OpenBLAS runs its " + kernel_name(backend) + " kernel (AVX2 or older) on this AVX-512 CPU" +
              (std::getenv("OPENBLAS_CORETYPE") ? " because OPENBLAS_CORETYPE forces it" : "") +
-             ": about half the speed it could reach";
+             ": half the speed it could reach or less" +
+             (remedy ? std::string(" (unset OPENBLAS_CORETYPE for cpudl to set ") + remedy + ")" : "");
   }
   return {};
 }
