@@ -52,28 +52,7 @@ void tile(const PointwiseTileArgs& t) {
 }  // namespace
 
 void f32_pointwise_tile__avx2(const PointwiseTileArgs& t) {
-  switch (t.rows) {
-    case 6:
-      tile<6>(t);
-      break;
-    case 5:
-      tile<5>(t);
-      break;
-    case 4:
-      tile<4>(t);
-      break;
-    case 3:
-      tile<3>(t);
-      break;
-    case 2:
-      tile<2>(t);
-      break;
-    case 1:
-      tile<1>(t);
-      break;
-    default:  // 0: only the zero region
-      break;
-  }
+  for_row_count(t.rows, [&](auto rows) { tile<decltype(rows)::value>(t); });  // 0: the zero region only
   const __m256 zero = _mm256_setzero_ps();
   std::int64_t i = 0;
   for (; i + 8 <= t.zero_floats; i += 8) put(t.zero + i, zero, t.stream);

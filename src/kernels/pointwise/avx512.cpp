@@ -67,28 +67,7 @@ void tile(const PointwiseTileArgs& t) {
 }  // namespace
 
 void f32_pointwise_tile__avx512(const PointwiseTileArgs& t) {
-  switch (t.rows) {
-    case 6:
-      tile<6>(t);
-      break;
-    case 5:
-      tile<5>(t);
-      break;
-    case 4:
-      tile<4>(t);
-      break;
-    case 3:
-      tile<3>(t);
-      break;
-    case 2:
-      tile<2>(t);
-      break;
-    case 1:
-      tile<1>(t);
-      break;
-    default:  // 0: only the zero region
-      break;
-  }
+  for_row_count(t.rows, [&](auto rows) { tile<decltype(rows)::value>(t); });  // 0: the zero region only
   // What the tile left: the whole region when there was no tile, and a tail of fewer than 16.
   const __m512 zero = _mm512_setzero_ps();
   std::int64_t i = t.rows > 0 ? t.zero_floats / 16 * 16 : 0;

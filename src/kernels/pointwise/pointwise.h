@@ -7,9 +7,33 @@
 // on the product (layer2's backward-data pass at 42% of the fp32 roof, docs/BENCHMARKS.md).
 #pragma once
 
+#include <type_traits>
+
 #include "kernels/kernel_types.h"
 
 namespace cpudl::kernels {
+
+// tile(std::integral_constant<int, rows>{}) for rows 1 to kPointwiseMaxRows: the ISA variants'
+// tiles are templates on their row count; 0 calls nothing.
+template <class Tile>
+void for_row_count(int rows, Tile&& tile) {
+  switch (rows) {
+    case 6:
+      return tile(std::integral_constant<int, 6>{});
+    case 5:
+      return tile(std::integral_constant<int, 5>{});
+    case 4:
+      return tile(std::integral_constant<int, 4>{});
+    case 3:
+      return tile(std::integral_constant<int, 3>{});
+    case 2:
+      return tile(std::integral_constant<int, 2>{});
+    case 1:
+      return tile(std::integral_constant<int, 1>{});
+    default:
+      return;
+  }
+}
 
 #define CPUDL_DECLARE_POINTWISE(isa) void f32_pointwise_tile__##isa(const PointwiseTileArgs& args);
 CPUDL_DECLARE_POINTWISE(ref)
