@@ -32,17 +32,22 @@ bool pointwise(const onednn::ConvShape& s) {
          s.out_height() > 0 && s.out_width() > 0;
 }
 
-// w ([out][in]) as panels of 64 columns: forward packs W^T (rows: input channels), backward-data
-// W itself (rows: output channels).
+// w ([out][in]) as panels of 64 columns, [cols / 64][rows][64]: forward packs W^T (rows: input
+// channels; each panel a transposed block of 64 output channels, by the kernel table's
+// transpose), backward-data W itself (rows: output channels).
 const float* pack_panels(const float* w, std::int64_t rows, std::int64_t cols, bool transpose) {
   thread_local AlignedBuffer buffer;
   float* panels = buffer.get(static_cast<std::size_t>(rows * cols));
-  for (std::int64_t q = 0; q < cols / kColumns; ++q)
-    for (std::int64_t r = 0; r < rows; ++r) {
-      float* dst = panels + (q * rows + r) * kColumns;
-      for (std::int64_t j = 0; j < kColumns; ++j)
-        dst[j] = transpose ? w[(q * kColumns + j) * rows + r] : w[r * cols + q * kColumns + j];
-    }
+  const auto transpose_fn = kernels::kernel_table().f32_transpose.fn;
+  for (std::int64_t q = 0; q < cols / kColumns; ++q) {
+    float* panel = panels + q * rows * kColumns;
+    if (transpose)
+      transpose_fn(w + q * kColumns * rows, kColumns, static_cast<std::size_t>(rows),
+                   static_cast<std::size_t>(rows), panel, kColumns);
+    else
+      for (std::int64_t r = 0; r < rows; ++r)
+        std::copy_n(w + r * cols + q * kColumns, kColumns, panel + r * kColumns);
+  }
   return panels;
 }
 
@@ -177,7 +182,8 @@ void pointwise_conv_backward_data(const onednn::ConvShape& s, const float* dy, c
     };
     auto gradient_rows = [&](std::int64_t blk, const float** out) {
       const std::int64_t n = blk / row_blocks, oh0 = blk % row_blocks * block_rows;
-      for (std::int64_t i = 0; i < block_pixels(blk); ++i) out[i] = dy + ((n * OH + oh0) * OW + i) * K;
+      const float* first = dy + (n * OH + oh0) * OW * K;
+      for (std::int64_t i = 0, count = block_pixels(blk); i < count; ++i) out[i] = first + i * K;
     };
     if (begin < end) gradient_rows(begin, rows[0].data());
     for (std::int64_t blk = begin, cur = 0; blk < end; ++blk, cur ^= 1) {
