@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string_view>
 
 #include "kernels/conv/conv.h"
 #include "kernels/dispatch.h"
@@ -836,6 +837,7 @@ TEST(Kernels, RmsNormMatchesDoubleReference) {
 }
 
 TEST(Kernels, BackwardKernelsMatchReference) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
   const struct {
     const std::vector<KernelVariant<F32UnaryBackwardFn>>* variants;
     const char* name;
@@ -852,6 +854,10 @@ TEST(Kernels, BackwardKernelsMatchReference) {
       for (std::size_t n : kSizes) {
         auto saved = spread(n, c.lo, c.hi, 8);
         if (n > 2) saved[1] = 0.0f;  // relu's boundary: no gradient at exactly 0
+        // GELU's derivative past its clamp at |x| = 15, at the infinities (limits 0 and 1) and NaN.
+        const float specials[] = {-0.75179f, 14.9f, -15.5f, 40.0f, inf, -inf, nan};
+        if (std::string_view(c.name) == "gelu" && n > 16)
+          for (std::size_t i = 0; i < std::size(specials); ++i) saved[2 + 2 * i] = specials[i];
         const auto dy = spread(n, -2, 2, 9);
         std::vector<float> want(n), got(n);
         reference(saved.data(), dy.data(), want.data(), n);
@@ -859,6 +865,15 @@ TEST(Kernels, BackwardKernelsMatchReference) {
         for (std::size_t i = 0; i < n; ++i)
           ASSERT_TRUE(close(got[i], want[i], c.rtol, c.atol)) << "i=" << i << " n=" << n;
       }
+      if (std::string_view(c.name) != "gelu") return;
+      // A dense sweep of GELU's derivative over [-16, 16] at dy = 1, its zero near -0.75 and the
+      // tails included.
+      std::vector<float> x(32001), dy(x.size(), 1.0f), want(x.size()), got(x.size());
+      for (std::size_t i = 0; i < x.size(); ++i) x[i] = -16.0f + 32.0f * static_cast<float>(i) / 32000.0f;
+      reference(x.data(), dy.data(), want.data(), x.size());
+      fn(x.data(), dy.data(), got.data(), x.size());
+      for (std::size_t i = 0; i < x.size(); ++i)
+        ASSERT_TRUE(close(got[i], want[i], c.rtol, c.atol)) << "x=" << x[i];
     });
   }
 }

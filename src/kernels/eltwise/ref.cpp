@@ -17,7 +17,9 @@ void map2(const float* a, const float* b, float* out, std::size_t n, Op op) {
 }
 // x Phi(x), whose limit at -inf is 0 (the product form would give -inf * 0 = NaN there).
 double gelu(double x) { return std::isinf(x) && x < 0 ? 0.0 : 0.5 * x * std::erfc(-x / std::sqrt(2.0)); }
+// Phi(x) + x phi(x), whose limits at -inf and +inf are 0 and 1 (x phi(x) would be inf * 0).
 double gelu_derivative(double x) {
+  if (std::isinf(x)) return x < 0 ? 0.0 : 1.0;
   return 0.5 * std::erfc(-x / std::sqrt(2.0)) + x * std::exp(-0.5 * x * x) / std::sqrt(2.0 * M_PI);
 }
 }  // namespace

@@ -12,12 +12,12 @@ struct VectorMath {
   using F = typename V::F;
   using I = typename V::I;
 
-  // exp(x) = 2^n * p(r), x = n ln2 + r, |r| <= ln2/2 (Cephes expf polynomial). 2^n is applied
-  // exactly for n from -150 (denormal results) to 128 (overflow to inf): V::scale_by_pow2.
-  static F exp(F x) {
-    const F clamped = V::min(V::max(x, V::set1(-104.0f)), V::set1(89.0f));
-    const F n = V::round(V::mul(clamped, V::set1(1.44269504088896341f)));
-    F r = V::fnma(n, V::set1(0.693359375f), clamped);
+  // exp(x) = 2^n * p(r), x = n ln2 + r, |r| <= ln2/2 (Cephes expf polynomial), for x already
+  // in [-104, 89]. 2^n is applied exactly for n from -150 (denormal results) to 128 (overflow to
+  // inf): V::scale_by_pow2. NaN propagates through the arithmetic.
+  static F exp_of_clamped(F x) {
+    const F n = V::round(V::mul(x, V::set1(1.44269504088896341f)));
+    F r = V::fnma(n, V::set1(0.693359375f), x);
     r = V::fnma(n, V::set1(-2.12194440e-4f), r);
     F p = V::set1(1.9875691500e-4f);
     p = V::fma(p, r, V::set1(1.3981999507e-3f));
@@ -27,9 +27,10 @@ struct VectorMath {
     p = V::fma(p, r, V::set1(5.0000001201e-1f));
     p = V::fma(p, V::mul(r, r), r);
     p = V::add(p, V::set1(1.0f));
-    const F result = V::scale_by_pow2(p, n);
-    return V::select(V::is_nan(x), x, result);
+    return V::scale_by_pow2(p, n);
   }
+  // The clamp keeps NaN: MAX and MIN return their second operand when either is NaN.
+  static F exp(F x) { return exp_of_clamped(V::min(V::set1(89.0f), V::max(V::set1(-104.0f), x))); }
 
   // log(x) = e ln2 + log(m), m in [sqrt(1/2), sqrt(2)) (Cephes logf polynomial). Denormals are
   // scaled into the normal range first; log(0) = -inf, log(x<0) = NaN, log(inf) = inf.
@@ -69,7 +70,10 @@ struct VectorMath {
     return V::select(V::is_nan(input), input, result);
   }
 
-  // tanh: odd polynomial below 0.625 (keeps relative accuracy near 0), 1 - 2/(e^2|x| + 1) above.
+  // tanh: odd polynomial below 0.625 (keeps relative accuracy near 0), 1 - 2/(e^2|x| + 1) above,
+  // with 2|x| capped at 40 (tanh is 1 in float from 9.01), so that e + 1 stays finite for the
+  // reciprocal (AVX-512's estimate and Newton step: inf would give 0 * inf = NaN). NaN
+  // propagates through both branches.
   static F tanh(F x) {
     const F ax = V::abs(x);
     const F x2 = V::mul(x, x);
@@ -79,55 +83,63 @@ struct VectorMath {
     p = V::fma(p, x2, V::set1(1.33314422036e-1f));
     p = V::fma(p, x2, V::set1(-3.33332819422e-1f));
     const F small = V::fma(V::mul(p, x2), x, x);
-    const F e = exp(V::add(ax, ax));
-    const F large =
-        V::bit_or(V::fnma(V::set1(2.0f), V::div(V::set1(1.0f), V::add(e, V::set1(1.0f))), V::set1(1.0f)),
-                  V::sign_bit(x));
-    const F result = V::select(V::less(ax, V::set1(0.625f)), small, large);
-    return V::select(V::is_nan(x), x, result);
+    const F e = exp_of_clamped(V::min(V::set1(40.0f), V::add(ax, ax)));
+    const F large = V::bit_or(V::fnma(V::set1(2.0f), V::reciprocal(V::add(e, V::set1(1.0f))), V::set1(1.0f)),
+                              V::sign_bit(x));
+    return V::select(V::less(ax, V::set1(0.625f)), small, large);
   }
 
   // 1/(1 + e^-x) for x >= 0 and e^x/(1 + e^x) below, so the negative tail keeps its relative
-  // accuracy down to denormal results instead of collapsing to 0 when e^-x overflows.
+  // accuracy down to denormal results instead of collapsing to 0 when e^-x overflows. 1 + e is
+  // in [1, 2]: the reciprocal needs no division.
   static F sigmoid(F x) {
-    const F e = exp(V::sub(V::zero(), V::abs(x)));
-    const F s = V::div(V::set1(1.0f), V::add(V::set1(1.0f), e));
+    const F e = exp_of_clamped(V::max(V::set1(-104.0f), V::sub(V::zero(), V::abs(x))));
+    const F s = V::reciprocal(V::add(V::set1(1.0f), e));
     return V::select(V::less(x, V::zero()), V::mul(e, s), s);
   }
 
-  // erfc(|x|/sqrt2)/2, the standard normal tail, for 0 <= ax <= 15 (ax = |x|), from Numerical
-  // Recipes' Chebyshev fit erfc(z) = t exp(-z^2 + P(t)), t = 1/(1 + z/2), fractional error
-  // < 1.2e-7 for every z. GELU is bound by this function's dependency chain, not by memory or by
-  // the count of operations (the scheduler holds too few vectors' chains to fill both FMA ports),
-  // so it is written for a short chain:
-  // - u = t/2 is the reciprocal taken, so P's coefficients carry exact powers of two and the
-  //   result needs no halving;
-  // - P (degree 9) and the exponential's polynomial are evaluated by Estrin's scheme, which
-  //   trades a few multiplications for half of Horner's depth;
-  // - z^2 = x^2/2 is split exactly, a = -x2/2 plus the low part folded into b (a rounded
-  //   x/sqrt2 squared near 20 would carry 2e-6 relative error into GELU's tail);
+  // The standard normal density and tail at 0 <= ax <= 15 (ax = |x|), in one pass sharing one
+  // exponential: exp(-x^2/2) = 2^n m, and q = erfcx(ax/sqrt2)/2 (erfcx(z) = e^(z^2) erfc(z)), so
+  // that the tail erfc(ax/sqrt2)/2 = 2^n (m q) and the density phi(x) = 2^n m / sqrt(2 pi). Both
+  // GELU and its derivative are bound by the count of these operations (in cache, 27 cycles a
+  // vector for GELU here, at two vector operations a cycle), so they are written for few:
+  // - q = u g(u) with u = 1/(2 + ax/sqrt2) (the reciprocal estimate and one Newton step) and g a
+  //   degree-9 polynomial (Estrin's scheme, half of Horner's depth) fitted by
+  //   scripts/fit-normal-tail.py: q within 1.2e-7 relative on the whole range, where Numerical
+  //   Recipes' erfc fit t exp(-z^2 + P(t)) needs an exponential of its own for the same;
+  // - x^2/2 is split exactly, a = -x2/2 plus the low part b (a rounded x/sqrt2 squared near 20
+  //   would carry 2e-6 relative error into GELU's tail);
   // - the exponential's argument is never positive: no overflow clamp and no NaN select, and
-  //   1e-6 relative needs only degree 6 (Taylor truncation < 1.2e-7 on |r| <= ln2/2).
-  static F half_erfc_of_abs(F ax) {
+  //   1e-6 relative needs only degree 6 (Taylor truncation < 1.2e-7 on |r| <= ln2/2);
+  // - 2^n is applied last (V::scale_by_pow2), so results in the denormal range round once.
+  struct NormalParts {
+    F m, n, q;
+  };
+  static NormalParts normal_parts(F ax) {
     const F u = V::reciprocal(V::fma(ax, V::set1(0.70710678118654752f), V::set1(2.0f)));
     const F u2 = V::mul(u, u), u4 = V::mul(u2, u2), u8 = V::mul(u4, u4);
-    const F p01 = V::fma(V::set1(1.00002368f * 2.0f), u, V::set1(-1.26551223f));
-    const F p23 = V::fma(V::set1(0.09678418f * 8.0f), u, V::set1(0.37409196f * 4.0f));
-    const F p45 = V::fma(V::set1(0.27886807f * 32.0f), u, V::set1(-0.18628806f * 16.0f));
-    const F p67 = V::fma(V::set1(1.48851587f * 128.0f), u, V::set1(-1.13520398f * 64.0f));
-    const F p89 = V::fma(V::set1(0.17087277f * 512.0f), u, V::set1(-0.82215223f * 256.0f));
-    const F p = V::fma(p89, u8, V::fma(V::fma(p67, u2, p45), u4, V::fma(p23, u2, p01)));
+    const F g01 = V::fma(V::set1(5.659700632e-01f), u, V::set1(2.820592225e-01f));
+    const F g23 = V::fma(V::set1(1.861185670e+00f), u, V::set1(9.494189024e-01f));
+    const F g45 = V::fma(V::set1(1.507458496e+01f), u, V::set1(-1.952084661e+00f));
+    const F g67 = V::fma(V::set1(6.186638641e+01f), u, V::set1(-4.713134384e+01f));
+    const F g89 = V::fma(V::set1(8.802859306e+00f), u, V::set1(-3.794423294e+01f));
+    const F g = V::fma(g89, u8, V::fma(V::fma(g67, u2, g45), u4, V::fma(g23, u2, g01)));
     const F x2 = V::mul(ax, ax);
-    const F a = V::mul(V::set1(-0.5f), x2);  // -x^2/2 = a + (x2 - x*x)/2 exactly
-    const F b = V::fma(V::set1(0.5f), V::fnma(ax, ax, x2), p);
-    const F n = V::round(V::fma(b, V::set1(1.44269504088896341f), V::mul(a, V::set1(1.44269504088896341f))));
+    const F a = V::mul(V::set1(-0.5f), x2);  // -x^2/2 = a + b exactly
+    const F b = V::mul(V::set1(0.5f), V::fnma(ax, ax, x2));
+    const F n = V::round(V::mul(a, V::set1(1.44269504088896341f)));
     const F r = V::add(V::fnma(n, V::set1(0.693359375f), a), V::fnma(n, V::set1(-2.12194440e-4f), b));
     const F r2 = V::mul(r, r);
     const F e46 =
         V::fma(V::set1(1.0f / 720.0f), r2, V::fma(V::set1(1.0f / 120.0f), r, V::set1(1.0f / 24.0f)));
     const F e25 = V::fma(e46, r2, V::fma(V::set1(1.0f / 6.0f), r, V::set1(0.5f)));
-    const F e = V::fma(e25, r2, V::add(r, V::set1(1.0f)));
-    return V::mul(u, V::scale_by_pow2(e, n));  // ax <= 15: n >= -163
+    return {V::fma(e25, r2, V::add(r, V::set1(1.0f))), n, V::mul(u, g)};  // n >= -163
+  }
+
+  // erfc(ax/sqrt2)/2, the standard normal tail, for 0 <= ax <= 15.
+  static F half_erfc_of_abs(F ax) {
+    const NormalParts p = normal_parts(ax);
+    return V::scale_by_pow2(V::mul(p.m, p.q), p.n);
   }
 
   // |x| capped at 15, where the normal tail is below float's smallest denormal; the cap also
@@ -135,25 +147,21 @@ struct VectorMath {
   // operand) and is restored by the caller's use of x itself.
   static F abs_for_normal_tail(F x) { return V::min(V::abs(x), V::set1(15.0f)); }
 
-  // Standard normal CDF: Phi(x) = h for x < 0 and 1 - h above, h = erfc(|x|/sqrt2)/2; for x >= 0
-  // Phi >= 1/2, so one tail fit serves the whole range without cancellation.
-  static F normal_cdf(F x) {
-    const F h = half_erfc_of_abs(abs_for_normal_tail(x));
-    const F result = V::select(V::less(x, V::zero()), h, V::sub(V::set1(1.0f), h));
-    return V::select(V::is_nan(x), x, result);
-  }
-
-  // GELU (erf form, PyTorch's default): x Phi(x) = -|x| h below 0 and x - |x| h above (x = -inf
-  // gives 0, +inf stays inf, NaN stays NaN through x).
+  // GELU (erf form, PyTorch's default): x Phi(x) = -|x| h below 0 and x - |x| h above, h the
+  // tail (x = -inf gives 0, +inf stays inf, NaN stays NaN through x).
   static F gelu(F x) {
     const F ax = abs_for_normal_tail(x);
     return V::fnma(ax, half_erfc_of_abs(ax), V::select(V::less(x, V::zero()), V::zero(), x));
   }
-  // d gelu/dx = Phi(x) + x phi(x).
+
+  // d gelu/dx = Phi(x) + x phi(x): with h the tail and d = h - |x| phi = 2^n m (q - |x|/sqrt(2pi)),
+  // it is d below 0 and 1 - d above. x is clamped to [-15, 15] with NaN kept (MAX and MIN return
+  // their second operand when either is NaN), so the infinities take the limits 0 and 1.
   static F gelu_derivative(F x) {
-    const F cdf = normal_cdf(x);
-    const F pdf = V::mul(V::set1(0.39894228040143268f), exp(V::mul(V::set1(-0.5f), V::mul(x, x))));
-    return V::fma(x, pdf, cdf);
+    const F ax = V::abs(V::min(V::set1(15.0f), V::max(V::set1(-15.0f), x)));
+    const NormalParts p = normal_parts(ax);
+    const F d = V::scale_by_pow2(V::mul(p.m, V::fnma(ax, V::set1(0.39894228040143268f), p.q)), p.n);
+    return V::select(V::less(x, V::zero()), d, V::sub(V::set1(1.0f), d));
   }
 };
 
