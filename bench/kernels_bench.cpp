@@ -602,7 +602,7 @@ void BM_rms_norm(benchmark::State& state) {
   const auto& k = kernel_table().f32_rms_norm;
   for (auto _ : state) {
     cpudl::parallel_for(rows, 1, threads, [&](std::size_t r0, std::size_t r1) {
-      for (std::size_t r = r0; r < r1; ++r) k.fn(x.data() + r * n, w.data(), y.data() + r * n, n, 1e-5f);
+      k.fn(x.data() + r0 * n, w.data(), y.data() + r0 * n, r1 - r0, n, 1e-5f);
     });
     benchmark::ClobberMemory();
   }

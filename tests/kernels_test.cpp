@@ -815,26 +815,29 @@ TEST(Kernels, SwigluMatchesDoubleReference) {
 }
 
 // RMSNorm rows (the LLM forward) against the double-precision reference: lengths around the
-// vector widths, a large offset (the sum of squares in f32), and exact output bounds.
-TEST(Kernels, RmsNormMatchesDoubleReference) {
+// vector widths, one row and three (each row's own scale), a large offset (the sum of squares in
+// f32), and exact output bounds.
+void check_rms_norm_variants() {
   const auto reference = f32_rms_norm_variants().back().fn;
   for_each_runnable(f32_rms_norm_variants(), [&](RmsNormFn fn) {
     for (std::size_t n : kSizes) {
       if (n == 0) continue;
-      for (const float offset : {0.0f, 30.0f}) {
-        auto x = spread(n, -3.0f, 3.0f, 21);
-        for (float& v : x) v += offset;
-        const auto w = spread(n, 0.5f, 1.5f, 22);
-        std::vector<float> want(n), got(n + 1, 7.0f);
-        reference(x.data(), w.data(), want.data(), n, 1e-5f);
-        fn(x.data(), w.data(), got.data(), n, 1e-5f);
-        for (std::size_t i = 0; i < n; ++i)
-          ASSERT_TRUE(close(got[i], want[i], 2e-6, 1e-7)) << "n=" << n << " i=" << i;
-        ASSERT_EQ(got[n], 7.0f) << "wrote past the end, n=" << n;
-      }
+      for (const std::size_t rows : {1, 3})
+        for (const float offset : {0.0f, 30.0f}) {
+          auto x = spread(rows * n, -3.0f, 3.0f, 21);
+          for (std::size_t i = 0; i < x.size(); ++i) x[i] += offset * static_cast<float>(1 + i / n);
+          const auto w = spread(n, 0.5f, 1.5f, 22);
+          std::vector<float> want(rows * n), got(rows * n + 1, 7.0f);
+          reference(x.data(), w.data(), want.data(), rows, n, 1e-5f);
+          fn(x.data(), w.data(), got.data(), rows, n, 1e-5f);
+          for (std::size_t i = 0; i < rows * n; ++i)
+            ASSERT_TRUE(close(got[i], want[i], 2e-6, 1e-7)) << "n=" << n << " rows=" << rows << " i=" << i;
+          ASSERT_EQ(got[rows * n], 7.0f) << "wrote past the end, n=" << n;
+        }
     }
   });
 }
+TEST(Kernels, RmsNormMatchesDoubleReference) { check_rms_norm_variants(); }
 
 TEST(Kernels, BackwardKernelsMatchReference) {
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
@@ -1018,7 +1021,7 @@ TEST(Kernels, LayerNormMatchesReference) { check_layer_norm_variants(); }
 
 // The row kernels stream their outputs past g_streaming_store_bytes, row by row (a masked head
 // up to the first aligned line when a row starts mid-line: 7 and 17 columns; softmax's rows
-// past its stack row do not stream). With the
+// past its stack row do not stream; RMSNorm's likewise). With the
 // threshold at 64 bytes every case above takes that path and must still match the reference.
 TEST(Kernels, RowKernelsStreamingMatchReference) {
   kernel_table();
@@ -1030,6 +1033,7 @@ TEST(Kernels, RowKernelsStreamingMatchReference) {
   check_softmax_variants();
   check_cross_entropy_variants();
   check_layer_norm_variants();
+  check_rms_norm_variants();
 }
 
 TEST(Kernels, OptimizerStepsMatchReference) {

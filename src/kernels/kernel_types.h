@@ -46,8 +46,9 @@ using LayerNormForwardFn = void (*)(const float* x, const float* gamma, const fl
 using LayerNormBackwardFn = void (*)(const float* x, const float* dy, const float* gamma, const float* mean,
                                      const float* rstd, float* dx, float* dgamma, float* dbeta,
                                      std::size_t rows, std::size_t cols);
-// RMSNorm of one row (Llama): y = x / sqrt(mean(x^2) + epsilon) * weight.
-using RmsNormFn = void (*)(const float* x, const float* weight, float* y, std::size_t n, float epsilon);
+// RMSNorm (Llama) of `rows` contiguous rows of `cols`: y = x / sqrt(mean(x^2) + epsilon) * weight.
+using RmsNormFn = void (*)(const float* x, const float* weight, float* y, std::size_t rows, std::size_t cols,
+                           float epsilon);
 
 // PyTorch's SGD: g += wd p; buf = momentum buf + (1 - dampening) g (buf = g on the first step);
 // g = nesterov ? g + momentum buf : buf; p -= lr g. momentum_buffer unused when momentum == 0.

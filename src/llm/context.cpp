@@ -71,9 +71,15 @@ struct Context::State {
   // fn(t) for each token, over the threads when there are several tokens.
   template <class Fn>
   void per_token(std::size_t tokens, Fn&& fn) {
-    parallel_for(tokens, 1, tokens > 1 ? threads : 1, [&](std::size_t begin, std::size_t end) {
-      for (std::size_t t = begin; t < end; ++t) fn(t);
+    per_token_rows(tokens, [&](std::size_t begin, std::size_t rows) {
+      for (std::size_t t = begin; t < begin + rows; ++t) fn(t);
     });
+  }
+  // fn(first token, token count) over the threads' shares, for the row kernels (RMSNorm).
+  template <class Fn>
+  void per_token_rows(std::size_t tokens, Fn&& fn) {
+    parallel_for(tokens, 1, tokens > 1 ? threads : 1,
+                 [&](std::size_t begin, std::size_t end) { fn(begin, end - begin); });
   }
   void attention(int layer, int tokens, int pos0);
   // RoPE angles of the tokens being evaluated, computed once per forward for all layers:
@@ -315,8 +321,8 @@ void Context::State::forward(std::span<const std::int32_t> tokens, bool keep_log
   rope_angles(static_cast<int>(T), pos0);
   for (int l = 0; l < c.layers; ++l) {
     const LayerWeights& w = m.layers[static_cast<std::size_t>(l)];
-    per_token(T, [&](std::size_t t) {
-      rms_norm(x.data() + t * dim, w.attn_norm.data(), xb.data() + t * dim, dim, c.rms_epsilon);
+    per_token_rows(T, [&](std::size_t t, std::size_t rows) {
+      rms_norm(x.data() + t * dim, w.attn_norm.data(), xb.data() + t * dim, rows, dim, c.rms_epsilon);
     });
     const MatmulTarget qkv[] = {{&w.q, q.data(), dim}, {&w.k, k.data(), kvd}, {&w.v, v.data(), kvd}};
     weight_matmul(qkv, xb.data(), T, dim, act_scratch, threads);
@@ -332,9 +338,9 @@ void Context::State::forward(std::span<const std::int32_t> tokens, bool keep_log
     store_kv(l, static_cast<int>(T), pos0);
     attention(l, static_cast<int>(T), pos0);
     weight_matmul(w.o, att.data(), T, dim, tmp.data(), dim, act_scratch, threads);
-    per_token(T, [&](std::size_t t) {
-      for (std::size_t i = t * dim; i < (t + 1) * dim; ++i) x[i] += tmp[i];
-      rms_norm(x.data() + t * dim, w.ffn_norm.data(), xb.data() + t * dim, dim, c.rms_epsilon);
+    per_token_rows(T, [&](std::size_t t, std::size_t rows) {
+      for (std::size_t i = t * dim; i < (t + rows) * dim; ++i) x[i] += tmp[i];
+      rms_norm(x.data() + t * dim, w.ffn_norm.data(), xb.data() + t * dim, rows, dim, c.rms_epsilon);
     });
     const MatmulTarget gate_up[] = {{&w.gate, hb.data(), ffn}, {&w.up, hb2.data(), ffn}};
     weight_matmul(gate_up, xb.data(), T, dim, act_scratch, threads);
@@ -350,8 +356,7 @@ void Context::State::forward(std::span<const std::int32_t> tokens, bool keep_log
   if (!keep_logits) return;
   // Final norm and output projection for the rows whose logits are kept.
   const std::size_t first = all_logits ? 0 : T - 1, rows = T - first;
-  for (std::size_t t = first; t < T; ++t)
-    rms_norm(x.data() + t * dim, m.output_norm.data(), xb.data() + (t - first) * dim, dim, c.rms_epsilon);
+  rms_norm(x.data() + first * dim, m.output_norm.data(), xb.data(), rows, dim, c.rms_epsilon);
   weight_matmul(m.output, xb.data(), rows, dim, logits.data() + logit_row0 * vocab, vocab, act_scratch,
                 threads);
 }

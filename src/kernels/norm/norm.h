@@ -13,7 +13,8 @@ namespace cpudl::kernels {
   void f32_layer_norm_backward__##isa(const float* x, const float* dy, const float* gamma,            \
                                       const float* mean, const float* rstd, float* dx, float* dgamma, \
                                       float* dbeta, std::size_t rows, std::size_t cols);              \
-  void f32_rms_norm__##isa(const float* x, const float* weight, float* y, std::size_t n, float epsilon);
+  void f32_rms_norm__##isa(const float* x, const float* weight, float* y, std::size_t rows,           \
+                           std::size_t cols, float epsilon);
 
 CPUDL_DECLARE_NORM(ref)
 CPUDL_DECLARE_NORM(avx2)

@@ -45,11 +45,15 @@ void f32_layer_norm_backward__ref(const float* x, const float* dy, const float* 
   }
 }
 
-void f32_rms_norm__ref(const float* x, const float* weight, float* y, std::size_t n, float epsilon) {
-  double ss = 0;
-  for (std::size_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
-  const double scale = 1.0 / std::sqrt(ss / static_cast<double>(n) + epsilon);
-  for (std::size_t i = 0; i < n; ++i) y[i] = static_cast<float>(x[i] * scale * weight[i]);
+void f32_rms_norm__ref(const float* x, const float* weight, float* y, std::size_t rows, std::size_t cols,
+                       float epsilon) {
+  for (std::size_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * cols;
+    double ss = 0;
+    for (std::size_t i = 0; i < cols; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+    const double scale = 1.0 / std::sqrt(ss / static_cast<double>(cols) + epsilon);
+    for (std::size_t i = 0; i < cols; ++i) y[r * cols + i] = static_cast<float>(xr[i] * scale * weight[i]);
+  }
 }
 
 }  // namespace cpudl::kernels
