@@ -1,6 +1,6 @@
 // Google Benchmark suite for the native kernels. Memory-bound kernels report GB/s of useful
-// traffic (bytes read + bytes written) and `pct_bw`: that rate over the read bandwidth measured
-// by the same process at start, on the same number of threads. Rates are per wall-clock second
+// traffic (bytes read + bytes written) and `pct_bw`: that rate over the read bandwidth probed
+// just before and after each run, on the same number of threads (BandwidthRoof). Rates are per wall-clock second
 // (UseRealTime): the main thread's CPU time would undercount work spread over the pool.
 #include <benchmark/benchmark.h>
 
@@ -9,6 +9,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <map>
+#include <memory>
 #include <new>
 #include <vector>
 
@@ -49,20 +51,35 @@ struct CacheLineAllocator {
 };
 using Floats = std::vector<float, CacheLineAllocator<float>>;
 
-double bandwidth_gbs(int threads) {
-  static std::vector<double> measured(64, 0.0);
-  if (measured[static_cast<std::size_t>(threads)] == 0.0)
-    measured[static_cast<std::size_t>(threads)] = cpudl::measure_read_bandwidth(threads, 0.5);
-  return measured[static_cast<std::size_t>(threads)];
-}
+// The read-bandwidth roof around one run of a benchmark: the f32_sum probe just before its loop
+// and just after it, averaged. The host's bandwidth drifts over the suite's minutes (a roof
+// probed once at the start put 64 MiB additions at 113-138% of it), so each row is judged
+// against its own neighbourhood, as `cpudl bench gemm` and `bench conv` do with the FMA roof.
+// One probe buffer per thread count, allocated on first use.
+class BandwidthRoof {
+ public:
+  explicit BandwidthRoof(int threads) : threads_(threads), before_(probe().measure(0.05, 1)) {}
+  int threads() const { return threads_; }
+  double gbs() { return (before_ + probe().measure(0.05, 1)) / 2; }
 
-void report(benchmark::State& state, const char* kernel, std::size_t bytes_per_call, int threads) {
+ private:
+  cpudl::ReadBandwidthProbe& probe() {
+    static std::map<int, std::unique_ptr<cpudl::ReadBandwidthProbe>> probes;
+    auto& p = probes[threads_];
+    if (!p) p = std::make_unique<cpudl::ReadBandwidthProbe>(threads_);
+    return *p;
+  }
+  int threads_;
+  double before_;
+};
+
+void report(benchmark::State& state, const char* kernel, std::size_t bytes_per_call, BandwidthRoof& roof) {
   state.SetLabel(kernel);
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * bytes_per_call));
   state.counters["pct_bw"] = benchmark::Counter(
-      static_cast<double>(state.iterations() * bytes_per_call) / (bandwidth_gbs(threads) * 1e9) * 100.0,
+      static_cast<double>(state.iterations() * bytes_per_call) / (roof.gbs() * 1e9) * 100.0,
       benchmark::Counter::kIsRate);
-  state.counters["threads"] = threads;
+  state.counters["threads"] = roof.threads();
 }
 
 int threads_arg(const benchmark::State& state) {
@@ -74,13 +91,14 @@ void BM_binary(benchmark::State& state, F32BinaryFn (*pick)(), const char* name)
   const int threads = threads_arg(state);
   Floats a(n, 1.0f), b(n, 2.0f), c(n);
   const F32BinaryFn fn = pick();
+  BandwidthRoof roof(threads);
   for (auto _ : state) {
     cpudl::parallel_for(n, 1 << 16, threads, [&](std::size_t lo, std::size_t hi) {
       fn(a.data() + lo, b.data() + lo, c.data() + lo, hi - lo);
     });
     benchmark::ClobberMemory();
   }
-  report(state, name, n * 3 * sizeof(float), threads);
+  report(state, name, n * 3 * sizeof(float), roof);
 }
 
 void BM_unary(benchmark::State& state, F32UnaryFn (*pick)(), const char* name) {
@@ -88,12 +106,13 @@ void BM_unary(benchmark::State& state, F32UnaryFn (*pick)(), const char* name) {
   const int threads = threads_arg(state);
   Floats x(n, 0.5f), y(n);
   const F32UnaryFn fn = pick();
+  BandwidthRoof roof(threads);
   for (auto _ : state) {
     cpudl::parallel_for(n, 1 << 16, threads,
                         [&](std::size_t lo, std::size_t hi) { fn(x.data() + lo, y.data() + lo, hi - lo); });
     benchmark::ClobberMemory();
   }
-  report(state, name, n * 2 * sizeof(float), threads);
+  report(state, name, n * 2 * sizeof(float), roof);
 }
 
 // A reduction (sum, max, argmax) of one 64 MiB input split over the threads, one result each.
@@ -105,13 +124,14 @@ void BM_reduce(benchmark::State& state, const KernelVariant<Fn>& (*pick)()) {
   for (std::size_t i = 0; i < n; ++i) x[i] = static_cast<float>(i % 1021);
   const auto& k = pick();
   std::vector<decltype(k.fn(nullptr, 0))> partial(64);
+  BandwidthRoof roof(threads);
   for (auto _ : state) {
     cpudl::parallel_for(n, 1 << 16, threads, [&](std::size_t lo, std::size_t hi) {
       partial[static_cast<std::size_t>(omp_get_thread_num())] = k.fn(x.data() + lo, hi - lo);
     });
     benchmark::DoNotOptimize(partial.data());
   }
-  report(state, k.name, n * sizeof(float), threads);
+  report(state, k.name, n * sizeof(float), roof);
 }
 
 const KernelVariant<F32ReduceFn>& sum_kernel() { return kernel_table().f32_sum; }
@@ -124,6 +144,7 @@ void BM_adam(benchmark::State& state) {
   Floats w(n, 0.1f), g(n, 0.01f), m(n, 0.0f), v(n, 0.0f);
   const auto& k = kernel_table().f32_adam_step;
   std::int64_t step = 0;
+  BandwidthRoof roof(threads);
   for (auto _ : state) {
     const cpudl::kernels::AdamParams p{1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, false, ++step};
     cpudl::parallel_for(n, 1 << 16, threads, [&](std::size_t lo, std::size_t hi) {
@@ -131,7 +152,7 @@ void BM_adam(benchmark::State& state) {
     });
     benchmark::ClobberMemory();
   }
-  report(state, k.name, n * 7 * sizeof(float), threads);  // reads w, g, m, v; writes w, m, v
+  report(state, k.name, n * 7 * sizeof(float), roof);  // reads w, g, m, v; writes w, m, v
 }
 
 // SGD with momentum and weight decay (the branch of PyTorch's step that touches most memory).
@@ -141,6 +162,7 @@ void BM_sgd(benchmark::State& state) {
   Floats w(n, 0.1f), g(n, 0.01f), buf(n, 0.0f);
   const auto& k = kernel_table().f32_sgd_step;
   bool first = true;
+  BandwidthRoof roof(threads);
   for (auto _ : state) {
     const cpudl::kernels::SgdParams p{1e-2f, 0.9f, 0.0f, 1e-4f, false, first};
     first = false;
@@ -149,7 +171,7 @@ void BM_sgd(benchmark::State& state) {
     });
     benchmark::ClobberMemory();
   }
-  report(state, k.name, n * 5 * sizeof(float), threads);  // reads w, g, buf; writes w, buf
+  report(state, k.name, n * 5 * sizeof(float), roof);  // reads w, g, buf; writes w, buf
 }
 
 // Row-wise softmax or log-softmax over rows of 1000 columns (ImageNet's classes).
@@ -158,13 +180,14 @@ void BM_rowwise(benchmark::State& state, const KernelVariant<F32RowwiseFn>& (*pi
   const std::size_t rows = static_cast<std::size_t>(state.range(0)) / 1000, cols = 1000;
   const int threads = threads_arg(state);
   Floats x(rows * cols, 0.5f), y(rows * cols);
+  BandwidthRoof roof(threads);
   for (auto _ : state) {
     cpudl::parallel_for(rows, 16, threads, [&](std::size_t lo, std::size_t hi) {
       k.fn(x.data() + lo * cols, y.data() + lo * cols, hi - lo, cols, cols, cols);
     });
     benchmark::ClobberMemory();
   }
-  report(state, k.name, rows * cols * 2 * sizeof(float), threads);
+  report(state, k.name, rows * cols * 2 * sizeof(float), roof);
 }
 
 // Layer norm over rows of 768 (BERT-base's hidden size), with gamma and beta: the forward reads
@@ -176,6 +199,7 @@ void BM_layer_norm_forward(benchmark::State& state) {
   Floats x(rows * cols), y(rows * cols), gamma(cols, 1.5f), beta(cols, 0.25f), mean(rows), rstd(rows);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 97) * 0.01f;
   const auto& k = kernel_table().f32_layer_norm_forward;
+  BandwidthRoof roof(threads);
   for (auto _ : state) {
     cpudl::parallel_for(rows, 16, threads, [&](std::size_t lo, std::size_t hi) {
       k.fn(x.data() + lo * cols, gamma.data(), beta.data(), y.data() + lo * cols, mean.data() + lo,
@@ -183,7 +207,7 @@ void BM_layer_norm_forward(benchmark::State& state) {
     });
     benchmark::ClobberMemory();
   }
-  report(state, k.name, rows * cols * 2 * sizeof(float), threads);
+  report(state, k.name, rows * cols * 2 * sizeof(float), roof);
 }
 
 void BM_layer_norm_backward(benchmark::State& state) {
@@ -193,6 +217,7 @@ void BM_layer_norm_backward(benchmark::State& state) {
   Floats mean(rows, 0.5f), rstd(rows, 2.0f), dgamma(64 * cols), dbeta(64 * cols);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 97) * 0.01f;
   const auto& k = kernel_table().f32_layer_norm_backward;
+  BandwidthRoof roof(threads);
   for (auto _ : state) {
     cpudl::parallel_for(rows, 16, threads, [&](std::size_t lo, std::size_t hi) {
       const std::size_t t = static_cast<std::size_t>(omp_get_thread_num());
@@ -201,7 +226,7 @@ void BM_layer_norm_backward(benchmark::State& state) {
     });
     benchmark::ClobberMemory();
   }
-  report(state, k.name, rows * cols * 3 * sizeof(float), threads);
+  report(state, k.name, rows * cols * 3 * sizeof(float), roof);
 }
 
 // Cross-entropy with its logits gradient over rows of 1000 classes: reads the logits, writes
@@ -214,6 +239,7 @@ void BM_cross_entropy(benchmark::State& state) {
   for (std::size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>(i % 89) * 0.05f;
   for (std::size_t r = 0; r < rows; ++r) labels[r] = static_cast<std::int32_t>((r * 7) % classes);
   const auto& k = kernel_table().f32_cross_entropy;
+  BandwidthRoof roof(threads);
   for (auto _ : state) {
     cpudl::parallel_for(rows, 16, threads, [&](std::size_t lo, std::size_t hi) {
       k.fn({logits.data() + lo * classes, labels.data() + lo, hi - lo, classes, classes, 0.1f,
@@ -222,7 +248,7 @@ void BM_cross_entropy(benchmark::State& state) {
     });
     benchmark::ClobberMemory();
   }
-  report(state, k.name, rows * classes * 2 * sizeof(float), threads);
+  report(state, k.name, rows * classes * 2 * sizeof(float), roof);
 }
 
 const KernelVariant<F32RowwiseFn>& softmax_kernel() { return kernel_table().f32_softmax; }
@@ -245,11 +271,12 @@ void BM_weight_matvec(benchmark::State& state, cpudl::llm::GgmlType type, const 
   const cpudl::llm::WeightMatrix matrix{name, type, w.data(), rows, cols, row_bytes};
   cpudl::llm::MatmulScratch scratch;
   std::vector<float> y(rows);
+  BandwidthRoof roof(threads);
   for (auto _ : state) {
     cpudl::llm::weight_matmul(matrix, values.data(), 1, cols, y.data(), rows, scratch, threads);
     benchmark::ClobberMemory();
   }
-  report(state, name, rows * row_bytes, threads);
+  report(state, name, rows * row_bytes, roof);
 }
 
 // The dynamic int8 product (u8s8_gemm) on an MLP layer's shape, M x 1024 x 1024, the columns
@@ -312,6 +339,7 @@ void BM_max_pool_nhwc(benchmark::State& state) {
   std::vector<std::uint8_t> arg(batch * out_image);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 7919) % 1000);
   const MaxPoolNhwcFn fn = kernel_table().f32_max_pool_nhwc.fn;
+  BandwidthRoof roof(threads);
   for (auto _ : state) {
     cpudl::parallel_for(batch, 1, threads, [&](std::size_t lo, std::size_t hi) {
       for (std::size_t n = lo; n < hi; ++n)
@@ -319,7 +347,7 @@ void BM_max_pool_nhwc(benchmark::State& state) {
     });
     benchmark::ClobberMemory();
   }
-  report(state, kernel_table().f32_max_pool_nhwc.name, batch * (in_image * 4 + out_image * 5), threads);
+  report(state, kernel_table().f32_max_pool_nhwc.name, batch * (in_image * 4 + out_image * 5), roof);
 }
 
 // GFLOP/s (2 x multiply-adds) and % of the fp32 FMA roof measured on as many threads.
@@ -458,13 +486,14 @@ void BM_winograd_weights(benchmark::State& state) {
   std::vector<float> w(static_cast<std::size_t>(channels * channels * 9), 0.01f);
   cpudl::AlignedBuffer storage;
   float* u = storage.get(cpudl::conv::WinogradConv::transformed_floats(shape));
+  BandwidthRoof roof(threads);
   for (auto _ : state) {
     const cpudl::conv::WinogradConv conv(shape, w.data(), cpudl::conv::WinogradPass::forward, u, threads);
     benchmark::DoNotOptimize(u);
     benchmark::ClobberMemory();
   }
   report(state, kernel_table().f32_winograd_weights_4x3.name,
-         (w.size() + cpudl::conv::WinogradConv::transformed_floats(shape)) * sizeof(float), threads);
+         (w.size() + cpudl::conv::WinogradConv::transformed_floats(shape)) * sizeof(float), roof);
 }
 
 // SimpleCNN's first-layer weight gradient at batch 256 (1 -> 32 channels, 3x3, 28x28), images split
@@ -554,6 +583,7 @@ void BM_narrow_linear(benchmark::State& state) {
   std::vector<float> y(m * n), dy(m * n, 0.25f);
   const auto& table = kernel_table();
   const int which = static_cast<int>(state.range(0));
+  BandwidthRoof roof(threads);
   for (auto _ : state) {
     if (which == 0) {
       cpudl::parallel_for(m, 3, threads, [&](std::size_t i0, std::size_t i1) {
@@ -573,7 +603,7 @@ void BM_narrow_linear(benchmark::State& state) {
   }
   const char* names[] = {table.f32_narrow_linear_forward.name, table.f32_narrow_linear_backward_data.name,
                          table.f32_narrow_linear_backward_weights.name};
-  report(state, names[which], m * k * sizeof(float), threads);
+  report(state, names[which], m * k * sizeof(float), roof);
 }
 
 // NCHW -> NHWC of SimpleCNN's activation at batch 256 ([32 x 676] per image), as
@@ -583,6 +613,7 @@ void BM_transpose(benchmark::State& state) {
   const std::size_t batch = 256, rows = 32, cols = 676;
   std::vector<float> a(batch * rows * cols, 1.0f), b(a.size());
   const F32TransposeFn fn = kernel_table().f32_transpose.fn;
+  BandwidthRoof roof(threads);
   for (auto _ : state) {
     cpudl::parallel_for(batch, 1, threads, [&](std::size_t lo, std::size_t hi) {
       for (std::size_t n = lo; n < hi; ++n)
@@ -590,7 +621,7 @@ void BM_transpose(benchmark::State& state) {
     });
     benchmark::ClobberMemory();
   }
-  report(state, kernel_table().f32_transpose.name, a.size() * 2 * sizeof(float), threads);
+  report(state, kernel_table().f32_transpose.name, a.size() * 2 * sizeof(float), roof);
 }
 
 // RMSNorm over rows of 4096 (a 7B model's hidden size), kBig floats in all; GB/s (read x and
@@ -600,13 +631,14 @@ void BM_rms_norm(benchmark::State& state) {
   const std::size_t n = 4096, rows = static_cast<std::size_t>(state.range(0)) / n;
   Floats x(rows * n, 0.5f), w(n, 1.0f), y(rows * n);
   const auto& k = kernel_table().f32_rms_norm;
+  BandwidthRoof roof(threads);
   for (auto _ : state) {
     cpudl::parallel_for(rows, 1, threads, [&](std::size_t r0, std::size_t r1) {
       k.fn(x.data() + r0 * n, w.data(), y.data() + r0 * n, r1 - r0, n, 1e-5f);
     });
     benchmark::ClobberMemory();
   }
-  report(state, k.name, rows * n * 2 * sizeof(float), threads);
+  report(state, k.name, rows * n * 2 * sizeof(float), roof);
 }
 
 // Args: {elements, threads (0 = the pool's default)}.

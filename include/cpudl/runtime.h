@@ -191,4 +191,22 @@ RoofMeasurement measure_compute_roof(ComputeRoof roof, int threads, double secon
 // Memory read bandwidth in GB/s on `threads` threads.
 double measure_read_bandwidth(int threads, double seconds);
 
+// The same probe, its buffer (far beyond the last-level cache, first touched by the threads that
+// read it) allocated once, for benchmarks that measure the roof next to each of their rows.
+class ReadBandwidthProbe {
+ public:
+  explicit ReadBandwidthProbe(int threads);
+  ~ReadBandwidthProbe();
+  ReadBandwidthProbe(const ReadBandwidthProbe&) = delete;
+  ReadBandwidthProbe& operator=(const ReadBandwidthProbe&) = delete;
+  // The best of passes over the buffer for about `seconds` (at least `min_passes`), in GB/s; 0
+  // when the buffer could not be allocated.
+  double measure(double seconds, int min_passes = 2);
+
+ private:
+  int threads_;
+  std::size_t floats_ = 0;
+  float* data_ = nullptr;
+};
+
 }  // namespace cpudl

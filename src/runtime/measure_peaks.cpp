@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <memory>
 #include <vector>
 
 #include "kernels/dispatch.h"
@@ -34,10 +33,6 @@ const kernels::KernelVariant<kernels::FmaProbeFn>& probe_for(ComputeRoof roof) {
   }
   return table.f32_fma_probe;
 }
-
-struct AlignedFree {
-  void operator()(float* p) const { std::free(p); }
-};
 
 }  // namespace
 
@@ -75,35 +70,41 @@ RoofMeasurement measure_compute_roof(ComputeRoof roof, int threads, double secon
   return result;
 }
 
-double measure_read_bandwidth(int threads, double seconds) {
+ReadBandwidthProbe::ReadBandwidthProbe(int threads) : threads_(std::max(1, threads)) {
   const Runtime& rt = runtime();
-  const auto sum = kernels::kernel_table().f32_sum.fn;
-  threads = std::max(1, threads);
-  // A buffer far beyond the last-level cache, first touched by the threads that read it (so its
-  // pages land on their NUMA nodes).
   std::uint64_t bytes = std::uint64_t{256} << 20;
   if (rt.system.l3_bytes) bytes = std::max<std::uint64_t>(bytes, *rt.system.l3_bytes * 8);
   if (rt.system.mem_available_bytes)
     bytes = std::min<std::uint64_t>(bytes, *rt.system.mem_available_bytes / 4);
-  const std::size_t n = static_cast<std::size_t>(bytes / sizeof(float)) / 64 * 64;
-  std::unique_ptr<float, AlignedFree> buffer(static_cast<float*>(std::aligned_alloc(64, n * sizeof(float))));
-  if (!buffer) return 0;
-  float* data = buffer.get();
-  parallel_for(n, 1 << 16, threads,
-               [&](std::size_t b, std::size_t e) { std::fill(data + b, data + e, 1.0f); });
+  floats_ = static_cast<std::size_t>(bytes / sizeof(float)) / 64 * 64;
+  data_ = static_cast<float*>(std::aligned_alloc(64, floats_ * sizeof(float)));
+  if (!data_) return;
+  // First touched by the threads that read it, so its pages land on their NUMA nodes.
+  parallel_for(floats_, 1 << 16, threads_,
+               [&](std::size_t b, std::size_t e) { std::fill(data_ + b, data_ + e, 1.0f); });
+}
 
+ReadBandwidthProbe::~ReadBandwidthProbe() { std::free(data_); }
+
+double ReadBandwidthProbe::measure(double seconds, int min_passes) {
+  if (!data_) return 0;
+  const auto sum = kernels::kernel_table().f32_sum.fn;
   double best = 0;
   const auto budget_start = Clock::now();
-  std::vector<float> partial(static_cast<std::size_t>(threads), 0.0f);
-  for (int r = 0; r < 16 && (r < 2 || seconds_since(budget_start) < seconds); ++r) {
+  std::vector<float> partial(static_cast<std::size_t>(threads_), 0.0f);
+  for (int r = 0; r < 16 && (r < min_passes || seconds_since(budget_start) < seconds); ++r) {
     const auto start = Clock::now();
-    parallel_for(n, 1 << 16, threads, [&](std::size_t b, std::size_t e) {
-      partial[static_cast<std::size_t>(omp_get_thread_num())] = sum(data + b, e - b);
+    parallel_for(floats_, 1 << 16, threads_, [&](std::size_t b, std::size_t e) {
+      partial[static_cast<std::size_t>(omp_get_thread_num())] = sum(data_ + b, e - b);
     });
-    best = std::max(best, static_cast<double>(n * sizeof(float)) / seconds_since(start) * 1e-9);
+    best = std::max(best, static_cast<double>(floats_ * sizeof(float)) / seconds_since(start) * 1e-9);
   }
   g_observed = partial[0];
   return best;
+}
+
+double measure_read_bandwidth(int threads, double seconds) {
+  return ReadBandwidthProbe(threads).measure(seconds);
 }
 
 MeasuredPeaks measure_peaks(double seconds) {
