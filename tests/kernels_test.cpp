@@ -794,6 +794,22 @@ TEST(Kernels, TranscendentalsMatchDoubleReference) {
   }
 }
 
+// log over every binade of the normal floats (its fast path takes e from the exponent field),
+// each sampled across its mantissas, and the denormals (its general path).
+TEST(Kernels, LogMatchesReferenceOverEveryExponent) {
+  const auto reference = f32_log_variants().back().fn;
+  for_each_runnable(f32_log_variants(), [&](F32UnaryFn fn) {
+    std::vector<float> x;
+    for (int e = -149; e <= 127; ++e)
+      for (int j = 0; j < 64; ++j) x.push_back(std::ldexp(1.0f + static_cast<float>(j) / 64.0f, e));
+    std::vector<float> want(x.size()), got(x.size());
+    reference(x.data(), want.data(), x.size());
+    fn(x.data(), got.data(), x.size());
+    for (std::size_t i = 0; i < x.size(); ++i)
+      ASSERT_TRUE(close(got[i], want[i], 3e-7, 1e-7)) << "x=" << x[i];
+  });
+}
+
 // SwiGLU's gate against the double-precision reference, over the range where sigmoid moves and
 // far past it (silu(-90) underflows to -0, silu(90) = 90), with NaN and infinities.
 TEST(Kernels, SwigluMatchesDoubleReference) {

@@ -70,8 +70,10 @@ struct Avx2 {
   static M equal(F a, F b) { return _mm256_cmp_ps(a, b, _CMP_EQ_OQ); }
   static M is_nan(F a) { return _mm256_cmp_ps(a, a, _CMP_UNORD_Q); }
   static M mask_or(M a, M b) { return _mm256_or_ps(a, b); }
+  static M mask_and(M a, M b) { return _mm256_and_ps(a, b); }
   static F select(M m, F if_true, F if_false) { return _mm256_blendv_ps(if_false, if_true, m); }
   static bool any(M m) { return _mm256_movemask_ps(m) != 0; }
+  static bool all(M m) { return _mm256_movemask_ps(m) == 0xff; }
   static int first_set(M m) { return __builtin_ctz(static_cast<unsigned>(_mm256_movemask_ps(m))); }
   static float reduce_add(F v) {
     __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

@@ -63,8 +63,10 @@ struct Avx512 {
   static M equal(F a, F b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
   static M is_nan(F a) { return _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q); }
   static M mask_or(M a, M b) { return static_cast<M>(a | b); }
+  static M mask_and(M a, M b) { return static_cast<M>(a & b); }
   static F select(M m, F if_true, F if_false) { return _mm512_mask_blend_ps(m, if_false, if_true); }
   static bool any(M m) { return m != 0; }
+  static bool all(M m) { return m == 0xffff; }
   static int first_set(M m) { return __builtin_ctz(static_cast<unsigned>(m)); }
   static float reduce_add(F v) {
     const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v),
