@@ -12,11 +12,17 @@ struct VectorMath {
   using F = typename V::F;
   using I = typename V::I;
 
+  // x + 1.5 2^23 rounds x (|x| < 2^22) to an integer in the mantissa, round to nearest: the shift
+  // is folded into the multiply before it, and one subtraction takes it off (VRNDSCALEPS is two
+  // micro-operations).
+  static F round_shift() { return V::set1(12582912.0f); }
+  static F round_small(F shifted) { return V::sub(shifted, round_shift()); }
+
   // exp(x) = 2^n * p(r), x = n ln2 + r, |r| <= ln2/2 (Cephes expf polynomial), for x already
   // in [-104, 89]. 2^n is applied exactly for n from -150 (denormal results) to 128 (overflow to
   // inf): V::scale_by_pow2. NaN propagates through the arithmetic.
   static F exp_of_clamped(F x) {
-    const F n = V::round(V::mul(x, V::set1(1.44269504088896341f)));
+    const F n = round_small(V::fma(x, V::set1(1.44269504088896341f), round_shift()));
     F r = V::fnma(n, V::set1(0.693359375f), x);
     r = V::fnma(n, V::set1(-2.12194440e-4f), r);
     F p = V::set1(1.9875691500e-4f);
@@ -123,11 +129,11 @@ struct VectorMath {
   // GELU and its derivative are bound by the count of these operations (in cache, 27 cycles a
   // vector for GELU here, at two vector operations a cycle), so they are written for few:
   // - q = u g(u) with u = 1/(2 + ax/sqrt2) (the reciprocal estimate and one Newton step) and g a
-  //   degree-9 polynomial (Estrin's scheme, half of Horner's depth) fitted by
-  //   scripts/fit-normal-tail.py: q within 1.2e-7 relative on the whole range, where Numerical
+  //   degree-8 polynomial (Estrin's scheme, half of Horner's depth) fitted by
+  //   scripts/fit-normal-tail.py: q within 1.4e-7 relative on the whole range, where Numerical
   //   Recipes' erfc fit t exp(-z^2 + P(t)) needs an exponential of its own for the same;
-  // - x^2/2 is split exactly, a = -x2/2 plus the low part b (a rounded x/sqrt2 squared near 20
-  //   would carry 2e-6 relative error into GELU's tail);
+  // - x^2/2 is split exactly, a = -x2/2 plus half the low part twice_b = x2 - x*x (a rounded
+  //   x/sqrt2 squared near 20 would carry 2e-6 relative error into GELU's tail);
   // - the exponential's argument is never positive: no overflow clamp and no NaN select, and
   //   1e-6 relative needs only degree 6 (Taylor truncation < 1.2e-7 on |r| <= ln2/2);
   // - 2^n is applied last (V::scale_by_pow2), so results in the denormal range round once.
@@ -137,17 +143,18 @@ struct VectorMath {
   static NormalParts normal_parts(F ax) {
     const F u = V::reciprocal(V::fma(ax, V::set1(0.70710678118654752f), V::set1(2.0f)));
     const F u2 = V::mul(u, u), u4 = V::mul(u2, u2), u8 = V::mul(u4, u4);
-    const F g01 = V::fma(V::set1(5.659700632e-01f), u, V::set1(2.820592225e-01f));
-    const F g23 = V::fma(V::set1(1.861185670e+00f), u, V::set1(9.494189024e-01f));
-    const F g45 = V::fma(V::set1(1.507458496e+01f), u, V::set1(-1.952084661e+00f));
-    const F g67 = V::fma(V::set1(6.186638641e+01f), u, V::set1(-4.713134384e+01f));
-    const F g89 = V::fma(V::set1(8.802859306e+00f), u, V::set1(-3.794423294e+01f));
-    const F g = V::fma(g89, u8, V::fma(V::fma(g67, u2, g45), u4, V::fma(g23, u2, g01)));
+    const F g01 = V::fma(V::set1(5.649416447e-01f), u, V::set1(2.820813656e-01f));
+    const F g23 = V::fma(V::set1(1.645984888e+00f), u, V::set1(9.694629312e-01f));
+    const F g45 = V::fma(V::set1(9.255300522e+00f), u, V::set1(-5.459433794e-01f));
+    const F g67 = V::fma(V::set1(3.704574203e+01f), u, V::set1(-3.181600952e+01f));
+    const F g =
+        V::fma(V::set1(-1.537727547e+01f), u8, V::fma(V::fma(g67, u2, g45), u4, V::fma(g23, u2, g01)));
     const F x2 = V::mul(ax, ax);
-    const F a = V::mul(V::set1(-0.5f), x2);  // -x^2/2 = a + b exactly
-    const F b = V::mul(V::set1(0.5f), V::fnma(ax, ax, x2));
-    const F n = V::round(V::mul(a, V::set1(1.44269504088896341f)));
-    const F r = V::add(V::fnma(n, V::set1(0.693359375f), a), V::fnma(n, V::set1(-2.12194440e-4f), b));
+    const F a = V::mul(V::set1(-0.5f), x2);  // -x^2/2 = a + twice_b/2 exactly
+    const F twice_b = V::fnma(ax, ax, x2);
+    const F n = round_small(V::fma(a, V::set1(1.44269504088896341f), round_shift()));
+    const F r = V::fma(twice_b, V::set1(0.5f),
+                       V::fnma(n, V::set1(-2.12194440e-4f), V::fnma(n, V::set1(0.693359375f), a)));
     const F r2 = V::mul(r, r);
     const F e46 =
         V::fma(V::set1(1.0f / 720.0f), r2, V::fma(V::set1(1.0f / 120.0f), r, V::set1(1.0f / 24.0f)));
@@ -170,7 +177,7 @@ struct VectorMath {
   // tail (x = -inf gives 0, +inf stays inf, NaN stays NaN through x).
   static F gelu(F x) {
     const F ax = abs_for_normal_tail(x);
-    return V::fnma(ax, half_erfc_of_abs(ax), V::select(V::less(x, V::zero()), V::zero(), x));
+    return V::fnma(ax, half_erfc_of_abs(ax), V::max(V::zero(), x));
   }
 
   // d gelu/dx = Phi(x) + x phi(x): with h the tail and d = h - |x| phi = 2^n m (q - |x|/sqrt(2pi)),
