@@ -922,6 +922,17 @@ TEST(Kernels, ReductionsMatchReference) {
       EXPECT_EQ(fn(x.data(), n), max_ref(x.data(), n)) << "n=" << n;
     }
   });
+  // Past 4 MB the maximum too walks four quarters: the largest value placed in each quarter and
+  // in the elements left after them must be found.
+  for_each_runnable(f32_max_variants(), [&](F32ReduceFn fn) {
+    const std::size_t big = (std::size_t{4} << 20) / sizeof(float) + 37;
+    std::vector<float> x(big);
+    for (std::size_t i = 0; i < big; ++i) x[i] = static_cast<float>(i % 1021);
+    for (const std::size_t at : {std::size_t{5}, big / 4 + 3, big / 2 + 3, 3 * big / 4 + 3, big - 2}) {
+      x[at] = 5000.0f + static_cast<float>(at);
+      EXPECT_EQ(fn(x.data(), big), x[at]) << "at " << at;
+    }
+  });
   const auto argmax_ref = f32_argmax_variants().back().fn;
   for_each_runnable(f32_argmax_variants(), [&](F32ArgmaxFn fn) {
     for (std::size_t n : kSizes) {

@@ -136,6 +136,22 @@ float reduce_max(const float* x, std::size_t n) {
   constexpr std::size_t W = V::kWidth;
   auto m0 = V::set1(-__builtin_inff()), m1 = m0;
   std::size_t i = 0;
+  if (n * sizeof(float) >= (std::size_t{4} << 20)) {
+    // Four memory streams beyond the caches, as reduce_sum: 64 MiB on one thread ran at 76% of
+    // the read bandwidth in one stream (BM_reduce/max) where the sum's four reach 100-112%.
+    auto m2 = m0, m3 = m0;
+    const std::size_t quarter = n / 4 / W * W;
+    const float *x1 = x + quarter, *x2 = x + 2 * quarter, *x3 = x + 3 * quarter;
+    for (std::size_t j = 0; j < quarter; j += W) {
+      m0 = V::max(m0, V::load(x + j));
+      m1 = V::max(m1, V::load(x1 + j));
+      m2 = V::max(m2, V::load(x2 + j));
+      m3 = V::max(m3, V::load(x3 + j));
+    }
+    m0 = V::max(m0, m2);
+    m1 = V::max(m1, m3);
+    i = 4 * quarter;
+  }
   for (; i + 2 * W <= n; i += 2 * W) {
     m0 = V::max(m0, V::load(x + i));
     m1 = V::max(m1, V::load(x + i + W));
