@@ -22,8 +22,8 @@ run() {  # run "command": appends the command and its output as a section
 
 {
   echo "Written by \`make bench\` (bench/run-benchmarks.sh) on $(date -u +%Y-%m-%d). Every percentage is"
-  echo "of a roof measured in the same run on the same number of threads (for bench gemm and bench conv,"
-  echo "probed just before and after each row); the host is shared, so read"
+  echo "of a roof measured in the same run on the same number of threads (for bench gemm, bench conv"
+  echo "and the kernel suite's pct_bw, probed just before and after each row); the host is shared, so read"
   echo "ratios, not absolute times. The machine, as \`cpudl doctor --json --measure\` reports it:"
   echo
   echo '```json'

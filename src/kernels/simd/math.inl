@@ -1,7 +1,7 @@
 // Vectorised f32 transcendental functions, written once over a SIMD traits type V (avx2.inl,
 // avx512.inl). Accuracy, checked against double-precision references in the tests: exp, log,
 // tanh and sigmoid within about 2 ulp over the whole range; GELU within 1e-6 relative, tails
-// included (see half_erfc_of_abs).
+// included (see normal_parts).
 // Included after the traits, by ISA kernel files only.
 
 namespace cpudl::kernels {
@@ -126,8 +126,8 @@ struct VectorMath {
   // The standard normal density and tail at 0 <= ax <= 15 (ax = |x|), in one pass sharing one
   // exponential: exp(-x^2/2) = 2^n m, and q = erfcx(ax/sqrt2)/2 (erfcx(z) = e^(z^2) erfc(z)), so
   // that the tail erfc(ax/sqrt2)/2 = 2^n (m q) and the density phi(x) = 2^n m / sqrt(2 pi). Both
-  // GELU and its derivative are bound by the count of these operations (in cache, 27 cycles a
-  // vector for GELU here, at two vector operations a cycle), so they are written for few:
+  // GELU and its derivative are bound by the count of these operations (about 37 and 40 a vector,
+  // at two vector operations a cycle on a 2-port AVX-512 core), so they are written for few:
   // - q = u g(u) with u = 1/(2 + ax/sqrt2) (the reciprocal estimate and one Newton step) and g a
   //   degree-8 polynomial (Estrin's scheme, half of Horner's depth) fitted by
   //   scripts/fit-normal-tail.py: q within 1.4e-7 relative on the whole range, where Numerical
