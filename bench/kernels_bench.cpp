@@ -1,7 +1,8 @@
 // Google Benchmark suite for the native kernels. Memory-bound kernels report GB/s of useful
 // traffic (bytes read + bytes written) and `pct_bw`: that rate over the read bandwidth probed
-// just before and after each run, on the same number of threads (BandwidthRoof). Rates are per wall-clock second
-// (UseRealTime): the main thread's CPU time would undercount work spread over the pool.
+// just before and after each run, on the same number of threads (BandwidthRoof). Rates are per
+// wall-clock second (UseRealTime): the main thread's CPU time would undercount work spread over
+// the pool.
 #include <benchmark/benchmark.h>
 
 #include <omp.h>

@@ -1046,6 +1046,25 @@ TEST(Kernels, SoftmaxAndLogSoftmaxMatchReference) { check_softmax_variants(); }
 TEST(Kernels, CrossEntropyMatchesReference) { check_cross_entropy_variants(); }
 TEST(Kernels, LayerNormMatchesReference) { check_layer_norm_variants(); }
 
+// A row past 4 MB takes reduce_max_and_sum's four-stream path. With smoothing 0.5 the loss
+// carries half the row's mean at full weight, so a quarter of the sum lost or counted twice
+// shows at once.
+TEST(Kernels, CrossEntropyLongRowMatchesReference) {
+  const auto reference = f32_cross_entropy_variants().back().fn;
+  const std::size_t classes = (std::size_t{1} << 20) + 37;
+  auto logits = spread(classes, 0, 1, 21);
+  // A ramp: the quarters' sums differ, so swapping or dropping one changes the mean.
+  for (std::size_t i = 0; i < classes; ++i) logits[i] += 8.0f * static_cast<float>(i) / classes;
+  const std::int32_t label = 12345;
+  std::vector<float> scratch(classes);
+  float want = 0, got = 0;
+  reference({logits.data(), &label, 1, classes, classes, 0.5f, &want, nullptr, classes, scratch.data()});
+  for_each_runnable(f32_cross_entropy_variants(), [&](CrossEntropyFn fn) {
+    fn({logits.data(), &label, 1, classes, classes, 0.5f, &got, nullptr, classes, scratch.data()});
+    EXPECT_TRUE(close(got, want, 1e-4, 0)) << got << " vs " << want;
+  });
+}
+
 // The row kernels stream their outputs past g_streaming_store_bytes, row by row (a masked head
 // up to the first aligned line when a row starts mid-line: 7 and 17 columns; softmax's rows
 // past its stack row do not stream; RMSNorm's likewise). With the

@@ -37,6 +37,9 @@ struct VectorMath {
   }
   // The clamp keeps NaN: MAX and MIN return their second operand when either is NaN.
   static F exp(F x) { return exp_of_clamped(V::min(V::set1(89.0f), V::max(V::set1(-104.0f), x))); }
+  // exp(x) for x <= 0 (or NaN), the shape of softmax's exp(x - max) and sigmoid's exp(-|x|):
+  // only the lower clamp applies.
+  static F exp_of_nonpositive(F x) { return exp_of_clamped(V::max(V::set1(-104.0f), x)); }
 
   // log(x) = e ln2 + log(m), m in [sqrt(1/2), sqrt(2)) (Cephes logf polynomial).
   static F log_polynomial(F e, F m) {
@@ -118,7 +121,7 @@ struct VectorMath {
   // accuracy down to denormal results instead of collapsing to 0 when e^-x overflows. 1 + e is
   // in [1, 2]: the reciprocal needs no division.
   static F sigmoid(F x) {
-    const F e = exp_of_clamped(V::max(V::set1(-104.0f), V::sub(V::zero(), V::abs(x))));
+    const F e = exp_of_nonpositive(V::sub(V::zero(), V::abs(x)));
     const F s = V::reciprocal(V::add(V::set1(1.0f), e));
     return V::select(V::less(x, V::zero()), V::mul(e, s), s);
   }

@@ -13,10 +13,6 @@ namespace {
 
 using Math = VectorMath<V>;
 
-// exp(v - s) where s is the row's maximum: the argument is never positive, so only the lower
-// clamp applies (NaN passes through it: MAX returns its second operand).
-V::F exp_below(V::F v, V::F s) { return Math::exp_of_clamped(V::max(V::set1(-104.0f), V::sub(v, s))); }
-
 // y = exp(x - shift), returning the sum of y (tail lanes excluded). The lines ahead_x / ahead_y
 // floats further (the next row's) are prefetched meanwhile: a row's passes run one after another,
 // its maximum bound by memory and its exponentials by arithmetic, and without the prefetch the
@@ -33,56 +29,28 @@ float exp_shifted_store(const float* x, float* y, std::size_t n, float shift, st
     __builtin_prefetch(x + i + W + ahead_x, 0, 3);
     __builtin_prefetch(y + i + ahead_y, 1, 3);
     __builtin_prefetch(y + i + W + ahead_y, 1, 3);
-    const V::F e0 = exp_below(V::load(x + i), s), e1 = exp_below(V::load(x + i + W), s);
+    const V::F e0 = Math::exp_of_nonpositive(V::sub(V::load(x + i), s)),
+               e1 = Math::exp_of_nonpositive(V::sub(V::load(x + i + W), s));
     V::store(y + i, e0);
     V::store(y + i + W, e1);
     acc0 = V::add(acc0, e0);
     acc1 = V::add(acc1, e1);
   }
   for (; i + W <= n; i += W) {
-    const V::F e = exp_below(V::load(x + i), s);
+    const V::F e = Math::exp_of_nonpositive(V::sub(V::load(x + i), s));
     V::store(y + i, e);
     acc0 = V::add(acc0, e);
   }
   float sum = V::reduce_add(V::add(acc0, acc1));
   if (i < n) {
     float lanes[V::kWidth] = {};
-    V::store_partial(lanes, exp_below(V::load_partial(x + i, n - i), s), n - i);
+    V::store_partial(lanes, Math::exp_of_nonpositive(V::sub(V::load_partial(x + i, n - i), s)), n - i);
     for (std::size_t j = 0; j < n - i; ++j) {
       y[i + j] = lanes[j];
       sum += lanes[j];
     }
   }
   return sum;
-}
-
-// The row's maximum and, when `sum` is not null, its sum (label smoothing's term in the
-// cross-entropy), from one pass over it with four independent chains.
-float max_and_sum(const float* x, std::size_t n, float* sum) {
-  if (sum == nullptr) return reduce_max<V>(x, n);
-  constexpr std::size_t W = V::kWidth;
-  V::F m0 = V::set1(-__builtin_inff()), m1 = m0, s0 = V::zero(), s1 = V::zero();
-  std::size_t i = 0;
-  for (; i + 2 * W <= n; i += 2 * W) {
-    const V::F a = V::load(x + i), b = V::load(x + i + W);
-    m0 = V::max(m0, a);
-    m1 = V::max(m1, b);
-    s0 = V::add(s0, a);
-    s1 = V::add(s1, b);
-  }
-  if (i + W <= n) {
-    const V::F a = V::load(x + i);
-    m0 = V::max(m0, a);
-    s0 = V::add(s0, a);
-    i += W;
-  }
-  float best = V::reduce_max(V::max(m0, m1)), total = V::reduce_add(V::add(s0, s1));
-  for (; i < n; ++i) {
-    best = x[i] > best ? x[i] : best;
-    total += x[i];
-  }
-  *sum = total;
-  return best;
 }
 
 }  // namespace
@@ -144,7 +112,7 @@ void CPUDL_KERNEL(f32_cross_entropy)(const CrossEntropyArgs& a) {
     const float* x = a.logits + r * a.ld_logits;
     const auto label = static_cast<std::size_t>(a.labels[r]);
     float row_sum = 0.0f;
-    const float m = max_and_sum(x, n, eps != 0.0f ? &row_sum : nullptr);
+    const float m = eps != 0.0f ? reduce_max_and_sum<V>(x, n, &row_sum) : reduce_max<V>(x, n);
     const float sum = exp_shifted_store(x, exps, n, m, static_cast<std::ptrdiff_t>(a.ld_logits), 0);
     const float loss = m + __builtin_logf(sum) - (1.0f - eps) * x[label] - uniform * row_sum;
     a.loss[r] = loss;
