@@ -87,13 +87,16 @@ TEST(Blas, NativeSgemmMatchesOneDnnOnEdgeShapes) {
         ASSERT_NEAR(got[i], want[i], 1e-4 * std::sqrt(static_cast<double>(k)));
     }
   }
-  // A tile the driver cannot hold (larger than its edge buffer, or MC not a multiple of mr) is
-  // refused, not run past its buffers.
-  const kernels::GemmTile too_big{kernels::f32_gemm_tile_variants().back().fn.fn, 16, 32, 256, 144};
-  const kernels::GemmTile ragged{kernels::f32_gemm_tile_variants().back().fn.fn, 6, 16, 256, 140};
+  // A tile the driver cannot hold (larger than its edge buffer, MC not a multiple of mr, no A
+  // packing) is refused, not run past its buffers.
+  const kernels::GemmTile portable = kernels::f32_gemm_tile_variants().back().fn;
+  const kernels::GemmTile too_big{portable.fn, 16, 32, 256, 144, portable.pack_a};
+  const kernels::GemmTile ragged{portable.fn, 6, 16, 256, 140, portable.pack_a};
+  const kernels::GemmTile unpacked{portable.fn, 6, 16, 256, 144, nullptr};
   float one = 1.0f, out = 0.0f;
   EXPECT_THROW(native_sgemm(too_big, false, false, 1, 1, 1, &one, &one, &out, false, 1), Error);
   EXPECT_THROW(native_sgemm(ragged, false, false, 1, 1, 1, &one, &one, &out, false, 1), Error);
+  EXPECT_THROW(native_sgemm(unpacked, false, false, 1, 1, 1, &one, &one, &out, false, 1), Error);
   EXPECT_EQ(parse_backend("native"), Backend::native);
   EXPECT_TRUE(available(Backend::native));
 }

@@ -32,10 +32,11 @@ void native_sgemm(const kernels::GemmTile& tile, bool ta, bool tb, std::int64_t 
   if (tile.mr * tile.nr > kernels::kGemmMaxTileFloats || tile.mc % tile.mr != 0)
     throw Error("native_sgemm: a " + std::to_string(tile.mr) + "x" + std::to_string(tile.nr) +
                 " tile with MC " + std::to_string(tile.mc) + " does not fit the driver");
+  if (tile.pack_a == nullptr)
+    throw Error("native_sgemm: the " + std::to_string(tile.mr) + "x" + std::to_string(tile.nr) +
+                " tile has no A packing");
   const auto ukernel = tile.fn;
   const std::int64_t kMr = tile.mr, kNr = tile.nr, kKc = tile.kc, kMc = tile.mc;
-  // Element (i, p) of op(A) and (p, j) of op(B), row-major storage.
-  const std::int64_t a_row = ta ? 1 : k, a_col = ta ? m : 1;
   if (k == 0) {
     if (!accumulate)
       for (std::int64_t i = 0; i < m; ++i) std::fill(c + i * n, c + i * n + n, 0.0f);
@@ -91,15 +92,12 @@ void native_sgemm(const kernels::GemmTile& tile, bool ta, bool tb, std::int64_t 
             const float* src = a + pc * m + row0;
             for (std::int64_t p = 0; p < kc; ++p)
               std::memcpy(dst + p * kMr, src + p * m, kMr * sizeof(float));
-          } else {
-            for (std::int64_t i = 0; i < kMr; ++i) {
-              if (i >= height) {
-                for (std::int64_t p = 0; p < kc; ++p) dst[p * kMr + i] = 0.0f;
-                continue;
-              }
-              const float* src = a + (row0 + i) * a_row + pc * a_col;  // one row of op(A), read in order
-              for (std::int64_t p = 0; p < kc; ++p) dst[p * kMr + i] = src[p * a_col];
-            }
+          } else if (!ta) {
+            tile.pack_a(a + row0 * k + pc, k, height, kc, dst);
+          } else {  // the last rows of a transposed A
+            for (std::int64_t p = 0; p < kc; ++p)
+              for (std::int64_t i = 0; i < kMr; ++i)
+                dst[p * kMr + i] = i < height ? a[(pc + p) * m + row0 + i] : 0.0f;
           }
         }
         // Tiles: each thread takes whole B slivers and sweeps an L2-sized block of A under them.

@@ -76,9 +76,13 @@ const std::vector<KernelVariant<GemmTile>>& f32_gemm_tile_variants() {
   static const std::vector<KernelVariant<GemmTile>> v = {
       {IsaLevel::avx512,
        "f32_gemm_14x32__avx512",
-       {f32_gemm_14x32__avx512, kGemmWideMr, kGemmWideNr, 384, 140}},
-      {IsaLevel::avx2, "f32_gemm_6x16__avx2", {f32_gemm_6x16__avx2, kGemmMr, kGemmNr, 256, 144}},
-      {IsaLevel::generic, "f32_gemm_6x16__ref", {f32_gemm_6x16__ref, kGemmMr, kGemmNr, 256, 144}}};
+       {f32_gemm_14x32__avx512, kGemmWideMr, kGemmWideNr, 384, 140, f32_gemm_pack_14__avx512}},
+      {IsaLevel::avx2,
+       "f32_gemm_6x16__avx2",
+       {f32_gemm_6x16__avx2, kGemmMr, kGemmNr, 256, 144, f32_gemm_pack_6__ref}},
+      {IsaLevel::generic,
+       "f32_gemm_6x16__ref",
+       {f32_gemm_6x16__ref, kGemmMr, kGemmNr, 256, 144, f32_gemm_pack_6__ref}}};
   return v;
 }
 const std::vector<KernelVariant<GemmRowsMicrokernelFn>>& f32_gemm_rows_6x16_variants() {

@@ -73,12 +73,18 @@ using FmaProbeFn = std::uint64_t (*)(std::uint64_t iterations, float* sink);
 // C[mr x nr] (+)= packed A sliver x packed B sliver (see kernels/gemm/gemm.h).
 using GemmMicrokernelFn = void (*)(std::int64_t k, const float* a_panel, const float* b_panel, float* c,
                                    std::int64_t ldc, bool accumulate);
+// Packs `rows` (<= the tile's mr) rows of row-major A, lda apart, kc columns each, as the tile's
+// A sliver: sliver[p * mr + i] = a[i * lda + p], rows past `rows` zero; nothing past mr * kc.
+using GemmPackFn = void (*)(const float* a, std::int64_t lda, std::int64_t rows, std::int64_t kc,
+                            float* sliver);
 // A GEMM microkernel with its tile and the blocks the driver (src/blas/native_gemm.cpp) sizes
-// around it: kc rows of k per packed sliver, mc rows of A swept under each B sliver.
+// around it: kc rows of k per packed sliver, mc rows of A swept under each B sliver; pack_a
+// packs its A slivers from row-major A.
 struct GemmTile {
   GemmMicrokernelFn fn;
   int mr, nr;
   std::int64_t kc, mc;
+  GemmPackFn pack_a;
 };
 // The weight-rows form: C^T tile c[j * ldc + i] = A rows (lda apart) x packed B sliver, for i <
 // rows <= 6 and j < cols <= 16, prefetching `prefetch_lines` cache lines from `prefetch` on the

@@ -29,6 +29,17 @@ inline constexpr int kGemmMaxTileFloats = kGemmWideMr * kGemmWideNr;
 void f32_gemm_14x32__avx512(std::int64_t k, const float* a_panel, const float* b_panel, float* c,
                             std::int64_t ldc, bool accumulate);
 
+// A sliver packing (GemmPackFn) for each tile's mr. The portable one moves one float at a time,
+// reading across the rows; the AVX-512 one transposes 16 columns of the 14 rows in registers
+// and stores 16 packed steps as 14 contiguous vectors (scalar packing took a tenth of the
+// 14x32 driver's time at 1024^3, one thread).
+void f32_gemm_pack_6__ref(const float* a, std::int64_t lda, std::int64_t rows, std::int64_t kc,
+                          float* sliver);
+void f32_gemm_pack_14__ref(const float* a, std::int64_t lda, std::int64_t rows, std::int64_t kc,
+                           float* sliver);
+void f32_gemm_pack_14__avx512(const float* a, std::int64_t lda, std::int64_t rows, std::int64_t kc,
+                              float* sliver);
+
 // The weight-rows form, for LLM prompts (y = x W^T): c[j * ldc + i] = sum_p a[i * lda + p] *
 // b_panel[p * 16 + j] for i < rows (<= 6) and j < cols (<= 16). A's rows are read where they
 // are -- rows of a weight matrix, K contiguous, in the memory map or dequantised into a small

@@ -13,6 +13,23 @@ void f32_gemm_6x16__ref(std::int64_t k, const float* a, const float* b, float* c
     for (int j = 0; j < kGemmNr; ++j) c[i * ldc + j] = (accumulate ? c[i * ldc + j] : 0.0f) + acc[i][j];
 }
 
+namespace {
+template <int Mr>
+void pack_rows(const float* a, std::int64_t lda, std::int64_t rows, std::int64_t kc, float* sliver) {
+  for (std::int64_t p = 0; p < kc; ++p)
+    for (std::int64_t i = 0; i < Mr; ++i) sliver[p * Mr + i] = i < rows ? a[i * lda + p] : 0.0f;
+}
+}  // namespace
+
+void f32_gemm_pack_6__ref(const float* a, std::int64_t lda, std::int64_t rows, std::int64_t kc,
+                          float* sliver) {
+  pack_rows<kGemmMr>(a, lda, rows, kc, sliver);
+}
+void f32_gemm_pack_14__ref(const float* a, std::int64_t lda, std::int64_t rows, std::int64_t kc,
+                           float* sliver) {
+  pack_rows<kGemmWideMr>(a, lda, rows, kc, sliver);
+}
+
 void f32_gemm_rows_6x16__ref(const GemmRowsArgs& g) {
   for (int i = 0; i < g.rows; ++i)
     for (int j = 0; j < g.cols; ++j) {
