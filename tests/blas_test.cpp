@@ -54,8 +54,9 @@ TEST(Blas, CblasBackendsAgreeWithOneDnn) {
 TEST(Blas, NativeSgemmMatchesOneDnnOnEdgeShapes) {
   std::mt19937 gen(6);
   std::uniform_real_distribution<float> dist(-1, 1);
-  // Sizes around the 6x16 and 14x32 tiles and their KC/MC blocks (256/144, 384/140) and NC = 4080,
-  // including k beyond one KC block.
+  // Sizes around the 6x16 and 14x32 tiles and their KC blocks (256, 384), including k beyond
+  // one KC block; each also with small NC blocks, and on two threads with few A slivers (the
+  // B slivers split between them).
   const std::int64_t shapes[][3] = {{1, 1, 1},      {5, 15, 7},    {6, 16, 256},
                                     {7, 17, 257},   {14, 32, 384}, {15, 33, 385},
                                     {145, 33, 300}, {13, 4097, 5}, {64, 1024, 784}};
@@ -76,10 +77,15 @@ TEST(Blas, NativeSgemmMatchesOneDnnOnEdgeShapes) {
         std::fill(acc.begin(), acc.end(), 1.0f);
         native_sgemm(tile.fn, ta, tb, m, n, k, a.data(), b.data(), got.data(), false, 2);
         native_sgemm(tile.fn, ta, tb, m, n, k, a.data(), b.data(), acc.data(), true, 1);
+        // NC blocks of three slivers: several column blocks, the last one partial.
+        std::vector<float> blocked(want.size(), 9.0f);
+        native_sgemm(tile.fn, ta, tb, m, n, k, a.data(), b.data(), blocked.data(), false, 2,
+                     2 * tile.fn.nr + 1);
         for (std::size_t i = 0; i < want.size(); ++i) {
           ASSERT_NEAR(got[i], want[i], 1e-4 * std::sqrt(static_cast<double>(k)))
               << m << "x" << n << "x" << k << " t" << t << " at " << i;
           ASSERT_NEAR(acc[i], want[i] + 1.0f, 1e-4 * std::sqrt(static_cast<double>(k)));
+          ASSERT_NEAR(blocked[i], want[i], 1e-4 * std::sqrt(static_cast<double>(k))) << "blocked at " << i;
         }
       }
       native_sgemm(ta, tb, m, n, k, a.data(), b.data(), got.data(), false, 1);  // the table's choice
@@ -87,16 +93,20 @@ TEST(Blas, NativeSgemmMatchesOneDnnOnEdgeShapes) {
         ASSERT_NEAR(got[i], want[i], 1e-4 * std::sqrt(static_cast<double>(k)));
     }
   }
-  // A tile the driver cannot hold (larger than its edge buffer, MC not a multiple of mr, no A
-  // packing) is refused, not run past its buffers.
+  // A tile the driver cannot hold (larger than its edge buffer, or without an A packing) is
+  // refused, not run past its buffers.
   const kernels::GemmTile portable = kernels::f32_gemm_tile_variants().back().fn;
-  const kernels::GemmTile too_big{portable.fn, 16, 32, 256, 144, portable.pack_a};
-  const kernels::GemmTile ragged{portable.fn, 6, 16, 256, 140, portable.pack_a};
-  const kernels::GemmTile unpacked{portable.fn, 6, 16, 256, 144, nullptr};
+  const kernels::GemmTile too_big{portable.fn, 16, 32, 256, portable.pack_a};
+  const kernels::GemmTile unpacked{portable.fn, 6, 16, 256, nullptr};
   float one = 1.0f, out = 0.0f;
   EXPECT_THROW(native_sgemm(too_big, false, false, 1, 1, 1, &one, &one, &out, false, 1), Error);
-  EXPECT_THROW(native_sgemm(ragged, false, false, 1, 1, 1, &one, &one, &out, false, 1), Error);
   EXPECT_THROW(native_sgemm(unpacked, false, false, 1, 1, 1, &one, &one, &out, false, 1), Error);
+  // k = 0: C = 0 (or kept, accumulating), with nothing packed.
+  std::vector<float> empty_product(6, 5.0f);
+  native_sgemm(portable, false, false, 2, 3, 0, nullptr, nullptr, empty_product.data(), true, 1);
+  EXPECT_EQ(empty_product, std::vector<float>(6, 5.0f));
+  native_sgemm(portable, false, false, 2, 3, 0, nullptr, nullptr, empty_product.data(), false, 1);
+  EXPECT_EQ(empty_product, std::vector<float>(6, 0.0f));
   EXPECT_EQ(parse_backend("native"), Backend::native);
   EXPECT_TRUE(available(Backend::native));
 }

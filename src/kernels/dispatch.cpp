@@ -71,18 +71,18 @@ const std::vector<KernelVariant<FmaProbeFn>>& f32_fma_probe_variants() {
   return v;
 }
 // The native SGEMM's tiles: 14x32 on AVX-512 (28 zmm accumulators), 6x16 on AVX2 (12 ymm). The
-// 14x32 blocks are the best of KC 256/384 x MC 140/504 measured on the driver at 512-2048.
+// 14x32 tile's KC is the best of 192/256/384 measured on the driver at 512-2048.
 const std::vector<KernelVariant<GemmTile>>& f32_gemm_tile_variants() {
   static const std::vector<KernelVariant<GemmTile>> v = {
       {IsaLevel::avx512,
        "f32_gemm_14x32__avx512",
-       {f32_gemm_14x32__avx512, kGemmWideMr, kGemmWideNr, 384, 140, f32_gemm_pack_14__avx512}},
+       {f32_gemm_14x32__avx512, kGemmWideMr, kGemmWideNr, 384, f32_gemm_pack_14__avx512}},
       {IsaLevel::avx2,
        "f32_gemm_6x16__avx2",
-       {f32_gemm_6x16__avx2, kGemmMr, kGemmNr, 256, 144, f32_gemm_pack_6__ref}},
+       {f32_gemm_6x16__avx2, kGemmMr, kGemmNr, 256, f32_gemm_pack_6__ref}},
       {IsaLevel::generic,
        "f32_gemm_6x16__ref",
-       {f32_gemm_6x16__ref, kGemmMr, kGemmNr, 256, 144, f32_gemm_pack_6__ref}}};
+       {f32_gemm_6x16__ref, kGemmMr, kGemmNr, 256, f32_gemm_pack_6__ref}}};
   return v;
 }
 const std::vector<KernelVariant<GemmRowsMicrokernelFn>>& f32_gemm_rows_6x16_variants() {

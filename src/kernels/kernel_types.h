@@ -77,13 +77,12 @@ using GemmMicrokernelFn = void (*)(std::int64_t k, const float* a_panel, const f
 // A sliver: sliver[p * mr + i] = a[i * lda + p], rows past `rows` zero; nothing past mr * kc.
 using GemmPackFn = void (*)(const float* a, std::int64_t lda, std::int64_t rows, std::int64_t kc,
                             float* sliver);
-// A GEMM microkernel with its tile and the blocks the driver (src/blas/native_gemm.cpp) sizes
-// around it: kc rows of k per packed sliver, mc rows of A swept under each B sliver; pack_a
-// packs its A slivers from row-major A.
+// A GEMM microkernel with its tile and the block the driver (src/blas/native_gemm.cpp) sizes
+// around it: kc rows of k per packed sliver; pack_a packs its A slivers from row-major A.
 struct GemmTile {
   GemmMicrokernelFn fn;
   int mr, nr;
-  std::int64_t kc, mc;
+  std::int64_t kc;
   GemmPackFn pack_a;
 };
 // The weight-rows form: C^T tile c[j * ldc + i] = A rows (lda apart) x packed B sliver, for i <
