@@ -377,7 +377,8 @@ void BM_gemm_microkernel_in_l1(benchmark::State& state) {
   std::fill(bp, bp + tile.fn.nr * k, 1e-3f);
   std::fill(cp, cp + tile.fn.mr * tile.fn.nr, 0.0f);
   for (auto _ : state) {
-    for (int i = 0; i < 64; ++i) tile.fn.fn(k, ap, bp, cp, tile.fn.nr, true);
+    const cpudl::kernels::GemmTileArgs args{k, ap, bp, cp, tile.fn.nr, tile.fn.mr, tile.fn.nr, true};
+    for (int i = 0; i < 64; ++i) tile.fn.fn(args);
     benchmark::ClobberMemory();
   }
   report_flops(state, tile.name, 64.0 * 2.0 * static_cast<double>(tile.fn.mr * tile.fn.nr * k), 1);

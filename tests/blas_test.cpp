@@ -57,9 +57,9 @@ TEST(Blas, NativeSgemmMatchesOneDnnOnEdgeShapes) {
   // Sizes around the 6x16 and 14x32 tiles and their KC blocks (256, 384), including k beyond
   // one KC block; each also with small NC blocks, and on two threads with few A slivers (the
   // B slivers split between them).
-  const std::int64_t shapes[][3] = {{1, 1, 1},      {5, 15, 7},    {6, 16, 256},
-                                    {7, 17, 257},   {14, 32, 384}, {15, 33, 385},
-                                    {145, 33, 300}, {13, 4097, 5}, {64, 1024, 784}};
+  const std::int64_t shapes[][3] = {{1, 1, 1},       {5, 15, 7},      {6, 16, 256},   {7, 17, 257},
+                                    {14, 32, 384},   {15, 33, 385},   {145, 33, 300}, {13, 4097, 5},
+                                    {64, 1024, 784}, {16, 1000, 513}, {23, 10, 700}};
   for (const auto& s : shapes) {
     const std::int64_t m = s[0], n = s[1], k = s[2];
     std::vector<float> a(static_cast<std::size_t>(m * k)), b(static_cast<std::size_t>(k * n));
@@ -88,18 +88,20 @@ TEST(Blas, NativeSgemmMatchesOneDnnOnEdgeShapes) {
           ASSERT_NEAR(blocked[i], want[i], 1e-4 * std::sqrt(static_cast<double>(k))) << "blocked at " << i;
         }
       }
-      native_sgemm(ta, tb, m, n, k, a.data(), b.data(), got.data(), false, 1);  // the table's choice
-      for (std::size_t i = 0; i < want.size(); ++i)
-        ASSERT_NEAR(got[i], want[i], 1e-4 * std::sqrt(static_cast<double>(k)));
+      // The table's choice (the narrow kernel for {6, 16, 256} and {23, 10, 700}, untransposed A).
+      std::fill(acc.begin(), acc.end(), 1.0f);
+      native_sgemm(ta, tb, m, n, k, a.data(), b.data(), got.data(), false, 1);
+      native_sgemm(ta, tb, m, n, k, a.data(), b.data(), acc.data(), true, 2);
+      for (std::size_t i = 0; i < want.size(); ++i) {
+        ASSERT_NEAR(got[i], want[i], 1e-4 * std::sqrt(static_cast<double>(k))) << "table's choice at " << i;
+        ASSERT_NEAR(acc[i], want[i] + 1.0f, 1e-4 * std::sqrt(static_cast<double>(k)));
+      }
     }
   }
-  // A tile the driver cannot hold (larger than its edge buffer, or without an A packing) is
-  // refused, not run past its buffers.
+  // A tile without an A packing is refused, not run.
   const kernels::GemmTile portable = kernels::f32_gemm_tile_variants().back().fn;
-  const kernels::GemmTile too_big{portable.fn, 16, 32, 256, portable.pack_a};
   const kernels::GemmTile unpacked{portable.fn, 6, 16, 256, nullptr};
   float one = 1.0f, out = 0.0f;
-  EXPECT_THROW(native_sgemm(too_big, false, false, 1, 1, 1, &one, &one, &out, false, 1), Error);
   EXPECT_THROW(native_sgemm(unpacked, false, false, 1, 1, 1, &one, &one, &out, false, 1), Error);
   // k = 0: C = 0 (or kept, accumulating), with nothing packed.
   std::vector<float> empty_product(6, 5.0f);

@@ -1126,28 +1126,38 @@ TEST(Kernels, OptimizerStepsMatchReference) {
 }
 
 // Each tile (14x32 AVX-512, 6x16 AVX2 and portable) against the product of its packed slivers in
-// double; columns past the tile (ldc = nr + 4) must stay untouched.
+// double: full and partial tiles (every row count; columns 1, one vector +- 1, nr - 1, nr), with
+// the B sliver's columns past `cols` poisoned (a tile that reads them gets NaN). Entries of C
+// outside rows x cols (and columns past the tile, ldc = nr + 4) must stay untouched.
 TEST(Kernels, GemmMicrokernelMatchesReference) {
   for_each_runnable(f32_gemm_tile_variants(), [&](const GemmTile& tile) {
     const std::int64_t mr = tile.mr, nr = tile.nr, ldc = nr + 4;
+    const int vector = static_cast<int>(nr / 2);
     for (std::int64_t k : {1, 2, 7, 64, 257}) {
-      const auto a = spread(static_cast<std::size_t>(mr * k), -1, 1, 30),
-                 b = spread(static_cast<std::size_t>(nr * k), -1, 1, 31);
-      for (bool accumulate : {false, true}) {
-        const auto before = spread(static_cast<std::size_t>(mr * ldc), -1, 1, 32);  // C's prior values
-        auto got = before;
-        tile.fn(k, a.data(), b.data(), got.data(), ldc, accumulate);
-        for (std::int64_t i = 0; i < mr; ++i)
-          for (std::int64_t j = 0; j < ldc; ++j) {
-            double want = j < nr && !accumulate ? 0.0 : before[static_cast<std::size_t>(i * ldc + j)];
-            if (j < nr)
-              for (std::int64_t p = 0; p < k; ++p)
-                want += static_cast<double>(a[static_cast<std::size_t>(p * mr + i)]) *
-                        b[static_cast<std::size_t>(p * nr + j)];
-            ASSERT_NEAR(got[static_cast<std::size_t>(i * ldc + j)], want, 1e-5 * static_cast<double>(k))
-                << "k=" << k << " i=" << i << " j=" << j;
+      const auto a = spread(static_cast<std::size_t>(mr * k), -1, 1, 30);
+      for (int rows = 1; rows <= mr; ++rows)
+        for (int cols : {1, vector - 1, vector, vector + 1, static_cast<int>(nr) - 1, static_cast<int>(nr)}) {
+          auto b = spread(static_cast<std::size_t>(nr * k), -1, 1, 31);
+          for (std::int64_t p = 0; p < k; ++p)
+            for (std::int64_t j = cols; j < nr; ++j) b[static_cast<std::size_t>(p * nr + j)] = NAN;
+          for (bool accumulate : {false, true}) {
+            const auto before = spread(static_cast<std::size_t>(mr * ldc), -1, 1, 32);  // C's prior values
+            auto got = before;
+            tile.fn({k, a.data(), b.data(), got.data(), ldc, rows, cols, accumulate});
+            for (std::int64_t i = 0; i < mr; ++i)
+              for (std::int64_t j = 0; j < ldc; ++j) {
+                const bool inside = i < rows && j < cols;
+                double want = inside && !accumulate ? 0.0 : before[static_cast<std::size_t>(i * ldc + j)];
+                if (inside)
+                  for (std::int64_t p = 0; p < k; ++p)
+                    want += static_cast<double>(a[static_cast<std::size_t>(p * mr + i)]) *
+                            b[static_cast<std::size_t>(p * nr + j)];
+                ASSERT_NEAR(got[static_cast<std::size_t>(i * ldc + j)], want, 1e-5 * static_cast<double>(k))
+                    << "k=" << k << " rows=" << rows << " cols=" << cols << " i=" << i << " j=" << j
+                    << " accumulate=" << accumulate;
+              }
           }
-      }
+        }
     }
   });
 }

@@ -49,8 +49,9 @@ std::string slow_kernel_warning(Backend backend, bool cpu_has_avx512);
 const char* openblas_core_for(IsaLevel level);
 
 // cpudl's own blocked SGEMM on the kernel table's microkernel (native_gemm.cpp): same contract
-// as cblas_sgemm, on the OpenMP pool. The second form runs a given tile (tests run each) with
-// nc_block columns of B packed at a time (0: half the L2's worth).
+// as cblas_sgemm, on the OpenMP pool; products with up to 16 columns and k >= 256 (op(A)
+// untransposed) go to the narrow linear kernel instead. The second form runs a given tile (tests
+// run each) on any shape, with nc_block columns of B packed at a time (0: half the L2's worth).
 void native_sgemm(bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, std::int64_t k,
                   const float* a, const float* b, float* c, bool accumulate, int threads);
 void native_sgemm(const kernels::GemmTile& tile, bool transpose_a, bool transpose_b, std::int64_t m,

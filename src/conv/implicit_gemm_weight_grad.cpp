@@ -31,27 +31,6 @@ bool implicit_gemm_weight_grad_preferred(const onednn::ConvShape& s) {
 
 namespace {
 
-// n floats from src to dst, n a tile's MR or NR: a fixed-size copy inlines to a few vector moves
-// where the library call for 56-128 bytes took a quarter of the run time (perf, 3x3/2 layer).
-template <std::int64_t N>
-void copy_fixed(const float* src, float* dst) {
-  std::memcpy(dst, src, N * sizeof(float));
-}
-void copy_floats(const float* src, std::int64_t n, float* dst) {
-  switch (n) {
-    case 32:
-      return copy_fixed<32>(src, dst);
-    case 16:
-      return copy_fixed<16>(src, dst);
-    case 14:
-      return copy_fixed<14>(src, dst);
-    case 6:
-      return copy_fixed<6>(src, dst);
-    default:
-      std::memcpy(dst, src, static_cast<std::size_t>(n) * sizeof(float));
-  }
-}
-
 // The packing loops read a few channels of each pixel, pixels hundreds of bytes apart (strided
 // taps, wide rows of dy), which the hardware prefetchers follow poorly: each loop prefetches the
 // pixel this many ahead (ResNet-18's layer2.0, 1 thread: 16.4 -> 15.6 ms). The larger part of
@@ -171,7 +150,7 @@ void implicit_gemm_weight_grad(const onednn::ConvShape& s, const float* x, const
         for (std::int64_t p = 0; p < kc; ++p) {
           const float* src = dy + (p0 + p) * K + k0;
           prefetch_floats(src + kPrefetchPixels * K, rows);
-          copy_floats(src, rows, dst + p * mr);
+          kernels::copy_tile_floats(src, rows, dst + p * mr);
           std::fill(dst + p * mr + rows, dst + (p + 1) * mr, 0.0f);
           if (db)
             for (std::int64_t i = 0; i < rows; ++i) db[k0 + i] += src[i];
@@ -202,23 +181,23 @@ void implicit_gemm_weight_grad(const onednn::ConvShape& s, const float* x, const
             if (const float* next = source(ahead)) prefetch_floats(next, nr);
           float* dst = b_sliver + p * nr;
           if (const float* src = source(at))
-            copy_floats(src, nr, dst);
+            kernels::copy_tile_floats(src, nr, dst);
           else
             std::fill(dst, dst + nr, 0.0f);
         }
         for (std::int64_t ms = 0; ms < m_slivers; ++ms) {
-          const std::int64_t k0 = ms * mr, rows = std::min(mr, K - k0);
-          float* c = grad + k0 * J + j0;
+          const std::int64_t k0 = ms * mr;
           next_block.issue(per_call);
-          if (rows == mr) {
-            tile.fn(kc, a_panel + ms * mr * kc, b_sliver, c, J, accumulate);
-          } else {
-            float edge[kernels::kGemmMaxTileFloats];
-            tile.fn(kc, a_panel + ms * mr * kc, b_sliver, edge, nr, false);
-            for (std::int64_t i = 0; i < rows; ++i)
-              for (std::int64_t j = 0; j < nr; ++j)
-                c[i * J + j] = (accumulate ? c[i * J + j] : 0.0f) + edge[i * nr + j];
-          }
+          kernels::GemmTileArgs t{};
+          t.k = kc;
+          t.a = a_panel + ms * mr * kc;
+          t.b = b_sliver;
+          t.c = grad + k0 * J + j0;
+          t.ldc = J;
+          t.rows = static_cast<int>(std::min(mr, K - k0));
+          t.cols = static_cast<int>(nr);
+          t.accumulate = accumulate;
+          tile.fn(t);
         }
       }
     }

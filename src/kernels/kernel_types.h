@@ -70,9 +70,20 @@ using AdamStepFn = void (*)(float* param, const float* grad, float* m, float* v,
 
 using FmaProbeFn = std::uint64_t (*)(std::uint64_t iterations, float* sink);
 
-// C[mr x nr] (+)= packed A sliver x packed B sliver (see kernels/gemm/gemm.h).
-using GemmMicrokernelFn = void (*)(std::int64_t k, const float* a_panel, const float* b_panel, float* c,
-                                   std::int64_t ldc, bool accumulate);
+// One GEMM microkernel call (see kernels/gemm/gemm.h): C[rows x cols] (+)= A sliver x B sliver
+// over k steps, packed mr rows (a[p * mr + i]) and nr columns (b[p * nr + j]). Only rows < rows
+// (<= mr) and columns < cols (<= nr) of C are read or written, and B's columns past cols are not
+// read (the packing need not fill them).
+struct GemmTileArgs {
+  std::int64_t k;
+  const float* a;
+  const float* b;
+  float* c;
+  std::int64_t ldc;
+  int rows, cols;
+  bool accumulate;
+};
+using GemmMicrokernelFn = void (*)(const GemmTileArgs& args);
 // Packs `rows` (<= the tile's mr) rows of row-major A, lda apart, kc columns each, as the tile's
 // A sliver: sliver[p * mr + i] = a[i * lda + p], rows past `rows` zero; nothing past mr * kc.
 using GemmPackFn = void (*)(const float* a, std::int64_t lda, std::int64_t rows, std::int64_t kc,
