@@ -98,11 +98,13 @@ TEST(Blas, NativeSgemmMatchesOneDnnOnEdgeShapes) {
       }
     }
   }
-  // A tile without an A packing is refused, not run.
+  // A tile without an A or a B packing is refused, not run.
   const kernels::GemmTile portable = kernels::f32_gemm_tile_variants().back().fn;
-  const kernels::GemmTile unpacked{portable.fn, 6, 16, 256, nullptr};
+  const kernels::GemmTile no_a{portable.fn, 6, 16, 256, nullptr, portable.pack_b};
+  const kernels::GemmTile no_b{portable.fn, 6, 16, 256, portable.pack_a, nullptr};
   float one = 1.0f, out = 0.0f;
-  EXPECT_THROW(native_sgemm(unpacked, false, false, 1, 1, 1, &one, &one, &out, false, 1), Error);
+  EXPECT_THROW(native_sgemm(no_a, false, false, 1, 1, 1, &one, &one, &out, false, 1), Error);
+  EXPECT_THROW(native_sgemm(no_b, false, true, 1, 1, 1, &one, &one, &out, false, 1), Error);
   // k = 0: C = 0 (or kept, accumulating), with nothing packed.
   std::vector<float> empty_product(6, 5.0f);
   native_sgemm(portable, false, false, 2, 3, 0, nullptr, nullptr, empty_product.data(), true, 1);

@@ -1162,26 +1162,28 @@ TEST(Kernels, GemmMicrokernelMatchesReference) {
   });
 }
 
-// Each tile's A packing against the definition, sliver[p * mr + i] = a[i * lda + p] and zero
-// rows past `rows`, over full and partial slivers and kc around the AVX-512 transpose's 16
-// steps; the floats after the sliver must stay untouched.
+// Each tile's packings against the definition, sliver[p * rows_of_sliver + i] = a[i * lda + p]
+// and zero rows past `rows`: A's (mr rows) and a transposed B's (nr rows), over full and partial
+// slivers and kc around the AVX-512 transposes' 16 steps; the floats after the sliver must stay
+// untouched.
 TEST(Kernels, GemmPackMatchesDefinition) {
   for_each_runnable(f32_gemm_tile_variants(), [&](const GemmTile& tile) {
-    const std::int64_t mr = tile.mr;
-    for (std::int64_t kc : {1, 15, 16, 17, 48, 384})
-      for (std::int64_t rows : {std::int64_t{1}, mr - 1, mr}) {
-        const std::int64_t lda = kc + 3;
-        const auto a = spread(static_cast<std::size_t>(mr * lda), -1, 1, 33);
-        std::vector<float> sliver(static_cast<std::size_t>(mr * kc + 16), 7.0f);
-        tile.pack_a(a.data(), lda, rows, kc, sliver.data());
-        for (std::int64_t p = 0; p < kc; ++p)
-          for (std::int64_t i = 0; i < mr; ++i)
-            ASSERT_EQ(sliver[static_cast<std::size_t>(p * mr + i)],
-                      i < rows ? a[static_cast<std::size_t>(i * lda + p)] : 0.0f)
-                << "kc=" << kc << " rows=" << rows << " p=" << p << " i=" << i;
-        for (std::size_t j = static_cast<std::size_t>(mr * kc); j < sliver.size(); ++j)
-          ASSERT_EQ(sliver[j], 7.0f) << "written past the sliver, kc=" << kc;
-      }
+    for (const auto& [pack, height] :
+         {std::pair{tile.pack_a, std::int64_t{tile.mr}}, std::pair{tile.pack_b, std::int64_t{tile.nr}}})
+      for (std::int64_t kc : {1, 15, 16, 17, 48, 384})
+        for (std::int64_t rows : {std::int64_t{1}, height / 2 + 1, height - 1, height}) {
+          const std::int64_t lda = kc + 3;
+          const auto a = spread(static_cast<std::size_t>(height * lda), -1, 1, 33);
+          std::vector<float> sliver(static_cast<std::size_t>(height * kc + 16), 7.0f);
+          pack(a.data(), lda, rows, kc, sliver.data());
+          for (std::int64_t p = 0; p < kc; ++p)
+            for (std::int64_t i = 0; i < height; ++i)
+              ASSERT_EQ(sliver[static_cast<std::size_t>(p * height + i)],
+                        i < rows ? a[static_cast<std::size_t>(i * lda + p)] : 0.0f)
+                  << "height=" << height << " kc=" << kc << " rows=" << rows << " p=" << p << " i=" << i;
+          for (std::size_t j = static_cast<std::size_t>(height * kc); j < sliver.size(); ++j)
+            ASSERT_EQ(sliver[j], 7.0f) << "written past the sliver, height=" << height << " kc=" << kc;
+        }
   });
 }
 

@@ -86,9 +86,9 @@ void native_sgemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t
 void native_sgemm(const kernels::GemmTile& tile, bool ta, bool tb, std::int64_t m, std::int64_t n,
                   std::int64_t k, const float* a, const float* b, float* c, bool accumulate, int threads,
                   std::int64_t nc_block) {
-  if (tile.pack_a == nullptr)
+  if (tile.pack_a == nullptr || tile.pack_b == nullptr)
     throw Error("native_sgemm: the " + std::to_string(tile.mr) + "x" + std::to_string(tile.nr) +
-                " tile has no A packing");
+                " tile has no A or B packing");
   const auto ukernel = tile.fn;
   const std::int64_t kMr = tile.mr, kNr = tile.nr, kKc = tile.kc;
   if (k == 0) {
@@ -149,13 +149,9 @@ void native_sgemm(const kernels::GemmTile& tile, bool ta, bool tb, std::int64_t 
         }
       } else {
 #pragma omp for schedule(static)
-        for (std::int64_t s = 0; s < n_strips; ++s) {
-          float* dst = bp + s * kNr * kc;
-          const std::int64_t col0 = jc + s * kNr, width = std::min(kNr, jc + nc - col0);
-          for (std::int64_t j = 0; j < width; ++j) {  // a column of op(B) is a row of B: read in order
-            const float* src = b + (col0 + j) * k + pc;
-            for (std::int64_t p = 0; p < kc; ++p) dst[p * kNr + j] = src[p];
-          }
+        for (std::int64_t s = 0; s < n_strips; ++s) {  // columns of op(B) are rows of B
+          const std::int64_t col0 = jc + s * kNr;
+          tile.pack_b(b + col0 * k + pc, k, std::min(kNr, jc + nc - col0), kc, bp + s * kNr * kc);
         }
       }
       // Tiles: consecutive items per thread, so that a thread keeps its A sliver in L1 across

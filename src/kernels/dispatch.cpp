@@ -76,13 +76,14 @@ const std::vector<KernelVariant<GemmTile>>& f32_gemm_tile_variants() {
   static const std::vector<KernelVariant<GemmTile>> v = {
       {IsaLevel::avx512,
        "f32_gemm_14x32__avx512",
-       {f32_gemm_14x32__avx512, kGemmWideMr, kGemmWideNr, 384, f32_gemm_pack_14__avx512}},
+       {f32_gemm_14x32__avx512, kGemmWideMr, kGemmWideNr, 384, f32_gemm_pack_14__avx512,
+        f32_gemm_pack_32__avx512}},
       {IsaLevel::avx2,
        "f32_gemm_6x16__avx2",
-       {f32_gemm_6x16__avx2, kGemmMr, kGemmNr, 256, f32_gemm_pack_6__ref}},
+       {f32_gemm_6x16__avx2, kGemmMr, kGemmNr, 256, f32_gemm_pack_6__avx2, f32_gemm_pack_16__avx2}},
       {IsaLevel::generic,
        "f32_gemm_6x16__ref",
-       {f32_gemm_6x16__ref, kGemmMr, kGemmNr, 256, f32_gemm_pack_6__ref}}};
+       {f32_gemm_6x16__ref, kGemmMr, kGemmNr, 256, f32_gemm_pack_6__ref, f32_gemm_pack_16__ref}}};
   return v;
 }
 const std::vector<KernelVariant<GemmRowsMicrokernelFn>>& f32_gemm_rows_6x16_variants() {

@@ -89,12 +89,14 @@ using GemmMicrokernelFn = void (*)(const GemmTileArgs& args);
 using GemmPackFn = void (*)(const float* a, std::int64_t lda, std::int64_t rows, std::int64_t kc,
                             float* sliver);
 // A GEMM microkernel with its tile and the block the driver (src/blas/native_gemm.cpp) sizes
-// around it: kc rows of k per packed sliver; pack_a packs its A slivers from row-major A.
+// around it: kc rows of k per packed sliver; pack_a packs its A slivers from row-major A, pack_b
+// its B slivers from a transposed op(B) (rows of B are columns of op(B): the same packing with nr
+// rows, sliver[p * nr + j] = b[j * ldb + p]).
 struct GemmTile {
   GemmMicrokernelFn fn;
   int mr, nr;
   std::int64_t kc;
-  GemmPackFn pack_a;
+  GemmPackFn pack_a, pack_b;
 };
 // The weight-rows form: C^T tile c[j * ldc + i] = A rows (lda apart) x packed B sliver, for i <
 // rows <= 6 and j < cols <= 16, prefetching `prefetch_lines` cache lines from `prefetch` on the

@@ -8,6 +8,8 @@
 #include <utility>
 
 #include "kernels/gemm/gemm.h"
+#include "kernels/gemm/pack.inl"
+#include "kernels/simd/avx2.inl"
 
 namespace cpudl::kernels {
 
@@ -156,6 +158,15 @@ void f32_gemm_rows_6x16__avx2(const GemmRowsArgs& g) {
   for (; prefetch_left > 0; --prefetch_left, prefetch += 64) _mm_prefetch(prefetch, _MM_HINT_T0);
   for (int j = 0; j < g.cols; ++j)
     for (int i = 0; i < rows; ++i) g.c[j * g.ldc + i] = tile[i][j];
+}
+
+void f32_gemm_pack_6__avx2(const float* a, std::int64_t lda, std::int64_t rows, std::int64_t kc,
+                           float* sliver) {
+  pack_sliver<Avx2, kGemmMr>(a, lda, rows, kc, sliver);
+}
+void f32_gemm_pack_16__avx2(const float* a, std::int64_t lda, std::int64_t rows, std::int64_t kc,
+                            float* sliver) {
+  pack_sliver<Avx2, kGemmNr>(a, lda, rows, kc, sliver);
 }
 
 }  // namespace cpudl::kernels

@@ -12,6 +12,8 @@
 #include <utility>
 
 #include "kernels/gemm/gemm.h"
+#include "kernels/gemm/pack.inl"
+#include "kernels/simd/avx512.inl"
 
 namespace cpudl::kernels {
 
@@ -98,56 +100,13 @@ void f32_gemm_14x32__avx512(const GemmTileArgs& t) {
   tile_of_rows(t, std::make_integer_sequence<int, kWideRows>{});
 }
 
-namespace {
-
-// r[0..15] (16 rows of 16) transposed in place: r[q] = column q. Three stages of lane shuffles:
-// pairs of rows interleaved, 4-float column pieces gathered, then 128-bit blocks exchanged twice.
-void transpose_16x16(__m512* r) {
-  __m512 t[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 16; i += 4) {
-    r[i] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-    r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-    r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-    r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-  }
-  for (int i = 0; i < 4; ++i) {
-    t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
-    t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
-    t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
-    t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
-  }
-  for (int i = 0; i < 4; ++i) {
-    r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
-    r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
-    r[i + 4] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0x88);
-    r[i + 12] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0xdd);
-  }
-}
-
-}  // namespace
-
-// Full slivers: 16 steps at a time, the 14 rows' 16 columns (two zero rows below) transposed in
-// registers; step p's 14 floats are lanes 0-13 of column p, stored masked (no write past the
-// sliver). Partial slivers (the last rows of A) and the last kc % 16 steps go one float at a time.
 void f32_gemm_pack_14__avx512(const float* a, std::int64_t lda, std::int64_t rows, std::int64_t kc,
                               float* sliver) {
-  constexpr int kRows = kGemmWideMr;
-  constexpr __mmask16 kStep = (1u << kRows) - 1;
-  std::int64_t p = 0;
-  if (rows == kRows)
-    for (; p + 16 <= kc; p += 16) {
-      __m512 r[16];
-      for (int i = 0; i < kRows; ++i) r[i] = _mm512_loadu_ps(a + i * lda + p);
-      for (int i = kRows; i < 16; ++i) r[i] = _mm512_setzero_ps();
-      transpose_16x16(r);
-      for (int q = 0; q < 16; ++q) _mm512_mask_storeu_ps(sliver + (p + q) * kRows, kStep, r[q]);
-    }
-  for (; p < kc; ++p)
-    for (std::int64_t i = 0; i < kRows; ++i) sliver[p * kRows + i] = i < rows ? a[i * lda + p] : 0.0f;
+  pack_sliver<Avx512, kGemmWideMr>(a, lda, rows, kc, sliver);
+}
+void f32_gemm_pack_32__avx512(const float* a, std::int64_t lda, std::int64_t rows, std::int64_t kc,
+                              float* sliver) {
+  pack_sliver<Avx512, kGemmWideNr>(a, lda, rows, kc, sliver);
 }
 
 }  // namespace cpudl::kernels

@@ -49,15 +49,22 @@ inline void copy_tile_floats(const float* src, std::int64_t n, float* dst) {
   }
 }
 
-// A sliver packing (GemmPackFn) for each tile's mr. The portable one moves one float at a time,
-// reading across the rows; the AVX-512 one transposes 16 columns of the 14 rows in registers
-// and stores 16 packed steps as 14 contiguous vectors (scalar packing took a tenth of the
-// 14x32 driver's time at 1024^3, one thread).
+// Sliver packings (GemmPackFn): pack_a's A slivers of mr rows and pack_b's slivers of a
+// transposed op(B), nr rows of B (gemm/pack.inl: register transposes of W rows at a time; the
+// portable ones move one float at a time). Scalar packing took a tenth of the 14x32 driver's
+// time at 1024^3, and a transposed B 40-75% more than an untransposed one at 128x3072x768 and
+// 64x1024x784 (one thread).
 void f32_gemm_pack_6__ref(const float* a, std::int64_t lda, std::int64_t rows, std::int64_t kc,
                           float* sliver);
-void f32_gemm_pack_14__ref(const float* a, std::int64_t lda, std::int64_t rows, std::int64_t kc,
+void f32_gemm_pack_16__ref(const float* a, std::int64_t lda, std::int64_t rows, std::int64_t kc,
                            float* sliver);
+void f32_gemm_pack_6__avx2(const float* a, std::int64_t lda, std::int64_t rows, std::int64_t kc,
+                           float* sliver);
+void f32_gemm_pack_16__avx2(const float* a, std::int64_t lda, std::int64_t rows, std::int64_t kc,
+                            float* sliver);
 void f32_gemm_pack_14__avx512(const float* a, std::int64_t lda, std::int64_t rows, std::int64_t kc,
+                              float* sliver);
+void f32_gemm_pack_32__avx512(const float* a, std::int64_t lda, std::int64_t rows, std::int64_t kc,
                               float* sliver);
 
 // The weight-rows form, for LLM prompts (y = x W^T): c[j * ldc + i] = sum_p a[i * lda + p] *

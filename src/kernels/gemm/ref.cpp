@@ -27,9 +27,9 @@ void f32_gemm_pack_6__ref(const float* a, std::int64_t lda, std::int64_t rows, s
                           float* sliver) {
   pack_rows<kGemmMr>(a, lda, rows, kc, sliver);
 }
-void f32_gemm_pack_14__ref(const float* a, std::int64_t lda, std::int64_t rows, std::int64_t kc,
+void f32_gemm_pack_16__ref(const float* a, std::int64_t lda, std::int64_t rows, std::int64_t kc,
                            float* sliver) {
-  pack_rows<kGemmWideMr>(a, lda, rows, kc, sliver);
+  pack_rows<kGemmNr>(a, lda, rows, kc, sliver);
 }
 
 void f32_gemm_rows_6x16__ref(const GemmRowsArgs& g) {

@@ -2,39 +2,16 @@
 #include <immintrin.h>
 
 #include "kernels/layout/layout.h"
+#include "kernels/simd/avx2.inl"
 
 namespace cpudl::kernels {
 namespace {
-
-// r[0..7] (8 rows of 8) transposed in place: r[q] = column q.
-inline void transpose_registers(__m256* r) {
-  __m256 t[8];
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-  }
-  // Pairs of rows interleaved; now gather 4-element column pieces.
-  __m256 u[8];
-  u[0] = _mm256_shuffle_ps(t[0], t[2], _MM_SHUFFLE(1, 0, 1, 0));
-  u[1] = _mm256_shuffle_ps(t[0], t[2], _MM_SHUFFLE(3, 2, 3, 2));
-  u[2] = _mm256_shuffle_ps(t[1], t[3], _MM_SHUFFLE(1, 0, 1, 0));
-  u[3] = _mm256_shuffle_ps(t[1], t[3], _MM_SHUFFLE(3, 2, 3, 2));
-  u[4] = _mm256_shuffle_ps(t[4], t[6], _MM_SHUFFLE(1, 0, 1, 0));
-  u[5] = _mm256_shuffle_ps(t[4], t[6], _MM_SHUFFLE(3, 2, 3, 2));
-  u[6] = _mm256_shuffle_ps(t[5], t[7], _MM_SHUFFLE(1, 0, 1, 0));
-  u[7] = _mm256_shuffle_ps(t[5], t[7], _MM_SHUFFLE(3, 2, 3, 2));
-  // Lanes: low halves give columns 0-3, high halves columns 4-7.
-  for (int i = 0; i < 4; ++i) {
-    r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
-    r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
-  }
-}
 
 // dst rows 0..7 (stride ld_dst) = columns 0..7 of the 8 x 8 block at src (stride ld_src).
 inline void transpose_8x8(const float* src, std::size_t ld_src, float* dst, std::size_t ld_dst) {
   __m256 r[8];
   for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * ld_src);
-  transpose_registers(r);
+  Avx2::transpose(r);
   for (int i = 0; i < 8; ++i) _mm256_storeu_ps(dst + i * ld_dst, r[i]);
 }
 
@@ -54,7 +31,7 @@ void transpose_few_rows(const float* src, std::size_t rows, std::size_t cols, st
   for (; j + 8 <= safe_cols; j += 8) {
     __m256 r[8];
     load_rows_block(src + j, ld_src, rows, r);
-    transpose_registers(r);
+    Avx2::transpose(r);
     for (std::size_t q = 0; q < 8; ++q) _mm256_storeu_ps(dst + (j + q) * rows, r[q]);
   }
   for (; j < cols; ++j)
@@ -71,7 +48,7 @@ void transpose_few_cols(const float* src, std::size_t rows, std::size_t cols, fl
   for (; i + 8 <= safe_rows; i += 8) {
     __m256 r[8];
     for (std::size_t k = 0; k < 8; ++k) r[k] = _mm256_loadu_ps(src + (i + k) * cols);
-    transpose_registers(r);
+    Avx2::transpose(r);
     for (std::size_t q = 0; q < cols; ++q) _mm256_storeu_ps(dst + q * ld_dst + i, r[q]);
   }
   for (; i < rows; ++i)

@@ -84,6 +84,34 @@ struct Avx512 {
     q = _mm_max_ss(q, _mm_movehdup_ps(q));
     return _mm_cvtss_f32(q);
   }
+  // r[0..15] (16 rows of 16) transposed in place: r[q] = column q. Three stages of lane
+  // shuffles: pairs of rows interleaved, 4-float column pieces gathered, then 128-bit blocks
+  // exchanged twice.
+  static void transpose(F* r) {
+    F t[16];
+    for (int i = 0; i < 16; i += 2) {
+      t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+      t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+      r[i] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+      r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+      r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+      r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int i = 0; i < 4; ++i) {
+      t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+      t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
+      t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+      t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
+    }
+    for (int i = 0; i < 4; ++i) {
+      r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+      r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
+      r[i + 4] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0x88);
+      r[i + 12] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0xdd);
+    }
+  }
 };
 
 }  // namespace
