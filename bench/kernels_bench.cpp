@@ -74,6 +74,22 @@ class BandwidthRoof {
   double before_;
 };
 
+// A compute roof of `threads` threads probed just before a benchmark's loop and just after it,
+// averaged, as BandwidthRoof does for memory: one roof probed when the process started drifted
+// with the host by the time a later benchmark ran.
+class ComputeRoofAround {
+ public:
+  ComputeRoofAround(cpudl::ComputeRoof roof, int threads)
+      : roof_(roof), threads_(threads), before_(probe()) {}
+  double gops() { return (before_ + probe()) / 2; }
+
+ private:
+  double probe() const { return cpudl::measure_compute_roof(roof_, threads_, 0.1).gops; }
+  cpudl::ComputeRoof roof_;
+  int threads_;
+  double before_;
+};
+
 void report(benchmark::State& state, const char* kernel, std::size_t bytes_per_call, BandwidthRoof& roof) {
   state.SetLabel(kernel);
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * bytes_per_call));
@@ -286,14 +302,11 @@ void BM_weight_matvec(benchmark::State& state, cpudl::llm::GgmlType type, const 
 
 // The dynamic int8 product (u8s8_gemm) on an MLP layer's shape, M x 1024 x 1024, the columns
 // split over the threads as the runtime's fused op does. Compute-bound at batch 64: reports
-// GOP/s and pct_int8_roof, over the int8_dot roof measured by this process on as many threads.
+// GOP/s and pct_int8_roof, over the int8_dot roof probed around the loop on as many threads.
 void BM_u8s8_gemm(benchmark::State& state, bool seven_bit) {
   const auto m = static_cast<std::size_t>(state.range(0));
   const int threads = threads_arg(state);
   const std::size_t k = 1024, n = 1024;
-  static double roof[64] = {};
-  if (roof[threads] == 0.0)
-    roof[threads] = cpudl::measure_compute_roof(cpudl::ComputeRoof::int8_dot, threads, 0.5).gops;
   std::vector<std::uint8_t> a(m * k);
   std::vector<std::int8_t> b(k * n), shifted(m * k);
   std::vector<std::uint8_t> raw(m * k), magnitude(m * k);
@@ -313,6 +326,7 @@ void BM_u8s8_gemm(benchmark::State& state, bool seven_bit) {
                  seven,      sums.data(),    scale.data(),     true, nullptr, false, c.data(), n,     0,
                  n};
   const U8S8GemmFn gemm = kernel_table().u8s8_gemm.fn;
+  ComputeRoofAround roof(cpudl::ComputeRoof::int8_dot, threads);
   for (auto _ : state) {
     cpudl::parallel_for(n / 16, 1, threads, [&](std::size_t begin, std::size_t end) {
       U8S8GemmArgs part = g;
@@ -327,7 +341,7 @@ void BM_u8s8_gemm(benchmark::State& state, bool seven_bit) {
   state.counters["GOPs"] =
       benchmark::Counter(static_cast<double>(state.iterations()) * ops / 1e9, benchmark::Counter::kIsRate);
   state.counters["pct_int8_roof"] =
-      benchmark::Counter(static_cast<double>(state.iterations()) * ops / (roof[threads] * 1e9) * 100.0,
+      benchmark::Counter(static_cast<double>(state.iterations()) * ops / (roof.gops() * 1e9) * 100.0,
                          benchmark::Counter::kIsRate);
   state.counters["threads"] = threads;
 }
@@ -356,13 +370,13 @@ void BM_max_pool_nhwc(benchmark::State& state) {
 }
 
 // GFLOP/s (2 x multiply-adds) and % of the fp32 FMA roof measured on as many threads.
-void report_flops(benchmark::State& state, const char* kernel, double flops_per_iteration, int threads) {
+void report_flops(benchmark::State& state, const char* kernel, double flops_per_iteration, int threads,
+                  ComputeRoofAround& roof) {
   const double gflop = static_cast<double>(state.iterations()) * flops_per_iteration / 1e9;
   state.SetLabel(kernel);
   state.counters["GFLOPs"] = benchmark::Counter(gflop, benchmark::Counter::kIsRate);
-  state.counters["pct_fp32_roof"] = benchmark::Counter(
-      gflop / cpudl::measure_compute_roof(cpudl::ComputeRoof::fp32_fma, threads, 0.2).gops * 100,
-      benchmark::Counter::kIsRate);
+  state.counters["pct_fp32_roof"] =
+      benchmark::Counter(gflop / roof.gops() * 100, benchmark::Counter::kIsRate);
   state.counters["threads"] = threads;
 }
 
@@ -380,12 +394,13 @@ void BM_gemm_microkernel_in_l1(benchmark::State& state) {
   std::fill(ap, ap + tile.fn.mr * k, 1e-3f);
   std::fill(bp, bp + tile.fn.nr * k, 1e-3f);
   std::fill(cp, cp + tile.fn.mr * tile.fn.nr, 0.0f);
+  ComputeRoofAround roof(cpudl::ComputeRoof::fp32_fma, 1);
   for (auto _ : state) {
     const cpudl::kernels::GemmTileArgs args{k, ap, bp, cp, tile.fn.nr, tile.fn.mr, tile.fn.nr, true};
     for (int i = 0; i < 64; ++i) tile.fn.fn(args);
     benchmark::ClobberMemory();
   }
-  report_flops(state, tile.name, 64.0 * 2.0 * static_cast<double>(tile.fn.mr * tile.fn.nr * k), 1);
+  report_flops(state, tile.name, 64.0 * 2.0 * static_cast<double>(tile.fn.mr * tile.fn.nr * k), 1, roof);
 }
 
 // ResNet-18's stride-1 3x3 layer of `channels` channels (56x56 at 64 ... 7x7 at 512), batch 16, as
@@ -439,6 +454,7 @@ void BM_winograd_conv(benchmark::State& state) {
   const int saved_threads = omp_get_max_threads();
   omp_set_num_threads(threads);  // oneDNN's pool, for the comparison below
   auto ours = [&] { conv.forward(x.data(), bias.data(), nullptr, 0.0f, INFINITY, y.data(), threads); };
+  ComputeRoofAround roof(cpudl::ComputeRoof::fp32_fma, threads);
   for (auto _ : state) {
     ours();
     benchmark::ClobberMemory();
@@ -450,7 +466,7 @@ void BM_winograd_conv(benchmark::State& state) {
       },
       ours);
   omp_set_num_threads(saved_threads);
-  report_flops(state, cpudl::kernels::kernel_table().f32_winograd_gemm.name, direct.flops(), threads);
+  report_flops(state, cpudl::kernels::kernel_table().f32_winograd_gemm.name, direct.flops(), threads, roof);
   state.counters["x_onednn"] = ratio;
 }
 
@@ -471,6 +487,7 @@ void BM_winograd_backward_weights(benchmark::State& state) {
   auto ours = [&] {
     cpudl::conv::winograd_backward_weights(shape, x.data(), dy.data(), dw.data(), nullptr, threads);
   };
+  ComputeRoofAround roof(cpudl::ComputeRoof::fp32_fma, threads);
   for (auto _ : state) {
     ours();
     benchmark::ClobberMemory();
@@ -478,7 +495,7 @@ void BM_winograd_backward_weights(benchmark::State& state) {
   const double ratio = best_of_3_ratio(
       [&] { cpudl::onednn::conv2d_backward_weights(direct, x.data(), dy.data(), dw.data(), nullptr); }, ours);
   omp_set_num_threads(saved_threads);
-  report_flops(state, kernel_table().f32_winograd_gemm_weights.name, direct.flops(), threads);
+  report_flops(state, kernel_table().f32_winograd_gemm_weights.name, direct.flops(), threads, roof);
   state.counters["x_onednn"] = ratio;
 }
 
@@ -511,6 +528,7 @@ void BM_conv_backward_weights_nhwc(benchmark::State& state) {
   std::vector<float> x(batch * 28 * 28, 0.5f), dy(batch * 26 * 26 * oc, 0.25f);
   std::vector<float> dw(static_cast<std::size_t>(threads) * 10 * oc, 0.0f);
   const ConvBackwardWeightsFn fn = kernel_table().f32_conv_backward_weights_nhwc.fn;
+  ComputeRoofAround roof(cpudl::ComputeRoof::fp32_fma, threads);
   for (auto _ : state) {
     cpudl::parallel_for(static_cast<std::size_t>(threads), 1, threads, [&](std::size_t lo, std::size_t hi) {
       for (std::size_t part = lo; part < hi; ++part)
@@ -521,7 +539,7 @@ void BM_conv_backward_weights_nhwc(benchmark::State& state) {
     benchmark::ClobberMemory();
   }
   report_flops(state, kernel_table().f32_conv_backward_weights_nhwc.name, 2.0 * batch * 26 * 26 * oc * 9,
-               threads);
+               threads, roof);
 }
 
 // SimpleCNN's first layer on the planar kernels (1 -> 32 channels, 3x3, 28x28 images padded to
@@ -544,6 +562,7 @@ void BM_conv_forward_planes(benchmark::State& state) {
   const SimpleCnnPlanes c(static_cast<std::size_t>(state.range(0)));
   std::vector<float> y = c.y;
   const ConvForwardPlanesFn fn = kernel_table().f32_conv_forward_planes.fn;
+  ComputeRoofAround roof(cpudl::ComputeRoof::fp32_fma, threads);
   for (auto _ : state) {
     cpudl::parallel_for(c.batch, 1, threads, [&](std::size_t lo, std::size_t hi) {
       for (std::size_t n = lo; n < hi; ++n)
@@ -551,7 +570,7 @@ void BM_conv_forward_planes(benchmark::State& state) {
     });
     benchmark::ClobberMemory();
   }
-  report_flops(state, kernel_table().f32_conv_forward_planes.name, c.flops(), threads);
+  report_flops(state, kernel_table().f32_conv_forward_planes.name, c.flops(), threads, roof);
 }
 
 void BM_conv_backward_weights_planes(benchmark::State& state) {
@@ -560,6 +579,7 @@ void BM_conv_backward_weights_planes(benchmark::State& state) {
   const auto parts = static_cast<std::size_t>(threads);
   std::vector<float> dw(parts * 10 * c.oc, 0.0f);
   const ConvBackwardWeightsPlanesFn fn = kernel_table().f32_conv_backward_weights_planes.fn;
+  ComputeRoofAround roof(cpudl::ComputeRoof::fp32_fma, threads);
   for (auto _ : state) {
     cpudl::parallel_for(parts, 1, threads, [&](std::size_t lo, std::size_t hi) {
       for (std::size_t part = lo; part < hi; ++part)
@@ -570,7 +590,7 @@ void BM_conv_backward_weights_planes(benchmark::State& state) {
     });
     benchmark::ClobberMemory();
   }
-  report_flops(state, kernel_table().f32_conv_backward_weights_planes.name, c.flops(), threads);
+  report_flops(state, kernel_table().f32_conv_backward_weights_planes.name, c.flops(), threads, roof);
 }
 
 // SimpleCNN's classifier (21632 -> 10) at batch 256 on the narrow kernels, single-threaded
