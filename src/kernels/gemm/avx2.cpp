@@ -1,94 +1,18 @@
-// AVX2+FMA 6x16 GEMM microkernels: 12 ymm accumulators (6 rows x 2 vectors), two B loads and one
-// broadcast per row per k step: 12 FMAs per 8 loads keeps both FMA pipes busy. The packed tile's
-// edges are its own, as the AVX-512 tile's (gemm.h): rows by template, partial columns by
-// VMASKMOV loads and stores (slower than plain moves, so full tiles keep those).
+// AVX2+FMA GEMM microkernels: the packed 6x16 tile (gemm/tile.inl; 12 ymm accumulators, two B
+// loads and six broadcasts per k step: 12 FMAs per 8 loads keeps both FMA pipes busy), its
+// slivers packed by 8x8 register transposes (gemm/pack.inl), and the weight-rows form below.
 #include <immintrin.h>
 
 #include <algorithm>
-#include <utility>
 
 #include "kernels/gemm/gemm.h"
 #include "kernels/gemm/pack.inl"
+#include "kernels/gemm/tile.inl"
 #include "kernels/simd/avx2.inl"
 
 namespace cpudl::kernels {
 
-namespace {
-
-__m256i columns_mask(int cols) {
-  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(cols), lanes);
-}
-
-template <bool Masked>
-__m256 load(const float* p, __m256i mask) {
-  if constexpr (Masked)
-    return _mm256_maskload_ps(p, mask);
-  else
-    return _mm256_loadu_ps(p);
-}
-
-template <bool Masked>
-void store(float* p, __m256i mask, __m256 v) {
-  if constexpr (Masked)
-    _mm256_maskstore_ps(p, mask, v);
-  else
-    _mm256_storeu_ps(p, v);
-}
-
-template <int Rows, bool Masked>
-void tile(const GemmTileArgs& t) {
-  const __m256i m0 = columns_mask(t.cols), m1 = columns_mask(t.cols - 8);
-  const float* a = t.a;
-  const float* b = t.b;
-  __m256 acc[Rows][2];
-#pragma GCC unroll 6
-  for (int i = 0; i < Rows; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
-  for (std::int64_t p = 0; p < t.k; ++p) {
-    const __m256 b0 = load<Masked>(b, m0), b1 = load<Masked>(b + 8, m1);
-#pragma GCC unroll 6
-    for (int i = 0; i < Rows; ++i) {
-      const __m256 ai = _mm256_broadcast_ss(a + i);
-      acc[i][0] = _mm256_fmadd_ps(ai, b0, acc[i][0]);
-      acc[i][1] = _mm256_fmadd_ps(ai, b1, acc[i][1]);
-    }
-    a += kGemmMr;
-    b += kGemmNr;
-  }
-#pragma GCC unroll 6
-  for (int i = 0; i < Rows; ++i) {
-    float* ci = t.c + i * t.ldc;
-    __m256 r0 = acc[i][0], r1 = acc[i][1];
-    if (t.accumulate) {
-      r0 = _mm256_add_ps(r0, load<Masked>(ci, m0));
-      r1 = _mm256_add_ps(r1, load<Masked>(ci + 8, m1));
-    }
-    store<Masked>(ci, m0, r0);
-    store<Masked>(ci + 8, m1, r1);
-  }
-}
-
-template <int Rows>
-void tile_rows(const GemmTileArgs& t) {
-  if (t.cols == kGemmNr)
-    tile<Rows, false>(t);
-  else
-    tile<Rows, true>(t);
-}
-
-template <int... Rows>
-void tile_of_rows(const GemmTileArgs& t, std::integer_sequence<int, Rows...>) {
-  using Fn = void (*)(const GemmTileArgs&);
-  static constexpr Fn kTiles[] = {tile_rows<Rows + 1>...};
-  kTiles[t.rows - 1](t);
-}
-
-}  // namespace
-
-void f32_gemm_6x16__avx2(const GemmTileArgs& t) {
-  if (t.rows <= 0 || t.cols <= 0) return;
-  tile_of_rows(t, std::make_integer_sequence<int, kGemmMr>{});
-}
+void f32_gemm_6x16__avx2(const GemmTileArgs& t) { gemm_tile_any<Avx2, kGemmMr>(t); }
 
 // Twelve accumulators as in the packed kernel; the six broadcasts come from six row streams.
 // Per k step the loads are 64 bytes of B (from L2: 16 tokens x k floats) and 24 of A (L1), where
