@@ -12,9 +12,7 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cstring>
 #include <string>
-#include <vector>
 
 #include "blas/blas.h"
 #include "cpudl/error.h"
