@@ -21,6 +21,7 @@
 #include "kernels/gemm/gemm.h"
 #include "kernels/narrow/narrow.h"
 #include "runtime/aligned_buffer.h"
+#include "runtime/parallel.h"
 
 namespace cpudl::blas {
 
@@ -56,21 +57,14 @@ void few_columns_sgemm(bool tb, std::int64_t m, std::int64_t n, std::int64_t k, 
     w = wt;
   }
   const auto forward = kernels::kernel_table().f32_narrow_linear_forward.fn;
-  const std::int64_t rows_per_thread = (m + threads - 1) / threads;
-#pragma omp parallel num_threads(threads)
-  {
-    const std::int64_t i0 = std::min(m, omp_get_thread_num() * rows_per_thread);
-    const std::int64_t i1 = std::min(m, i0 + rows_per_thread);
-    if (i1 > i0) {
-      const auto rows = static_cast<std::size_t>(i1 - i0);
-      thread_local AlignedBuffer sum_buffer;  // accumulate: this thread's product, then added to C
-      float* y = accumulate ? sum_buffer.get(rows * static_cast<std::size_t>(n)) : c + i0 * n;
-      forward(a + i0 * k, w, y, rows, static_cast<std::size_t>(k), static_cast<std::size_t>(n),
-              static_cast<std::size_t>(k));
-      if (accumulate)
-        for (std::size_t i = 0; i < rows * static_cast<std::size_t>(n); ++i) c[i0 * n + i] += y[i];
-    }
-  }
+  const auto ncols = static_cast<std::size_t>(n), depth = static_cast<std::size_t>(k);
+  parallel_for(static_cast<std::size_t>(m), 1, threads, [&](std::size_t i0, std::size_t i1) {
+    if (!accumulate) return forward(a + i0 * depth, w, c + i0 * ncols, i1 - i0, depth, ncols, depth);
+    thread_local AlignedBuffer sum_buffer;  // this range's product, then added to C
+    float* y = sum_buffer.get((i1 - i0) * ncols);
+    forward(a + i0 * depth, w, y, i1 - i0, depth, ncols, depth);
+    for (std::size_t i = 0; i < (i1 - i0) * ncols; ++i) c[i0 * ncols + i] += y[i];
+  });
 }
 
 }  // namespace
@@ -126,13 +120,9 @@ void native_sgemm(const kernels::GemmTile& tile, bool ta, bool tb, std::int64_t 
         const std::int64_t row0 = s * kMr, height = std::min(kMr, m - row0);
         if (!ta) {
           tile.pack_a(a + row0 * k + pc, k, height, kc, dst);
-        } else if (height == kMr) {  // columns of op(A) are rows of A: mr-float copies
+        } else {  // columns of op(A) are rows of A: copies of `height` floats (the tile reads no more)
           const float* src = a + pc * m + row0;
-          for (std::int64_t p = 0; p < kc; ++p) kernels::copy_tile_floats(src + p * m, kMr, dst + p * kMr);
-        } else {  // the last rows of a transposed A
-          for (std::int64_t p = 0; p < kc; ++p)
-            for (std::int64_t i = 0; i < kMr; ++i)
-              dst[p * kMr + i] = i < height ? a[(pc + p) * m + row0 + i] : 0.0f;
+          for (std::int64_t p = 0; p < kc; ++p) kernels::copy_tile_floats(src + p * m, height, dst + p * kMr);
         }
       }
       for (std::int64_t jc = col_begin; jc < col_end; jc += kNc) {

@@ -141,8 +141,9 @@ void implicit_gemm_weight_grad(const onednn::ConvShape& s, const float* x, const
     const bool accumulate = p0 > 0;
 #pragma omp parallel num_threads(threads)
     {
-      // A = dY^T: sliver ms holds output channels [ms*mr, +mr) of each pixel, zero-padded; the
-      // bias gradient is summed on the way (each sliver's channels by one thread).
+      // A = dY^T: sliver ms holds output channels [ms*mr, +mr) of each pixel (a last partial
+      // sliver's rows past K left unset: the tile reads only its rows); the bias gradient is
+      // summed on the way (each sliver's channels by one thread).
 #pragma omp for schedule(static)
       for (std::int64_t ms = 0; ms < m_slivers; ++ms) {
         const std::int64_t k0 = ms * mr, rows = std::min(mr, K - k0);
@@ -151,7 +152,6 @@ void implicit_gemm_weight_grad(const onednn::ConvShape& s, const float* x, const
           const float* src = dy + (p0 + p) * K + k0;
           prefetch_floats(src + kPrefetchPixels * K, rows);
           kernels::copy_tile_floats(src, rows, dst + p * mr);
-          std::fill(dst + p * mr + rows, dst + (p + 1) * mr, 0.0f);
           if (db)
             for (std::int64_t i = 0; i < rows; ++i) db[k0 + i] += src[i];
         }
