@@ -24,7 +24,10 @@ run() {  # run "command": appends the command and its output as a section
   echo "Written by \`make bench\` (bench/run-benchmarks.sh) on $(date -u +%Y-%m-%d). Every percentage is"
   echo "of a roof measured in the same run on the same number of threads (for bench gemm, bench conv"
   echo "and the kernel suite's pct_bw, probed just before and after each row); the host is shared, so read"
-  echo "ratios, not absolute times. The machine, as \`cpudl doctor --json --measure\` reports it:"
+  echo "ratios, not absolute times. The steal column (steal_pct) is the share of the row's threads' time"
+  echo "the hypervisor gave to other guests, from /proc/stat: a row that reads low beside a high steal"
+  echo "lost its time there. Contention it cannot see (another guest on the same physical core, or on"
+  echo "the shared L3 and memory) moves rows too. The machine, as \`cpudl doctor --json --measure\` reports it:"
   echo
   echo '```json'
   "$bin" doctor --json --measure

@@ -163,6 +163,9 @@ TEST(Cli, DoctorMeasureReportsPositiveRoofs) {
   EXPECT_GT(m["fp32_gflops_one_core"].get<double>(), 0.5);
   EXPECT_GE(m["fp32_gflops_all_cores"].get<double>(), 0.5);
   EXPECT_GT(m["bandwidth_gbs_one_core"].get<double>(), 0.1);
+  ASSERT_TRUE(m["steal_pct"].is_number());  // Linux has /proc/stat
+  EXPECT_GE(m["steal_pct"].get<double>(), 0.0);
+  EXPECT_LE(m["steal_pct"].get<double>(), 100.0);
   EXPECT_GT(m["matmul"]["gflops"]["onednn"].get<double>(), 0.5);
   EXPECT_FALSE(m["matmul"]["fastest"].get<std::string>().empty());
 }
@@ -185,7 +188,7 @@ TEST(Cli, BenchGemmAndConvEmitOneJsonRecordPerMeasurement) {
   int records = 0;
   for (std::string line; std::getline(lines, line); ++records) {
     const auto j = nlohmann::json::parse(line);
-    for (const char* key : {"op", "backend", "m", "n", "k", "threads", "gflops", "pct_peak"})
+    for (const char* key : {"op", "backend", "m", "n", "k", "threads", "gflops", "pct_peak", "steal_pct"})
       EXPECT_TRUE(j.contains(key)) << key << " in " << line;
     EXPECT_GT(j["gflops"].get<double>(), 0.0);
   }

@@ -109,5 +109,51 @@ TEST(SystemInfo, LiveMachineIsConsistent) {
   EXPECT_GT(*info.mem_total_bytes, std::uint64_t{1} << 28);
 }
 
+// /proc/stat as a 2-vCPU KVM guest wrote it (trimmed): the aggregate line, then one per CPU.
+constexpr const char* kGuestStat =
+    "cpu  4256886 0 206285 7025454 5740 0 3352 123701 0 0\n"
+    "cpu0 2126587 0 101842 3516207 3429 0 1616 61117 0 0\n"
+    "cpu1 2130299 0 104443 3509247 2311 0 1735 62583 0 0\n"
+    "intr 1 2 3\nctxt 12345\n";
+
+TEST(CpuTimes, ParsesTheAggregateLineAndCountsCpus) {
+  const auto t = parse_proc_stat(kGuestStat);
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->steal, 123701u);
+  EXPECT_EQ(t->total, 4256886u + 206285u + 7025454u + 5740u + 3352u + 123701u);
+  EXPECT_EQ(t->cpus, 2);
+  // A kernel older than 2.6.11 has no steal column; a line cut short is not a reading.
+  EXPECT_EQ(parse_proc_stat("cpu  1 2 3 4 5 6 7\ncpu0 1 2 3 4 5 6 7\n"), std::nullopt);
+  EXPECT_EQ(parse_proc_stat("cpu0 1 2 3 4 5 6 7 8\n"), std::nullopt);
+  EXPECT_EQ(parse_proc_stat("cpu  1 2 x 4 5 6 7 8\ncpu0 1 2 3 4 5 6 7 8\n"), std::nullopt);
+  EXPECT_EQ(read_cpu_times(std::string(CPUDL_FIXTURES_DIR) + "/does-not-exist"), std::nullopt);
+}
+
+TEST(CpuTimes, StealShareIsOfTheBusyCpusTime) {
+  const CpuTimes before{1000, 100, 2};
+  // 200 ticks over 2 CPUs: one busy CPU had 100 of them, 25 stolen.
+  EXPECT_DOUBLE_EQ(steal_share(before, {1200, 125, 2}, 1), 0.25);
+  EXPECT_DOUBLE_EQ(steal_share(before, {1200, 125, 2}, 2), 0.125);
+  EXPECT_DOUBLE_EQ(steal_share(before, {1200, 125, 2}, 8), 0.125);  // busy capped at the CPUs
+  EXPECT_DOUBLE_EQ(steal_share(before, before, 1), 0.0);            // no tick passed
+  EXPECT_DOUBLE_EQ(steal_share(before, {1100, 400, 2}, 1), 1.0);    // clamped
+  EXPECT_DOUBLE_EQ(steal_share({1200, 125, 2}, before, 1), 0.0);    // readings swapped
+}
+
+TEST(CpuTimes, LiveMachineAdvances) {
+  const auto a = read_cpu_times();
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(a->cpus, static_cast<int>(read_system_info("/").online_cpus.size()));
+  volatile double sink = 0;
+  for (int i = 0; i < 30000000 && read_cpu_times()->total == a->total; ++i) sink = sink + 1.0;
+  const auto b = read_cpu_times();
+  ASSERT_TRUE(b.has_value());
+  EXPECT_GT(b->total, a->total);
+  EXPECT_GE(b->steal, a->steal);
+  const double share = steal_share(*a, *b, 1);
+  EXPECT_GE(share, 0.0);
+  EXPECT_LE(share, 1.0);
+}
+
 }  // namespace
 }  // namespace cpudl

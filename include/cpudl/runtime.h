@@ -128,6 +128,29 @@ struct SystemInfo {
 
 SystemInfo read_system_info(const std::filesystem::path& root = "/");
 
+// CPU time since boot from /proc/stat under `root`: clock ticks summed over the CPUs. `steal` is
+// the time a guest's vCPUs were ready to run while the hypervisor ran other work (0 on bare metal).
+struct CpuTimes {
+  std::uint64_t total = 0, steal = 0;
+  int cpus = 0;  // the per-CPU lines
+};
+std::optional<CpuTimes> read_cpu_times(const std::filesystem::path& root = "/");
+// /proc/stat's text; nullopt when its "cpu" line is missing or malformed.
+std::optional<CpuTimes> parse_proc_stat(std::string_view text);
+// The share of `busy` CPUs' time between two readings that the hypervisor took: the stolen ticks
+// over busy / cpus of all the ticks, in [0, 1]; 0 when no tick passed.
+double steal_share(const CpuTimes& before, const CpuTimes& after, int busy);
+// Steal over a span of work on `busy_threads` threads, from construction to share().
+class StealMeter {
+ public:
+  explicit StealMeter(int busy_threads);
+  std::optional<double> share() const;  // nullopt where /proc/stat cannot be read
+
+ private:
+  int busy_;
+  std::optional<CpuTimes> start_;
+};
+
 // Parses a Linux cpulist ("0-3,8,10-11"). Throws Error on malformed input.
 std::vector<int> parse_cpu_list(std::string_view text);
 // Parses a sysfs cache size ("32K", "1024K", "32M"). nullopt when malformed.
@@ -175,6 +198,9 @@ struct MeasuredPeaks {
   double fp32_gflops_one_core = 0, fp32_gflops_all_cores = 0;
   double bandwidth_gbs_one_core = 0, bandwidth_gbs_all_cores = 0;  // read bandwidth
   std::string fma_kernel, bandwidth_kernel;
+  // The share of the probing threads' time the hypervisor took (StealMeter), the larger of the one-core and
+  // all-threads phases; nullopt where /proc/stat cannot be read. A roof measured under steal is low.
+  std::optional<double> steal_share;
 };
 // Takes about `seconds` in total (split between the FMA and bandwidth probes).
 MeasuredPeaks measure_peaks(double seconds = 1.5);

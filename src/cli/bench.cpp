@@ -93,17 +93,32 @@ std::string format(const char* fmt, auto... args) {
 // seconds; with one roof per run (measured at its start) single rows read above 100% (make bench,
 // 2026-12-02: oneDNN's 512^3 at 105.9% of a 1-thread roof of 135 GFLOP/s, where `bench peak`
 // had measured 158 a minute earlier).
+// `steal` is the share of the threads' time the hypervisor took over the row, probes included
+// (StealMeter; null where /proc/stat cannot be read).
 struct RoofedTiming {
   bench::Timing timing;
   double roof_gflops;
+  Json steal;
 };
+Json steal_of(const StealMeter& meter) {
+  const auto share = meter.share();
+  return share ? Json(100.0 * *share) : Json(nullptr);
+}
+// The table's steal column: "-" where unknown.
+std::string steal_text(const Json& steal) {
+  if (steal.is_null()) return "    -";
+  char buffer[16];
+  std::snprintf(buffer, sizeof buffer, "%4.0f%%", steal.get<double>());
+  return buffer;
+}
 template <class Fn>
 RoofedTiming time_against_roof(Fn&& fn, double min_time, int threads) {
   constexpr double kProbeSeconds = 0.05;
+  const StealMeter steal(threads);
   const double before = measure_compute_roof(ComputeRoof::fp32_fma, threads, kProbeSeconds).gops;
   const bench::Timing timing = bench::time_calls(fn, min_time);
   const double after = measure_compute_roof(ComputeRoof::fp32_fma, threads, kProbeSeconds).gops;
-  return {timing, (before + after) / 2};
+  return {timing, (before + after) / 2, steal_of(steal)};
 }
 
 std::vector<float> random_buffer(std::size_t n, unsigned seed) {
@@ -116,7 +131,8 @@ std::vector<float> random_buffer(std::size_t n, unsigned seed) {
 
 int run_peak(const BenchOptions& o) {
   Report report(o.json);
-  report.header("Roofs measured on this machine", "roof                 threads   throughput        kernel");
+  report.header("Roofs measured on this machine (steal: the share of the threads' time the hypervisor took)",
+                "roof                 threads   throughput      steal  kernel");
   const struct {
     ComputeRoof roof;
     const char* name;
@@ -125,18 +141,24 @@ int run_peak(const BenchOptions& o) {
                {ComputeRoof::int8_dot, "int8_dot"}};
   for (int t : thread_counts(o)) {
     for (const auto& r : roofs) {
+      const StealMeter meter(t);
       const RoofMeasurement m = measure_compute_roof(r.roof, t, o.min_time * 2);
+      const Json steal = steal_of(meter);
       Json j = {{"op", std::string("peak_") + r.name},
                 {"threads", t},
                 {"gops", m.gops},
                 {"kernel", m.kernel},
-                {"native", m.native}};
-      report.record(j, format("%-20s %7d %9.1f GOP/s     %s%s", r.name, t, m.gops, m.kernel.c_str(),
-                              m.native ? "" : "  (no native instruction: scalar reference)"));
+                {"native", m.native},
+                {"steal_pct", steal}};
+      report.record(j,
+                    format("%-20s %7d %9.1f GOP/s   %s  %s%s", r.name, t, m.gops, steal_text(steal).c_str(),
+                           m.kernel.c_str(), m.native ? "" : "  (no native instruction: scalar reference)"));
     }
+    const StealMeter meter(t);
     const double gbs = measure_read_bandwidth(t, o.min_time * 2);
-    report.record(Json{{"op", "peak_bandwidth"}, {"threads", t}, {"gbs", gbs}},
-                  format("%-20s %7d %9.1f GB/s", "memory_read", t, gbs));
+    const Json steal = steal_of(meter);
+    report.record(Json{{"op", "peak_bandwidth"}, {"threads", t}, {"gbs", gbs}, {"steal_pct", steal}},
+                  format("%-20s %7d %9.1f GB/s    %s", "memory_read", t, gbs, steal_text(steal).c_str()));
   }
   return 0;
 }
@@ -161,10 +183,10 @@ int run_gemm(const BenchOptions& o) {
   for (blas::Backend b : backends)
     libraries += "\n  " + std::string(blas::backend_name(b)) + ": " + blas::describe(b);
   report.header(("SGEMM, C = A B, fp32 (median time; % of the fp32 FMA roof probed just before and after "
-                 "each row, at the same threads)" +
+                 "each row, at the same threads; steal: the share of the threads' time the hypervisor took)" +
                  libraries)
                     .c_str(),
-                "backend   threads      m      n      k   ms        GFLOP/s  %peak  shape");
+                "backend   threads      m      n      k   ms        GFLOP/s  %peak steal  shape");
   const auto workloads = bench::gemm_workloads(parse_list(o.sizes, "--sizes"));
   const int saved_threads = omp_get_max_threads();
   for (int t : thread_counts(o)) {
@@ -180,18 +202,19 @@ int run_gemm(const BenchOptions& o) {
           else
             blas::cblas_sgemm(backend, false, false, w.m, w.n, w.k, a.data(), b.data(), c.data(), false, t);
         };
-        const auto [timing, roof] = time_against_roof(call, o.min_time, t);
+        const auto [timing, roof, steal] = time_against_roof(call, o.min_time, t);
         const double gflops = 2.0 * static_cast<double>(w.m * w.n * w.k) / timing.median_seconds * 1e-9;
-        Json j = {{"op", "gemm"},     {"backend", blas::backend_name(backend)},
-                  {"label", w.label}, {"m", w.m},
-                  {"n", w.n},         {"k", w.k},
-                  {"threads", t},     {"ms", timing.median_seconds * 1e3},
-                  {"gflops", gflops}, {"pct_peak", 100.0 * gflops / roof}};
+        Json j = {{"op", "gemm"},      {"backend", blas::backend_name(backend)},
+                  {"label", w.label},  {"m", w.m},
+                  {"n", w.n},          {"k", w.k},
+                  {"threads", t},      {"ms", timing.median_seconds * 1e3},
+                  {"gflops", gflops},  {"pct_peak", 100.0 * gflops / roof},
+                  {"steal_pct", steal}};
         report.record(
-            j, format("%-9s %7d %6lld %6lld %6lld %8.3f %9.1f %5.1f%%  %s",
+            j, format("%-9s %7d %6lld %6lld %6lld %8.3f %9.1f %5.1f%% %s  %s",
                       std::string(blas::backend_name(backend)).c_str(), t, static_cast<long long>(w.m),
                       static_cast<long long>(w.n), static_cast<long long>(w.k), timing.median_seconds * 1e3,
-                      gflops, 100.0 * gflops / roof, w.label.c_str()));
+                      gflops, 100.0 * gflops / roof, steal_text(steal).c_str(), w.label.c_str()));
       }
     }
   }
@@ -211,10 +234,10 @@ int run_conv(const BenchOptions& o) {
       "inputs), and the pointwise GEMM of 1x1 layers (pointwise: training's for strided ones with weights "
       "up to 128 KB, backward-data, and forward from 128 inputs), fp32 (median; % "
       "of the fp32 roof probed just before and after each row, at the same threads; Winograd counted at the "
-      "direct convolution's FLOPs; each "
+      "direct convolution's FLOPs; steal: the share of the threads' time the hypervisor took; each "
       "layer with or without bias as its model defines it: ResNet-18's convolutions have none)",
       "model      layer                     batch threads pass                            ms    GFLOP/s  "
-      "%peak");
+      "%peak steal");
   const int saved_threads = omp_get_max_threads();
   for (int t : thread_counts(o)) {
     omp_set_num_threads(t);
@@ -293,7 +316,7 @@ int run_conv(const BenchOptions& o) {
       };
       for (const auto& pass : passes) {
         if (!pass.fn) continue;
-        const auto [timing, roof] = time_against_roof(pass.fn, o.min_time, t);
+        const auto [timing, roof, steal] = time_against_roof(pass.fn, o.min_time, t);
         const double gflops = s.flops() / timing.median_seconds * 1e-9;
         Json j = {{"op", std::string("conv_") + pass.name},
                   {"backend", pass.backend},
@@ -313,13 +336,15 @@ int run_conv(const BenchOptions& o) {
                   {"threads", t},
                   {"ms", timing.median_seconds * 1e3},
                   {"gflops", gflops},
-                  {"pct_peak", 100.0 * gflops / roof}};
+                  {"pct_peak", 100.0 * gflops / roof},
+                  {"steal_pct", steal}};
         const std::string backend = pass.backend;
         const std::string pass_name =
             std::string(pass.name) + (backend == "onednn" ? "" : " (" + backend + ")");
-        report.record(j, format("%-10s %-25s %5lld %7d %-33s %8.3f %9.1f %5.1f%%", w.model.c_str(),
-                                w.layer.c_str(), static_cast<long long>(s.batch), t, pass_name.c_str(),
-                                timing.median_seconds * 1e3, gflops, 100.0 * gflops / roof));
+        report.record(
+            j, format("%-10s %-25s %5lld %7d %-33s %8.3f %9.1f %5.1f%% %s", w.model.c_str(), w.layer.c_str(),
+                      static_cast<long long>(s.batch), t, pass_name.c_str(), timing.median_seconds * 1e3,
+                      gflops, 100.0 * gflops / roof, steal_text(steal).c_str()));
       }
     }
   }

@@ -117,6 +117,7 @@ Json doctor_json(const Runtime& rt, const std::optional<MeasuredPeaks>& peaks) {
                      {"bandwidth_gbs_all_cores", peaks->bandwidth_gbs_all_cores},
                      {"fma_kernel", peaks->fma_kernel},
                      {"bandwidth_kernel", peaks->bandwidth_kernel},
+                     {"steal_pct", peaks->steal_share ? Json(100.0 * *peaks->steal_share) : Json(nullptr)},
                      {"matmul", measure_matmul_paths(peaks->threads)}};
   }
   return j;
@@ -215,6 +216,10 @@ void print_text(const Json& j) {
     std::printf("  memory read     %.1f GB/s on 1 core, %.1f GB/s on %d threads\n",
                 m["bandwidth_gbs_one_core"].get<double>(), m["bandwidth_gbs_all_cores"].get<double>(),
                 m["threads"].get<int>());
+    if (!m["steal_pct"].is_null())
+      std::printf(
+          "  hypervisor steal %.0f%% of the probing threads' time (above a few %%, the roofs read low)\n",
+          m["steal_pct"].get<double>());
     std::printf("  matmul %s    ", m["matmul"]["shape"].get<std::string>().c_str());
     for (const auto& [backend, gflops] : m["matmul"]["gflops"].items())
       std::printf(" %s %.1f GFLOP/s;", backend.c_str(), gflops.get<double>());

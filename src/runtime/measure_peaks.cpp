@@ -110,13 +110,19 @@ double measure_read_bandwidth(int threads, double seconds) {
 MeasuredPeaks measure_peaks(double seconds) {
   MeasuredPeaks peaks;
   peaks.threads = runtime().threads.threads;
-  const auto one = measure_compute_roof(ComputeRoof::fp32_fma, 1, seconds / 4);
-  peaks.fp32_gflops_one_core = one.gops;
-  peaks.fp32_gflops_all_cores = measure_compute_roof(ComputeRoof::fp32_fma, peaks.threads, seconds / 4).gops;
-  peaks.fma_kernel = one.kernel;
+  peaks.fma_kernel = kernels::kernel_table().f32_fma_probe.name;
   peaks.bandwidth_kernel = kernels::kernel_table().f32_sum.name;
+  // One core's roofs, then all threads': the steal of each phase over its own busy threads, and
+  // the larger of the two reported.
+  const StealMeter one_core(1);
+  peaks.fp32_gflops_one_core = measure_compute_roof(ComputeRoof::fp32_fma, 1, seconds / 4).gops;
   peaks.bandwidth_gbs_one_core = measure_read_bandwidth(1, seconds / 4);
+  const auto one_core_steal = one_core.share();
+  const StealMeter all_threads(peaks.threads);
+  peaks.fp32_gflops_all_cores = measure_compute_roof(ComputeRoof::fp32_fma, peaks.threads, seconds / 4).gops;
   peaks.bandwidth_gbs_all_cores = measure_read_bandwidth(peaks.threads, seconds / 4);
+  if (const auto all_steal = all_threads.share(); one_core_steal && all_steal)
+    peaks.steal_share = std::max(*one_core_steal, *all_steal);
   return peaks;
 }
 
