@@ -532,10 +532,12 @@ void expect_native_weight_gradient(const std::vector<NativeWeightGradCase>& case
 // The implicit-GEMM weight gradient (channels-last) against the direct loop's, in double: strides
 // 1 and 2 (unequal too), paddings 0-3 (unequal too), 1x1, 3x3 and 7x7 kernels, output channels
 // that leave a partial tile, reductions of one block and of several (3 x 14 x 14 = 588 pixels),
-// one and two threads. Input channels are multiples of both tiles' NR (16 and 32). A wrong tap
-// offset, a skipped padding row or a dropped block moves results by the size of the values.
+// one and two threads, and a dW past L2 (500 x 1152 floats, 2.3 MB: its 400 pixels one long block
+// where the tile's kc takes two). Input channels are multiples of both tiles' NR (16 and 32). A
+// wrong tap offset, a skipped padding row or a dropped block moves results by the size of the values.
 TEST(ImplicitGemmWeightGrad, MatchesTheDirectWeightGradient) {
-  expect_native_weight_gradient({{2, 32, 9, 7, 20, 3, 2, 2, 1, 1},
+  expect_native_weight_gradient({{1, 128, 40, 40, 500, 3, 2, 2, 1, 1},
+                                 {2, 32, 9, 7, 20, 3, 2, 2, 1, 1},
                                  {1, 64, 8, 8, 14, 1, 2, 2, 0, 0},
                                  {1, 32, 6, 5, 32, 3, 1, 1, 1, 1},
                                  {2, 32, 11, 10, 16, 7, 2, 2, 3, 3},
