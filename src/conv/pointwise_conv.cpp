@@ -70,10 +70,12 @@ bool pointwise_conv_backward_data_applies(const onednn::ConvShape& s) {
 //   layer3 (128 -> 256 at 28x28): forward 0.92 / 0.92-0.99, backward-data 0.82 / 0.97-0.99;
 //   layer4 (256 -> 512 at 14x14): forward 1.06 / 1.06, backward-data 1.00 / 0.99.
 // Two threads alike (warm: layer2 1.01 / 0.91, layer3 0.95 / 0.98). So: weights up to 128 KB (a
-// 64-column panel of layer4's 256 rows, 64 KB, no longer stays in L1 beside the pixels), and
-// forward only with 128+ input channels (layer2's 64-step k loop leaves the tile's fixed cost,
-// 24 accumulators set and stored, too large a share). Stride-1 layers of the same sizes measured
-// 0.90-0.98 cold, within the noise: left to oneDNN. The AVX2 tile is untimed against oneDNN.
+// 64-column panel of layer4's 256 rows, 64 KB, no longer stays in L1 beside the pixels). Layer2's
+// forward, first left to oneDNN for its cold ratio, measured again on 2026-12-03 with the caches
+// evicted (512 MB written) before each call: 0.82 cold / 0.85 warm on 1 thread (3.22 against 3.91
+// ms, 2.95 against 3.48), 0.80 / 0.91 on 2; it is taken too. Layer4's forward stays on oneDNN:
+// 0.90-0.94 on 1 thread but 1.06 on 2. Stride-1 layers of the same sizes measured 0.90-0.98 cold,
+// within the noise: left to oneDNN. The AVX2 tile is untimed against oneDNN.
 namespace {
 bool pointwise_preferred(const onednn::ConvShape& s) {
   return kernels::kernel_table().f32_pointwise_tile.level == IsaLevel::avx512 &&
@@ -82,7 +84,7 @@ bool pointwise_preferred(const onednn::ConvShape& s) {
 }  // namespace
 
 bool pointwise_conv_forward_preferred(const onednn::ConvShape& s) {
-  return pointwise_conv_forward_applies(s) && pointwise_preferred(s) && s.in_channels >= 128;
+  return pointwise_conv_forward_applies(s) && pointwise_preferred(s);
 }
 bool pointwise_conv_backward_data_preferred(const onednn::ConvShape& s) {
   return pointwise_conv_backward_data_applies(s) && pointwise_preferred(s);
