@@ -27,7 +27,8 @@ run() {  # run "command": appends the command and its output as a section
   echo "ratios, not absolute times. The steal column (steal_pct) is the share of the row's threads' time"
   echo "the hypervisor gave to other guests, from /proc/stat: a row that reads low beside a high steal"
   echo "lost its time there. Contention it cannot see (another guest on the same physical core, or on"
-  echo "the shared L3 and memory) moves rows too. The machine, as \`cpudl doctor --json --measure\` reports it:"
+  echo "the shared L3 and memory) moves rows too. The machine, as \`cpudl doctor --json --measure\`"
+  echo "reports it:"
   echo
   echo '```json'
   "$bin" doctor --json --measure

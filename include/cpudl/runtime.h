@@ -198,8 +198,9 @@ struct MeasuredPeaks {
   double fp32_gflops_one_core = 0, fp32_gflops_all_cores = 0;
   double bandwidth_gbs_one_core = 0, bandwidth_gbs_all_cores = 0;  // read bandwidth
   std::string fma_kernel, bandwidth_kernel;
-  // The share of the probing threads' time the hypervisor took (StealMeter), the larger of the one-core and
-  // all-threads phases; nullopt where /proc/stat cannot be read. A roof measured under steal is low.
+  // The share of the probing threads' time the hypervisor took (StealMeter), the larger of the
+  // one-core and all-threads phases; nullopt where /proc/stat cannot be read. A roof measured under
+  // steal is low.
   std::optional<double> steal_share;
 };
 // Takes about `seconds` in total (split between the FMA and bandwidth probes).

@@ -1,9 +1,9 @@
 // Hypervisor steal from /proc/stat. A guest's vCPU that is ready to run while the host runs
 // another guest accrues "steal" ticks (KVM reports them through its paravirtual steal clock). On
 // the shared 2-vCPU guests cpudl's figures were measured on, a third of a busy vCPU's time went
-// this way at times (2026-12-03: 9 of 27 ticks during an in-L1 kernel loop), which moved the same
-// code's timings by 25-30%; benchmarks report it beside each row so that a low figure can be told
-// from a slow kernel.
+// this way at moments (2026-12-03: 9 of 27 ticks during an in-L1 kernel loop). Benchmarks report
+// it beside each row, so that a row slowed by it can be told from a slow kernel; the host's other
+// noise (another guest on the same physical core, or on the L3 and memory) leaves no such trace.
 #include <algorithm>
 #include <charconv>
 #include <fstream>
