@@ -1,8 +1,8 @@
 // Google Benchmark suite for the native kernels. Memory-bound kernels report GB/s of useful
 // traffic (bytes read + bytes written) and `pct_bw`: that rate over the read bandwidth probed
-// just before and after each run, on the same number of threads (RoofAround, with the hypervisor's steal
-// beside it). Rates are per wall-clock second (UseRealTime): the main thread's CPU time would undercount work
-// spread over the pool.
+// just before and after each run, on the same number of threads (src/bench/roof_around.h, with
+// the hypervisor's steal beside it). Rates are per wall-clock second (UseRealTime): the main
+// thread's CPU time would undercount work spread over the pool.
 #include <benchmark/benchmark.h>
 
 #include <omp.h>
@@ -10,13 +10,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
-#include <functional>
 #include <map>
 #include <memory>
 #include <new>
-#include <utility>
 #include <vector>
 
+#include "bench/roof_around.h"
 #include "conv/winograd_conv.h"
 #include "kernels/dispatch.h"
 #include "kernels/int8/int8.h"
@@ -54,29 +53,16 @@ struct CacheLineAllocator {
 };
 using Floats = std::vector<float, CacheLineAllocator<float>>;
 
-// A roof probed just before a benchmark's loop and just after it, averaged. The host's speed
-// drifts over the suite's minutes (a bandwidth roof probed once at the start put 64 MiB additions
-// at 113-138% of it), so each row is judged against its own neighbourhood, as `cpudl bench gemm`
-// and `bench conv` do. The hypervisor's steal over the same span goes beside it (steal_pct: the
-// share of the threads' time given to other guests).
-class RoofAround {
- public:
-  RoofAround(std::function<double()> probe, int threads)
-      : probe_(std::move(probe)), threads_(threads), steal_(threads), before_(probe_()) {}
-  // After the loop: the roof, with the thread count and the steal put on the row.
-  double finish(benchmark::State& state) {
-    const double roof = (before_ + probe_()) / 2;
-    state.counters["threads"] = threads_;
-    if (const auto share = steal_.share()) state.counters["steal_pct"] = 100.0 * *share;
-    return roof;
-  }
+using cpudl::bench::RoofAround;  // the roof probed before and after each row, and the steal
 
- private:
-  std::function<double()> probe_;
-  int threads_;
-  cpudl::StealMeter steal_;
-  double before_;
-};
+// After a benchmark's loop: its roof, with the thread count and the steal (steal_pct: the share of
+// the threads' time the hypervisor gave to other guests) put on the row.
+double finish(benchmark::State& state, const RoofAround& roof) {
+  const auto [value, steal] = roof.finish();
+  state.counters["threads"] = roof.threads();
+  if (steal) state.counters["steal_pct"] = 100.0 * *steal;
+  return value;
+}
 
 // The read-bandwidth roof in GB/s, one probe buffer per thread count, allocated on first use.
 RoofAround bandwidth_roof(int threads) {
@@ -85,13 +71,12 @@ RoofAround bandwidth_roof(int threads) {
   if (!p) p = std::make_unique<cpudl::ReadBandwidthProbe>(threads);
   return RoofAround([probe = p.get()] { return probe->measure(0.05, 1); }, threads);
 }
-// A compute roof in GOP/s.
 RoofAround compute_roof(cpudl::ComputeRoof roof, int threads) {
-  return RoofAround([=] { return cpudl::measure_compute_roof(roof, threads, 0.1).gops; }, threads);
+  return cpudl::bench::compute_roof_around(roof, threads, 0.1);
 }
 
-void report(benchmark::State& state, const char* kernel, std::size_t bytes_per_call, RoofAround& roof) {
-  const double gbs = roof.finish(state);
+void report(benchmark::State& state, const char* kernel, std::size_t bytes_per_call, const RoofAround& roof) {
+  const double gbs = finish(state, roof);
   state.SetLabel(kernel);
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * bytes_per_call));
   state.counters["pct_bw"] =
@@ -108,7 +93,7 @@ void BM_binary(benchmark::State& state, F32BinaryFn (*pick)(), const char* name)
   const int threads = threads_arg(state);
   Floats a(n, 1.0f), b(n, 2.0f), c(n);
   const F32BinaryFn fn = pick();
-  RoofAround roof = bandwidth_roof(threads);
+  const RoofAround roof = bandwidth_roof(threads);
   for (auto _ : state) {
     cpudl::parallel_for(n, 1 << 16, threads, [&](std::size_t lo, std::size_t hi) {
       fn(a.data() + lo, b.data() + lo, c.data() + lo, hi - lo);
@@ -123,7 +108,7 @@ void BM_unary(benchmark::State& state, F32UnaryFn (*pick)(), const char* name) {
   const int threads = threads_arg(state);
   Floats x(n, 0.5f), y(n);
   const F32UnaryFn fn = pick();
-  RoofAround roof = bandwidth_roof(threads);
+  const RoofAround roof = bandwidth_roof(threads);
   for (auto _ : state) {
     cpudl::parallel_for(n, 1 << 16, threads,
                         [&](std::size_t lo, std::size_t hi) { fn(x.data() + lo, y.data() + lo, hi - lo); });
@@ -141,7 +126,7 @@ void BM_reduce(benchmark::State& state, const KernelVariant<Fn>& (*pick)()) {
   for (std::size_t i = 0; i < n; ++i) x[i] = static_cast<float>(i % 1021);
   const auto& k = pick();
   std::vector<decltype(k.fn(nullptr, 0))> partial(64);
-  RoofAround roof = bandwidth_roof(threads);
+  const RoofAround roof = bandwidth_roof(threads);
   for (auto _ : state) {
     cpudl::parallel_for(n, 1 << 16, threads, [&](std::size_t lo, std::size_t hi) {
       partial[static_cast<std::size_t>(omp_get_thread_num())] = k.fn(x.data() + lo, hi - lo);
@@ -161,7 +146,7 @@ void BM_adam(benchmark::State& state) {
   Floats w(n, 0.1f), g(n, 0.01f), m(n, 0.0f), v(n, 0.0f);
   const auto& k = kernel_table().f32_adam_step;
   std::int64_t step = 0;
-  RoofAround roof = bandwidth_roof(threads);
+  const RoofAround roof = bandwidth_roof(threads);
   for (auto _ : state) {
     const cpudl::kernels::AdamParams p{1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, false, ++step};
     cpudl::parallel_for(n, 1 << 16, threads, [&](std::size_t lo, std::size_t hi) {
@@ -179,7 +164,7 @@ void BM_sgd(benchmark::State& state) {
   Floats w(n, 0.1f), g(n, 0.01f), buf(n, 0.0f);
   const auto& k = kernel_table().f32_sgd_step;
   bool first = true;
-  RoofAround roof = bandwidth_roof(threads);
+  const RoofAround roof = bandwidth_roof(threads);
   for (auto _ : state) {
     const cpudl::kernels::SgdParams p{1e-2f, 0.9f, 0.0f, 1e-4f, false, first};
     first = false;
@@ -197,7 +182,7 @@ void BM_rowwise(benchmark::State& state, const KernelVariant<F32RowwiseFn>& (*pi
   const std::size_t rows = static_cast<std::size_t>(state.range(0)) / 1000, cols = 1000;
   const int threads = threads_arg(state);
   Floats x(rows * cols, 0.5f), y(rows * cols);
-  RoofAround roof = bandwidth_roof(threads);
+  const RoofAround roof = bandwidth_roof(threads);
   for (auto _ : state) {
     cpudl::parallel_for(rows, 16, threads, [&](std::size_t lo, std::size_t hi) {
       k.fn(x.data() + lo * cols, y.data() + lo * cols, hi - lo, cols, cols, cols);
@@ -216,7 +201,7 @@ void BM_layer_norm_forward(benchmark::State& state) {
   Floats x(rows * cols), y(rows * cols), gamma(cols, 1.5f), beta(cols, 0.25f), mean(rows), rstd(rows);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 97) * 0.01f;
   const auto& k = kernel_table().f32_layer_norm_forward;
-  RoofAround roof = bandwidth_roof(threads);
+  const RoofAround roof = bandwidth_roof(threads);
   for (auto _ : state) {
     cpudl::parallel_for(rows, 16, threads, [&](std::size_t lo, std::size_t hi) {
       k.fn(x.data() + lo * cols, gamma.data(), beta.data(), y.data() + lo * cols, mean.data() + lo,
@@ -234,7 +219,7 @@ void BM_layer_norm_backward(benchmark::State& state) {
   Floats mean(rows, 0.5f), rstd(rows, 2.0f), dgamma(64 * cols), dbeta(64 * cols);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 97) * 0.01f;
   const auto& k = kernel_table().f32_layer_norm_backward;
-  RoofAround roof = bandwidth_roof(threads);
+  const RoofAround roof = bandwidth_roof(threads);
   for (auto _ : state) {
     cpudl::parallel_for(rows, 16, threads, [&](std::size_t lo, std::size_t hi) {
       const std::size_t t = static_cast<std::size_t>(omp_get_thread_num());
@@ -260,7 +245,7 @@ void BM_cross_entropy(benchmark::State& state) {
   for (std::size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>(i % 89) * 0.05f;
   for (std::size_t r = 0; r < rows; ++r) labels[r] = static_cast<std::int32_t>((r * 7) % classes);
   const auto& k = kernel_table().f32_cross_entropy;
-  RoofAround roof = bandwidth_roof(threads);
+  const RoofAround roof = bandwidth_roof(threads);
   for (auto _ : state) {
     cpudl::parallel_for(rows, 16, threads, [&](std::size_t lo, std::size_t hi) {
       k.fn({logits.data() + lo * classes, labels.data() + lo, hi - lo, classes, classes, 0.1f,
@@ -292,7 +277,7 @@ void BM_weight_matvec(benchmark::State& state, cpudl::llm::GgmlType type, const 
   const cpudl::llm::WeightMatrix matrix{name, type, w.data(), rows, cols, row_bytes};
   cpudl::llm::MatmulScratch scratch;
   std::vector<float> y(rows);
-  RoofAround roof = bandwidth_roof(threads);
+  const RoofAround roof = bandwidth_roof(threads);
   for (auto _ : state) {
     cpudl::llm::weight_matmul(matrix, values.data(), 1, cols, y.data(), rows, scratch, threads);
     benchmark::ClobberMemory();
@@ -326,7 +311,7 @@ void BM_u8s8_gemm(benchmark::State& state, bool seven_bit) {
                  seven,      sums.data(),    scale.data(),     true, nullptr, false, c.data(), n,     0,
                  n};
   const U8S8GemmFn gemm = kernel_table().u8s8_gemm.fn;
-  RoofAround roof = compute_roof(cpudl::ComputeRoof::int8_dot, threads);
+  const RoofAround roof = compute_roof(cpudl::ComputeRoof::int8_dot, threads);
   for (auto _ : state) {
     cpudl::parallel_for(n / 16, 1, threads, [&](std::size_t begin, std::size_t end) {
       U8S8GemmArgs part = g;
@@ -336,7 +321,7 @@ void BM_u8s8_gemm(benchmark::State& state, bool seven_bit) {
     });
     benchmark::ClobberMemory();
   }
-  const double gops = roof.finish(state);
+  const double gops = finish(state, roof);
   state.SetLabel(kernel_table().u8s8_gemm.name);
   const double ops = 2.0 * static_cast<double>(m * k * n);
   state.counters["GOPs"] =
@@ -357,7 +342,7 @@ void BM_max_pool_nhwc(benchmark::State& state) {
   std::vector<std::uint8_t> arg(batch * out_image);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 7919) % 1000);
   const MaxPoolNhwcFn fn = kernel_table().f32_max_pool_nhwc.fn;
-  RoofAround roof = bandwidth_roof(threads);
+  const RoofAround roof = bandwidth_roof(threads);
   for (auto _ : state) {
     cpudl::parallel_for(batch, 1, threads, [&](std::size_t lo, std::size_t hi) {
       for (std::size_t n = lo; n < hi; ++n)
@@ -369,8 +354,9 @@ void BM_max_pool_nhwc(benchmark::State& state) {
 }
 
 // GFLOP/s (2 x multiply-adds) and % of the fp32 FMA roof measured on as many threads.
-void report_flops(benchmark::State& state, const char* kernel, double flops_per_iteration, RoofAround& roof) {
-  const double roof_gflops = roof.finish(state);
+void report_flops(benchmark::State& state, const char* kernel, double flops_per_iteration,
+                  const RoofAround& roof) {
+  const double roof_gflops = finish(state, roof);
   const double gflop = static_cast<double>(state.iterations()) * flops_per_iteration / 1e9;
   state.SetLabel(kernel);
   state.counters["GFLOPs"] = benchmark::Counter(gflop, benchmark::Counter::kIsRate);
@@ -392,7 +378,7 @@ void BM_gemm_microkernel_in_l1(benchmark::State& state) {
   std::fill(ap, ap + tile.fn.mr * k, 1e-3f);
   std::fill(bp, bp + tile.fn.nr * k, 1e-3f);
   std::fill(cp, cp + tile.fn.mr * tile.fn.nr, 0.0f);
-  RoofAround roof = compute_roof(cpudl::ComputeRoof::fp32_fma, 1);
+  const RoofAround roof = compute_roof(cpudl::ComputeRoof::fp32_fma, 1);
   for (auto _ : state) {
     const cpudl::kernels::GemmTileArgs args{k, ap, bp, cp, tile.fn.nr, tile.fn.mr, tile.fn.nr, true};
     for (int i = 0; i < 64; ++i) tile.fn.fn(args);
@@ -452,7 +438,7 @@ void BM_winograd_conv(benchmark::State& state) {
   const int saved_threads = omp_get_max_threads();
   omp_set_num_threads(threads);  // oneDNN's pool, for the comparison below
   auto ours = [&] { conv.forward(x.data(), bias.data(), nullptr, 0.0f, INFINITY, y.data(), threads); };
-  RoofAround roof = compute_roof(cpudl::ComputeRoof::fp32_fma, threads);
+  const RoofAround roof = compute_roof(cpudl::ComputeRoof::fp32_fma, threads);
   for (auto _ : state) {
     ours();
     benchmark::ClobberMemory();
@@ -485,7 +471,7 @@ void BM_winograd_backward_weights(benchmark::State& state) {
   auto ours = [&] {
     cpudl::conv::winograd_backward_weights(shape, x.data(), dy.data(), dw.data(), nullptr, threads);
   };
-  RoofAround roof = compute_roof(cpudl::ComputeRoof::fp32_fma, threads);
+  const RoofAround roof = compute_roof(cpudl::ComputeRoof::fp32_fma, threads);
   for (auto _ : state) {
     ours();
     benchmark::ClobberMemory();
@@ -507,7 +493,7 @@ void BM_winograd_weights(benchmark::State& state) {
   std::vector<float> w(static_cast<std::size_t>(channels * channels * 9), 0.01f);
   cpudl::AlignedBuffer storage;
   float* u = storage.get(cpudl::conv::WinogradConv::transformed_floats(shape));
-  RoofAround roof = bandwidth_roof(threads);
+  const RoofAround roof = bandwidth_roof(threads);
   for (auto _ : state) {
     const cpudl::conv::WinogradConv conv(shape, w.data(), cpudl::conv::WinogradPass::forward, u, threads);
     benchmark::DoNotOptimize(u);
@@ -526,7 +512,7 @@ void BM_conv_backward_weights_nhwc(benchmark::State& state) {
   std::vector<float> x(batch * 28 * 28, 0.5f), dy(batch * 26 * 26 * oc, 0.25f);
   std::vector<float> dw(static_cast<std::size_t>(threads) * 10 * oc, 0.0f);
   const ConvBackwardWeightsFn fn = kernel_table().f32_conv_backward_weights_nhwc.fn;
-  RoofAround roof = compute_roof(cpudl::ComputeRoof::fp32_fma, threads);
+  const RoofAround roof = compute_roof(cpudl::ComputeRoof::fp32_fma, threads);
   for (auto _ : state) {
     cpudl::parallel_for(static_cast<std::size_t>(threads), 1, threads, [&](std::size_t lo, std::size_t hi) {
       for (std::size_t part = lo; part < hi; ++part)
@@ -560,7 +546,7 @@ void BM_conv_forward_planes(benchmark::State& state) {
   const SimpleCnnPlanes c(static_cast<std::size_t>(state.range(0)));
   std::vector<float> y = c.y;
   const ConvForwardPlanesFn fn = kernel_table().f32_conv_forward_planes.fn;
-  RoofAround roof = compute_roof(cpudl::ComputeRoof::fp32_fma, threads);
+  const RoofAround roof = compute_roof(cpudl::ComputeRoof::fp32_fma, threads);
   for (auto _ : state) {
     cpudl::parallel_for(c.batch, 1, threads, [&](std::size_t lo, std::size_t hi) {
       for (std::size_t n = lo; n < hi; ++n)
@@ -577,7 +563,7 @@ void BM_conv_backward_weights_planes(benchmark::State& state) {
   const auto parts = static_cast<std::size_t>(threads);
   std::vector<float> dw(parts * 10 * c.oc, 0.0f);
   const ConvBackwardWeightsPlanesFn fn = kernel_table().f32_conv_backward_weights_planes.fn;
-  RoofAround roof = compute_roof(cpudl::ComputeRoof::fp32_fma, threads);
+  const RoofAround roof = compute_roof(cpudl::ComputeRoof::fp32_fma, threads);
   for (auto _ : state) {
     cpudl::parallel_for(parts, 1, threads, [&](std::size_t lo, std::size_t hi) {
       for (std::size_t part = lo; part < hi; ++part)
@@ -607,7 +593,7 @@ void BM_narrow_linear(benchmark::State& state) {
   std::vector<float> y(m * n), dy(m * n, 0.25f);
   const auto& table = kernel_table();
   const int which = static_cast<int>(state.range(0));
-  RoofAround roof = bandwidth_roof(threads);
+  const RoofAround roof = bandwidth_roof(threads);
   for (auto _ : state) {
     if (which == 0) {
       cpudl::parallel_for(m, 3, threads, [&](std::size_t i0, std::size_t i1) {
@@ -637,7 +623,7 @@ void BM_transpose(benchmark::State& state) {
   const std::size_t batch = 256, rows = 32, cols = 676;
   std::vector<float> a(batch * rows * cols, 1.0f), b(a.size());
   const F32TransposeFn fn = kernel_table().f32_transpose.fn;
-  RoofAround roof = bandwidth_roof(threads);
+  const RoofAround roof = bandwidth_roof(threads);
   for (auto _ : state) {
     cpudl::parallel_for(batch, 1, threads, [&](std::size_t lo, std::size_t hi) {
       for (std::size_t n = lo; n < hi; ++n)
@@ -655,7 +641,7 @@ void BM_rms_norm(benchmark::State& state) {
   const std::size_t n = 4096, rows = static_cast<std::size_t>(state.range(0)) / n;
   Floats x(rows * n, 0.5f), w(n, 1.0f), y(rows * n);
   const auto& k = kernel_table().f32_rms_norm;
-  RoofAround roof = bandwidth_roof(threads);
+  const RoofAround roof = bandwidth_roof(threads);
   for (auto _ : state) {
     cpudl::parallel_for(rows, 1, threads, [&](std::size_t r0, std::size_t r1) {
       k.fn(x.data() + r0 * n, w.data(), y.data() + r0 * n, r1 - r0, n, 1e-5f);

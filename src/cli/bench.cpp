@@ -10,6 +10,7 @@
 #include <random>
 #include <sstream>
 
+#include "bench/roof_around.h"
 #include "bench/timing.h"
 #include "bench/workloads.h"
 #include "blas/blas.h"
@@ -88,20 +89,15 @@ std::string format(const char* fmt, auto... args) {
   return buffer;
 }
 
-// A measurement and the fp32 roof around it: the roof probed for 50 ms just before and just
-// after the timed calls, the mean of the two. The host is shared and its speed drifts over
-// seconds; with one roof per run (measured at its start) single rows read above 100% (make bench,
-// 2026-12-02: oneDNN's 512^3 at 105.9% of a 1-thread roof of 135 GFLOP/s, where `bench peak`
-// had measured 158 a minute earlier).
+// A measurement and the fp32 roof around it (bench/roof_around.h: 50 ms probes before and after).
 // `steal` is the share of the threads' time the hypervisor took over the row, probes included
-// (StealMeter; null where /proc/stat cannot be read).
+// (null where /proc/stat cannot be read).
 struct RoofedTiming {
   bench::Timing timing;
   double roof_gflops;
   Json steal;
 };
-Json steal_of(const StealMeter& meter) {
-  const auto share = meter.share();
+Json steal_percent(const std::optional<double>& share) {
   return share ? Json(100.0 * *share) : Json(nullptr);
 }
 // The table's steal column: "-" where unknown.
@@ -113,12 +109,10 @@ std::string steal_text(const Json& steal) {
 }
 template <class Fn>
 RoofedTiming time_against_roof(Fn&& fn, double min_time, int threads) {
-  constexpr double kProbeSeconds = 0.05;
-  const StealMeter steal(threads);
-  const double before = measure_compute_roof(ComputeRoof::fp32_fma, threads, kProbeSeconds).gops;
+  const bench::RoofAround around = bench::compute_roof_around(ComputeRoof::fp32_fma, threads, 0.05);
   const bench::Timing timing = bench::time_calls(fn, min_time);
-  const double after = measure_compute_roof(ComputeRoof::fp32_fma, threads, kProbeSeconds).gops;
-  return {timing, (before + after) / 2, steal_of(steal)};
+  const auto [roof, steal] = around.finish();
+  return {timing, roof, steal_percent(steal)};
 }
 
 std::vector<float> random_buffer(std::size_t n, unsigned seed) {
@@ -143,7 +137,7 @@ int run_peak(const BenchOptions& o) {
     for (const auto& r : roofs) {
       const StealMeter meter(t);
       const RoofMeasurement m = measure_compute_roof(r.roof, t, o.min_time * 2);
-      const Json steal = steal_of(meter);
+      const Json steal = steal_percent(meter.share());
       Json j = {{"op", std::string("peak_") + r.name},
                 {"threads", t},
                 {"gops", m.gops},
@@ -156,7 +150,7 @@ int run_peak(const BenchOptions& o) {
     }
     const StealMeter meter(t);
     const double gbs = measure_read_bandwidth(t, o.min_time * 2);
-    const Json steal = steal_of(meter);
+    const Json steal = steal_percent(meter.share());
     report.record(Json{{"op", "peak_bandwidth"}, {"threads", t}, {"gbs", gbs}, {"steal_pct", steal}},
                   format("%-20s %7d %9.1f GB/s    %s", "memory_read", t, gbs, steal_text(steal).c_str()));
   }

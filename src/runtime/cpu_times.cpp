@@ -6,10 +6,9 @@
 // noise (another guest on the same physical core, or on the L3 and memory) leaves no such trace.
 #include <algorithm>
 #include <charconv>
-#include <fstream>
-#include <sstream>
 
 #include "cpudl/runtime.h"
+#include "runtime/read_text.h"
 
 namespace cpudl {
 
@@ -51,11 +50,8 @@ std::optional<CpuTimes> parse_proc_stat(std::string_view text) {
 }
 
 std::optional<CpuTimes> read_cpu_times(const std::filesystem::path& root) {
-  std::ifstream in(root / "proc/stat");
-  if (!in) return std::nullopt;
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_proc_stat(text.str());
+  const auto text = read_text(root / "proc/stat");
+  return text ? parse_proc_stat(*text) : std::nullopt;
 }
 
 double steal_share(const CpuTimes& before, const CpuTimes& after, int busy) {

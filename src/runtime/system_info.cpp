@@ -2,7 +2,6 @@
 // that tests can point it at fixture trees; whatever cannot be read is reported as unknown.
 #include <algorithm>
 #include <charconv>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <set>
@@ -10,20 +9,12 @@
 
 #include "cpudl/error.h"
 #include "cpudl/runtime.h"
+#include "runtime/read_text.h"
 
 namespace cpudl {
 namespace fs = std::filesystem;
 
 namespace {
-
-std::optional<std::string> read_text(const fs::path& path) {
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) return std::nullopt;
-  return buffer.str();
-}
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\n')) s.remove_prefix(1);
