@@ -225,8 +225,8 @@ int run_conv(const BenchOptions& o) {
       "channels-last, weights transformed on each call; and the weight gradient), and the implicit-GEMM "
       "weight gradient (implicit_gemm: training's for strided layers with 256+ outputs and more than 128 "
       "inputs) and the tap-major one of strided layers (tap_gemm: training's for those with up to 128 "
-      "inputs), and the pointwise GEMM of 1x1 layers (pointwise: training's for strided ones with weights "
-      "up to 128 KB, forward and backward-data), fp32 (median; % "
+      "inputs), and the pointwise GEMM of 1x1 layers (pointwise: training's for strided ones, backward-data "
+      "at any size and forward with weights up to 128 KB), fp32 (median; % "
       "of the fp32 roof probed just before and after each row, at the same threads; Winograd counted at the "
       "direct convolution's FLOPs; steal: the share of the threads' time the hypervisor took; each "
       "layer with or without bias as its model defines it: ResNet-18's convolutions have none)",

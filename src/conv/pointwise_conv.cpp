@@ -69,22 +69,27 @@ bool pointwise_conv_backward_data_applies(const onednn::ConvShape& s) {
 //   layer2 (64 -> 128 at 56x56): forward 0.88 / 1.03-1.11, backward-data 0.65 / 0.87-0.91;
 //   layer3 (128 -> 256 at 28x28): forward 0.92 / 0.92-0.99, backward-data 0.82 / 0.97-0.99;
 //   layer4 (256 -> 512 at 14x14): forward 1.06 / 1.06, backward-data 1.00 / 0.99.
-// Two threads alike (warm: layer2 1.01 / 0.91, layer3 0.95 / 0.98). So: weights up to 128 KB (a
-// 64-column panel of layer4's 256 rows, 64 KB, no longer stays in L1 beside the pixels). Layer2's
-// forward, first left to oneDNN for its cold ratio, measured again on 2026-12-03 with the caches
-// evicted (512 MB written) before each call: 0.82 cold / 0.85 warm on 1 thread (3.22 against 3.91
-// ms, 2.95 against 3.48), 0.80 / 0.91 on 2; it is taken too. Layer4's forward stays on oneDNN:
-// 0.90-0.94 on 1 thread but 1.06 on 2. Stride-1 layers of the same sizes measured 0.90-0.98 cold,
-// within the noise: left to oneDNN. The AVX2 tile is untimed against oneDNN.
+// Two threads alike (warm: layer2 1.01 / 0.91, layer3 0.95 / 0.98). So the forward takes weights
+// up to 128 KB (a 64-column panel of layer4's 256 rows, 64 KB, no longer stays in L1 beside the
+// pixels). Layer2's forward, first left to oneDNN for its cold ratio, measured again on 2026-12-03
+// with the caches evicted (512 MB written) before each call: 0.82 cold / 0.85 warm on 1 thread
+// (3.22 against 3.91 ms, 2.95 against 3.48), 0.80 / 0.91 on 2; it is taken too. Layer4's forward
+// stays on oneDNN: 0.90-0.97 on 1 thread, 0.93 warm but 1.06-1.09 cold on 2. Its backward-data
+// pass, whose panels are the weights' own rows, measured 0.92-1.01 on 1 thread and 0.88-0.95 on 2
+// first, then 0.91-0.92 warm / 0.95-0.97 cold on 1 and 0.79-0.81 / 0.86-0.88 on 2 (2026-12-03,
+// four runs each): backward-data takes every size. Stride-1 layers of the same sizes measured
+// 0.90-0.98 cold, within the noise: left to oneDNN. The AVX2 tile is untimed against oneDNN.
 namespace {
 bool pointwise_preferred(const onednn::ConvShape& s) {
   return kernels::kernel_table().f32_pointwise_tile.level == IsaLevel::avx512 &&
-         (s.stride_h > 1 || s.stride_w > 1) && s.in_channels * s.out_channels <= 32 * 1024;
+         (s.stride_h > 1 || s.stride_w > 1);
 }
+constexpr std::int64_t kForwardWeightLimit = 32 * 1024;  // floats: 128 KB
 }  // namespace
 
 bool pointwise_conv_forward_preferred(const onednn::ConvShape& s) {
-  return pointwise_conv_forward_applies(s) && pointwise_preferred(s);
+  return pointwise_conv_forward_applies(s) && pointwise_preferred(s) &&
+         s.in_channels * s.out_channels <= kForwardWeightLimit;
 }
 bool pointwise_conv_backward_data_preferred(const onednn::ConvShape& s) {
   return pointwise_conv_backward_data_applies(s) && pointwise_preferred(s);

@@ -19,8 +19,8 @@ namespace cpudl::conv {
 // (output channels forward, input channels backward-data). CPUDL_POINTWISE=0 turns the path off.
 bool pointwise_conv_forward_applies(const onednn::ConvShape& s);
 bool pointwise_conv_backward_data_applies(const onednn::ConvShape& s);
-// Training's and inference's choice: strided layers with weights up to 128 KB on AVX-512, where it
-// measured faster than oneDNN (see the .cpp).
+// Training's choice, where it measured faster than oneDNN on AVX-512 (see the .cpp): strided
+// layers, forward with weights up to 128 KB, backward-data at any size.
 bool pointwise_conv_forward_preferred(const onednn::ConvShape& s);
 bool pointwise_conv_backward_data_preferred(const onednn::ConvShape& s);
 
