@@ -40,6 +40,8 @@ struct Avx512 {
     const F r = _mm512_rcp14_ps(x);
     return _mm512_fmadd_ps(r, _mm512_fnmadd_ps(x, r, _mm512_set1_ps(1.0f)), r);
   }
+  // 1/x to at least 14 bits, for callers that refine it: the hardware estimate alone.
+  static F reciprocal_estimate(F x) { return _mm512_rcp14_ps(x); }
   static F abs(F a) { return _mm512_abs_ps(a); }
   static F sign_bit(F a) { return _mm512_and_ps(_mm512_set1_ps(-0.0f), a); }
   static F bit_or(F a, F b) { return _mm512_or_ps(a, b); }
