@@ -31,7 +31,13 @@ bool tap_gemm_weight_grad_applies(const onednn::ConvShape& s);
 // on AVX-512. With 256 input channels and 512 outputs (layer4.0) a group's dW^T is 4.7 MB, past
 // L2, and each 49-pixel block streams it once: the implicit GEMM, which keeps its C tile in
 // registers across the whole reduction, runs 1.2x faster there. 1x1/2 layers, whose copied dY
-// panel serves one tap only, stay on oneDNN: 0.95-1.1x its speed (1 thread), 0.97-1.0x (2).
+// panel serves one tap only, stay on oneDNN: 0.95-1.1x its speed (1 thread), 0.97-1.0x (2); on
+// 2026-12-03, as time ratios to oneDNN's (cold and warm caches, 1 and 2 threads), layer2
+// 0.84-1.02, layer3 0.93-1.10, layer4 1.05-1.16. Tried for them and dropped: the block's strided
+// pixels copied into a dense buffer (rows C + 16 floats apart, off L1's power-of-two sets),
+// 0.88-0.98 of the in-place time at layer3 and no change elsewhere; the same copy channel-chunk
+// major (6 floats a pixel, contiguous per call), slower; the next block's x fetched during this
+// block's calls, as its dY is, no change.
 bool tap_gemm_weight_grad_preferred(const onednn::ConvShape& s);
 
 // dw ([out_channels][in_channels][kernel_h][kernel_w], OIHW) and, when db is not null, db (the
