@@ -106,13 +106,13 @@ struct VectorMath {
   // 1/(E + 2) with one Markstein correction, its residual E - y0 (E + 2) formed without rounding
   // E + 2 (rounded, it cost small x another ulp). 2|x| is capped at 40 (tanh is 1 in float from
   // 9.01), so 2^n stays finite; NaN propagates (MIN returns its second operand). Over every float
-  // in [0, 12] (AVX-512): at most 1.66 ulp, never above 1.
+  // in [-12, 12], AVX-512 and AVX2: at most 1.66 ulp, never above 1 in magnitude.
   //
   // It replaced the earlier form -- 1 - 2/(e^2|x| + 1) above 0.625 and an odd polynomial below,
   // both computed for every lane and selected: about 34 operations a vector against 24, 1.33 ulp
   // -- at 1.12-1.25x its speed in L1 (2026-12-03), where tanh is compute-bound on this 2-port
   // AVX-512 core (1.0-1.6 G values/s a core, against the 1.75 that a 14 GB/s stream needs); on
-  // 64 MiB it went from 66-73% of the read bandwidth to 80% on one thread and 85-88% on two. A
+  // 64 MiB it went from 66-73% of the read bandwidth to 80-90% on one thread and 85-97% on two. A
   // single rational x P(x^2) / Q(x^2) (17 operations) ran 1.85x faster, but measured 5.2-5.9 ulp
   // in float and returned values above 1: the roundings of P, Q and the ratio add up.
   static F tanh(F x) {
