@@ -18,13 +18,21 @@ struct VectorMath {
   static F round_shift() { return V::set1(12582912.0f); }
   static F round_small(F shifted) { return V::sub(shifted, round_shift()); }
 
+  // x = n ln2 + r with n integral and |r| <= ln2/2 (|x| < 2^22), ln2 in two parts (Cody and
+  // Waite: n times the first is exact), the reduction of every exponential here.
+  struct Ln2Reduced {
+    F n, r;
+  };
+  static Ln2Reduced reduce_by_ln2(F x) {
+    const F n = round_small(V::fma(x, V::set1(1.44269504088896341f), round_shift()));
+    return {n, V::fnma(n, V::set1(-2.12194440e-4f), V::fnma(n, V::set1(0.693359375f), x))};
+  }
+
   // exp(x) = 2^n * p(r), x = n ln2 + r, |r| <= ln2/2 (Cephes expf polynomial), for x already
   // in [-104, 89]. 2^n is applied exactly for n from -150 (denormal results) to 128 (overflow to
   // inf): V::scale_by_pow2. NaN propagates through the arithmetic.
   static F exp_of_clamped(F x) {
-    const F n = round_small(V::fma(x, V::set1(1.44269504088896341f), round_shift()));
-    F r = V::fnma(n, V::set1(0.693359375f), x);
-    r = V::fnma(n, V::set1(-2.12194440e-4f), r);
+    const auto [n, r] = reduce_by_ln2(x);
     F p = V::set1(1.9875691500e-4f);
     p = V::fma(p, r, V::set1(1.3981999507e-3f));
     p = V::fma(p, r, V::set1(8.3334519073e-3f));
@@ -118,9 +126,7 @@ struct VectorMath {
   static F tanh(F x) {
     const F ax = V::abs(x);
     const F t = V::min(V::set1(40.0f), V::add(ax, ax));
-    const F n = round_small(V::fma(t, V::set1(1.44269504088896341f), round_shift()));
-    F r = V::fnma(n, V::set1(0.693359375f), t);
-    r = V::fnma(n, V::set1(-2.12194440e-4f), r);
+    const auto [n, r] = reduce_by_ln2(t);
     F p = V::set1(1.0f / 5040.0f);
     p = V::fma(p, r, V::set1(1.0f / 720.0f));
     p = V::fma(p, r, V::set1(1.0f / 120.0f));
@@ -174,9 +180,8 @@ struct VectorMath {
     const F x2 = V::mul(ax, ax);
     const F a = V::mul(V::set1(-0.5f), x2);  // -x^2/2 = a + twice_b/2 exactly
     const F twice_b = V::fnma(ax, ax, x2);
-    const F n = round_small(V::fma(a, V::set1(1.44269504088896341f), round_shift()));
-    const F r = V::fma(twice_b, V::set1(0.5f),
-                       V::fnma(n, V::set1(-2.12194440e-4f), V::fnma(n, V::set1(0.693359375f), a)));
+    const Ln2Reduced reduced = reduce_by_ln2(a);
+    const F n = reduced.n, r = V::fma(twice_b, V::set1(0.5f), reduced.r);
     const F r2 = V::mul(r, r);
     const F e46 =
         V::fma(V::set1(1.0f / 720.0f), r2, V::fma(V::set1(1.0f / 120.0f), r, V::set1(1.0f / 24.0f)));
