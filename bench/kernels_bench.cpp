@@ -15,6 +15,7 @@
 #include <new>
 #include <vector>
 
+#include "bench/cache_line_floats.h"
 #include "bench/roof_around.h"
 #include "conv/winograd_conv.h"
 #include "kernels/dispatch.h"
@@ -31,27 +32,8 @@ using namespace cpudl::kernels;
 
 constexpr std::size_t kBig = std::size_t{16} << 20;  // 16 Mi floats = 64 MiB per tensor
 
-// Tensors' storage starts on a cache line (runtime/block_cache.cpp), which the row kernels'
-// streaming stores rely on: the benchmarks' buffers do too (std::vector's large blocks are
-// 16 bytes past a page).
-template <class T>
-struct CacheLineAllocator {
-  using value_type = T;
-  CacheLineAllocator() = default;
-  template <class U>
-  CacheLineAllocator(const CacheLineAllocator<U>&) {}
-  T* allocate(std::size_t n) {
-    void* p = std::aligned_alloc(64, (n * sizeof(T) + 63) / 64 * 64);
-    if (p == nullptr) throw std::bad_alloc();
-    return static_cast<T*>(p);
-  }
-  void deallocate(T* p, std::size_t) { std::free(p); }
-  template <class U>
-  bool operator==(const CacheLineAllocator<U>&) const {
-    return true;
-  }
-};
-using Floats = std::vector<float, CacheLineAllocator<float>>;
+// Line-aligned, as tensor storage is: the row kernels stream only from an aligned address.
+using Floats = cpudl::bench::CacheLineFloats;
 
 using cpudl::bench::RoofAround;  // the roof probed before and after each row, and the steal
 

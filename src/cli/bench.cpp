@@ -10,6 +10,7 @@
 #include <random>
 #include <sstream>
 
+#include "bench/cache_line_floats.h"
 #include "bench/roof_around.h"
 #include "bench/timing.h"
 #include "bench/workloads.h"
@@ -115,10 +116,11 @@ RoofedTiming time_against_roof(Fn&& fn, double min_time, int threads) {
   return {timing, roof, steal_percent(steal)};
 }
 
-std::vector<float> random_buffer(std::size_t n, unsigned seed) {
+// Uniform in [-1, 1), on a cache line as tensor storage is (bench/cache_line_floats.h says why).
+bench::CacheLineFloats random_buffer(std::size_t n, unsigned seed) {
   std::mt19937 gen(seed);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(n);
+  bench::CacheLineFloats v(n);
   for (auto& x : v) x = dist(gen);
   return v;
 }
@@ -188,7 +190,7 @@ int run_gemm(const BenchOptions& o) {
     for (const auto& w : workloads) {
       const auto a = random_buffer(static_cast<std::size_t>(w.m * w.k), 1);
       const auto b = random_buffer(static_cast<std::size_t>(w.k * w.n), 2);
-      std::vector<float> c(static_cast<std::size_t>(w.m * w.n));
+      bench::CacheLineFloats c(static_cast<std::size_t>(w.m * w.n));
       for (blas::Backend backend : backends) {
         auto call = [&] {
           if (backend == blas::Backend::onednn)
@@ -243,7 +245,7 @@ int run_conv(const BenchOptions& o) {
       const auto bias = random_buffer(static_cast<std::size_t>(s.out_channels), 3);
       const auto dy = random_buffer(
           static_cast<std::size_t>(s.batch * s.out_channels * s.out_height() * s.out_width()), 4);
-      std::vector<float> y(dy.size()), dx(x.size()), dw(wt.size()), db(bias.size());
+      bench::CacheLineFloats y(dy.size()), dx(x.size()), dw(wt.size()), db(bias.size());
       const float* b = w.bias ? bias.data() : nullptr;
       float* diff_b = w.bias ? db.data() : nullptr;
       // The inference runtime's Winograd path (conv/winograd_conv.h) beside oneDNN's forward,
