@@ -28,20 +28,28 @@ struct VectorMath {
     return {n, V::fnma(n, V::set1(-2.12194440e-4f), V::fnma(n, V::set1(0.693359375f), x))};
   }
 
-  // exp(x) = 2^n * p(r), x = n ln2 + r, |r| <= ln2/2 (Cephes expf polynomial), for x already
-  // in [-104, 89]. 2^n is applied exactly for n from -150 (denormal results) to 128 (overflow to
-  // inf): V::scale_by_pow2. NaN propagates through the arithmetic.
+  // expm1(r) = r + r^2 P(r) on the reduced range |r| <= ln2/2, shared by exp and tanh: P is the
+  // degree-4 Chebyshev interpolant of (e^r - 1 - r)/r^2 (scripts/fit-polynomials.py expm1), 8.5e-8
+  // relative in float and 7.4e-8 for e^r = 1 + expm1(r), about the rounding itself. It replaced
+  // Cephes' expf polynomial (degree 7) in exp and the Taylor series to r^7 in tanh, one FMA each,
+  // as these kernels are bound by the FMA pipes on a Zen 4 core (docs/ARCHITECTURE.md). In L1
+  // there, AVX-512 (2026-12-04): exp 5.3 -> 5.6-5.9 G values/s, tanh 2.95 -> 3.13-3.20, sigmoid
+  // 3.31 -> 3.51-3.58; exp over every float in [-87, 88.7] at most 1.08 ulp (Cephes': 1.01).
+  static F expm1_reduced(F r) {
+    F p = V::set1(1.392617589e-03f);
+    p = V::fma(p, r, V::set1(8.363173343e-03f));
+    p = V::fma(p, r, V::set1(4.166655615e-02f));
+    p = V::fma(p, r, V::set1(1.666657776e-01f));
+    p = V::fma(p, r, V::set1(0.5f));
+    return V::fma(p, V::mul(r, r), r);
+  }
+
+  // exp(x) = 2^n (1 + expm1(r)), x = n ln2 + r, |r| <= ln2/2, for x already in [-104, 89]. 2^n is
+  // applied exactly for n from -150 (denormal results) to 128 (overflow to inf):
+  // V::scale_by_pow2. NaN propagates through the arithmetic.
   static F exp_of_clamped(F x) {
     const auto [n, r] = reduce_by_ln2(x);
-    F p = V::set1(1.9875691500e-4f);
-    p = V::fma(p, r, V::set1(1.3981999507e-3f));
-    p = V::fma(p, r, V::set1(8.3334519073e-3f));
-    p = V::fma(p, r, V::set1(4.1665795894e-2f));
-    p = V::fma(p, r, V::set1(1.6666665459e-1f));
-    p = V::fma(p, r, V::set1(5.0000001201e-1f));
-    p = V::fma(p, V::mul(r, r), r);
-    p = V::add(p, V::set1(1.0f));
-    return V::scale_by_pow2(p, n);
+    return V::scale_by_pow2(V::add(expm1_reduced(r), V::set1(1.0f)), n);
   }
   // The clamp keeps NaN: MAX and MIN return their second operand when either is NaN.
   static F exp(F x) { return exp_of_clamped(V::min(V::set1(89.0f), V::max(V::set1(-104.0f), x))); }
@@ -108,13 +116,14 @@ struct VectorMath {
 
   // tanh(|x|) = E / (E + 2) with E = expm1(2|x|), the sign put back: one chain with no cancellation
   // anywhere, so no second polynomial for small x and no select. 2|x| = n ln2 + r, and
-  // E = 2^n (1 + q) - 1 = fma(2^n, q, 2^n - 1) with q = expm1(r) = r + r^2 P(r) (P: Taylor to r^5,
-  // truncation below 1.5e-8 relative on |r| <= ln2/2), which is E itself when n = 0 (small x keeps
+  // E = 2^n (1 + q) - 1 = fma(2^n, q, 2^n - 1) with q = expm1(r) = r + r^2 P(r) (expm1_reduced,
+  // 8.5e-8 relative on |r| <= ln2/2), which is E itself when n = 0 (small x keeps
   // its relative accuracy down to the denormals). The quotient is the hardware estimate of
   // 1/(E + 2) with one Markstein correction, its residual E - y0 (E + 2) formed without rounding
   // E + 2 (rounded, it cost small x another ulp). 2|x| is capped at 40 (tanh is 1 in float from
   // 9.01), so 2^n stays finite; NaN propagates (MIN returns its second operand). Over every float
-  // in [-12, 12], AVX-512 and AVX2: at most 1.66 ulp, never above 1 in magnitude.
+  // in [-12, 12], AVX-512 and AVX2: at most 1.82 ulp (1.66 with the Taylor polynomial), never above
+  // 1 in magnitude.
   //
   // It replaced the earlier form -- 1 - 2/(e^2|x| + 1) above 0.625 and an odd polynomial below,
   // both computed for every lane and selected: about 34 operations a vector against 24, 1.33 ulp
@@ -127,13 +136,7 @@ struct VectorMath {
     const F ax = V::abs(x);
     const F t = V::min(V::set1(40.0f), V::add(ax, ax));
     const auto [n, r] = reduce_by_ln2(t);
-    F p = V::set1(1.0f / 5040.0f);
-    p = V::fma(p, r, V::set1(1.0f / 720.0f));
-    p = V::fma(p, r, V::set1(1.0f / 120.0f));
-    p = V::fma(p, r, V::set1(1.0f / 24.0f));
-    p = V::fma(p, r, V::set1(1.0f / 6.0f));
-    p = V::fma(p, r, V::set1(0.5f));
-    const F q = V::fma(V::mul(r, r), p, r);
+    const F q = expm1_reduced(r);
     const F s = V::scale_by_pow2(V::set1(1.0f), n);
     const F e = V::fma(s, q, V::sub(s, V::set1(1.0f)));
     const F r0 = V::reciprocal_estimate(V::add(e, V::set1(2.0f)));
@@ -158,7 +161,7 @@ struct VectorMath {
   // at two vector operations a cycle on a 2-port AVX-512 core), so they are written for few:
   // - q = u g(u) with u = 1/(2 + ax/sqrt2) (the reciprocal estimate and one Newton step) and g a
   //   degree-8 polynomial (Estrin's scheme, half of Horner's depth) fitted by
-  //   scripts/fit-normal-tail.py: q within 1.4e-7 relative on the whole range, where Numerical
+  //   scripts/fit-polynomials.py normal-tail: q within 1.4e-7 relative on the whole range, where Numerical
   //   Recipes' erfc fit t exp(-z^2 + P(t)) needs an exponential of its own for the same;
   // - x^2/2 is split exactly, a = -x2/2 plus half the low part twice_b = x2 - x*x (a rounded
   //   x/sqrt2 squared near 20 would carry 2e-6 relative error into GELU's tail);
