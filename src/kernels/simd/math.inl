@@ -20,12 +20,19 @@ struct VectorMath {
 
   // x = n ln2 + r with n integral and |r| <= ln2/2 (|x| < 2^22), ln2 in two parts (Cody and
   // Waite: n times the first is exact), the reduction of every exponential here.
+  static constexpr float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
   struct Ln2Reduced {
     F n, r;
   };
   static Ln2Reduced reduce_by_ln2(F x) {
-    const F n = round_small(V::fma(x, V::set1(1.44269504088896341f), round_shift()));
-    return {n, V::fnma(n, V::set1(-2.12194440e-4f), V::fnma(n, V::set1(0.693359375f), x))};
+    const F n = round_small(V::fma(x, V::set1(kLog2e), round_shift()));
+    return {n, V::fnma(n, V::set1(kLn2Lo), V::fnma(n, V::set1(kLn2Hi), x))};
+  }
+  // The same for x = a b, a product never rounded: the rounded one only picks n, and
+  // fma(a, b, -n ln2_hi) rounds once (n ln2_hi is exact: ln2_hi has 9 significant bits, |n| < 2^15).
+  static Ln2Reduced reduce_product_by_ln2(F a, F b) {
+    const F n = round_small(V::fma(V::mul(a, b), V::set1(kLog2e), round_shift()));
+    return {n, V::fnma(n, V::set1(kLn2Lo), V::fma(a, b, V::mul(n, V::set1(-kLn2Hi))))};
   }
 
   // expm1(r) = r + r^2 P(r) on the reduced range |r| <= ln2/2, shared by exp and tanh: P is the
@@ -163,8 +170,9 @@ struct VectorMath {
   //   degree-8 polynomial (Estrin's scheme, half of Horner's depth) fitted by
   //   scripts/fit-polynomials.py normal-tail: q within 1.4e-7 relative on the whole range, where Numerical
   //   Recipes' erfc fit t exp(-z^2 + P(t)) needs an exponential of its own for the same;
-  // - x^2/2 is split exactly, a = -x2/2 plus half the low part twice_b = x2 - x*x (a rounded
-  //   x/sqrt2 squared near 20 would carry 2e-6 relative error into GELU's tail);
+  // - x^2/2 is never rounded before the reduction: reduce_product_by_ln2 takes -ax/2 times ax (a
+  //   rounded x/sqrt2 squared near 20 would carry 2e-6 relative error into GELU's tail), one
+  //   operation fewer than splitting x^2 into a rounded part and its exact remainder;
   // - the exponential's argument is never positive: no overflow clamp and no NaN select, and
   //   1e-6 relative needs only degree 6 (Taylor truncation < 1.2e-7 on |r| <= ln2/2);
   // - 2^n is applied last (V::scale_by_pow2), so results in the denormal range round once.
@@ -180,11 +188,7 @@ struct VectorMath {
     const F g67 = V::fma(V::set1(3.704574203e+01f), u, V::set1(-3.181600952e+01f));
     const F g =
         V::fma(V::set1(-1.537727547e+01f), u8, V::fma(V::fma(g67, u2, g45), u4, V::fma(g23, u2, g01)));
-    const F x2 = V::mul(ax, ax);
-    const F a = V::mul(V::set1(-0.5f), x2);  // -x^2/2 = a + twice_b/2 exactly
-    const F twice_b = V::fnma(ax, ax, x2);
-    const Ln2Reduced reduced = reduce_by_ln2(a);
-    const F n = reduced.n, r = V::fma(twice_b, V::set1(0.5f), reduced.r);
+    const auto [n, r] = reduce_product_by_ln2(V::mul(V::set1(-0.5f), ax), ax);  // -x^2/2, -ax/2 exact
     const F r2 = V::mul(r, r);
     const F e46 =
         V::fma(V::set1(1.0f / 720.0f), r2, V::fma(V::set1(1.0f / 120.0f), r, V::set1(1.0f / 24.0f)));
