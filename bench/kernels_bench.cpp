@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <new>
+#include <random>
 #include <vector>
 
 #include "bench/cache_line_floats.h"
@@ -70,10 +71,27 @@ int threads_arg(const benchmark::State& state) {
   return state.range(1) == 0 ? cpudl::runtime().threads.threads : static_cast<int>(state.range(1));
 }
 
-void BM_binary(benchmark::State& state, F32BinaryFn (*pick)(), const char* name) {
+// What a kernel's first input holds. Most kernels take the same time on any value; GELU, its
+// derivative, tanh and sigmoid (SwiGLU's gate) do not: vectors with every lane in |x| < 4 read
+// them off short-range tables (math.inl), so they run on activations as a network makes them
+// (normal: N(0, 1), seeded) and on the case where every vector takes the general path (wide:
+// uniform over [-12, 12]).
+enum class Inputs { constant, normal, wide };
+
+void fill(Floats& x, Inputs inputs, float constant) {
+  std::mt19937 gen(42);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> wide(-12.0f, 12.0f);
+  for (std::size_t i = 0; i < x.size(); ++i)
+    x[i] = inputs == Inputs::constant ? constant : inputs == Inputs::normal ? normal(gen) : wide(gen);
+}
+
+void BM_binary(benchmark::State& state, F32BinaryFn (*pick)(), const char* name,
+               Inputs inputs = Inputs::constant) {
   const auto n = static_cast<std::size_t>(state.range(0));
   const int threads = threads_arg(state);
-  Floats a(n, 1.0f), b(n, 2.0f), c(n);
+  Floats a(n), b(n, 2.0f), c(n);
+  fill(a, inputs, 1.0f);
   const F32BinaryFn fn = pick();
   const RoofAround roof = bandwidth_roof(threads);
   for (auto _ : state) {
@@ -85,10 +103,11 @@ void BM_binary(benchmark::State& state, F32BinaryFn (*pick)(), const char* name)
   report(state, name, n * 3 * sizeof(float), roof);
 }
 
-void BM_unary(benchmark::State& state, F32UnaryFn (*pick)(), const char* name) {
+void BM_unary(benchmark::State& state, F32UnaryFn (*pick)(), const char* name, Inputs inputs = Inputs::constant) {
   const auto n = static_cast<std::size_t>(state.range(0));
   const int threads = threads_arg(state);
-  Floats x(n, 0.5f), y(n);
+  Floats x(n), y(n);
+  fill(x, inputs, 0.5f);
   const F32UnaryFn fn = pick();
   const RoofAround roof = bandwidth_roof(threads);
   for (auto _ : state) {
@@ -642,17 +661,20 @@ BENCHMARK_CAPTURE(BM_binary, add, PICK(f32_add))
     ->Args({kBig, 0})
     ->Args({1 << 16, 1})
     ->UseRealTime();
-BENCHMARK_CAPTURE(BM_binary, swiglu, PICK(f32_swiglu))->Apply(big_one_and_all_threads);
+BENCHMARK_CAPTURE(BM_binary, swiglu, PICK(f32_swiglu), Inputs::normal)->Apply(big_one_and_all_threads);
 BENCHMARK_CAPTURE(BM_binary, relu_backward, PICK(f32_relu_backward))->Apply(big_one_and_all_threads);
-BENCHMARK_CAPTURE(BM_binary, gelu_backward, PICK(f32_gelu_backward))->Apply(big_one_and_all_threads);
+BENCHMARK_CAPTURE(BM_binary, gelu_backward, PICK(f32_gelu_backward), Inputs::normal)->Apply(big_one_and_all_threads);
+BENCHMARK_CAPTURE(BM_binary, gelu_backward_wide, PICK(f32_gelu_backward), Inputs::wide)->Apply(big_one_and_all_threads);
 BENCHMARK_CAPTURE(BM_binary, sub, PICK(f32_sub))->Apply(big_one_and_all_threads);
 BENCHMARK_CAPTURE(BM_binary, mul, PICK(f32_mul))->Apply(big_one_and_all_threads);
 BENCHMARK_CAPTURE(BM_binary, div, PICK(f32_div))->Apply(big_one_and_all_threads);
 BENCHMARK_CAPTURE(BM_binary, add_relu, PICK(f32_add_relu))->Apply(big_one_and_all_threads);
 BENCHMARK_CAPTURE(BM_binary, sigmoid_backward, PICK(f32_sigmoid_backward))->Apply(big_one_and_all_threads);
 BENCHMARK_CAPTURE(BM_binary, tanh_backward, PICK(f32_tanh_backward))->Apply(big_one_and_all_threads);
-BENCHMARK_CAPTURE(BM_unary, sigmoid, PICK(f32_sigmoid))->Apply(big_one_and_all_threads);
-BENCHMARK_CAPTURE(BM_unary, tanh, PICK(f32_tanh))->Apply(big_one_and_all_threads);
+BENCHMARK_CAPTURE(BM_unary, sigmoid, PICK(f32_sigmoid), Inputs::normal)->Apply(big_one_and_all_threads);
+BENCHMARK_CAPTURE(BM_unary, sigmoid_wide, PICK(f32_sigmoid), Inputs::wide)->Apply(big_one_and_all_threads);
+BENCHMARK_CAPTURE(BM_unary, tanh, PICK(f32_tanh), Inputs::normal)->Apply(big_one_and_all_threads);
+BENCHMARK_CAPTURE(BM_unary, tanh_wide, PICK(f32_tanh), Inputs::wide)->Apply(big_one_and_all_threads);
 BENCHMARK_CAPTURE(BM_unary, log, PICK(f32_log))->Apply(big_one_and_all_threads);
 BENCHMARK_CAPTURE(BM_reduce, max, max_kernel)->Apply(big_one_and_all_threads);
 BENCHMARK_CAPTURE(BM_reduce, argmax, argmax_kernel)->Apply(big_one_and_all_threads);
@@ -660,7 +682,8 @@ BENCHMARK(BM_layer_norm_forward)->Apply(big_one_and_all_threads);
 BENCHMARK(BM_layer_norm_backward)->Apply(big_one_and_all_threads);
 BENCHMARK(BM_cross_entropy)->Apply(big_one_and_all_threads);
 BENCHMARK_CAPTURE(BM_unary, relu, PICK(f32_relu))->Apply(big_one_and_all_threads);
-BENCHMARK_CAPTURE(BM_unary, gelu, PICK(f32_gelu))->Apply(big_one_and_all_threads);
+BENCHMARK_CAPTURE(BM_unary, gelu, PICK(f32_gelu), Inputs::normal)->Apply(big_one_and_all_threads);
+BENCHMARK_CAPTURE(BM_unary, gelu_wide, PICK(f32_gelu), Inputs::wide)->Apply(big_one_and_all_threads);
 BENCHMARK_CAPTURE(BM_unary, exp, PICK(f32_exp))->Apply(big_one_and_all_threads);
 BENCHMARK_CAPTURE(BM_reduce, sum, sum_kernel)->Apply(big_one_and_all_threads);
 BENCHMARK(BM_gemm_microkernel_in_l1)->UseRealTime();

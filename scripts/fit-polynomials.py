@@ -17,9 +17,20 @@ same accuracy); this prints it and the largest relative error of r + r^2 P(r) an
 1 + r + r^2 P(r), evaluated in float by Horner's scheme as the kernels do: at degree 4, 8.5e-8
 and 7.4e-8, about the float rounding itself (degree 5: 6.8e-8 and 6.6e-8; degree 3: 1.0e-6).
 
+tables [degree]: the short-range tables of VectorMath (AVX-512). On |x| < 4, where nearly every
+activation lies, four functions are each a polynomial of s = t - c_j (t = |x|) on 32 intervals of
+width 1/8 (c_j their midpoints), with no exponential and no division: the normal tail
+h(t) = erfc(t/sqrt2)/2 (GELU), d(t) = h(t) - t phi(t) (GELU's derivative), tanh(t)/t (tanh) and
+1/(1 + e^t) (sigmoid of -t). Each interval's Chebyshev interpolant at degree 5, in powers of s,
+rounded to float. This writes src/kernels/simd/short_range_tables.inl (a test checks that the
+committed file is what the script writes) and prints, for float evaluation by Horner's scheme as
+the kernel does, the largest error of what each kernel forms from its table: at degree 5, GELU's
+tail 1.1e-7 relative, its derivative 2.7e-8 absolute (d crosses zero near t = 0.75), tanh
+1.3e-7 and sigmoid 1.1e-7 relative (degree 4: 4.1e-7 for the tail).
+
 Plain Python (math.erfc and math.expm1 in double precision are the references): the machine has
 no NumPy.
-Usage: scripts/fit-polynomials.py normal-tail|expm1 [degree]
+Usage: scripts/fit-polynomials.py normal-tail|expm1|tables [degree] [tables' output path]
 """
 import math
 import struct
@@ -111,14 +122,102 @@ def fit_expm1(degree):
     print(f"max relative error in float, |r| <= {R_MAX:.6f}: expm1 {worst_expm1:.3e}, exp {worst_exp:.3e}")
 
 
+TABLE_INTERVALS, TABLE_WIDTH = 32, 1.0 / 8  # [0, 4): t + 4 has these intervals in its top mantissa bits
+TABLE_PATH = "src/kernels/simd/short_range_tables.inl"
+
+
+def normal_tail(t):
+    return 0.5 * math.erfc(t / math.sqrt(2.0))
+
+
+def normal_tail_minus_density(t):
+    return normal_tail(t) - t * math.exp(-t * t / 2) / math.sqrt(2 * math.pi)
+
+
+def tanh_ratio(t):
+    return math.tanh(t) / t if t != 0.0 else 1.0
+
+
+def sigmoid_of_minus(t):
+    return 1.0 / (1.0 + math.exp(t))
+
+
+def interval_polynomials(f, degree):
+    """Per interval j, the coefficients (lowest power first) of f(c_j + s), s in [-w/2, w/2]."""
+    polys = []
+    for j in range(TABLE_INTERVALS):
+        lo, hi = j * TABLE_WIDTH, (j + 1) * TABLE_WIDTH
+        in_t = to_powers_of_u(chebyshev_interpolant(f, lo, hi, degree), lo, hi)
+        mid = (lo + hi) / 2
+        # re-expand around the midpoint: sum a_i t^i = sum b_k s^k, t = mid + s
+        in_s = [sum(a * math.comb(i, k) * mid ** (i - k) for i, a in enumerate(in_t) if i >= k) for k in range(degree + 1)]
+        polys.append([to_f32(v) for v in in_s])
+    return polys
+
+
+# (C++ name, function tabulated, what the kernel forms from p = the table's value at t, its
+# reference, and whether the error is relative). Products are exact in double before rounding.
+TABLES = [
+    ("kNormalTailTable", normal_tail, "GELU's tail h", lambda p, t: p, normal_tail, True),
+    ("kNormalTailMinusDensityTable", normal_tail_minus_density, "GELU's derivative's d",
+     lambda p, t: p, normal_tail_minus_density, False),
+    ("kTanhRatioTable", tanh_ratio, "tanh = t p", lambda p, t: to_f32(t * p), math.tanh, True),
+    ("kSigmoidOfMinusTable", sigmoid_of_minus, "sigmoid(-t) = p and sigmoid(t) = 1 - p",
+     lambda p, t: max(abs(p / sigmoid_of_minus(t) - 1.0), abs(to_f32(1.0 - p) / (1.0 - sigmoid_of_minus(t)) - 1.0)),
+     None, True),
+]
+
+
+def worst_error(polys, form, reference, relative):
+    worst = 0.0
+    for j, coeffs in enumerate(polys):
+        lo, mid = j * TABLE_WIDTH, (j + 0.5) * TABLE_WIDTH
+        for i in range(801):
+            t = to_f32(lo + TABLE_WIDTH * i / 800)
+            got = form(horner(coeffs, to_f32(t - mid)), t)
+            if reference is None:
+                worst = max(worst, got)  # the form is its own error
+            elif t != 0.0 or reference(t) != 0.0:
+                worst = max(worst, abs(got / reference(t) - 1.0) if relative else abs(got - reference(t)))
+    return worst
+
+
+def fit_tables(degree, path=TABLE_PATH):
+    def table(name, polys):
+        rows = []
+        for k in range(degree + 1):
+            values = ", ".join(f"{p[k]:.9e}f" for p in polys)
+            rows.append(f"    {{{values}}},")
+        return f"alignas(64) constexpr float {name}[{degree + 1}][{TABLE_INTERVALS}] = {{\n" + "\n".join(rows) + "\n};\n"
+
+    text = (
+        "// Written by scripts/fit-polynomials.py tables; do not edit. VectorMath's short-range\n"
+        "// polynomials (table_polynomial): on t in [0, 4), interval j = floor(8 t), each function in\n"
+        f"// powers of s = t - (j + 1/2)/8, degree {degree}; row k holds the coefficient of s^k for the 32\n"
+        "// intervals. h(t) = erfc(t/sqrt2)/2, d(t) = h(t) - t phi(t), tanh(t)/t, 1/(1 + e^t).\n"
+        "namespace cpudl::kernels {\nnamespace {\n"
+    )
+    for name, f, what, form, reference, relative in TABLES:
+        polys = interval_polynomials(f, degree)
+        text += table(name, polys)
+        kind = "relative" if relative else "absolute"
+        print(f"{what}: max {kind} error in float, t in [0, 4): {worst_error(polys, form, reference, relative):.3e}")
+    text += "}  // namespace\n}  // namespace cpudl::kernels\n"
+    with open(path, "w") as out:
+        out.write(text)
+    print(f"wrote {path}")
+
+
 def main():
     target = sys.argv[1] if len(sys.argv) > 1 else "normal-tail"
     if target == "normal-tail":
         fit_normal_tail(int(sys.argv[2]) if len(sys.argv) > 2 else 8)
+    elif target == "tables":
+        fit_tables(int(sys.argv[2]) if len(sys.argv) > 2 else 5, *sys.argv[3:4])
     elif target == "expm1":
         fit_expm1(int(sys.argv[2]) if len(sys.argv) > 2 else 4)
     else:
-        sys.exit(f"fit-polynomials.py: unknown target '{target}' (expected normal-tail or expm1)")
+        sys.exit(f"fit-polynomials.py: unknown target '{target}' (expected normal-tail, expm1 or tables)")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ struct Avx2 {
   using I = __m256i;
   using M = __m256;  // all-ones / all-zeros lanes
   static constexpr int kWidth = 8;
+  static constexpr bool kLookup32 = false;  // no two-register permute: see Avx512::lookup32
 
   static I tail_mask(std::size_t n) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)),

@@ -42,6 +42,13 @@ struct Avx512 {
   }
   // 1/x to at least 14 bits, for callers that refine it: the hardware estimate alone.
   static F reciprocal_estimate(F x) { return _mm512_rcp14_ps(x); }
+  // table[i & 31] in each lane, the 32 floats held in two registers: one VPERMT2PS, which Zen 4
+  // runs on its FMA pipes at one a cycle (as an FMA), where AVX2 would need four permutes and
+  // three blends (kLookup32 tells VectorMath whether its short-range tables pay).
+  static constexpr bool kLookup32 = true;
+  static F lookup32(const float* table, I i) {
+    return _mm512_permutex2var_ps(_mm512_load_ps(table), i, _mm512_load_ps(table + 16));
+  }
   static F abs(F a) { return _mm512_abs_ps(a); }
   static F sign_bit(F a) { return _mm512_and_ps(_mm512_set1_ps(-0.0f), a); }
   static F bit_or(F a, F b) { return _mm512_or_ps(a, b); }
