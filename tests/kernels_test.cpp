@@ -1010,6 +1010,14 @@ void check_softmax_variants() {
         const std::size_t rows = 3, ld_in = cols + 3, ld_out = cols + 1;
         auto x = spread(rows * ld_in, -20, 20, 12);
         x[0] = 80.0f;  // large logits must not overflow
+        // The kernels shift each row by its first vector's maximum and redo a row whose maximum
+        // lies far above it: a masked (-inf) first part, and a maximum 130 above the first 16.
+        if (cols > 1)
+          for (std::size_t j = 0; j < std::min<std::size_t>(cols - 1, 20); ++j) {
+            x[ld_in + j] = -std::numeric_limits<float>::infinity();
+            if (j < 16) x[2 * ld_in + j] = -100.0f;
+          }
+        if (cols > 1) x[2 * ld_in + cols - 1] = 30.0f;
         std::vector<float> want(rows * ld_out, -7.0f), got(rows * ld_out, -7.0f);
         reference(x.data(), want.data(), rows, cols, ld_in, ld_out);
         fn(x.data(), got.data(), rows, cols, ld_in, ld_out);
@@ -1027,7 +1035,15 @@ void check_cross_entropy_variants() {
     for (std::size_t classes : {1, 2, 10, 17, 1000})
       for (float smoothing : {0.0f, 0.1f}) {
         const std::size_t rows = 4, ld = classes + 2;
-        const auto logits = spread(rows * ld, -8, 8, 13);
+        auto logits = spread(rows * ld, -8, 8, 13);
+        // A row whose maximum lies 240 above its first vector's (the kernels redo it shifted by
+        // its true maximum) and a masked first part.
+        if (classes > 1)
+          for (std::size_t j = 0; j < std::min<std::size_t>(classes - 1, 16); ++j) {
+            logits[ld + j] = -200.0f;
+            logits[2 * ld + j] = -1e9f;
+          }
+        if (classes > 1) logits[ld + classes - 1] = 40.0f;
         std::vector<std::int32_t> labels(rows);
         for (std::size_t r = 0; r < rows; ++r) labels[r] = static_cast<std::int32_t>((r * 7 + 3) % classes);
         std::vector<float> loss_want(rows), loss_got(rows), grad_want(rows * classes),
@@ -1096,9 +1112,9 @@ TEST(Kernels, SoftmaxAndLogSoftmaxMatchReference) { check_softmax_variants(); }
 TEST(Kernels, CrossEntropyMatchesReference) { check_cross_entropy_variants(); }
 TEST(Kernels, LayerNormMatchesReference) { check_layer_norm_variants(); }
 
-// A row past 4 MB takes reduce_max_and_sum's four-stream path. With smoothing 0.5 the loss
-// carries half the row's mean at full weight, so a quarter of the sum lost or counted twice
-// shows at once.
+// A row past 4 MB (the sum of the logits for smoothing taken in the exponentials' pass). With
+// smoothing 0.5 the loss carries half the row's mean at full weight, so a part of the sum lost
+// or counted twice shows at once.
 TEST(Kernels, CrossEntropyLongRowMatchesReference) {
   const auto reference = f32_cross_entropy_variants().back().fn;
   const std::size_t classes = (std::size_t{1} << 20) + 37;

@@ -131,72 +131,39 @@ float reduce_sum(const float* x, std::size_t n, Op op) {
   return V::reduce_add(V::add(V::add(s0, s1), V::add(s2, s3)));
 }
 
-// The maximum of x and, with WithSum, its sum from the same pass (*sum; the cross-entropy's
-// label-smoothing term), on two chains of each. Beyond the caches, four memory streams as
-// reduce_sum: 64 MiB on one thread ran at 76% of the read bandwidth in one stream (BM_reduce/max)
-// where the sum's four reach 100-112%.
-template <class V, bool WithSum>
-float reduce_max_impl(const float* x, std::size_t n, float* sum) {
+// The maximum of x, on two chains. Beyond the caches, four memory streams as reduce_sum: 64 MiB
+// on one thread ran at 76% of the read bandwidth in one stream (BM_reduce/max) where the sum's
+// four reach 100-112%.
+template <class V>
+float reduce_max(const float* x, std::size_t n) {
   constexpr std::size_t W = V::kWidth;
   auto m0 = V::set1(-__builtin_inff()), m1 = m0;
-  auto s0 = V::zero(), s1 = V::zero();
   std::size_t i = 0;
   if (n * sizeof(float) >= (std::size_t{4} << 20)) {
-    auto m2 = m0, m3 = m0, s2 = s0, s3 = s0;
+    auto m2 = m0, m3 = m0;
     const std::size_t quarter = n / 4 / W * W;
     const float *x1 = x + quarter, *x2 = x + 2 * quarter, *x3 = x + 3 * quarter;
     for (std::size_t j = 0; j < quarter; j += W) {
-      const auto a = V::load(x + j), b = V::load(x1 + j), c = V::load(x2 + j), d = V::load(x3 + j);
-      m0 = V::max(m0, a);
-      m1 = V::max(m1, b);
-      m2 = V::max(m2, c);
-      m3 = V::max(m3, d);
-      if constexpr (WithSum) {
-        s0 = V::add(s0, a);
-        s1 = V::add(s1, b);
-        s2 = V::add(s2, c);
-        s3 = V::add(s3, d);
-      }
+      m0 = V::max(m0, V::load(x + j));
+      m1 = V::max(m1, V::load(x1 + j));
+      m2 = V::max(m2, V::load(x2 + j));
+      m3 = V::max(m3, V::load(x3 + j));
     }
     m0 = V::max(m0, m2);
     m1 = V::max(m1, m3);
-    s0 = V::add(s0, s2);
-    s1 = V::add(s1, s3);
     i = 4 * quarter;
   }
   for (; i + 2 * W <= n; i += 2 * W) {
-    const auto a = V::load(x + i), b = V::load(x + i + W);
-    m0 = V::max(m0, a);
-    m1 = V::max(m1, b);
-    if constexpr (WithSum) {
-      s0 = V::add(s0, a);
-      s1 = V::add(s1, b);
-    }
+    m0 = V::max(m0, V::load(x + i));
+    m1 = V::max(m1, V::load(x + i + W));
   }
   if (i + W <= n) {
-    const auto a = V::load(x + i);
-    m0 = V::max(m0, a);
-    if constexpr (WithSum) s0 = V::add(s0, a);
+    m0 = V::max(m0, V::load(x + i));
     i += W;
   }
   float best = V::reduce_max(V::max(m0, m1));
-  float total = WithSum ? V::reduce_add(V::add(s0, s1)) : 0.0f;
-  for (; i < n; ++i) {
-    best = x[i] > best ? x[i] : best;
-    total += x[i];
-  }
-  if constexpr (WithSum) *sum = total;
+  for (; i < n; ++i) best = x[i] > best ? x[i] : best;
   return best;
-}
-
-template <class V>
-float reduce_max(const float* x, std::size_t n) {
-  return reduce_max_impl<V, false>(x, n, nullptr);
-}
-
-template <class V>
-float reduce_max_and_sum(const float* x, std::size_t n, float* sum) {
-  return reduce_max_impl<V, true>(x, n, sum);
 }
 
 }  // namespace

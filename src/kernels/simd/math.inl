@@ -71,8 +71,7 @@ struct VectorMath {
   }
   // The clamp keeps NaN: MAX and MIN return their second operand when either is NaN.
   static F exp(F x) { return exp_of_clamped(V::min(V::set1(89.0f), V::max(V::set1(-104.0f), x))); }
-  // exp(x) for x <= 0 (or NaN), the shape of softmax's exp(x - max) and sigmoid's exp(-|x|):
-  // only the lower clamp applies.
+  // exp(x) for x <= 0 (or NaN), the shape of sigmoid's exp(-|x|): only the lower clamp applies.
   static F exp_of_nonpositive(F x) { return exp_of_clamped(V::max(V::set1(-104.0f), x)); }
 
   // log(x) = e ln2 + log(m), m in [sqrt(1/2), sqrt(2)) (Cephes logf polynomial).

@@ -1,5 +1,6 @@
 // Softmax-family bodies over the SIMD traits V; avx2.cpp / avx512.cpp define V and CPUDL_ISA.
-// Each row: one pass for the maximum, one for the exponentials and their sum, one to scale.
+// Each row: one pass for the exponentials and their sum (row_exps, shifted without a pass for the
+// maximum), one to scale.
 #include "kernels/simd/loops.inl"
 #include "kernels/simd/math.inl"
 #include "kernels/softmax/softmax.h"
@@ -13,15 +14,22 @@ namespace {
 
 using Math = VectorMath<V>;
 
-// y = exp(x - shift), returning the sum of y (tail lanes excluded). The lines ahead_x / ahead_y
-// floats further (the next row's) are prefetched meanwhile: a row's passes run one after another,
-// its maximum bound by memory and its exponentials by arithmetic, and without the prefetch the
-// two never overlapped (rows of 1000 floats also end the hardware streamer's page every row).
-// 1000-column softmax on 64 MiB: 57-58 / 68 -> 86 / 107% of the read bandwidth, 1 / 2 threads.
-float exp_shifted_store(const float* x, float* y, std::size_t n, float shift, std::ptrdiff_t ahead_x,
-                        std::ptrdiff_t ahead_y) {
+// What a row's exponentials pass gives back: y = exp(x - shift), their sum and (WithSumOfX) the
+// sum of x, for cross-entropy's smoothing.
+struct RowExps {
+  float shift, sum, sum_of_x;
+};
+
+// y = exp(x - shift) over one row, with the sum of y (tail lanes excluded). The lines ahead_x /
+// ahead_y floats further (the next row's) are prefetched meanwhile: the exponentials are bound by
+// arithmetic, and without the prefetch the next row's reads never overlapped them (rows of 1000
+// floats also end the hardware streamer's page every row). 1000-column softmax on 64 MiB:
+// 57-58 / 68 -> 86 / 107% of the read bandwidth, 1 / 2 threads (Xeon, 2026-11).
+template <bool WithSumOfX>
+RowExps exp_shifted_store(const float* x, float* y, std::size_t n, float shift, std::ptrdiff_t ahead_x,
+                          std::ptrdiff_t ahead_y) {
   const V::F s = V::set1(shift);
-  V::F acc0 = V::zero(), acc1 = V::zero();
+  V::F acc0 = V::zero(), acc1 = V::zero(), xsum0 = V::zero(), xsum1 = V::zero();
   std::size_t i = 0;
   constexpr std::size_t W = V::kWidth;
   for (; i + 2 * W <= n; i += 2 * W) {
@@ -29,28 +37,55 @@ float exp_shifted_store(const float* x, float* y, std::size_t n, float shift, st
     __builtin_prefetch(x + i + W + ahead_x, 0, 3);
     __builtin_prefetch(y + i + ahead_y, 1, 3);
     __builtin_prefetch(y + i + W + ahead_y, 1, 3);
-    const V::F e0 = Math::exp_of_nonpositive(V::sub(V::load(x + i), s)),
-               e1 = Math::exp_of_nonpositive(V::sub(V::load(x + i + W), s));
+    const V::F x0 = V::load(x + i), x1 = V::load(x + i + W);
+    const V::F e0 = Math::exp(V::sub(x0, s)), e1 = Math::exp(V::sub(x1, s));
     V::store(y + i, e0);
     V::store(y + i + W, e1);
     acc0 = V::add(acc0, e0);
     acc1 = V::add(acc1, e1);
-  }
-  for (; i + W <= n; i += W) {
-    const V::F e = Math::exp_of_nonpositive(V::sub(V::load(x + i), s));
-    V::store(y + i, e);
-    acc0 = V::add(acc0, e);
-  }
-  float sum = V::reduce_add(V::add(acc0, acc1));
-  if (i < n) {
-    float lanes[V::kWidth] = {};
-    V::store_partial(lanes, Math::exp_of_nonpositive(V::sub(V::load_partial(x + i, n - i), s)), n - i);
-    for (std::size_t j = 0; j < n - i; ++j) {
-      y[i + j] = lanes[j];
-      sum += lanes[j];
+    if constexpr (WithSumOfX) {
+      xsum0 = V::add(xsum0, x0);
+      xsum1 = V::add(xsum1, x1);
     }
   }
-  return sum;
+  for (; i + W <= n; i += W) {
+    const V::F x0 = V::load(x + i), e = Math::exp(V::sub(x0, s));
+    V::store(y + i, e);
+    acc0 = V::add(acc0, e);
+    if constexpr (WithSumOfX) xsum0 = V::add(xsum0, x0);
+  }
+  RowExps out{shift, V::reduce_add(V::add(acc0, acc1)), WithSumOfX ? V::reduce_add(V::add(xsum0, xsum1)) : 0.0f};
+  if (i < n) {
+    float lanes[V::kWidth] = {};
+    V::store_partial(lanes, Math::exp(V::sub(V::load_partial(x + i, n - i), s)), n - i);
+    for (std::size_t j = 0; j < n - i; ++j) {
+      y[i + j] = lanes[j];
+      out.sum += lanes[j];
+      if constexpr (WithSumOfX) out.sum_of_x += x[i + j];
+    }
+  }
+  return out;
+}
+
+// e^80: while the exponentials' sum stays below it, none of them passed it, so the shift lies at
+// most 80 below the row's maximum, where VectorMath::exp is exact (it clamps its argument to 89,
+// so a row far above its shift sums to at least e^89 and is redone).
+constexpr float kLargestShiftedSum = 5.54e34f;
+
+// The row's exponentials, shifted as softmax needs only to keep them finite: by the maximum of the
+// row's first vector, so that the row is read once. A separate maximum pass, bound by memory where
+// the exponentials are bound by arithmetic, cost a 1000-column softmax on 64 MiB 75 -> 92% of one
+// Zen 4 core's read bandwidth (means of five runs alternated, 2026-12-04). The shifted maximum is
+// at least 1 (the first vector's own), so no term underflows sooner than with the true maximum,
+// and the results differ from the two-pass ones by rounding only. The rare row whose sum reaches
+// kLargestShiftedSum -- its maximum far above its first vector's, or an inf or NaN in it -- is
+// done again shifted by its true maximum, which is exactly the two-pass computation.
+template <bool WithSumOfX>
+RowExps row_exps(const float* x, float* y, std::size_t n, std::ptrdiff_t ahead_x, std::ptrdiff_t ahead_y) {
+  const float first = reduce_max<V>(x, n < V::kWidth ? n : V::kWidth);
+  const RowExps e = exp_shifted_store<WithSumOfX>(x, y, n, first, ahead_x, ahead_y);
+  if (e.sum < kLargestShiftedSum) return e;  // false for NaN
+  return exp_shifted_store<WithSumOfX>(x, y, n, reduce_max<V>(x, n), ahead_x, ahead_y);
 }
 
 }  // namespace
@@ -69,10 +104,9 @@ void CPUDL_KERNEL(f32_softmax)(const float* x, float* y, std::size_t rows, std::
     const float* xr = x + r * ld_in;
     float* yr = y + r * ld_out;
     float* exps = stream ? stack_row : yr;
-    const float sum =
-        exp_shifted_store(xr, exps, cols, reduce_max<V>(xr, cols), static_cast<std::ptrdiff_t>(ld_in),
-                          stream ? 0 : static_cast<std::ptrdiff_t>(ld_out));
-    const V::F inv = V::set1(1.0f / sum);
+    const RowExps e = row_exps<false>(xr, exps, cols, static_cast<std::ptrdiff_t>(ld_in),
+                                      stream ? 0 : static_cast<std::ptrdiff_t>(ld_out));
+    const V::F inv = V::set1(1.0f / e.sum);
     write_row<V>(stream, yr, cols,
                  [&](std::size_t i, std::size_t lanes) { return V::mul(load_n<V>(exps + i, lanes), inv); });
   }
@@ -86,12 +120,10 @@ void CPUDL_KERNEL(f32_log_softmax)(const float* x, float* y, std::size_t rows, s
   for (std::size_t r = 0; r < rows; ++r) {
     const float* xr = x + r * ld_in;
     float* yr = y + r * ld_out;
-    const float m = reduce_max<V>(xr, cols);
     // Only the exponentials' sum is kept: the row they go through is overwritten below.
-    const float sum =
-        exp_shifted_store(xr, stream ? stack_row : yr, cols, m, static_cast<std::ptrdiff_t>(ld_in),
-                          stream ? 0 : static_cast<std::ptrdiff_t>(ld_out));
-    const V::F lse = V::set1(m + __builtin_logf(sum));
+    const RowExps e = row_exps<false>(xr, stream ? stack_row : yr, cols, static_cast<std::ptrdiff_t>(ld_in),
+                                      stream ? 0 : static_cast<std::ptrdiff_t>(ld_out));
+    const V::F lse = V::set1(e.shift + __builtin_logf(e.sum));
     write_row<V>(stream, yr, cols,
                  [&](std::size_t i, std::size_t lanes) { return V::sub(load_n<V>(xr + i, lanes), lse); });
   }
@@ -111,10 +143,10 @@ void CPUDL_KERNEL(f32_cross_entropy)(const CrossEntropyArgs& a) {
   for (std::size_t r = 0; r < a.rows; ++r) {
     const float* x = a.logits + r * a.ld_logits;
     const auto label = static_cast<std::size_t>(a.labels[r]);
-    float row_sum = 0.0f;
-    const float m = eps != 0.0f ? reduce_max_and_sum<V>(x, n, &row_sum) : reduce_max<V>(x, n);
-    const float sum = exp_shifted_store(x, exps, n, m, static_cast<std::ptrdiff_t>(a.ld_logits), 0);
-    const float loss = m + __builtin_logf(sum) - (1.0f - eps) * x[label] - uniform * row_sum;
+    const auto ahead = static_cast<std::ptrdiff_t>(a.ld_logits);
+    const RowExps e = eps != 0.0f ? row_exps<true>(x, exps, n, ahead, 0) : row_exps<false>(x, exps, n, ahead, 0);
+    const float sum = e.sum;
+    const float loss = e.shift + __builtin_logf(sum) - (1.0f - eps) * x[label] - uniform * e.sum_of_x;
     a.loss[r] = loss;
     if (a.dlogits) {
       // exp(x - lse) = exp(x - m) / sum; the label's (1 - eps) comes off in the buffer, so
