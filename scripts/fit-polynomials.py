@@ -22,11 +22,16 @@ activation lies, four functions are each a polynomial of s = t - c_j (t = |x|) o
 width 1/8 (c_j their midpoints), with no exponential and no division: the normal tail
 h(t) = erfc(t/sqrt2)/2 (GELU), d(t) = h(t) - t phi(t) (GELU's derivative), tanh(t)/t (tanh) and
 1/(1 + e^t) (sigmoid of -t). Each interval's Chebyshev interpolant at degree 5, in powers of s,
-rounded to float. This writes src/kernels/simd/short_range_tables.inl (a test checks that the
+rounded to float. Beside them, log's tables: x = 2^e m, m in [sqrt(1/2), sqrt(2)), falls in
+one of 32 intervals by the top 5 bits of its mantissa field (counted from sqrt(1/2)'s), each with
+a centre c (1 exactly for the interval holding 1), 1/c in float and -log(1/c) in float, so that
+log x = e ln2 + log(1/c)^-1 + log1p(m/c - 1) with |m/c - 1| < 1/64 and log1p a degree-4
+polynomial (LOG1P below). This writes src/kernels/simd/math_tables.inl (a test checks that the
 committed file is what the script writes) and prints, for float evaluation by Horner's scheme as
 the kernel does, the largest error of what each kernel forms from its table: at degree 5, GELU's
 tail 1.1e-7 relative, its derivative 2.7e-8 absolute (d crosses zero near t = 0.75), tanh
-1.3e-7 and sigmoid 1.1e-7 relative (degree 4: 4.1e-7 for the tail).
+1.3e-7 and sigmoid 1.1e-7 relative (degree 4: 4.1e-7 for the tail); log's, on a sample of
+[1/4, 4], about 1.5 ulp.
 
 Plain Python (math.erfc and math.expm1 in double precision are the references): the machine has
 no NumPy.
@@ -123,7 +128,7 @@ def fit_expm1(degree):
 
 
 TABLE_INTERVALS, TABLE_WIDTH = 32, 1.0 / 8  # [0, 4): t + 4 has these intervals in its top mantissa bits
-TABLE_PATH = "src/kernels/simd/short_range_tables.inl"
+TABLE_PATH = "src/kernels/simd/math_tables.inl"
 
 
 def normal_tail(t):
@@ -182,6 +187,72 @@ def worst_error(polys, form, reference, relative):
     return worst
 
 
+SQRT_HALF_BITS = 0x3F3504F3  # sqrt(1/2) in float, where log's mantissa range starts
+LOG_INTERVALS = 32  # by the top 5 of the 23 mantissa bits of bits(x) - SQRT_HALF_BITS
+
+
+def from_bits(b):
+    return struct.unpack("f", struct.pack("I", b & 0xFFFFFFFF))[0]
+
+
+def to_bits(x):
+    return struct.unpack("I", struct.pack("f", x))[0]
+
+
+def log_tables():
+    """1/c and -log(1/c) per interval, both in float; c = 1 for the interval holding 1."""
+    inverse, log_of_centre = [], []
+    for j in range(LOG_INTERVALS):
+        lo = from_bits(SQRT_HALF_BITS + (j << 18))
+        hi = from_bits(SQRT_HALF_BITS + ((j + 1) << 18) - 1)
+        if lo <= 1.0 <= hi:
+            inverse.append(1.0)
+            log_of_centre.append(0.0)
+            continue
+        # Among the floats near 1/midpoint, the one whose log is closest to a float (Gal's
+        # accurate tables): -log(1/c) rounded then costs the result almost nothing, where the
+        # midpoint's own rounding cost up to half an ulp of it (log measured 1.83 ulp, 1.2 with this).
+        base = to_bits(to_f32(2.0 / (lo + hi)))
+
+        def rounding(inv):
+            value = -math.log(inv)
+            return abs(to_f32(value) - value) / math.ulp(to_f32(value))
+
+        inv = min((from_bits(base + k) for k in range(-4096, 4097)), key=rounding)
+        inverse.append(inv)
+        log_of_centre.append(to_f32(-math.log(inv)))
+    return inverse, log_of_centre
+
+
+# log1p(r) = r + r^2 P(r) for |r| < 1/64: P is the Chebyshev interpolant of (log1p(r) - r)/r^2 at
+# degree 2 (truncation below 1e-10 relative).
+LOG1P_R = 1.0 / 64
+
+
+def log1p_tail(r):
+    if abs(r) < 1e-4:
+        return -0.5 + r / 3 - r * r / 4
+    return (math.log1p(r) - r) / (r * r)
+
+
+def log_polynomial():
+    return [to_f32(v) for v in to_powers_of_u(chebyshev_interpolant(log1p_tail, -LOG1P_R, LOG1P_R, 2), -LOG1P_R, LOG1P_R)]
+
+
+def log_as_the_kernel(x, inverse, log_of_centre, poly):
+    t = (to_bits(x) - SQRT_HALF_BITS) & 0xFFFFFFFF
+    e = float(struct.unpack("i", struct.pack("I", t))[0] >> 23)
+    mantissa = t & 0x7FFFFF
+    m = from_bits(mantissa + SQRT_HALF_BITS)
+    j = mantissa >> 18
+    r = to_f32(m * inverse[j] - 1.0)  # one fma: the product is exact in double
+    p = horner(poly, r)
+    log1p_r = to_f32(p * to_f32(r * r) + r)
+    ln2_hi, ln2_lo = 0.693359375, -2.12194440e-4
+    inner = to_f32(to_f32(e * to_f32(ln2_lo) + log_of_centre[j]) + log1p_r)
+    return to_f32(e * ln2_hi + inner)
+
+
 def fit_tables(degree, path=TABLE_PATH):
     def table(name, polys):
         rows = []
@@ -194,7 +265,8 @@ def fit_tables(degree, path=TABLE_PATH):
         "// Written by scripts/fit-polynomials.py tables; do not edit. VectorMath's short-range\n"
         "// polynomials (table_polynomial): on t in [0, 4), interval j = floor(8 t), each function in\n"
         f"// powers of s = t - (j + 1/2)/8, degree {degree}; row k holds the coefficient of s^k for the 32\n"
-        "// intervals. h(t) = erfc(t/sqrt2)/2, d(t) = h(t) - t phi(t), tanh(t)/t, 1/(1 + e^t).\n"
+        "// intervals. h(t) = erfc(t/sqrt2)/2, d(t) = h(t) - t phi(t), tanh(t)/t, 1/(1 + e^t). Then log's\n"
+        "// tables (VectorMath::log).\n"
         "namespace cpudl::kernels {\nnamespace {\n"
     )
     for name, f, what, form, reference, relative in TABLES:
@@ -202,6 +274,23 @@ def fit_tables(degree, path=TABLE_PATH):
         text += table(name, polys)
         kind = "relative" if relative else "absolute"
         print(f"{what}: max {kind} error in float, t in [0, 4): {worst_error(polys, form, reference, relative):.3e}")
+    inverse, log_of_centre = log_tables()
+    poly = log_polynomial()
+    text += (
+        "// log: per interval of the mantissa above sqrt(1/2), 1/c and -log(1/c); log1p's polynomial.\n"
+        f"alignas(64) constexpr float kLogInverseTable[{LOG_INTERVALS}] = {{{', '.join(f'{v:.9e}f' for v in inverse)}}};\n"
+        f"alignas(64) constexpr float kLogOfCentreTable[{LOG_INTERVALS}] = {{{', '.join(f'{v:.9e}f' for v in log_of_centre)}}};\n"
+        f"constexpr float kLog1pPolynomial[3] = {{{', '.join(f'{v:.9e}f' for v in poly)}}};\n"
+    )
+    worst_r = worst = 0.0
+    for i in range(200001):
+        x = to_f32(0.25 * 16.0 ** (i / 200000))
+        j = ((to_bits(x) - SQRT_HALF_BITS) & 0x7FFFFF) >> 18
+        m = from_bits(((to_bits(x) - SQRT_HALF_BITS) & 0x7FFFFF) + SQRT_HALF_BITS)
+        worst_r = max(worst_r, abs(m * inverse[j] - 1.0))
+        if x != 1.0:
+            worst = max(worst, abs(log_as_the_kernel(x, inverse, log_of_centre, poly) / math.log(x) - 1.0))
+    print(f"log: largest |m/c - 1| {worst_r:.3e}; max relative error in float on a sample of [1/4, 4]: {worst:.3e}")
     text += "}  // namespace\n}  // namespace cpudl::kernels\n"
     with open(path, "w") as out:
         out.write(text)
