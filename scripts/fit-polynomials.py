@@ -18,10 +18,10 @@ same accuracy); this prints it and the largest relative error of r + r^2 P(r) an
 and 7.4e-8, about the float rounding itself (degree 5: 6.8e-8 and 6.6e-8; degree 3: 1.0e-6).
 
 tables [degree]: the short-range tables of VectorMath (AVX-512). On |x| < 4, where nearly every
-activation lies, four functions are each a polynomial of s = t - c_j (t = |x|) on 32 intervals of
+activation lies, three functions are each a polynomial of s = t - c_j (t = |x|) on 32 intervals of
 width 1/8 (c_j their midpoints), with no exponential and no division: the normal tail
-h(t) = erfc(t/sqrt2)/2 (GELU), d(t) = h(t) - t phi(t) (GELU's derivative), tanh(t)/t (tanh) and
-1/(1 + e^t) (sigmoid of -t). Each interval's Chebyshev interpolant at degree 5, in powers of s,
+h(t) = erfc(t/sqrt2)/2 (GELU), d(t) = h(t) - t phi(t) (GELU's derivative) and tanh(t)/t (tanh).
+Each interval's Chebyshev interpolant at degree 5, in powers of s,
 rounded to float. Beside them, log's tables: x = 2^e m, m in [sqrt(1/2), sqrt(2)), falls in
 one of 32 intervals by the top 5 bits of its mantissa field (counted from sqrt(1/2)'s), each with
 a centre c (1 exactly for the interval holding 1), 1/c in float and -log(1/c) in float, so that
@@ -30,8 +30,7 @@ polynomial (LOG1P below). This writes src/kernels/simd/math_tables.inl (a test c
 committed file is what the script writes) and prints, for float evaluation by Horner's scheme as
 the kernel does, the largest error of what each kernel forms from its table: at degree 5, GELU's
 tail 1.1e-7 relative, its derivative 2.7e-8 absolute (d crosses zero near t = 0.75), tanh
-1.3e-7 and sigmoid 1.1e-7 relative (degree 4: 4.1e-7 for the tail); log's, on a sample of
-[1/4, 4], about 1.5 ulp.
+1.3e-7 relative (degree 4: 4.1e-7 for the tail); log's 1.0e-7 relative on a sample of [1/4, 4].
 
 Plain Python (math.erfc and math.expm1 in double precision are the references): the machine has
 no NumPy.
@@ -143,10 +142,6 @@ def tanh_ratio(t):
     return math.tanh(t) / t if t != 0.0 else 1.0
 
 
-def sigmoid_of_minus(t):
-    return 1.0 / (1.0 + math.exp(t))
-
-
 def interval_polynomials(f, degree):
     """Per interval j, the coefficients (lowest power first) of f(c_j + s), s in [-w/2, w/2]."""
     polys = []
@@ -167,9 +162,6 @@ TABLES = [
     ("kNormalTailMinusDensityTable", normal_tail_minus_density, "GELU's derivative's d",
      lambda p, t: p, normal_tail_minus_density, False),
     ("kTanhRatioTable", tanh_ratio, "tanh = t p", lambda p, t: to_f32(t * p), math.tanh, True),
-    ("kSigmoidOfMinusTable", sigmoid_of_minus, "sigmoid(-t) = p and sigmoid(t) = 1 - p",
-     lambda p, t: max(abs(p / sigmoid_of_minus(t) - 1.0), abs(to_f32(1.0 - p) / (1.0 - sigmoid_of_minus(t)) - 1.0)),
-     None, True),
 ]
 
 
@@ -180,9 +172,7 @@ def worst_error(polys, form, reference, relative):
         for i in range(801):
             t = to_f32(lo + TABLE_WIDTH * i / 800)
             got = form(horner(coeffs, to_f32(t - mid)), t)
-            if reference is None:
-                worst = max(worst, got)  # the form is its own error
-            elif t != 0.0 or reference(t) != 0.0:
+            if t != 0.0 or reference(t) != 0.0:
                 worst = max(worst, abs(got / reference(t) - 1.0) if relative else abs(got - reference(t)))
     return worst
 
@@ -265,7 +255,7 @@ def fit_tables(degree, path=TABLE_PATH):
         "// Written by scripts/fit-polynomials.py tables; do not edit. VectorMath's short-range\n"
         "// polynomials (table_polynomial): on t in [0, 4), interval j = floor(8 t), each function in\n"
         f"// powers of s = t - (j + 1/2)/8, degree {degree}; row k holds the coefficient of s^k for the 32\n"
-        "// intervals. h(t) = erfc(t/sqrt2)/2, d(t) = h(t) - t phi(t), tanh(t)/t, 1/(1 + e^t). Then log's\n"
+        "// intervals. h(t) = erfc(t/sqrt2)/2, d(t) = h(t) - t phi(t), tanh(t)/t. Then log's\n"
         "// tables (VectorMath::log).\n"
         "namespace cpudl::kernels {\nnamespace {\n"
     )

@@ -1,8 +1,8 @@
 // Vectorised f32 transcendental functions, written once over a SIMD traits type V (avx2.inl,
 // avx512.inl). Accuracy, checked against double-precision references in the tests: exp, log,
 // tanh and sigmoid within about 2 ulp over the whole range; GELU within 1e-6 relative, tails
-// included (see normal_parts). On |x| < 4, AVX-512 reads GELU, its derivative, tanh and sigmoid
-// off short-range tables (table_polynomial).
+// included (see normal_parts). On |x| < 4, AVX-512 reads GELU, its derivative and tanh off
+// short-range tables (table_polynomial), and log off a table of 32 intervals.
 // Included after the traits, by ISA kernel files only.
 #include "kernels/simd/math_tables.inl"
 
@@ -150,16 +150,18 @@ struct VectorMath {
   }
 
   // Short-range tables. Where V has a 32-entry lookup (kLookup32) and every lane of a vector lies
-  // in |x| < 4, which holds for nearly every activation, GELU, its derivative, tanh and sigmoid
-  // skip the exponential and the division: each is read off one degree-5 polynomial per interval
-  // of width 1/8 (math_tables.inl, from scripts/fit-polynomials.py tables, which prints
-  // their errors in float: GELU's tail 1.1e-7 relative, its derivative 2.7e-8 absolute, tanh 1.3e-7
-  // and sigmoid 1.1e-7 relative). That is 6 lookups and 5 FMAs, which a Zen 4 core runs on its FMA
-  // pipes at one a cycle, against about 31 operations there for GELU's normal_parts, 24 for tanh
-  // and 20 for sigmoid; the interval's index and midpoint come from the bits of |x| + 4 by integer
-  // operations and FADDs, which run beside them. A vector with any lane outside (or NaN) takes the
-  // general path. The bound stays below 4 so that |x| + 4 never rounds up to 8, whose exponent
-  // would break the index.
+  // in |x| < 4, which holds for nearly every activation, GELU, its derivative and tanh skip the
+  // exponential and the division: each is read off one degree-5 polynomial per interval of width
+  // 1/8 (math_tables.inl, from scripts/fit-polynomials.py tables, which prints their errors in
+  // float: GELU's tail 1.1e-7 relative, its derivative 2.7e-8 absolute, tanh 1.3e-7 relative).
+  // That is 6 lookups and 5 FMAs, which a Zen 4 core runs on its FMA pipes at one a cycle, against
+  // about 31 operations there for GELU's normal_parts and 24 for tanh; the interval's index and
+  // midpoint come from the bits of |x| + 4 by integer operations and FADDs, which run beside them.
+  // In L1 the table path measured 3.5-3.7 G values/s (2026-12-04), against 1.7 for GELU's general
+  // path and 2.9 for tanh's; sigmoid's general path already ran at 3.4, and its table measured no
+  // faster, so sigmoid has none. A vector with any lane outside (or NaN) takes the general path.
+  // The bound stays below 4 so that |x| + 4 never rounds up to 8, whose exponent would break the
+  // index.
   static constexpr float kTableEnd = 3.998f;
   static bool within_table(F ax) { return V::all(V::less(ax, V::set1(kTableEnd))); }
   static F table_polynomial(const float (&table)[6][32], F ax) {
@@ -214,13 +216,6 @@ struct VectorMath {
   // accuracy down to denormal results instead of collapsing to 0 when e^-x overflows. 1 + e is
   // in [1, 2]: the reciprocal needs no division.
   static F sigmoid(F x) {
-    if constexpr (V::kLookup32) {  // the table holds sigmoid(-|x|), below 1/2: 1 minus it cancels nothing
-      const F ax = V::abs(x);
-      if (within_table(ax)) {
-        const F p = table_polynomial(kSigmoidOfMinusTable, ax);
-        return V::select(V::less(x, V::zero()), p, V::sub(V::set1(1.0f), p));
-      }
-    }
     const F e = exp_of_nonpositive(V::sub(V::zero(), V::abs(x)));
     const F s = V::reciprocal(V::add(V::set1(1.0f), e));
     return V::select(V::less(x, V::zero()), V::mul(e, s), s);
