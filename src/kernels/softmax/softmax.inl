@@ -14,18 +14,19 @@ namespace {
 
 using Math = VectorMath<V>;
 
-// What a row's exponentials pass gives back: y = exp(x - shift), their sum and (WithSumOfX) the
-// sum of x, for cross-entropy's smoothing.
+// What a row's exponentials pass gives back: their shift, their sum and (WithSumOfX) the sum of x,
+// for cross-entropy's smoothing.
 struct RowExps {
   float shift, sum, sum_of_x;
 };
 
-// y = exp(x - shift) over one row, with the sum of y (tail lanes excluded). The lines ahead_x /
-// ahead_y floats further (the next row's) are prefetched meanwhile: the exponentials are bound by
+// y = exp(x - shift) over one row (KeepExps; log-softmax needs only their sum), with their sum
+// (tail lanes excluded). The lines ahead_x / ahead_y floats further (the next row's) are prefetched
+// meanwhile: the exponentials are bound by
 // arithmetic, and without the prefetch the next row's reads never overlapped them (rows of 1000
 // floats also end the hardware streamer's page every row). 1000-column softmax on 64 MiB:
 // 57-58 / 68 -> 86 / 107% of the read bandwidth, 1 / 2 threads (Xeon, 2026-11).
-template <bool WithSumOfX>
+template <bool KeepExps, bool WithSumOfX>
 RowExps exp_shifted_store(const float* x, float* y, std::size_t n, float shift, std::ptrdiff_t ahead_x,
                           std::ptrdiff_t ahead_y) {
   const V::F s = V::set1(shift);
@@ -35,12 +36,14 @@ RowExps exp_shifted_store(const float* x, float* y, std::size_t n, float shift, 
   for (; i + 2 * W <= n; i += 2 * W) {
     __builtin_prefetch(x + i + ahead_x, 0, 3);
     __builtin_prefetch(x + i + W + ahead_x, 0, 3);
-    __builtin_prefetch(y + i + ahead_y, 1, 3);
-    __builtin_prefetch(y + i + W + ahead_y, 1, 3);
     const V::F x0 = V::load(x + i), x1 = V::load(x + i + W);
     const V::F e0 = Math::exp(V::sub(x0, s)), e1 = Math::exp(V::sub(x1, s));
-    V::store(y + i, e0);
-    V::store(y + i + W, e1);
+    if constexpr (KeepExps) {
+      __builtin_prefetch(y + i + ahead_y, 1, 3);
+      __builtin_prefetch(y + i + W + ahead_y, 1, 3);
+      V::store(y + i, e0);
+      V::store(y + i + W, e1);
+    }
     acc0 = V::add(acc0, e0);
     acc1 = V::add(acc1, e1);
     if constexpr (WithSumOfX) {
@@ -50,7 +53,7 @@ RowExps exp_shifted_store(const float* x, float* y, std::size_t n, float shift, 
   }
   for (; i + W <= n; i += W) {
     const V::F x0 = V::load(x + i), e = Math::exp(V::sub(x0, s));
-    V::store(y + i, e);
+    if constexpr (KeepExps) V::store(y + i, e);
     acc0 = V::add(acc0, e);
     if constexpr (WithSumOfX) xsum0 = V::add(xsum0, x0);
   }
@@ -59,7 +62,7 @@ RowExps exp_shifted_store(const float* x, float* y, std::size_t n, float shift, 
     float lanes[V::kWidth] = {};
     V::store_partial(lanes, Math::exp(V::sub(V::load_partial(x + i, n - i), s)), n - i);
     for (std::size_t j = 0; j < n - i; ++j) {
-      y[i + j] = lanes[j];
+      if constexpr (KeepExps) y[i + j] = lanes[j];
       out.sum += lanes[j];
       if constexpr (WithSumOfX) out.sum_of_x += x[i + j];
     }
@@ -80,20 +83,21 @@ constexpr float kLargestShiftedSum = 5.54e34f;
 // and the results differ from the two-pass ones by rounding only. The rare row whose sum reaches
 // kLargestShiftedSum -- its maximum far above its first vector's, or an inf or NaN in it -- is
 // done again shifted by its true maximum, which is exactly the two-pass computation.
-template <bool WithSumOfX>
+template <bool KeepExps, bool WithSumOfX>
 RowExps row_exps(const float* x, float* y, std::size_t n, std::ptrdiff_t ahead_x, std::ptrdiff_t ahead_y) {
   const float first = reduce_max<V>(x, n < V::kWidth ? n : V::kWidth);
-  const RowExps e = exp_shifted_store<WithSumOfX>(x, y, n, first, ahead_x, ahead_y);
+  const RowExps e = exp_shifted_store<KeepExps, WithSumOfX>(x, y, n, first, ahead_x, ahead_y);
   if (e.sum < kLargestShiftedSum) return e;  // false for NaN
-  return exp_shifted_store<WithSumOfX>(x, y, n, reduce_max<V>(x, n), ahead_x, ahead_y);
+  return exp_shifted_store<KeepExps, WithSumOfX>(x, y, n, reduce_max<V>(x, n), ahead_x, ahead_y);
 }
 
 }  // namespace
 
-// Rows up to this long keep their exponentials in a stack row when the call's output is
-// streamed (softmax and log-softmax write y once, from it, with non-temporal stores); longer
-// rows, and calls below g_streaming_store_bytes, go through y itself, which stays cached. Either
-// way the exponentials' pass prefetches the next row (exp_shifted_store).
+// Rows up to this long keep softmax's exponentials in a stack row when the call's output is
+// streamed (y is written once, from it, with non-temporal stores); longer rows, and calls below
+// g_streaming_store_bytes, go through y itself, which stays cached. Log-softmax keeps no
+// exponentials, only their sum: it writes y = x - lse straight from x. Either way the
+// exponentials' pass prefetches the next row (exp_shifted_store).
 constexpr std::size_t kStackRow = 4096;
 
 void CPUDL_KERNEL(f32_softmax)(const float* x, float* y, std::size_t rows, std::size_t cols,
@@ -104,7 +108,7 @@ void CPUDL_KERNEL(f32_softmax)(const float* x, float* y, std::size_t rows, std::
     const float* xr = x + r * ld_in;
     float* yr = y + r * ld_out;
     float* exps = stream ? stack_row : yr;
-    const RowExps e = row_exps<false>(xr, exps, cols, static_cast<std::ptrdiff_t>(ld_in),
+    const RowExps e = row_exps<true, false>(xr, exps, cols, static_cast<std::ptrdiff_t>(ld_in),
                                       stream ? 0 : static_cast<std::ptrdiff_t>(ld_out));
     const V::F inv = V::set1(1.0f / e.sum);
     write_row<V>(stream, yr, cols,
@@ -115,14 +119,11 @@ void CPUDL_KERNEL(f32_softmax)(const float* x, float* y, std::size_t rows, std::
 
 void CPUDL_KERNEL(f32_log_softmax)(const float* x, float* y, std::size_t rows, std::size_t cols,
                                    std::size_t ld_in, std::size_t ld_out) {
-  const bool stream = cols <= kStackRow && streams_output(rows * cols);
-  alignas(64) float stack_row[kStackRow];  // uninitialised: only written rows are read
+  const bool stream = streams_output(rows * cols);
   for (std::size_t r = 0; r < rows; ++r) {
     const float* xr = x + r * ld_in;
     float* yr = y + r * ld_out;
-    // Only the exponentials' sum is kept: the row they go through is overwritten below.
-    const RowExps e = row_exps<false>(xr, stream ? stack_row : yr, cols, static_cast<std::ptrdiff_t>(ld_in),
-                                      stream ? 0 : static_cast<std::ptrdiff_t>(ld_out));
+    const RowExps e = row_exps<false, false>(xr, nullptr, cols, static_cast<std::ptrdiff_t>(ld_in), 0);
     const V::F lse = V::set1(e.shift + __builtin_logf(e.sum));
     write_row<V>(stream, yr, cols,
                  [&](std::size_t i, std::size_t lanes) { return V::sub(load_n<V>(xr + i, lanes), lse); });
@@ -144,7 +145,8 @@ void CPUDL_KERNEL(f32_cross_entropy)(const CrossEntropyArgs& a) {
     const float* x = a.logits + r * a.ld_logits;
     const auto label = static_cast<std::size_t>(a.labels[r]);
     const auto ahead = static_cast<std::ptrdiff_t>(a.ld_logits);
-    const RowExps e = eps != 0.0f ? row_exps<true>(x, exps, n, ahead, 0) : row_exps<false>(x, exps, n, ahead, 0);
+    const RowExps e =
+        eps != 0.0f ? row_exps<true, true>(x, exps, n, ahead, 0) : row_exps<true, false>(x, exps, n, ahead, 0);
     const float sum = e.sum;
     const float loss = e.shift + __builtin_logf(sum) - (1.0f - eps) * x[label] - uniform * e.sum_of_x;
     a.loss[r] = loss;
