@@ -102,7 +102,8 @@ void BM_binary(benchmark::State& state, F32BinaryFn (*pick)(), const char* name,
   report(state, name, n * 3 * sizeof(float), roof);
 }
 
-void BM_unary(benchmark::State& state, F32UnaryFn (*pick)(), const char* name, Inputs inputs = Inputs::constant) {
+void BM_unary(benchmark::State& state, F32UnaryFn (*pick)(), const char* name,
+              Inputs inputs = Inputs::constant) {
   const auto n = static_cast<std::size_t>(state.range(0));
   const int threads = threads_arg(state);
   Floats x(n), y(n);
@@ -662,8 +663,10 @@ BENCHMARK_CAPTURE(BM_binary, add, PICK(f32_add))
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_binary, swiglu, PICK(f32_swiglu))->Apply(big_one_and_all_threads);
 BENCHMARK_CAPTURE(BM_binary, relu_backward, PICK(f32_relu_backward))->Apply(big_one_and_all_threads);
-BENCHMARK_CAPTURE(BM_binary, gelu_backward, PICK(f32_gelu_backward), Inputs::normal)->Apply(big_one_and_all_threads);
-BENCHMARK_CAPTURE(BM_binary, gelu_backward_wide, PICK(f32_gelu_backward), Inputs::wide)->Apply(big_one_and_all_threads);
+BENCHMARK_CAPTURE(BM_binary, gelu_backward, PICK(f32_gelu_backward), Inputs::normal)
+    ->Apply(big_one_and_all_threads);
+BENCHMARK_CAPTURE(BM_binary, gelu_backward_wide, PICK(f32_gelu_backward), Inputs::wide)
+    ->Apply(big_one_and_all_threads);
 BENCHMARK_CAPTURE(BM_binary, sub, PICK(f32_sub))->Apply(big_one_and_all_threads);
 BENCHMARK_CAPTURE(BM_binary, mul, PICK(f32_mul))->Apply(big_one_and_all_threads);
 BENCHMARK_CAPTURE(BM_binary, div, PICK(f32_div))->Apply(big_one_and_all_threads);

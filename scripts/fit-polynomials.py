@@ -244,11 +244,14 @@ def log_as_the_kernel(x, inverse, log_of_centre, poly):
 
 
 def fit_tables(degree, path=TABLE_PATH):
+    def wrapped(values, indent):
+        """Five floats a line (the file is generated: clang-format is off in it)."""
+        items = [f"{v:.9e}f" for v in values]
+        lines = [", ".join(items[i : i + 5]) for i in range(0, len(items), 5)]
+        return (",\n" + indent).join(lines)
+
     def table(name, polys):
-        rows = []
-        for k in range(degree + 1):
-            values = ", ".join(f"{p[k]:.9e}f" for p in polys)
-            rows.append(f"    {{{values}}},")
+        rows = [f"    {{{wrapped([p[k] for p in polys], '     ')}}}," for k in range(degree + 1)]
         return f"alignas(64) constexpr float {name}[{degree + 1}][{TABLE_INTERVALS}] = {{\n" + "\n".join(rows) + "\n};\n"
 
     text = (
@@ -257,6 +260,7 @@ def fit_tables(degree, path=TABLE_PATH):
         f"// powers of s = t - (j + 1/2)/8, degree {degree}; row k holds the coefficient of s^k for the 32\n"
         "// intervals. h(t) = erfc(t/sqrt2)/2, d(t) = h(t) - t phi(t), tanh(t)/t. Then log's\n"
         "// tables (VectorMath::log).\n"
+        "// clang-format off\n"
         "namespace cpudl::kernels {\nnamespace {\n"
     )
     for name, f, what, form, reference, relative in TABLES:
@@ -268,8 +272,8 @@ def fit_tables(degree, path=TABLE_PATH):
     poly = log_polynomial()
     text += (
         "// log: per interval of the mantissa above sqrt(1/2), 1/c and -log(1/c); log1p's polynomial.\n"
-        f"alignas(64) constexpr float kLogInverseTable[{LOG_INTERVALS}] = {{{', '.join(f'{v:.9e}f' for v in inverse)}}};\n"
-        f"alignas(64) constexpr float kLogOfCentreTable[{LOG_INTERVALS}] = {{{', '.join(f'{v:.9e}f' for v in log_of_centre)}}};\n"
+        f"alignas(64) constexpr float kLogInverseTable[{LOG_INTERVALS}] = {{\n    {wrapped(inverse, '    ')}}};\n"
+        f"alignas(64) constexpr float kLogOfCentreTable[{LOG_INTERVALS}] = {{\n    {wrapped(log_of_centre, '    ')}}};\n"
         f"constexpr float kLog1pPolynomial[3] = {{{', '.join(f'{v:.9e}f' for v in poly)}}};\n"
     )
     worst_r = worst = 0.0
@@ -281,7 +285,7 @@ def fit_tables(degree, path=TABLE_PATH):
         if x != 1.0:
             worst = max(worst, abs(log_as_the_kernel(x, inverse, log_of_centre, poly) / math.log(x) - 1.0))
     print(f"log: largest |m/c - 1| {worst_r:.3e}; max relative error in float on a sample of [1/4, 4]: {worst:.3e}")
-    text += "}  // namespace\n}  // namespace cpudl::kernels\n"
+    text += "}  // namespace\n}  // namespace cpudl::kernels\n// clang-format on\n"
     with open(path, "w") as out:
         out.write(text)
     print(f"wrote {path}")

@@ -819,8 +819,7 @@ TEST(Kernels, ShortRangeTablesMatchReferenceAtIntervalEdges) {
     const std::vector<KernelVariant<F32UnaryFn>>* variants;
     const char* name;
     double rtol, atol;  // as in TranscendentalsMatchDoubleReference
-  } unary[] = {{&f32_gelu_variants(), "gelu", 1e-6, 1e-38},
-               {&f32_tanh_variants(), "tanh", 2e-7, 1e-30}};
+  } unary[] = {{&f32_gelu_variants(), "gelu", 1e-6, 1e-38}, {&f32_tanh_variants(), "tanh", 2e-7, 1e-30}};
   const auto backward_ref = f32_gelu_backward_variants().back().fn;
   for (const auto* inputs : {&x, &mixed}) {
     const std::size_t n = inputs->size();

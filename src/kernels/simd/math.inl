@@ -165,14 +165,17 @@ struct VectorMath {
   static constexpr float kTableEnd = 3.998f;
   static bool within_table(F ax) { return V::all(V::less(ax, V::set1(kTableEnd))); }
   static F table_polynomial(const float (&table)[6][32], F ax) {
-    const I bits = V::float_to_bits(V::add(ax, V::set1(4.0f)));  // 4 + 8 j/32 + ... : j in bits 18-22
-    const I j = V::shift_right_logical(bits, 18);                 // lookup32 reads its low 5 bits
+    // |x| + 4 lies in [4, 8): the top 5 bits of its mantissa (bits 18-22) are j = floor(8 |x|), and
+    // lookup32 reads only the low 5 bits of the shifted word.
+    const I bits = V::float_to_bits(V::add(ax, V::set1(4.0f)));
+    const I j = V::shift_right_logical(bits, 18);
     // The midpoint (j + 1/2)/8, exactly: 4 + it has j's bits and bit 17 set. s = ax - midpoint is
     // exact too (within a factor of 2, Sterbenz) but in the first interval, where its rounding is
     // far below the functions' own.
-    const F mid = V::sub(V::bits_to_float(V::or_int(V::and_int(bits, V::set1_int(static_cast<int>(0xfffc0000u))),
-                                                    V::set1_int(1 << 17))),
-                         V::set1(4.0f));
+    const F mid =
+        V::sub(V::bits_to_float(V::or_int(V::and_int(bits, V::set1_int(static_cast<int>(0xfffc0000u))),
+                                          V::set1_int(1 << 17))),
+               V::set1(4.0f));
     const F s = V::sub(ax, mid);
     F p = V::lookup32(table[5], j);
     for (int k = 4; k >= 0; --k) p = V::fma(p, s, V::lookup32(table[k], j));
@@ -199,8 +202,10 @@ struct VectorMath {
   // in float and returned values above 1: the roundings of P, Q and the ratio add up.
   static F tanh(F x) {
     const F ax = V::abs(x);
-    if constexpr (V::kLookup32)  // tanh = |x| (tanh(|x|)/|x|), the sign put back
-      if (within_table(ax)) return V::bit_or(V::mul(ax, table_polynomial(kTanhRatioTable, ax)), V::sign_bit(x));
+    if constexpr (V::kLookup32) {  // tanh = |x| (tanh(|x|)/|x|), the sign put back
+      if (within_table(ax))
+        return V::bit_or(V::mul(ax, table_polynomial(kTanhRatioTable, ax)), V::sign_bit(x));
+    }
     const F t = V::min(V::set1(40.0f), V::add(ax, ax));
     const auto [n, r, shifted] = reduce_by_ln2(t);
     const F q = expm1_reduced(r);

@@ -21,11 +21,11 @@ struct RowExps {
 };
 
 // y = exp(x - shift) over one row (KeepExps; log-softmax needs only their sum), with their sum
-// (tail lanes excluded). The lines ahead_x / ahead_y floats further (the next row's) are prefetched
-// meanwhile: the exponentials are bound by
-// arithmetic, and without the prefetch the next row's reads never overlapped them (rows of 1000
-// floats also end the hardware streamer's page every row). 1000-column softmax on 64 MiB:
-// 57-58 / 68 -> 86 / 107% of the read bandwidth, 1 / 2 threads (Xeon, 2026-11).
+// (tail lanes excluded). The lines ahead_x / ahead_y floats further (the next row's) are
+// prefetched meanwhile: the exponentials are bound by arithmetic, and without the prefetch the
+// next row's reads never overlapped them (rows of 1000 floats also end the hardware streamer's
+// page every row). 1000-column softmax on 64 MiB: 57-58 / 68 -> 86 / 107% of the read bandwidth,
+// 1 / 2 threads (Xeon, 2026-11).
 template <bool KeepExps, bool WithSumOfX>
 RowExps exp_shifted_store(const float* x, float* y, std::size_t n, float shift, std::ptrdiff_t ahead_x,
                           std::ptrdiff_t ahead_y) {
@@ -57,7 +57,8 @@ RowExps exp_shifted_store(const float* x, float* y, std::size_t n, float shift, 
     acc0 = V::add(acc0, e);
     if constexpr (WithSumOfX) xsum0 = V::add(xsum0, x0);
   }
-  RowExps out{shift, V::reduce_add(V::add(acc0, acc1)), WithSumOfX ? V::reduce_add(V::add(xsum0, xsum1)) : 0.0f};
+  RowExps out{shift, V::reduce_add(V::add(acc0, acc1)),
+              WithSumOfX ? V::reduce_add(V::add(xsum0, xsum1)) : 0.0f};
   if (i < n) {
     float lanes[V::kWidth] = {};
     V::store_partial(lanes, Math::exp(V::sub(V::load_partial(x + i, n - i), s)), n - i);
@@ -77,12 +78,13 @@ constexpr float kLargestShiftedSum = 5.54e34f;
 
 // The row's exponentials, shifted as softmax needs only to keep them finite: by the maximum of the
 // row's first vector, so that the row is read once. A separate maximum pass, bound by memory where
-// the exponentials are bound by arithmetic, cost a 1000-column softmax on 64 MiB 75 -> 92% of one
-// Zen 4 core's read bandwidth (means of five runs alternated, 2026-12-04). The shifted maximum is
-// at least 1 (the first vector's own), so no term underflows sooner than with the true maximum,
-// and the results differ from the two-pass ones by rounding only. The rare row whose sum reaches
-// kLargestShiftedSum -- its maximum far above its first vector's, or an inf or NaN in it -- is
-// done again shifted by its true maximum, which is exactly the two-pass computation.
+// the exponentials are bound by arithmetic, held a 1000-column softmax on 64 MiB at 71% of one Zen 4
+// core's read bandwidth against 83% without it (means of eight runs alternated, 2026-12-04). The
+// largest exponential is at least 1 (the first vector's maximum gives exactly 1), so no term
+// underflows sooner than with the true maximum, and the results differ from the two-pass ones by
+// rounding only. The rare row whose sum reaches kLargestShiftedSum -- its maximum far above its
+// first vector's, or an inf or NaN in it -- is done again shifted by its true maximum, which is
+// exactly the two-pass computation.
 template <bool KeepExps, bool WithSumOfX>
 RowExps row_exps(const float* x, float* y, std::size_t n, std::ptrdiff_t ahead_x, std::ptrdiff_t ahead_y) {
   const float first = reduce_max<V>(x, n < V::kWidth ? n : V::kWidth);
@@ -109,7 +111,7 @@ void CPUDL_KERNEL(f32_softmax)(const float* x, float* y, std::size_t rows, std::
     float* yr = y + r * ld_out;
     float* exps = stream ? stack_row : yr;
     const RowExps e = row_exps<true, false>(xr, exps, cols, static_cast<std::ptrdiff_t>(ld_in),
-                                      stream ? 0 : static_cast<std::ptrdiff_t>(ld_out));
+                                            stream ? 0 : static_cast<std::ptrdiff_t>(ld_out));
     const V::F inv = V::set1(1.0f / e.sum);
     write_row<V>(stream, yr, cols,
                  [&](std::size_t i, std::size_t lanes) { return V::mul(load_n<V>(exps + i, lanes), inv); });
@@ -145,8 +147,8 @@ void CPUDL_KERNEL(f32_cross_entropy)(const CrossEntropyArgs& a) {
     const float* x = a.logits + r * a.ld_logits;
     const auto label = static_cast<std::size_t>(a.labels[r]);
     const auto ahead = static_cast<std::ptrdiff_t>(a.ld_logits);
-    const RowExps e =
-        eps != 0.0f ? row_exps<true, true>(x, exps, n, ahead, 0) : row_exps<true, false>(x, exps, n, ahead, 0);
+    const RowExps e = eps != 0.0f ? row_exps<true, true>(x, exps, n, ahead, 0)
+                                  : row_exps<true, false>(x, exps, n, ahead, 0);
     const float sum = e.sum;
     const float loss = e.shift + __builtin_logf(sum) - (1.0f - eps) * x[label] - uniform * e.sum_of_x;
     a.loss[r] = loss;
