@@ -25,8 +25,8 @@ Each interval's Chebyshev interpolant at degree 5, in powers of s,
 rounded to float. Beside them, log's tables: x = 2^e m, m in [sqrt(1/2), sqrt(2)), falls in
 one of 32 intervals by the top 5 bits of its mantissa field (counted from sqrt(1/2)'s), each with
 a centre c (1 exactly for the interval holding 1), 1/c in float and -log(1/c) in float, so that
-log x = e ln2 + log(1/c)^-1 + log1p(m/c - 1) with |m/c - 1| < 1/64 and log1p a degree-4
-polynomial (LOG1P below). This writes src/kernels/simd/math_tables.inl (a test checks that the
+log x = e ln2 - log(1/c) + log1p(m/c - 1) with |m/c - 1| < 1/64 and log1p(r) = r + r^2 P(r),
+P of degree 2 (log_polynomial). This writes src/kernels/simd/math_tables.inl (a test checks that the
 committed file is what the script writes) and prints, for float evaluation by Horner's scheme as
 the kernel does, the largest error of what each kernel forms from its table: at degree 5, GELU's
 tail 1.1e-7 relative, its derivative 2.7e-8 absolute (d crosses zero near t = 0.75), tanh
@@ -229,12 +229,16 @@ def log_polynomial():
     return [to_f32(v) for v in to_powers_of_u(chebyshev_interpolant(log1p_tail, -LOG1P_R, LOG1P_R, 2), -LOG1P_R, LOG1P_R)]
 
 
-def log_as_the_kernel(x, inverse, log_of_centre, poly):
+def log_split(x):
+    """VectorMath::log's x = 2^e m, m in [sqrt(1/2), sqrt(2)), and m's interval j."""
     t = (to_bits(x) - SQRT_HALF_BITS) & 0xFFFFFFFF
     e = float(struct.unpack("i", struct.pack("I", t))[0] >> 23)
     mantissa = t & 0x7FFFFF
-    m = from_bits(mantissa + SQRT_HALF_BITS)
-    j = mantissa >> 18
+    return e, from_bits(mantissa + SQRT_HALF_BITS), mantissa >> 18
+
+
+def log_as_the_kernel(x, inverse, log_of_centre, poly):
+    e, m, j = log_split(x)
     r = to_f32(m * inverse[j] - 1.0)  # one fma: the product is exact in double
     p = horner(poly, r)
     log1p_r = to_f32(p * to_f32(r * r) + r)
@@ -279,8 +283,7 @@ def fit_tables(degree, path=TABLE_PATH):
     worst_r = worst = 0.0
     for i in range(200001):
         x = to_f32(0.25 * 16.0 ** (i / 200000))
-        j = ((to_bits(x) - SQRT_HALF_BITS) & 0x7FFFFF) >> 18
-        m = from_bits(((to_bits(x) - SQRT_HALF_BITS) & 0x7FFFFF) + SQRT_HALF_BITS)
+        _, m, j = log_split(x)
         worst_r = max(worst_r, abs(m * inverse[j] - 1.0))
         if x != 1.0:
             worst = max(worst, abs(log_as_the_kernel(x, inverse, log_of_centre, poly) / math.log(x) - 1.0))
