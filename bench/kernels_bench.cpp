@@ -266,7 +266,7 @@ const KernelVariant<F32RowwiseFn>& log_softmax_kernel() { return kernel_table().
 // LLM generation: one token through a 128 MiB weight matrix of 4096 columns in a GGUF type, the
 // rows split over the threads as llm::weight_matmul does. Reports GB/s of weights read and
 // pct_bw: generation is bound by that stream.
-void BM_weight_matvec(benchmark::State& state, cpudl::llm::GgmlType type, const char* name) {
+void BM_weight_matvec(benchmark::State& state, cpudl::GgmlType type, const char* name) {
   const int threads = threads_arg(state);
   const std::size_t cols = 4096, row_bytes = cpudl::llm::row_bytes(type, cols);
   const std::size_t rows = (std::size_t{128} << 20) / row_bytes;
@@ -436,9 +436,8 @@ void BM_winograd_conv(benchmark::State& state) {
   std::vector<float> x(elements, 0.5f), y(elements), bias(static_cast<std::size_t>(channels), 0.1f);
   std::vector<float> w(static_cast<std::size_t>(channels * channels * 9), 0.01f);
   const cpudl::conv::WinogradConv conv(shape, w.data());
-  const int saved_threads = omp_get_max_threads();
-  omp_set_num_threads(threads);  // oneDNN's pool, for the comparison below
-  auto ours = [&] { conv.forward(x.data(), bias.data(), nullptr, 0.0f, INFINITY, y.data(), threads); };
+  const cpudl::ThreadScope scope(threads);  // ours and oneDNN's, for the comparison below
+  auto ours = [&] { conv.forward(x.data(), bias.data(), nullptr, 0.0f, INFINITY, y.data()); };
   const RoofAround roof = compute_roof(cpudl::ComputeRoof::fp32_fma, threads);
   for (auto _ : state) {
     ours();
@@ -450,7 +449,6 @@ void BM_winograd_conv(benchmark::State& state) {
                                       {cpudl::onednn::Activation::relu, nullptr});
       },
       ours);
-  omp_set_num_threads(saved_threads);
   report_flops(state, cpudl::kernels::kernel_table().f32_winograd_gemm.name, direct.flops(), roof);
   state.counters["x_onednn"] = ratio;
 }
@@ -467,10 +465,9 @@ void BM_winograd_backward_weights(benchmark::State& state) {
   const auto elements = static_cast<std::size_t>(direct.batch * channels * size * size);
   std::vector<float> x(elements, 0.5f), dy(elements, 0.25f),
       dw(static_cast<std::size_t>(channels * channels * 9));
-  const int saved_threads = omp_get_max_threads();
-  omp_set_num_threads(threads);  // oneDNN's pool, for the comparison below
+  const cpudl::ThreadScope scope(threads);  // ours and oneDNN's, for the comparison below
   auto ours = [&] {
-    cpudl::conv::winograd_backward_weights(shape, x.data(), dy.data(), dw.data(), nullptr, threads);
+    cpudl::conv::winograd_backward_weights(shape, x.data(), dy.data(), dw.data(), nullptr);
   };
   const RoofAround roof = compute_roof(cpudl::ComputeRoof::fp32_fma, threads);
   for (auto _ : state) {
@@ -479,7 +476,6 @@ void BM_winograd_backward_weights(benchmark::State& state) {
   }
   const double ratio = best_of_3_ratio(
       [&] { cpudl::onednn::conv2d_backward_weights(direct, x.data(), dy.data(), dw.data(), nullptr); }, ours);
-  omp_set_num_threads(saved_threads);
   report_flops(state, kernel_table().f32_winograd_gemm_weights.name, direct.flops(), roof);
   state.counters["x_onednn"] = ratio;
 }
@@ -495,8 +491,9 @@ void BM_winograd_weights(benchmark::State& state) {
   cpudl::AlignedBuffer storage;
   float* u = storage.get(cpudl::conv::WinogradConv::transformed_floats(shape));
   const RoofAround roof = bandwidth_roof(threads);
+  const cpudl::ThreadScope scope(threads);
   for (auto _ : state) {
-    const cpudl::conv::WinogradConv conv(shape, w.data(), cpudl::conv::WinogradPass::forward, u, threads);
+    const cpudl::conv::WinogradConv conv(shape, w.data(), cpudl::conv::WinogradPass::forward, u);
     benchmark::DoNotOptimize(u);
     benchmark::ClobberMemory();
   }
@@ -722,27 +719,27 @@ BENCHMARK_CAPTURE(BM_u8s8_gemm, weights_7bit, true)
     ->Args({64, 1})
     ->Args({64, 0})
     ->UseRealTime();
-BENCHMARK_CAPTURE(BM_weight_matvec, f32, cpudl::llm::GgmlType::f32, "f32_f32_matmul")
+BENCHMARK_CAPTURE(BM_weight_matvec, f32, cpudl::GgmlType::f32, "f32_f32_matmul")
     ->Args({0, 1})
     ->Args({0, 0})
     ->UseRealTime();
-BENCHMARK_CAPTURE(BM_weight_matvec, f16, cpudl::llm::GgmlType::f16, "f16_f32_matmul")
+BENCHMARK_CAPTURE(BM_weight_matvec, f16, cpudl::GgmlType::f16, "f16_f32_matmul")
     ->Args({0, 1})
     ->Args({0, 0})
     ->UseRealTime();
-BENCHMARK_CAPTURE(BM_weight_matvec, q8_0, cpudl::llm::GgmlType::q8_0, "q8_0_q8a_matmul")
+BENCHMARK_CAPTURE(BM_weight_matvec, q8_0, cpudl::GgmlType::q8_0, "q8_0_q8a_matmul")
     ->Args({0, 1})
     ->Args({0, 0})
     ->UseRealTime();
-BENCHMARK_CAPTURE(BM_weight_matvec, q4_0, cpudl::llm::GgmlType::q4_0, "q4_0_q8a_matmul")
+BENCHMARK_CAPTURE(BM_weight_matvec, q4_0, cpudl::GgmlType::q4_0, "q4_0_q8a_matmul")
     ->Args({0, 1})
     ->Args({0, 0})
     ->UseRealTime();
-BENCHMARK_CAPTURE(BM_weight_matvec, q4_k, cpudl::llm::GgmlType::q4_k, "q4_k_q8_k_matmul")
+BENCHMARK_CAPTURE(BM_weight_matvec, q4_k, cpudl::GgmlType::q4_k, "q4_k_q8_k_matmul")
     ->Args({0, 1})
     ->Args({0, 0})
     ->UseRealTime();
-BENCHMARK_CAPTURE(BM_weight_matvec, q6_k, cpudl::llm::GgmlType::q6_k, "q6_k_q8_k_matmul")
+BENCHMARK_CAPTURE(BM_weight_matvec, q6_k, cpudl::GgmlType::q6_k, "q6_k_q8_k_matmul")
     ->Args({0, 1})
     ->Args({0, 0})
     ->UseRealTime();

@@ -149,6 +149,33 @@ TEST(Cli, BadThreadCountIsAUsageError) {
   EXPECT_NE(r.err.find("CPUDL_THREADS=lots"), std::string::npos) << r.err;
 }
 
+// --threads is defined once for every command that computes: the same flags, range and help;
+// 0 and negatives are usage errors naming the flag; above the usable cores runs, with a warning.
+TEST(Cli, ThreadsFlagIsTheSameForEveryCommand) {
+  for (const char* command : {"train", "eval", "predict", "run", "quantize", "generate", "chat", "bench model",
+                              "bench llm"}) {
+    const Result help = run(std::string(command) + " --help");
+    EXPECT_EQ(help.exit_code, 0) << command;
+    EXPECT_NE(help.out.find("-t,--threads"), std::string::npos) << command << ": " << help.out;
+    EXPECT_NE(help.out.find("Compute threads (default: usable physical cores)"), std::string::npos) << command;
+  }
+  const std::string lenet = std::string(CPUDL_FIXTURES_DIR) + "/../onnx/lenet5_opset17.onnx";
+  for (const char* bad : {"0", "-3", "abc"}) {
+    const Result r = run("run " + lenet + " --bench 1 --threads " + bad);
+    EXPECT_EQ(r.exit_code, 2) << bad;
+    EXPECT_NE(r.err.find("--threads"), std::string::npos) << bad << ": " << r.err;
+  }
+  const Result one = run("run " + lenet + " --bench 2 -t 1 --json");
+  EXPECT_EQ(one.exit_code, 0) << one.err;
+  EXPECT_NE(one.out.find("\"threads\":1"), std::string::npos) << one.out;
+  const int above = cpudl::runtime().threads.usable_cores + 1;
+  const Result many = run("run " + lenet + " --bench 2 --json --threads " + std::to_string(above));
+  EXPECT_EQ(many.exit_code, 0) << many.err;
+  EXPECT_NE(many.out.find("\"threads\":" + std::to_string(above)), std::string::npos) << many.out;
+  EXPECT_NE(many.err.find("warning: --threads " + std::to_string(above) + " is above the"), std::string::npos)
+      << many.err;
+}
+
 TEST(Cli, DoctorTextReport) {
   const Result r = run("doctor", "CPUDL_THREADS=64");
   ASSERT_EQ(r.exit_code, 0) << r.err;

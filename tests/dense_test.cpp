@@ -13,6 +13,7 @@
 #include "conv/tap_gemm_weight_grad.h"
 #include "conv/winograd_conv.h"
 #include "cpudl/error.h"
+#include "cpudl/runtime.h"
 #include "dense_reference.h"
 #include "kernels/kernel_types.h"
 #include "onednn/dense.h"
@@ -480,9 +481,10 @@ TEST(WinogradConv, BackwardWeightsMatchTheDirectWeightGradient) {
     const auto xb = to_blocked(x, t.batch, t.c, t.h * t.w, in_block);
     const auto dyb = to_blocked(dy, t.batch, t.k, oh * ow, out_block);
     for (const int threads : {1, 2}) {
+      const cpudl::ThreadScope scope(threads);
       std::vector<float> dw(want.size(), 7.0f), db(want_db.size(), 7.0f);
       conv::winograd_backward_weights({t.batch, t.c, t.h, t.w, t.k, t.pad, t.block, 4}, xb.data(), dyb.data(),
-                                      dw.data(), db.data(), threads);
+                                      dw.data(), db.data());
       for (std::size_t i = 0; i < want.size(); ++i)
         ASSERT_NEAR(dw[i], want[i], 5e-5 * scale)
             << "at " << i << " of scale " << scale << ", " << threads << " threads";
@@ -499,7 +501,7 @@ TEST(WinogradConv, BackwardWeightsMatchTheDirectWeightGradient) {
 struct NativeWeightGradCase {
   std::int64_t batch, c, h, w, k, kernel, stride_h, stride_w, pad_h, pad_w;
 };
-using NativeWeightGradFn = void (*)(const ConvShape&, const float*, const float*, float*, float*, int);
+using NativeWeightGradFn = void (*)(const ConvShape&, const float*, const float*, float*, float*);
 void expect_native_weight_gradient(const std::vector<NativeWeightGradCase>& cases,
                                    bool (*applies)(const ConvShape&), NativeWeightGradFn fn, unsigned seed,
                                    const std::vector<int>& thread_counts) {
@@ -516,14 +518,15 @@ void expect_native_weight_gradient(const std::vector<NativeWeightGradCase>& case
     const auto [x, dy, want, want_db, scale] = weight_gradient_case(s, seed);
     const auto xc = to_nhwc(x, t.batch, t.c, t.h, t.w), dyc = to_nhwc(dy, t.batch, t.k, oh, ow);
     for (const int threads : thread_counts) {
+      const cpudl::ThreadScope scope(threads);
       std::vector<float> dw(want.size(), 7.0f), db(want_db.size(), 7.0f);
-      fn(s, xc.data(), dyc.data(), dw.data(), db.data(), threads);
+      fn(s, xc.data(), dyc.data(), dw.data(), db.data());
       for (std::size_t i = 0; i < want.size(); ++i)
         ASSERT_NEAR(dw[i], want[i], 1e-5 * scale) << "at " << i << " of scale " << scale << ", " << threads;
       for (std::size_t k = 0; k < want_db.size(); ++k)
         ASSERT_NEAR(db[k], want_db[k], 1e-5 * (1 + std::fabs(want_db[k]))) << "db " << k << ", " << threads;
       std::vector<float> dw_only(want.size(), 7.0f);
-      fn(s, xc.data(), dyc.data(), dw_only.data(), nullptr, threads);
+      fn(s, xc.data(), dyc.data(), dw_only.data(), nullptr);
       EXPECT_EQ(dw_only, dw);
     }
   }
@@ -633,14 +636,15 @@ TEST(PointwiseConv, MatchesTheDirectConvolution) {
       float* y = y_buffer.get(want_y.size());
       float* dx = dx_buffer.get(want_dx.size());
       for (const int threads : {1, 2, 3}) {
+        const cpudl::ThreadScope scope(threads);
         std::fill_n(y, want_y.size(), nan);
         std::fill_n(dx, want_dx.size(), nan);
-        conv::pointwise_conv_forward(s, xc.data(), w.data(), bias.data(), y, threads);
+        conv::pointwise_conv_forward(s, xc.data(), w.data(), bias.data(), y);
         expect_close(std::vector<float>(y, y + want_y.size()), want_y, 1e-5, "forward");
-        conv::pointwise_conv_forward(s, xc.data(), w.data(), nullptr, y, threads);
+        conv::pointwise_conv_forward(s, xc.data(), w.data(), nullptr, y);
         expect_close(std::vector<float>(y, y + want_y.size()), want_y_plain, 1e-5, "forward without bias");
         if (!backward) continue;
-        conv::pointwise_conv_backward_data(s, dyc.data(), w.data(), dx, threads);
+        conv::pointwise_conv_backward_data(s, dyc.data(), w.data(), dx);
         expect_close(std::vector<float>(dx, dx + want_dx.size()), want_dx, 1e-5, "backward data");
       }
       kernels::g_streaming_store_bytes = saved;

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <latch>
+#include <thread>
 
 #include "allocation_counter.h"
 #include "cpudl/error.h"
@@ -56,6 +58,43 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, MatchesPyTorch,
                                            "lenet5_opset17", "mlp_opset13", "mlp_opset17",
                                            "transformer_opset13", "transformer_opset17", "resnet18_opset13",
                                            "mobilenet_v2_opset17"));
+
+// Two sessions of one process, each with its own thread count, running at the same time (a
+// server, a Python thread pool). OpenMP keeps a pool of worker threads per calling thread, so the
+// threads of the process show what each session really started: the session on 2 threads one
+// worker, the session on 1 none. A count taken from a process-wide setting gives one of them the
+// other's count. Both must still match PyTorch.
+int process_threads() {
+  return static_cast<int>(std::distance(fs::directory_iterator("/proc/self/task"), fs::directory_iterator{}));
+}
+
+TEST(Inference, TwoSessionsRunAtOnceEachOnItsOwnThreadCount) {
+  const cpudl::Tensor x = cpudl::io::load_npy(kOnnx / "mobilenet_v2_opset17.input.npy");
+  const cpudl::Tensor expected = cpudl::io::load_npy(kOnnx / "mobilenet_v2_opset17.output.npy");
+  cpudl::InferenceOptions one, two;
+  one.threads = 1;
+  two.threads = 2;
+  cpudl::InferenceSession single(kOnnx / "mobilenet_v2_opset17.onnx", one);
+  cpudl::InferenceSession pair(kOnnx / "mobilenet_v2_opset17.onnx", two);
+  const int before = process_threads();
+  std::latch ran(2), release(1);
+  double errors[2] = {1, 1};
+  auto serve = [&](cpudl::InferenceSession& session, double& error) {
+    for (int i = 0; i < 3; ++i) error = std::min(error, relative_error(session.run({x})[0], expected));
+    ran.count_down();
+    release.wait();  // keeps this thread, and its OpenMP workers, alive while they are counted
+  };
+  std::thread a(serve, std::ref(single), std::ref(errors[0])), b(serve, std::ref(pair), std::ref(errors[1]));
+  ran.wait();
+  const int started = process_threads() - before;
+  release.count_down();
+  a.join();
+  b.join();
+  EXPECT_EQ(started, 3) << "the two callers and the 2-thread session's one OpenMP worker";
+  EXPECT_LT(errors[0], 1e-4);
+  EXPECT_LT(errors[1], 1e-4);
+  EXPECT_THROW(cpudl::InferenceSession(kOnnx / "lenet5_opset17.onnx", {true, false, false, -1}), cpudl::UsageError);
+}
 
 TEST(Inference, EachBatchSizeGetsItsOwnPlanAndTheSameRows) {
   cpudl::InferenceSession session(kOnnx / "resnet18_opset13.onnx");

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <latch>
+#include <thread>
 
 #include "cpudl/error.h"
 #include "cpudl/io.h"
@@ -73,6 +75,39 @@ TEST_P(LlmReference, PromptLogitsMatchTheNumPyReference) {
   for (std::int32_t t : tokens) ctx.eval(std::span(&t, 1));
   const float* last = ref.data() + (tokens.size() - 1) * static_cast<std::size_t>(ref.shape()[1]);
   EXPECT_LT(worst_relative_error(ctx, last, 1), c.tolerance) << "token by token";
+}
+
+// Two contexts on one model, at once, each on its own thread count (a server's slots, a Python
+// thread pool). OpenMP keeps worker threads per calling thread: the 2-thread context starts one,
+// the 1-thread context none. Both still match the reference.
+TEST(LlmContext, TwoContextsRunAtOnceEachOnItsOwnThreadCount) {
+  const Model model = Model::load(kDir / "tiny-llama-f32.gguf");
+  const Tensor ref = io::load_npy(kDir / "tiny-llama-f32.logits.npy");
+  const auto tokens = prompt_tokens("tiny-llama");
+  auto process_threads = [] {
+    return std::distance(std::filesystem::directory_iterator("/proc/self/task"),
+                         std::filesystem::directory_iterator{});
+  };
+  const auto before = process_threads();
+  std::latch ran(2), release(1);
+  double errors[2] = {1, 1};
+  auto generate = [&](int threads, double& error) {
+    Context ctx(model, {.n_ctx = 64, .cache_type = CacheType::f32, .threads = threads});
+    ctx.eval(tokens, /*all_logits=*/true);
+    error = worst_relative_error(ctx, ref.data(), tokens.size());
+    ran.count_down();
+    release.wait();  // keeps this thread, and its OpenMP workers, alive while they are counted
+  };
+  std::thread a(generate, 1, std::ref(errors[0])), b(generate, 2, std::ref(errors[1]));
+  ran.wait();
+  const auto started = process_threads() - before;
+  release.count_down();
+  a.join();
+  b.join();
+  EXPECT_EQ(started, 3) << "the two callers and the 2-thread context's one OpenMP worker";
+  EXPECT_LT(errors[0], 1e-4);
+  EXPECT_LT(errors[1], 1e-4);
+  EXPECT_THROW(Context(model, {.threads = -2}), UsageError);
 }
 
 // F32 weights with an f32 cache: only float rounding separates cpudl from the float64 reference

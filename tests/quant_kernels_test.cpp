@@ -11,13 +11,12 @@
 #include "kernels/dispatch.h"
 #include "kernels/quant/quant.h"
 #include "llm/ggml_types.h"
-#include "llm/half.h"
+#include "kernels/half.h"
 #include "llm/quantize.h"
 
 namespace cpudl::kernels {
 namespace {
 
-using llm::GgmlType;
 
 const IsaLevel kMachineLevel = runtime().isa.detected;
 
@@ -52,8 +51,8 @@ TEST_P(WeightMatmul, EveryVariantMatchesTheDequantisedProduct) {
     SCOPED_TRACE("tokens " + std::to_string(tokens));
     const std::vector<float> x = gaussian(tokens * k, 2 + static_cast<unsigned>(tokens));
     std::size_t x_row = k * sizeof(float);
-    if (c.activation == Case::q8a) x_row = k / 32 * sizeof(llm::BlockQ8A);
-    if (c.activation == Case::q8_k) x_row = k / 256 * sizeof(llm::BlockQ8_K);
+    if (c.activation == Case::q8a) x_row = k / 32 * sizeof(BlockQ8A);
+    if (c.activation == Case::q8_k) x_row = k / 256 * sizeof(BlockQ8_K);
     std::vector<std::uint8_t> xq(tokens * x_row);
     std::vector<double> x_deq(tokens * k);
     for (std::size_t t = 0; t < tokens; ++t) {
@@ -64,12 +63,12 @@ TEST_P(WeightMatmul, EveryVariantMatchesTheDequantisedProduct) {
         for (std::size_t i = 0; i < k; ++i) x_deq[t * k + i] = src[i];
       } else if (c.activation == Case::q8a) {
         quantize_row_q8a__ref(src, dst, k);
-        const auto* b = static_cast<const llm::BlockQ8A*>(dst);
+        const auto* b = static_cast<const BlockQ8A*>(dst);
         for (std::size_t i = 0; i < k; ++i)
           x_deq[t * k + i] = static_cast<double>(b[i / 32].d) * b[i / 32].qs[i % 32];
       } else {
         quantize_row_q8_k__ref(src, dst, k);
-        const auto* b = static_cast<const llm::BlockQ8_K*>(dst);
+        const auto* b = static_cast<const BlockQ8_K*>(dst);
         for (std::size_t i = 0; i < k; ++i)
           x_deq[t * k + i] = static_cast<double>(b[i / 256].d) * b[i / 256].qs[i % 256];
       }
@@ -129,12 +128,12 @@ TEST(Q4_0Panel, PackedProductMatchesTheDequantisedProduct) {
     for (const std::size_t tokens : {1, 4, 6, 9}) {
       SCOPED_TRACE("rows " + std::to_string(rows) + " tokens " + std::to_string(tokens));
       const std::vector<float> x = gaussian(tokens * k, 12 + static_cast<unsigned>(tokens));
-      const std::size_t x_row = k / 32 * sizeof(llm::BlockQ8A);
+      const std::size_t x_row = k / 32 * sizeof(BlockQ8A);
       std::vector<std::uint8_t> xq(tokens * x_row);
       std::vector<double> x_deq(tokens * k);
       for (std::size_t t = 0; t < tokens; ++t) {
         quantize_row_q8a__ref(x.data() + t * k, xq.data() + t * x_row, k);
-        const auto* b = reinterpret_cast<const llm::BlockQ8A*>(xq.data() + t * x_row);
+        const auto* b = reinterpret_cast<const BlockQ8A*>(xq.data() + t * x_row);
         for (std::size_t i = 0; i < k; ++i)
           x_deq[t * k + i] = static_cast<double>(b[i / 32].d) * b[i / 32].qs[i % 32];
       }
@@ -177,7 +176,7 @@ TEST(QuantizeRow, Q8AVariantsAreBitExact) {
     std::vector<float> x = gaussian(k, 5);
     x[3] = 0.0f;
     std::vector<float> zeros(32, 0.0f);
-    std::vector<llm::BlockQ8A> expected(k / 32), got(k / 32);
+    std::vector<BlockQ8A> expected(k / 32), got(k / 32);
     quantize_row_q8a__ref(x.data(), expected.data(), k);
     for (const auto& variant : quantize_row_q8a_variants()) {
       if (variant.level > kMachineLevel) continue;
@@ -200,7 +199,7 @@ TEST(QuantizeRow, Q8KVariantsAreBitExact) {
   for (std::size_t k : {256, 4096}) {
     std::vector<float> x = gaussian(k, 6);
     x[5] = 0.0f;
-    std::vector<llm::BlockQ8_K> expected(k / 256), got(k / 256);
+    std::vector<BlockQ8_K> expected(k / 256), got(k / 256);
     quantize_row_q8_k__ref(x.data(), expected.data(), k);
     for (const auto& variant : quantize_row_q8_k_variants()) {
       if (variant.level > kMachineLevel) continue;
@@ -248,13 +247,13 @@ TEST(Half, ConversionsMatchF16CRoundingAtTheEdges) {
   const std::uint16_t expected[] = {0x0000, 0x8000, 0x3C00, 0x7BFF, 0x7C00, 0x0400,
                                     0x0001, 0x0000, 0x3C01, 0x3C00, 0xC248, 0x0000};
   for (std::size_t i = 0; i < sizeof values / sizeof values[0]; ++i) {
-    EXPECT_EQ(llm::f32_to_fp16(values[i]), expected[i]) << values[i];
+    EXPECT_EQ(f32_to_fp16(values[i]), expected[i]) << values[i];
     if (expected[i] != 0x7C00) {
-      EXPECT_NEAR(llm::fp16_to_f32(expected[i]), values[i], std::fabs(values[i]) * 1e-3 + 6e-8);
+      EXPECT_NEAR(fp16_to_f32(expected[i]), values[i], std::fabs(values[i]) * 1e-3 + 6e-8);
     }
   }
-  EXPECT_EQ(llm::f32_to_bf16(1.0f), 0x3F80);
-  EXPECT_EQ(llm::bf16_to_f32(0x3F80), 1.0f);
+  EXPECT_EQ(f32_to_bf16(1.0f), 0x3F80);
+  EXPECT_EQ(bf16_to_f32(0x3F80), 1.0f);
 }
 
 }  // namespace

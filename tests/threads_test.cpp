@@ -1,10 +1,16 @@
 // Thread-count decisions and performance warnings, from fixture systems and fake environments.
 #include <gtest/gtest.h>
 
+#include <omp.h>
+
+#include <atomic>
+#include <barrier>
 #include <map>
+#include <thread>
 
 #include "cpudl/error.h"
 #include "cpudl/runtime.h"
+#include "runtime/parallel.h"
 
 namespace cpudl {
 namespace {
@@ -93,6 +99,80 @@ TEST(PerformanceWarnings, NameWhatSlowsPeopleDown) {
   EXPECT_TRUE(mentions(numa_warnings, "governor is 'powersave'"));
   EXPECT_TRUE(mentions(numa_warnings, "thermally throttled 3 times"));
   EXPECT_FALSE(mentions(numa_warnings, "cgroup"));
+}
+
+
+// ---------------------------------------------------------------------------------------------
+// The thread count as a value: scopes, the process default, and parallel regions sized by them.
+
+// The team size of a parallel_for sized by the calling thread's count.
+int team_size_of_parallel_for() {
+  std::atomic<int> team{0};
+  parallel_for(64, 1, [&](std::size_t, std::size_t) { team.store(omp_get_num_threads()); });
+  return team.load();
+}
+
+TEST(ThreadScope, SetsTheCountAndOpenMpsAndRestoresBoth) {
+  const int outer = compute_threads();
+  const int outer_openmp = omp_get_max_threads();
+  {
+    const ThreadScope one(1);
+    EXPECT_EQ(compute_threads(), 1);
+    EXPECT_EQ(omp_get_max_threads(), 1);  // what oneDNN sizes its work by
+    EXPECT_EQ(team_size_of_parallel_for(), 1);
+    {
+      const ThreadScope three(3);
+      EXPECT_EQ(compute_threads(), 3);
+      EXPECT_EQ(omp_get_max_threads(), 3);
+      EXPECT_EQ(team_size_of_parallel_for(), 3);
+      const ThreadScope keep(0);  // 0: the count in effect
+      EXPECT_EQ(compute_threads(), 3);
+    }
+    EXPECT_EQ(compute_threads(), 1);
+    EXPECT_EQ(omp_get_max_threads(), 1);
+  }
+  EXPECT_EQ(compute_threads(), outer);
+  EXPECT_EQ(omp_get_max_threads(), outer_openmp);
+  EXPECT_THROW(ThreadScope(-1), UsageError);
+  EXPECT_THROW(ThreadScope(5000), UsageError);
+}
+
+TEST(ThreadScope, EachThreadHasItsOwn) {
+  // Both scopes are open at once; each thread's regions use its own count, not the last one set.
+  std::barrier both_open(2);
+  int seen[2] = {0, 0}, teams[2] = {0, 0};
+  auto worker = [&](int index, int threads) {
+    const ThreadScope scope(threads);
+    both_open.arrive_and_wait();
+    for (int round = 0; round < 20; ++round) {
+      seen[index] = compute_threads();
+      teams[index] = std::max(teams[index], team_size_of_parallel_for());
+    }
+  };
+  std::thread a(worker, 0, 1), b(worker, 1, 3);
+  a.join();
+  b.join();
+  EXPECT_EQ(seen[0], 1);
+  EXPECT_EQ(teams[0], 1);
+  EXPECT_EQ(seen[1], 3);
+  EXPECT_EQ(teams[1], 3);
+}
+
+TEST(ThreadScope, ProcessDefaultReachesNewThreadsAndIsChecked) {
+  EXPECT_THROW(set_default_threads(0), UsageError);
+  EXPECT_THROW(set_default_threads(4097), UsageError);
+  EXPECT_THROW(check_thread_request(0, "--threads"), UsageError);
+  const int before = compute_threads();
+  set_default_threads(3);
+  int on_new_thread = 0, team = 0;
+  std::thread([&] {
+    on_new_thread = compute_threads();
+    team = team_size_of_parallel_for();
+  }).join();
+  EXPECT_EQ(on_new_thread, 3);
+  EXPECT_EQ(team, 3);
+  EXPECT_EQ(compute_threads(), 3);
+  set_default_threads(before);
 }
 
 }  // namespace

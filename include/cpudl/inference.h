@@ -25,6 +25,9 @@ struct InferenceOptions {
   // oneDNN's float convolution (ResNet-18: 2-4x slower), while the QDQ pairs around a float
   // convolution give the same int8 numbers (up to float rounding) at float speed.
   bool int8_convolutions = false;
+  // Compute threads for this session's runs, whatever other sessions in the process use; 0: the
+  // process default (compute_threads() of the calling thread).
+  int threads = 0;
 };
 
 struct ModelValue {

@@ -66,7 +66,7 @@ CacheType parse_cache_type(std::string_view name);  // UsageError for others
 struct ContextOptions {
   int n_ctx = 0;  // 0: the model's context length, capped at 4096
   CacheType cache_type = CacheType::f16;
-  int threads = 0;  // 0: the process's thread count
+  int threads = 0;  // each eval runs on this many threads, whatever other contexts use; 0: compute_threads()
   int batch = 256;  // prompt tokens evaluated per step
 };
 

@@ -7,28 +7,12 @@
 #include <string>
 #include <vector>
 
+#include "cpudl/runtime.h"
 #include "cpudl/tensor.h"
 
 namespace cpudl {
 
-// Multiply-adds x 2 of the dense ops (conv2d, linear, matmul) that this thread's forward calls
-// ran since the last reset: what `cpudl bench model` divides by time. A training step costs about
-// three times its forward pass (the backward computes the input and the weight gradients).
-double forward_flops();
-void reset_forward_flops();
-
-// Where a training step's time goes, per op: each op's forward, each autograd node's backward
-// (FLOPs counted for forward only: the dense ops' backward is about twice their forward) and the
-// optimiser step. Collected when CPUDL_PROFILE=1 or after enable_op_profile(true).
-struct OpTime {
-  std::string op, phase;  // phase: forward, backward or optimizer
-  std::int64_t calls = 0;
-  double seconds = 0, flops = 0;
-};
-void enable_op_profile(bool on);
-bool op_profiling_enabled();
-std::vector<OpTime> op_profile();  // most time first
-void reset_op_profile();
+// forward_flops() and the per-op profile (op_profile()) are declared in cpudl/runtime.h.
 
 // ---- element-wise, broadcasting (NumPy rules)
 Tensor add(const Tensor& a, const Tensor& b);

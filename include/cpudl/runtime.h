@@ -183,7 +183,57 @@ struct Runtime {
   ThreadPlan threads;
 };
 // Throws UsageError on a bad CPUDL_ISA / CPUDL_THREADS / OMP_NUM_THREADS (and keeps throwing it).
+// Its ThreadPlan is the machine's default; the count work runs on is compute_threads().
 const Runtime& runtime();
+
+// ---------------------------------------------------------------------------------------------
+// The compute thread count is a value, not process state read back from the environment: a
+// server or a Python program may run several sessions at once, each with its own count.
+//
+// The count in effect on the calling thread: the innermost ThreadScope's, else the process
+// default (set_default_threads, else runtime().threads). Every parallel region sizes itself by it.
+int compute_threads();
+// The process default, for threads with no ThreadScope (the CLI's --threads, cpudl.set_threads).
+// Throws UsageError outside [1, 4096]. Call it before starting work on other threads.
+void set_default_threads(int threads);
+// Runs the calling thread's work on `threads` threads until destroyed (0: keep the count in
+// effect). The one place that sets OpenMP's thread count, so oneDNN, whose primitives read it,
+// follows the same value. Scopes nest; a scope belongs to the thread that made it.
+class ThreadScope {
+ public:
+  explicit ThreadScope(int threads);
+  ~ThreadScope();
+  ThreadScope(const ThreadScope&) = delete;
+  ThreadScope& operator=(const ThreadScope&) = delete;
+
+ private:
+  int previous_scope_;
+  int previous_openmp_;
+};
+// A --threads value: UsageError naming `what` outside [1, 4096]; a one-line warning on stderr
+// (once per process) above the usable cores, where threads only wait for each other.
+void check_thread_request(int threads, const char* what);
+
+// ---------------------------------------------------------------------------------------------
+// Profiling of the eager engine (src/runtime/op_profile.cpp): FLOPs and time per op.
+// Multiply-adds x 2 of the dense ops (conv2d, linear, matmul) that this thread's forward calls
+// ran since the last reset: what `cpudl bench model` divides by time. A training step costs about
+// three times its forward pass (the backward computes the input and the weight gradients).
+double forward_flops();
+void reset_forward_flops();
+
+// Where a training step's time goes, per op: each op's forward, each autograd node's backward
+// (FLOPs counted for forward only: the dense ops' backward is about twice their forward) and the
+// optimiser step. Collected when CPUDL_PROFILE=1 or after enable_op_profile(true).
+struct OpTime {
+  std::string op, phase;  // phase: forward, backward or optimizer
+  std::int64_t calls = 0;
+  double seconds = 0, flops = 0;
+};
+void enable_op_profile(bool on);
+bool op_profiling_enabled();
+std::vector<OpTime> op_profile();  // most time first
+void reset_op_profile();
 
 // Whether CPUDL_VERBOSE asks for kernel-choice logging (to stderr).
 bool verbose();

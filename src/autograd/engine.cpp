@@ -6,7 +6,7 @@
 #include "cpudl/autograd.h"
 #include "cpudl/error.h"
 #include "cpudl/ops.h"
-#include "ops/op_profile.h"
+#include "runtime/op_profile.h"
 #include "tensor/layout.h"
 
 namespace cpudl {

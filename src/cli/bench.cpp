@@ -53,14 +53,15 @@ std::vector<std::int64_t> parse_list(const std::string& text, const char* flag) 
 }
 
 std::vector<int> thread_counts(const BenchOptions& o) {
-  // The runtime sets OpenMP's thread count when it first starts: started later, inside the first
-  // measurement, it undid the caller's omp_set_num_threads (`--threads 1` timed 2 threads).
-  const int default_threads = runtime().threads.threads;
+  // Each row runs inside a ThreadScope of its count, so nothing started later can undo it.
   std::vector<int> out;
   if (o.threads.empty()) {
-    for (int t = 1; t <= default_threads; ++t) out.push_back(t);
+    for (int t = 1; t <= compute_threads(); ++t) out.push_back(t);
   } else {
-    for (std::int64_t t : parse_list(o.threads, "--threads")) out.push_back(static_cast<int>(t));
+    for (std::int64_t t : parse_list(o.threads, "--threads")) {
+      check_thread_request(static_cast<int>(std::min<std::int64_t>(t, 1 << 20)), "--threads");
+      out.push_back(static_cast<int>(t));
+    }
   }
   return out;
 }
@@ -184,9 +185,8 @@ int run_gemm(const BenchOptions& o) {
                     .c_str(),
                 "backend   threads      m      n      k   ms        GFLOP/s  %peak steal  shape");
   const auto workloads = bench::gemm_workloads(parse_list(o.sizes, "--sizes"));
-  const int saved_threads = omp_get_max_threads();
   for (int t : thread_counts(o)) {
-    omp_set_num_threads(t);
+    const ThreadScope scope(t);
     for (const auto& w : workloads) {
       const auto a = random_buffer(static_cast<std::size_t>(w.m * w.k), 1);
       const auto b = random_buffer(static_cast<std::size_t>(w.k * w.n), 2);
@@ -214,7 +214,6 @@ int run_gemm(const BenchOptions& o) {
       }
     }
   }
-  omp_set_num_threads(saved_threads);
   return 0;
 }
 
@@ -234,9 +233,8 @@ int run_conv(const BenchOptions& o) {
       "layer with or without bias as its model defines it: ResNet-18's convolutions have none)",
       "model      layer                     batch threads pass                            ms    GFLOP/s  "
       "%peak steal");
-  const int saved_threads = omp_get_max_threads();
   for (int t : thread_counts(o)) {
-    omp_set_num_threads(t);
+    const ThreadScope scope(t);
     for (const auto& w : workloads) {
       const auto& s = w.shape;
       const auto x = random_buffer(static_cast<std::size_t>(s.batch * s.in_channels * s.height * s.width), 1);
@@ -266,48 +264,48 @@ int run_conv(const BenchOptions& o) {
           {"forward", "onednn", [&] { onednn::conv2d_forward(s, x.data(), wt.data(), 1, b, y.data()); }},
           {"forward", "winograd",
            winograd ? std::function<void()>(
-                          [&] { winograd->forward(x.data(), b, nullptr, -INFINITY, INFINITY, y.data(), t); })
+                          [&] { winograd->forward(x.data(), b, nullptr, -INFINITY, INFINITY, y.data()); })
                     : nullptr},
           {"forward", "winograd_nhwc",
            train_forward ? std::function<void()>([&] {
              conv::winograd_convolve(*train_forward, wt.data(), conv::WinogradPass::forward, x.data(), b,
-                                     -INFINITY, INFINITY, y.data(), t);
+                                     -INFINITY, INFINITY, y.data());
            })
                          : nullptr},
           {"forward", "pointwise",
            conv::pointwise_conv_forward_applies(s) ? std::function<void()>([&] {
-             conv::pointwise_conv_forward(s, x.data(), wt.data(), b, y.data(), t);
+             conv::pointwise_conv_forward(s, x.data(), wt.data(), b, y.data());
            })
                                                    : nullptr},
           {"backward_data", "onednn",
            [&] { onednn::conv2d_backward_data(s, dy.data(), wt.data(), 1, dx.data()); }},
           {"backward_data", "pointwise",
            conv::pointwise_conv_backward_data_applies(s) ? std::function<void()>([&] {
-             conv::pointwise_conv_backward_data(s, dy.data(), wt.data(), dx.data(), t);
+             conv::pointwise_conv_backward_data(s, dy.data(), wt.data(), dx.data());
            })
                                                          : nullptr},
           {"backward_data", "winograd_nhwc",
            train_backward ? std::function<void()>([&] {
              conv::winograd_convolve(*train_backward, wt.data(), conv::WinogradPass::backward_data, dy.data(),
-                                     nullptr, -INFINITY, INFINITY, dx.data(), t);
+                                     nullptr, -INFINITY, INFINITY, dx.data());
            })
                           : nullptr},
           {"backward_weights", "onednn",
            [&] { onednn::conv2d_backward_weights(s, x.data(), dy.data(), dw.data(), diff_b); }},
           {"backward_weights", "winograd_nhwc",
            train_forward ? std::function<void()>([&] {
-             conv::winograd_backward_weights(*train_forward, x.data(), dy.data(), dw.data(), diff_b, t);
+             conv::winograd_backward_weights(*train_forward, x.data(), dy.data(), dw.data(), diff_b);
            })
                          : nullptr},
           {"backward_weights", "implicit_gemm",
            conv::implicit_gemm_weight_grad_applies(s) ? std::function<void()>([&] {
-             conv::implicit_gemm_weight_grad(s, x.data(), dy.data(), dw.data(), diff_b, t);
+             conv::implicit_gemm_weight_grad(s, x.data(), dy.data(), dw.data(), diff_b);
            })
                                                       : nullptr},
           {"backward_weights", "tap_gemm",
            conv::tap_gemm_weight_grad_applies(s) && (s.stride_h > 1 || s.stride_w > 1)
                ? std::function<void()>(
-                     [&] { conv::tap_gemm_weight_grad(s, x.data(), dy.data(), dw.data(), diff_b, t); })
+                     [&] { conv::tap_gemm_weight_grad(s, x.data(), dy.data(), dw.data(), diff_b); })
                : nullptr},
       };
       for (const auto& pass : passes) {
@@ -344,7 +342,6 @@ int run_conv(const BenchOptions& o) {
       }
     }
   }
-  omp_set_num_threads(saved_threads);
   return 0;
 }
 

@@ -29,8 +29,8 @@ double median(std::vector<double> v) {
 int run_bench_llm(const BenchLlmOptions& o) {
   const llm::Model model = llm::Model::load(o.model);
   const auto& c = model.config();
-  const int threads = runtime().threads.threads;
-  llm::Context ctx(model, {o.prompt + o.gen + 1, llm::parse_cache_type(o.cache_type), 0, std::max(o.prompt, 1)});
+  const int threads = o.threads > 0 ? o.threads : compute_threads();
+  llm::Context ctx(model, {o.prompt + o.gen + 1, llm::parse_cache_type(o.cache_type), threads, std::max(o.prompt, 1)});
   std::mt19937 gen(1);
   std::uniform_int_distribution<std::int32_t> pick(0, c.vocab - 1);
   std::vector<std::int32_t> prompt(static_cast<std::size_t>(o.prompt));
@@ -101,12 +101,12 @@ void add_bench_llm_command(CLI::App& bench, Action& action) {
   b->add_option("--gen", o->gen, "Generated tokens (default 32)")->check(CLI::Range(0, 1 << 16));
   b->add_option("--repetitions", o->repetitions, "Runs of each test; the median is reported (default 3)")
       ->check(CLI::Range(1, 1000));
-  b->add_option("--threads", o->threads, "Compute threads (default: usable physical cores)")->check(CLI::Range(1, 4096));
+  add_threads_option(b, o->threads);
   b->add_option("--cache-type", o->cache_type, "KV cache type: f16 (default), f32 or q8_0");
   b->add_flag("--json", o->json, "One JSON object");
   b->callback([&action, o] {
     action = [o] {
-      use_threads(o->threads);
+      if (o->threads > 0) check_thread_request(o->threads, "--threads");
       return run_bench_llm(*o);
     };
   });

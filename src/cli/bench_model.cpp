@@ -86,7 +86,7 @@ int run_model_bench(const ModelBenchOptions& o) {
   }
   std::sort(seconds.begin(), seconds.end());
   const double median = seconds[seconds.size() / 2];
-  const int threads = runtime().threads.threads;
+  const int threads = compute_threads();
   const double roof = measure_compute_roof(ComputeRoof::fp32_fma, threads, 0.3).gops;
   const double gflops = flops / median / 1e9;
   if (op_profiling_enabled()) print_op_profile(o.steps, roof);
@@ -138,8 +138,7 @@ void add_bench_model_command(CLI::App& bench, Action& action) {
   m->add_option("--classes", o->classes, "Output classes (default 10)")->check(CLI::Range(2, 100000));
   m->add_option("--steps", o->steps, "Timed steps after two warm-up steps (default 20)")
       ->check(CLI::Range(1, 100000));
-  m->add_option("--threads", o->threads, "Compute threads (default: usable physical cores)")
-      ->check(CLI::Range(1, 4096));
+  add_threads_option(m, o->threads);
   m->add_flag("--json", o->json, "One JSON object");
   m->callback([&action, o] {
     action = [o] {

@@ -3,17 +3,17 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
-#include <cstdlib>
 #include <functional>
 #include <string>
 
 namespace cpudl::cli {
 
-// --threads T of train, run and bench model: sizes the one compute pool through CPUDL_THREADS,
-// so it must run before anything starts the runtime. 0 keeps the default.
-inline void use_threads(int threads) {
-  if (threads > 0) setenv("CPUDL_THREADS", std::to_string(threads).c_str(), 1);
-}
+// --threads T: one definition for every subcommand that computes (1 to 4096; not given = the
+// usable physical cores). Registered once here so that its name, range and help cannot drift.
+CLI::Option* add_threads_option(CLI::App* app, int& threads);
+// Makes a given --threads the process default (commands that run one session: train, eval, run,
+// bench model), warning once when it is above the usable cores. 0 (not given) keeps the default.
+void use_threads(int threads);
 
 // Under CPUDL_PROFILE=1: the eager engine's time per op (ops.h: op_profile()) to stderr, per
 // step when `steps` > 0; % of peak when `roof_gflops` > 0.

@@ -16,6 +16,7 @@ namespace {
 struct EvalOptions {
   std::string model, data;
   bool json = false;
+  int threads = 0;
 };
 
 int run_eval(const EvalOptions& o) {
@@ -54,6 +55,7 @@ struct PredictOptions {
   std::vector<std::string> inputs;
   int top = 3;
   bool json = false, ascii = false;
+  int threads = 0;
 };
 
 // An input as [C, H, W] in [0, 1]: an image file, or idx:FILE:INDEX (one sample of an IDX file).
@@ -143,7 +145,13 @@ void add_eval_command(CLI::App& app, Action& action) {
   e->add_option("--model", o->model, "Model file written by cpudl train")->required();
   e->add_option("--data", o->data, "Data directory (as for train)")->required();
   e->add_flag("--json", o->json, "One JSON object");
-  e->callback([&action, o] { action = [o] { return run_eval(*o); }; });
+  add_threads_option(e, o->threads);
+  e->callback([&action, o] {
+    action = [o] {
+      use_threads(o->threads);
+      return run_eval(*o);
+    };
+  });
 }
 
 void add_predict_command(CLI::App& app, Action& action) {
@@ -154,7 +162,13 @@ void add_predict_command(CLI::App& app, Action& action) {
   p->add_option("--top", o->top, "Classes to show (default 3)")->check(CLI::Range(1, 1000));
   p->add_flag("--ascii", o->ascii, "Draw each grey image as ASCII art beside its prediction");
   p->add_flag("--json", o->json, "One JSON array");
-  p->callback([&action, o] { action = [o] { return run_predict(*o); }; });
+  add_threads_option(p, o->threads);
+  p->callback([&action, o] {
+    action = [o] {
+      use_threads(o->threads);
+      return run_predict(*o);
+    };
+  });
 }
 
 }  // namespace cpudl::cli

@@ -9,6 +9,7 @@
 #include "cpudl/error.h"
 #include "cpudl/io.h"
 #include "cpudl/llm.h"
+#include "cpudl/runtime.h"
 #include "llm/chat_template.h"
 #include "llm/model_impl.h"
 
@@ -35,7 +36,7 @@ struct ModelFlags {
 
 void add_model_flags(CLI::App* c, ModelFlags& m) {
   c->add_option("-m,--model", m.model, "Model file (.gguf)")->required();
-  c->add_option("--threads", m.threads, "Compute threads (default: usable physical cores)")->check(CLI::Range(1, 4096));
+  add_threads_option(c, m.threads);
   c->add_option("--ctx", m.ctx, "Context length (default: the model's, at most 4096)")->check(CLI::Range(1, 1 << 24));
   c->add_option("--cache-type", m.cache_type, "KV cache type: f16 (default), f32 or q8_0");
 }
@@ -54,7 +55,7 @@ void add_sampling_flags(CLI::App* c, SamplingFlags& s) {
 }
 
 llm::ContextOptions context_options(const ModelFlags& m) {
-  return {m.ctx, llm::parse_cache_type(m.cache_type), 0, 256};
+  return {m.ctx, llm::parse_cache_type(m.cache_type), m.threads, 256};
 }
 
 // Holds back text that could be the start of a stop string, so streamed output never shows a
@@ -273,7 +274,7 @@ void add_generate_command(CLI::App& app, Action& action) {
   g->add_flag("--json", o->json, "One JSON object at the end instead of streamed text");
   g->callback([&action, o] {
     action = [o] {
-      use_threads(o->model.threads);
+      if (o->model.threads > 0) check_thread_request(o->model.threads, "--threads");
       return run_generate(*o);
     };
   });
@@ -298,7 +299,7 @@ void add_chat_command(CLI::App& app, Action& action) {
   c->add_option("-n,--n-predict", o->n, "At most this many tokens per reply (default 512)")->check(CLI::Range(1, 1 << 24));
   c->callback([&action, o] {
     action = [o] {
-      use_threads(o->model.threads);
+      if (o->model.threads > 0) check_thread_request(o->model.threads, "--threads");
       return run_chat(*o);
     };
   });

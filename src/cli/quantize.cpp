@@ -25,13 +25,13 @@ bool ends_with(const std::string& s, const char* suffix) {
 
 struct TargetType {
   const char* name;
-  llm::GgmlType type;
+  GgmlType type;
   std::uint32_t file_type;  // general.file_type as llama.cpp numbers it
 };
-const TargetType kTargets[] = {{"f32", llm::GgmlType::f32, 0},   {"f16", llm::GgmlType::f16, 1},
-                               {"bf16", llm::GgmlType::bf16, 32}, {"q8_0", llm::GgmlType::q8_0, 7},
-                               {"q4_0", llm::GgmlType::q4_0, 2},  {"q4_k", llm::GgmlType::q4_k, 14},
-                               {"q6_k", llm::GgmlType::q6_k, 18}};
+const TargetType kTargets[] = {{"f32", GgmlType::f32, 0},   {"f16", GgmlType::f16, 1},
+                               {"bf16", GgmlType::bf16, 32}, {"q8_0", GgmlType::q8_0, 7},
+                               {"q4_0", GgmlType::q4_0, 2},  {"q4_k", GgmlType::q4_k, 14},
+                               {"q6_k", GgmlType::q6_k, 18}};
 
 int run_quantize(QuantizeOptions& o) {
   if (ends_with(o.input, ".onnx")) {
@@ -69,9 +69,9 @@ int run_quantize(QuantizeOptions& o) {
   buffers.reserve(in.tensors().size());
   for (const llm::GgufTensor& t : in.tensors()) {
     bytes_in += t.bytes;
-    llm::GgmlType to = t.dims.size() >= 2 ? target->type : t.type;
+    GgmlType to = t.dims.size() >= 2 ? target->type : t.type;
     const std::uint32_t block = llm::ggml_type_info(static_cast<std::uint32_t>(to))->block_size;
-    if (t.dims[0] % block != 0) to = t.dims[0] % 32 == 0 ? llm::GgmlType::q8_0 : llm::GgmlType::f16;  // rows too short for the type
+    if (t.dims[0] % block != 0) to = t.dims[0] % 32 == 0 ? GgmlType::q8_0 : GgmlType::f16;  // rows too short for the type
     if (to == t.type) {
       tensors.push_back({t.name, t.type, t.dims, {t.data, t.bytes}});
       bytes_out += t.bytes;
@@ -123,7 +123,7 @@ void add_quantize_command(CLI::App& app, Action& action) {
       ->check(CLI::PositiveNumber);
   q->add_flag("--reduce-range", o->onnx.reduce_range,
              "ONNX: 7-bit weights, the int8 product's fastest exact path on CPUs without VNNI (one bit less precision)");
-  q->add_option("--threads", o->onnx.threads, "ONNX: threads for the accuracy run");
+  add_threads_option(q, o->onnx.threads);
   q->add_flag("--json", o->onnx.json, "ONNX: the report as one JSON object");
   q->callback([&action, o] { action = [o] { return run_quantize(*o); }; });
 }

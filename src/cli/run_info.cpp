@@ -108,11 +108,11 @@ int run_model(const RunOptions& o) {
     const std::int64_t batch = inputs.empty() || inputs[0].dim() == 0 ? 1 : inputs[0].size(0);
     report = {{"model", o.model},           {"median_ms", median},
               {"p90_ms", p90},              {"batch", batch},
-              {"threads", runtime().threads.threads}, {"iterations", o.bench},
+              {"threads", compute_threads()}, {"iterations", o.bench},
               {"gflops", info.flops / (median * 1e-3) / 1e9}};
     if (!o.json)
       std::printf("%s: batch %lld, %d threads: median %.3f ms, p90 %.3f ms over %d runs (%.1f GFLOP/s)\n", o.model.c_str(),
-                  static_cast<long long>(batch), runtime().threads.threads, median, p90, o.bench,
+                  static_cast<long long>(batch), compute_threads(), median, p90, o.bench,
                   info.flops / (median * 1e-3) / 1e9);
   }
   for (std::size_t i = 0; i < o.outputs.size(); ++i) io::save_npy(o.outputs[i], results[i]);
@@ -140,7 +140,7 @@ int run_model(const RunOptions& o) {
       std::printf("\n");
     }
   }
-  if (std::getenv("CPUDL_PROFILE")) print_profile(session);
+  if (op_profiling_enabled()) print_profile(session);
   return 0;
 }
 
@@ -214,7 +214,7 @@ void add_run_command(CLI::App& app, Action& action) {
   r->add_option("--bench", o->bench, "Time N runs after warm-up: median and p90 latency")->check(CLI::Range(1, 1000000));
   r->add_option("--batch", o->batch, "Batch size: repeat or cut the input's samples (or random inputs) to B")
       ->check(CLI::Range(1, 1 << 20));
-  r->add_option("--threads", o->threads, "Compute threads (default: usable physical cores)")->check(CLI::Range(1, 4096));
+  add_threads_option(r, o->threads);
   r->add_flag("--json", o->json, "One JSON object");
   r->add_flag("--int8-conv", o->int8_conv,
               "Run a static int8 model's convolutions on the exact int8 kernels (slower than float ones on AVX2 for now)");

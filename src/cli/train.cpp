@@ -111,7 +111,7 @@ int run_train(TrainOptions& o) {
                                                {"seconds_per_epoch", s.seconds_per_epoch},
                                                {"peak_memory_bytes", s.peak_memory_bytes},
                                                {"parameters", s.parameters},
-                                               {"threads", runtime().threads.threads},
+                                               {"threads", compute_threads()},
                                                {"out", o.out}}
                             .dump()
                             .c_str());
@@ -120,7 +120,7 @@ int run_train(TrainOptions& o) {
         "trained %s (%lld parameters) on %d threads: %.2f s/epoch, %.0f images/s, test accuracy %.2f%%, peak "
         "memory %.1f MiB\n"
         "saved %s\n",
-        c.model.c_str(), static_cast<long long>(s.parameters), runtime().threads.threads, s.seconds_per_epoch,
+        c.model.c_str(), static_cast<long long>(s.parameters), compute_threads(), s.seconds_per_epoch,
         s.images_per_second, 100 * s.test_accuracy, static_cast<double>(s.peak_memory_bytes) / (1 << 20),
         o.out.c_str());
   }
@@ -150,8 +150,7 @@ void add_train_command(CLI::App& app, Action& action) {
                 "Data-loading threads (default 1: a batch is gathered far faster than it trains, and more "
                 "would compete with the compute threads)")
       ->check(CLI::Range(1, 64));
-  t->add_option("--threads", o->threads, "Compute threads (default: usable physical cores)")
-      ->check(CLI::Range(1, 4096));
+  add_threads_option(t, o->threads);
   t->add_option("--seed", o->config.seed, "Seed for initialisation and shuffling (default 0)");
   t->add_option("--out", o->out, "Model file to write (safetensors)");
   t->add_option("--init", o->init,

@@ -132,7 +132,7 @@ std::int64_t reduction_block(std::int64_t K, std::int64_t J, std::int64_t P, std
 }  // namespace
 
 void implicit_gemm_weight_grad(const onednn::ConvShape& s, const float* x, const float* dy, float* dw,
-                               float* db, int threads) {
+                               float* db) {
   const kernels::GemmTile& tile = kernels::kernel_table().f32_gemm_tile.fn;
   const std::int64_t mr = tile.mr, nr = tile.nr;
   const std::int64_t C = s.in_channels, K = s.out_channels, H = s.height, W = s.width;
@@ -140,8 +140,7 @@ void implicit_gemm_weight_grad(const onednn::ConvShape& s, const float* x, const
   const std::int64_t P = s.batch * OH * OW;  // the GEMM's reduction
   const std::int64_t J = KH * KW * C;        // its columns: (kh, kw, c), c fastest
   const std::int64_t m_slivers = (K + mr - 1) / mr, n_slivers = J / nr;
-  if (threads <= 0) threads = runtime().threads.threads;
-  threads = static_cast<int>(std::min<std::int64_t>(threads, n_slivers));
+  const int threads = static_cast<int>(std::min<std::int64_t>(compute_threads(), n_slivers));
 
   if (db) std::fill(db, db + K, 0.0f);
   thread_local AlignedBuffer gradient_buffer, a_buffer;

@@ -28,8 +28,8 @@ bool implicit_gemm_weight_grad_preferred(const onednn::ConvShape& s);
 
 // dw ([out_channels][in_channels][kernel_h][kernel_w], PyTorch's OIHW) and, when db is not null,
 // db ([out_channels], the sum of dy over its pixels), from the layer's input x and output
-// gradient dy, both channels-last ([N][H][W][C] in memory). threads: 0 = the runtime's count.
+// gradient dy, both channels-last ([N][H][W][C] in memory).
 void implicit_gemm_weight_grad(const onednn::ConvShape& s, const float* x, const float* dy, float* dw,
-                               float* db = nullptr, int threads = 0);
+                               float* db = nullptr);
 
 }  // namespace cpudl::conv

@@ -96,11 +96,11 @@ bool pointwise_conv_backward_data_preferred(const onednn::ConvShape& s) {
 }
 
 void pointwise_conv_forward(const onednn::ConvShape& s, const float* x, const float* w, const float* bias,
-                            float* y, int threads) {
+                            float* y) {
   const kernels::PointwiseTileFn tile = kernels::kernel_table().f32_pointwise_tile.fn;
   const std::int64_t C = s.in_channels, K = s.out_channels, H = s.height, W = s.width;
   const std::int64_t OH = s.out_height(), OW = s.out_width(), pixels = s.batch * OH * OW;
-  if (threads <= 0) threads = runtime().threads.threads;
+  const int threads = compute_threads();
   const float* panels = pack_panels(w, C, K, true);
   const bool stream =
       aligned(y) && static_cast<std::size_t>(pixels * K) * sizeof(float) >= kernels::g_streaming_store_bytes;
@@ -154,12 +154,11 @@ void pointwise_conv_forward(const onednn::ConvShape& s, const float* x, const fl
   }
 }
 
-void pointwise_conv_backward_data(const onednn::ConvShape& s, const float* dy, const float* w, float* dx,
-                                  int threads) {
+void pointwise_conv_backward_data(const onednn::ConvShape& s, const float* dy, const float* w, float* dx) {
   const kernels::PointwiseTileFn tile = kernels::kernel_table().f32_pointwise_tile.fn;
   const std::int64_t C = s.in_channels, K = s.out_channels, H = s.height, W = s.width;
   const std::int64_t OH = s.out_height(), OW = s.out_width(), SH = s.stride_h, SW = s.stride_w;
-  if (threads <= 0) threads = runtime().threads.threads;
+  const int threads = compute_threads();
   const float* panels = pack_panels(w, K, C, false);
   const bool stream = aligned(dx) && static_cast<std::size_t>(s.batch * H * W * C) * sizeof(float) >=
                                          kernels::g_streaming_store_bytes;

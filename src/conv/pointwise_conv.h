@@ -24,12 +24,10 @@ bool pointwise_conv_backward_data_applies(const onednn::ConvShape& s);
 bool pointwise_conv_forward_preferred(const onednn::ConvShape& s);
 bool pointwise_conv_backward_data_preferred(const onednn::ConvShape& s);
 
-// y = conv(x, w) + bias (bias may be null); w in OIHW ([out][in][1][1]). threads: 0 = the
-// runtime's count.
+// y = conv(x, w) + bias (bias may be null); w in OIHW ([out][in][1][1]).
 void pointwise_conv_forward(const onednn::ConvShape& s, const float* x, const float* w, const float* bias,
-                            float* y, int threads = 0);
+                            float* y);
 // dx (every element written) from dy and w.
-void pointwise_conv_backward_data(const onednn::ConvShape& s, const float* dy, const float* w, float* dx,
-                                  int threads = 0);
+void pointwise_conv_backward_data(const onednn::ConvShape& s, const float* dy, const float* w, float* dx);
 
 }  // namespace cpudl::conv

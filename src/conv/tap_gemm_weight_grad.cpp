@@ -41,13 +41,12 @@ bool tap_gemm_weight_grad_preferred(const onednn::ConvShape& s) {
          s.out_width() >= kMinRowPixels;
 }
 
-void tap_gemm_weight_grad(const onednn::ConvShape& s, const float* x, const float* dy, float* dw, float* db,
-                          int threads) {
+void tap_gemm_weight_grad(const onednn::ConvShape& s, const float* x, const float* dy, float* dw, float* db) {
   const kernels::TapGemmFn block_fn = kernels::kernel_table().f32_conv_weight_grad_taps.fn;
   const std::int64_t C = s.in_channels, K = s.out_channels, H = s.height, W = s.width;
   const std::int64_t KH = s.kernel_h, KW = s.kernel_w, OH = s.out_height(), OW = s.out_width();
   const std::int64_t taps = KH * KW, tiles = K / kColumns;
-  if (threads <= 0) threads = runtime().threads.threads;
+  int threads = compute_threads();
   // Threads split the images first: each reads its own share of x and dy from memory once. Fewer
   // images than threads split the channel tiles as well.
   const std::int64_t groups = std::clamp<std::int64_t>(threads, 1, std::max<std::int64_t>(1, s.batch));

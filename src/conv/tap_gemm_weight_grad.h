@@ -41,8 +41,8 @@ bool tap_gemm_weight_grad_applies(const onednn::ConvShape& s);
 bool tap_gemm_weight_grad_preferred(const onednn::ConvShape& s);
 
 // dw ([out_channels][in_channels][kernel_h][kernel_w], OIHW) and, when db is not null, db (the
-// sum of dy over its pixels), from x and dy, both channels-last. threads: 0 = the runtime's count.
+// sum of dy over its pixels), from x and dy, both channels-last.
 void tap_gemm_weight_grad(const onednn::ConvShape& s, const float* x, const float* dy, float* dw,
-                          float* db = nullptr, int threads = 0);
+                          float* db = nullptr);
 
 }  // namespace cpudl::conv

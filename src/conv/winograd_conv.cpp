@@ -141,11 +141,10 @@ std::optional<WinogradConvShape> winograd_training_shape(const onednn::ConvShape
 }
 
 void winograd_convolve(const WinogradConvShape& shape, const float* weights, WinogradPass pass,
-                       const float* x, const float* bias, float lo, float hi, float* y, int threads) {
+                       const float* x, const float* bias, float lo, float hi, float* y) {
   thread_local AlignedBuffer storage;
-  const WinogradConv conv(shape, weights, pass, storage.get(WinogradConv::transformed_floats(shape)),
-                          threads);
-  conv.forward(x, bias, nullptr, lo, hi, y, threads);
+  const WinogradConv conv(shape, weights, pass, storage.get(WinogradConv::transformed_floats(shape)));
+  conv.forward(x, bias, nullptr, lo, hi, y);
 }
 
 // One pass per block of tiles: the input and gradient transforms, then the per-position products
@@ -157,7 +156,7 @@ void winograd_convolve(const WinogradConvShape& shape, const float* weights, Win
 // input, which at 64 channels cost as much as the products (2 threads, ResNet-18's 56x56 layer:
 // 8.2 ms, against 9.5 for oneDNN).
 void winograd_backward_weights(const WinogradConvShape& shape, const float* x, const float* dy, float* dw,
-                               float* db, int threads) {
+                               float* db) {
   if (shape.tile != 4)
     throw Error("Winograd weight gradient: F(4x4, 3x3) only, tile " + std::to_string(shape.tile) +
                 " requested");
@@ -170,7 +169,7 @@ void winograd_backward_weights(const WinogradConvShape& shape, const float* x, c
   const std::size_t tiles = static_cast<std::size_t>(shape.batch) * g.tiles_h * g.tiles_w;
   const std::size_t block = std::clamp<std::size_t>((std::size_t{8} << 20) / (positions * 4 * (C + K)), 24,
                                                     std::max<std::size_t>(tiles, 24));
-  if (threads <= 0) threads = runtime().threads.threads;
+  const int threads = compute_threads();
   const auto workers = static_cast<std::size_t>(std::max(1, threads));
   const std::size_t panels = K / kColumns, du_floats = positions * C * K, dw_floats = C * K * 9;
   const bool split_tiles = workers > 1 && du_floats * 4 <= (std::size_t{4} << 20) && tiles >= workers * 256;
@@ -225,7 +224,7 @@ std::size_t WinogradConv::transformed_floats(const WinogradConvShape& shape) {
 }
 
 WinogradConv::WinogradConv(const WinogradConvShape& shape, const float* weights, WinogradPass pass,
-                           float* storage, int threads)
+                           float* storage)
     : shape_(shape) {
   const auto C = static_cast<std::size_t>(shape.in_channels),
              K = static_cast<std::size_t>(shape.out_channels);
@@ -247,7 +246,7 @@ WinogradConv::WinogradConv(const WinogradConvShape& shape, const float* weights,
   const auto transform = shape.tile == 4 ? kernels::kernel_table().f32_winograd_weights_4x3.fn
                                          : kernels::kernel_table().f32_winograd_weights_2x3.fn;
   const bool backward_data = pass == WinogradPass::backward_data;
-  if (threads <= 0) threads = runtime().threads.threads;
+  const int threads = compute_threads();
   parallel_for(K / kColumns, 1, threads, [&](std::size_t begin, std::size_t end) {
     transform(weights, C, K, backward_data, begin * kColumns, end * kColumns, u);
   });
@@ -255,7 +254,7 @@ WinogradConv::WinogradConv(const WinogradConvShape& shape, const float* weights,
 }
 
 void WinogradConv::forward(const float* x, const float* bias, const float* residual, float lo, float hi,
-                           float* y, int threads) const {
+                           float* y) const {
   const auto& table = kernels::kernel_table();
   const bool large = shape_.tile == 4;
   const auto input = large ? table.f32_winograd_input_4x3.fn : table.f32_winograd_input_2x3.fn;
@@ -263,7 +262,7 @@ void WinogradConv::forward(const float* x, const float* bias, const float* resid
   const auto output = large ? table.f32_winograd_output_4x3.fn : table.f32_winograd_output_2x3.fn;
   const std::size_t C = tiles_.channels, K = tiles_.out_channels, positions = positions_of(shape_.tile);
   const std::size_t tiles = static_cast<std::size_t>(shape_.batch) * tiles_.tiles_h * tiles_.tiles_w;
-  if (threads <= 0) threads = runtime().threads.threads;
+  const int threads = compute_threads();
   const Schedule plan = schedule(shape_, tiles, threads);
   const kernels::WinogradEpilogue epilogue{bias, residual, lo, hi};
   const float* u = weights_;

@@ -50,14 +50,13 @@ class WinogradConv {
   // The weights are read (transformed) here, once. storage: null to own the transformed weights,
   // or transformed_floats() floats, 64-byte aligned, the caller keeps alive (training reuses one
   // buffer each step: tens of megabytes freshly allocated would page-fault on every call).
-  // threads: 0 = the runtime's count.
+  //
   WinogradConv(const WinogradConvShape& shape, const float* weights,
-               WinogradPass pass = WinogradPass::forward, float* storage = nullptr, int threads = 0);
+               WinogradPass pass = WinogradPass::forward, float* storage = nullptr);
   static std::size_t transformed_floats(const WinogradConvShape& shape);
   // y = min(max(conv(x) + bias + residual, lo), hi); bias [K] and residual (y's shape) may be null.
-  // threads: 0 = the runtime's count.
-  void forward(const float* x, const float* bias, const float* residual, float lo, float hi, float* y,
-               int threads = 0) const;
+  //
+  void forward(const float* x, const float* bias, const float* residual, float lo, float hi, float* y) const;
   const WinogradConvShape& shape() const { return shape_; }
 
  private:
@@ -77,13 +76,13 @@ std::optional<WinogradConvShape> winograd_training_shape(const onednn::ConvShape
 // Training's call: the weights are new on every step, so they are transformed on each call (into
 // a per-thread buffer kept between calls), then y = min(max(conv(x) + bias, lo), hi).
 void winograd_convolve(const WinogradConvShape& shape, const float* weights, WinogradPass pass,
-                       const float* x, const float* bias, float lo, float hi, float* y, int threads = 0);
+                       const float* x, const float* bias, float lo, float hi, float* y);
 
 // Training's weight gradient of a stride-1 3x3 layer by F(4x4, 3x3) (kernels/winograd/winograd.h):
 // dw (OIHW) and, when db is not null, the bias gradient db ([out_channels]) from the layer's
 // input x and output gradient dy, both in `shape`'s layout (its forward shape: in_channels
 // inputs, out_channels outputs; tile 4).
 void winograd_backward_weights(const WinogradConvShape& shape, const float* x, const float* dy, float* dw,
-                               float* db = nullptr, int threads = 0);
+                               float* db = nullptr);
 
 }  // namespace cpudl::conv

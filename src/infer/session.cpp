@@ -1,9 +1,9 @@
 // InferenceSession: the loaded graph, optimised once, and a plan per input shape.
-#include <cstdlib>
 #include <mutex>
 
 #include "cpudl/error.h"
 #include "cpudl/inference.h"
+#include "cpudl/runtime.h"
 #include "infer/onnx_loader.h"
 #include "infer/optimizer.h"
 #include "infer/op_registry.h"
@@ -19,6 +19,7 @@ struct InferenceSession::Impl {
   std::map<std::vector<Shape>, std::unique_ptr<infer::Plan>> plans;
   std::map<std::vector<Shape>, infer::OptimizerReport> plan_reports;
   bool optimize = true, profiling = false;
+  int threads = 0;  // 0: the caller's compute_threads()
   std::mutex mutex;
   // The last plan used and its input shapes: repeated runs of one shape skip the lookup (and the
   // vector of shapes it would build).
@@ -86,8 +87,11 @@ InferenceSession::InferenceSession(const std::filesystem::path& model, Inference
   impl_->loaded = infer::load_onnx(model);
   impl_->graph = impl_->loaded;
   impl_->optimize = options.optimize;
-  const char* env = std::getenv("CPUDL_PROFILE");
-  impl_->profiling = options.profile || (env && std::string(env) == "1");
+  if (options.threads < 0 || options.threads > 4096)
+    throw UsageError("InferenceOptions::threads " + std::to_string(options.threads) +
+                     ": expected 0 (the default) to 4096");
+  impl_->threads = options.threads;
+  impl_->profiling = options.profile || op_profiling_enabled();
   if (options.optimize) infer::optimize_graph(impl_->graph, impl_->report, {options.int8_convolutions});
   for (const auto& v : impl_->loaded.inputs) impl_->inputs.push_back(ModelValue{v.name, v.dtype, v.shape});
   for (const auto& v : impl_->loaded.outputs) impl_->outputs.push_back(ModelValue{v.name, v.dtype, v.shape});
@@ -102,6 +106,7 @@ const std::vector<ModelValue>& InferenceSession::outputs() const { return impl_-
 
 std::vector<Tensor> InferenceSession::run(const std::vector<Tensor>& inputs) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
+  const ThreadScope scope(impl_->threads);
   impl_->check_inputs(inputs);
   std::vector<Tensor> contiguous;
   for (const auto& t : inputs) contiguous.push_back(t.is_contiguous() ? t : t.contiguous());
@@ -114,6 +119,7 @@ std::vector<Tensor> InferenceSession::run(const std::vector<Tensor>& inputs) {
 
 void InferenceSession::run_into(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
+  const ThreadScope scope(impl_->threads);
   impl_->check_inputs(inputs);
   for (std::size_t i = 0; i < inputs.size(); ++i)
     if (!inputs[i].is_contiguous()) throw Error("run_into: input '" + impl_->inputs[i].name + "' must be contiguous");
@@ -122,6 +128,7 @@ void InferenceSession::run_into(const std::vector<Tensor>& inputs, std::vector<T
 
 ModelInfo InferenceSession::info(const std::vector<Shape>& input_shapes) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
+  const ThreadScope scope(impl_->threads);  // a plan may split its work by the thread count
   const infer::Plan& plan = impl_->plan_for(input_shapes);
   ModelInfo info;
   info.producer = impl_->loaded.producer;

@@ -133,7 +133,7 @@ using PackQ4_0x8Fn = void (*)(const void* w, std::size_t w_row_bytes, int rows, 
 using Q4_0x8GemmFn = void (*)(const Q4_0x8Block* panel, std::size_t k, const void* x, std::size_t x_row_bytes,
                               std::size_t tokens, float* y, std::size_t ldy, int rows);
 
-// Matrix products with LLM weights in GGUF block formats (llm/ggml_types.h):
+// Matrix products with LLM weights in GGUF block formats (kernels/quant/ggml_blocks.h):
 //   y[t * ldy + r] = sum_k W[r][k] * x[t][k]   for r < rows, t < tokens,
 // W rows w_row_bytes apart in the kernel's weight type, x rows x_row_bytes apart in its activation
 // type (f32, or the Q8_0 / Q8_K blocks a quantize-row kernel writes). k is a multiple of the

@@ -14,7 +14,7 @@
 #include "cpudl/error.h"
 #include "cpudl/runtime.h"
 #include "kernels/dispatch.h"
-#include "llm/half.h"
+#include "kernels/half.h"
 #include "llm/quantize.h"
 #include "llm/weight_matmul.h"
 #include "runtime/parallel.h"
@@ -101,7 +101,9 @@ Context::Context(const Model& model, const ContextOptions& options) : state_(std
   if (s.n_ctx > s.c.context_length)
     throw UsageError("--ctx " + std::to_string(s.n_ctx) + " exceeds the model's context length " +
                      std::to_string(s.c.context_length));
-  s.threads = options.threads > 0 ? options.threads : runtime().threads.threads;
+  if (options.threads < 0 || options.threads > 4096)
+    throw UsageError("context threads " + std::to_string(options.threads) + ": expected 0 (the default) to 4096");
+  s.threads = options.threads > 0 ? options.threads : compute_threads();
   s.batch = std::max(1, options.batch);
   s.cache_type = options.cache_type;
   s.cache_ggml = cache_ggml_type(options.cache_type);
@@ -150,6 +152,7 @@ const float* Context::logits(std::size_t i) const {
 
 void Context::eval(std::span<const std::int32_t> tokens, bool all_logits) {
   State& s = *state_;
+  const ThreadScope scope(s.threads);  // this context's count, whatever other contexts run on
   if (tokens.empty()) throw Error("eval: no tokens");
   for (const std::int32_t t : tokens)
     if (t < 0 || t >= s.c.vocab)

@@ -10,7 +10,7 @@
 
 #include "cpudl/error.h"
 #include "kernels/dispatch.h"
-#include "llm/half.h"
+#include "kernels/half.h"
 
 namespace cpudl::llm {
 

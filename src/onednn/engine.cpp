@@ -65,6 +65,7 @@ Counters& counters() {
 }
 
 void reorder(const dnnl::memory& from, const dnnl::memory& to) {
+  const ThreadScope openmp(0);
   dnnl::reorder(from, to).execute(stream(), const_cast<dnnl::memory&>(from), const_cast<dnnl::memory&>(to));
   stream().wait();
   counters().reorders.fetch_add(1, std::memory_order_relaxed);

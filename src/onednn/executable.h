@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cpudl/error.h"
+#include "cpudl/runtime.h"
 #include "onednn/dense.h"
 #include "onednn/engine.h"
 
@@ -36,6 +37,7 @@ class Executable {
   void run(std::initializer_list<const void*> pointers) { run(std::span(pointers.begin(), pointers.size())); }
   void run(std::span<const void* const> pointers) {
     std::lock_guard<std::mutex> lock(mutex_);
+    const ThreadScope openmp(0);  // oneDNN runs on OpenMP's count of the calling thread: make it ours
     if (pointers.size() != slots_.size()) throw Error("internal: oneDNN argument count mismatch");
     std::size_t i = 0;
     for (const void* p : pointers) slots_[i++].set_data_handle(const_cast<void*>(p));

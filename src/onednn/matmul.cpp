@@ -1,6 +1,4 @@
 // Matmul and linear layers through oneDNN's matmul and inner-product primitives.
-#include <omp.h>
-
 #include <algorithm>
 #include <mutex>
 #include <string>
@@ -107,7 +105,7 @@ struct LinearEntry {
 // applied afterwards (CBLAS has no fused bias or activation).
 void cblas_matmul(blas::Backend backend, const MatmulShape& s, const float* a, const float* b, float* c,
                   const MatmulEpilogue& e) {
-  const int threads = omp_get_max_threads();
+  const int threads = compute_threads();
   for (std::int64_t p = 0; p < s.batch; ++p) {
     float* cp = c + p * s.m * s.n;
     blas::cblas_sgemm(backend, s.transpose_a, s.transpose_b, s.m, s.n, s.k, a + p * s.m * s.k,
@@ -134,6 +132,7 @@ bool sgemm_is_faster(const MatmulShape& s, const MatmulEpilogue& e) {
 }
 
 void sgemm_matmul(const MatmulShape& s, const float* a, const float* b, float* c, const MatmulEpilogue& e) {
+  const ThreadScope openmp(0);  // dnnl_sgemm runs on OpenMP's count of the calling thread
   for (std::int64_t p = 0; p < s.batch; ++p) {
     const dnnl_status_t status =
         dnnl_sgemm(s.transpose_a ? 'T' : 'N', s.transpose_b ? 'T' : 'N', s.m, s.n, s.k, 1.0f,

@@ -3,8 +3,6 @@
 // descriptor, so a training loop creates nothing in its steady state.
 #pragma once
 
-#include <omp.h>
-
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -15,6 +13,7 @@
 #include <unordered_map>
 
 #include "cpudl/error.h"
+#include "cpudl/runtime.h"
 #include "onednn/engine.h"
 
 namespace cpudl::onednn {
@@ -23,7 +22,7 @@ class PrimitiveKey {
  public:
   explicit PrimitiveKey(std::int64_t op) {
     add(op);
-    add(omp_get_max_threads());  // some implementations split work at creation time
+    add(compute_threads());  // some implementations split work at creation time
   }
   PrimitiveKey& add(std::int64_t value) {
     if (size_ == values_.size()) throw Error("internal: primitive key too long");
@@ -74,6 +73,7 @@ class PrimitiveCache {
       counters().cache_hits.fetch_add(1, std::memory_order_relaxed);
       return it->second->second;
     }
+    const ThreadScope openmp(0);  // oneDNN sizes a primitive by OpenMP's count: make it ours
     std::shared_ptr<Entry> entry = make();
     counters().primitives_created.fetch_add(1, std::memory_order_relaxed);
     lru_.emplace_front(key, entry);

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "ops/op_helpers.h"
-#include "ops/op_profile.h"
+#include "runtime/op_profile.h"
 
 namespace cpudl {
 using namespace ops_detail;

@@ -11,7 +11,7 @@
 #include "onednn/dense.h"
 #include "ops/conv_as_linear.h"
 #include "ops/op_helpers.h"
-#include "ops/op_profile.h"
+#include "runtime/op_profile.h"
 #include "ops/planar_conv.h"
 #include "tensor/layout.h"
 

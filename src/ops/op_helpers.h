@@ -10,6 +10,7 @@
 #include "cpudl/error.h"
 #include "cpudl/ops.h"
 #include "kernels/dispatch.h"
+#include "runtime/op_profile.h"
 #include "runtime/parallel.h"
 #include "tensor/layout.h"
 #include "tensor/strided.h"
@@ -73,7 +74,7 @@ Tensor map_contiguous(const Tensor& x, Fn fn) {
 // scheduling.
 template <class AddImage>
 std::vector<float> sum_over_images(std::size_t batch, std::size_t size, const AddImage& add) {
-  const int threads = std::max(1, std::min<int>(runtime().threads.threads, static_cast<int>(batch)));
+  const int threads = std::max(1, std::min<int>(compute_threads(), static_cast<int>(batch)));
   const auto parts = static_cast<std::size_t>(threads);
   std::vector<float> sums(parts * size, 0.0f);
   parallel_for(parts, 1, threads, [&](std::size_t first, std::size_t last) {
@@ -90,6 +91,4 @@ std::vector<float> sum_over_images(std::size_t batch, std::size_t size, const Ad
 }  // namespace cpudl::ops_detail
 
 namespace cpudl {
-// Adds to this thread's forward FLOP count (ops.h: forward_flops).
-void count_forward_flops(double flops);
 }  // namespace cpudl

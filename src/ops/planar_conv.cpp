@@ -10,7 +10,7 @@
 #include "kernels/conv/conv.h"
 #include "kernels/narrow/narrow.h"
 #include "ops/op_helpers.h"
-#include "ops/op_profile.h"
+#include "runtime/op_profile.h"
 #include "runtime/aligned_buffer.h"
 
 namespace cpudl {
@@ -254,7 +254,7 @@ Tensor conv2d_relu_linear(const Tensor& x, const Tensor& conv_weight, const Tens
         // activation's gradient formed, masked by the ReLU and folded into the convolution's
         // weight gradient; in a fixed order, so results do not depend on scheduling.
         const auto parts = static_cast<std::size_t>(
-            std::max(1, std::min<int>(runtime().threads.threads, static_cast<int>(pieces))));
+            std::max(1, std::min<int>(compute_threads(), static_cast<int>(pieces))));
         const std::vector<float> sums =
             sum_over_images(parts, fc_part + conv_part, [&](std::size_t part, float* mine) {
               thread_local AlignedBuffer act_buffer, grad_buffer;

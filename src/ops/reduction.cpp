@@ -4,7 +4,7 @@
 #include <numeric>
 
 #include "ops/op_helpers.h"
-#include "ops/op_profile.h"
+#include "runtime/op_profile.h"
 
 namespace cpudl {
 using namespace ops_detail;
@@ -63,7 +63,7 @@ Tensor sum(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim) {
   if (p.rows == 1) {
     // One long row: split it across the pool and add the partial sums.
     std::vector<double> partial(64, 0.0);
-    parallel_for(static_cast<std::size_t>(p.cols), kGrain, std::min(64, runtime().threads.threads),
+    parallel_for(static_cast<std::size_t>(p.cols), kGrain, std::min(64, compute_threads()),
                  [&](std::size_t b, std::size_t e) {
                    partial[static_cast<std::size_t>(omp_get_thread_num())] = sum_fn(in + b, e - b);
                  });

@@ -6,7 +6,7 @@
 #include "cpudl/error.h"
 #include "cpudl/optim.h"
 #include "kernels/dispatch.h"
-#include "ops/op_profile.h"
+#include "runtime/op_profile.h"
 #include "runtime/parallel.h"
 
 namespace cpudl::optim {

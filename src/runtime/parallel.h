@@ -34,7 +34,7 @@ void parallel_for(std::size_t n, std::size_t grain, int threads, Fn&& fn) {
 
 template <class Fn>
 void parallel_for(std::size_t n, std::size_t grain, Fn&& fn) {
-  parallel_for(n, grain, runtime().threads.threads, static_cast<Fn&&>(fn));
+  parallel_for(n, grain, compute_threads(), static_cast<Fn&&>(fn));
 }
 
 }  // namespace cpudl

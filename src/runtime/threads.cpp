@@ -1,7 +1,9 @@
 // The compute thread count: one OpenMP pool sized to the cores this process may really use.
 #include <omp.h>
 
+#include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 #include "cpudl/error.h"
@@ -65,6 +67,56 @@ ThreadPlan plan_threads(const SystemInfo& system, const EnvLookup& env) {
     plan.reason = "OMP_NUM_THREADS=" + std::to_string(*omp);
   }
   return plan;
+}
+
+}  // namespace cpudl
+
+namespace cpudl {
+
+namespace {
+// 0 = not set: the plan's count. Set by the CLI or a binding before work starts on other threads.
+std::atomic<int> process_default_threads{0};
+// 0 = no ThreadScope on this thread.
+thread_local int scoped_threads = 0;
+
+void require_thread_count(int threads, const char* what) {
+  if (threads < 1 || threads > 4096)
+    throw UsageError(std::string(what) + " " + std::to_string(threads) + ": expected a thread count from 1 to 4096");
+}
+}  // namespace
+
+int compute_threads() {
+  if (scoped_threads > 0) return scoped_threads;
+  const int process_default = process_default_threads.load(std::memory_order_relaxed);
+  return process_default > 0 ? process_default : runtime().threads.threads;
+}
+
+void set_default_threads(int threads) {
+  require_thread_count(threads, "thread count");
+  process_default_threads.store(threads, std::memory_order_relaxed);
+  // OpenMP keeps its count per thread: the calling thread's follows now, others' through scopes.
+  omp_set_num_threads(threads);
+}
+
+ThreadScope::ThreadScope(int threads) : previous_scope_(scoped_threads), previous_openmp_(omp_get_max_threads()) {
+  const int count = threads > 0 ? threads : compute_threads();
+  if (threads != 0) require_thread_count(threads, "thread count");
+  scoped_threads = count;
+  if (previous_openmp_ != count) omp_set_num_threads(count);
+}
+
+ThreadScope::~ThreadScope() {
+  scoped_threads = previous_scope_;
+  if (omp_get_max_threads() != previous_openmp_) omp_set_num_threads(previous_openmp_);
+}
+
+void check_thread_request(int threads, const char* what) {
+  require_thread_count(threads, what);
+  static std::atomic<bool> warned{false};
+  const int usable = runtime().threads.usable_cores;
+  if (threads > usable && !warned.exchange(true))
+    std::fprintf(stderr, "cpudl: warning: %s %d is above the %d usable core%s: threads will wait for each other\n",
+                 what, threads, usable, usable == 1 ? "" : "s");
 }
 
 }  // namespace cpudl

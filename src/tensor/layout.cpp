@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "cpudl/autograd.h"
 #include "kernels/dispatch.h"
 #include "runtime/parallel.h"
 #include "tensor/strided.h"
@@ -83,7 +82,6 @@ Tensor empty_like(const Tensor& like) {
 
 Tensor channels_last_values(const Tensor& t) {
   if (is_channels_last(t)) return t;
-  NoGradGuard no_grad;
   Tensor out = empty_channels_last(t.shape());
   copy_strided(t, out);
   return out;
@@ -91,7 +89,6 @@ Tensor channels_last_values(const Tensor& t) {
 
 Tensor values_in_layout_of(const Tensor& t, const Tensor& like) {
   if (strides_match(t.shape(), t.strides(), like.strides()) && is_dense(t)) return t;
-  NoGradGuard no_grad;
   Tensor out = empty_like(like);
   copy_strided(t, out);
   return out;

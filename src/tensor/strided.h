@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "cpudl/error.h"
@@ -17,6 +18,14 @@ inline std::int64_t normalize_dim(std::int64_t dim, std::int64_t ndim) {
                 " dims");
   return d;
 }
+
+// A view of `base`'s storage with this shape, strides and offset (no autograd node).
+Tensor make_view(const Tensor& base, const Shape& shape, const Shape& strides, std::int64_t offset);
+// Strides for `shape` over a view with (old_shape, old_strides), or nullopt when the elements are
+// not laid out compatibly (PyTorch's computeStride).
+std::optional<Shape> view_strides(const Shape& old_shape, const Shape& old_strides, const Shape& shape);
+// `requested` with its one -1 resolved for `numel` elements; throws naming `from` when it cannot be.
+Shape infer_shape(const Shape& requested, std::int64_t numel, const Shape& from);
 
 // NumPy/PyTorch broadcasting; throws naming `op` and both shapes when they do not broadcast.
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);

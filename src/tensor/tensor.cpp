@@ -1,4 +1,5 @@
-// Tensor construction, properties, element access, copies and printing.
+// Tensor construction, properties, element access and printing (the views and copies that
+// record autograd nodes are ops: src/ops/tensor_views.cpp).
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -7,11 +8,8 @@
 #include <ostream>
 #include <sstream>
 
-#include <atomic>
-#include "cpudl/autograd.h"
 #include "cpudl/error.h"
 #include "cpudl/tensor.h"
-#include "ops/op_profile.h"
 #include "tensor/strided.h"
 
 namespace cpudl {
@@ -159,21 +157,6 @@ float Tensor::item() const {
   if (numel() != 1)
     throw Error("item() of a tensor of shape " + shape_text(shape()) + " (one element expected)");
   return contiguous().data()[0];
-}
-
-Tensor Tensor::contiguous() const {
-  if (is_contiguous()) return *this;
-  return clone();
-}
-
-Tensor Tensor::clone() const {
-  profiling::Scope profile(
-      "copy");  // reshape of a non-viewable layout (flatten of channels-last), contiguous()
-  Tensor out = empty(shape(), dtype());
-  copy_strided(*this, out);
-  Tensor self = *this;
-  autograd::record(out, "clone", {self}, [](const Tensor& g) { return std::vector<Tensor>{g}; });
-  return out;
 }
 
 bool Tensor::requires_grad() const { return checked(impl_).requires_grad; }

@@ -297,7 +297,7 @@ struct Int8Product {
     // output channels over many pixels), blocks of rows instead. Either way a thread gets at
     // least ~64k multiply-adds.
     const auto col_blocks = static_cast<std::size_t>((n + 15) / 16);
-    if (col_blocks >= static_cast<std::size_t>(runtime().threads.threads) || m < 64) {
+    if (col_blocks >= static_cast<std::size_t>(compute_threads()) || m < 64) {
       const auto per_block = static_cast<std::size_t>(std::max<std::int64_t>(1, m * k * 16));
       g.m = static_cast<std::size_t>(m);
       g.c = c;

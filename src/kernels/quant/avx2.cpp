@@ -10,8 +10,6 @@ namespace cpudl::kernels {
 
 namespace {
 
-using llm::BlockQ4_0;
-using llm::BlockQ8_0;
 
 // Float weights: Load(w, i) -> 8 floats at column i.
 template <int NT, class W, class Load, class Scalar>
@@ -220,7 +218,7 @@ int hsum_int(__m256i v) {
 }  // namespace
 
 void quantize_row_q8a__avx2(const float* x, void* blocks, std::size_t k) {
-  auto* out = static_cast<llm::BlockQ8A*>(blocks);
+  auto* out = static_cast<BlockQ8A*>(blocks);
   for (std::size_t b = 0; b < k / 32; ++b) {
     __m256 v[4];
     for (int i = 0; i < 4; ++i) v[i] = _mm256_loadu_ps(x + b * 32 + 8 * i);
@@ -235,7 +233,7 @@ void quantize_row_q8a__avx2(const float* x, void* blocks, std::size_t k) {
 }
 
 void quantize_row_q8_k__avx2(const float* x, void* blocks, std::size_t k) {
-  auto* out = static_cast<llm::BlockQ8_K*>(blocks);
+  auto* out = static_cast<BlockQ8_K*>(blocks);
   for (std::size_t b = 0; b < k / 256; ++b) {
     __m256 v[32];
     for (int i = 0; i < 32; ++i) v[i] = _mm256_loadu_ps(x + b * 256 + 8 * i);
@@ -318,7 +316,7 @@ __m128i q4_k_scales_mins(const std::uint8_t* packed) {
 // acc_min (the mins' part, subtracted at the end). The 6-bit scales multiply inside madd (exact
 // in int32), broadcast by byte shuffles; the mins meet the activation's 16-value sums in one
 // more madd.
-inline void q4_k_block(const llm::BlockQ4_K& w, const llm::BlockQ8_K& x, __m256& acc, float& acc_min) {
+inline void q4_k_block(const BlockQ4_K& w, const BlockQ8_K& x, __m256& acc, float& acc_min) {
   const __m256i low = _mm256_set1_epi8(0x0F);
   const __m128i scales_mins = q4_k_scales_mins(w.scales);
   const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scales_mins));  // 8 words per lane
@@ -349,7 +347,7 @@ inline void q4_k_block(const llm::BlockQ4_K& w, const llm::BlockQ8_K& x, __m256&
 
 // Half h (values 128h..128h+127) of a Q6_K block as 4 x 32 unsigned 6-bit values: value l + 32m
 // takes 4 bits from ql (low or high nibble) and 2 from qh.
-void q6_k_unpack(const llm::BlockQ6_K& block, int h, __m256i q[4]) {
+void q6_k_unpack(const BlockQ6_K& block, int h, __m256i q[4]) {
   const __m256i low = _mm256_set1_epi8(0x0F), two = _mm256_set1_epi8(3);
   const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block.ql + 64 * h));
   const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block.ql + 64 * h + 32));
@@ -366,7 +364,7 @@ void q6_k_unpack(const llm::BlockQ6_K& block, int h, __m256i q[4]) {
 // One Q6_K block . one Q8_K block, added to acc: q = 4 low bits | 2 high bits << 4, in 0..63,
 // multiplied unsigned; the offset of 32 meets the activation's 16-value sums. (No mins: the
 // unused acc_min keeps the signature of q4_k_block.)
-inline void q6_k_block(const llm::BlockQ6_K& w, const llm::BlockQ8_K& x, __m256& acc, float& /*acc_min*/) {
+inline void q6_k_block(const BlockQ6_K& w, const BlockQ8_K& x, __m256& acc, float& /*acc_min*/) {
   __m256i sum = _mm256_setzero_si256();
   int offset = 0;
   for (int g = 0; g < 16; ++g) offset += w.scales[g] * x.bsums[g];
@@ -390,7 +388,7 @@ inline void q6_k_block(const llm::BlockQ6_K& w, const llm::BlockQ8_K& x, __m256&
 template <class W, class Block>
 void k_quant_matmul(const WeightMatmulArgs& a, Block block) {
   const std::size_t nb = a.k / 256;
-  auto dot = [&](const W* w, const llm::BlockQ8_K* x) {
+  auto dot = [&](const W* w, const BlockQ8_K* x) {
     __m256 acc = _mm256_setzero_ps();
     float acc_min = 0;
     for (std::size_t b = 0; b < nb; ++b) {
@@ -402,7 +400,7 @@ void k_quant_matmul(const WeightMatmulArgs& a, Block block) {
   std::size_t r0 = 0;
   if (a.tokens == 1) {
     constexpr int kStreams = 4;
-    const auto* x = row<llm::BlockQ8_K>(a.x, a.x_row_bytes, 0);
+    const auto* x = row<BlockQ8_K>(a.x, a.x_row_bytes, 0);
     const std::size_t quarter = a.rows / kStreams;
     for (std::size_t r = 0; r < quarter; ++r) {
       const W* w[kStreams];
@@ -421,21 +419,21 @@ void k_quant_matmul(const WeightMatmulArgs& a, Block block) {
     r0 = kStreams * quarter;
   }
   for (std::size_t t = 0; t < a.tokens; ++t) {
-    const auto* x = row<llm::BlockQ8_K>(a.x, a.x_row_bytes, t);
+    const auto* x = row<BlockQ8_K>(a.x, a.x_row_bytes, t);
     for (std::size_t r = r0; r < a.rows; ++r) a.y[t * a.ldy + r] = dot(row<W>(a.w, a.w_row_bytes, r), x);
   }
 }
 
 }  // namespace
 
-void q4_k_q8_k_matmul__avx2(const WeightMatmulArgs& a) { k_quant_matmul<llm::BlockQ4_K>(a, q4_k_block); }
+void q4_k_q8_k_matmul__avx2(const WeightMatmulArgs& a) { k_quant_matmul<BlockQ4_K>(a, q4_k_block); }
 
-void q6_k_q8_k_matmul__avx2(const WeightMatmulArgs& a) { k_quant_matmul<llm::BlockQ6_K>(a, q6_k_block); }
+void q6_k_q8_k_matmul__avx2(const WeightMatmulArgs& a) { k_quant_matmul<BlockQ6_K>(a, q6_k_block); }
 
 // K-quant rows to floats, in the reference's order of operations ((d * scale) * q - dmin * min)
 // so that the results are bit-identical.
 void dequantize_row_q4_k__avx2(const void* in, float* out, std::size_t k) {
-  const auto* blocks = static_cast<const llm::BlockQ4_K*>(in);
+  const auto* blocks = static_cast<const BlockQ4_K*>(in);
   for (std::size_t b = 0; b < k / 256; ++b) {
     alignas(16) std::uint8_t scale_min[16];  // scales 0-7, then mins 0-7
     _mm_store_si128(reinterpret_cast<__m128i*>(scale_min), q4_k_scales_mins(blocks[b].scales));
@@ -465,7 +463,7 @@ void dequantize_row_q4_k__avx2(const void* in, float* out, std::size_t k) {
 }
 
 void dequantize_row_q6_k__avx2(const void* in, float* out, std::size_t k) {
-  const auto* blocks = static_cast<const llm::BlockQ6_K*>(in);
+  const auto* blocks = static_cast<const BlockQ6_K*>(in);
   const __m256i offset = _mm256_set1_epi8(32);
   for (std::size_t b = 0; b < k / 256; ++b) {
     const float d = half(blocks[b].d);

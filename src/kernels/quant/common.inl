@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "kernels/quant/quant.h"
-#include "llm/ggml_types.h"
+#include "kernels/quant/ggml_blocks.h"
 
 namespace cpudl::kernels {
 namespace {

@@ -33,12 +33,12 @@ __m256 dot_signed(__m256i w, __m256i x) {
 }
 
 struct Q8_0Weights {
-  using Block = llm::BlockQ8_0;
+  using Block = BlockQ8_0;
   static constexpr bool kUnsigned = false;
   static __m256i load(const Block& b) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs)); }
 };
 struct Q4_0Weights {
-  using Block = llm::BlockQ4_0;
+  using Block = BlockQ4_0;
   static constexpr bool kUnsigned = true;
   // The 16 bytes in both halves; the low half keeps the low nibbles (values 0-15), the high half
   // the high nibbles (16-31): the order of the activation's 32 values.
@@ -55,7 +55,7 @@ struct Q4_0Weights {
 // of the slice apart, which the prefetchers follow as four streams.)
 // One weight block (unpacked to q) . one activation block, as 8 float lanes to scale and sum.
 template <class Weights>
-__m256 block_product(__m256i q, const llm::BlockQ8A& x) {
+__m256 block_product(__m256i q, const BlockQ8A& x) {
   const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs));
   if constexpr (Weights::kUnsigned) {
     // sum (q - 8) x = sum q x - 8 sum x: each of the 8 int32 lanes gives up one sum x.
@@ -69,9 +69,9 @@ template <int NT, class Weights>
 void int8_tile(const WeightMatmulArgs& a, std::size_t t0) {
   using W = typename Weights::Block;
   const std::size_t nb = a.k / 32;
-  const llm::BlockQ8A* x[NT];
+  const BlockQ8A* x[NT];
   for (int i = 0; i < NT; ++i)
-    x[i] = row<llm::BlockQ8A>(a.x, a.x_row_bytes, t0 + static_cast<std::size_t>(i));
+    x[i] = row<BlockQ8A>(a.x, a.x_row_bytes, t0 + static_cast<std::size_t>(i));
   // acc += (dw dx) * (w . x) for block b of every token; indexed by constants only, so the
   // accumulators stay in registers (an index like b & 1 sends them through the stack).
   auto step = [&](const W& wb, std::size_t b, __m256* acc) {
@@ -105,7 +105,7 @@ void int8_streams(const WeightMatmulArgs& a) {
   using W = typename Weights::Block;
   constexpr int kStreams = 4;
   const std::size_t nb = a.k / 32, quarter = a.rows / kStreams;
-  const llm::BlockQ8A* x = row<llm::BlockQ8A>(a.x, a.x_row_bytes, 0);
+  const BlockQ8A* x = row<BlockQ8A>(a.x, a.x_row_bytes, 0);
   for (std::size_t r = 0; r < quarter; ++r) {
     const W* w[kStreams];
     __m256 acc[kStreams];
@@ -139,7 +139,7 @@ void int8_matmul(const WeightMatmulArgs& a) {
 // 0-15 times at most 127, in pairs, over 8 groups: at most 30,480, no overflow -- and widens them
 // once per block; VNNI accumulates in int32 directly.
 template <int NT>
-void q4_0x8_tile(const Q4_0x8Block* panel, std::size_t nb, const llm::BlockQ8A* const* x, float* const* y,
+void q4_0x8_tile(const Q4_0x8Block* panel, std::size_t nb, const BlockQ8A* const* x, float* const* y,
                  int rows) {
   __m256 acc[NT];
   for (int i = 0; i < NT; ++i) acc[i] = _mm256_setzero_ps();
@@ -197,12 +197,12 @@ void CPUDL_KERNEL(q4_0_q8a_matmul)(const WeightMatmulArgs& a) { int8_matmul<Q4_0
 void CPUDL_KERNEL(q4_0x8_q8a_gemm)(const Q4_0x8Block* panel, std::size_t k, const void* x,
                                    std::size_t x_row_bytes, std::size_t tokens, float* y, std::size_t ldy,
                                    int rows) {
-  const llm::BlockQ8A* xs[4];
+  const BlockQ8A* xs[4];
   float* ys[4];
   std::size_t t = 0;
   auto rows_of = [&](int n) {
     for (int i = 0; i < n; ++i) {
-      xs[i] = row<llm::BlockQ8A>(x, x_row_bytes, t + static_cast<std::size_t>(i));
+      xs[i] = row<BlockQ8A>(x, x_row_bytes, t + static_cast<std::size_t>(i));
       ys[i] = y + (t + static_cast<std::size_t>(i)) * ldy;
     }
   };

@@ -5,18 +5,11 @@
 #include <cstring>
 
 #include "kernels/quant/quant.h"
-#include "llm/ggml_types.h"
-#include "llm/half.h"
+#include "kernels/quant/ggml_blocks.h"
+#include "kernels/half.h"
 
 namespace cpudl::kernels {
 
-using llm::BlockQ4_0;
-using llm::BlockQ4_K;
-using llm::BlockQ6_K;
-using llm::BlockQ8_0;
-using llm::BlockQ8_K;
-using llm::BlockQ8A;
-using llm::fp16_to_f32;
 
 namespace {
 
@@ -63,7 +56,7 @@ void f16_f32_matmul__ref(const WeightMatmulArgs& a) {
 void bf16_f32_matmul__ref(const WeightMatmulArgs& a) {
   for_each_row_token<std::uint16_t, float>(a, [&](const std::uint16_t* w, const float* x) {
     double s = 0;
-    for (std::size_t i = 0; i < a.k; ++i) s += static_cast<double>(llm::bf16_to_f32(w[i])) * x[i];
+    for (std::size_t i = 0; i < a.k; ++i) s += static_cast<double>(bf16_to_f32(w[i])) * x[i];
     return static_cast<float>(s);
   });
 }
@@ -226,7 +219,7 @@ void dequantize_row_f16__ref(const void* in, float* out, std::size_t k) {
 }
 
 void dequantize_row_bf16__ref(const void* in, float* out, std::size_t k) {
-  for (std::size_t i = 0; i < k; ++i) out[i] = llm::bf16_to_f32(static_cast<const std::uint16_t*>(in)[i]);
+  for (std::size_t i = 0; i < k; ++i) out[i] = bf16_to_f32(static_cast<const std::uint16_t*>(in)[i]);
 }
 
 void dequantize_row_q8_0__ref(const void* in, float* out, std::size_t k) {

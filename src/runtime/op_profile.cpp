@@ -1,5 +1,5 @@
-// Per-op profile of the eager engine (op_profile.h, ops.h: op_profile()).
-#include "ops/op_profile.h"
+// The eager engine's forward FLOP count and per-op profile (op_profile.h; runtime.h: op_profile()).
+#include "runtime/op_profile.h"
 
 #include <algorithm>
 #include <atomic>
@@ -9,7 +9,7 @@
 #include <mutex>
 #include <string>
 
-#include "cpudl/ops.h"
+#include "cpudl/runtime.h"
 
 namespace cpudl {
 namespace {
@@ -19,6 +19,8 @@ std::atomic<bool> g_enabled{[] {
   return env && std::strcmp(env, "1") == 0;
 }()};
 thread_local int t_depth = 0;
+// Per thread, so concurrent models do not mix their counts.
+thread_local double t_forward_flops = 0;
 thread_local bool t_backward = false;
 
 std::mutex g_mutex;
@@ -28,6 +30,10 @@ std::map<std::pair<std::string, std::string>, OpTime>& table() {
 }
 
 }  // namespace
+
+void count_forward_flops(double flops) { t_forward_flops += flops; }
+double forward_flops() { return t_forward_flops; }
+void reset_forward_flops() { t_forward_flops = 0; }
 
 namespace profiling {
 

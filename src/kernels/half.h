@@ -1,10 +1,11 @@
-// IEEE half and bfloat16 conversions in portable code (the SIMD kernels use F16C instead).
+// IEEE half and bfloat16 conversions in portable code (the SIMD kernels use F16C instead). Kernel
+// files and every layer above them use these; plain inline functions of the kernels' layer.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 
-namespace cpudl::llm {
+namespace cpudl {
 
 inline float fp16_to_f32(std::uint16_t h) {
   const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000) << 16;
@@ -67,4 +68,4 @@ inline std::uint16_t f32_to_bf16(float f) {
   return static_cast<std::uint16_t>(x >> 16);
 }
 
-}  // namespace cpudl::llm
+}  // namespace cpudl

@@ -109,7 +109,7 @@ double measure_read_bandwidth(int threads, double seconds) {
 
 MeasuredPeaks measure_peaks(double seconds) {
   MeasuredPeaks peaks;
-  peaks.threads = runtime().threads.threads;
+  peaks.threads = compute_threads();
   peaks.fma_kernel = kernels::kernel_table().f32_fma_probe.name;
   peaks.bandwidth_kernel = kernels::kernel_table().f32_sum.name;
   // One core's roofs, then all threads': the steal of each phase over its own busy threads, and

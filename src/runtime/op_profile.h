@@ -6,7 +6,12 @@
 
 #include <chrono>
 
-namespace cpudl::profiling {
+namespace cpudl {
+
+// Adds to this thread's forward FLOP count (runtime.h: forward_flops): the dense ops call it.
+void count_forward_flops(double flops);
+
+namespace profiling {
 
 bool enabled();  // CPUDL_PROFILE=1 (read once), or enable(true)
 
@@ -41,4 +46,5 @@ class BackwardPhase {
   bool previous_;
 };
 
-}  // namespace cpudl::profiling
+}  // namespace profiling
+}  // namespace cpudl
