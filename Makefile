@@ -65,7 +65,7 @@ bench-llm: build
 	@/usr/bin/python3 bench/vs_llama_cpp.py --write-doc
 
 format:
-	@clang-format -i $$(git ls-files '*.cpp' '*.h' '*.inl')
+	@scripts/format.sh
 
 clean:
 	@rm -rf build build-debug build-asan

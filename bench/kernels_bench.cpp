@@ -466,9 +466,7 @@ void BM_winograd_backward_weights(benchmark::State& state) {
   std::vector<float> x(elements, 0.5f), dy(elements, 0.25f),
       dw(static_cast<std::size_t>(channels * channels * 9));
   const cpudl::ThreadScope scope(threads);  // ours and oneDNN's, for the comparison below
-  auto ours = [&] {
-    cpudl::conv::winograd_backward_weights(shape, x.data(), dy.data(), dw.data(), nullptr);
-  };
+  auto ours = [&] { cpudl::conv::winograd_backward_weights(shape, x.data(), dy.data(), dw.data(), nullptr); };
   const RoofAround roof = compute_roof(cpudl::ComputeRoof::fp32_fma, threads);
   for (auto _ : state) {
     ours();

@@ -10,7 +10,8 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   try {
-    cpudl::infer::parse_onnx(std::string(reinterpret_cast<const char*>(data), size), "fuzz.onnx", "/nonexistent-cpudl-fuzz");
+    cpudl::infer::parse_onnx(std::string(reinterpret_cast<const char*>(data), size), "fuzz.onnx",
+                             "/nonexistent-cpudl-fuzz");
   } catch (const cpudl::Error&) {
   }
   return 0;

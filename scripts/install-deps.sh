@@ -20,6 +20,7 @@ packages=(
   zlib1g-dev                            # gzip-compressed IDX files
   libonnx-dev libprotobuf-dev           # ONNX models: the onnx.proto schema and protobuf
   clang libclang-rt-14-dev              # libFuzzer targets for the file parsers
+  clang-format                          # make format, and the test that the tree is formatted
   python3 python3-numpy                 # the LLM test models and their float64 reference logits
 )
 if [ "${1:-}" = "--bench" ]; then

@@ -36,8 +36,9 @@ class CliSandbox : public ::testing::Test {
   void SetUp() override { std::filesystem::create_directories(dir); }
   void TearDown() override { std::filesystem::remove_all(dir); }
   CliResult run(const std::string& args) {
-    const std::string command = "env -u CPUDL_ISA -u CPUDL_PROFILE CPUDL_THREADS=2 " + std::string(CPUDL_BINARY) + " " +
-                                args + " >" + (dir / "out.txt").string() + " 2>" + (dir / "err.txt").string();
+    const std::string command = "env -u CPUDL_ISA -u CPUDL_PROFILE CPUDL_THREADS=2 " +
+                                std::string(CPUDL_BINARY) + " " + args + " >" + (dir / "out.txt").string() +
+                                " 2>" + (dir / "err.txt").string();
     const int status = std::system(command.c_str());
     return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(dir / "out.txt"), slurp(dir / "err.txt")};
   }

@@ -152,12 +152,13 @@ TEST(Cli, BadThreadCountIsAUsageError) {
 // --threads is defined once for every command that computes: the same flags, range and help;
 // 0 and negatives are usage errors naming the flag; above the usable cores runs, with a warning.
 TEST(Cli, ThreadsFlagIsTheSameForEveryCommand) {
-  for (const char* command : {"train", "eval", "predict", "run", "quantize", "generate", "chat", "bench model",
-                              "bench llm"}) {
+  for (const char* command :
+       {"train", "eval", "predict", "run", "quantize", "generate", "chat", "bench model", "bench llm"}) {
     const Result help = run(std::string(command) + " --help");
     EXPECT_EQ(help.exit_code, 0) << command;
     EXPECT_NE(help.out.find("-t,--threads"), std::string::npos) << command << ": " << help.out;
-    EXPECT_NE(help.out.find("Compute threads (default: usable physical cores)"), std::string::npos) << command;
+    EXPECT_NE(help.out.find("Compute threads (default: usable physical cores)"), std::string::npos)
+        << command;
   }
   const std::string lenet = std::string(CPUDL_FIXTURES_DIR) + "/../onnx/lenet5_opset17.onnx";
   for (const char* bad : {"0", "-3", "abc"}) {

@@ -37,12 +37,14 @@ class GgufTest : public ::testing::Test {
     scores.type = GgufValueType::array;
     scores.array_type = GgufValueType::f32;
     scores.numbers = {0.5, -1.0};
-    write_gguf(path(), {{"general.architecture", string_value("llama")},
-                        {"llama.block_count", int_value(GgufValueType::u32, 3)},
-                        {"test.scores", scores},
-                        {"test.flag", int_value(GgufValueType::boolean, 1)}},
-               {{"a", GgmlType::f32, {16, 4}, {reinterpret_cast<const std::uint8_t*>(floats_), sizeof floats_}},
-                {"b", GgmlType::q8_0, {32}, {q8_, sizeof q8_}}});
+    write_gguf(
+        path(),
+        {{"general.architecture", string_value("llama")},
+         {"llama.block_count", int_value(GgufValueType::u32, 3)},
+         {"test.scores", scores},
+         {"test.flag", int_value(GgufValueType::boolean, 1)}},
+        {{"a", GgmlType::f32, {16, 4}, {reinterpret_cast<const std::uint8_t*>(floats_), sizeof floats_}},
+         {"b", GgmlType::q8_0, {32}, {q8_, sizeof q8_}}});
     bytes_ = io::read_file(path());
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
@@ -125,7 +127,8 @@ TEST_F(GgufTest, CorruptHeaderFieldsAreNamed) {
   const std::size_t b_type = b_name + 9 + 4 + 8;
   const std::uint32_t unknown = 99;
   std::memcpy(bad.data() + b_type, &unknown, 4);
-  EXPECT_NE(parse_error(bad).find("tensor 'b': unknown tensor type 99"), std::string::npos) << parse_error(bad);
+  EXPECT_NE(parse_error(bad).find("tensor 'b': unknown tensor type 99"), std::string::npos)
+      << parse_error(bad);
   // Tensor "b" moved onto tensor "a".
   bad = bytes_;
   const std::uint64_t zero = 0;
@@ -140,12 +143,14 @@ TEST_F(GgufTest, CorruptHeaderFieldsAreNamed) {
   bad = bytes_;
   const std::uint64_t thirty = 30;
   std::memcpy(bad.data() + b_name + 9 + 4, &thirty, 8);
-  EXPECT_NE(parse_error(bad).find("not a multiple of the Q8_0 block size 32"), std::string::npos) << parse_error(bad);
+  EXPECT_NE(parse_error(bad).find("not a multiple of the Q8_0 block size 32"), std::string::npos)
+      << parse_error(bad);
 }
 
 TEST_F(GgufTest, WriterRefusesDataThatDisagreesWithTheShape) {
   float x[3] = {};
-  EXPECT_THROW(write_gguf(dir_ / "bad.gguf", {}, {{"x", GgmlType::f32, {4}, {reinterpret_cast<const std::uint8_t*>(x), sizeof x}}}),
+  EXPECT_THROW(write_gguf(dir_ / "bad.gguf", {},
+                          {{"x", GgmlType::f32, {4}, {reinterpret_cast<const std::uint8_t*>(x), sizeof x}}}),
                Error);
   EXPECT_FALSE(std::filesystem::exists(dir_ / "bad.gguf"));
 }

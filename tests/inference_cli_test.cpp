@@ -12,8 +12,8 @@ using InferenceCli = cpudl::testing::CliSandbox;
 const std::string kOnnx = std::string(CPUDL_FIXTURES_DIR) + "/../onnx/";
 
 TEST_F(InferenceCli, RunWritesPyTorchsOutputAsNpy) {
-  const auto r = run("run " + kOnnx + "lenet5_opset17.onnx --input " + kOnnx + "lenet5_opset17.input.npy --output " +
-                     path("y.npy"));
+  const auto r = run("run " + kOnnx + "lenet5_opset17.onnx --input " + kOnnx +
+                     "lenet5_opset17.input.npy --output " + path("y.npy"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const cpudl::Tensor y = cpudl::io::load_npy(path("y.npy"));
   const cpudl::Tensor expected = cpudl::io::load_npy(kOnnx + "lenet5_opset17.output.npy");
@@ -71,7 +71,8 @@ TEST_F(InferenceCli, BadInputsGetOneLineAndTheRightExitCode) {
   EXPECT_EQ(run("run " + kOnnx + "lenet5_opset13.onnx --input a.npy --input b.npy").exit_code, 2);
   EXPECT_EQ(run("run " + kOnnx + "lenet5_opset13.onnx --bench 0").exit_code, 2);
   // Nothing written when the run fails.
-  r = run("run " + kOnnx + "lenet5_opset13.onnx --input " + path("bad.npy") + " --output " + path("never.npy"));
+  r = run("run " + kOnnx + "lenet5_opset13.onnx --input " + path("bad.npy") + " --output " +
+          path("never.npy"));
   EXPECT_FALSE(std::filesystem::exists(path("never.npy")));
 }
 

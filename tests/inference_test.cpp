@@ -93,7 +93,8 @@ TEST(Inference, TwoSessionsRunAtOnceEachOnItsOwnThreadCount) {
   EXPECT_EQ(started, 3) << "the two callers and the 2-thread session's one OpenMP worker";
   EXPECT_LT(errors[0], 1e-4);
   EXPECT_LT(errors[1], 1e-4);
-  EXPECT_THROW(cpudl::InferenceSession(kOnnx / "lenet5_opset17.onnx", {true, false, false, -1}), cpudl::UsageError);
+  EXPECT_THROW(cpudl::InferenceSession(kOnnx / "lenet5_opset17.onnx", {true, false, false, -1}),
+               cpudl::UsageError);
 }
 
 TEST(Inference, EachBatchSizeGetsItsOwnPlanAndTheSameRows) {

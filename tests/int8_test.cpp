@@ -36,99 +36,116 @@ const IsaLevel kMachineLevel = runtime().isa.detected;
 struct GemmCase {
   std::size_t m, k, n, n_begin;
   bool bias, relu, per_column;
-  int extremes;  // 0 random; 1 all a = 255 and b at its limits (the pair sums that saturate VPMADDUBSW); 2 a = 0
+  int extremes;  // 0 random; 1 all a = 255 and b at its limits (the pair sums that saturate VPMADDUBSW); 2 a
+                 // = 0
 };
 
 TEST(Int8Kernels, EveryGemmVariantIsExact) {
   const GemmCase cases[] = {
-      {1, 1, 1, 0, false, false, true, 0},   {3, 5, 7, 0, true, false, true, 0},     {4, 32, 16, 0, true, true, true, 0},
-      {5, 33, 17, 0, true, false, false, 0}, {64, 784, 40, 8, true, true, true, 0}, {7, 100, 8, 0, false, true, true, 0},
-      {6, 64, 24, 16, true, false, true, 1}, {2, 257, 9, 0, false, false, true, 1},  {3, 31, 19, 0, true, false, true, 2},
+      {1, 1, 1, 0, false, false, true, 0},
+      {3, 5, 7, 0, true, false, true, 0},
+      {4, 32, 16, 0, true, true, true, 0},
+      {5, 33, 17, 0, true, false, false, 0},
+      {64, 784, 40, 8, true, true, true, 0},
+      {7, 100, 8, 0, false, true, true, 0},
+      {6, 64, 24, 16, true, false, true, 1},
+      {2, 257, 9, 0, false, false, true, 1},
+      {3, 31, 19, 0, true, false, true, 2},
       {9, 70, 150, 8, true, true, true, 0},  // past one 64-column tile of the VNNI kernel, odd rows
   };
   std::mt19937 rng(7);
   for (const GemmCase& c : cases)
-    for (const U8S8WeightRange range : {U8S8WeightRange::eight_bit, U8S8WeightRange::seven_bit,
-                                        U8S8WeightRange::with_minus_128}) {
-    const bool seven_bit = range == U8S8WeightRange::seven_bit, minus_128 = range == U8S8WeightRange::with_minus_128;
-    SCOPED_TRACE(::testing::Message() << "m " << c.m << " k " << c.k << " n " << c.n << " from column " << c.n_begin
-                                      << (seven_bit ? ", 7-bit weights" : minus_128 ? ", weights with -128" : ", 8-bit weights"));
-    std::vector<std::uint8_t> a(c.m * c.k);
-    std::vector<std::int8_t> b(c.k * c.n);
-    for (auto& v : a) v = c.extremes == 1 ? 255 : c.extremes == 2 ? 0 : static_cast<std::uint8_t>(rng() % 256);
-    const int lo = seven_bit ? -64 : minus_128 ? -128 : -127, hi = seven_bit ? 63 : 127;
-    for (std::size_t i = 0; i < b.size(); ++i)
-      b[i] = static_cast<std::int8_t>(c.extremes ? (i % 3 == 0 ? lo : hi) : lo + static_cast<int>(rng() % static_cast<unsigned>(hi - lo + 1)));
-    b[0] = static_cast<std::int8_t>(lo);  // the range's ends are present, so packing must classify it
-    if (b.size() > 1) b[1] = static_cast<std::int8_t>(hi);
-    std::vector<float> scale(c.per_column ? c.n : 1), bias(c.n);
-    for (auto& s : scale) s = 0.001f + static_cast<float>(rng() % 1000) * 1e-5f;
-    for (auto& v : bias) v = static_cast<float>(static_cast<int>(rng() % 2001) - 1000) * 1e-3f;
-    const std::int32_t zero = c.extremes == 2 ? 255 : static_cast<std::int32_t>(rng() % 256);
-    const float a_scale = 0.0173f;
-    std::vector<std::int8_t> packed(u8s8_packed_bytes(c.k, c.n) + 32);
-    auto* aligned = reinterpret_cast<std::int8_t*>((reinterpret_cast<std::uintptr_t>(packed.data()) + 31) / 32 * 32);
-    std::vector<std::int32_t> sums(c.n);
-    ASSERT_EQ(pack_u8s8_weights(b.data(), c.n, c.k, c.n, aligned, sums.data()), range);
-    // Exact: the integer sum in 64 bits from the unpacked operands, then the float steps in order.
-    std::vector<float> expected(c.m * c.n);
-    for (std::size_t i = 0; i < c.m; ++i)
-      for (std::size_t j = 0; j < c.n; ++j) {
-        std::int64_t sum = 0;
-        for (std::size_t q = 0; q < c.k; ++q) sum += (static_cast<std::int64_t>(a[i * c.k + q]) - zero) * b[q * c.n + j];
-        float y = static_cast<float>(sum) * (a_scale * scale[c.per_column ? j : 0]);
-        if (c.bias) y += bias[j];
-        if (c.relu) y = std::max(y, 0.0f);
-        expected[i * c.n + j] = y;
-      }
-    const std::size_t ld = u8s8_padded_k(c.k) + 4;  // a row stride longer than the row
-    std::vector<std::uint8_t> raw(c.m * ld, 99);
-    std::vector<std::int8_t> shifted(c.m * ld, 99);
-    std::vector<std::uint8_t> magnitude(c.m * ld, 99);
-    prepare_u8s8_rows(a.data(), c.m, c.k, c.k, raw.data(), shifted.data(), magnitude.data(), ld);
-    int ran = 0;
-    for (const auto& variant : u8s8_gemm_variants()) {
-      if (variant.level > kMachineLevel) continue;
-      if (minus_128 && !u8s8_gemm_takes_minus_128(variant.level)) continue;
-      SCOPED_TRACE(variant.name);
-      const std::size_t ldc = c.n + 2;
-      std::vector<float> out(c.m * ldc, -7.0f);
-      U8S8GemmArgs g{};
-      g.a = raw.data();
-      g.a_shifted = shifted.data();
-      g.a_magnitude = magnitude.data();
-      g.lda = ld;
-      g.m = c.m;
-      g.k = c.k;
-      g.a_zero = zero;
-      g.a_scale = a_scale;
-      g.b_packed = aligned;
-      g.b_seven_bit = seven_bit;
-      g.b_col_sums = sums.data();
-      g.b_scale = scale.data();
-      g.b_scale_per_column = c.per_column;
-      g.bias = c.bias ? bias.data() : nullptr;
-      g.relu = c.relu;
-      g.c = out.data();
-      g.ldc = ldc;
-      g.n_begin = c.n_begin;
-      g.n_end = c.n;
-      variant.fn(g);
-      for (std::size_t i = 0; i < c.m; ++i) {
-        for (std::size_t j = 0; j < ldc; ++j) {
-          const float got = out[i * ldc + j];
-          if (j < c.n_begin || j >= c.n) {
-            ASSERT_EQ(got, -7.0f) << "wrote outside its columns: row " << i << " column " << j;
-            continue;
-          }
-          // The float epilogue may fuse a multiply-add: one rounding's worth of slack, far below
-          // the smallest integer error (a_scale * scale ~ 2e-5).
-          ASSERT_NEAR(got, expected[i * c.n + j], 1e-6f * (std::fabs(expected[i * c.n + j]) + 1.0f)) << "row " << i << " column " << j;
+    for (const U8S8WeightRange range :
+         {U8S8WeightRange::eight_bit, U8S8WeightRange::seven_bit, U8S8WeightRange::with_minus_128}) {
+      const bool seven_bit = range == U8S8WeightRange::seven_bit,
+                 minus_128 = range == U8S8WeightRange::with_minus_128;
+      SCOPED_TRACE(::testing::Message()
+                   << "m " << c.m << " k " << c.k << " n " << c.n << " from column " << c.n_begin
+                   << (seven_bit   ? ", 7-bit weights"
+                       : minus_128 ? ", weights with -128"
+                                   : ", 8-bit weights"));
+      std::vector<std::uint8_t> a(c.m * c.k);
+      std::vector<std::int8_t> b(c.k * c.n);
+      for (auto& v : a)
+        v = c.extremes == 1 ? 255 : c.extremes == 2 ? 0 : static_cast<std::uint8_t>(rng() % 256);
+      const int lo = seven_bit ? -64 : minus_128 ? -128 : -127, hi = seven_bit ? 63 : 127;
+      for (std::size_t i = 0; i < b.size(); ++i)
+        b[i] = static_cast<std::int8_t>(
+            c.extremes ? (i % 3 == 0 ? lo : hi)
+                       : lo + static_cast<int>(rng() % static_cast<unsigned>(hi - lo + 1)));
+      b[0] = static_cast<std::int8_t>(lo);  // the range's ends are present, so packing must classify it
+      if (b.size() > 1) b[1] = static_cast<std::int8_t>(hi);
+      std::vector<float> scale(c.per_column ? c.n : 1), bias(c.n);
+      for (auto& s : scale) s = 0.001f + static_cast<float>(rng() % 1000) * 1e-5f;
+      for (auto& v : bias) v = static_cast<float>(static_cast<int>(rng() % 2001) - 1000) * 1e-3f;
+      const std::int32_t zero = c.extremes == 2 ? 255 : static_cast<std::int32_t>(rng() % 256);
+      const float a_scale = 0.0173f;
+      std::vector<std::int8_t> packed(u8s8_packed_bytes(c.k, c.n) + 32);
+      auto* aligned =
+          reinterpret_cast<std::int8_t*>((reinterpret_cast<std::uintptr_t>(packed.data()) + 31) / 32 * 32);
+      std::vector<std::int32_t> sums(c.n);
+      ASSERT_EQ(pack_u8s8_weights(b.data(), c.n, c.k, c.n, aligned, sums.data()), range);
+      // Exact: the integer sum in 64 bits from the unpacked operands, then the float steps in order.
+      std::vector<float> expected(c.m * c.n);
+      for (std::size_t i = 0; i < c.m; ++i)
+        for (std::size_t j = 0; j < c.n; ++j) {
+          std::int64_t sum = 0;
+          for (std::size_t q = 0; q < c.k; ++q)
+            sum += (static_cast<std::int64_t>(a[i * c.k + q]) - zero) * b[q * c.n + j];
+          float y = static_cast<float>(sum) * (a_scale * scale[c.per_column ? j : 0]);
+          if (c.bias) y += bias[j];
+          if (c.relu) y = std::max(y, 0.0f);
+          expected[i * c.n + j] = y;
         }
+      const std::size_t ld = u8s8_padded_k(c.k) + 4;  // a row stride longer than the row
+      std::vector<std::uint8_t> raw(c.m * ld, 99);
+      std::vector<std::int8_t> shifted(c.m * ld, 99);
+      std::vector<std::uint8_t> magnitude(c.m * ld, 99);
+      prepare_u8s8_rows(a.data(), c.m, c.k, c.k, raw.data(), shifted.data(), magnitude.data(), ld);
+      int ran = 0;
+      for (const auto& variant : u8s8_gemm_variants()) {
+        if (variant.level > kMachineLevel) continue;
+        if (minus_128 && !u8s8_gemm_takes_minus_128(variant.level)) continue;
+        SCOPED_TRACE(variant.name);
+        const std::size_t ldc = c.n + 2;
+        std::vector<float> out(c.m * ldc, -7.0f);
+        U8S8GemmArgs g{};
+        g.a = raw.data();
+        g.a_shifted = shifted.data();
+        g.a_magnitude = magnitude.data();
+        g.lda = ld;
+        g.m = c.m;
+        g.k = c.k;
+        g.a_zero = zero;
+        g.a_scale = a_scale;
+        g.b_packed = aligned;
+        g.b_seven_bit = seven_bit;
+        g.b_col_sums = sums.data();
+        g.b_scale = scale.data();
+        g.b_scale_per_column = c.per_column;
+        g.bias = c.bias ? bias.data() : nullptr;
+        g.relu = c.relu;
+        g.c = out.data();
+        g.ldc = ldc;
+        g.n_begin = c.n_begin;
+        g.n_end = c.n;
+        variant.fn(g);
+        for (std::size_t i = 0; i < c.m; ++i) {
+          for (std::size_t j = 0; j < ldc; ++j) {
+            const float got = out[i * ldc + j];
+            if (j < c.n_begin || j >= c.n) {
+              ASSERT_EQ(got, -7.0f) << "wrote outside its columns: row " << i << " column " << j;
+              continue;
+            }
+            // The float epilogue may fuse a multiply-add: one rounding's worth of slack, far below
+            // the smallest integer error (a_scale * scale ~ 2e-5).
+            ASSERT_NEAR(got, expected[i * c.n + j], 1e-6f * (std::fabs(expected[i * c.n + j]) + 1.0f))
+                << "row " << i << " column " << j;
+          }
+        }
+        ++ran;
       }
-      ++ran;
-    }
-    EXPECT_GE(ran, 1);
+      EXPECT_GE(ran, 1);
     }
 }
 
@@ -190,7 +207,8 @@ TEST(QuantOps, MatchNumPyFusedAndUnfused) {
       ASSERT_EQ(y[o].shape(), want.shape());
       if (want.dtype() == DType::f32) {
         for (std::int64_t i = 0; i < want.numel(); ++i)
-          EXPECT_NEAR(y[o].data()[i], want.data()[i], 1e-6 * (1 + std::fabs(want.data()[i]))) << "element " << i;
+          EXPECT_NEAR(y[o].data()[i], want.data()[i], 1e-6 * (1 + std::fabs(want.data()[i])))
+              << "element " << i;
       } else {
         const std::size_t bytes = static_cast<std::size_t>(want.numel()) * dtype_size(want.dtype());
         EXPECT_EQ(std::memcmp(y[o].raw_data(), want.raw_data(), bytes), 0) << "integer outputs must be exact";
@@ -215,8 +233,9 @@ std::map<std::string, int> op_counts(const fs::path& model) {
 TEST_F(QuantizeCli, DynamicMlpRunsFusedAndUnfusedCloseToPyTorch) {
   const std::string in = (kOnnx / "mlp_opset13.onnx").string();  // weights in external data
   const std::string before = io::read_file(in);
-  const cpudl::testing::CliResult r = run("quantize " + in + " " + path("int8.onnx") + " --mode dynamic --calib " +
-                          (kOnnx / "mlp_opset13.input.npy").string() + " --json");
+  const cpudl::testing::CliResult r =
+      run("quantize " + in + " " + path("int8.onnx") + " --mode dynamic --calib " +
+          (kOnnx / "mlp_opset13.input.npy").string() + " --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(io::read_file(in), before) << "the input model must never change";
   const auto report = nlohmann::json::parse(r.out);
@@ -243,7 +262,8 @@ TEST_F(QuantizeCli, DynamicMlpRunsFusedAndUnfusedCloseToPyTorch) {
   }
   double fused_vs_unfused = 0, vs_float = 0, scale = 0;
   for (std::int64_t i = 0; i < pytorch.numel(); ++i) {
-    fused_vs_unfused = std::max(fused_vs_unfused, static_cast<double>(std::fabs(results[0].data()[i] - results[1].data()[i])));
+    fused_vs_unfused = std::max(fused_vs_unfused,
+                                static_cast<double>(std::fabs(results[0].data()[i] - results[1].data()[i])));
     vs_float = std::max(vs_float, static_cast<double>(std::fabs(results[0].data()[i] - pytorch.data()[i])));
     scale = std::max(scale, static_cast<double>(std::fabs(pytorch.data()[i])));
   }
@@ -271,7 +291,8 @@ TEST_F(QuantizeCli, BadInputsAreNamedAndLeaveNothingBehind) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("wrong.npy"), std::string::npos) << r.err;
   // A model with nothing to quantise.
-  r = run("quantize " + (kOnnx / ".." / "fuzz_corpus" / "onnx" / "conv_relu.onnx").string() + " " + path("c.onnx") + " --mode dynamic");
+  r = run("quantize " + (kOnnx / ".." / "fuzz_corpus" / "onnx" / "conv_relu.onnx").string() + " " +
+          path("c.onnx") + " --mode dynamic");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("nothing to quantise"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(path("c.onnx")));
@@ -299,20 +320,24 @@ TEST_F(QuantizeCli, LayersAboveTheErrorThresholdStayFloatWithAWarning) {
   std::sort(errors.begin(), errors.end());
   ASSERT_LT(errors[1], errors[2]);
   char threshold[32];
-  std::snprintf(threshold, sizeof threshold, "%.9f", (errors[1] + errors[2]) / 2);  // only the worst layer exceeds it
-  const cpudl::testing::CliResult r = run("quantize " + mlp + " " + path("o.onnx") + " --mode dynamic --max-weight-error " + threshold);
+  std::snprintf(threshold, sizeof threshold, "%.9f",
+                (errors[1] + errors[2]) / 2);  // only the worst layer exceeds it
+  const cpudl::testing::CliResult r =
+      run("quantize " + mlp + " " + path("o.onnx") + " --mode dynamic --max-weight-error " + threshold);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("kept in float"), std::string::npos) << r.err;
   const auto ops = op_counts(path("o.onnx"));
   EXPECT_EQ(ops.at("MatMulInteger"), 2);
   EXPECT_EQ(ops.at("Gemm"), 1);
-  EXPECT_EQ(run("run " + path("o.onnx") + " --input " + (kOnnx / "mlp_opset13.input.npy").string()).exit_code, 0);
+  EXPECT_EQ(run("run " + path("o.onnx") + " --input " + (kOnnx / "mlp_opset13.input.npy").string()).exit_code,
+            0);
 }
 
 TEST_F(QuantizeCli, ReduceRangeWritesSevenBitWeightsThatStayAccurate) {
   const std::string mlp = (kOnnx / "mlp_opset13.onnx").string();
-  const cpudl::testing::CliResult r = run("quantize " + mlp + " " + path("r.onnx") + " --mode dynamic --reduce-range --json --calib " +
-                                          (kOnnx / "mlp_opset13.input.npy").string());
+  const cpudl::testing::CliResult r =
+      run("quantize " + mlp + " " + path("r.onnx") + " --mode dynamic --reduce-range --json --calib " +
+          (kOnnx / "mlp_opset13.input.npy").string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   onnx::ModelProto m;
   ASSERT_TRUE(m.ParseFromString(io::read_file(path("r.onnx"))));
@@ -320,8 +345,9 @@ TEST_F(QuantizeCli, ReduceRangeWritesSevenBitWeightsThatStayAccurate) {
   for (const auto& t : m.graph().initializer()) {
     if (t.data_type() != onnx::TensorProto::INT8 || t.dims_size() != 2) continue;
     ++matrices;
-    const auto [lo, hi] = std::minmax_element(t.raw_data().begin(), t.raw_data().end(),
-                                              [](char a, char b) { return static_cast<std::int8_t>(a) < static_cast<std::int8_t>(b); });
+    const auto [lo, hi] = std::minmax_element(t.raw_data().begin(), t.raw_data().end(), [](char a, char b) {
+      return static_cast<std::int8_t>(a) < static_cast<std::int8_t>(b);
+    });
     EXPECT_EQ(static_cast<std::int8_t>(*lo), -63) << t.name();
     EXPECT_EQ(static_cast<std::int8_t>(*hi), 63) << t.name();
   }
@@ -342,7 +368,8 @@ TEST_F(QuantizeCli, StaticWritesQdqCalibratedOnTheInputs) {
   const std::string lenet = (kOnnx / "lenet5_opset13.onnx").string();
   const Tensor x = io::load_npy(kOnnx / "lenet5_opset13.input.npy");
   const cpudl::testing::CliResult r =
-      run("quantize " + lenet + " " + path("s.onnx") + " --mode static --json --calib " + (kOnnx / "lenet5_opset13.input.npy").string());
+      run("quantize " + lenet + " " + path("s.onnx") + " --mode static --json --calib " +
+          (kOnnx / "lenet5_opset13.input.npy").string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto report = nlohmann::json::parse(r.out);
   // Every Conv and Gemm quantised; each reads its activation and weights through DequantizeLinear.
@@ -368,7 +395,8 @@ TEST_F(QuantizeCli, StaticWritesQdqCalibratedOnTheInputs) {
   const auto& first = report["activations"][0];
   EXPECT_EQ(first["value"], "input");
   EXPECT_FLOAT_EQ(first["scale"].get<float>(), want_scale);
-  EXPECT_EQ(first["zero_point"].get<int>(), static_cast<int>(std::nearbyint(-std::min(*lo, 0.0f) / want_scale)));
+  EXPECT_EQ(first["zero_point"].get<int>(),
+            static_cast<int>(std::nearbyint(-std::min(*lo, 0.0f) / want_scale)));
   // Close to the float model (and to PyTorch).
   const Tensor pytorch = io::load_npy(kOnnx / "lenet5_opset13.output.npy");
   const Tensor y = InferenceSession(path("s.onnx")).run({x})[0];
@@ -388,7 +416,8 @@ TEST_F(QuantizeCli, StaticWritesQdqCalibratedOnTheInputs) {
   InferenceSession fused_session(path("s.onnx"), int8_conv);
   const Tensor fused = fused_session.run({x})[0];
   const Tensor unfused = InferenceSession(path("s.onnx"), plain).run({x})[0];
-  for (std::int64_t i = 0; i < fused.numel(); ++i) EXPECT_NEAR(fused.data()[i], unfused.data()[i], 1e-5 * scale) << i;
+  for (std::int64_t i = 0; i < fused.numel(); ++i)
+    EXPECT_NEAR(fused.data()[i], unfused.data()[i], 1e-5 * scale) << i;
   const ModelInfo info = fused_session.info({x.shape()});
   int gemms = 0, convs = 0;
   for (const auto& l : report["layers"]) gemms += l["op"] == "Gemm", convs += l["op"] == "Conv";
@@ -399,7 +428,9 @@ TEST_F(QuantizeCli, StaticWritesQdqCalibratedOnTheInputs) {
   // Bad input: no --calib, a bad observer.
   EXPECT_EQ(run("quantize " + lenet + " " + path("t.onnx") + " --mode static").exit_code, 2);
   EXPECT_EQ(run("quantize " + lenet + " " + path("t.onnx") + " --mode static --observer median --calib " +
-                (kOnnx / "lenet5_opset13.input.npy").string()).exit_code, 2);
+                (kOnnx / "lenet5_opset13.input.npy").string())
+                .exit_code,
+            2);
   EXPECT_FALSE(fs::exists(path("t.onnx")));
 }
 
@@ -432,7 +463,8 @@ TEST_F(QuantizeCli, WeightsSharedThroughIdentityNodesAreQuantisedAndTheFloatCopi
   onnx::ModelProto m;
   ASSERT_TRUE(m.ParseFromString(io::read_file(path("t.onnx"))));
   for (const auto& t : m.graph().initializer())
-    EXPECT_FALSE(t.data_type() == onnx::TensorProto::FLOAT && t.dims_size() == 2 && t.dims(0) * t.dims(1) >= 64 * 64)
+    EXPECT_FALSE(t.data_type() == onnx::TensorProto::FLOAT && t.dims_size() == 2 &&
+                 t.dims(0) * t.dims(1) >= 64 * 64)
         << "float weights left behind: " << t.name();
   const Tensor x = io::load_npy(kOnnx / "transformer_opset13.input.npy");
   const Tensor want = io::load_npy(kOnnx / "transformer_opset13.output.npy");
@@ -450,15 +482,18 @@ TEST_F(QuantizeCli, StaticTransformerProductsFuseWithTheirZeroPoints) {
   const Tensor x = io::load_npy(kOnnx / "transformer_opset13.input.npy");
   const auto r = infer::quantize_onnx_static(kOnnx / "transformer_opset13.onnx", path("ts.onnx"), {x});
   ASSERT_FALSE(r.activations.empty());
-  EXPECT_TRUE(std::any_of(r.activations.begin(), r.activations.end(), [](const auto& a) { return a.zero_point > 20; }));
+  EXPECT_TRUE(std::any_of(r.activations.begin(), r.activations.end(),
+                          [](const auto& a) { return a.zero_point > 20; }));
   InferenceOptions plain;
   plain.optimize = false;
   InferenceSession fused_session(path("ts.onnx"));
   const Tensor fused = fused_session.run({x})[0];
   const Tensor unfused = InferenceSession(path("ts.onnx"), plain).run({x})[0];
   double scale = 0;
-  for (std::int64_t i = 0; i < unfused.numel(); ++i) scale = std::max(scale, static_cast<double>(std::fabs(unfused.data()[i])));
-  for (std::int64_t i = 0; i < fused.numel(); ++i) ASSERT_NEAR(fused.data()[i], unfused.data()[i], 1e-4 * scale) << i;
+  for (std::int64_t i = 0; i < unfused.numel(); ++i)
+    scale = std::max(scale, static_cast<double>(std::fabs(unfused.data()[i])));
+  for (std::int64_t i = 0; i < fused.numel(); ++i)
+    ASSERT_NEAR(fused.data()[i], unfused.data()[i], 1e-4 * scale) << i;
   EXPECT_EQ(fused_session.info({x.shape()}).ops_planned.at("cpudl.Int8MatMul"), 8);
 }
 
@@ -476,8 +511,9 @@ TEST_F(QuantizeCli, AccuracyReportOnHeldOutInputsWithLabels) {
   labels[1] = (labels[1] + 1) % 10;
   io::save_npy(path("labels.npy"), Tensor::from_buffer(labels.data(), {3}, DType::i64));
   io::save_npy(path("calib.npy"), Tensor::rand({4, 1, 28, 28}));
-  const cpudl::testing::CliResult r = run("quantize " + mlp + " " + path("q.onnx") + " --mode static --json --calib " + path("calib.npy") +
-                                          " --eval " + (kOnnx / "mlp_opset13.input.npy").string() + " --labels " + path("labels.npy"));
+  const cpudl::testing::CliResult r =
+      run("quantize " + mlp + " " + path("q.onnx") + " --mode static --json --calib " + path("calib.npy") +
+          " --eval " + (kOnnx / "mlp_opset13.input.npy").string() + " --labels " + path("labels.npy"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto report = nlohmann::json::parse(r.out);
   EXPECT_EQ(report["inputs"], "eval");
@@ -486,12 +522,15 @@ TEST_F(QuantizeCli, AccuracyReportOnHeldOutInputsWithLabels) {
   EXPECT_NEAR(report["int8_accuracy"].get<double>(), 2.0 / 3.0, 1e-12);
   // Labels that do not match the inputs, and labels without inputs: named errors.
   io::save_npy(path("short.npy"), Tensor::from_buffer(labels.data(), {2}, DType::i64));
-  cpudl::testing::CliResult bad = run("quantize " + mlp + " " + path("q2.onnx") + " --mode dynamic --eval " +
-                                      (kOnnx / "mlp_opset13.input.npy").string() + " --labels " + path("short.npy"));
+  cpudl::testing::CliResult bad =
+      run("quantize " + mlp + " " + path("q2.onnx") + " --mode dynamic --eval " +
+          (kOnnx / "mlp_opset13.input.npy").string() + " --labels " + path("short.npy"));
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.err.find("short.npy"), std::string::npos) << bad.err;
   EXPECT_FALSE(fs::exists(path("q2.onnx"))) << "checked before writing";
-  EXPECT_EQ(run("quantize " + mlp + " " + path("q3.onnx") + " --mode dynamic --labels " + path("labels.npy")).exit_code, 2);
+  EXPECT_EQ(run("quantize " + mlp + " " + path("q3.onnx") + " --mode dynamic --labels " + path("labels.npy"))
+                .exit_code,
+            2);
 }
 
 TEST_F(QuantizeCli, StaticConvolutionsRunInt8WithTheirWindows) {
@@ -509,9 +548,11 @@ TEST_F(QuantizeCli, StaticConvolutionsRunInt8WithTheirWindows) {
   ASSERT_EQ(fused.size(), 3u);
   for (std::size_t o = 0; o < 3; ++o) {
     double scale = 0;
-    for (std::int64_t i = 0; i < unfused[o].numel(); ++i) scale = std::max(scale, static_cast<double>(std::fabs(unfused[o].data()[i])));
+    for (std::int64_t i = 0; i < unfused[o].numel(); ++i)
+      scale = std::max(scale, static_cast<double>(std::fabs(unfused[o].data()[i])));
     for (std::int64_t i = 0; i < fused[o].numel(); ++i)
-      ASSERT_NEAR(fused[o].data()[i], unfused[o].data()[i], 1e-5 * scale) << "output " << o << " element " << i;
+      ASSERT_NEAR(fused[o].data()[i], unfused[o].data()[i], 1e-5 * scale)
+          << "output " << o << " element " << i;
   }
   EXPECT_EQ(fused_session.info({x.shape()}).ops_planned.at("cpudl.Int8Conv"), 3);
   // By default the convolutions stay float between their QDQ pairs (faster here, same numbers).

@@ -38,7 +38,8 @@ TEST_F(LlmCli, DumpLogitsMatchesTheReference) {
 }
 
 TEST_F(LlmCli, GreedyGenerationIsReproducibleAndReportsJson) {
-  const std::string cmd = "generate -m " + kDir + "/tiny-qwen2-q8_0.gguf -p 'def main():' -n 12 --temp 0 --json";
+  const std::string cmd =
+      "generate -m " + kDir + "/tiny-qwen2-q8_0.gguf -p 'def main():' -n 12 --temp 0 --json";
   const auto a = run(cmd), b = run(cmd);
   ASSERT_EQ(a.exit_code, 0) << a.err;
   const auto j = nlohmann::json::parse(a.out);
@@ -49,8 +50,10 @@ TEST_F(LlmCli, GreedyGenerationIsReproducibleAndReportsJson) {
   EXPECT_GT(j["prompt_tokens_per_second"].get<double>(), 0);
   EXPECT_EQ(nlohmann::json::parse(b.out)["token_ids"], j["token_ids"]);
   // The streamed text is the detokenized ids, and sampling with a seed is reproducible too.
-  const auto s1 = run("generate -m " + kDir + "/tiny-llama-q4_0.gguf -p Hello -n 8 --seed 5 --temp 1.5 --top-k 0 --min-p 0");
-  const auto s2 = run("generate -m " + kDir + "/tiny-llama-q4_0.gguf -p Hello -n 8 --seed 5 --temp 1.5 --top-k 0 --min-p 0");
+  const auto s1 = run("generate -m " + kDir +
+                      "/tiny-llama-q4_0.gguf -p Hello -n 8 --seed 5 --temp 1.5 --top-k 0 --min-p 0");
+  const auto s2 = run("generate -m " + kDir +
+                      "/tiny-llama-q4_0.gguf -p Hello -n 8 --seed 5 --temp 1.5 --top-k 0 --min-p 0");
   ASSERT_EQ(s1.exit_code, 0) << s1.err;
   EXPECT_EQ(s1.out, s2.out);
   EXPECT_NE(s1.err.find("generated 8 tokens"), std::string::npos) << s1.err;
@@ -62,7 +65,8 @@ TEST_F(LlmCli, StopStringEndsGenerationWithoutPrintingIt) {
   const std::string text = nlohmann::json::parse(full.out)["text"];
   ASSERT_GT(text.size(), 6u);
   const std::string stop = text.substr(text.size() / 2, 3);
-  const auto cut = run("generate -m " + kDir + "/tiny-llama-q8_0.gguf -p Hi -n 16 --temp 0 --json --stop '" + stop + "'");
+  const auto cut =
+      run("generate -m " + kDir + "/tiny-llama-q8_0.gguf -p Hi -n 16 --temp 0 --json --stop '" + stop + "'");
   ASSERT_EQ(cut.exit_code, 0) << cut.err;
   const std::string cut_text = nlohmann::json::parse(cut.out)["text"];
   EXPECT_EQ(cut_text, text.substr(0, text.find(stop)));
@@ -105,7 +109,8 @@ TEST_F(LlmCli, QuantizeWritesAModelThatStillAgreesWithTheReference) {
 }
 
 TEST_F(LlmCli, BenchLlmReportsRatesAndBandwidthShare) {
-  const auto r = run("bench llm -m " + kDir + "/tiny-llama-q4_0.gguf --prompt 16 --gen 8 --repetitions 1 --json");
+  const auto r =
+      run("bench llm -m " + kDir + "/tiny-llama-q4_0.gguf --prompt 16 --gen 8 --repetitions 1 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_GT(j["prompt_tokens_per_second"].get<double>(), 0);
@@ -170,7 +175,8 @@ TEST_F(LlmCli, MissingTensorAndWrongShapeAreNamed) {
   EXPECT_NE(r.err.find("tensor 'blk.1.ffn_up.weight' is missing"), std::string::npos) << r.err;
   r = run("generate -m " + path("reshaped.gguf") + " -p hi");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find("tensor 'blk.0.attn_k.weight' has GGUF shape [128, 256], expected [256, 128]"), std::string::npos)
+  EXPECT_NE(r.err.find("tensor 'blk.0.attn_k.weight' has GGUF shape [128, 256], expected [256, 128]"),
+            std::string::npos)
       << r.err;
 }
 

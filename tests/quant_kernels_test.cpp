@@ -9,14 +9,13 @@
 #include <vector>
 
 #include "kernels/dispatch.h"
+#include "kernels/half.h"
 #include "kernels/quant/quant.h"
 #include "llm/ggml_types.h"
-#include "kernels/half.h"
 #include "llm/quantize.h"
 
 namespace cpudl::kernels {
 namespace {
-
 
 const IsaLevel kMachineLevel = runtime().isa.detected;
 

@@ -101,7 +101,6 @@ TEST(PerformanceWarnings, NameWhatSlowsPeopleDown) {
   EXPECT_FALSE(mentions(numa_warnings, "cgroup"));
 }
 
-
 // ---------------------------------------------------------------------------------------------
 // The thread count as a value: scopes, the process default, and parallel regions sized by them.
 

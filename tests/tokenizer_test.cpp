@@ -117,7 +117,8 @@ TEST(SplitRegex, MatchesPerlSemanticsOnTheLlama3Pattern) {
   llama3.split(cps, 0, cps.size(), pieces);
   std::vector<std::string> got;
   for (auto [b, e] : pieces) got.push_back(text.substr(b, e - b));
-  const std::vector<std::string> expected = {"Hello", " WORLD", "'S", " ", "123", "45", " ...\n\n", " ", " x", "  \t"};
+  const std::vector<std::string> expected = {"Hello", " WORLD",   "'S", " ",  "123",
+                                             "45",    " ...\n\n", " ",  " x", "  \t"};
   EXPECT_EQ(got, expected);
 }
 
@@ -126,8 +127,9 @@ TEST(ChatTemplate, RecognisesTheFamilyFromARealTemplate) {
   EXPECT_EQ(detect_chat_format(phi3.get_string("tokenizer.chat_template"), true), ChatFormat::phi3);
   EXPECT_EQ(detect_chat_format("{% for m in messages %}<|im_start|>{{ m.role }}", false), ChatFormat::chatml);
   EXPECT_EQ(detect_chat_format("", true), ChatFormat::llama2);
-  EXPECT_EQ(format_user_turn(ChatFormat::chatml, "Be brief.", "Hi", true),
-            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(
+      format_user_turn(ChatFormat::chatml, "Be brief.", "Hi", true),
+      "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
   EXPECT_EQ(format_user_turn(ChatFormat::llama2, "", "Hi", false), "<s>[INST] Hi [/INST]");
   EXPECT_THROW(parse_chat_format("vicuna"), UsageError);
 }
@@ -154,14 +156,18 @@ TEST(Tokenizer, MalformedVocabularyIsAClearError) {
   types.type = GgufValueType::array;
   types.array_type = GgufValueType::i32;
   types.numbers = {2, 3};
-  write_gguf(dir / "bad.gguf", {{"tokenizer.ggml.model", model}, {"tokenizer.ggml.tokens", tokens},
-                                {"tokenizer.ggml.token_type", types}}, {});
+  write_gguf(dir / "bad.gguf",
+             {{"tokenizer.ggml.model", model},
+              {"tokenizer.ggml.tokens", tokens},
+              {"tokenizer.ggml.token_type", types}},
+             {});
   const GgufFile file = GgufFile::open(dir / "bad.gguf");
   try {
     Tokenizer tok(file);
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("tokenizer.ggml.token_type has 2 entries, expected 3"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("tokenizer.ggml.token_type has 2 entries, expected 3"),
+              std::string::npos)
         << e.what();
   }
   std::filesystem::remove_all(dir);

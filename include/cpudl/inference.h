@@ -18,8 +18,8 @@
 namespace cpudl {
 
 struct InferenceOptions {
-  bool optimize = true;   // graph rewrites (folding, fusion); off only to compare against them
-  bool profile = false;   // per-step timing (also on when CPUDL_PROFILE=1)
+  bool optimize = true;  // graph rewrites (folding, fusion); off only to compare against them
+  bool profile = false;  // per-step timing (also on when CPUDL_PROFILE=1)
   // Run the convolutions of QDQ (static int8) models on the exact int8 kernels. Off by default:
   // the int8 convolution unfolds its input and, on AVX2 without VNNI, runs at a fraction of
   // oneDNN's float convolution (ResNet-18: 2-4x slower), while the QDQ pairs around a float
@@ -42,15 +42,15 @@ struct ModelInfo {
   std::string producer;
   std::int64_t opset = 0;
   std::vector<ModelValue> inputs, outputs;
-  std::map<std::string, int> ops_loaded;     // operator -> nodes in the file
-  std::map<std::string, int> ops_planned;    // operator -> kernels run per inference, after optimising
-  std::int64_t parameters = 0;               // elements of the float and 8-bit initializers
-  double flops = 0;                          // per inference at the planned shape
-  std::size_t arena_bytes = 0;               // the memory plan's peak
-  std::size_t unplanned_bytes = 0;           // one buffer per value
-  Shape planned_input_shape;                 // the first input's shape the plan was made for
-  std::vector<std::string> rewrites;         // one line per optimiser rewrite
-  std::string int8_execution;                // how this CPU runs the model's int8 operators ("" if none)
+  std::map<std::string, int> ops_loaded;   // operator -> nodes in the file
+  std::map<std::string, int> ops_planned;  // operator -> kernels run per inference, after optimising
+  std::int64_t parameters = 0;             // elements of the float and 8-bit initializers
+  double flops = 0;                        // per inference at the planned shape
+  std::size_t arena_bytes = 0;             // the memory plan's peak
+  std::size_t unplanned_bytes = 0;         // one buffer per value
+  Shape planned_input_shape;               // the first input's shape the plan was made for
+  std::vector<std::string> rewrites;       // one line per optimiser rewrite
+  std::string int8_execution;              // how this CPU runs the model's int8 operators ("" if none)
   std::map<std::string, int> rewrite_counts;
 };
 

@@ -44,7 +44,8 @@ class Model {
   const ModelConfig& config() const;
   // Text to token ids; with add_special, BOS as the model asks; with parse_special, control
   // tokens written in the text (such as "<|im_start|>") become those tokens.
-  std::vector<std::int32_t> tokenize(std::string_view text, bool add_special, bool parse_special = true) const;
+  std::vector<std::int32_t> tokenize(std::string_view text, bool add_special,
+                                     bool parse_special = true) const;
   std::string token_text(std::int32_t id) const;  // the bytes it decodes to (empty for control tokens)
   std::string detokenize(std::span<const std::int32_t> ids) const;
   bool is_end_of_generation(std::int32_t id) const;
@@ -92,10 +93,10 @@ class Context {
 };
 
 struct SamplerOptions {
-  float temperature = 0.8f;  // 0: greedy
-  int top_k = 40;            // 0: off
-  float top_p = 0.95f;       // 1: off
-  float min_p = 0.05f;       // 0: off
+  float temperature = 0.8f;     // 0: greedy
+  int top_k = 40;               // 0: off
+  float top_p = 0.95f;          // 1: off
+  float min_p = 0.05f;          // 0: off
   float repeat_penalty = 1.0f;  // 1: off; divides positive logits of recent tokens, multiplies negative ones
   int repeat_last_n = 64;
   std::uint64_t seed = 0;

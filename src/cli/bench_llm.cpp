@@ -30,7 +30,8 @@ int run_bench_llm(const BenchLlmOptions& o) {
   const llm::Model model = llm::Model::load(o.model);
   const auto& c = model.config();
   const int threads = o.threads > 0 ? o.threads : compute_threads();
-  llm::Context ctx(model, {o.prompt + o.gen + 1, llm::parse_cache_type(o.cache_type), threads, std::max(o.prompt, 1)});
+  llm::Context ctx(
+      model, {o.prompt + o.gen + 1, llm::parse_cache_type(o.cache_type), threads, std::max(o.prompt, 1)});
   std::mt19937 gen(1);
   std::uniform_int_distribution<std::int32_t> pick(0, c.vocab - 1);
   std::vector<std::int32_t> prompt(static_cast<std::size_t>(o.prompt));
@@ -53,11 +54,12 @@ int run_bench_llm(const BenchLlmOptions& o) {
     if (o.gen > 0) {  // as llama-bench's tg test: single tokens from an empty cache
       ctx.reset();
       tg.push_back(o.gen / time([&] {
-        for (int i = 0; i < o.gen; ++i) {
-          const std::int32_t t = prompt.empty() ? 1 : prompt[static_cast<std::size_t>(i) % prompt.size()];
-          ctx.eval(std::span(&t, 1));
-        }
-      }));
+                     for (int i = 0; i < o.gen; ++i) {
+                       const std::int32_t t =
+                           prompt.empty() ? 1 : prompt[static_cast<std::size_t>(i) % prompt.size()];
+                       ctx.eval(std::span(&t, 1));
+                     }
+                   }));
     }
   }
   double bytes_per_token = static_cast<double>(model.impl().output.rows * model.impl().output.row_bytes);
@@ -69,25 +71,26 @@ int run_bench_llm(const BenchLlmOptions& o) {
   const double pct = 100.0 * tg_rate * bytes_per_token / bandwidth;
   if (o.json) {
     std::printf("%s\n", nlohmann::ordered_json{{"model", o.model},
-                                                {"weight_type", c.weight_type},
-                                                {"parameters", c.parameters},
-                                                {"threads", threads},
-                                                {"prompt", o.prompt},
-                                                {"gen", o.gen},
-                                                {"prompt_tokens_per_second", pp_rate},
-                                                {"tokens_per_second", tg_rate},
-                                                {"bytes_per_token", bytes_per_token},
-                                                {"bandwidth_gbs", bandwidth / 1e9},
-                                                {"pct_bandwidth", pct}}
-                                .dump()
-                                .c_str());
+                                               {"weight_type", c.weight_type},
+                                               {"parameters", c.parameters},
+                                               {"threads", threads},
+                                               {"prompt", o.prompt},
+                                               {"gen", o.gen},
+                                               {"prompt_tokens_per_second", pp_rate},
+                                               {"tokens_per_second", tg_rate},
+                                               {"bytes_per_token", bytes_per_token},
+                                               {"bandwidth_gbs", bandwidth / 1e9},
+                                               {"pct_bandwidth", pct}}
+                            .dump()
+                            .c_str());
     return 0;
   }
   std::printf("%s (%s, %.0fM parameters), %d threads:\n", c.name.c_str(), c.weight_type.c_str(),
               static_cast<double>(c.parameters) / 1e6, threads);
   std::printf("  prompt %d tokens: %8.1f tokens/s\n", o.prompt, pp_rate);
-  std::printf("  generate %d:      %8.1f tokens/s (%.1f MB per token: %.0f%% of the %.1f GB/s measured bandwidth)\n",
-              o.gen, tg_rate, bytes_per_token / 1e6, pct, bandwidth / 1e9);
+  std::printf(
+      "  generate %d:      %8.1f tokens/s (%.1f MB per token: %.0f%% of the %.1f GB/s measured bandwidth)\n",
+      o.gen, tg_rate, bytes_per_token / 1e6, pct, bandwidth / 1e9);
   return 0;
 }
 
@@ -95,7 +98,8 @@ int run_bench_llm(const BenchLlmOptions& o) {
 
 void add_bench_llm_command(CLI::App& bench, Action& action) {
   auto o = std::make_shared<BenchLlmOptions>();
-  CLI::App* b = bench.add_subcommand("llm", "Prompt and generation tokens/s of a GGUF model, vs memory bandwidth");
+  CLI::App* b =
+      bench.add_subcommand("llm", "Prompt and generation tokens/s of a GGUF model, vs memory bandwidth");
   b->add_option("-m,--model", o->model, "Model file (.gguf)")->required();
   b->add_option("--prompt", o->prompt, "Prompt tokens (default 64)")->check(CLI::Range(0, 1 << 16));
   b->add_option("--gen", o->gen, "Generated tokens (default 32)")->check(CLI::Range(0, 1 << 16));

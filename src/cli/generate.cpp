@@ -37,14 +37,18 @@ struct ModelFlags {
 void add_model_flags(CLI::App* c, ModelFlags& m) {
   c->add_option("-m,--model", m.model, "Model file (.gguf)")->required();
   add_threads_option(c, m.threads);
-  c->add_option("--ctx", m.ctx, "Context length (default: the model's, at most 4096)")->check(CLI::Range(1, 1 << 24));
+  c->add_option("--ctx", m.ctx, "Context length (default: the model's, at most 4096)")
+      ->check(CLI::Range(1, 1 << 24));
   c->add_option("--cache-type", m.cache_type, "KV cache type: f16 (default), f32 or q8_0");
 }
 
 void add_sampling_flags(CLI::App* c, SamplingFlags& s) {
-  c->add_option("--temp", s.temperature, "Temperature (0: greedy; default 0.8)")->check(CLI::Range(0.0, 100.0));
-  c->add_option("--top-k", s.top_k, "Keep the K most likely tokens (0: off; default 40)")->check(CLI::Range(0, 1 << 24));
-  c->add_option("--top-p", s.top_p, "Nucleus sampling threshold (1: off; default 0.95)")->check(CLI::Range(0.0, 1.0));
+  c->add_option("--temp", s.temperature, "Temperature (0: greedy; default 0.8)")
+      ->check(CLI::Range(0.0, 100.0));
+  c->add_option("--top-k", s.top_k, "Keep the K most likely tokens (0: off; default 40)")
+      ->check(CLI::Range(0, 1 << 24));
+  c->add_option("--top-p", s.top_p, "Nucleus sampling threshold (1: off; default 0.95)")
+      ->check(CLI::Range(0.0, 1.0));
   c->add_option("--min-p", s.min_p, "Drop tokens below min-p times the top probability (default 0.05)")
       ->check(CLI::Range(0.0, 1.0));
   c->add_option("--repeat-penalty", s.repeat_penalty, "Penalty for recent tokens (1: off; default 1)")
@@ -107,7 +111,8 @@ std::vector<std::int32_t> parse_token_list(const std::string& list) {
       used = 0;
     }
     if (used == 0 || used != item.size() || v < 0 || v > INT32_MAX)
-      throw UsageError("--tokens: '" + item + "' is not a token id (expected comma-separated non-negative integers)");
+      throw UsageError("--tokens: '" + item +
+                       "' is not a token id (expected comma-separated non-negative integers)");
     ids.push_back(static_cast<std::int32_t>(v));
   }
   if (ids.empty()) throw UsageError("--tokens: no token ids");
@@ -128,14 +133,16 @@ int run_generate(const GenerateOptions& o) {
     throw UsageError("give the prompt as -p TEXT or as --tokens ID,ID,... (exactly one of them)");
   const llm::Model model = llm::Model::load(o.model.model);
   llm::Context ctx(model, context_options(o.model));
-  const std::vector<std::int32_t> prompt = o.tokens.empty() ? model.tokenize(o.prompt, !o.no_bos) : parse_token_list(o.tokens);
+  const std::vector<std::int32_t> prompt =
+      o.tokens.empty() ? model.tokenize(o.prompt, !o.no_bos) : parse_token_list(o.tokens);
   if (prompt.empty()) throw UsageError("the prompt is empty after tokenization");
   for (const std::int32_t t : prompt)
     if (t >= model.config().vocab)
-      throw UsageError("--tokens: id " + std::to_string(t) + " is outside the vocabulary of " + std::to_string(model.config().vocab));
+      throw UsageError("--tokens: id " + std::to_string(t) + " is outside the vocabulary of " +
+                       std::to_string(model.config().vocab));
   if (static_cast<int>(prompt.size()) > ctx.n_ctx())
-    throw UsageError("the prompt has " + std::to_string(prompt.size()) + " tokens, more than the context of " +
-                     std::to_string(ctx.n_ctx()) + " (--ctx)");
+    throw UsageError("the prompt has " + std::to_string(prompt.size()) +
+                     " tokens, more than the context of " + std::to_string(ctx.n_ctx()) + " (--ctx)");
   const bool dump = !o.dump_logits.empty();
   auto t0 = Clock::now();
   ctx.eval(prompt, dump);
@@ -180,14 +187,16 @@ int run_generate(const GenerateOptions& o) {
     j["token_ids"] = generated;
     j["text"] = text;
     j["prompt_tokens_per_second"] = static_cast<double>(prompt.size()) / std::max(prompt_seconds, 1e-9);
-    j["tokens_per_second"] = generated.empty() ? 0.0 : static_cast<double>(generated.size()) / std::max(gen_seconds, 1e-9);
+    j["tokens_per_second"] =
+        generated.empty() ? 0.0 : static_cast<double>(generated.size()) / std::max(gen_seconds, 1e-9);
     // Invalid UTF-8 (a token can end inside a character) is replaced rather than refused.
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::printf("\n");
-    std::fprintf(stderr, "cpudl: prompt %zu tokens, %.1f tokens/s; generated %zu tokens, %.1f tokens/s\n", prompt.size(),
-                 static_cast<double>(prompt.size()) / std::max(prompt_seconds, 1e-9), generated.size(),
-                 generated.empty() ? 0.0 : static_cast<double>(generated.size()) / std::max(gen_seconds, 1e-9));
+    std::fprintf(
+        stderr, "cpudl: prompt %zu tokens, %.1f tokens/s; generated %zu tokens, %.1f tokens/s\n",
+        prompt.size(), static_cast<double>(prompt.size()) / std::max(prompt_seconds, 1e-9), generated.size(),
+        generated.empty() ? 0.0 : static_cast<double>(generated.size()) / std::max(gen_seconds, 1e-9));
   }
   return 0;
 }
@@ -217,8 +226,8 @@ int run_chat(const ChatOptions& o) {
   const llm::Model model = llm::Model::load(o.model.model);
   llm::Context ctx(model, context_options(o.model));
   const bool spm = model.impl().tokenizer && model.impl().tokenizer->model() == "llama";
-  const llm::ChatFormat format =
-      o.format.empty() ? llm::detect_chat_format(model.chat_template(), spm) : llm::parse_chat_format(o.format);
+  const llm::ChatFormat format = o.format.empty() ? llm::detect_chat_format(model.chat_template(), spm)
+                                                  : llm::parse_chat_format(o.format);
   std::fprintf(stderr, "cpudl: chat with %s (%s template); end with Ctrl-D\n", model.config().name.c_str(),
                llm::chat_format_name(format));
   llm::Sampler sampler(o.sampling.options());
@@ -230,7 +239,8 @@ int run_chat(const ChatOptions& o) {
         model.tokenize(llm::format_user_turn(format, o.system, line, first), first);
     first = false;
     if (ctx.n_past() + static_cast<int>(turn.size()) + 1 >= ctx.n_ctx()) {
-      std::fprintf(stderr, "cpudl: the context of %d tokens is full; start a new chat (--ctx to enlarge)\n", ctx.n_ctx());
+      std::fprintf(stderr, "cpudl: the context of %d tokens is full; start a new chat (--ctx to enlarge)\n",
+                   ctx.n_ctx());
       break;
     }
     ctx.eval(turn);
@@ -269,7 +279,8 @@ void add_generate_command(CLI::App& app, Action& action) {
   g->add_option("-n,--n-predict", o->n, "Tokens to generate (default 128)")->check(CLI::Range(0, 1 << 24));
   add_sampling_flags(g, o->sampling);
   g->add_option("--stop", o->stops, "Stop when the output contains this text (repeatable)");
-  g->add_option("--dump-logits", o->dump_logits, "Write the logits of every prompt position to this .npy file");
+  g->add_option("--dump-logits", o->dump_logits,
+                "Write the logits of every prompt position to this .npy file");
   g->add_flag("--no-bos", o->no_bos, "Do not add the BOS token to the prompt");
   g->add_flag("--json", o->json, "One JSON object at the end instead of streamed text");
   g->callback([&action, o] {
@@ -282,7 +293,8 @@ void add_generate_command(CLI::App& app, Action& action) {
 
 void add_tokenize_command(CLI::App& app, Action& action) {
   auto o = std::make_shared<TokenizeOptions>();
-  CLI::App* t = app.add_subcommand("tokenize", "Print the token ids of a text, with a GGUF model's tokenizer");
+  CLI::App* t =
+      app.add_subcommand("tokenize", "Print the token ids of a text, with a GGUF model's tokenizer");
   t->add_option("-m,--model", o->model, "Model file (.gguf)")->required();
   t->add_option("text", o->text, "Text to tokenize")->required();
   t->add_flag("--no-bos", o->no_bos, "Do not add the BOS token");
@@ -291,12 +303,15 @@ void add_tokenize_command(CLI::App& app, Action& action) {
 
 void add_chat_command(CLI::App& app, Action& action) {
   auto o = std::make_shared<ChatOptions>();
-  CLI::App* c = app.add_subcommand("chat", "Interactive chat with a GGUF model (one message per line on stdin)");
+  CLI::App* c =
+      app.add_subcommand("chat", "Interactive chat with a GGUF model (one message per line on stdin)");
   add_model_flags(c, o->model);
   add_sampling_flags(c, o->sampling);
   c->add_option("--system", o->system, "System prompt");
-  c->add_option("--template", o->format, "Chat format: chatml, llama2, llama3 or phi3 (default: from the model)");
-  c->add_option("-n,--n-predict", o->n, "At most this many tokens per reply (default 512)")->check(CLI::Range(1, 1 << 24));
+  c->add_option("--template", o->format,
+                "Chat format: chatml, llama2, llama3 or phi3 (default: from the model)");
+  c->add_option("-n,--n-predict", o->n, "At most this many tokens per reply (default 512)")
+      ->check(CLI::Range(1, 1 << 24));
   c->callback([&action, o] {
     action = [o] {
       if (o->model.threads > 0) check_thread_request(o->model.threads, "--threads");

@@ -28,28 +28,32 @@ struct TargetType {
   GgmlType type;
   std::uint32_t file_type;  // general.file_type as llama.cpp numbers it
 };
-const TargetType kTargets[] = {{"f32", GgmlType::f32, 0},   {"f16", GgmlType::f16, 1},
+const TargetType kTargets[] = {{"f32", GgmlType::f32, 0},    {"f16", GgmlType::f16, 1},
                                {"bf16", GgmlType::bf16, 32}, {"q8_0", GgmlType::q8_0, 7},
                                {"q4_0", GgmlType::q4_0, 2},  {"q4_k", GgmlType::q4_k, 14},
                                {"q6_k", GgmlType::q6_k, 18}};
 
 int run_quantize(QuantizeOptions& o) {
   if (ends_with(o.input, ".onnx")) {
-    if (!o.type.empty()) throw UsageError("--type is for GGUF models; ONNX models take --mode dynamic|static|bf16");
+    if (!o.type.empty())
+      throw UsageError("--type is for GGUF models; ONNX models take --mode dynamic|static|bf16");
     if (o.onnx.mode.empty()) throw UsageError(o.input + ": give --mode dynamic|static|bf16");
     o.onnx.input = o.input;
     o.onnx.output = o.output;
     return run_quantize_onnx(o.onnx);
   }
   if (!ends_with(o.input, ".gguf"))
-    throw UsageError(o.input + ": expected a .gguf or .onnx model (cpudl's own .safetensors models cannot be quantised yet)");
+    throw UsageError(
+        o.input +
+        ": expected a .gguf or .onnx model (cpudl's own .safetensors models cannot be quantised yet)");
   if (!o.onnx.mode.empty() || !o.onnx.calib.empty())
     throw UsageError("--mode and --calib are for ONNX models; GGUF models take --type");
   if (o.type.empty()) throw UsageError(o.input + ": give --type q8_0|q4_0|q4_k|q6_k|f16|bf16|f32");
   const TargetType* target = nullptr;
   for (const auto& t : kTargets)
     if (o.type == t.name) target = &t;
-  if (target == nullptr) throw UsageError("--type '" + o.type + "': expected f32, f16, bf16, q8_0, q4_0, q4_k or q6_k");
+  if (target == nullptr)
+    throw UsageError("--type '" + o.type + "': expected f32, f16, bf16, q8_0, q4_0, q4_k or q6_k");
   const llm::GgufFile in = llm::GgufFile::open(o.input);
 
   std::vector<llm::GgufWriterValue> metadata;
@@ -71,7 +75,8 @@ int run_quantize(QuantizeOptions& o) {
     bytes_in += t.bytes;
     GgmlType to = t.dims.size() >= 2 ? target->type : t.type;
     const std::uint32_t block = llm::ggml_type_info(static_cast<std::uint32_t>(to))->block_size;
-    if (t.dims[0] % block != 0) to = t.dims[0] % 32 == 0 ? GgmlType::q8_0 : GgmlType::f16;  // rows too short for the type
+    if (t.dims[0] % block != 0)
+      to = t.dims[0] % 32 == 0 ? GgmlType::q8_0 : GgmlType::f16;  // rows too short for the type
     if (to == t.type) {
       tensors.push_back({t.name, t.type, t.dims, {t.data, t.bytes}});
       bytes_out += t.bytes;
@@ -80,7 +85,8 @@ int run_quantize(QuantizeOptions& o) {
     }
     if (!llm::is_compute_type(t.type))
       throw Error(in.name() + ": tensor '" + t.name + "' has type " +
-                  llm::ggml_type_info(static_cast<std::uint32_t>(t.type))->name + ", which cpudl cannot convert");
+                  llm::ggml_type_info(static_cast<std::uint32_t>(t.type))->name +
+                  ", which cpudl cannot convert");
     const std::size_t cols = t.dims[0], rows = t.elements() / cols;
     const std::size_t in_row = llm::row_bytes(t.type, cols), out_row = llm::row_bytes(to, cols);
     std::vector<std::uint8_t>& out = buffers.emplace_back(rows * out_row);
@@ -95,9 +101,11 @@ int run_quantize(QuantizeOptions& o) {
   }
   llm::write_gguf(o.output, metadata, tensors, in.alignment());
   std::string summary;
-  for (const auto& [type, n] : counts) summary += (summary.empty() ? "" : ", ") + std::to_string(n) + " " + type;
-  std::printf("%s -> %s: %zu tensors (%s), %.1f MB -> %.1f MB\n", o.input.c_str(), o.output.c_str(), tensors.size(),
-              summary.c_str(), static_cast<double>(bytes_in) / 1e6, static_cast<double>(bytes_out) / 1e6);
+  for (const auto& [type, n] : counts)
+    summary += (summary.empty() ? "" : ", ") + std::to_string(n) + " " + type;
+  std::printf("%s -> %s: %zu tensors (%s), %.1f MB -> %.1f MB\n", o.input.c_str(), o.output.c_str(),
+              tensors.size(), summary.c_str(), static_cast<double>(bytes_in) / 1e6,
+              static_cast<double>(bytes_out) / 1e6);
   return 0;
 }
 
@@ -105,24 +113,32 @@ int run_quantize(QuantizeOptions& o) {
 
 void add_quantize_command(CLI::App& app, Action& action) {
   auto o = std::make_shared<QuantizeOptions>();
-  CLI::App* q = app.add_subcommand("quantize", "Quantise a model: GGUF weights to q8_0, q4_0, q4_k, q6_k, f16, bf16, f32; "
-                                                "ONNX MatMul/Gemm to dynamic int8, with an accuracy report");
+  CLI::App* q =
+      app.add_subcommand("quantize",
+                         "Quantise a model: GGUF weights to q8_0, q4_0, q4_k, q6_k, f16, bf16, f32; "
+                         "ONNX MatMul/Gemm to dynamic int8, with an accuracy report");
   q->add_option("input", o->input, "Input model (.gguf or .onnx); never modified")->required();
   q->add_option("output", o->output, "Output model (same format)")->required();
   q->add_option("--type", o->type, "GGUF: weight type of the output");
-  q->add_option("--mode", o->onnx.mode,
-                "ONNX: dynamic (int8 MatMul/Gemm, activations quantised per run) or static (QDQ Conv/Gemm/MatMul, "
-                "activations calibrated on --calib)");
+  q->add_option(
+      "--mode", o->onnx.mode,
+      "ONNX: dynamic (int8 MatMul/Gemm, activations quantised per run) or static (QDQ Conv/Gemm/MatMul, "
+      "activations calibrated on --calib)");
   q->add_option("--observer", o->onnx.observer, "ONNX static: minmax (default) or percentile");
-  q->add_option("--percentile", o->onnx.percentile, "ONNX static: the percentile observer's clip point (default 99.99)");
-  q->add_option("--calib", o->onnx.calib, "ONNX: .npy file or folder of .npy batches to measure the accuracy on");
-  q->add_option("--eval", o->onnx.eval, "ONNX: .npy file or folder of .npy batches for the accuracy report (default: --calib)");
-  q->add_option("--labels", o->onnx.labels, "ONNX: .npy of int labels for the report's rows (--eval, else --calib): top-1 accuracy");
+  q->add_option("--percentile", o->onnx.percentile,
+                "ONNX static: the percentile observer's clip point (default 99.99)");
+  q->add_option("--calib", o->onnx.calib,
+                "ONNX: .npy file or folder of .npy batches to measure the accuracy on");
+  q->add_option("--eval", o->onnx.eval,
+                "ONNX: .npy file or folder of .npy batches for the accuracy report (default: --calib)");
+  q->add_option("--labels", o->onnx.labels,
+                "ONNX: .npy of int labels for the report's rows (--eval, else --calib): top-1 accuracy");
   q->add_option("--max-weight-error", o->onnx.max_weight_error,
                 "ONNX: keep a layer in float when its weights' relative RMS error exceeds this")
       ->check(CLI::PositiveNumber);
   q->add_flag("--reduce-range", o->onnx.reduce_range,
-             "ONNX: 7-bit weights, the int8 product's fastest exact path on CPUs without VNNI (one bit less precision)");
+              "ONNX: 7-bit weights, the int8 product's fastest exact path on CPUs without VNNI (one bit less "
+              "precision)");
   add_threads_option(q, o->onnx.threads);
   q->add_flag("--json", o->onnx.json, "ONNX: the report as one JSON object");
   q->callback([&action, o] { action = [o] { return run_quantize(*o); }; });

@@ -30,7 +30,8 @@ std::vector<std::pair<std::string, Tensor>> input_batches(const std::string& fla
     for (std::size_t d = 0; d < shape.size(); ++d) {
       if (shape[d] >= 0) continue;
       if (d != 0)
-        throw UsageError("input '" + input.name + "' has a free dimension besides the batch: give inputs with --calib");
+        throw UsageError("input '" + input.name +
+                         "' has a free dimension besides the batch: give inputs with --calib");
       shape[d] = 8;
     }
     Generator gen(1234);
@@ -49,23 +50,21 @@ std::vector<std::pair<std::string, Tensor>> input_batches(const std::string& fla
   for (const auto& f : files) {
     Tensor t = io::load_npy(f);
     if (t.dtype() != input.dtype)
-      throw Error(f.string() + ": holds " + std::string(dtype_name(t.dtype())) + ", the model's input '" + input.name + "' takes " +
-                  std::string(dtype_name(input.dtype)));
+      throw Error(f.string() + ": holds " + std::string(dtype_name(t.dtype())) + ", the model's input '" +
+                  input.name + "' takes " + std::string(dtype_name(input.dtype)));
     if (t.dim() != static_cast<std::int64_t>(input.shape.size()) || t.numel() == 0)
-      throw Error(f.string() + ": shape " + shape_text(t.shape()) + " does not fit the model's input '" + input.name + "' " +
-                  shape_text(input.shape));
+      throw Error(f.string() + ": shape " + shape_text(t.shape()) + " does not fit the model's input '" +
+                  input.name + "' " + shape_text(input.shape));
     for (std::size_t d = 0; d < input.shape.size(); ++d)
       if (input.shape[d] >= 0 && t.shape()[d] != input.shape[d])
-        throw Error(f.string() + ": shape " + shape_text(t.shape()) + " does not fit the model's input '" + input.name + "' " +
-                    shape_text(input.shape));
+        throw Error(f.string() + ": shape " + shape_text(t.shape()) + " does not fit the model's input '" +
+                    input.name + "' " + shape_text(input.shape));
     batches.emplace_back(f.string(), std::move(t));
   }
   return batches;
 }
 
-std::int64_t row_argmax(const float* row, std::int64_t n) {
-  return std::max_element(row, row + n) - row;
-}
+std::int64_t row_argmax(const float* row, std::int64_t n) { return std::max_element(row, row + n) - row; }
 
 struct Agreement {
   std::int64_t samples = 0, agree = 0, correct_float = 0, correct_int8 = 0;
@@ -77,12 +76,14 @@ struct Agreement {
 
 int run_quantize_onnx(const QuantizeOnnxOptions& o) {
   if (o.mode != "dynamic" && o.mode != "static") {
-    if (o.mode == "bf16") throw UsageError("--mode bf16 is not implemented yet for ONNX models (dynamic and static are)");
+    if (o.mode == "bf16")
+      throw UsageError("--mode bf16 is not implemented yet for ONNX models (dynamic and static are)");
     throw UsageError("--mode '" + o.mode + "': expected dynamic, static or bf16");
   }
   if (!o.labels.empty() && o.calib.empty() && o.eval.empty())
     throw UsageError("--labels needs the inputs they label: give --eval (or --calib)");
-  if (o.mode == "static" && o.calib.empty()) throw UsageError("--mode static calibrates the activations: give --calib");
+  if (o.mode == "static" && o.calib.empty())
+    throw UsageError("--mode static calibrates the activations: give --calib");
   if (o.observer != "minmax" && o.observer != "percentile")
     throw UsageError("--observer '" + o.observer + "': expected minmax or percentile");
   if (!(o.percentile > 50.0 && o.percentile <= 100.0)) throw UsageError("--percentile must lie in (50, 100]");
@@ -104,11 +105,13 @@ int run_quantize_onnx(const QuantizeOnnxOptions& o) {
   if (!o.labels.empty()) {
     labels = io::load_npy(o.labels);
     if (labels.dtype() != DType::i64 && labels.dtype() != DType::i32)
-      throw Error(o.labels + ": labels must be int64 or int32, found " + std::string(dtype_name(labels.dtype())));
+      throw Error(o.labels + ": labels must be int64 or int32, found " +
+                  std::string(dtype_name(labels.dtype())));
     std::int64_t rows = 0;
     for (const auto& [name, x] : batches) rows += x.dim() >= 1 ? x.shape()[0] : 1;
     if (labels.numel() != rows)
-      throw Error(o.labels + ": holds " + std::to_string(labels.numel()) + " labels for " + std::to_string(rows) + " input rows");
+      throw Error(o.labels + ": holds " + std::to_string(labels.numel()) + " labels for " +
+                  std::to_string(rows) + " input rows");
   }
   infer::QuantizeResult r;
   if (o.mode == "dynamic") {
@@ -130,7 +133,8 @@ int run_quantize_onnx(const QuantizeOnnxOptions& o) {
     }
     const Tensor& f = y0[0];
     const Tensor& q = y1[0];
-    const std::int64_t rows = f.dim() >= 1 ? f.shape()[0] : 1, cols = f.numel() / std::max<std::int64_t>(1, rows);
+    const std::int64_t rows = f.dim() >= 1 ? f.shape()[0] : 1,
+                       cols = f.numel() / std::max<std::int64_t>(1, rows);
     a.classes = cols > 1;
     const float* fp = f.data();
     const float* qp = q.data();
@@ -146,9 +150,11 @@ int run_quantize_onnx(const QuantizeOnnxOptions& o) {
       a.agree += cf == cq;
       if (labels.defined()) {
         if (a.samples + i >= labels.numel())
-          throw Error(o.labels + ": holds " + std::to_string(labels.numel()) + " labels, the inputs have more rows");
-        const std::int64_t want = labels.dtype() == DType::i64 ? labels.data_as<std::int64_t>()[a.samples + i]
-                                                               : labels.data_as<std::int32_t>()[a.samples + i];
+          throw Error(o.labels + ": holds " + std::to_string(labels.numel()) +
+                      " labels, the inputs have more rows");
+        const std::int64_t want = labels.dtype() == DType::i64
+                                      ? labels.data_as<std::int64_t>()[a.samples + i]
+                                      : labels.data_as<std::int32_t>()[a.samples + i];
         a.correct_float += cf == want;
         a.correct_int8 += cq == want;
       }
@@ -156,10 +162,12 @@ int run_quantize_onnx(const QuantizeOnnxOptions& o) {
     a.samples += rows;
   }
 
-  const auto quantized_layers = std::count_if(r.layers.begin(), r.layers.end(), [](const auto& l) { return l.quantized; });
+  const auto quantized_layers =
+      std::count_if(r.layers.begin(), r.layers.end(), [](const auto& l) { return l.quantized; });
   for (const auto& l : r.layers)
     if (!l.quantized)
-      std::fprintf(stderr, "warning: %s '%s' kept in float: %s\n", l.op.c_str(), l.node.c_str(), l.reason.c_str());
+      std::fprintf(stderr, "warning: %s '%s' kept in float: %s\n", l.op.c_str(), l.node.c_str(),
+                   l.reason.c_str());
   const double mean_error = a.values > 0 ? a.sum_error / a.values : 0;
   const std::string source = !o.eval.empty()   ? "the --eval inputs"
                              : o.calib.empty() ? "seeded random N(0, 1) inputs (no --calib given)"
@@ -167,16 +175,31 @@ int run_quantize_onnx(const QuantizeOnnxOptions& o) {
   if (o.json) {
     nlohmann::ordered_json layers = nlohmann::ordered_json::array();
     for (const auto& l : r.layers)
-      layers.push_back({{"node", l.node}, {"op", l.op}, {"k", l.k}, {"n", l.n}, {"weight_error", l.weight_error},
-                        {"quantized", l.quantized}, {"reason", l.reason}});
+      layers.push_back({{"node", l.node},
+                        {"op", l.op},
+                        {"k", l.k},
+                        {"n", l.n},
+                        {"weight_error", l.weight_error},
+                        {"quantized", l.quantized},
+                        {"reason", l.reason}});
     nlohmann::ordered_json activations = nlohmann::ordered_json::array();
     for (const auto& v : r.activations)
-      activations.push_back({{"value", v.value}, {"lo", v.lo}, {"hi", v.hi}, {"scale", v.scale}, {"zero_point", v.zero_point}});
-    nlohmann::ordered_json j = {{"input", o.input},          {"output", o.output},       {"mode", o.mode},
-                                {"layers", layers},          {"bytes_in", r.bytes_in},   {"bytes_out", r.bytes_out},
-                                {"samples", a.samples},      {"inputs", !o.eval.empty() ? "eval" : o.calib.empty() ? "random" : "calib"},
+      activations.push_back(
+          {{"value", v.value}, {"lo", v.lo}, {"hi", v.hi}, {"scale", v.scale}, {"zero_point", v.zero_point}});
+    nlohmann::ordered_json j = {{"input", o.input},
+                                {"output", o.output},
+                                {"mode", o.mode},
+                                {"layers", layers},
+                                {"bytes_in", r.bytes_in},
+                                {"bytes_out", r.bytes_out},
+                                {"samples", a.samples},
+                                {"inputs", !o.eval.empty()   ? "eval"
+                                           : o.calib.empty() ? "random"
+                                                             : "calib"},
                                 {"activations", activations},
-                                {"max_abs_error", a.max_error}, {"mean_abs_error", mean_error}, {"output_scale", a.scale}};
+                                {"max_abs_error", a.max_error},
+                                {"mean_abs_error", mean_error},
+                                {"output_scale", a.scale}};
     if (a.classes) j["top1_agreement"] = static_cast<double>(a.agree) / static_cast<double>(a.samples);
     if (labels.defined()) {
       j["fp32_accuracy"] = static_cast<double>(a.correct_float) / static_cast<double>(a.samples);
@@ -192,15 +215,17 @@ int run_quantize_onnx(const QuantizeOnnxOptions& o) {
                 l.quantized ? "int8" : "float");
   }
   std::printf("%s -> %s: %zd of %zu layers int8, %.2f MB -> %.2f MB\n", o.input.c_str(), o.output.c_str(),
-              static_cast<std::ptrdiff_t>(quantized_layers), r.layers.size(), static_cast<double>(r.bytes_in) / 1e6,
-              static_cast<double>(r.bytes_out) / 1e6);
+              static_cast<std::ptrdiff_t>(quantized_layers), r.layers.size(),
+              static_cast<double>(r.bytes_in) / 1e6, static_cast<double>(r.bytes_out) / 1e6);
   if (!r.activations.empty())
-    std::printf("%zu activations calibrated (%s observer) on %lld samples\n", r.activations.size(), o.observer.c_str(),
-                static_cast<long long>(a.samples));
+    std::printf("%zu activations calibrated (%s observer) on %lld samples\n", r.activations.size(),
+                o.observer.c_str(), static_cast<long long>(a.samples));
   std::printf("on %lld samples of %s:\n", static_cast<long long>(a.samples), source.c_str());
   if (a.classes)
-    std::printf("  top-1 agreement with the float model: %.2f%%\n", 100.0 * static_cast<double>(a.agree) / static_cast<double>(a.samples));
-  std::printf("  output error: max %.3g, mean %.3g (largest float output %.3g)\n", a.max_error, mean_error, a.scale);
+    std::printf("  top-1 agreement with the float model: %.2f%%\n",
+                100.0 * static_cast<double>(a.agree) / static_cast<double>(a.samples));
+  std::printf("  output error: max %.3g, mean %.3g (largest float output %.3g)\n", a.max_error, mean_error,
+              a.scale);
   if (labels.defined()) {
     const double f = 100.0 * static_cast<double>(a.correct_float) / static_cast<double>(a.samples);
     const double q = 100.0 * static_cast<double>(a.correct_int8) / static_cast<double>(a.samples);

@@ -42,13 +42,15 @@ Tensor resize_batch(const Tensor& t, std::int64_t batch) {
   const std::size_t row_bytes = static_cast<std::size_t>(t.numel() / rows) * dtype_size(t.dtype());
   for (std::int64_t r = 0; r < batch; ++r)
     std::memcpy(static_cast<char*>(out.raw_data()) + static_cast<std::size_t>(r) * row_bytes,
-                static_cast<const char*>(t.raw_data()) + static_cast<std::size_t>(r % rows) * row_bytes, row_bytes);
+                static_cast<const char*>(t.raw_data()) + static_cast<std::size_t>(r % rows) * row_bytes,
+                row_bytes);
   return out;
 }
 
 void print_profile(const InferenceSession& session) {
   auto profile = session.profile();
-  std::sort(profile.begin(), profile.end(), [](const OpProfile& a, const OpProfile& b) { return a.seconds > b.seconds; });
+  std::sort(profile.begin(), profile.end(),
+            [](const OpProfile& a, const OpProfile& b) { return a.seconds > b.seconds; });
   double total = 0;
   for (const auto& p : profile) total += p.seconds;
   std::fprintf(stderr, "%-20s %8s %10s %7s %10s\n", "op", "calls", "ms/call", "share", "GFLOP/s");
@@ -70,13 +72,14 @@ int run_model(const RunOptions& o) {
     if (o.bench == 0) throw UsageError("give --input FILE.npy (or --bench N to time on random inputs)");
     Generator gen(0);
     for (const auto& v : declared) {
-      if (v.dtype != DType::f32) throw UsageError("input '" + v.name + "' is not float: give it with --input");
+      if (v.dtype != DType::f32)
+        throw UsageError("input '" + v.name + "' is not float: give it with --input");
       inputs.push_back(Tensor::rand(concrete_shape(v, o.batch > 0 ? o.batch : 1), gen));
     }
   } else {
     if (o.inputs.size() != declared.size())
-      throw UsageError("the model takes " + std::to_string(declared.size()) + " input(s), " + std::to_string(o.inputs.size()) +
-                       " --input given");
+      throw UsageError("the model takes " + std::to_string(declared.size()) + " input(s), " +
+                       std::to_string(o.inputs.size()) + " --input given");
     for (const auto& path : o.inputs) {
       Tensor t = io::load_npy(path);
       inputs.push_back(o.batch > 0 ? resize_batch(t, o.batch) : t);
@@ -99,20 +102,24 @@ int run_model(const RunOptions& o) {
     }
     std::sort(ms.begin(), ms.end());
     const double median = ms[ms.size() / 2];
-    const double p90 = ms[std::min(ms.size() - 1, static_cast<std::size_t>(std::ceil(0.9 * static_cast<double>(ms.size()))) - 1)];
+    const double p90 = ms[std::min(
+        ms.size() - 1, static_cast<std::size_t>(std::ceil(0.9 * static_cast<double>(ms.size()))) - 1)];
     const ModelInfo info = session.info([&] {
       std::vector<Shape> shapes;
       for (const auto& t : inputs) shapes.push_back(t.shape());
       return shapes;
     }());
     const std::int64_t batch = inputs.empty() || inputs[0].dim() == 0 ? 1 : inputs[0].size(0);
-    report = {{"model", o.model},           {"median_ms", median},
-              {"p90_ms", p90},              {"batch", batch},
-              {"threads", compute_threads()}, {"iterations", o.bench},
+    report = {{"model", o.model},
+              {"median_ms", median},
+              {"p90_ms", p90},
+              {"batch", batch},
+              {"threads", compute_threads()},
+              {"iterations", o.bench},
               {"gflops", info.flops / (median * 1e-3) / 1e9}};
     if (!o.json)
-      std::printf("%s: batch %lld, %d threads: median %.3f ms, p90 %.3f ms over %d runs (%.1f GFLOP/s)\n", o.model.c_str(),
-                  static_cast<long long>(batch), compute_threads(), median, p90, o.bench,
+      std::printf("%s: batch %lld, %d threads: median %.3f ms, p90 %.3f ms over %d runs (%.1f GFLOP/s)\n",
+                  o.model.c_str(), static_cast<long long>(batch), compute_threads(), median, p90, o.bench,
                   info.flops / (median * 1e-3) / 1e9);
   }
   for (std::size_t i = 0; i < o.outputs.size(); ++i) io::save_npy(o.outputs[i], results[i]);
@@ -120,7 +127,8 @@ int run_model(const RunOptions& o) {
     nlohmann::ordered_json outs = nlohmann::ordered_json::array();
     for (std::size_t i = 0; i < results.size(); ++i) {
       nlohmann::ordered_json entry = {{"name", session.outputs()[i].name}, {"shape", results[i].shape()}};
-      if (results[i].dtype() == DType::f32 && results[i].numel() <= 4096) entry["values"] = results[i].to_vector();
+      if (results[i].dtype() == DType::f32 && results[i].numel() <= 4096)
+        entry["values"] = results[i].to_vector();
       outs.push_back(entry);
     }
     report["outputs"] = outs;
@@ -159,7 +167,8 @@ int run_info(const InfoOptions& o) {
   const ModelInfo info = session.info(shapes);
   auto value_json = [](const std::vector<ModelValue>& values) {
     nlohmann::ordered_json a = nlohmann::ordered_json::array();
-    for (const auto& v : values) a.push_back({{"name", v.name}, {"dtype", std::string(dtype_name(v.dtype))}, {"shape", v.shape}});
+    for (const auto& v : values)
+      a.push_back({{"name", v.name}, {"dtype", std::string(dtype_name(v.dtype))}, {"shape", v.shape}});
     return a;
   };
   if (o.json) {
@@ -183,19 +192,26 @@ int run_info(const InfoOptions& o) {
   }
   auto shape_of = [](const Shape& s) {
     std::string t = "[";
-    for (std::size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + (s[i] < 0 ? std::string("?") : std::to_string(s[i]));
+    for (std::size_t i = 0; i < s.size(); ++i)
+      t += (i ? ", " : "") + (s[i] < 0 ? std::string("?") : std::to_string(s[i]));
     return t + "]";
   };
   std::printf("%s: ONNX opset %lld, made by %s\n", o.model.c_str(), static_cast<long long>(info.opset),
               info.producer.empty() ? "(unknown)" : info.producer.c_str());
-  for (const auto& v : info.inputs) std::printf("  input  %s %s %s\n", v.name.c_str(), std::string(dtype_name(v.dtype)).c_str(), shape_of(v.shape).c_str());
-  for (const auto& v : info.outputs) std::printf("  output %s %s %s\n", v.name.c_str(), std::string(dtype_name(v.dtype)).c_str(), shape_of(v.shape).c_str());
+  for (const auto& v : info.inputs)
+    std::printf("  input  %s %s %s\n", v.name.c_str(), std::string(dtype_name(v.dtype)).c_str(),
+                shape_of(v.shape).c_str());
+  for (const auto& v : info.outputs)
+    std::printf("  output %s %s %s\n", v.name.c_str(), std::string(dtype_name(v.dtype)).c_str(),
+                shape_of(v.shape).c_str());
   std::printf("parameters: %lld\nops in the file:", static_cast<long long>(info.parameters));
   for (const auto& [op, n] : info.ops_loaded) std::printf(" %s %d", op.c_str(), n);
-  std::printf("\nat batch %lld: %.3f GFLOP per inference; kernels run:", static_cast<long long>(o.batch), info.flops / 1e9);
+  std::printf("\nat batch %lld: %.3f GFLOP per inference; kernels run:", static_cast<long long>(o.batch),
+              info.flops / 1e9);
   for (const auto& [op, n] : info.ops_planned) std::printf(" %s %d", op.c_str(), n);
   std::printf("\nmemory plan: %.2f MiB for all intermediate values (%.2f MiB without reuse)\noptimiser:",
-              static_cast<double>(info.arena_bytes) / (1 << 20), static_cast<double>(info.unplanned_bytes) / (1 << 20));
+              static_cast<double>(info.arena_bytes) / (1 << 20),
+              static_cast<double>(info.unplanned_bytes) / (1 << 20));
   if (info.rewrite_counts.empty()) std::printf(" nothing to rewrite");
   for (const auto& [kind, n] : info.rewrite_counts) std::printf(" %s x%d;", kind.c_str(), n);
   std::printf("\n");
@@ -211,13 +227,15 @@ void add_run_command(CLI::App& app, Action& action) {
   r->add_option("model", o->model, "Model file (.onnx)")->required();
   r->add_option("--input", o->inputs, "Input .npy file, one per model input in order");
   r->add_option("--output", o->outputs, "Write each output to this .npy file (one per model output)");
-  r->add_option("--bench", o->bench, "Time N runs after warm-up: median and p90 latency")->check(CLI::Range(1, 1000000));
+  r->add_option("--bench", o->bench, "Time N runs after warm-up: median and p90 latency")
+      ->check(CLI::Range(1, 1000000));
   r->add_option("--batch", o->batch, "Batch size: repeat or cut the input's samples (or random inputs) to B")
       ->check(CLI::Range(1, 1 << 20));
   add_threads_option(r, o->threads);
   r->add_flag("--json", o->json, "One JSON object");
   r->add_flag("--int8-conv", o->int8_conv,
-              "Run a static int8 model's convolutions on the exact int8 kernels (slower than float ones on AVX2 for now)");
+              "Run a static int8 model's convolutions on the exact int8 kernels (slower than float ones on "
+              "AVX2 for now)");
   r->callback([&action, o] {
     action = [o] {
       use_threads(o->threads);
@@ -228,9 +246,11 @@ void add_run_command(CLI::App& app, Action& action) {
 
 void add_info_command(CLI::App& app, Action& action) {
   auto o = std::make_shared<InfoOptions>();
-  CLI::App* i = app.add_subcommand("info", "What an ONNX model holds, and what cpudl's optimiser makes of it");
+  CLI::App* i =
+      app.add_subcommand("info", "What an ONNX model holds, and what cpudl's optimiser makes of it");
   i->add_option("model", o->model, "Model file (.onnx)")->required();
-  i->add_option("--batch", o->batch, "Batch size of the plan to describe (default 1)")->check(CLI::Range(1, 1 << 20));
+  i->add_option("--batch", o->batch, "Batch size of the plan to describe (default 1)")
+      ->check(CLI::Range(1, 1 << 20));
   i->add_flag("--json", o->json, "One JSON object");
   i->add_flag("--int8-conv", o->int8_conv, "Plan a static int8 model's convolutions on the int8 kernels");
   i->callback([&action, o] { action = [o] { return run_info(*o); }; });

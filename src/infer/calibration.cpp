@@ -43,7 +43,8 @@ void for_each_output(const Graph& g, const std::vector<Tensor>& batches, Visit v
 }  // namespace
 
 std::map<std::string, ActivationRange> calibrate(const Graph& graph, const std::vector<std::string>& values,
-                                                 const std::vector<Tensor>& batches, Observer observer, double percentile) {
+                                                 const std::vector<Tensor>& batches, Observer observer,
+                                                 double percentile) {
   if (batches.empty()) throw Error("calibration needs at least one batch");
   if (graph.inputs.size() != 1) throw Error("calibration needs a model with one input");
   Graph g = graph;
@@ -71,7 +72,8 @@ std::map<std::string, ActivationRange> calibrate(const Graph& graph, const std::
       if (!(width > 0)) return;
       for (float v : data) {
         if (!std::isfinite(v)) continue;
-        const auto bin = static_cast<std::size_t>(std::clamp((static_cast<double>(v) - lo) / width, 0.0, kBins - 1.0));
+        const auto bin =
+            static_cast<std::size_t>(std::clamp((static_cast<double>(v) - lo) / width, 0.0, kBins - 1.0));
         histograms[o][bin] += 1;
       }
     });
@@ -80,7 +82,8 @@ std::map<std::string, ActivationRange> calibrate(const Graph& graph, const std::
       double total = 0;
       for (double c : h) total += c;
       if (total == 0) continue;
-      const double width = (static_cast<double>(ranges[o].hi) - ranges[o].lo) / kBins, tail = total * (100.0 - percentile) / 100.0;
+      const double width = (static_cast<double>(ranges[o].hi) - ranges[o].lo) / kBins,
+                   tail = total * (100.0 - percentile) / 100.0;
       std::size_t first = 0, last = kBins - 1;
       for (double below = 0; first < kBins - 1 && below + h[first] <= tail; ++first) below += h[first];
       for (double above = 0; last > first && above + h[last] <= tail; --last) above += h[last];

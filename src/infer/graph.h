@@ -17,12 +17,17 @@ namespace cpudl::infer {
 // Element types the runtime computes with. ONNX BOOL is stored as i8 holding 0 or 1.
 inline std::size_t element_size(DType t) {
   switch (t) {
-    case DType::f32: return 4;
-    case DType::i64: return 8;
-    case DType::i32: return 4;
+    case DType::f32:
+      return 4;
+    case DType::i64:
+      return 8;
+    case DType::i32:
+      return 4;
     case DType::i8:
-    case DType::u8: return 1;
-    case DType::bf16: return 2;
+    case DType::u8:
+      return 1;
+    case DType::bf16:
+      return 2;
   }
   return 0;
 }
@@ -66,7 +71,7 @@ struct Attribute {
 };
 
 struct Node {
-  std::string name, op;  // op: ONNX operator type ("Conv"), or a fused one ("FusedConv")
+  std::string name, op;                      // op: ONNX operator type ("Conv"), or a fused one ("FusedConv")
   std::vector<std::string> inputs, outputs;  // "" marks an omitted optional input
   std::map<std::string, Attribute> attributes;
 

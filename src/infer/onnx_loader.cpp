@@ -30,9 +30,11 @@ class Loader {
     if (!model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
       fail("not a valid ONNX model (protobuf parsing failed: truncated or corrupted file?)");
     if (!model.has_graph()) fail("the model has no graph");
-    if (model.ir_version() < 3) fail("ir_version " + std::to_string(model.ir_version()) + " is not supported (need 3 or later)");
+    if (model.ir_version() < 3)
+      fail("ir_version " + std::to_string(model.ir_version()) + " is not supported (need 3 or later)");
     Graph graph;
-    graph.producer = model.producer_name() + (model.producer_version().empty() ? "" : " " + model.producer_version());
+    graph.producer =
+        model.producer_name() + (model.producer_version().empty() ? "" : " " + model.producer_version());
     for (const auto& import : model.opset_import()) {
       if (import.domain().empty() || import.domain() == "ai.onnx") graph.opset = import.version();
     }
@@ -50,13 +52,20 @@ class Loader {
   static DType element_type(int onnx_type, bool* ok) {
     *ok = true;
     switch (onnx_type) {
-      case onnx::TensorProto::FLOAT: return DType::f32;
-      case onnx::TensorProto::INT64: return DType::i64;
-      case onnx::TensorProto::INT32: return DType::i32;
+      case onnx::TensorProto::FLOAT:
+        return DType::f32;
+      case onnx::TensorProto::INT64:
+        return DType::i64;
+      case onnx::TensorProto::INT32:
+        return DType::i32;
       case onnx::TensorProto::BOOL:
-      case onnx::TensorProto::INT8: return DType::i8;
-      case onnx::TensorProto::UINT8: return DType::u8;
-      default: *ok = false; return DType::f32;
+      case onnx::TensorProto::INT8:
+        return DType::i8;
+      case onnx::TensorProto::UINT8:
+        return DType::u8;
+      default:
+        *ok = false;
+        return DType::f32;
     }
   }
   static std::string type_name(int onnx_type) {
@@ -70,7 +79,9 @@ class Loader {
     bool ok = false;
     out.dtype = element_type(t.data_type(), &ok);
     const std::string name = what + " '" + t.name() + "'";
-    if (!ok) fail(name + ": element type " + type_name(t.data_type()) + " is not supported (FLOAT, INT64, INT32, INT8, UINT8, BOOL are)");
+    if (!ok)
+      fail(name + ": element type " + type_name(t.data_type()) +
+           " is not supported (FLOAT, INT64, INT32, INT8, UINT8, BOOL are)");
     std::int64_t n = 1;
     for (std::int64_t d : t.dims()) {
       if (d < 0) fail(name + ": negative dimension " + std::to_string(d));
@@ -82,8 +93,8 @@ class Loader {
     // Sizes are checked against the data actually present before anything is allocated: a
     // corrupted shape must not make the loader reserve terabytes.
     auto size_error = [&](std::size_t found) {
-      fail(name + ": data holds " + std::to_string(found) + " bytes but shape " + shape_string(out.shape) + " of " +
-           std::string(dtype_name(out.dtype)) + " needs " + std::to_string(bytes));
+      fail(name + ": data holds " + std::to_string(found) + " bytes but shape " + shape_string(out.shape) +
+           " of " + std::string(dtype_name(out.dtype)) + " needs " + std::to_string(bytes));
     };
     if (t.data_location() == onnx::TensorProto::EXTERNAL) {
       read_external(t, name, bytes, out.bytes);
@@ -103,9 +114,12 @@ class Loader {
       if (t.int32_data_size() != n) size_error(t.int32_data_size() * element_size(out.dtype));
       out.bytes.resize(bytes);
       for (std::int64_t i = 0; i < n; ++i) {
-        if (out.dtype == DType::i32) out.data<std::int32_t>()[i] = t.int32_data(static_cast<int>(i));
-        else if (out.dtype == DType::u8) out.data<std::uint8_t>()[i] = static_cast<std::uint8_t>(t.int32_data(static_cast<int>(i)));
-        else out.data<std::int8_t>()[i] = static_cast<std::int8_t>(t.int32_data(static_cast<int>(i)));
+        if (out.dtype == DType::i32)
+          out.data<std::int32_t>()[i] = t.int32_data(static_cast<int>(i));
+        else if (out.dtype == DType::u8)
+          out.data<std::uint8_t>()[i] = static_cast<std::uint8_t>(t.int32_data(static_cast<int>(i)));
+        else
+          out.data<std::int8_t>()[i] = static_cast<std::int8_t>(t.int32_data(static_cast<int>(i)));
       }
     }
     return out;
@@ -117,17 +131,22 @@ class Loader {
     std::int64_t offset = 0, length = -1;
     for (const auto& entry : t.external_data()) {
       try {
-        if (entry.key() == "location") location = entry.value();
-        else if (entry.key() == "offset") offset = std::stoll(entry.value());
-        else if (entry.key() == "length") length = std::stoll(entry.value());
+        if (entry.key() == "location")
+          location = entry.value();
+        else if (entry.key() == "offset")
+          offset = std::stoll(entry.value());
+        else if (entry.key() == "length")
+          length = std::stoll(entry.value());
       } catch (const std::exception&) {
         fail(name + ": external data field '" + entry.key() + "' is not a number: '" + entry.value() + "'");
       }
     }
     const std::filesystem::path rel(location);
     if (location.empty()) fail(name + ": external data without a location");
-    if (rel.is_absolute() || std::any_of(rel.begin(), rel.end(), [](const auto& part) { return part == ".."; }))
-      fail(name + ": external data location '" + location + "' must be a relative path inside the model's folder");
+    if (rel.is_absolute() ||
+        std::any_of(rel.begin(), rel.end(), [](const auto& part) { return part == ".."; }))
+      fail(name + ": external data location '" + location +
+           "' must be a relative path inside the model's folder");
     if (offset < 0) fail(name + ": negative external data offset");
     if (length >= 0 && static_cast<std::size_t>(length) != bytes)
       fail(name + ": external data length " + std::to_string(length) + " disagrees with its shape (" +
@@ -138,8 +157,9 @@ class Loader {
     in.seekg(0, std::ios::end);
     const std::int64_t file_size = in.tellg();
     if (offset > file_size || static_cast<std::int64_t>(bytes) > file_size - offset)
-      fail(name + ": external data range [" + std::to_string(offset) + ", " + std::to_string(offset + static_cast<std::int64_t>(bytes)) +
-           ") lies beyond the end of " + path.string() + " (" + std::to_string(file_size) + " bytes)");
+      fail(name + ": external data range [" + std::to_string(offset) + ", " +
+           std::to_string(offset + static_cast<std::int64_t>(bytes)) + ") lies beyond the end of " +
+           path.string() + " (" + std::to_string(file_size) + " bytes)");
     out.resize(bytes);
     in.seekg(offset);
     in.read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(out.size()));
@@ -155,7 +175,8 @@ class Loader {
     const auto& tt = v.type().tensor_type();
     bool ok = false;
     info.dtype = element_type(tt.elem_type(), &ok);
-    if (!ok) fail(what + " '" + v.name() + "': element type " + type_name(tt.elem_type()) + " is not supported");
+    if (!ok)
+      fail(what + " '" + v.name() + "': element type " + type_name(tt.elem_type()) + " is not supported");
     if (tt.has_shape()) {
       for (const auto& d : tt.shape().dim()) info.shape.push_back(d.has_dim_value() ? d.dim_value() : -1);
     }
@@ -166,17 +187,36 @@ class Loader {
     Attribute out;
     using A = onnx::AttributeProto;
     switch (a.type()) {
-      case A::INT: out.kind = Attribute::Kind::i; out.i = a.i(); break;
-      case A::FLOAT: out.kind = Attribute::Kind::f; out.f = a.f(); break;
-      case A::STRING: out.kind = Attribute::Kind::s; out.s = a.s(); break;
+      case A::INT:
+        out.kind = Attribute::Kind::i;
+        out.i = a.i();
+        break;
+      case A::FLOAT:
+        out.kind = Attribute::Kind::f;
+        out.f = a.f();
+        break;
+      case A::STRING:
+        out.kind = Attribute::Kind::s;
+        out.s = a.s();
+        break;
       case A::TENSOR:
         out.kind = Attribute::Kind::t;
         out.t = std::make_shared<HostTensor>(read_tensor(a.t(), node + " attribute " + a.name()));
         break;
-      case A::INTS: out.kind = Attribute::Kind::ints; out.ints.assign(a.ints().begin(), a.ints().end()); break;
-      case A::FLOATS: out.kind = Attribute::Kind::floats; out.floats.assign(a.floats().begin(), a.floats().end()); break;
-      case A::STRINGS: out.kind = Attribute::Kind::strings; out.strings.assign(a.strings().begin(), a.strings().end()); break;
-      default: fail(node + ": attribute '" + a.name() + "' has an unsupported type (graphs, sparse tensors)");
+      case A::INTS:
+        out.kind = Attribute::Kind::ints;
+        out.ints.assign(a.ints().begin(), a.ints().end());
+        break;
+      case A::FLOATS:
+        out.kind = Attribute::Kind::floats;
+        out.floats.assign(a.floats().begin(), a.floats().end());
+        break;
+      case A::STRINGS:
+        out.kind = Attribute::Kind::strings;
+        out.strings.assign(a.strings().begin(), a.strings().end());
+        break;
+      default:
+        fail(node + ": attribute '" + a.name() + "' has an unsupported type (graphs, sparse tensors)");
     }
     return out;
   }
@@ -205,7 +245,8 @@ class Loader {
       node.outputs.assign(n.output().begin(), n.output().end());
       const bool default_domain = n.domain().empty() || n.domain() == "ai.onnx";
       if (!default_domain || !is_supported_op(node.op.c_str())) {
-        unsupported.push_back(node.op + (default_domain ? "" : " (domain " + n.domain() + ")") + " in node '" + node.name + "'");
+        unsupported.push_back(node.op + (default_domain ? "" : " (domain " + n.domain() + ")") +
+                              " in node '" + node.name + "'");
         continue;
       }
       for (const auto& a : n.attribute()) node.attributes[a.name()] = read_attribute(a, node.label());
@@ -214,7 +255,8 @@ class Loader {
     if (!unsupported.empty()) {
       std::string list;
       for (const auto& u : unsupported) list += (list.empty() ? "" : "; ") + u;
-      fail(std::to_string(unsupported.size()) + " unsupported operator(s) at opset " + std::to_string(graph.opset) + ": " + list);
+      fail(std::to_string(unsupported.size()) + " unsupported operator(s) at opset " +
+           std::to_string(graph.opset) + ": " + list);
     }
     graph.nodes = topological_order(std::move(nodes), graph);
   }
@@ -237,7 +279,8 @@ class Loader {
     for (std::size_t i = 0; i < nodes.size(); ++i) {
       for (const auto& in : nodes[i].inputs) {
         if (in.empty() || available.count(in)) continue;
-        if (!producer.count(in)) fail(nodes[i].label() + ": input '" + in + "' is not defined by any node, input or initializer");
+        if (!producer.count(in))
+          fail(nodes[i].label() + ": input '" + in + "' is not defined by any node, input or initializer");
         ++waiting[i];
         consumers[in].push_back(i);
       }

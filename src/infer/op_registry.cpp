@@ -10,7 +10,8 @@ namespace cpudl::infer {
 const HostTensor& OpSetup::constant(std::size_t i, const char* what) const {
   if (!has(i)) fail(std::string("input '") + what + "' is missing");
   if (!constants[i])
-    fail(std::string("input '") + what + "' must be known before the run (a constant, or computed from shapes only)");
+    fail(std::string("input '") + what +
+         "' must be known before the run (a constant, or computed from shapes only)");
   return *constants[i];
 }
 
@@ -28,7 +29,8 @@ void OpSetup::require_inputs(std::size_t min, std::size_t max) const {
 
 void OpSetup::require_f32(std::size_t i) const {
   if (inputs.at(i).dtype != DType::f32)
-    fail("input " + std::to_string(i) + " is " + std::string(dtype_name(inputs[i].dtype)) + ", expected FLOAT");
+    fail("input " + std::to_string(i) + " is " + std::string(dtype_name(inputs[i].dtype)) +
+         ", expected FLOAT");
 }
 
 void OpSetup::require_present_f32() const {
@@ -38,7 +40,8 @@ void OpSetup::require_present_f32() const {
 
 std::int64_t normalize_axis(const OpSetup& setup, std::int64_t axis, std::int64_t rank, const char* what) {
   if (axis < -rank || axis >= rank)
-    setup.fail(std::string(what) + " " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
+    setup.fail(std::string(what) + " " + std::to_string(axis) + " is out of range for rank " +
+               std::to_string(rank));
   return axis < 0 ? axis + rank : axis;
 }
 
@@ -59,7 +62,7 @@ BuildFn find_op(const std::string& op) {
     std::unordered_map<std::string, BuildFn> r;
     for (auto table : {elementwise_ops(), dense_ops(), shape_ops(), normalization_ops(), quantization_ops()})
       for (const OpEntry& e : table) r.emplace(e.name, e.build);
-    // Every operator the loader accepts must be executable.
+        // Every operator the loader accepts must be executable.
 #define CPUDL_CHECK_OP(name) \
   if (!r.count(#name)) throw Error("internal: operator " #name " has no implementation");
     CPUDL_ONNX_OPS(CPUDL_CHECK_OP)

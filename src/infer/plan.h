@@ -17,11 +17,11 @@
 namespace cpudl::infer {
 
 struct PlanStats {
-  std::size_t arena_bytes = 0;     // the memory plan's peak: all intermediate values
+  std::size_t arena_bytes = 0;      // the memory plan's peak: all intermediate values
   std::size_t unplanned_bytes = 0;  // what one buffer per value would need
-  std::size_t steps = 0;           // kernels run per inference
-  double flops = 0;                // per inference (multiply-adds x 2 of Conv, Gemm, MatMul)
-  std::map<std::string, int> ops;  // op -> count, after optimisation
+  std::size_t steps = 0;            // kernels run per inference
+  double flops = 0;                 // per inference (multiply-adds x 2 of Conv, Gemm, MatMul)
+  std::map<std::string, int> ops;   // op -> count, after optimisation
 };
 
 // Time spent per step, accumulated over runs when profiling is on (CPUDL_PROFILE=1).
@@ -54,7 +54,7 @@ class Plan {
   struct Value {
     ValueDesc desc;
     Storage storage = Storage::arena;
-    std::size_t index = 0;   // input index, or arena buffer index
+    std::size_t index = 0;  // input index, or arena buffer index
     const void* constant = nullptr;
   };
   struct Step {
@@ -78,6 +78,7 @@ class Plan {
 };
 
 // Multiply-adds x 2 of a node with these input and output shapes (0 for data movement).
-double node_flops(const Node& node, const std::vector<ValueDesc>& inputs, const std::vector<ValueDesc>& outputs);
+double node_flops(const Node& node, const std::vector<ValueDesc>& inputs,
+                  const std::vector<ValueDesc>& outputs);
 
 }  // namespace cpudl::infer

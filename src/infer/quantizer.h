@@ -34,9 +34,9 @@ struct QuantizeOptions {
 };
 
 struct QuantizedLayer {
-  std::string node, op;  // as named in the input file
+  std::string node, op;       // as named in the input file
   std::int64_t k = 0, n = 0;  // reduction length and output channels
-  double weight_error = 0;  // ||W - dequantised W|| / ||W||
+  double weight_error = 0;    // ||W - dequantised W|| / ||W||
   bool quantized = false;
   std::string reason;  // why not, when not
 };
@@ -48,9 +48,9 @@ struct QuantizedActivation {
 };
 
 struct QuantizeResult {
-  std::vector<QuantizedLayer> layers;  // every candidate layer seen
+  std::vector<QuantizedLayer> layers;            // every candidate layer seen
   std::vector<QuantizedActivation> activations;  // static mode
-  std::size_t bytes_in = 0, bytes_out = 0;  // the models' serialised sizes (weights inline)
+  std::size_t bytes_in = 0, bytes_out = 0;       // the models' serialised sizes (weights inline)
 };
 
 // Read `input` (never modified), write `output` atomically. Throw Error naming the file when it
@@ -59,6 +59,7 @@ struct QuantizeResult {
 QuantizeResult quantize_onnx_dynamic(const std::filesystem::path& input, const std::filesystem::path& output,
                                      const QuantizeOptions& options = {});
 QuantizeResult quantize_onnx_static(const std::filesystem::path& input, const std::filesystem::path& output,
-                                    const std::vector<Tensor>& calibration, const QuantizeOptions& options = {});
+                                    const std::vector<Tensor>& calibration,
+                                    const QuantizeOptions& options = {});
 
 }  // namespace cpudl::infer

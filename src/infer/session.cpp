@@ -5,8 +5,8 @@
 #include "cpudl/inference.h"
 #include "cpudl/runtime.h"
 #include "infer/onnx_loader.h"
-#include "infer/optimizer.h"
 #include "infer/op_registry.h"
+#include "infer/optimizer.h"
 #include "infer/plan.h"
 
 namespace cpudl {
@@ -64,7 +64,8 @@ struct InferenceSession::Impl {
       const Tensor& t = outputs[o];
       if (!t.defined() || !t.is_contiguous() || t.dtype() != descs[o].dtype || t.shape() != descs[o].shape)
         throw Error("run_into: output " + std::to_string(o) + " must be a contiguous " +
-                    std::string(dtype_name(descs[o].dtype)) + " tensor of shape " + shape_text(descs[o].shape));
+                    std::string(dtype_name(descs[o].dtype)) + " tensor of shape " +
+                    shape_text(descs[o].shape));
       out_views[o] = infer::TensorView{t.dtype(), &descs[o].shape, t.raw_data()};
     }
     plan.run(in_views, out_views);
@@ -122,7 +123,8 @@ void InferenceSession::run_into(const std::vector<Tensor>& inputs, std::vector<T
   const ThreadScope scope(impl_->threads);
   impl_->check_inputs(inputs);
   for (std::size_t i = 0; i < inputs.size(); ++i)
-    if (!inputs[i].is_contiguous()) throw Error("run_into: input '" + impl_->inputs[i].name + "' must be contiguous");
+    if (!inputs[i].is_contiguous())
+      throw Error("run_into: input '" + impl_->inputs[i].name + "' must be contiguous");
   impl_->execute(impl_->plan_for_inputs(inputs), inputs, outputs);
 }
 
@@ -148,7 +150,8 @@ ModelInfo InferenceSession::info(const std::vector<Shape>& input_shapes) {
   info.rewrites = impl_->report.rewrites;
   info.rewrite_counts = impl_->report.counts;
   for (const auto& line : impl_->plan_reports[input_shapes].rewrites) info.rewrites.push_back(line);
-  for (const auto& [kind, count] : impl_->plan_reports[input_shapes].counts) info.rewrite_counts[kind] += count;
+  for (const auto& [kind, count] : impl_->plan_reports[input_shapes].counts)
+    info.rewrite_counts[kind] += count;
   return info;
 }
 

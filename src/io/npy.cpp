@@ -50,7 +50,9 @@ class HeaderParser {
   }
 
  private:
-  [[noreturn]] void fail(const std::string& what) const { throw Error(file_ + ": not a valid .npy file: " + what); }
+  [[noreturn]] void fail(const std::string& what) const {
+    throw Error(file_ + ": not a valid .npy file: " + what);
+  }
   void skip_space() {
     while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\n')) ++pos_;
   }
@@ -104,41 +106,58 @@ class HeaderParser {
 
 std::string descr_of(DType t) {
   switch (t) {
-    case DType::f32: return "<f4";
-    case DType::i64: return "<i8";
-    case DType::i32: return "<i4";
-    case DType::i8: return "|i1";
-    case DType::u8: return "|u1";
-    default: throw Error("cannot write a " + std::string(dtype_name(t)) + " tensor as .npy");
+    case DType::f32:
+      return "<f4";
+    case DType::i64:
+      return "<i8";
+    case DType::i32:
+      return "<i4";
+    case DType::i8:
+      return "|i1";
+    case DType::u8:
+      return "|u1";
+    default:
+      throw Error("cannot write a " + std::string(dtype_name(t)) + " tensor as .npy");
   }
 }
 
 }  // namespace
 
 Tensor parse_npy(const std::string& bytes, const std::string& name) {
-  if (bytes.size() < 10 || bytes.compare(0, 6, kMagic, 6) != 0) throw Error(name + ": not a .npy file (bad magic)");
+  if (bytes.size() < 10 || bytes.compare(0, 6, kMagic, 6) != 0)
+    throw Error(name + ": not a .npy file (bad magic)");
   const int major = static_cast<unsigned char>(bytes[6]);
   std::size_t header_len = 0, header_at = 0;
   if (major == 1) {
-    header_len = static_cast<unsigned char>(bytes[8]) | (static_cast<std::size_t>(static_cast<unsigned char>(bytes[9])) << 8);
+    header_len = static_cast<unsigned char>(bytes[8]) |
+                 (static_cast<std::size_t>(static_cast<unsigned char>(bytes[9])) << 8);
     header_at = 10;
   } else if (major == 2 || major == 3) {
     if (bytes.size() < 12) throw Error(name + ": not a valid .npy file: truncated header");
-    for (int i = 3; i >= 0; --i) header_len = (header_len << 8) | static_cast<unsigned char>(bytes[8 + static_cast<std::size_t>(i)]);
+    for (int i = 3; i >= 0; --i)
+      header_len = (header_len << 8) | static_cast<unsigned char>(bytes[8 + static_cast<std::size_t>(i)]);
     header_at = 12;
   } else {
     throw Error(name + ": .npy version " + std::to_string(major) + " is not supported (1, 2 and 3 are)");
   }
   if (header_len > bytes.size() - header_at) throw Error(name + ": not a valid .npy file: truncated header");
   const Header h = HeaderParser(std::string_view(bytes).substr(header_at, header_len), name).parse();
-  if (h.fortran) throw Error(name + ": Fortran-order arrays are not supported (save with np.ascontiguousarray)");
+  if (h.fortran)
+    throw Error(name + ": Fortran-order arrays are not supported (save with np.ascontiguousarray)");
   DType dtype;
-  if (h.descr == "<f4") dtype = DType::f32;
-  else if (h.descr == "<i8") dtype = DType::i64;
-  else if (h.descr == "<i4") dtype = DType::i32;
-  else if (h.descr == "|i1" || h.descr == "|b1") dtype = DType::i8;
-  else if (h.descr == "|u1") dtype = DType::u8;
-  else throw Error(name + ": element type '" + h.descr + "' is not supported (float32, int64, int32, int8, uint8, bool are)");
+  if (h.descr == "<f4")
+    dtype = DType::f32;
+  else if (h.descr == "<i8")
+    dtype = DType::i64;
+  else if (h.descr == "<i4")
+    dtype = DType::i32;
+  else if (h.descr == "|i1" || h.descr == "|b1")
+    dtype = DType::i8;
+  else if (h.descr == "|u1")
+    dtype = DType::u8;
+  else
+    throw Error(name + ": element type '" + h.descr +
+                "' is not supported (float32, int64, int32, int8, uint8, bool are)");
   std::int64_t count = 1;
   for (std::int64_t d : h.shape) {
     if (d > 0 && count > (std::int64_t{1} << 40) / d) throw Error(name + ": shape too large");
@@ -147,8 +166,8 @@ Tensor parse_npy(const std::string& bytes, const std::string& name) {
   const std::size_t data_at = header_at + header_len;
   const std::size_t want = static_cast<std::size_t>(count) * dtype_size(dtype);
   if (bytes.size() - data_at != want)
-    throw Error(name + ": holds " + std::to_string(bytes.size() - data_at) + " data bytes, shape " + shape_text(h.shape) +
-                " of " + h.descr + " needs " + std::to_string(want));
+    throw Error(name + ": holds " + std::to_string(bytes.size() - data_at) + " data bytes, shape " +
+                shape_text(h.shape) + " of " + h.descr + " needs " + std::to_string(want));
   return Tensor::from_buffer(bytes.data() + data_at, h.shape, dtype);
 }
 
@@ -158,10 +177,13 @@ std::string serialize_npy(const Tensor& tensor) {
   const Tensor t = tensor.is_contiguous() ? tensor : tensor.contiguous();
   std::string shape = "(";
   for (std::int64_t d : t.shape()) shape += std::to_string(d) + ", ";
-  if (t.shape().size() > 1) shape.resize(shape.size() - 2);  // (2, 3), but (3,) and ()
-  else if (t.shape().size() == 1) shape.resize(shape.size() - 1);
+  if (t.shape().size() > 1)
+    shape.resize(shape.size() - 2);  // (2, 3), but (3,) and ()
+  else if (t.shape().size() == 1)
+    shape.resize(shape.size() - 1);
   shape += ")";
-  std::string header = "{'descr': '" + descr_of(t.dtype()) + "', 'fortran_order': False, 'shape': " + shape + ", }";
+  std::string header =
+      "{'descr': '" + descr_of(t.dtype()) + "', 'fortran_order': False, 'shape': " + shape + ", }";
   // Pad with spaces so that the data starts 64-byte aligned, then a newline (as NumPy does).
   const std::size_t total = (10 + header.size() + 1 + 63) / 64 * 64;
   header.append(total - 10 - header.size() - 1, ' ');

@@ -15,8 +15,9 @@ namespace cpudl::io {
 
 namespace {
 
-const std::pair<const char*, DType> kDtypes[] = {
-    {"F32", DType::f32}, {"BF16", DType::bf16}, {"I8", DType::i8}, {"I32", DType::i32}, {"I64", DType::i64}, {"U8", DType::u8}};
+const std::pair<const char*, DType> kDtypes[] = {{"F32", DType::f32}, {"BF16", DType::bf16},
+                                                 {"I8", DType::i8},   {"I32", DType::i32},
+                                                 {"I64", DType::i64}, {"U8", DType::u8}};
 
 std::string dtype_code(DType dtype) {
   for (const auto& [code, d] : kDtypes)

@@ -13,8 +13,9 @@ namespace cpudl::io {
 
 namespace {
 constexpr std::uint64_t kMaxHeaderBytes = 100u << 20;  // the reference implementation's limit
-const std::pair<const char*, DType> kDtypes[] = {
-    {"F32", DType::f32}, {"BF16", DType::bf16}, {"I8", DType::i8}, {"I32", DType::i32}, {"I64", DType::i64}, {"U8", DType::u8}};
+const std::pair<const char*, DType> kDtypes[] = {{"F32", DType::f32}, {"BF16", DType::bf16},
+                                                 {"I8", DType::i8},   {"I32", DType::i32},
+                                                 {"I64", DType::i64}, {"U8", DType::u8}};
 }  // namespace
 
 SafetensorsHeader parse_safetensors_header(std::string_view bytes, const std::string& name) {

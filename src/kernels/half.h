@@ -37,7 +37,7 @@ inline std::uint16_t f32_to_fp16(float f) {
   const std::uint32_t abs = x & 0x7FFFFFFF;
   if (abs >= 0x7F800000) return static_cast<std::uint16_t>(sign | 0x7C00 | (abs > 0x7F800000 ? 0x200 : 0));
   if (abs >= 0x477FF000) return static_cast<std::uint16_t>(sign | 0x7C00);  // rounds to inf
-  if (abs < 0x38800000) {  // subnormal or zero in half
+  if (abs < 0x38800000) {                                                   // subnormal or zero in half
     if (abs < 0x33000000) return static_cast<std::uint16_t>(sign);
     const std::uint32_t exponent = abs >> 23;
     const std::uint32_t mantissa = (abs & 0x7FFFFF) | 0x800000;

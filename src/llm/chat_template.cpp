@@ -7,7 +7,8 @@ namespace cpudl::llm {
 ChatFormat detect_chat_format(std::string_view t, bool sentencepiece) {
   if (t.find("<|im_start|>") != std::string_view::npos) return ChatFormat::chatml;
   if (t.find("<|start_header_id|>") != std::string_view::npos) return ChatFormat::llama3;
-  if (t.find("<|user|>") != std::string_view::npos && t.find("<|end|>") != std::string_view::npos) return ChatFormat::phi3;
+  if (t.find("<|user|>") != std::string_view::npos && t.find("<|end|>") != std::string_view::npos)
+    return ChatFormat::phi3;
   if (t.find("[INST]") != std::string_view::npos) return ChatFormat::llama2;
   return sentencepiece ? ChatFormat::llama2 : ChatFormat::chatml;
 }
@@ -22,15 +23,20 @@ ChatFormat parse_chat_format(std::string_view name) {
 
 const char* chat_format_name(ChatFormat format) {
   switch (format) {
-    case ChatFormat::chatml: return "chatml";
-    case ChatFormat::llama2: return "llama2";
-    case ChatFormat::llama3: return "llama3";
-    case ChatFormat::phi3: return "phi3";
+    case ChatFormat::chatml:
+      return "chatml";
+    case ChatFormat::llama2:
+      return "llama2";
+    case ChatFormat::llama3:
+      return "llama3";
+    case ChatFormat::phi3:
+      return "phi3";
   }
   return "?";
 }
 
-std::string format_user_turn(ChatFormat format, std::string_view system, std::string_view message, bool first_turn) {
+std::string format_user_turn(ChatFormat format, std::string_view system, std::string_view message,
+                             bool first_turn) {
   const std::string sys(system), msg(message);
   switch (format) {
     case ChatFormat::chatml: {
@@ -46,7 +52,8 @@ std::string format_user_turn(ChatFormat format, std::string_view system, std::st
     }
     case ChatFormat::llama3: {
       std::string s;
-      if (first_turn && !sys.empty()) s += "<|start_header_id|>system<|end_header_id|>\n\n" + sys + "<|eot_id|>";
+      if (first_turn && !sys.empty())
+        s += "<|start_header_id|>system<|end_header_id|>\n\n" + sys + "<|eot_id|>";
       return s + "<|start_header_id|>user<|end_header_id|>\n\n" + msg +
              "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n";
     }
@@ -61,10 +68,14 @@ std::string format_user_turn(ChatFormat format, std::string_view system, std::st
 
 std::string format_assistant_end(ChatFormat format) {
   switch (format) {
-    case ChatFormat::chatml: return "<|im_end|>\n";
-    case ChatFormat::llama2: return "</s>";
-    case ChatFormat::llama3: return "<|eot_id|>";
-    case ChatFormat::phi3: return "<|end|>\n";
+    case ChatFormat::chatml:
+      return "<|im_end|>\n";
+    case ChatFormat::llama2:
+      return "</s>";
+    case ChatFormat::llama3:
+      return "<|eot_id|>";
+    case ChatFormat::phi3:
+      return "<|end|>\n";
   }
   return "";
 }

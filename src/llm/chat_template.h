@@ -18,7 +18,8 @@ const char* chat_format_name(ChatFormat format);
 
 // The text to append for a user message (the system prompt only on the first turn), ending
 // where the assistant's reply begins. The caller tokenizes it with special tokens parsed.
-std::string format_user_turn(ChatFormat format, std::string_view system, std::string_view message, bool first_turn);
+std::string format_user_turn(ChatFormat format, std::string_view system, std::string_view message,
+                             bool first_turn);
 // What closes the assistant's reply in the history after generation stopped on end-of-turn.
 std::string format_assistant_end(ChatFormat format);
 

@@ -102,7 +102,8 @@ Context::Context(const Model& model, const ContextOptions& options) : state_(std
     throw UsageError("--ctx " + std::to_string(s.n_ctx) + " exceeds the model's context length " +
                      std::to_string(s.c.context_length));
   if (options.threads < 0 || options.threads > 4096)
-    throw UsageError("context threads " + std::to_string(options.threads) + ": expected 0 (the default) to 4096");
+    throw UsageError("context threads " + std::to_string(options.threads) +
+                     ": expected 0 (the default) to 4096");
   s.threads = options.threads > 0 ? options.threads : compute_threads();
   s.batch = std::max(1, options.batch);
   s.cache_type = options.cache_type;

@@ -26,12 +26,25 @@ constexpr std::size_t kMaxNameBytes = 256;
 
 std::size_t scalar_bytes(GgufValueType type) {
   switch (type) {
-    case GgufValueType::u8: case GgufValueType::i8: case GgufValueType::boolean: return 1;
-    case GgufValueType::u16: case GgufValueType::i16: return 2;
-    case GgufValueType::u32: case GgufValueType::i32: case GgufValueType::f32: return 4;
-    case GgufValueType::u64: case GgufValueType::i64: case GgufValueType::f64: return 8;
-    case GgufValueType::string: return 8;  // at least its length field
-    case GgufValueType::array: return 12;
+    case GgufValueType::u8:
+    case GgufValueType::i8:
+    case GgufValueType::boolean:
+      return 1;
+    case GgufValueType::u16:
+    case GgufValueType::i16:
+      return 2;
+    case GgufValueType::u32:
+    case GgufValueType::i32:
+    case GgufValueType::f32:
+      return 4;
+    case GgufValueType::u64:
+    case GgufValueType::i64:
+    case GgufValueType::f64:
+      return 8;
+    case GgufValueType::string:
+      return 8;  // at least its length field
+    case GgufValueType::array:
+      return 12;
   }
   return 0;
 }
@@ -77,13 +90,27 @@ bool valid_value_type(std::uint32_t t) { return t <= 12; }
 void read_scalar(Reader& r, GgufValueType type, GgufValue& v, const std::string& what) {
   v.type = type;
   switch (type) {
-    case GgufValueType::u8: v.i = r.read<std::uint8_t>(what.c_str()); break;
-    case GgufValueType::i8: v.i = r.read<std::int8_t>(what.c_str()); break;
-    case GgufValueType::u16: v.i = r.read<std::uint16_t>(what.c_str()); break;
-    case GgufValueType::i16: v.i = r.read<std::int16_t>(what.c_str()); break;
-    case GgufValueType::u32: v.i = r.read<std::uint32_t>(what.c_str()); break;
-    case GgufValueType::i32: v.i = r.read<std::int32_t>(what.c_str()); break;
-    case GgufValueType::i64: v.i = r.read<std::int64_t>(what.c_str()); break;
+    case GgufValueType::u8:
+      v.i = r.read<std::uint8_t>(what.c_str());
+      break;
+    case GgufValueType::i8:
+      v.i = r.read<std::int8_t>(what.c_str());
+      break;
+    case GgufValueType::u16:
+      v.i = r.read<std::uint16_t>(what.c_str());
+      break;
+    case GgufValueType::i16:
+      v.i = r.read<std::int16_t>(what.c_str());
+      break;
+    case GgufValueType::u32:
+      v.i = r.read<std::uint32_t>(what.c_str());
+      break;
+    case GgufValueType::i32:
+      v.i = r.read<std::int32_t>(what.c_str());
+      break;
+    case GgufValueType::i64:
+      v.i = r.read<std::int64_t>(what.c_str());
+      break;
     case GgufValueType::u64: {
       const auto u = r.read<std::uint64_t>(what.c_str());
       if (u > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
@@ -97,10 +124,17 @@ void read_scalar(Reader& r, GgufValueType type, GgufValue& v, const std::string&
       v.i = b;
       break;
     }
-    case GgufValueType::f32: v.f = r.read<float>(what.c_str()); return;
-    case GgufValueType::f64: v.f = r.read<double>(what.c_str()); return;
-    case GgufValueType::string: v.str = r.read_string(what); return;
-    case GgufValueType::array: r.fail(what + ": arrays of arrays are not supported");
+    case GgufValueType::f32:
+      v.f = r.read<float>(what.c_str());
+      return;
+    case GgufValueType::f64:
+      v.f = r.read<double>(what.c_str());
+      return;
+    case GgufValueType::string:
+      v.str = r.read_string(what);
+      return;
+    case GgufValueType::array:
+      r.fail(what + ": arrays of arrays are not supported");
   }
   v.f = static_cast<double>(v.i);
 }
@@ -123,8 +157,9 @@ GgufValue read_value(Reader& r, const std::string& key) {
   const auto count = r.read<std::uint64_t>("an array length");
   // Checked before reserving: a corrupted count must not become a huge allocation.
   if (count > r.remaining() / scalar_bytes(v.array_type))
-    r.fail("metadata '" + key + "': array of " + std::to_string(count) + " " + gguf_value_type_name(v.array_type) +
-           " does not fit in the " + std::to_string(r.remaining()) + " bytes left");
+    r.fail("metadata '" + key + "': array of " + std::to_string(count) + " " +
+           gguf_value_type_name(v.array_type) + " does not fit in the " + std::to_string(r.remaining()) +
+           " bytes left");
   const std::string what = "metadata '" + key + "' element";
   if (v.array_type == GgufValueType::string) {
     v.strings.reserve(static_cast<std::size_t>(count));
@@ -148,7 +183,7 @@ bool is_integer(GgufValueType t) {
 }  // namespace
 
 const char* gguf_value_type_name(GgufValueType type) {
-  static const char* const kNames[] = {"uint8", "int8",   "uint16", "int16",  "uint32", "int32", "float32",
+  static const char* const kNames[] = {"uint8", "int8",   "uint16", "int16",  "uint32", "int32",  "float32",
                                        "bool",  "string", "array",  "uint64", "int64",  "float64"};
   const auto i = static_cast<std::uint32_t>(type);
   return i < 13 ? kNames[i] : "unknown";
@@ -174,7 +209,8 @@ GgufFile GgufFile::parse(std::span<const std::uint8_t> bytes, const std::string&
   const auto n_kv = r.read<std::uint64_t>("the metadata count");
   // Each metadata entry takes at least 8 (key length) + 4 (type) + 1 bytes; each tensor info at
   // least 8 + 4 + 8 + 4 + 8.
-  if (n_kv > r.remaining() / 13) r.fail("metadata count " + std::to_string(n_kv) + " exceeds what the file can hold");
+  if (n_kv > r.remaining() / 13)
+    r.fail("metadata count " + std::to_string(n_kv) + " exceeds what the file can hold");
   if (n_tensors > r.remaining() / 32)
     r.fail("tensor count " + std::to_string(n_tensors) + " exceeds what the file can hold");
 
@@ -182,7 +218,8 @@ GgufFile GgufFile::parse(std::span<const std::uint8_t> bytes, const std::string&
     const std::string key(r.read_string("metadata key " + std::to_string(i)));
     if (key.empty()) r.fail("metadata key " + std::to_string(i) + " is empty");
     GgufValue value = read_value(r, key);
-    if (!file.metadata_.emplace(key, std::move(value)).second) r.fail("metadata key '" + key + "' appears twice");
+    if (!file.metadata_.emplace(key, std::move(value)).second)
+      r.fail("metadata key '" + key + "' appears twice");
   }
   if (const GgufValue* a = file.find("general.alignment")) {
     if (!is_integer(a->type) || a->i <= 0 || (a->i & (a->i - 1)) != 0 || a->i > (1 << 20))
@@ -195,7 +232,8 @@ GgufFile GgufFile::parse(std::span<const std::uint8_t> bytes, const std::string&
     GgufTensor t;
     t.name = std::string(r.read_string("tensor name " + std::to_string(i)));
     if (t.name.empty() || t.name.size() > kMaxNameBytes)
-      r.fail("tensor " + std::to_string(i) + ": name is empty or longer than " + std::to_string(kMaxNameBytes) + " bytes");
+      r.fail("tensor " + std::to_string(i) + ": name is empty or longer than " +
+             std::to_string(kMaxNameBytes) + " bytes");
     const std::string where = "tensor '" + t.name + "'";
     const auto n_dims = r.read<std::uint32_t>("a tensor's dimension count");
     if (n_dims == 0 || n_dims > kMaxDims)
@@ -229,8 +267,9 @@ GgufFile GgufFile::parse(std::span<const std::uint8_t> bytes, const std::string&
   std::vector<const GgufTensor*> by_offset;
   for (GgufTensor& t : file.tensors_) {
     if (t.offset > data_size || t.bytes > data_size - t.offset)
-      r.fail("tensor '" + t.name + "': data [" + std::to_string(t.offset) + ", " + std::to_string(t.offset + t.bytes) +
-             ") runs past the end of the data section (" + std::to_string(data_size) + " bytes): truncated file?");
+      r.fail("tensor '" + t.name + "': data [" + std::to_string(t.offset) + ", " +
+             std::to_string(t.offset + t.bytes) + ") runs past the end of the data section (" +
+             std::to_string(data_size) + " bytes): truncated file?");
     t.data = bytes.data() + data_start + t.offset;
     by_offset.push_back(&t);
   }
@@ -306,7 +345,8 @@ std::int64_t GgufFile::get_int(std::string_view key, std::int64_t fallback) cons
 double GgufFile::get_float(std::string_view key) const {
   const GgufValue* v = find(key);
   if (v == nullptr) key_error(name_, key, "is missing");
-  if (v->type == GgufValueType::string || v->type == GgufValueType::array || v->type == GgufValueType::boolean)
+  if (v->type == GgufValueType::string || v->type == GgufValueType::array ||
+      v->type == GgufValueType::boolean)
     key_error(name_, key, std::string("is a ") + gguf_value_type_name(v->type) + ", expected a number");
   return v->f;
 }
@@ -363,19 +403,44 @@ void put_string(std::string& out, std::string_view s) {
 }
 void put_scalar(std::string& out, GgufValueType type, std::int64_t i, double f, std::string_view s) {
   switch (type) {
-    case GgufValueType::u8: put<std::uint8_t>(out, static_cast<std::uint8_t>(i)); break;
-    case GgufValueType::i8: put<std::int8_t>(out, static_cast<std::int8_t>(i)); break;
-    case GgufValueType::u16: put<std::uint16_t>(out, static_cast<std::uint16_t>(i)); break;
-    case GgufValueType::i16: put<std::int16_t>(out, static_cast<std::int16_t>(i)); break;
-    case GgufValueType::u32: put<std::uint32_t>(out, static_cast<std::uint32_t>(i)); break;
-    case GgufValueType::i32: put<std::int32_t>(out, static_cast<std::int32_t>(i)); break;
-    case GgufValueType::u64: put<std::uint64_t>(out, static_cast<std::uint64_t>(i)); break;
-    case GgufValueType::i64: put<std::int64_t>(out, i); break;
-    case GgufValueType::boolean: put<std::uint8_t>(out, i != 0 ? 1 : 0); break;
-    case GgufValueType::f32: put<float>(out, static_cast<float>(f)); break;
-    case GgufValueType::f64: put<double>(out, f); break;
-    case GgufValueType::string: put_string(out, s); break;
-    case GgufValueType::array: throw Error("GGUF writer: arrays of arrays are not supported");
+    case GgufValueType::u8:
+      put<std::uint8_t>(out, static_cast<std::uint8_t>(i));
+      break;
+    case GgufValueType::i8:
+      put<std::int8_t>(out, static_cast<std::int8_t>(i));
+      break;
+    case GgufValueType::u16:
+      put<std::uint16_t>(out, static_cast<std::uint16_t>(i));
+      break;
+    case GgufValueType::i16:
+      put<std::int16_t>(out, static_cast<std::int16_t>(i));
+      break;
+    case GgufValueType::u32:
+      put<std::uint32_t>(out, static_cast<std::uint32_t>(i));
+      break;
+    case GgufValueType::i32:
+      put<std::int32_t>(out, static_cast<std::int32_t>(i));
+      break;
+    case GgufValueType::u64:
+      put<std::uint64_t>(out, static_cast<std::uint64_t>(i));
+      break;
+    case GgufValueType::i64:
+      put<std::int64_t>(out, i);
+      break;
+    case GgufValueType::boolean:
+      put<std::uint8_t>(out, i != 0 ? 1 : 0);
+      break;
+    case GgufValueType::f32:
+      put<float>(out, static_cast<float>(f));
+      break;
+    case GgufValueType::f64:
+      put<double>(out, f);
+      break;
+    case GgufValueType::string:
+      put_string(out, s);
+      break;
+    case GgufValueType::array:
+      throw Error("GGUF writer: arrays of arrays are not supported");
   }
 }
 }  // namespace

@@ -15,7 +15,9 @@ std::string type_name(GgmlType t) { return ggml_type_info(static_cast<std::uint3
 
 WeightMatrix matrix(const GgufFile& f, const std::string& name, std::size_t rows, std::size_t cols) {
   const GgufTensor& t = f.tensor(name);
-  auto shape = [](std::size_t a, std::size_t b) { return "[" + std::to_string(a) + ", " + std::to_string(b) + "]"; };
+  auto shape = [](std::size_t a, std::size_t b) {
+    return "[" + std::to_string(a) + ", " + std::to_string(b) + "]";
+  };
   if (t.dims.size() != 2 || t.dims[0] != cols || t.dims[1] != rows)
     throw Error(f.name() + ": tensor '" + name + "' has GGUF shape [" +
                 [&] {
@@ -34,7 +36,8 @@ std::vector<float> vector_of(const GgufFile& f, const std::string& name, std::si
   const GgufTensor& t = f.tensor(name);
   if (t.dims.size() != 1 || t.dims[0] != n)
     throw Error(f.name() + ": tensor '" + name + "' should be a vector of " + std::to_string(n));
-  if (!is_compute_type(t.type)) throw Error(f.name() + ": tensor '" + name + "' has type " + type_name(t.type));
+  if (!is_compute_type(t.type))
+    throw Error(f.name() + ": tensor '" + name + "' has type " + type_name(t.type));
   std::vector<float> v(n);
   dequantize_row(t.type, t.data, v.data(), n);
   return v;
@@ -55,25 +58,30 @@ Model Model::load(const std::filesystem::path& path) {
   ModelConfig& c = impl->config;
   c.architecture = std::string(f.get_string("general.architecture"));
   if (c.architecture != "llama" && c.architecture != "qwen2")
-    throw Error(f.name() + ": architecture '" + c.architecture + "' is not supported (expected llama or qwen2)");
+    throw Error(f.name() + ": architecture '" + c.architecture +
+                "' is not supported (expected llama or qwen2)");
   c.name = f.has("general.name") ? std::string(f.get_string("general.name")) : path.stem().string();
   const std::string a = c.architecture + ".";
   auto positive = [&](const std::string& key, std::int64_t value, std::int64_t max) {
     if (value <= 0 || value > max)
-      throw Error(f.name() + ": metadata '" + key + "' is " + std::to_string(value) + " (expected 1 to " + std::to_string(max) + ")");
+      throw Error(f.name() + ": metadata '" + key + "' is " + std::to_string(value) + " (expected 1 to " +
+                  std::to_string(max) + ")");
     return static_cast<int>(value);
   };
   c.dim = positive(a + "embedding_length", f.get_int(a + "embedding_length"), 1 << 16);
   c.layers = positive(a + "block_count", f.get_int(a + "block_count"), 1024);
   c.heads = positive(a + "attention.head_count", f.get_int(a + "attention.head_count"), 1024);
-  c.kv_heads = positive(a + "attention.head_count_kv", f.get_int(a + "attention.head_count_kv", c.heads), 1024);
+  c.kv_heads =
+      positive(a + "attention.head_count_kv", f.get_int(a + "attention.head_count_kv", c.heads), 1024);
   c.ffn = positive(a + "feed_forward_length", f.get_int(a + "feed_forward_length"), 1 << 20);
   c.context_length = positive(a + "context_length", f.get_int(a + "context_length"), 1 << 24);
   if (c.dim % c.heads != 0 || c.heads % c.kv_heads != 0)
-    throw Error(f.name() + ": embedding_length " + std::to_string(c.dim) + ", head_count " + std::to_string(c.heads) +
-                " and head_count_kv " + std::to_string(c.kv_heads) + " do not divide evenly");
+    throw Error(f.name() + ": embedding_length " + std::to_string(c.dim) + ", head_count " +
+                std::to_string(c.heads) + " and head_count_kv " + std::to_string(c.kv_heads) +
+                " do not divide evenly");
   c.head_dim = c.dim / c.heads;
-  c.rope_dims = positive(a + "rope.dimension_count", f.get_int(a + "rope.dimension_count", c.head_dim), c.head_dim);
+  c.rope_dims =
+      positive(a + "rope.dimension_count", f.get_int(a + "rope.dimension_count", c.head_dim), c.head_dim);
   if (c.rope_dims % 2 != 0) throw Error(f.name() + ": rope.dimension_count must be even");
   c.rope_base = static_cast<float>(f.get_float(a + "rope.freq_base", 10000.0));
   c.rms_epsilon = static_cast<float>(f.get_float(a + "attention.layer_norm_rms_epsilon", 1e-5));
@@ -83,11 +91,13 @@ Model Model::load(const std::filesystem::path& path) {
     if (scaling == "linear") {
       c.rope_scale = static_cast<float>(f.get_float(a + "rope.scaling.factor", 1.0));
     } else if (scaling != "none") {
-      throw Error(f.name() + ": rope.scaling.type '" + std::string(scaling) + "' is not supported (none or linear)");
+      throw Error(f.name() + ": rope.scaling.type '" + std::string(scaling) +
+                  "' is not supported (none or linear)");
     }
   }
   if (!(c.rope_base > 0) || !(c.rms_epsilon > 0) || !(c.rope_scale > 0))
-    throw Error(f.name() + ": rope.freq_base, rope.scaling.factor and layer_norm_rms_epsilon must be positive");
+    throw Error(f.name() +
+                ": rope.freq_base, rope.scaling.factor and layer_norm_rms_epsilon must be positive");
 
   const GgufTensor& embd = f.tensor("token_embd.weight");
   if (embd.dims.size() != 2 || embd.dims[0] != static_cast<std::uint64_t>(c.dim))
@@ -135,7 +145,8 @@ Model Model::load(const std::filesystem::path& path) {
 
 namespace {
 const Tokenizer& tokenizer_of(const Model::Impl& impl) {
-  if (!impl.tokenizer) throw Error(impl.file.name() + ": the file has no tokenizer (tokenizer.ggml.model is missing)");
+  if (!impl.tokenizer)
+    throw Error(impl.file.name() + ": the file has no tokenizer (tokenizer.ggml.model is missing)");
   return *impl.tokenizer;
 }
 }  // namespace
@@ -144,13 +155,17 @@ std::vector<std::int32_t> Model::tokenize(std::string_view text, bool add_specia
   return tokenizer_of(*impl_).encode(text, add_special, parse_special);
 }
 std::string Model::token_text(std::int32_t id) const { return tokenizer_of(*impl_).piece(id); }
-std::string Model::detokenize(std::span<const std::int32_t> ids) const { return tokenizer_of(*impl_).decode(ids); }
+std::string Model::detokenize(std::span<const std::int32_t> ids) const {
+  return tokenizer_of(*impl_).decode(ids);
+}
 bool Model::is_end_of_generation(std::int32_t id) const {
   return impl_->tokenizer && impl_->tokenizer->is_end_of_generation(id);
 }
 std::int32_t Model::bos() const { return impl_->tokenizer ? impl_->tokenizer->bos() : -1; }
 std::string Model::chat_template() const {
-  return impl_->file.has("tokenizer.chat_template") ? std::string(impl_->file.get_string("tokenizer.chat_template")) : "";
+  return impl_->file.has("tokenizer.chat_template")
+             ? std::string(impl_->file.get_string("tokenizer.chat_template"))
+             : "";
 }
 
 }  // namespace cpudl::llm

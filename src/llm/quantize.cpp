@@ -16,9 +16,16 @@ namespace cpudl::llm {
 
 bool is_compute_type(GgmlType type) {
   switch (type) {
-    case GgmlType::f32: case GgmlType::f16: case GgmlType::bf16: case GgmlType::q8_0:
-    case GgmlType::q4_0: case GgmlType::q4_k: case GgmlType::q6_k: return true;
-    default: return false;
+    case GgmlType::f32:
+    case GgmlType::f16:
+    case GgmlType::bf16:
+    case GgmlType::q8_0:
+    case GgmlType::q4_0:
+    case GgmlType::q4_k:
+    case GgmlType::q6_k:
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -63,7 +70,8 @@ void quantize_q4_k(const float* x, BlockQ4_K& b) {
   }
   std::memset(b.qs, 0, sizeof b.qs);
   for (int j = 0; j < 8; ++j) {
-    const float step = d_stored * static_cast<float>(sc_of[j]), offset = dmin_stored * static_cast<float>(m_of[j]);
+    const float step = d_stored * static_cast<float>(sc_of[j]),
+                offset = dmin_stored * static_cast<float>(m_of[j]);
     for (int i = 0; i < 32; ++i) {
       const int q = step > 0 ? std::clamp(nearest((x[32 * j + i] + offset) / step), 0, 15) : 0;
       b.qs[(j / 2) * 32 + i] |= static_cast<std::uint8_t>(j % 2 == 0 ? q : q << 4);
@@ -106,13 +114,27 @@ void quantize_q6_k(const float* x, BlockQ6_K& b) {
 void dequantize_row(GgmlType type, const void* in, float* out, std::size_t k) {
   const kernels::KernelTable& t = kernels::kernel_table();
   switch (type) {
-    case GgmlType::f32: std::memcpy(out, in, k * sizeof(float)); return;
-    case GgmlType::f16: t.dequantize_row_f16.fn(in, out, k); return;
-    case GgmlType::bf16: t.dequantize_row_bf16.fn(in, out, k); return;
-    case GgmlType::q8_0: t.dequantize_row_q8_0.fn(in, out, k); return;
-    case GgmlType::q4_0: t.dequantize_row_q4_0.fn(in, out, k); return;
-    case GgmlType::q4_k: t.dequantize_row_q4_k.fn(in, out, k); return;
-    case GgmlType::q6_k: t.dequantize_row_q6_k.fn(in, out, k); return;
+    case GgmlType::f32:
+      std::memcpy(out, in, k * sizeof(float));
+      return;
+    case GgmlType::f16:
+      t.dequantize_row_f16.fn(in, out, k);
+      return;
+    case GgmlType::bf16:
+      t.dequantize_row_bf16.fn(in, out, k);
+      return;
+    case GgmlType::q8_0:
+      t.dequantize_row_q8_0.fn(in, out, k);
+      return;
+    case GgmlType::q4_0:
+      t.dequantize_row_q4_0.fn(in, out, k);
+      return;
+    case GgmlType::q4_k:
+      t.dequantize_row_q4_k.fn(in, out, k);
+      return;
+    case GgmlType::q6_k:
+      t.dequantize_row_q6_k.fn(in, out, k);
+      return;
     default: {
       const GgmlTypeInfo* info = ggml_type_info(static_cast<std::uint32_t>(type));
       throw Error(std::string("cannot dequantise tensor type ") + (info ? info->name : "?"));
@@ -122,7 +144,9 @@ void dequantize_row(GgmlType type, const void* in, float* out, std::size_t k) {
 
 void quantize_row(GgmlType type, const float* in, void* out, std::size_t k) {
   switch (type) {
-    case GgmlType::f32: std::memcpy(out, in, k * sizeof(float)); return;
+    case GgmlType::f32:
+      std::memcpy(out, in, k * sizeof(float));
+      return;
     case GgmlType::f16:
       for (std::size_t i = 0; i < k; ++i) static_cast<std::uint16_t*>(out)[i] = f32_to_fp16(in[i]);
       return;

@@ -131,12 +131,18 @@ class Parser {
     const std::uint32_t letter = next();
     if (next() != '}') fail("only one-letter categories are supported");
     switch (letter) {
-      case 'L': return kLetter;
-      case 'N': return kNumber;
-      case 'P': return kPunctuation;
-      case 'M': return kMark;
-      case 'S': return kSymbol;
-      default: fail("unsupported category");
+      case 'L':
+        return kLetter;
+      case 'N':
+        return kNumber;
+      case 'P':
+        return kPunctuation;
+      case 'M':
+        return kMark;
+      case 'S':
+        return kSymbol;
+      default:
+        fail("unsupported category");
     }
   }
 
@@ -144,16 +150,33 @@ class Parser {
   void parse_escape(CharClass& cls, bool case_insensitive) {
     const std::uint32_t e = next();
     switch (e) {
-      case 's': cls.whitespace = true; return;
-      case 'S': cls.not_whitespace = true; return;
-      case 'p': cls.flags |= parse_category(); return;
-      case 'P': cls.not_flags |= parse_category(); return;
-      case 'r': cls.ranges.push_back({'\r', '\r'}); return;
-      case 'n': cls.ranges.push_back({'\n', '\n'}); return;
-      case 't': cls.ranges.push_back({'\t', '\t'}); return;
-      case 'd': cls.ranges.push_back({'0', '9'}); return;
+      case 's':
+        cls.whitespace = true;
+        return;
+      case 'S':
+        cls.not_whitespace = true;
+        return;
+      case 'p':
+        cls.flags |= parse_category();
+        return;
+      case 'P':
+        cls.not_flags |= parse_category();
+        return;
+      case 'r':
+        cls.ranges.push_back({'\r', '\r'});
+        return;
+      case 'n':
+        cls.ranges.push_back({'\n', '\n'});
+        return;
+      case 't':
+        cls.ranges.push_back({'\t', '\t'});
+        return;
+      case 'd':
+        cls.ranges.push_back({'0', '9'});
+        return;
       default:
-        if ((e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z') || (e >= '0' && e <= '9')) fail("unsupported escape");
+        if ((e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z') || (e >= '0' && e <= '9'))
+          fail("unsupported escape");
         add_literal(cls, e, case_insensitive);
     }
   }
@@ -175,9 +198,12 @@ class Parser {
           continue;
         }
         c = next();
-        if (c == 'r') c = '\r';
-        else if (c == 'n') c = '\n';
-        else if (c == 't') c = '\t';
+        if (c == 'r')
+          c = '\r';
+        else if (c == 'n')
+          c = '\n';
+        else if (c == 't')
+          c = '\t';
       }
       if (peek() == '-' && pos_ + 1 < cps_.size() && cps_[pos_ + 1] != ']') {
         ++pos_;
@@ -206,9 +232,21 @@ class Parser {
   void parse_quantifier(Item& item) {
     if (at_end()) return;
     switch (peek()) {
-      case '?': ++pos_; item.min = 0; item.max = 1; break;
-      case '*': ++pos_; item.min = 0; item.max = SIZE_MAX; break;
-      case '+': ++pos_; item.min = 1; item.max = SIZE_MAX; break;
+      case '?':
+        ++pos_;
+        item.min = 0;
+        item.max = 1;
+        break;
+      case '*':
+        ++pos_;
+        item.min = 0;
+        item.max = SIZE_MAX;
+        break;
+      case '+':
+        ++pos_;
+        item.min = 1;
+        item.max = SIZE_MAX;
+        break;
       case '{':
         ++pos_;
         item.min = item.max = parse_number();
@@ -218,9 +256,11 @@ class Parser {
         }
         if (next() != '}' || item.max < item.min) fail("malformed {m,n}");
         break;
-      default: return;
+      default:
+        return;
     }
-    if (!at_end() && (peek() == '?' || peek() == '+')) fail("lazy and possessive quantifiers are not supported");
+    if (!at_end() && (peek() == '?' || peek() == '+'))
+      fail("lazy and possessive quantifiers are not supported");
   }
 
   std::string_view pattern_;

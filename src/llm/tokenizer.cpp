@@ -35,14 +35,13 @@ const ByteLevelMap& byte_level() {
 
 // The pre-tokenizer regexes of each tokenizer.ggml.pre family (from the models' own
 // tokenizer.json), applied in sequence, each splitting the pieces of the previous.
-const char* const kGpt2[] = {
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)"};
+const char* const kGpt2[] = {R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)"};
 const char* const kLlama3[] = {
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
 const char* const kQwen2[] = {
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
-const char* const kDeepseekCoder[] = {R"([\r\n])", R"(\s?\p{L}+)", R"(\s?\p{P}+)", "[\u4E00-\u9FA5\u0800-\u4E00\uAC00-\uD7FF]+",
-                                      R"(\p{N})"};
+const char* const kDeepseekCoder[] = {R"([\r\n])", R"(\s?\p{L}+)", R"(\s?\p{P}+)",
+                                      "[\u4E00-\u9FA5\u0800-\u4E00\uAC00-\uD7FF]+", R"(\p{N})"};
 const char* const kFalcon[] = {R"([\p{P}\$\+<=>\^~\|`]+)",
                                R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S))",
                                R"([0-9][0-9][0-9])"};
@@ -53,9 +52,10 @@ struct PreTokenizer {
   bool ignore_merges;
 };
 const PreTokenizer kPreTokenizers[] = {
-    {"default", kGpt2, false},        {"gpt-2", kGpt2, false},        {"gpt2", kGpt2, false},
-    {"llama3", kLlama3, true},        {"llama-bpe", kLlama3, true},   {"llama-v3", kLlama3, true},
-    {"qwen2", kQwen2, false},         {"deepseek-coder", kDeepseekCoder, false},
+    {"default", kGpt2, false},    {"gpt-2", kGpt2, false},
+    {"gpt2", kGpt2, false},       {"llama3", kLlama3, true},
+    {"llama-bpe", kLlama3, true}, {"llama-v3", kLlama3, true},
+    {"qwen2", kQwen2, false},     {"deepseek-coder", kDeepseekCoder, false},
     {"falcon", kFalcon, false},
 };
 
@@ -82,15 +82,21 @@ Tokenizer::Tokenizer(const GgufFile& file) {
   scores_.assign(n, 0.0f);
   if (file.has("tokenizer.ggml.scores")) {
     const auto& s = file.get_numbers("tokenizer.ggml.scores");
-    if (s.size() != n) throw Error(name + ": tokenizer.ggml.scores has " + std::to_string(s.size()) + " entries, expected " + std::to_string(n));
+    if (s.size() != n)
+      throw Error(name + ": tokenizer.ggml.scores has " + std::to_string(s.size()) + " entries, expected " +
+                  std::to_string(n));
     for (std::size_t i = 0; i < n; ++i) scores_[i] = static_cast<float>(s[i]);
   }
   types_.assign(n, TokenType::normal);
   if (file.has("tokenizer.ggml.token_type")) {
     const auto& t = file.get_numbers("tokenizer.ggml.token_type");
-    if (t.size() != n) throw Error(name + ": tokenizer.ggml.token_type has " + std::to_string(t.size()) + " entries, expected " + std::to_string(n));
+    if (t.size() != n)
+      throw Error(name + ": tokenizer.ggml.token_type has " + std::to_string(t.size()) +
+                  " entries, expected " + std::to_string(n));
     for (std::size_t i = 0; i < n; ++i) {
-      if (t[i] < 0 || t[i] > 6) throw Error(name + ": tokenizer.ggml.token_type[" + std::to_string(i) + "] is " + std::to_string(t[i]) + " (expected 0 to 6)");
+      if (t[i] < 0 || t[i] > 6)
+        throw Error(name + ": tokenizer.ggml.token_type[" + std::to_string(i) + "] is " +
+                    std::to_string(t[i]) + " (expected 0 to 6)");
       types_[i] = static_cast<TokenType>(static_cast<int>(t[i]));
     }
   }
@@ -100,7 +106,8 @@ Tokenizer::Tokenizer(const GgufFile& file) {
   auto special_id = [&](const char* key, std::int32_t fallback) -> std::int32_t {
     const std::int64_t id = file.get_int(key, fallback);
     if (id < -1 || id >= static_cast<std::int64_t>(n))
-      throw Error(name + ": " + key + " is " + std::to_string(id) + ", outside the vocabulary of " + std::to_string(n));
+      throw Error(name + ": " + key + " is " + std::to_string(id) + ", outside the vocabulary of " +
+                  std::to_string(n));
     return static_cast<std::int32_t>(id);
   };
   bos_ = special_id("tokenizer.ggml.bos_token_id", spm_ ? 1 : -1);
@@ -109,7 +116,8 @@ Tokenizer::Tokenizer(const GgufFile& file) {
   eot_ = special_id("tokenizer.ggml.eot_token_id", -1);
   if (eot_ < 0)  // chat models end turns with these even when the metadata names another EOS
     for (const char* t : {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>"})
-      if (const std::int32_t id = find(t); id >= 0 && types_[static_cast<std::size_t>(id)] == TokenType::control) {
+      if (const std::int32_t id = find(t);
+          id >= 0 && types_[static_cast<std::size_t>(id)] == TokenType::control) {
         eot_ = id;
         break;
       }
@@ -138,7 +146,8 @@ Tokenizer::Tokenizer(const GgufFile& file) {
   for (std::size_t i = 0; i < merges.size(); ++i) {
     // A merge is "left right"; the left part never contains a space (byte-level text has none).
     if (merges[i].find(' ', 1) == std::string_view::npos)
-      throw Error(name + ": tokenizer.ggml.merges[" + std::to_string(i) + "] is not two tokens separated by a space");
+      throw Error(name + ": tokenizer.ggml.merges[" + std::to_string(i) +
+                  "] is not two tokens separated by a space");
     merge_rank_.emplace(std::string(merges[i]), static_cast<std::int32_t>(i));
   }
   pre_ = file.has("tokenizer.ggml.pre") ? std::string(file.get_string("tokenizer.ggml.pre")) : "default";
@@ -148,7 +157,8 @@ Tokenizer::Tokenizer(const GgufFile& file) {
   if (pre == nullptr) {
     std::string known;
     for (const auto& p : kPreTokenizers) known += std::string(known.empty() ? "" : ", ") + p.name;
-    throw Error(name + ": tokenizer.ggml.pre '" + pre_ + "' is not a pre-tokenizer cpudl knows (" + known + ")");
+    throw Error(name + ": tokenizer.ggml.pre '" + pre_ + "' is not a pre-tokenizer cpudl knows (" + known +
+                ")");
   }
   for (const char* regex : pre->regexes) pre_regexes_.emplace_back(regex);
   ignore_merges_ = pre->ignore_merges;
@@ -159,11 +169,10 @@ std::int32_t Tokenizer::find(std::string_view text) const {
   return it == index_.end() ? -1 : it->second;
 }
 
-bool Tokenizer::is_end_of_generation(std::int32_t id) const {
-  return id >= 0 && (id == eos_ || id == eot_);
-}
+bool Tokenizer::is_end_of_generation(std::int32_t id) const { return id >= 0 && (id == eos_ || id == eot_); }
 
-std::vector<std::int32_t> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special) const {
+std::vector<std::int32_t> Tokenizer::encode(std::string_view text, bool add_special,
+                                            bool parse_special) const {
   std::vector<std::int32_t> out;
   if (add_special && add_bos_ && bos_ >= 0) out.push_back(bos_);
   // Special tokens are cut out of the text first; only the text between them is tokenized.
@@ -261,8 +270,10 @@ void Tokenizer::encode_spm(std::string_view text, std::vector<std::int32_t>& out
     }
     for (char c : piece) {
       const std::int32_t byte_id = byte_tokens_[static_cast<unsigned char>(c)];
-      if (byte_id >= 0) out.push_back(byte_id);
-      else if (unk_ >= 0) out.push_back(unk_);
+      if (byte_id >= 0)
+        out.push_back(byte_id);
+      else if (unk_ >= 0)
+        out.push_back(unk_);
     }
   }
 }
@@ -324,14 +335,18 @@ void Tokenizer::bpe_piece(std::string_view bytes, std::vector<std::int32_t>& out
       std::string one;
       utf8_append(one, cp);
       const std::int32_t id = find(one);
-      if (id >= 0) out.push_back(id);
-      else if (unk_ >= 0) out.push_back(unk_);
+      if (id >= 0)
+        out.push_back(id);
+      else if (unk_ >= 0)
+        out.push_back(unk_);
     }
   }
 }
 
 std::string Tokenizer::piece(std::int32_t id, bool render_special) const {
-  if (id < 0 || id >= vocab_size()) throw Error("token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(vocab_size()));
+  if (id < 0 || id >= vocab_size())
+    throw Error("token id " + std::to_string(id) + " is outside the vocabulary of " +
+                std::to_string(vocab_size()));
   const std::string& t = tokens_[static_cast<std::size_t>(id)];
   const TokenType type = types_[static_cast<std::size_t>(id)];
   if (type == TokenType::control || type == TokenType::unknown || type == TokenType::unused)
@@ -355,8 +370,10 @@ std::string Tokenizer::piece(std::int32_t id, bool render_special) const {
   std::string out;
   for (std::uint32_t cp : utf8_decode(t)) {
     const auto it = map.to_byte.find(cp);
-    if (it != map.to_byte.end()) out += static_cast<char>(it->second);
-    else utf8_append(out, cp);
+    if (it != map.to_byte.end())
+      out += static_cast<char>(it->second);
+    else
+      utf8_append(out, cp);
   }
   return out;
 }

@@ -18,7 +18,13 @@ class GgufFile;
 class SplitRegex;
 
 enum class TokenType : std::int32_t {
-  undefined = 0, normal = 1, unknown = 2, control = 3, user_defined = 4, unused = 5, byte = 6,
+  undefined = 0,
+  normal = 1,
+  unknown = 2,
+  control = 3,
+  user_defined = 4,
+  unused = 5,
+  byte = 6,
 };
 
 class Tokenizer {
@@ -57,7 +63,7 @@ class Tokenizer {
   std::unordered_map<std::string_view, std::int32_t> index_;
   std::unordered_map<std::string, std::int32_t> merge_rank_;  // "left right" -> rank
   std::vector<SplitRegex> pre_regexes_;
-  bool ignore_merges_ = false;  // Llama 3: a piece that is a whole token is not merged
+  bool ignore_merges_ = false;          // Llama 3: a piece that is a whole token is not merged
   std::vector<std::int32_t> specials_;  // control / user-defined tokens, longest text first
   std::int32_t bos_ = -1, eos_ = -1, unk_ = -1, eot_ = -1;
   bool add_bos_ = false, add_eos_ = false, add_space_prefix_ = true;

@@ -7,8 +7,8 @@ namespace cpudl::llm {
 
 std::uint8_t unicode_flags(std::uint32_t cp) {
   const UnicodeRange* end = kUnicodeRanges + kUnicodeRangeCount;
-  const UnicodeRange* it =
-      std::upper_bound(kUnicodeRanges, end, cp, [](std::uint32_t c, const UnicodeRange& r) { return c < r.first; });
+  const UnicodeRange* it = std::upper_bound(
+      kUnicodeRanges, end, cp, [](std::uint32_t c, const UnicodeRange& r) { return c < r.first; });
   if (it == kUnicodeRanges) return 0;
   --it;
   return cp <= it->last ? it->flags : 0;

@@ -89,25 +89,27 @@ void PoolShape::validate() const {
 std::size_t pool2d_workspace_bytes(const PoolShape& s) {
   s.validate();
   if (!needs_workspace(s)) return 0;
-  return with_context([&] { return pool_text(s); }, [&] { return forward_pd(s, true).workspace_desc().get_size(); });
+  return with_context([&] { return pool_text(s); },
+                      [&] { return forward_pd(s, true).workspace_desc().get_size(); });
 }
 
 void pool2d_forward(const PoolShape& s, const float* src, float* dst, void* workspace) {
   s.validate();
   const bool training = workspace != nullptr && needs_workspace(s);
   static PrimitiveCache<PoolEntry> cache;
-  const auto entry = with_context([&] { return pool_text(s); }, [&] {
-    return cache.get(pool_key(kPoolForward, s, training), [&] {
-      const auto pd = forward_pd(s, training);
-      auto e = std::make_shared<PoolEntry>();
-      e->exec.set_primitive(dnnl::pooling_forward(pd));
-      e->exec.bind(DNNL_ARG_SRC, pd.src_desc());
-      e->exec.bind(DNNL_ARG_DST, pd.dst_desc());
-      e->workspace = training;
-      if (training) e->exec.bind(DNNL_ARG_WORKSPACE, pd.workspace_desc());
-      return e;
-    });
-  });
+  const auto entry = with_context([&] { return pool_text(s); },
+                                  [&] {
+                                    return cache.get(pool_key(kPoolForward, s, training), [&] {
+                                      const auto pd = forward_pd(s, training);
+                                      auto e = std::make_shared<PoolEntry>();
+                                      e->exec.set_primitive(dnnl::pooling_forward(pd));
+                                      e->exec.bind(DNNL_ARG_SRC, pd.src_desc());
+                                      e->exec.bind(DNNL_ARG_DST, pd.dst_desc());
+                                      e->workspace = training;
+                                      if (training) e->exec.bind(DNNL_ARG_WORKSPACE, pd.workspace_desc());
+                                      return e;
+                                    });
+                                  });
   if (entry->workspace)
     entry->exec.run({src, dst, workspace});
   else
@@ -119,22 +121,24 @@ void pool2d_backward(const PoolShape& s, const float* diff_dst, const void* work
   if (needs_workspace(s) && workspace == nullptr)
     throw Error(pool_text(s) + " backward: needs the workspace written by the training forward pass");
   static PrimitiveCache<PoolEntry> cache;
-  const auto entry = with_context([&] { return pool_text(s) + " backward"; }, [&] {
-    return cache.get(pool_key(kPoolBackward, s, true), [&] {
-      const PoolDescs d = descs(s);
-      const auto hint = forward_pd(s, true);
-      const dnnl::pooling_backward::desc desc(algorithm_of(s.kind), d.src, d.dst, d.strides, d.kernel,
-                                              d.pad_l, d.pad_r);
-      const dnnl::pooling_backward::primitive_desc pd(desc, engine(), hint);
-      auto e = std::make_shared<PoolEntry>();
-      e->exec.set_primitive(dnnl::pooling_backward(pd));
-      e->exec.bind(DNNL_ARG_DIFF_DST, d.dst);
-      e->exec.bind(DNNL_ARG_DIFF_SRC, d.src);
-      e->workspace = needs_workspace(s);
-      if (e->workspace) e->exec.bind(DNNL_ARG_WORKSPACE, hint.workspace_desc());
-      return e;
-    });
-  });
+  const auto entry =
+      with_context([&] { return pool_text(s) + " backward"; },
+                   [&] {
+                     return cache.get(pool_key(kPoolBackward, s, true), [&] {
+                       const PoolDescs d = descs(s);
+                       const auto hint = forward_pd(s, true);
+                       const dnnl::pooling_backward::desc desc(algorithm_of(s.kind), d.src, d.dst, d.strides,
+                                                               d.kernel, d.pad_l, d.pad_r);
+                       const dnnl::pooling_backward::primitive_desc pd(desc, engine(), hint);
+                       auto e = std::make_shared<PoolEntry>();
+                       e->exec.set_primitive(dnnl::pooling_backward(pd));
+                       e->exec.bind(DNNL_ARG_DIFF_DST, d.dst);
+                       e->exec.bind(DNNL_ARG_DIFF_SRC, d.src);
+                       e->workspace = needs_workspace(s);
+                       if (e->workspace) e->exec.bind(DNNL_ARG_WORKSPACE, hint.workspace_desc());
+                       return e;
+                     });
+                   });
   if (entry->workspace)
     entry->exec.run({diff_dst, diff_src, workspace});
   else

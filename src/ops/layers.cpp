@@ -11,8 +11,8 @@
 #include "onednn/dense.h"
 #include "ops/conv_as_linear.h"
 #include "ops/op_helpers.h"
-#include "runtime/op_profile.h"
 #include "ops/planar_conv.h"
+#include "runtime/op_profile.h"
 #include "tensor/layout.h"
 
 namespace cpudl {

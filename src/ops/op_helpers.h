@@ -90,5 +90,4 @@ std::vector<float> sum_over_images(std::size_t batch, std::size_t size, const Ad
 
 }  // namespace cpudl::ops_detail
 
-namespace cpudl {
-}  // namespace cpudl
+namespace cpudl {}  // namespace cpudl

@@ -10,8 +10,8 @@
 #include "kernels/conv/conv.h"
 #include "kernels/narrow/narrow.h"
 #include "ops/op_helpers.h"
-#include "runtime/op_profile.h"
 #include "runtime/aligned_buffer.h"
+#include "runtime/op_profile.h"
 
 namespace cpudl {
 using namespace ops_detail;
@@ -253,8 +253,8 @@ Tensor conv2d_relu_linear(const Tensor& x, const Tensor& conv_weight, const Tens
         // activation recomputed, the classifier's weight gradient added (the kernel adds), the
         // activation's gradient formed, masked by the ReLU and folded into the convolution's
         // weight gradient; in a fixed order, so results do not depend on scheduling.
-        const auto parts = static_cast<std::size_t>(
-            std::max(1, std::min<int>(compute_threads(), static_cast<int>(pieces))));
+        const auto parts =
+            static_cast<std::size_t>(std::max(1, std::min<int>(compute_threads(), static_cast<int>(pieces))));
         const std::vector<float> sums =
             sum_over_images(parts, fc_part + conv_part, [&](std::size_t part, float* mine) {
               thread_local AlignedBuffer act_buffer, grad_buffer;

@@ -81,7 +81,8 @@ thread_local int scoped_threads = 0;
 
 void require_thread_count(int threads, const char* what) {
   if (threads < 1 || threads > 4096)
-    throw UsageError(std::string(what) + " " + std::to_string(threads) + ": expected a thread count from 1 to 4096");
+    throw UsageError(std::string(what) + " " + std::to_string(threads) +
+                     ": expected a thread count from 1 to 4096");
 }
 }  // namespace
 
@@ -98,7 +99,8 @@ void set_default_threads(int threads) {
   omp_set_num_threads(threads);
 }
 
-ThreadScope::ThreadScope(int threads) : previous_scope_(scoped_threads), previous_openmp_(omp_get_max_threads()) {
+ThreadScope::ThreadScope(int threads)
+    : previous_scope_(scoped_threads), previous_openmp_(omp_get_max_threads()) {
   const int count = threads > 0 ? threads : compute_threads();
   if (threads != 0) require_thread_count(threads, "thread count");
   scoped_threads = count;
@@ -115,7 +117,8 @@ void check_thread_request(int threads, const char* what) {
   static std::atomic<bool> warned{false};
   const int usable = runtime().threads.usable_cores;
   if (threads > usable && !warned.exchange(true))
-    std::fprintf(stderr, "cpudl: warning: %s %d is above the %d usable core%s: threads will wait for each other\n",
+    std::fprintf(stderr,
+                 "cpudl: warning: %s %d is above the %d usable core%s: threads will wait for each other\n",
                  what, threads, usable, usable == 1 ? "" : "s");
 }
 

@@ -67,7 +67,6 @@ Shape infer_shape(const Shape& requested, std::int64_t numel, const Shape& from)
   return shape;
 }
 
-
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
   const std::size_t n = std::max(a.size(), b.size());
   Shape out(n);

@@ -92,31 +92,32 @@ void run_broadcast(const BroadcastPlan& p, const T* a, const T* b, R* out, Op op
                    void (*vector_kernel)(const float*, const float*, float*, std::size_t)) {
   const std::int64_t inner = p.inner;
   const std::size_t outer = p.a_offsets.size();
-  parallel_for(outer, std::max<std::size_t>(1, kGrain / static_cast<std::size_t>(inner)), [&](std::size_t begin, std::size_t end) {
-    for (std::size_t o = begin; o < end; ++o) {
-      const T* pa = a + p.a_offsets[o];
-      const T* pb = b + p.b_offsets[o];
-      R* po = out + static_cast<std::int64_t>(o) * inner;
-      if constexpr (std::is_same_v<T, float> && std::is_same_v<R, float>) {
-        if (vector_kernel && p.a_inner_full && p.b_inner_full) {
-          vector_kernel(pa, pb, po, static_cast<std::size_t>(inner));
-          continue;
-        }
-      }
-      if (p.a_inner_full && p.b_inner_full) {
-        for (std::int64_t i = 0; i < inner; ++i) po[i] = op(pa[i], pb[i]);
-      } else if (p.a_inner_full) {
-        const T vb = *pb;
-        for (std::int64_t i = 0; i < inner; ++i) po[i] = op(pa[i], vb);
-      } else if (p.b_inner_full) {
-        const T va = *pa;
-        for (std::int64_t i = 0; i < inner; ++i) po[i] = op(va, pb[i]);
-      } else {
-        const R v = op(*pa, *pb);
-        for (std::int64_t i = 0; i < inner; ++i) po[i] = v;
-      }
-    }
-  });
+  parallel_for(outer, std::max<std::size_t>(1, kGrain / static_cast<std::size_t>(inner)),
+               [&](std::size_t begin, std::size_t end) {
+                 for (std::size_t o = begin; o < end; ++o) {
+                   const T* pa = a + p.a_offsets[o];
+                   const T* pb = b + p.b_offsets[o];
+                   R* po = out + static_cast<std::int64_t>(o) * inner;
+                   if constexpr (std::is_same_v<T, float> && std::is_same_v<R, float>) {
+                     if (vector_kernel && p.a_inner_full && p.b_inner_full) {
+                       vector_kernel(pa, pb, po, static_cast<std::size_t>(inner));
+                       continue;
+                     }
+                   }
+                   if (p.a_inner_full && p.b_inner_full) {
+                     for (std::int64_t i = 0; i < inner; ++i) po[i] = op(pa[i], pb[i]);
+                   } else if (p.a_inner_full) {
+                     const T vb = *pb;
+                     for (std::int64_t i = 0; i < inner; ++i) po[i] = op(pa[i], vb);
+                   } else if (p.b_inner_full) {
+                     const T va = *pa;
+                     for (std::int64_t i = 0; i < inner; ++i) po[i] = op(va, pb[i]);
+                   } else {
+                     const R v = op(*pa, *pb);
+                     for (std::int64_t i = 0; i < inner; ++i) po[i] = v;
+                   }
+                 }
+               });
 }
 
 enum class Binary { add, sub, mul, div, pow, equal };
@@ -136,12 +137,18 @@ Kernel build_binary(OpSetup& s) {
   auto plan = std::make_shared<BroadcastPlan>(plan_broadcast(out, s.shape(0), s.shape(1)));
   auto op = [](auto x, auto y) {
     using V = decltype(x);
-    if constexpr (kind == Binary::add) return static_cast<V>(x + y);
-    else if constexpr (kind == Binary::sub) return static_cast<V>(x - y);
-    else if constexpr (kind == Binary::mul) return static_cast<V>(x * y);
-    else if constexpr (kind == Binary::div) return static_cast<V>(y == 0 && !std::is_floating_point_v<V> ? 0 : x / y);
-    else if constexpr (kind == Binary::pow) return static_cast<V>(std::pow(x, y));
-    else return static_cast<V>(x == y);
+    if constexpr (kind == Binary::add)
+      return static_cast<V>(x + y);
+    else if constexpr (kind == Binary::sub)
+      return static_cast<V>(x - y);
+    else if constexpr (kind == Binary::mul)
+      return static_cast<V>(x * y);
+    else if constexpr (kind == Binary::div)
+      return static_cast<V>(y == 0 && !std::is_floating_point_v<V> ? 0 : x / y);
+    else if constexpr (kind == Binary::pow)
+      return static_cast<V>(std::pow(x, y));
+    else
+      return static_cast<V>(x == y);
   };
   void (*vector_kernel)(const float*, const float*, float*, std::size_t) = nullptr;
   if constexpr (kind == Binary::add) vector_kernel = native().f32_add.fn;
@@ -154,15 +161,19 @@ Kernel build_binary(OpSetup& s) {
       const T* a = static_cast<const T*>(in[0].data);
       const T* b = static_cast<const T*>(in[1].data);
       if constexpr (kind == Binary::equal) {
-        run_broadcast(*plan, a, b, static_cast<std::int8_t*>(out[0].data),
-                      [](T x, T y) { return static_cast<std::int8_t>(x == y); }, nullptr);
+        run_broadcast(
+            *plan, a, b, static_cast<std::int8_t*>(out[0].data),
+            [](T x, T y) { return static_cast<std::int8_t>(x == y); }, nullptr);
       } else {
         run_broadcast(*plan, a, b, static_cast<T*>(out[0].data), op, vector_kernel);
       }
     };
-    if (t == DType::f32) dispatch(float{});
-    else if (t == DType::i64) dispatch(std::int64_t{});
-    else dispatch(std::int32_t{});
+    if (t == DType::f32)
+      dispatch(float{});
+    else if (t == DType::i64)
+      dispatch(std::int64_t{});
+    else
+      dispatch(std::int32_t{});
   };
 }
 
@@ -184,8 +195,9 @@ Kernel build_where(OpSetup& s) {
       for (std::int64_t i = 0; i < p.inner; ++i) map.push_back(p.a_offsets[o] + (p.a_inner_full ? i : 0));
     return map;
   };
-  auto maps = std::make_shared<std::array<std::vector<std::int64_t>, 3>>(
-      std::array<std::vector<std::int64_t>, 3>{index_map(s.shape(0)), index_map(s.shape(1)), index_map(s.shape(2))});
+  auto maps =
+      std::make_shared<std::array<std::vector<std::int64_t>, 3>>(std::array<std::vector<std::int64_t>, 3>{
+          index_map(s.shape(0)), index_map(s.shape(1)), index_map(s.shape(2))});
   const std::size_t size = element_size(t);
   return [maps, size](std::span<const TensorView> in, std::span<const TensorView> out) {
     const auto* c = static_cast<const std::int8_t*>(in[0].data);
@@ -202,8 +214,9 @@ Kernel build_where(OpSetup& s) {
 
 // Unary float activations: a native kernel when the table has one, else a scalar function.
 // Inputs after the first (Clip's bounds) are the caller's to read at build time.
-Kernel unary(OpSetup& s, void (*vector_kernel)(const float*, float*, std::size_t), float (*scalar)(float, const float*),
-             std::array<float, 2> params = {0, 0}, std::size_t max_inputs = 1) {
+Kernel unary(OpSetup& s, void (*vector_kernel)(const float*, float*, std::size_t),
+             float (*scalar)(float, const float*), std::array<float, 2> params = {0, 0},
+             std::size_t max_inputs = 1) {
   s.require_inputs(1, max_inputs);
   s.require_f32(0);
   s.set_output(0, DType::f32, s.shape(0));
@@ -265,7 +278,8 @@ Kernel build_clip(OpSetup& s) {
   }
   if (s.has(1)) lo = s.constant(1, "min").as_float().at(0);
   if (s.has(2)) hi = s.constant(2, "max").as_float().at(0);
-  return unary(s, nullptr, [](float x, const float* p) { return std::min(std::max(x, p[0]), p[1]); }, {lo, hi}, 3);
+  return unary(
+      s, nullptr, [](float x, const float* p) { return std::min(std::max(x, p[0]), p[1]); }, {lo, hi}, 3);
 }
 
 Kernel build_cast(OpSetup& s) {
@@ -273,14 +287,27 @@ Kernel build_cast(OpSetup& s) {
   const std::int64_t to = s.node.get_int("to", 0);
   DType t;
   switch (to) {
-    case 1: t = DType::f32; break;   // FLOAT
-    case 2: t = DType::u8; break;    // UINT8
-    case 3: t = DType::i8; break;    // INT8
-    case 6: t = DType::i32; break;   // INT32
-    case 7: t = DType::i64; break;   // INT64
-    case 9: t = DType::i8; break;    // BOOL
+    case 1:
+      t = DType::f32;
+      break;  // FLOAT
+    case 2:
+      t = DType::u8;
+      break;  // UINT8
+    case 3:
+      t = DType::i8;
+      break;  // INT8
+    case 6:
+      t = DType::i32;
+      break;  // INT32
+    case 7:
+      t = DType::i64;
+      break;  // INT64
+    case 9:
+      t = DType::i8;
+      break;  // BOOL
     default:
-      s.fail("cast to ONNX type " + std::to_string(to) + " is not supported (FLOAT, UINT8, INT8, INT32, INT64, BOOL are)");
+      s.fail("cast to ONNX type " + std::to_string(to) +
+             " is not supported (FLOAT, UINT8, INT8, INT32, INT64, BOOL are)");
   }
   const DType from = s.inputs[0].dtype;
   if (from == DType::bf16) s.fail("cast from bf16 is not supported");
@@ -290,11 +317,16 @@ Kernel build_cast(OpSetup& s) {
     const std::int64_t n = element_count(*in[0].shape);
     auto read = [&](std::int64_t i) -> double {
       switch (from) {
-        case DType::f32: return static_cast<const float*>(in[0].data)[i];
-        case DType::i64: return static_cast<double>(static_cast<const std::int64_t*>(in[0].data)[i]);
-        case DType::i32: return static_cast<const std::int32_t*>(in[0].data)[i];
-        case DType::u8: return static_cast<const std::uint8_t*>(in[0].data)[i];
-        default: return static_cast<const std::int8_t*>(in[0].data)[i];
+        case DType::f32:
+          return static_cast<const float*>(in[0].data)[i];
+        case DType::i64:
+          return static_cast<double>(static_cast<const std::int64_t*>(in[0].data)[i]);
+        case DType::i32:
+          return static_cast<const std::int32_t*>(in[0].data)[i];
+        case DType::u8:
+          return static_cast<const std::uint8_t*>(in[0].data)[i];
+        default:
+          return static_cast<const std::int8_t*>(in[0].data)[i];
       }
     };
     // Integer targets keep the low bits of the truncated value (as C's conversions through
@@ -303,26 +335,47 @@ Kernel build_cast(OpSetup& s) {
       double v = read(i);
       if (to_bool) v = v != 0;
       switch (t) {
-        case DType::f32: static_cast<float*>(out[0].data)[i] = static_cast<float>(v); break;
-        case DType::i64: static_cast<std::int64_t*>(out[0].data)[i] = static_cast<std::int64_t>(v); break;
-        case DType::i32: static_cast<std::int32_t*>(out[0].data)[i] = static_cast<std::int32_t>(static_cast<std::int64_t>(v)); break;
-        case DType::u8: static_cast<std::uint8_t*>(out[0].data)[i] = static_cast<std::uint8_t>(static_cast<std::int64_t>(v)); break;
-        default: static_cast<std::int8_t*>(out[0].data)[i] = static_cast<std::int8_t>(static_cast<std::int64_t>(v)); break;
+        case DType::f32:
+          static_cast<float*>(out[0].data)[i] = static_cast<float>(v);
+          break;
+        case DType::i64:
+          static_cast<std::int64_t*>(out[0].data)[i] = static_cast<std::int64_t>(v);
+          break;
+        case DType::i32:
+          static_cast<std::int32_t*>(out[0].data)[i] =
+              static_cast<std::int32_t>(static_cast<std::int64_t>(v));
+          break;
+        case DType::u8:
+          static_cast<std::uint8_t*>(out[0].data)[i] =
+              static_cast<std::uint8_t>(static_cast<std::int64_t>(v));
+          break;
+        default:
+          static_cast<std::int8_t*>(out[0].data)[i] = static_cast<std::int8_t>(static_cast<std::int64_t>(v));
+          break;
       }
     }
   };
 }
 
 const OpEntry kOps[] = {
-    {"Add", build_binary<Binary::add>},  {"Sub", build_binary<Binary::sub>},
-    {"Mul", build_binary<Binary::mul>},  {"Div", build_binary<Binary::div>},
-    {"Pow", build_binary<Binary::pow>},  {"Equal", build_binary<Binary::equal>},
-    {"Where", build_where},              {"Relu", build_relu},
-    {"LeakyRelu", build_leaky_relu},     {"Clip", build_clip},
-    {"Sigmoid", build_sigmoid},          {"Tanh", build_tanh},
-    {"Erf", build_erf},                  {"Gelu", build_gelu},
-    {"Sqrt", build_sqrt},                {"Exp", build_exp},
-    {"Log", build_log},                  {"Neg", build_neg},
+    {"Add", build_binary<Binary::add>},
+    {"Sub", build_binary<Binary::sub>},
+    {"Mul", build_binary<Binary::mul>},
+    {"Div", build_binary<Binary::div>},
+    {"Pow", build_binary<Binary::pow>},
+    {"Equal", build_binary<Binary::equal>},
+    {"Where", build_where},
+    {"Relu", build_relu},
+    {"LeakyRelu", build_leaky_relu},
+    {"Clip", build_clip},
+    {"Sigmoid", build_sigmoid},
+    {"Tanh", build_tanh},
+    {"Erf", build_erf},
+    {"Gelu", build_gelu},
+    {"Sqrt", build_sqrt},
+    {"Exp", build_exp},
+    {"Log", build_log},
+    {"Neg", build_neg},
     {"Cast", build_cast},
 };
 

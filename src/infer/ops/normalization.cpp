@@ -23,7 +23,9 @@ Kernel build_batch_norm(OpSetup& s) {
   if (x.size() < 2) s.fail("input has shape " + shape_string(x) + ", expected N x C x ...");
   const std::int64_t c = x[1];
   for (std::size_t i = 1; i < 5; ++i)
-    if (s.shape(i) != Shape{c}) s.fail("input " + std::to_string(i) + " has shape " + shape_string(s.shape(i)) + ", expected [" + std::to_string(c) + "]");
+    if (s.shape(i) != Shape{c})
+      s.fail("input " + std::to_string(i) + " has shape " + shape_string(s.shape(i)) + ", expected [" +
+             std::to_string(c) + "]");
   // oneDNN's inference batch norm (dense.h) over N x C x (spatial, as H x 1).
   onednn::BatchNormShape b;
   b.batch = x[0];
@@ -32,7 +34,8 @@ Kernel build_batch_norm(OpSetup& s) {
   b.epsilon = s.node.get_float("epsilon", 1e-5f);
   s.set_output(0, DType::f32, x);
   return [b](std::span<const TensorView> in, std::span<const TensorView> o) {
-    onednn::batch_norm_forward_inference(b, in[0].f32(), in[1].f32(), in[2].f32(), in[3].f32(), in[4].f32(), o[0].f32());
+    onednn::batch_norm_forward_inference(b, in[0].f32(), in[1].f32(), in[2].f32(), in[3].f32(), in[4].f32(),
+                                         o[0].f32());
   };
 }
 
@@ -46,7 +49,8 @@ Kernel build_layer_norm(OpSetup& s) {
   for (std::int64_t d = 0; d < rank; ++d) (d < axis ? rows : cols) *= x[static_cast<std::size_t>(d)];
   for (std::size_t i = 1; i < s.count(); ++i)
     if (s.has(i) && s.inputs[i].numel() != cols)
-      s.fail("input " + std::to_string(i) + " has shape " + shape_string(s.shape(i)) + ", expected " + std::to_string(cols) + " elements (broadcast scale and bias are not supported)");
+      s.fail("input " + std::to_string(i) + " has shape " + shape_string(s.shape(i)) + ", expected " +
+             std::to_string(cols) + " elements (broadcast scale and bias are not supported)");
   const float eps = s.node.get_float("epsilon", 1e-5f);
   s.set_output(0, DType::f32, x);
   Shape stats(x.begin(), x.begin() + axis);
@@ -55,16 +59,19 @@ Kernel build_layer_norm(OpSetup& s) {
   for (std::size_t i = 1; i < outputs; ++i) s.set_output(i, DType::f32, stats);
   auto scratch = std::make_shared<std::vector<float>>(static_cast<std::size_t>(2 * rows));
   const bool has_scale = s.has(1), has_bias = s.has(2);
-  return [rows, cols, eps, scratch, has_scale, has_bias](std::span<const TensorView> in, std::span<const TensorView> o) {
+  return [rows, cols, eps, scratch, has_scale, has_bias](std::span<const TensorView> in,
+                                                         std::span<const TensorView> o) {
     float* mean = o.size() > 1 && o[1].data ? o[1].f32() : scratch->data();
     float* rstd = o.size() > 2 && o[2].data ? o[2].f32() : scratch->data() + rows;
     const float* gamma = has_scale ? in[1].f32() : nullptr;
     const float* beta = has_bias ? in[2].f32() : nullptr;
     const auto fn = native().f32_layer_norm_forward.fn;
     const auto c = static_cast<std::size_t>(cols);
-    parallel_for(static_cast<std::size_t>(rows), std::max<std::size_t>(1, 16384 / c), [&](std::size_t b, std::size_t e) {
-      fn(in[0].f32() + b * c, gamma, beta, o[0].f32() + b * c, mean + b, rstd + b, e - b, c, eps);
-    });
+    parallel_for(static_cast<std::size_t>(rows), std::max<std::size_t>(1, 16384 / c),
+                 [&](std::size_t b, std::size_t e) {
+                   fn(in[0].f32() + b * c, gamma, beta, o[0].f32() + b * c, mean + b, rstd + b, e - b, c,
+                      eps);
+                 });
   };
 }
 
@@ -78,13 +85,17 @@ Kernel build_softmax(OpSetup& s) {
   const Shape& x = s.shape(0);
   const auto rank = static_cast<std::int64_t>(x.size());
   const bool legacy = s.opset < 13;
-  const std::int64_t axis = normalize_axis(s, s.node.get_int("axis", legacy ? 1 : -1), std::max<std::int64_t>(rank, 1), "axis");
+  const std::int64_t axis =
+      normalize_axis(s, s.node.get_int("axis", legacy ? 1 : -1), std::max<std::int64_t>(rank, 1), "axis");
   std::int64_t outer = 1, cols = 1, inner = 1;
   for (std::int64_t d = 0; d < rank; ++d) {
     const std::int64_t v = x[static_cast<std::size_t>(d)];
-    if (d < axis) outer *= v;
-    else if (d == axis || legacy) cols *= v;
-    else inner *= v;
+    if (d < axis)
+      outer *= v;
+    else if (d == axis || legacy)
+      cols *= v;
+    else
+      inner *= v;
   }
   s.set_output(0, DType::f32, x);
   auto scratch = std::make_shared<std::vector<float>>(inner > 1 ? static_cast<std::size_t>(2 * cols) : 0);
@@ -92,9 +103,9 @@ Kernel build_softmax(OpSetup& s) {
     const auto fn = kLog ? native().f32_log_softmax.fn : native().f32_softmax.fn;
     const auto c = static_cast<std::size_t>(cols);
     if (inner == 1) {
-      parallel_for(static_cast<std::size_t>(outer), std::max<std::size_t>(1, 16384 / c), [&](std::size_t b, std::size_t e) {
-        fn(in[0].f32() + b * c, o[0].f32() + b * c, e - b, c, c, c);
-      });
+      parallel_for(
+          static_cast<std::size_t>(outer), std::max<std::size_t>(1, 16384 / c),
+          [&](std::size_t b, std::size_t e) { fn(in[0].f32() + b * c, o[0].f32() + b * c, e - b, c, c, c); });
       return;
     }
     float* row = scratch->data();
@@ -121,8 +132,10 @@ Kernel build_reduce_mean(OpSetup& s) {
   for (std::int64_t a : axes) reduced[static_cast<std::size_t>(normalize_axis(s, a, rank, "axes"))] = true;
   Shape out;
   for (std::size_t d = 0; d < x.size(); ++d) {
-    if (!reduced[d]) out.push_back(x[d]);
-    else if (keep) out.push_back(1);
+    if (!reduced[d])
+      out.push_back(x[d]);
+    else if (keep)
+      out.push_back(1);
   }
   s.set_output(0, DType::f32, out);
   // Each output element's inputs: the reduced dims enumerated once as offsets, the kept dims as
@@ -147,22 +160,21 @@ Kernel build_reduce_mean(OpSetup& s) {
     const float* src = in[0].f32();
     float* dst = o[0].f32();
     const float scale = 1.0f / static_cast<float>(inner->size());
-    parallel_for(bases->size(), std::max<std::size_t>(1, 16384 / inner->size()), [&](std::size_t b, std::size_t e) {
-      for (std::size_t i = b; i < e; ++i) {
-        const float* p = src + (*bases)[i];
-        float sum = 0.0f;
-        for (std::int64_t off : *inner) sum += p[off];
-        dst[i] = sum * scale;
-      }
-    });
+    parallel_for(bases->size(), std::max<std::size_t>(1, 16384 / inner->size()),
+                 [&](std::size_t b, std::size_t e) {
+                   for (std::size_t i = b; i < e; ++i) {
+                     const float* p = src + (*bases)[i];
+                     float sum = 0.0f;
+                     for (std::int64_t off : *inner) sum += p[off];
+                     dst[i] = sum * scale;
+                   }
+                 });
   };
 }
 
 const OpEntry kOps[] = {
-    {"BatchNormalization", build_batch_norm},
-    {"LayerNormalization", build_layer_norm},
-    {"Softmax", build_softmax<false>},
-    {"LogSoftmax", build_softmax<true>},
+    {"BatchNormalization", build_batch_norm}, {"LayerNormalization", build_layer_norm},
+    {"Softmax", build_softmax<false>},        {"LogSoftmax", build_softmax<true>},
     {"ReduceMean", build_reduce_mean},
 };
 

@@ -23,7 +23,8 @@ struct StridedCopy {
   std::int64_t inner_stride = 1;
   std::vector<std::int64_t> block_offsets;  // input offset of each inner block
 
-  StridedCopy(const Shape& out, const std::vector<std::int64_t>& in_strides, std::int64_t offset, std::size_t element_bytes)
+  StridedCopy(const Shape& out, const std::vector<std::int64_t>& in_strides, std::int64_t offset,
+              std::size_t element_bytes)
       : element(element_bytes), in_offset(offset) {
     Shape dims;
     std::vector<std::int64_t> strides;
@@ -97,7 +98,8 @@ Kernel view(OpSetup& s, DType dtype, Shape shape) {
 }
 
 // Optional int64 list argument given as input `i` (newer opsets) or attribute `key` (older).
-std::vector<std::int64_t> list_argument(const OpSetup& s, std::size_t i, const char* key, bool* given = nullptr) {
+std::vector<std::int64_t> list_argument(const OpSetup& s, std::size_t i, const char* key,
+                                        bool* given = nullptr) {
   if (s.has(i)) {
     if (given) *given = true;
     return s.constant(i, key).as_int64();
@@ -110,7 +112,8 @@ Kernel build_identity(OpSetup& s) {
   s.require_inputs(1, 3);  // Dropout's ratio and training_mode inputs are ignored at inference
   if (s.node.op == "Dropout" && s.has(2) && s.constants[2] && s.constants[2]->as_int64().at(0) != 0)
     s.fail("training_mode = true is not supported at inference");
-  if (s.node.outputs.size() > 1 && !s.node.outputs[1].empty()) s.fail("the mask output of Dropout is not supported");
+  if (s.node.outputs.size() > 1 && !s.node.outputs[1].empty())
+    s.fail("the mask output of Dropout is not supported");
   return view(s, s.inputs[0].dtype, s.shape(0));
 }
 
@@ -123,7 +126,9 @@ Kernel build_reshape(OpSetup& s) {
   for (std::size_t i = 0; i < target.size(); ++i) {
     std::int64_t d = target[i];
     if (d == 0 && !allow_zero) {
-      if (i >= s.shape(0).size()) s.fail("shape " + shape_string(target) + " copies a dimension the input " + shape_string(s.shape(0)) + " lacks");
+      if (i >= s.shape(0).size())
+        s.fail("shape " + shape_string(target) + " copies a dimension the input " + shape_string(s.shape(0)) +
+               " lacks");
       d = s.shape(0)[i];
     }
     if (d == -1) {
@@ -188,7 +193,8 @@ Kernel build_unsqueeze(OpSetup& s) {
   }
   Shape out;
   std::size_t next = 0;
-  for (std::int64_t i = 0; i < rank; ++i) out.push_back(inserted[static_cast<std::size_t>(i)] ? 1 : x[next++]);
+  for (std::int64_t i = 0; i < rank; ++i)
+    out.push_back(inserted[static_cast<std::size_t>(i)] ? 1 : x[next++]);
   return view(s, s.inputs[0].dtype, out);
 }
 
@@ -196,7 +202,9 @@ Kernel strided_copy(OpSetup& s, Shape out, const std::vector<std::int64_t>& in_s
   const DType t = s.inputs[0].dtype;
   auto copy = std::make_shared<StridedCopy>(out, in_strides, offset, element_size(t));
   s.set_output(0, t, std::move(out));
-  return [copy](std::span<const TensorView> in, std::span<const TensorView> o) { copy->run(in[0].data, o[0].data); };
+  return [copy](std::span<const TensorView> in, std::span<const TensorView> o) {
+    copy->run(in[0].data, o[0].data);
+  };
 }
 
 Kernel build_transpose(OpSetup& s) {
@@ -205,7 +213,8 @@ Kernel build_transpose(OpSetup& s) {
   std::vector<std::int64_t> perm = s.node.get_ints("perm");
   if (perm.empty())
     for (std::size_t i = x.size(); i-- > 0;) perm.push_back(static_cast<std::int64_t>(i));
-  if (perm.size() != x.size()) s.fail("perm " + shape_string(perm) + " does not fit input " + shape_string(x));
+  if (perm.size() != x.size())
+    s.fail("perm " + shape_string(perm) + " does not fit input " + shape_string(x));
   const auto in_strides = contiguous_strides(x);
   std::vector<bool> seen(x.size(), false);
   Shape out;
@@ -253,7 +262,8 @@ Kernel build_slice(OpSetup& s) {
   if (axes.empty())
     for (std::size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<std::int64_t>(i));
   if (steps.empty()) steps.assign(starts.size(), 1);
-  if (axes.size() != starts.size() || steps.size() != starts.size()) s.fail("axes and steps must match starts");
+  if (axes.size() != starts.size() || steps.size() != starts.size())
+    s.fail("axes and steps must match starts");
   Shape out = x;
   auto strides = contiguous_strides(x);
   std::int64_t offset = 0;
@@ -299,14 +309,18 @@ Kernel build_concat(OpSetup& s) {
     const Shape& x = s.shape(i);
     if (s.inputs[i].dtype != t) s.fail("inputs have different element types");
     bool fits = x.size() == first.size();
-    for (std::size_t d = 0; fits && d < x.size(); ++d) fits = static_cast<std::int64_t>(d) == axis || x[d] == first[d];
-    if (!fits) s.fail("input " + std::to_string(i) + " has shape " + shape_string(x) + ", which does not concatenate with " + shape_string(first) + " on axis " + std::to_string(axis));
+    for (std::size_t d = 0; fits && d < x.size(); ++d)
+      fits = static_cast<std::int64_t>(d) == axis || x[d] == first[d];
+    if (!fits)
+      s.fail("input " + std::to_string(i) + " has shape " + shape_string(x) +
+             ", which does not concatenate with " + shape_string(first) + " on axis " + std::to_string(axis));
     out[static_cast<std::size_t>(axis)] += x[static_cast<std::size_t>(axis)];
   }
   std::int64_t outer = 1, inner = static_cast<std::int64_t>(element_size(t));
   for (std::int64_t d = 0; d < axis; ++d) outer *= first[static_cast<std::size_t>(d)];
   for (std::int64_t d = axis + 1; d < rank; ++d) inner *= first[static_cast<std::size_t>(d)];
-  for (std::size_t i = 0; i < s.count(); ++i) widths.push_back(s.shape(i)[static_cast<std::size_t>(axis)] * inner);
+  for (std::size_t i = 0; i < s.count(); ++i)
+    widths.push_back(s.shape(i)[static_cast<std::size_t>(axis)] * inner);
   s.set_output(0, t, out);
   return [outer, widths](std::span<const TensorView> in, std::span<const TensorView> o) {
     std::int64_t total = 0;
@@ -315,7 +329,8 @@ Kernel build_concat(OpSetup& s) {
     for (std::int64_t r = 0; r < outer; ++r) {
       std::int64_t at = r * total;
       for (std::size_t i = 0; i < widths.size(); ++i) {
-        std::memcpy(dst + at, static_cast<const std::byte*>(in[i].data) + r * widths[i], static_cast<std::size_t>(widths[i]));
+        std::memcpy(dst + at, static_cast<const std::byte*>(in[i].data) + r * widths[i],
+                    static_cast<std::size_t>(widths[i]));
         at += widths[i];
       }
     }
@@ -342,8 +357,8 @@ Kernel build_split(OpSetup& s) {
     sum += v;
   }
   if (sum != dim || static_cast<std::int64_t>(split.size()) != parts)
-    s.fail("split " + shape_string(split) + " does not divide axis " + std::to_string(axis) + " of " + shape_string(x) +
-           " into " + std::to_string(parts) + " outputs");
+    s.fail("split " + shape_string(split) + " does not divide axis " + std::to_string(axis) + " of " +
+           shape_string(x) + " into " + std::to_string(parts) + " outputs");
   std::int64_t outer = 1, inner = static_cast<std::int64_t>(element_size(t));
   for (std::int64_t d = 0; d < axis; ++d) outer *= x[static_cast<std::size_t>(d)];
   for (std::int64_t d = axis + 1; d < rank; ++d) inner *= x[static_cast<std::size_t>(d)];
@@ -359,7 +374,8 @@ Kernel build_split(OpSetup& s) {
     for (std::int64_t r = 0; r < outer; ++r) {
       std::int64_t at = r * total;
       for (std::size_t i = 0; i < widths.size(); ++i) {
-        std::memcpy(static_cast<std::byte*>(o[i].data) + r * widths[i], src + at, static_cast<std::size_t>(widths[i]));
+        std::memcpy(static_cast<std::byte*>(o[i].data) + r * widths[i], src + at,
+                    static_cast<std::size_t>(widths[i]));
         at += widths[i];
       }
     }
@@ -371,7 +387,8 @@ Kernel build_gather(OpSetup& s) {
   const Shape& x = s.shape(0);
   const Shape& idx = s.shape(1);
   const DType t = s.inputs[0].dtype;
-  if (s.inputs[1].dtype != DType::i64 && s.inputs[1].dtype != DType::i32) s.fail("indices must be INT64 or INT32");
+  if (s.inputs[1].dtype != DType::i64 && s.inputs[1].dtype != DType::i32)
+    s.fail("indices must be INT64 or INT32");
   const auto rank = static_cast<std::int64_t>(x.size());
   if (rank == 0) s.fail("data must have rank 1 or more");
   const std::int64_t axis = normalize_axis(s, s.node.get_int("axis", 0), rank, "axis");
@@ -385,17 +402,22 @@ Kernel build_gather(OpSetup& s) {
   s.set_output(0, t, out);
   const bool i64 = s.inputs[1].dtype == DType::i64;
   const std::string label = s.node.label();
-  return [outer, inner, dim, count, i64, label](std::span<const TensorView> in, std::span<const TensorView> o) {
-    const auto* src = static_cast<const std::byte*>(in[0].data);
-    auto* dst = static_cast<std::byte*>(o[0].data);
-    for (std::int64_t j = 0; j < count; ++j) {
-      std::int64_t k = i64 ? static_cast<const std::int64_t*>(in[1].data)[j] : static_cast<const std::int32_t*>(in[1].data)[j];
-      if (k < 0) k += dim;
-      if (k < 0 || k >= dim) throw Error(label + ": index " + std::to_string(k) + " is out of range [0, " + std::to_string(dim) + ")");
-      for (std::int64_t r = 0; r < outer; ++r)
-        std::memcpy(dst + (r * count + j) * inner, src + (r * dim + k) * inner, static_cast<std::size_t>(inner));
-    }
-  };
+  return
+      [outer, inner, dim, count, i64, label](std::span<const TensorView> in, std::span<const TensorView> o) {
+        const auto* src = static_cast<const std::byte*>(in[0].data);
+        auto* dst = static_cast<std::byte*>(o[0].data);
+        for (std::int64_t j = 0; j < count; ++j) {
+          std::int64_t k = i64 ? static_cast<const std::int64_t*>(in[1].data)[j]
+                               : static_cast<const std::int32_t*>(in[1].data)[j];
+          if (k < 0) k += dim;
+          if (k < 0 || k >= dim)
+            throw Error(label + ": index " + std::to_string(k) + " is out of range [0, " +
+                        std::to_string(dim) + ")");
+          for (std::int64_t r = 0; r < outer; ++r)
+            std::memcpy(dst + (r * count + j) * inner, src + (r * dim + k) * inner,
+                        static_cast<std::size_t>(inner));
+        }
+      };
 }
 
 Kernel build_shape(OpSetup& s) {
@@ -459,7 +481,9 @@ Kernel build_constant_of_shape(OpSetup& s) {
   return [fill](std::span<const TensorView>, std::span<const TensorView> o) {
     const std::size_t e = fill->bytes.size();
     const std::int64_t n = element_count(*o[0].shape);
-    for (std::int64_t i = 0; i < n; ++i) std::memcpy(static_cast<std::byte*>(o[0].data) + i * static_cast<std::int64_t>(e), fill->bytes.data(), e);
+    for (std::int64_t i = 0; i < n; ++i)
+      std::memcpy(static_cast<std::byte*>(o[0].data) + i * static_cast<std::int64_t>(e), fill->bytes.data(),
+                  e);
   };
 }
 
@@ -469,7 +493,8 @@ Kernel build_pad(OpSetup& s) {
   s.require_inputs(1, 4);
   const Shape& x = s.shape(0);
   const auto rank = static_cast<std::int64_t>(x.size());
-  std::vector<std::int64_t> pads = s.count() >= 2 && s.has(1) ? s.constant(1, "pads").as_int64() : s.node.get_ints("pads");
+  std::vector<std::int64_t> pads =
+      s.count() >= 2 && s.has(1) ? s.constant(1, "pads").as_int64() : s.node.get_ints("pads");
   if (s.has(3)) {  // opset 18's axes: pads only for these axes
     const auto axes = s.constant(3, "axes").as_int64();
     if (pads.size() != 2 * axes.size()) s.fail("pads must hold two entries per axis");
@@ -484,13 +509,18 @@ Kernel build_pad(OpSetup& s) {
   if (pads.size() != static_cast<std::size_t>(2 * rank))
     s.fail("pads has " + std::to_string(pads.size()) + " entries, expected " + std::to_string(2 * rank));
   const std::string mode = s.node.get_string("mode", "constant");
-  if (mode != "constant" && mode != "edge" && mode != "reflect") s.fail("mode '" + mode + "' is not constant, edge or reflect");
+  if (mode != "constant" && mode != "edge" && mode != "reflect")
+    s.fail("mode '" + mode + "' is not constant, edge or reflect");
   Shape out = x;
   for (std::int64_t d = 0; d < rank; ++d) {
-    out[static_cast<std::size_t>(d)] += pads[static_cast<std::size_t>(d)] + pads[static_cast<std::size_t>(d + rank)];
-    if (out[static_cast<std::size_t>(d)] < 0) s.fail("pads " + shape_string(pads) + " crop more than input " + shape_string(x) + " holds");
-    if (mode != "constant" && x[static_cast<std::size_t>(d)] == 0 && out[static_cast<std::size_t>(d)] > 0) s.fail("cannot " + mode + "-pad an empty axis");
-    if (mode == "reflect" && (pads[static_cast<std::size_t>(d)] >= x[static_cast<std::size_t>(d)] || pads[static_cast<std::size_t>(d + rank)] >= x[static_cast<std::size_t>(d)]))
+    out[static_cast<std::size_t>(d)] +=
+        pads[static_cast<std::size_t>(d)] + pads[static_cast<std::size_t>(d + rank)];
+    if (out[static_cast<std::size_t>(d)] < 0)
+      s.fail("pads " + shape_string(pads) + " crop more than input " + shape_string(x) + " holds");
+    if (mode != "constant" && x[static_cast<std::size_t>(d)] == 0 && out[static_cast<std::size_t>(d)] > 0)
+      s.fail("cannot " + mode + "-pad an empty axis");
+    if (mode == "reflect" && (pads[static_cast<std::size_t>(d)] >= x[static_cast<std::size_t>(d)] ||
+                              pads[static_cast<std::size_t>(d + rank)] >= x[static_cast<std::size_t>(d)]))
       s.fail("reflect pads must be smaller than the axis they pad");
   }
   const DType t = s.inputs[0].dtype;
@@ -516,9 +546,12 @@ Kernel build_pad(OpSetup& s) {
       std::int64_t j = index[du] - pads[du];
       const std::int64_t n = x[du];
       if (j < 0 || j >= n) {
-        if (mode == "constant") inside = false;
-        else if (mode == "edge") j = j < 0 ? 0 : n - 1;
-        else j = j < 0 ? -j : 2 * (n - 1) - j;
+        if (mode == "constant")
+          inside = false;
+        else if (mode == "edge")
+          j = j < 0 ? 0 : n - 1;
+        else
+          j = j < 0 ? -j : 2 * (n - 1) - j;
       }
       off += j * in_strides[du];
     }
@@ -533,7 +566,8 @@ Kernel build_pad(OpSetup& s) {
     const auto* src = static_cast<const std::byte*>(in[0].data);
     auto* dst = static_cast<std::byte*>(o[0].data);
     for (std::size_t i = 0; i < map->size(); ++i)
-      std::memcpy(dst + i * e, (*map)[i] < 0 ? fill.data() : src + (*map)[i] * static_cast<std::int64_t>(e), e);
+      std::memcpy(dst + i * e, (*map)[i] < 0 ? fill.data() : src + (*map)[i] * static_cast<std::int64_t>(e),
+                  e);
   };
 }
 
@@ -552,9 +586,12 @@ Kernel build_reorder(OpSetup& s) {
   // Strides of (n, channel block, h, w, lane) in each layout.
   auto strides = [&](std::int64_t layout) -> std::vector<std::int64_t> {
     switch (layout) {
-      case 1: return {h * w * c, b, w * c, c, 1};                  // NHWC
-      case 2: return {c * h * w, h * w * b, w * b, b, 1};          // nChw<b>c
-      default: return {c * h * w, b * h * w, w, 1, h * w};         // NCHW
+      case 1:
+        return {h * w * c, b, w * c, c, 1};  // NHWC
+      case 2:
+        return {c * h * w, h * w * b, w * b, b, 1};  // nChw<b>c
+      default:
+        return {c * h * w, b * h * w, w, 1, h * w};  // NCHW
     }
   };
   const auto src = strides(from), dst = strides(to);
@@ -570,16 +607,29 @@ Kernel build_reorder(OpSetup& s) {
   }
   auto copy = std::make_shared<StridedCopy>(out_dims, in_strides, 0, 4);
   s.set_output(0, s.inputs[0].dtype, x);
-  return [copy](std::span<const TensorView> in, std::span<const TensorView> o) { copy->run(in[0].data, o[0].data); };
+  return [copy](std::span<const TensorView> in, std::span<const TensorView> o) {
+    copy->run(in[0].data, o[0].data);
+  };
 }
 
 const OpEntry kOps[] = {
-    {"cpudl.Reorder", build_reorder}, {"Pad", build_pad},
-    {"Identity", build_identity},   {"Dropout", build_identity},     {"Reshape", build_reshape},
-    {"Flatten", build_flatten},     {"Squeeze", build_squeeze},      {"Unsqueeze", build_unsqueeze},
-    {"Transpose", build_transpose}, {"Expand", build_expand},        {"Slice", build_slice},
-    {"Concat", build_concat},       {"Split", build_split},          {"Gather", build_gather},
-    {"Shape", build_shape},         {"Constant", build_constant},    {"ConstantOfShape", build_constant_of_shape},
+    {"cpudl.Reorder", build_reorder},
+    {"Pad", build_pad},
+    {"Identity", build_identity},
+    {"Dropout", build_identity},
+    {"Reshape", build_reshape},
+    {"Flatten", build_flatten},
+    {"Squeeze", build_squeeze},
+    {"Unsqueeze", build_unsqueeze},
+    {"Transpose", build_transpose},
+    {"Expand", build_expand},
+    {"Slice", build_slice},
+    {"Concat", build_concat},
+    {"Split", build_split},
+    {"Gather", build_gather},
+    {"Shape", build_shape},
+    {"Constant", build_constant},
+    {"ConstantOfShape", build_constant_of_shape},
 };
 
 }  // namespace

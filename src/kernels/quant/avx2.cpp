@@ -10,7 +10,6 @@ namespace cpudl::kernels {
 
 namespace {
 
-
 // Float weights: Load(w, i) -> 8 floats at column i.
 template <int NT, class W, class Load, class Scalar>
 void float_tile(const WeightMatmulArgs& a, std::size_t t0, Load load, Scalar scalar) {

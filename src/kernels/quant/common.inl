@@ -4,8 +4,8 @@
 
 #include <cstring>
 
-#include "kernels/quant/quant.h"
 #include "kernels/quant/ggml_blocks.h"
+#include "kernels/quant/quant.h"
 
 namespace cpudl::kernels {
 namespace {

@@ -70,8 +70,7 @@ void int8_tile(const WeightMatmulArgs& a, std::size_t t0) {
   using W = typename Weights::Block;
   const std::size_t nb = a.k / 32;
   const BlockQ8A* x[NT];
-  for (int i = 0; i < NT; ++i)
-    x[i] = row<BlockQ8A>(a.x, a.x_row_bytes, t0 + static_cast<std::size_t>(i));
+  for (int i = 0; i < NT; ++i) x[i] = row<BlockQ8A>(a.x, a.x_row_bytes, t0 + static_cast<std::size_t>(i));
   // acc += (dw dx) * (w . x) for block b of every token; indexed by constants only, so the
   // accumulators stay in registers (an index like b & 1 sends them through the stack).
   auto step = [&](const W& wb, std::size_t b, __m256* acc) {

@@ -4,12 +4,11 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/quant/quant.h"
-#include "kernels/quant/ggml_blocks.h"
 #include "kernels/half.h"
+#include "kernels/quant/ggml_blocks.h"
+#include "kernels/quant/quant.h"
 
 namespace cpudl::kernels {
-
 
 namespace {
 
