@@ -39,10 +39,16 @@ def ort_dir():
     return d
 
 
-def peaks():
+def peak_rows():
+    """`cpudl bench peak` on 1 and 2 threads: {(row, threads): G op/s} (fp32 FMA, int8, bf16, bandwidth)."""
     out = subprocess.run([CPUDL, "bench", "peak", "--json", "--threads", "1,2", "--min-time", "0.5"],
                          check=True, capture_output=True, text=True).stdout
-    return {r["threads"]: r["gops"] for r in map(json.loads, out.splitlines()) if r["op"] == "peak_fp32_fma"}
+    return {(r["op"], r["threads"]): r.get("gops", 0) for r in map(json.loads, out.splitlines())}
+
+
+def peaks():
+    """The fp32 FMA roof per thread count."""
+    return {threads: gops for (op, threads), gops in peak_rows().items() if op == "peak_fp32_fma"}
 
 
 def time_torch(model, x, threads, runs):

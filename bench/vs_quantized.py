@@ -26,18 +26,9 @@ import torch
 import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from vs_onnx import CPUDL, ROOT, ort_dir, time_torch  # noqa: E402
+from vs_onnx import CPUDL, ROOT, ort_dir, peak_rows, time_torch  # noqa: E402
 
 WORK = os.path.join(ROOT, "build", "bench-quant")
-
-
-def peaks():
-    out = subprocess.run([CPUDL, "bench", "peak", "--json", "--threads", "1,2", "--min-time", "0.5"],
-                         check=True, capture_output=True, text=True).stdout
-    roofs = {}
-    for r in map(json.loads, out.splitlines()):
-        roofs[(r["op"], r["threads"])] = r.get("gops", 0)
-    return roofs
 
 
 def exact_int8(path, x):
@@ -89,7 +80,7 @@ def main():
     args = ap.parse_args()
     os.makedirs(WORK, exist_ok=True)
     ort = ort_dir()
-    roof = peaks()
+    roof = peak_rows()
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10)).eval()
     fp32 = os.path.join(WORK, "mlp.onnx")

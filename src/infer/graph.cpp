@@ -6,17 +6,11 @@
 
 namespace cpudl::infer {
 
-std::string shape_string(const Shape& shape) {
-  std::string text = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
-  return text + "]";
-}
-
 HostTensor HostTensor::zeros(DType dtype, const Shape& shape) {
   HostTensor t;
   t.dtype = dtype;
   t.shape = shape;
-  t.bytes.assign(static_cast<std::size_t>(element_count(shape)) * element_size(dtype), std::byte{0});
+  t.bytes.assign(static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype), std::byte{0});
   return t;
 }
 

@@ -14,29 +14,8 @@
 
 namespace cpudl::infer {
 
-// Element types the runtime computes with. ONNX BOOL is stored as i8 holding 0 or 1.
-inline std::size_t element_size(DType t) {
-  switch (t) {
-    case DType::f32:
-      return 4;
-    case DType::i64:
-      return 8;
-    case DType::i32:
-      return 4;
-    case DType::i8:
-    case DType::u8:
-      return 1;
-    case DType::bf16:
-      return 2;
-  }
-  return 0;
-}
-inline std::int64_t element_count(const Shape& shape) {
-  std::int64_t n = 1;
-  for (std::int64_t d : shape) n *= d;
-  return n;
-}
-std::string shape_string(const Shape& shape);  // "[2, 3]"
+// Element types the runtime computes with: cpudl's DType (ONNX BOOL is stored as i8 holding 0 or
+// 1); sizes, counts and shape text are the tensor layer's dtype_size, shape_numel and shape_text.
 
 // A constant tensor: owns its bytes (contiguous, row-major, little-endian).
 struct HostTensor {
@@ -44,7 +23,7 @@ struct HostTensor {
   Shape shape;
   std::vector<std::byte> bytes;
 
-  std::int64_t numel() const { return element_count(shape); }
+  std::int64_t numel() const { return shape_numel(shape); }
   template <class T>
   const T* data() const {
     return reinterpret_cast<const T*>(bytes.data());

@@ -89,11 +89,11 @@ class Loader {
       n *= d;
       out.shape.push_back(d);
     }
-    const std::size_t bytes = static_cast<std::size_t>(n) * element_size(out.dtype);
+    const std::size_t bytes = static_cast<std::size_t>(n) * dtype_size(out.dtype);
     // Sizes are checked against the data actually present before anything is allocated: a
     // corrupted shape must not make the loader reserve terabytes.
     auto size_error = [&](std::size_t found) {
-      fail(name + ": data holds " + std::to_string(found) + " bytes but shape " + shape_string(out.shape) +
+      fail(name + ": data holds " + std::to_string(found) + " bytes but shape " + shape_text(out.shape) +
            " of " + std::string(dtype_name(out.dtype)) + " needs " + std::to_string(bytes));
     };
     if (t.data_location() == onnx::TensorProto::EXTERNAL) {
@@ -111,7 +111,7 @@ class Loader {
       out.bytes.resize(bytes);
       if (bytes) std::memcpy(out.bytes.data(), t.int64_data().data(), bytes);
     } else {  // INT32, INT8, UINT8 and BOOL travel in int32_data, one element per entry
-      if (t.int32_data_size() != n) size_error(t.int32_data_size() * element_size(out.dtype));
+      if (t.int32_data_size() != n) size_error(t.int32_data_size() * dtype_size(out.dtype));
       out.bytes.resize(bytes);
       for (std::int64_t i = 0; i < n; ++i) {
         if (out.dtype == DType::i32)

@@ -16,6 +16,13 @@
 // clang-format on
 
 namespace cpudl::infer {
+// The runtime's own operators: the optimiser writes them into graphs (they are never read from a
+// file); their build functions sit beside the ONNX operators'. Spelled only here.
+inline constexpr char kConvDepthwiseOp[] = "cpudl.ConvDepthwise";  // 1x1 conv + depthwise 3x3 (optimizer.h)
+inline constexpr char kInt8MatMulOp[] = "cpudl.Int8MatMul";        // a QDQ MatMul/Gemm on int8 kernels
+inline constexpr char kInt8ConvOp[] = "cpudl.Int8Conv";            // a QDQ Conv on int8 kernels
+inline constexpr char kReorderOp[] = "cpudl.Reorder";              // activation layout change
+
 // The opsets whose operator definitions the runtime follows (PyTorch 1.13 exports 7 to 17).
 inline constexpr long kMinOpset = 11, kMaxOpset = 17;
 bool is_supported_op(const char* op);

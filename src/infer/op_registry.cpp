@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "infer/op_list.h"
+#include "tensor/strided.h"
 
 namespace cpudl::infer {
 
@@ -46,15 +47,11 @@ std::int64_t normalize_axis(const OpSetup& setup, std::int64_t axis, std::int64_
 }
 
 Shape broadcast_shapes(const OpSetup& setup, const Shape& a, const Shape& b) {
-  Shape out(std::max(a.size(), b.size()), 1);
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    const std::int64_t da = i < a.size() ? a[a.size() - 1 - i] : 1;
-    const std::int64_t db = i < b.size() ? b[b.size() - 1 - i] : 1;
-    if (da != db && da != 1 && db != 1)
-      setup.fail("shapes " + shape_string(a) + " and " + shape_string(b) + " do not broadcast");
-    out[out.size() - 1 - i] = da == 1 ? db : da;
+  try {
+    return cpudl::broadcast_shapes(a, b, "broadcast");  // NumPy's rules, the tensor layer's one copy
+  } catch (const Error& e) {
+    setup.fail(e.what());
   }
-  return out;
 }
 
 BuildFn find_op(const std::string& op) {

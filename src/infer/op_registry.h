@@ -19,7 +19,7 @@ struct ValueDesc {
   DType dtype = DType::f32;
   Shape shape;
   bool present = true;  // false for an omitted optional input
-  std::int64_t numel() const { return element_count(shape); }
+  std::int64_t numel() const { return shape_numel(shape); }
 };
 
 // A value's memory during a run: contiguous, row-major.

@@ -10,6 +10,7 @@
 
 #include "cpudl/error.h"
 #include "cpudl/runtime.h"
+#include "infer/op_list.h"
 #include "onednn/dense.h"
 
 namespace cpudl::infer {
@@ -249,7 +250,7 @@ void fuse_dynamic_quant_matmul(Graph& g, OptimizerReport& report) {
     if (!w_scale || w_scale->dtype != DType::f32 || (w_scale->numel() != 1 && w_scale->numel() != n))
       continue;
     Node fused;
-    fused.op = "cpudl.Int8MatMul";
+    fused.op = kInt8MatMulOp;
     fused.name = mmi.name.empty() ? g.nodes[*mul].name : mmi.name;
     fused.inputs = {g.nodes[*dql].inputs[0], mmi.inputs[1], w_scale_name};
     std::size_t last = *mul;
@@ -351,7 +352,7 @@ void fuse_qdq_products(Graph& g, OptimizerReport& report, bool convolutions) {
     }
     const std::string label = n.label();
     Node fused;
-    fused.op = conv ? "cpudl.Int8Conv" : "cpudl.Int8MatMul";
+    fused.op = conv ? kInt8ConvOp : kInt8MatMulOp;
     fused.name = n.name;
     if (conv) {  // the window, with the kernel size the flattened weights no longer show
       fused.attributes = n.attributes;
@@ -392,8 +393,7 @@ void fuse_with_shapes(Graph& g, const std::map<std::string, ValueDesc>& descs, O
   for (std::size_t i = 0; i < g.nodes.size(); ++i) {
     if (removed[i]) continue;
     const std::string op = g.nodes[i].op;
-    if (op == "cpudl.Int8MatMul" ||
-        op == "cpudl.Int8Conv") {  // their int8 kernel applies a ReLU, nothing else
+    if (op == kInt8MatMulOp || op == kInt8ConvOp) {  // their int8 kernel applies a ReLU, nothing else
       const Uses uses(g);
       const auto c = uses.only_consumer(g.nodes[i].outputs[0]);
       if (c && !removed[*c] && g.nodes[*c].op == "Relu") {
@@ -535,7 +535,7 @@ void assign_layouts(Graph& g, std::map<std::string, ValueDesc>& descs, Optimizer
     const std::string key = v + "|" + names[want];
     if (!converted.count(key)) {
       Node r;
-      r.op = "cpudl.Reorder";
+      r.op = kReorderOp;
       r.name = v + ".to_" + names[want];
       r.inputs = {v};
       r.outputs = {r.name};
@@ -664,7 +664,7 @@ void fuse_depthwise(Graph& g, const std::map<std::string, ValueDesc>& descs, Opt
     if (!onednn::depthwise_fusion_supported(shape, strides[0])) continue;
 
     Node fused;
-    fused.op = "cpudl.ConvDepthwise";
+    fused.op = kConvDepthwiseOp;
     fused.name = pw.name;
     fused.inputs = {pw.inputs[0], pw.inputs[1], pw.inputs.size() > 2 ? pw.inputs[2] : "", dw.inputs[1],
                     dw.inputs.size() > 2 ? dw.inputs[2] : ""};

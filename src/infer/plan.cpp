@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "cpudl/error.h"
+#include "infer/op_list.h"
 
 namespace cpudl::infer {
 namespace {
@@ -18,9 +19,7 @@ constexpr std::size_t kAlignment = 64;
 
 std::size_t round_up(std::size_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
 
-std::size_t bytes_of(const ValueDesc& d) {
-  return static_cast<std::size_t>(d.numel()) * element_size(d.dtype);
-}
+std::size_t bytes_of(const ValueDesc& d) { return static_cast<std::size_t>(d.numel()) * dtype_size(d.dtype); }
 
 OpSetup make_setup(const Node& node, std::int64_t opset, const std::map<std::string, ValueDesc>& descs,
                    const std::map<std::string, std::shared_ptr<const HostTensor>>& known) {
@@ -62,12 +61,12 @@ void check_input_shape(const ValueInfo& declared, const Shape& given) {
     std::string text = "[";
     for (std::size_t i = 0; i < shown.size(); ++i)
       text += (i ? ", " : "") + (shown[i] < 0 ? std::string("?") : std::to_string(shown[i]));
-    throw Error("input '" + declared.name + "' has shape " + shape_string(given) + ", the model expects " +
+    throw Error("input '" + declared.name + "' has shape " + shape_text(given) + ", the model expects " +
                 text + "]");
   }
   for (std::int64_t d : given)
     if (d < 1)
-      throw Error("input '" + declared.name + "' has shape " + shape_string(given) +
+      throw Error("input '" + declared.name + "' has shape " + shape_text(given) +
                   ": every dimension must be at least 1");
 }
 
@@ -80,7 +79,7 @@ double node_flops(const Node& node, const std::vector<ValueDesc>& in, const std:
     const Shape& w = in[1].shape;
     return 2.0 * outputs * static_cast<double>(w[1] * w[2] * w[3]);
   }
-  if (node.op == "cpudl.ConvDepthwise" && in[0].shape.size() == 4 && in[1].shape.size() == 4) {
+  if (node.op == kConvDepthwiseOp && in[0].shape.size() == 4 && in[1].shape.size() == 4) {
     const double pointwise = 2.0 * static_cast<double>(in[0].numel()) * static_cast<double>(in[1].shape[0]);
     return pointwise + 2.0 * outputs * 9.0;
   }
@@ -92,10 +91,9 @@ double node_flops(const Node& node, const std::vector<ValueDesc>& in, const std:
     const std::int64_t k = node.get_int("transA", 0) ? in[0].shape[0] : in[0].shape[1];
     return 2.0 * outputs * static_cast<double>(k);
   }
-  if (node.op == "cpudl.Int8Conv" && in[1].shape.size() == 2)
+  if (node.op == kInt8ConvOp && in[1].shape.size() == 2)
     return 2.0 * outputs * static_cast<double>(in[1].shape[0]);
-  if ((node.op == "MatMul" || node.op == "MatMulInteger" || node.op == "cpudl.Int8MatMul") &&
-      !in[0].shape.empty())
+  if ((node.op == "MatMul" || node.op == "MatMulInteger" || node.op == kInt8MatMulOp) && !in[0].shape.empty())
     return 2.0 * outputs * static_cast<double>(in[0].shape.back());
   return 0;
 }

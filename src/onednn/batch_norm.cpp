@@ -16,8 +16,6 @@ namespace {
 using tag = dnnl::memory::format_tag;
 using flags = dnnl::normalization_flags;
 
-enum OpId : std::int64_t { kBnTraining = 300, kBnInference, kBnBackward };
-
 std::string bn_text(const BatchNormShape& s) {
   return "batch_norm [" + std::to_string(s.batch) + "x" + std::to_string(s.channels) + "x" +
          std::to_string(s.height) + "x" + std::to_string(s.width) + "]";
@@ -29,7 +27,7 @@ void validate(const BatchNormShape& s) {
   if (!(s.epsilon > 0)) throw Error(bn_text(s) + ": epsilon must be positive");
 }
 
-PrimitiveKey bn_key(std::int64_t op, const BatchNormShape& s, std::int64_t extra = 0) {
+PrimitiveKey bn_key(PrimitiveKind op, const BatchNormShape& s, std::int64_t extra = 0) {
   PrimitiveKey key(op);
   std::int32_t eps_bits;
   static_assert(sizeof eps_bits == sizeof s.epsilon);
@@ -91,7 +89,7 @@ std::shared_ptr<BnEntry> training_entry(const BatchNormShape& s, bool relu) {
     return e;
   };
   return with_context([&] { return bn_text(s); },
-                      [&] { return cache.get(bn_key(kBnTraining, s, relu), create); });
+                      [&] { return cache.get(bn_key(PrimitiveKind::bn_training, s, relu), create); });
 }
 
 }  // namespace
@@ -120,7 +118,7 @@ void batch_norm_forward_inference(const BatchNormShape& s, const float* src, con
   const auto entry =
       with_context([&] { return bn_text(s) + " inference"; },
                    [&] {
-                     return cache.get(bn_key(kBnInference, s, relu), [&] {
+                     return cache.get(bn_key(PrimitiveKind::bn_inference, s, relu), [&] {
                        auto f = flags::use_scale | flags::use_shift | flags::use_global_stats;
                        if (relu) f = f | flags::fuse_norm_relu;
                        const dnnl::batch_normalization_forward::desc desc(dnnl::prop_kind::forward_inference,
@@ -143,7 +141,7 @@ void batch_norm_backward(const BatchNormShape& s, const float* src, const float*
   const bool relu = relu_workspace != nullptr;
   const auto entry = with_context([&] { return bn_text(s) + " backward"; },
                                   [&] {
-                                    return cache.get(bn_key(kBnBackward, s, relu), [&] {
+                                    return cache.get(bn_key(PrimitiveKind::bn_backward, s, relu), [&] {
                                       auto f = flags::use_scale | flags::use_shift;
                                       if (relu) f = f | flags::fuse_norm_relu;
                                       const dnnl::batch_normalization_backward::desc desc(

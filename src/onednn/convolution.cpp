@@ -16,15 +16,6 @@ namespace {
 using dims = dnnl::memory::dims;
 using tag = dnnl::memory::format_tag;
 
-enum OpId : std::int64_t {
-  kConvForward = 100,
-  kConvBackwardData,
-  kConvBackwardWeights,
-  kConvForwardBf16,
-  kConvBackwardDataBf16,
-  kConvBackwardWeightsBf16
-};
-
 std::string conv_text(const ConvShape& s) {
   return "conv2d [" + std::to_string(s.batch) + "x" + std::to_string(s.in_channels) + "x" +
          std::to_string(s.height) + "x" + std::to_string(s.width) + "] * [" + std::to_string(s.out_channels) +
@@ -34,7 +25,7 @@ std::string conv_text(const ConvShape& s) {
          std::to_string(s.groups);
 }
 
-PrimitiveKey conv_key(std::int64_t op, const ConvShape& s) {
+PrimitiveKey conv_key(PrimitiveKind op, const ConvShape& s) {
   PrimitiveKey key(op);
   key.add(s.batch)
       .add(s.in_channels)
@@ -327,7 +318,7 @@ void conv2d_forward(const ConvShape& s, const float* src, const float* weights, 
   validate_depthwise(s, epilogue);
   const DepthwiseStage* dw = epilogue.depthwise;
   static PrimitiveCache<ForwardEntry> cache;
-  PrimitiveKey key = conv_key(kConvForward, s);
+  PrimitiveKey key = conv_key(PrimitiveKind::conv_forward, s);
   add_weights_identity(key, weights, weights_version);
   key.add(bias != nullptr).add(static_cast<int>(epilogue.activation)).add(epilogue.residual != nullptr);
   key.add(float_bits(epilogue.clip_min)).add(float_bits(epilogue.clip_max));
@@ -396,7 +387,7 @@ void conv2d_forward_bf16(const ConvShape& s, const float* src, const float* weig
   s.validate();
   require_plain_bf16_layout(s);
   static PrimitiveCache<Bf16ForwardEntry> cache;
-  PrimitiveKey key = conv_key(kConvForwardBf16, s);
+  PrimitiveKey key = conv_key(PrimitiveKind::conv_forward_bf16, s);
   add_weights_identity(key, weights, weights_version);
   key.add(bias != nullptr).add(static_cast<int>(activation));
   const auto entry =
@@ -434,7 +425,7 @@ void conv2d_backward_data_bf16(const ConvShape& s, const float* diff_dst, const 
   s.validate();
   require_plain_bf16_layout(s);
   static PrimitiveCache<Bf16BackwardDataEntry> cache;
-  PrimitiveKey key = conv_key(kConvBackwardDataBf16, s);
+  PrimitiveKey key = conv_key(PrimitiveKind::conv_backward_data_bf16, s);
   add_weights_identity(key, weights, weights_version);
   const auto entry = with_context(
       [&] { return conv_text(s) + " backward data in bf16"; },
@@ -466,7 +457,7 @@ void conv2d_backward_weights_bf16(const ConvShape& s, const float* src, const fl
   s.validate();
   require_plain_bf16_layout(s);
   static PrimitiveCache<Bf16BackwardWeightsEntry> cache;
-  PrimitiveKey key = conv_key(kConvBackwardWeightsBf16, s);
+  PrimitiveKey key = conv_key(PrimitiveKind::conv_backward_weights_bf16, s);
   key.add(diff_bias != nullptr);
   const auto entry =
       with_context([&] { return conv_text(s) + " backward weights in bf16"; },
@@ -501,7 +492,7 @@ void conv2d_backward_data(const ConvShape& s, const float* diff_dst, const float
   const auto entry =
       with_context([&] { return conv_text(s) + " backward data"; },
                    [&] {
-                     PrimitiveKey key = conv_key(kConvBackwardData, s);
+                     PrimitiveKey key = conv_key(PrimitiveKind::conv_backward_data, s);
                      add_weights_identity(key, weights, weights_version);
                      return cache.get(key, [&] {
                        const Geometry g = geometry(s);
@@ -530,7 +521,7 @@ void conv2d_backward_weights(const ConvShape& s, const float* src, const float* 
                              float* diff_bias) {
   s.validate();
   static PrimitiveCache<BackwardWeightsEntry> cache;
-  PrimitiveKey key = conv_key(kConvBackwardWeights, s);
+  PrimitiveKey key = conv_key(PrimitiveKind::conv_backward_weights, s);
   key.add(diff_bias != nullptr);
   const auto entry =
       with_context([&] { return conv_text(s) + " backward weights"; },

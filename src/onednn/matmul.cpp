@@ -14,14 +14,6 @@ namespace {
 using dims = dnnl::memory::dims;
 using tag = dnnl::memory::format_tag;
 
-enum OpId : std::int64_t {
-  kMatmul = 1,
-  kLinearForward,
-  kLinearBackwardData,
-  kLinearBackwardWeights,
-  kMatmulBf16
-};
-
 std::string shape_text(const MatmulShape& s) {
   return "matmul [" + std::to_string(s.batch) + "x" + std::to_string(s.m) + "x" + std::to_string(s.k) +
          "] x [" + std::to_string(s.k) + "x" + std::to_string(s.n) + "]";
@@ -66,7 +58,7 @@ dnnl::matmul::primitive_desc matmul_pd(const MatmulDescs& d, bool bias, const Ma
   return dnnl::matmul::primitive_desc(desc, attr, engine());
 }
 
-PrimitiveKey matmul_key(std::int64_t op, const MatmulShape& s, const MatmulEpilogue& e) {
+PrimitiveKey matmul_key(PrimitiveKind op, const MatmulShape& s, const MatmulEpilogue& e) {
   PrimitiveKey key(op);
   key.add(s.batch).add(s.m).add(s.n).add(s.k).add(s.transpose_a).add(s.transpose_b);
   key.add(e.bias != nullptr).add(static_cast<int>(e.activation)).add(e.accumulate);
@@ -157,7 +149,7 @@ void matmul_onednn(const MatmulShape& s, const float* a, const float* b, float* 
   require_dims(s);
   if (sgemm_is_faster(s, e)) return sgemm_matmul(s, a, b, c, e);
   static PrimitiveCache<MatmulEntry> cache;
-  const PrimitiveKey key = matmul_key(kMatmul, s, e);
+  const PrimitiveKey key = matmul_key(PrimitiveKind::matmul, s, e);
   const auto entry =
       with_context([&] { return shape_text(s); },
                    [&] { return cache.get(key, [&] { return make_matmul(s, e.bias != nullptr, e); }); });
@@ -171,7 +163,7 @@ void matmul_bf16(const MatmulShape& s, const float* a, const float* b, float* c,
                  std::uint64_t b_version) {
   require_dims(s);
   static PrimitiveCache<Bf16MatmulEntry> cache;
-  PrimitiveKey key = matmul_key(kMatmulBf16, s, e);
+  PrimitiveKey key = matmul_key(PrimitiveKind::matmul_bf16, s, e);
   // Kept copies belong to one weight tensor: layers of equal shape must not share an entry.
   if (b_version != 0) key.add(static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(b)));
   const auto entry =
@@ -223,7 +215,7 @@ void linear_forward(const LinearShape& s, const float* x, const float* weight, c
     return matmul_bf16(MatmulShape{1, s.batch, s.out, s.in, false, true}, x, weight, y, e, weights_version);
   }
   static PrimitiveCache<LinearEntry> cache;
-  PrimitiveKey key(kLinearForward);
+  PrimitiveKey key(PrimitiveKind::linear_forward);
   key.add(s.batch).add(s.in).add(s.out).add(bias != nullptr).add(static_cast<int>(activation));
   const auto entry =
       with_context([&] { return linear_text(s); },

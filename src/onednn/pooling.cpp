@@ -12,8 +12,6 @@ namespace {
 using dims = dnnl::memory::dims;
 using tag = dnnl::memory::format_tag;
 
-enum OpId : std::int64_t { kPoolForward = 200, kPoolBackward };
-
 std::string pool_text(const PoolShape& s) {
   static const char* kinds[] = {"max", "avg (padding counted)", "avg (padding excluded)"};
   return std::string(kinds[static_cast<int>(s.kind)]) + " pool2d [" + std::to_string(s.batch) + "x" +
@@ -22,7 +20,7 @@ std::string pool_text(const PoolShape& s) {
          std::to_string(s.stride_h) + " pad " + std::to_string(s.pad_h);
 }
 
-PrimitiveKey pool_key(std::int64_t op, const PoolShape& s, bool training) {
+PrimitiveKey pool_key(PrimitiveKind op, const PoolShape& s, bool training) {
   PrimitiveKey key(op);
   key.add(s.batch).add(s.channels).add(s.height).add(s.width).add(s.kernel_h).add(s.kernel_w).add(s.stride_h);
   key.add(s.stride_w).add(s.pad_h).add(s.pad_w).add(static_cast<int>(s.kind)).add(static_cast<int>(s.layout));
@@ -99,7 +97,7 @@ void pool2d_forward(const PoolShape& s, const float* src, float* dst, void* work
   static PrimitiveCache<PoolEntry> cache;
   const auto entry = with_context([&] { return pool_text(s); },
                                   [&] {
-                                    return cache.get(pool_key(kPoolForward, s, training), [&] {
+                                    return cache.get(pool_key(PrimitiveKind::pool_forward, s, training), [&] {
                                       const auto pd = forward_pd(s, training);
                                       auto e = std::make_shared<PoolEntry>();
                                       e->exec.set_primitive(dnnl::pooling_forward(pd));
@@ -124,7 +122,7 @@ void pool2d_backward(const PoolShape& s, const float* diff_dst, const void* work
   const auto entry =
       with_context([&] { return pool_text(s) + " backward"; },
                    [&] {
-                     return cache.get(pool_key(kPoolBackward, s, true), [&] {
+                     return cache.get(pool_key(PrimitiveKind::pool_backward, s, true), [&] {
                        const PoolDescs d = descs(s);
                        const auto hint = forward_pd(s, true);
                        const dnnl::pooling_backward::desc desc(algorithm_of(s.kind), d.src, d.dst, d.strides,

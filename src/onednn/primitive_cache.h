@@ -18,10 +18,29 @@
 
 namespace cpudl::onednn {
 
+// Every kind of primitive the caches hold, listed once: a key's first word, so that no two kinds
+// can collide.
+enum class PrimitiveKind : std::int64_t {
+  matmul,
+  matmul_bf16,
+  linear_forward,
+  conv_forward,
+  conv_backward_data,
+  conv_backward_weights,
+  conv_forward_bf16,
+  conv_backward_data_bf16,
+  conv_backward_weights_bf16,
+  pool_forward,
+  pool_backward,
+  bn_training,
+  bn_inference,
+  bn_backward,
+};
+
 class PrimitiveKey {
  public:
-  explicit PrimitiveKey(std::int64_t op) {
-    add(op);
+  explicit PrimitiveKey(PrimitiveKind kind) {
+    add(static_cast<std::int64_t>(kind));
     add(compute_threads());  // some implementations split work at creation time
   }
   PrimitiveKey& add(std::int64_t value) {

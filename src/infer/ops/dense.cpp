@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "conv/winograd_conv.h"
+#include "infer/op_list.h"
 #include "infer/op_registry.h"
 #include "infer/ops/window.h"
 #include "onednn/dense.h"
@@ -51,7 +52,7 @@ Window2d window_2d(const OpSetup& s, std::int64_t h, std::int64_t w, std::int64_
     s.fail("auto_pad '" + auto_pad + "' is not NOTSET, SAME_UPPER, SAME_LOWER or VALID");
   }
   if (pads[0] != pads[2] || pads[1] != pads[3])
-    s.fail("asymmetric padding " + shape_string(pads) + " is not supported");
+    s.fail("asymmetric padding " + shape_text(pads) + " is not supported");
   if (pads[0] < 0 || pads[1] < 0) s.fail("negative padding");
   win.ph = pads[0];
   win.pw = pads[1];
@@ -87,7 +88,7 @@ FusedActivation fused_activation(const OpSetup& s, const std::string& prefix = "
 
 void require_rank(const OpSetup& s, std::size_t i, std::size_t rank, const char* what) {
   if (s.shape(i).size() != rank)
-    s.fail(std::string(what) + " has shape " + shape_string(s.shape(i)) + ", expected rank " +
+    s.fail(std::string(what) + " has shape " + shape_text(s.shape(i)) + ", expected rank " +
            std::to_string(rank));
 }
 
@@ -120,23 +121,23 @@ Kernel build_conv(OpSetup& s) {
   c.groups = s.node.get_int("group", 1);
   if (c.groups < 1 || c.in_channels % c.groups != 0 || w[1] * c.groups != c.in_channels ||
       c.out_channels % c.groups != 0)
-    s.fail("weights " + shape_string(w) + " do not fit input " + shape_string(x) + " with group " +
+    s.fail("weights " + shape_text(w) + " do not fit input " + shape_text(x) + " with group " +
            std::to_string(c.groups));
   const Window2d win = window_2d(s, c.height, c.width, w[2], w[3]);
   if (win.kh != w[2] || win.kw != w[3])
-    s.fail("kernel_shape disagrees with the weights' shape " + shape_string(w));
+    s.fail("kernel_shape disagrees with the weights' shape " + shape_text(w));
   c.kernel_h = win.kh, c.kernel_w = win.kw, c.stride_h = win.sh, c.stride_w = win.sw;
   c.pad_h = win.ph, c.pad_w = win.pw, c.dilation_h = win.dh, c.dilation_w = win.dw;
   if (c.out_height() < 1 || c.out_width() < 1)
-    s.fail("the kernel does not fit the padded input " + shape_string(x));
+    s.fail("the kernel does not fit the padded input " + shape_text(x));
   const bool bias = s.has(2);
   if (bias && (s.shape(2).size() != 1 || s.shape(2)[0] != c.out_channels))
-    s.fail("bias B has shape " + shape_string(s.shape(2)) + ", expected [" + std::to_string(c.out_channels) +
+    s.fail("bias B has shape " + shape_text(s.shape(2)) + ", expected [" + std::to_string(c.out_channels) +
            "]");
   const Shape out = {c.batch, c.out_channels, c.out_height(), c.out_width()};
   const bool residual = s.has(3);
   if (residual && s.shape(3) != out)
-    s.fail("fused residual has shape " + shape_string(s.shape(3)) + ", expected " + shape_string(out));
+    s.fail("fused residual has shape " + shape_text(s.shape(3)) + ", expected " + shape_text(out));
   s.set_output(0, DType::f32, out);
   const FusedActivation act = fused_activation(s);
   c.layout = static_cast<onednn::ActivationLayout>(s.node.get_int("cpudl.src_layout", 0));
@@ -183,15 +184,15 @@ Kernel build_conv_depthwise(OpSetup& s) {
   c.kernel_h = c.kernel_w = 1;
   c.layout = onednn::ActivationLayout::blocked;
   if (w != Shape{c.out_channels, c.in_channels, 1, 1})
-    s.fail("weights W have shape " + shape_string(w) + ", expected [K, " + std::to_string(c.in_channels) +
+    s.fail("weights W have shape " + shape_text(w) + ", expected [K, " + std::to_string(c.in_channels) +
            ", 1, 1]");
   const bool bias = s.has(2), dw_bias = s.has(4);
-  if (bias && s.shape(2) != Shape{c.out_channels}) s.fail("bias B has shape " + shape_string(s.shape(2)));
+  if (bias && s.shape(2) != Shape{c.out_channels}) s.fail("bias B has shape " + shape_text(s.shape(2)));
   if (s.shape(3) != Shape{c.out_channels, 1, 3, 3})
-    s.fail("depthwise weights have shape " + shape_string(s.shape(3)) + ", expected [" +
+    s.fail("depthwise weights have shape " + shape_text(s.shape(3)) + ", expected [" +
            std::to_string(c.out_channels) + ", 1, 3, 3]");
   if (dw_bias && s.shape(4) != Shape{c.out_channels})
-    s.fail("depthwise bias has shape " + shape_string(s.shape(4)));
+    s.fail("depthwise bias has shape " + shape_text(s.shape(4)));
   onednn::DepthwiseStage stage;
   stage.stride = s.node.get_int("cpudl.dw_stride", 1);
   if (stage.stride != 1 && stage.stride != 2) s.fail("cpudl.dw_stride must be 1 or 2");
@@ -222,7 +223,7 @@ Kernel build_conv_transpose(OpSetup& s) {
   const Shape& w = s.shape(1);
   const std::int64_t groups = s.node.get_int("group", 1);
   if (groups < 1 || w[0] != x[1] || x[1] % groups != 0)
-    s.fail("weights " + shape_string(w) + " do not fit input " + shape_string(x) + " with group " +
+    s.fail("weights " + shape_text(w) + " do not fit input " + shape_text(x) + " with group " +
            std::to_string(groups));
   if (s.node.has("output_shape")) s.fail("the output_shape attribute is not supported (give pads instead)");
   const Window2d win = window_2d(s, x[2], x[3], w[2], w[3]);
@@ -242,7 +243,7 @@ Kernel build_conv_transpose(OpSetup& s) {
   c.pad_h = win.ph, c.pad_w = win.pw, c.dilation_h = win.dh, c.dilation_w = win.dw, c.groups = groups;
   const bool bias = s.has(2);
   if (bias && (s.shape(2).size() != 1 || s.shape(2)[0] != c.in_channels))
-    s.fail("bias B has shape " + shape_string(s.shape(2)) + ", expected [" + std::to_string(c.in_channels) +
+    s.fail("bias B has shape " + shape_text(s.shape(2)) + ", expected [" + std::to_string(c.in_channels) +
            "]");
   s.set_output(0, DType::f32, {c.batch, c.in_channels, c.height, c.width});
   const std::uint64_t version = s.constants[1] ? next_weights_version() : 0;
@@ -268,7 +269,7 @@ Kernel build_gemm(OpSetup& s) {
   m.transpose_a = ta;
   m.transpose_b = tb;
   if ((tb ? b[1] : b[0]) != m.k)
-    s.fail("A " + shape_string(a) + " and B " + shape_string(b) + " do not multiply (transA " +
+    s.fail("A " + shape_text(a) + " and B " + shape_text(b) + " do not multiply (transA " +
            std::to_string(ta) + ", transB " + std::to_string(tb) + ")");
   const Shape out = {m.m, m.n};
   // The bias rides in oneDNN's epilogue when it is a row vector added once (beta 1, alpha 1);
@@ -278,8 +279,8 @@ Kernel build_gemm(OpSetup& s) {
   if (s.has(2)) {
     const Shape& c = s.shape(2);
     const Shape bc = broadcast_shapes(s, out, c);
-    if (bc != out) s.fail("C " + shape_string(c) + " does not broadcast to " + shape_string(out));
-    row_bias = alpha == 1.0f && beta == 1.0f && element_count(c) == m.n && (c.size() == 1 || c[0] == 1);
+    if (bc != out) s.fail("C " + shape_text(c) + " does not broadcast to " + shape_text(out));
+    row_bias = alpha == 1.0f && beta == 1.0f && shape_numel(c) == m.n && (c.size() == 1 || c[0] == 1);
     if (!row_bias) {
       c_offsets = std::make_shared<std::vector<std::int64_t>>(static_cast<std::size_t>(m.m * m.n));
       const std::int64_t rows = c.size() == 2 ? c[0] : 1, cols = c.empty() ? 1 : c.back();
@@ -321,7 +322,7 @@ Kernel build_matmul(OpSetup& s) {
   if (b_vector) b.push_back(1);
   const std::int64_t m = a[a.size() - 2], k = a.back(), n = b.back();
   if (b[b.size() - 2] != k)
-    s.fail("A " + shape_string(s.shape(0)) + " and B " + shape_string(s.shape(1)) + " do not multiply");
+    s.fail("A " + shape_text(s.shape(0)) + " and B " + shape_text(s.shape(1)) + " do not multiply");
   const Shape a_batch(a.begin(), a.end() - 2), b_batch(b.begin(), b.end() - 2);
   const Shape batch = broadcast_shapes(s, a_batch, b_batch);
   Shape out = batch;
@@ -329,17 +330,17 @@ Kernel build_matmul(OpSetup& s) {
   if (!b_vector) out.push_back(n);
   s.set_output(0, DType::f32, out);
   const bool bias = s.has(2);  // fused by the optimiser: a row vector of n added to every row
-  if (bias && element_count(s.shape(2)) != n) s.fail("internal: fused bias of the wrong size");
+  if (bias && shape_numel(s.shape(2)) != n) s.fail("internal: fused bias of the wrong size");
   const FusedActivation act = fused_activation(s);
   onednn::MatmulShape shape;
   shape.n = n;
   shape.k = k;
   // B shared by every batch (weights): fold A's batch into its rows, one GEMM.
-  const std::int64_t batches = element_count(batch);
+  const std::int64_t batches = shape_numel(batch);
   std::vector<std::int64_t> a_off, b_off;
-  if (element_count(b_batch) == 1) {
-    shape.m = m * element_count(a_batch);
-    if (element_count(a_batch) != batches) s.fail("internal: batch broadcast");
+  if (shape_numel(b_batch) == 1) {
+    shape.m = m * shape_numel(a_batch);
+    if (shape_numel(a_batch) != batches) s.fail("internal: batch broadcast");
   } else if (a_batch == b_batch) {
     shape.batch = batches;
     shape.m = m;
@@ -405,7 +406,7 @@ Kernel build_pool(OpSetup& s, onednn::PoolKind kind) {
       s.fail("ceil_mode 1 with a partial last window is not supported");
   }
   if (p.out_height() < 1 || p.out_width() < 1)
-    s.fail("the window does not fit the padded input " + shape_string(x));
+    s.fail("the window does not fit the padded input " + shape_text(x));
   p.layout = static_cast<onednn::ActivationLayout>(s.node.get_int("cpudl.layout", 0));
   s.set_output(0, DType::f32, {p.batch, p.channels, p.out_height(), p.out_width()});
   if (s.node.outputs.size() > 1 && !s.node.outputs[1].empty())
@@ -422,7 +423,7 @@ Kernel build_global_average_pool(OpSetup& s) {
   s.require_inputs(1, 1);
   s.require_f32(0);
   const Shape& x = s.shape(0);
-  if (x.size() < 3) s.fail("input has shape " + shape_string(x) + ", expected N x C x spatial...");
+  if (x.size() < 3) s.fail("input has shape " + shape_text(x) + ", expected N x C x spatial...");
   Shape out = {x[0], x[1]};
   std::int64_t spatial = 1;
   for (std::size_t i = 2; i < x.size(); ++i) {
@@ -483,7 +484,7 @@ Kernel build_global_average_pool(OpSetup& s) {
 const OpEntry kOps[] = {
     {"Conv", build_conv},
     {"ConvTranspose", build_conv_transpose},
-    {"cpudl.ConvDepthwise", build_conv_depthwise},
+    {kConvDepthwiseOp, build_conv_depthwise},
     {"Gemm", build_gemm},
     {"MatMul", build_matmul},
     {"MaxPool", build_max_pool},

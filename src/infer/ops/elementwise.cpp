@@ -190,7 +190,7 @@ Kernel build_where(OpSetup& s) {
   auto index_map = [&](const Shape& in) {
     const BroadcastPlan p = plan_broadcast(out, in, out);
     std::vector<std::int64_t> map;
-    map.reserve(static_cast<std::size_t>(element_count(out)));
+    map.reserve(static_cast<std::size_t>(shape_numel(out)));
     for (std::size_t o = 0; o < p.a_offsets.size(); ++o)
       for (std::int64_t i = 0; i < p.inner; ++i) map.push_back(p.a_offsets[o] + (p.a_inner_full ? i : 0));
     return map;
@@ -198,7 +198,7 @@ Kernel build_where(OpSetup& s) {
   auto maps =
       std::make_shared<std::array<std::vector<std::int64_t>, 3>>(std::array<std::vector<std::int64_t>, 3>{
           index_map(s.shape(0)), index_map(s.shape(1)), index_map(s.shape(2))});
-  const std::size_t size = element_size(t);
+  const std::size_t size = dtype_size(t);
   return [maps, size](std::span<const TensorView> in, std::span<const TensorView> out) {
     const auto* c = static_cast<const std::int8_t*>(in[0].data);
     const auto* x = static_cast<const std::byte*>(in[1].data);
@@ -249,7 +249,7 @@ Kernel build_neg(OpSetup& s) {
   if (s.count() == 1 && s.inputs[0].dtype == DType::i64) {
     s.set_output(0, DType::i64, s.shape(0));
     return [](std::span<const TensorView> in, std::span<const TensorView> out) {
-      const auto n = element_count(*in[0].shape);
+      const auto n = shape_numel(*in[0].shape);
       for (std::int64_t i = 0; i < n; ++i)
         static_cast<std::int64_t*>(out[0].data)[i] = -static_cast<const std::int64_t*>(in[0].data)[i];
     };
@@ -314,7 +314,7 @@ Kernel build_cast(OpSetup& s) {
   const bool to_bool = to == 9;
   s.set_output(0, t, s.shape(0));
   return [from, t, to_bool](std::span<const TensorView> in, std::span<const TensorView> out) {
-    const std::int64_t n = element_count(*in[0].shape);
+    const std::int64_t n = shape_numel(*in[0].shape);
     auto read = [&](std::int64_t i) -> double {
       switch (from) {
         case DType::f32:

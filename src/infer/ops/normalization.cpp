@@ -20,11 +20,11 @@ Kernel build_batch_norm(OpSetup& s) {
   if (s.node.get_int("training_mode", 0) != 0) s.fail("training_mode = 1 is not supported at inference");
   if (s.node.outputs.size() > 1) s.fail("running-statistics outputs are not supported at inference");
   const Shape& x = s.shape(0);
-  if (x.size() < 2) s.fail("input has shape " + shape_string(x) + ", expected N x C x ...");
+  if (x.size() < 2) s.fail("input has shape " + shape_text(x) + ", expected N x C x ...");
   const std::int64_t c = x[1];
   for (std::size_t i = 1; i < 5; ++i)
     if (s.shape(i) != Shape{c})
-      s.fail("input " + std::to_string(i) + " has shape " + shape_string(s.shape(i)) + ", expected [" +
+      s.fail("input " + std::to_string(i) + " has shape " + shape_text(s.shape(i)) + ", expected [" +
              std::to_string(c) + "]");
   // oneDNN's inference batch norm (dense.h) over N x C x (spatial, as H x 1).
   onednn::BatchNormShape b;
@@ -49,7 +49,7 @@ Kernel build_layer_norm(OpSetup& s) {
   for (std::int64_t d = 0; d < rank; ++d) (d < axis ? rows : cols) *= x[static_cast<std::size_t>(d)];
   for (std::size_t i = 1; i < s.count(); ++i)
     if (s.has(i) && s.inputs[i].numel() != cols)
-      s.fail("input " + std::to_string(i) + " has shape " + shape_string(s.shape(i)) + ", expected " +
+      s.fail("input " + std::to_string(i) + " has shape " + shape_text(s.shape(i)) + ", expected " +
              std::to_string(cols) + " elements (broadcast scale and bias are not supported)");
   const float eps = s.node.get_float("epsilon", 1e-5f);
   s.set_output(0, DType::f32, x);

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <memory>
 
+#include "infer/op_list.h"
 #include "infer/op_registry.h"
 #include "infer/ops/window.h"
 #include "kernels/dispatch.h"
@@ -49,7 +50,7 @@ AxisParams axis_params(const OpSetup& s, std::size_t scale_input) {
   AxisParams p;
   if (scale.numel() == 1 && scale.shape.size() <= 1) return p;
   if (scale.shape.size() != 1)
-    s.fail("the scale must be a scalar or 1-D, got shape " + shape_string(scale.shape));
+    s.fail("the scale must be a scalar or 1-D, got shape " + shape_text(scale.shape));
   const std::int64_t axis =
       normalize_axis(s, s.node.get_int("axis", 1), static_cast<std::int64_t>(x.size()), "axis");
   if (x[static_cast<std::size_t>(axis)] != scale.shape[0])
@@ -93,7 +94,7 @@ Kernel build_quantize_linear(OpSetup& s) {
   if (t == DType::u8 && p.channels == 1) {
     // The QDQ activations' case: one scale, uint8, on the vector kernel (same rounding and clamping).
     return [zp](std::span<const TensorView> in, std::span<const TensorView> o) {
-      const auto n = static_cast<std::size_t>(element_count(*in[0].shape));
+      const auto n = static_cast<std::size_t>(shape_numel(*in[0].shape));
       const std::int32_t zero = zp ? *static_cast<const std::uint8_t*>(in[2].data) : 0;
       parallel_for(n, 1 << 16, [&](std::size_t b, std::size_t e) {
         native().f32_quantize_u8.fn(in[0].f32() + b, e - b, *in[1].f32(), zero,
@@ -102,7 +103,7 @@ Kernel build_quantize_linear(OpSetup& s) {
     };
   }
   return [p, zp, t, lo, hi](std::span<const TensorView> in, std::span<const TensorView> o) {
-    const std::int64_t n = element_count(*in[0].shape);
+    const std::int64_t n = shape_numel(*in[0].shape);
     const float* x = in[0].f32();
     const float* scale = in[1].f32();
     for (std::int64_t i = 0; i < n; ++i) {
@@ -131,7 +132,7 @@ Kernel build_dequantize_linear(OpSetup& s) {
   if (t == DType::u8 && p.channels == 1) {
     // The QDQ activations' case: a loop the compiler vectorises, split over the threads.
     return [zp](std::span<const TensorView> in, std::span<const TensorView> o) {
-      const auto n = static_cast<std::size_t>(element_count(*in[0].shape));
+      const auto n = static_cast<std::size_t>(shape_numel(*in[0].shape));
       const auto* x = static_cast<const std::uint8_t*>(in[0].data);
       const std::int32_t zero = zp ? *static_cast<const std::uint8_t*>(in[2].data) : 0;
       const float scale = *in[1].f32();
@@ -143,7 +144,7 @@ Kernel build_dequantize_linear(OpSetup& s) {
     };
   }
   return [p, zp, t](std::span<const TensorView> in, std::span<const TensorView> o) {
-    const std::int64_t n = element_count(*in[0].shape);
+    const std::int64_t n = shape_numel(*in[0].shape);
     const float* scale = in[1].f32();
     float* y = o[0].f32();
     for (std::int64_t i = 0; i < n; ++i) {
@@ -161,7 +162,7 @@ Kernel build_dynamic_quantize_linear(OpSetup& s) {
   s.set_output(1, DType::f32, {});
   s.set_output(2, DType::u8, {});
   return [](std::span<const TensorView> in, std::span<const TensorView> o) {
-    const auto n = static_cast<std::size_t>(element_count(*in[0].shape));
+    const auto n = static_cast<std::size_t>(shape_numel(*in[0].shape));
     const DynamicParams p = quantize_dynamic(in[0].f32(), n, static_cast<std::uint8_t*>(o[0].data));
     *o[1].f32() = p.scale;
     *static_cast<std::uint8_t*>(o[2].data) = static_cast<std::uint8_t>(p.zero);
@@ -179,10 +180,10 @@ Kernel build_matmul_integer(OpSetup& s) {
   const Shape& a = s.shape(0);
   const Shape& b = s.shape(1);
   if (a.empty()) s.fail("A must have rank 1 or more");
-  if (b.size() != 2) s.fail("B has shape " + shape_string(b) + ": only a 2-D B is supported");
+  if (b.size() != 2) s.fail("B has shape " + shape_text(b) + ": only a 2-D B is supported");
   const std::int64_t k = a.back(), n = b[1];
-  if (b[0] != k) s.fail("A " + shape_string(a) + " and B " + shape_string(b) + " do not multiply");
-  const std::int64_t m = element_count(a) / std::max<std::int64_t>(1, k);
+  if (b[0] != k) s.fail("A " + shape_text(a) + " and B " + shape_text(b) + " do not multiply");
+  const std::int64_t m = shape_numel(a) / std::max<std::int64_t>(1, k);
   const bool a_rows = s.has(2) && s.inputs[2].numel() != 1, b_cols = s.has(3) && s.inputs[3].numel() != 1;
   if (s.has(2) && s.inputs[2].dtype != ta) s.fail("a_zero_point's type differs from A's");
   if (s.has(3) && s.inputs[3].dtype != tb) s.fail("b_zero_point's type differs from B's");
@@ -341,7 +342,7 @@ Kernel build_int8_matmul(OpSetup& s) {
   const Shape& x = s.shape(0);
   const std::int64_t k = w.shape[0], n = w.shape[1];
   if (x.empty() || x.back() != k)
-    s.fail("input " + shape_string(x) + " does not multiply weights " + shape_string(w.shape));
+    s.fail("input " + shape_text(x) + " does not multiply weights " + shape_text(w.shape));
   const bool bias = s.has(3);
   if (bias && (s.inputs[3].dtype != DType::f32 || s.inputs[3].numel() != n))
     s.fail("internal: the bias must hold N floats");
@@ -349,7 +350,7 @@ Kernel build_int8_matmul(OpSetup& s) {
   out.push_back(n);
   s.set_output(0, DType::f32, out);
   auto st = std::make_shared<Int8Product>(s, w, s.constant(2, "W scale"),
-                                          element_count(x) / std::max<std::int64_t>(1, k));
+                                          shape_numel(x) / std::max<std::int64_t>(1, k));
   return [st, bias](std::span<const TensorView> in, std::span<const TensorView> o) {
     DynamicParams p = st->given;
     if (st->fixed)
@@ -370,7 +371,7 @@ Kernel build_int8_conv(OpSetup& s) {
   s.require_f32(0);
   const HostTensor& w = s.constant(1, "W");
   const Shape& x = s.shape(0);
-  if (x.size() != 4) s.fail("input X has shape " + shape_string(x) + ", expected rank 4");
+  if (x.size() != 4) s.fail("input X has shape " + shape_text(x) + ", expected rank 4");
   const auto kernel = s.node.get_ints("kernel_shape");
   if (kernel.size() != 2 || w.dtype != DType::i8 || w.shape.size() != 2 ||
       w.shape[0] != x[1] * kernel[0] * kernel[1])
@@ -379,13 +380,13 @@ Kernel build_int8_conv(OpSetup& s) {
   const Window2d win = window_2d(s, x[2], x[3], kernel[0], kernel[1]);
   const std::int64_t batch = x[0], c = x[1], h = x[2], wd = x[3], o = w.shape[1];
   const std::int64_t oh = win.out_h(h), ow = win.out_w(wd);
-  if (oh < 1 || ow < 1) s.fail("the kernel does not fit the padded input " + shape_string(x));
+  if (oh < 1 || ow < 1) s.fail("the kernel does not fit the padded input " + shape_text(x));
   const bool bias = s.has(3);
   if (bias && (s.inputs[3].dtype != DType::f32 || s.inputs[3].numel() != o))
     s.fail("internal: the bias must hold O floats");
   s.set_output(0, DType::f32, {batch, o, oh, ow});
   auto st = std::make_shared<Int8Product>(s, w, s.constant(2, "W scale"), batch * oh * ow);
-  auto image = std::make_shared<std::vector<std::uint8_t>>(static_cast<std::size_t>(element_count(x)));
+  auto image = std::make_shared<std::vector<std::uint8_t>>(static_cast<std::size_t>(shape_numel(x)));
   auto pixels = std::make_shared<std::vector<float>>(static_cast<std::size_t>(batch * oh * ow * o));
   return [st, image, pixels, win, batch, c, h, wd, o, oh, ow, bias](std::span<const TensorView> in,
                                                                     std::span<const TensorView> out) {
@@ -429,7 +430,7 @@ Kernel build_int8_conv(OpSetup& s) {
 
 std::string describe_int8_execution(const std::map<std::string, int>& ops) {
   std::string out;
-  if (ops.count("cpudl.Int8MatMul") || ops.count("cpudl.Int8Conv")) {
+  if (ops.count(kInt8MatMulOp) || ops.count(kInt8ConvOp)) {
     const auto& k = native().u8s8_gemm;
     out += std::string("int8 products run on ") + k.name;
     if (k.level == IsaLevel::generic)
@@ -460,8 +461,8 @@ const OpEntry kOps[] = {
     {"DequantizeLinear", build_dequantize_linear},
     {"DynamicQuantizeLinear", build_dynamic_quantize_linear},
     {"MatMulInteger", build_matmul_integer},
-    {"cpudl.Int8MatMul", build_int8_matmul},
-    {"cpudl.Int8Conv", build_int8_conv},
+    {kInt8MatMulOp, build_int8_matmul},
+    {kInt8ConvOp, build_int8_conv},
 };
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "infer/op_list.h"
 #include "infer/op_registry.h"
 #include "onednn/dense.h"
 #include "runtime/parallel.h"
@@ -90,8 +91,8 @@ std::vector<std::int64_t> contiguous_strides(const Shape& shape) {
 }
 
 Kernel view(OpSetup& s, DType dtype, Shape shape) {
-  if (element_count(shape) != s.inputs[0].numel())
-    s.fail("cannot view " + shape_string(s.shape(0)) + " as " + shape_string(shape));
+  if (shape_numel(shape) != s.inputs[0].numel())
+    s.fail("cannot view " + shape_text(s.shape(0)) + " as " + shape_text(shape));
   s.set_output(0, dtype, std::move(shape));
   s.output_aliases_input = true;
   return [](std::span<const TensorView>, std::span<const TensorView>) {};
@@ -127,23 +128,23 @@ Kernel build_reshape(OpSetup& s) {
     std::int64_t d = target[i];
     if (d == 0 && !allow_zero) {
       if (i >= s.shape(0).size())
-        s.fail("shape " + shape_string(target) + " copies a dimension the input " + shape_string(s.shape(0)) +
+        s.fail("shape " + shape_text(target) + " copies a dimension the input " + shape_text(s.shape(0)) +
                " lacks");
       d = s.shape(0)[i];
     }
     if (d == -1) {
-      if (infer_at >= 0) s.fail("shape " + shape_string(target) + " has more than one -1");
+      if (infer_at >= 0) s.fail("shape " + shape_text(target) + " has more than one -1");
       infer_at = static_cast<std::int64_t>(i);
       out.push_back(1);
       continue;
     }
-    if (d < 0) s.fail("shape " + shape_string(target) + " has a negative dimension");
+    if (d < 0) s.fail("shape " + shape_text(target) + " has a negative dimension");
     known *= d;
     out.push_back(d);
   }
   if (infer_at >= 0) {
     if (known == 0 || s.inputs[0].numel() % known != 0)
-      s.fail("cannot reshape " + shape_string(s.shape(0)) + " to " + shape_string(target));
+      s.fail("cannot reshape " + shape_text(s.shape(0)) + " to " + shape_text(target));
     out[static_cast<std::size_t>(infer_at)] = s.inputs[0].numel() / known;
   }
   return view(s, s.inputs[0].dtype, out);
@@ -171,7 +172,7 @@ Kernel build_squeeze(OpSetup& s) {
   for (std::int64_t a : axes) {
     const std::int64_t axis = normalize_axis(s, a, static_cast<std::int64_t>(x.size()), "axes");
     if (x[static_cast<std::size_t>(axis)] != 1)
-      s.fail("cannot squeeze axis " + std::to_string(a) + " of " + shape_string(x) + " (its size is not 1)");
+      s.fail("cannot squeeze axis " + std::to_string(a) + " of " + shape_text(x) + " (its size is not 1)");
     drop[static_cast<std::size_t>(axis)] = true;
   }
   Shape out;
@@ -200,7 +201,7 @@ Kernel build_unsqueeze(OpSetup& s) {
 
 Kernel strided_copy(OpSetup& s, Shape out, const std::vector<std::int64_t>& in_strides, std::int64_t offset) {
   const DType t = s.inputs[0].dtype;
-  auto copy = std::make_shared<StridedCopy>(out, in_strides, offset, element_size(t));
+  auto copy = std::make_shared<StridedCopy>(out, in_strides, offset, dtype_size(t));
   s.set_output(0, t, std::move(out));
   return [copy](std::span<const TensorView> in, std::span<const TensorView> o) {
     copy->run(in[0].data, o[0].data);
@@ -213,15 +214,14 @@ Kernel build_transpose(OpSetup& s) {
   std::vector<std::int64_t> perm = s.node.get_ints("perm");
   if (perm.empty())
     for (std::size_t i = x.size(); i-- > 0;) perm.push_back(static_cast<std::int64_t>(i));
-  if (perm.size() != x.size())
-    s.fail("perm " + shape_string(perm) + " does not fit input " + shape_string(x));
+  if (perm.size() != x.size()) s.fail("perm " + shape_text(perm) + " does not fit input " + shape_text(x));
   const auto in_strides = contiguous_strides(x);
   std::vector<bool> seen(x.size(), false);
   Shape out;
   std::vector<std::int64_t> strides;
   for (std::int64_t p : perm) {
     const std::int64_t axis = normalize_axis(s, p, static_cast<std::int64_t>(x.size()), "perm");
-    if (seen[static_cast<std::size_t>(axis)]) s.fail("perm " + shape_string(perm) + " is not a permutation");
+    if (seen[static_cast<std::size_t>(axis)]) s.fail("perm " + shape_text(perm) + " is not a permutation");
     seen[static_cast<std::size_t>(axis)] = true;
     out.push_back(x[static_cast<std::size_t>(axis)]);
     strides.push_back(in_strides[static_cast<std::size_t>(axis)]);
@@ -312,11 +312,11 @@ Kernel build_concat(OpSetup& s) {
     for (std::size_t d = 0; fits && d < x.size(); ++d)
       fits = static_cast<std::int64_t>(d) == axis || x[d] == first[d];
     if (!fits)
-      s.fail("input " + std::to_string(i) + " has shape " + shape_string(x) +
-             ", which does not concatenate with " + shape_string(first) + " on axis " + std::to_string(axis));
+      s.fail("input " + std::to_string(i) + " has shape " + shape_text(x) +
+             ", which does not concatenate with " + shape_text(first) + " on axis " + std::to_string(axis));
     out[static_cast<std::size_t>(axis)] += x[static_cast<std::size_t>(axis)];
   }
-  std::int64_t outer = 1, inner = static_cast<std::int64_t>(element_size(t));
+  std::int64_t outer = 1, inner = static_cast<std::int64_t>(dtype_size(t));
   for (std::int64_t d = 0; d < axis; ++d) outer *= first[static_cast<std::size_t>(d)];
   for (std::int64_t d = axis + 1; d < rank; ++d) inner *= first[static_cast<std::size_t>(d)];
   for (std::size_t i = 0; i < s.count(); ++i)
@@ -357,9 +357,9 @@ Kernel build_split(OpSetup& s) {
     sum += v;
   }
   if (sum != dim || static_cast<std::int64_t>(split.size()) != parts)
-    s.fail("split " + shape_string(split) + " does not divide axis " + std::to_string(axis) + " of " +
-           shape_string(x) + " into " + std::to_string(parts) + " outputs");
-  std::int64_t outer = 1, inner = static_cast<std::int64_t>(element_size(t));
+    s.fail("split " + shape_text(split) + " does not divide axis " + std::to_string(axis) + " of " +
+           shape_text(x) + " into " + std::to_string(parts) + " outputs");
+  std::int64_t outer = 1, inner = static_cast<std::int64_t>(dtype_size(t));
   for (std::int64_t d = 0; d < axis; ++d) outer *= x[static_cast<std::size_t>(d)];
   for (std::int64_t d = axis + 1; d < rank; ++d) inner *= x[static_cast<std::size_t>(d)];
   std::vector<std::int64_t> widths;
@@ -395,10 +395,10 @@ Kernel build_gather(OpSetup& s) {
   Shape out(x.begin(), x.begin() + axis);
   out.insert(out.end(), idx.begin(), idx.end());
   out.insert(out.end(), x.begin() + axis + 1, x.end());
-  std::int64_t outer = 1, inner = static_cast<std::int64_t>(element_size(t));
+  std::int64_t outer = 1, inner = static_cast<std::int64_t>(dtype_size(t));
   for (std::int64_t d = 0; d < axis; ++d) outer *= x[static_cast<std::size_t>(d)];
   for (std::int64_t d = axis + 1; d < rank; ++d) inner *= x[static_cast<std::size_t>(d)];
-  const std::int64_t dim = x[static_cast<std::size_t>(axis)], count = element_count(idx);
+  const std::int64_t dim = x[static_cast<std::size_t>(axis)], count = shape_numel(idx);
   s.set_output(0, t, out);
   const bool i64 = s.inputs[1].dtype == DType::i64;
   const std::string label = s.node.label();
@@ -468,7 +468,7 @@ Kernel build_constant_of_shape(OpSetup& s) {
   s.require_inputs(1, 1);
   const std::vector<std::int64_t> shape = s.constant(0, "input").as_int64();
   for (std::int64_t d : shape)
-    if (d < 0) s.fail("negative dimension in " + shape_string(shape));
+    if (d < 0) s.fail("negative dimension in " + shape_text(shape));
   std::shared_ptr<HostTensor> fill;
   const auto it = s.node.attributes.find("value");
   if (it != s.node.attributes.end() && it->second.t) {
@@ -480,7 +480,7 @@ Kernel build_constant_of_shape(OpSetup& s) {
   s.set_output(0, fill->dtype, shape);
   return [fill](std::span<const TensorView>, std::span<const TensorView> o) {
     const std::size_t e = fill->bytes.size();
-    const std::int64_t n = element_count(*o[0].shape);
+    const std::int64_t n = shape_numel(*o[0].shape);
     for (std::int64_t i = 0; i < n; ++i)
       std::memcpy(static_cast<std::byte*>(o[0].data) + i * static_cast<std::int64_t>(e), fill->bytes.data(),
                   e);
@@ -516,7 +516,7 @@ Kernel build_pad(OpSetup& s) {
     out[static_cast<std::size_t>(d)] +=
         pads[static_cast<std::size_t>(d)] + pads[static_cast<std::size_t>(d + rank)];
     if (out[static_cast<std::size_t>(d)] < 0)
-      s.fail("pads " + shape_string(pads) + " crop more than input " + shape_string(x) + " holds");
+      s.fail("pads " + shape_text(pads) + " crop more than input " + shape_text(x) + " holds");
     if (mode != "constant" && x[static_cast<std::size_t>(d)] == 0 && out[static_cast<std::size_t>(d)] > 0)
       s.fail("cannot " + mode + "-pad an empty axis");
     if (mode == "reflect" && (pads[static_cast<std::size_t>(d)] >= x[static_cast<std::size_t>(d)] ||
@@ -524,7 +524,7 @@ Kernel build_pad(OpSetup& s) {
       s.fail("reflect pads must be smaller than the axis they pad");
   }
   const DType t = s.inputs[0].dtype;
-  std::vector<std::byte> fill(element_size(t), std::byte{0});
+  std::vector<std::byte> fill(dtype_size(t), std::byte{0});
   if (s.has(2)) {
     const HostTensor& v = s.constant(2, "constant_value");
     if (v.dtype != t || v.numel() != 1) s.fail("constant_value must be one element of the input's type");
@@ -536,7 +536,7 @@ Kernel build_pad(OpSetup& s) {
   s.set_output(0, t, out);
   // Source offset of every output element (-1: the fill value), computed once.
   const auto in_strides = contiguous_strides(x);
-  auto map = std::make_shared<std::vector<std::int64_t>>(static_cast<std::size_t>(element_count(out)));
+  auto map = std::make_shared<std::vector<std::int64_t>>(static_cast<std::size_t>(shape_numel(out)));
   std::vector<std::int64_t> index(static_cast<std::size_t>(rank), 0);
   for (std::size_t i = 0; i < map->size(); ++i) {
     std::int64_t off = 0;
@@ -613,7 +613,7 @@ Kernel build_reorder(OpSetup& s) {
 }
 
 const OpEntry kOps[] = {
-    {"cpudl.Reorder", build_reorder},
+    {kReorderOp, build_reorder},
     {"Pad", build_pad},
     {"Identity", build_identity},
     {"Dropout", build_identity},
