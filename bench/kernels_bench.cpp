@@ -1,6 +1,6 @@
 // Google Benchmark suite for the native kernels. Memory-bound kernels report GB/s of useful
 // traffic (bytes read + bytes written) and `pct_bw`: that rate over the read bandwidth probed
-// just before and after each run, on the same number of threads (src/bench/roof_around.h, with
+// just before and after each run, on the same number of threads (src/measure/roof_around.h, with
 // the hypervisor's steal beside it). Rates are per wall-clock second (UseRealTime): the main
 // thread's CPU time would undercount work spread over the pool.
 #include <benchmark/benchmark.h>
@@ -16,14 +16,14 @@
 #include <random>
 #include <vector>
 
-#include "bench/cache_line_floats.h"
-#include "bench/roof_around.h"
-#include "conv/winograd_conv.h"
+#include "dense/conv/winograd_conv.h"
+#include "dense/onednn/dense.h"
 #include "kernels/dispatch.h"
 #include "kernels/int8/int8.h"
-#include "llm/quantize.h"
-#include "llm/weight_matmul.h"
-#include "onednn/dense.h"
+#include "llm/gguf/quantize.h"
+#include "llm/model/weight_matmul.h"
+#include "measure/cache_line_floats.h"
+#include "measure/roof_around.h"
 #include "runtime/aligned_buffer.h"
 #include "runtime/parallel.h"
 

@@ -7,8 +7,8 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #include <vector>
 
-#include "onednn/dense.h"
-#include "onednn/engine.h"
+#include "dense/onednn/dense.h"
+#include "dense/onednn/engine.h"
 
 namespace {
 

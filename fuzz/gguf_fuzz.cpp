@@ -4,7 +4,7 @@
 #include <cstdlib>
 
 #include "cpudl/error.h"
-#include "llm/gguf.h"
+#include "llm/gguf/gguf.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   try {

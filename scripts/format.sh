@@ -5,7 +5,7 @@
 #   scripts/format.sh --check  lists the files that are not formatted and fails (ctest tree_is_formatted)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-generated='^(src/kernels/simd/math_tables\.inl|src/llm/unicode_tables\.cpp)$'
+generated='^(src/kernels/simd/math_tables\.inl|src/llm/tokenizer/unicode_tables\.cpp)$'
 mapfile -t files < <(git ls-files '*.cpp' '*.h' '*.inl' | grep -Ev "$generated")
 if [ "${1:-}" = "--check" ]; then
   bad=()

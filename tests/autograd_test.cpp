@@ -9,16 +9,16 @@
 #include <optional>
 #include <tuple>
 
-#include "conv/implicit_gemm_weight_grad.h"
-#include "conv/pointwise_conv.h"
-#include "conv/tap_gemm_weight_grad.h"
-#include "conv/winograd_conv.h"
 #include "cpudl/autograd.h"
 #include "cpudl/error.h"
 #include "cpudl/ops.h"
+#include "dense/conv/implicit_gemm_weight_grad.h"
+#include "dense/conv/pointwise_conv.h"
+#include "dense/conv/tap_gemm_weight_grad.h"
+#include "dense/conv/winograd_conv.h"
+#include "dense/onednn/dense.h"
 #include "dense_reference.h"
 #include "kernels/dispatch.h"
-#include "onednn/dense.h"
 #include "tensor/layout.h"
 
 namespace cpudl {
@@ -478,8 +478,8 @@ TEST(Autograd, WinogradConvolutionsMatchTheDirectLoop) {
 }
 
 // Strided layers take their weight gradient from a native GEMM inside conv2d's backward: the
-// tap-major one (conv/tap_gemm_weight_grad.h) up to 128 input channels, the implicit GEMM
-// (conv/implicit_gemm_weight_grad.h) past them with 256+ output channels. Trained and frozen bias,
+// tap-major one (dense/conv/tap_gemm_weight_grad.h) up to 128 input channels, the implicit GEMM
+// (dense/conv/implicit_gemm_weight_grad.h) past them with 256+ output channels. Trained and frozen bias,
 // fused ReLU, stride 2 with padding 1 and 0, against the direct loops.
 TEST(Autograd, StridedWeightGradientPathsMatchTheDirectLoop) {
   struct Case {
@@ -527,7 +527,7 @@ TEST(Autograd, StridedWeightGradientPathsMatchTheDirectLoop) {
       }
 }
 
-// ResNet's 1x1/2 shortcuts run backward-data on the pointwise GEMM (conv/pointwise_conv.h) inside
+// ResNet's 1x1/2 shortcuts run backward-data on the pointwise GEMM (dense/conv/pointwise_conv.h) inside
 // conv2d, and forward too with weights up to 128 KB (not layer4's 256 -> 512): output, input and
 // weight gradients against the direct loops, with a trained bias, at sizes the stride does not
 // divide (9x7 -> 5x4).

@@ -5,11 +5,11 @@
 #include <cmath>
 #include <random>
 
-#include "blas/blas.h"
 #include "cpudl/error.h"
 #include "cpudl/runtime.h"
+#include "dense/blas/blas.h"
+#include "dense/onednn/dense.h"
 #include "kernels/dispatch.h"
-#include "onednn/dense.h"
 
 namespace cpudl::blas {
 namespace {

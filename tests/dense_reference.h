@@ -7,7 +7,7 @@
 #include <limits>
 #include <vector>
 
-#include "onednn/dense.h"
+#include "dense/onednn/dense.h"
 
 namespace cpudl::reference {
 

@@ -8,16 +8,16 @@
 #include <limits>
 #include <random>
 
-#include "conv/implicit_gemm_weight_grad.h"
-#include "conv/pointwise_conv.h"
-#include "conv/tap_gemm_weight_grad.h"
-#include "conv/winograd_conv.h"
 #include "cpudl/error.h"
 #include "cpudl/runtime.h"
+#include "dense/conv/implicit_gemm_weight_grad.h"
+#include "dense/conv/pointwise_conv.h"
+#include "dense/conv/tap_gemm_weight_grad.h"
+#include "dense/conv/winograd_conv.h"
+#include "dense/onednn/dense.h"
+#include "dense/onednn/engine.h"
 #include "dense_reference.h"
 #include "kernels/kernel_types.h"
-#include "onednn/dense.h"
-#include "onednn/engine.h"
 #include "runtime/aligned_buffer.h"
 
 namespace cpudl::onednn {

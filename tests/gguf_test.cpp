@@ -7,7 +7,7 @@
 
 #include "cpudl/error.h"
 #include "cpudl/io.h"
-#include "llm/gguf.h"
+#include "llm/gguf/gguf.h"
 
 namespace cpudl::llm {
 namespace {

@@ -14,8 +14,8 @@
 #include "cpudl/error.h"
 #include "cpudl/inference.h"
 #include "cpudl/io.h"
+#include "dense/onednn/dense.h"
 #include "infer/onnx_loader.h"
-#include "onednn/dense.h"
 
 namespace {
 

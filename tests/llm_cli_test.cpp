@@ -5,7 +5,7 @@
 
 #include "cli_sandbox.h"
 #include "cpudl/io.h"
-#include "llm/gguf.h"
+#include "llm/gguf/gguf.h"
 
 namespace cpudl {
 namespace {

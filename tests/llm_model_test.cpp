@@ -169,8 +169,8 @@ TEST(Sampler, GreedyAndEachCutBehaveAsDefined) {
 }  // namespace
 }  // namespace cpudl::llm
 
-#include "llm/quantize.h"
-#include "llm/weight_matmul.h"
+#include "llm/gguf/quantize.h"
+#include "llm/model/weight_matmul.h"
 
 namespace cpudl::llm {
 namespace {

@@ -11,8 +11,8 @@
 #include "kernels/dispatch.h"
 #include "kernels/half.h"
 #include "kernels/quant/quant.h"
-#include "llm/ggml_types.h"
-#include "llm/quantize.h"
+#include "llm/gguf/ggml_types.h"
+#include "llm/gguf/quantize.h"
 
 namespace cpudl::kernels {
 namespace {

@@ -8,11 +8,11 @@
 
 #include "cpudl/error.h"
 #include "cpudl/io.h"
-#include "llm/chat_template.h"
-#include "llm/gguf.h"
-#include "llm/split_regex.h"
-#include "llm/tokenizer.h"
-#include "llm/unicode.h"
+#include "llm/chat/chat_template.h"
+#include "llm/gguf/gguf.h"
+#include "llm/tokenizer/split_regex.h"
+#include "llm/tokenizer/tokenizer.h"
+#include "llm/tokenizer/unicode.h"
 
 namespace cpudl::llm {
 namespace {

@@ -10,18 +10,18 @@
 #include <random>
 #include <sstream>
 
-#include "bench/cache_line_floats.h"
-#include "bench/roof_around.h"
-#include "bench/timing.h"
-#include "bench/workloads.h"
-#include "blas/blas.h"
 #include "cli/command.h"
-#include "conv/implicit_gemm_weight_grad.h"
-#include "conv/pointwise_conv.h"
-#include "conv/tap_gemm_weight_grad.h"
-#include "conv/winograd_conv.h"
 #include "cpudl/error.h"
 #include "cpudl/runtime.h"
+#include "dense/blas/blas.h"
+#include "dense/conv/implicit_gemm_weight_grad.h"
+#include "dense/conv/pointwise_conv.h"
+#include "dense/conv/tap_gemm_weight_grad.h"
+#include "dense/conv/winograd_conv.h"
+#include "measure/cache_line_floats.h"
+#include "measure/roof_around.h"
+#include "measure/timing.h"
+#include "measure/workloads.h"
 
 namespace cpudl::cli {
 namespace {
@@ -246,7 +246,7 @@ int run_conv(const BenchOptions& o) {
       bench::CacheLineFloats y(dy.size()), dx(x.size()), dw(wt.size()), db(bias.size());
       const float* b = w.bias ? bias.data() : nullptr;
       float* diff_b = w.bias ? db.data() : nullptr;
-      // The inference runtime's Winograd path (conv/winograd_conv.h) beside oneDNN's forward,
+      // The inference runtime's Winograd path (dense/conv/winograd_conv.h) beside oneDNN's forward,
       // on the shapes it takes; its activations are in the blocked layout (the values do not
       // matter for the timing). And training's (`winograd_nhwc`): channels-last, the weights
       // transformed on every call, forward and backward-data. FLOPs are the direct convolution's.

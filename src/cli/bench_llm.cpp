@@ -10,7 +10,7 @@
 #include "cli/command.h"
 #include "cpudl/llm.h"
 #include "cpudl/runtime.h"
-#include "llm/model_impl.h"
+#include "llm/model/model_impl.h"
 
 namespace cpudl::cli {
 namespace {

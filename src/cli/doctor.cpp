@@ -3,13 +3,13 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "bench/timing.h"
-#include "blas/blas.h"
 #include "cli/command.h"
 #include "cpudl/runtime.h"
+#include "dense/blas/blas.h"
+#include "dense/onednn/dense.h"
+#include "dense/onednn/engine.h"
 #include "kernels/dispatch.h"
-#include "onednn/dense.h"
-#include "onednn/engine.h"
+#include "measure/timing.h"
 
 namespace cpudl::cli {
 namespace {

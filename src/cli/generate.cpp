@@ -10,8 +10,8 @@
 #include "cpudl/io.h"
 #include "cpudl/llm.h"
 #include "cpudl/runtime.h"
-#include "llm/chat_template.h"
-#include "llm/model_impl.h"
+#include "llm/chat/chat_template.h"
+#include "llm/model/model_impl.h"
 
 namespace cpudl::cli {
 namespace {

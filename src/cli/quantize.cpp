@@ -7,8 +7,8 @@
 
 #include "cli/command.h"
 #include "cpudl/error.h"
-#include "llm/gguf.h"
-#include "llm/quantize.h"
+#include "llm/gguf/gguf.h"
+#include "llm/gguf/quantize.h"
 
 namespace cpudl::cli {
 namespace {

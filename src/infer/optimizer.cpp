@@ -10,8 +10,8 @@
 
 #include "cpudl/error.h"
 #include "cpudl/runtime.h"
+#include "dense/onednn/dense.h"
 #include "infer/op_list.h"
-#include "onednn/dense.h"
 
 namespace cpudl::infer {
 namespace {

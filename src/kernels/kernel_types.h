@@ -88,7 +88,7 @@ using GemmMicrokernelFn = void (*)(const GemmTileArgs& args);
 // A sliver: sliver[p * mr + i] = a[i * lda + p], rows past `rows` zero; nothing past mr * kc.
 using GemmPackFn = void (*)(const float* a, std::int64_t lda, std::int64_t rows, std::int64_t kc,
                             float* sliver);
-// A GEMM microkernel with its tile and the block the driver (src/blas/native_gemm.cpp) sizes
+// A GEMM microkernel with its tile and the block the driver (src/dense/blas/native_gemm.cpp) sizes
 // around it: kc rows of k per packed sliver; pack_a packs its A slivers from row-major A, pack_b
 // its B slivers from a transposed op(B) (rows of B are columns of op(B): the same packing with nr
 // rows, sliver[p * nr + j] = b[j * ldb + p]).
@@ -115,7 +115,7 @@ struct GemmRowsArgs {
 };
 using GemmRowsMicrokernelFn = void (*)(const GemmRowsArgs& args);
 
-// Q4_0 rows repacked eight at a time for the int8 prompt product (llm/weight_matmul.h): the
+// Q4_0 rows repacked eight at a time for the int8 prompt product (llm/model/weight_matmul.h): the
 // weights stay as stored in the mapping, a panel is made per call and serves every token. Per
 // 32-value block: the 8 rows' scales as floats, then per group of 4 columns the 8 rows' 4 values
 // (0-15, the offset of 8 not applied) as 32 bytes, [row * 4 + column] -- one vector whose maddubs
@@ -191,7 +191,7 @@ struct ConvWindow {
 // lanes past OC are scratch) and, when db is not null, its bias gradient into db [OC_pad].
 using ConvBackwardWeightsFn = void (*)(const ConvWindow& w, const float* x, const float* dy, float* dw,
                                        float* db);
-// A kernel row's share of a weight gradient (conv/tap_gemm_weight_grad.h): a `rows` x 64 block
+// A kernel row's share of a weight gradient (dense/conv/tap_gemm_weight_grad.h): a `rows` x 64 block
 // of dW^T, c[i * 64 + j] += sum over `row_count` runs of `pixels` output pixels of
 // x[r * x_row + p * x_step + i] * dy[r * dy_row + p * dy_step + j], for i < rows (1 to
 // kTapGemmMaxRows) and j < 64. x: consecutive (tap, input channel) values each output pixel

@@ -9,7 +9,7 @@
 #pragma once
 
 #include "cpudl/tensor.h"
-#include "onednn/dense.h"
+#include "dense/onednn/dense.h"
 
 namespace cpudl::ops_detail {
 

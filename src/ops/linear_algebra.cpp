@@ -1,6 +1,6 @@
-// matmul and linear on oneDNN (src/onednn/), with their backward passes.
+// matmul and linear on oneDNN (src/dense/onednn/), with their backward passes.
+#include "dense/onednn/dense.h"
 #include "kernels/narrow/narrow.h"
-#include "onednn/dense.h"
 #include "ops/op_helpers.h"
 #include "runtime/op_profile.h"
 

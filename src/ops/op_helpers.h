@@ -29,6 +29,13 @@ inline void require_f32(const Tensor& t, const char* op, const char* what) {
                 ", expected f32");
 }
 
+// An f32 image batch [N, C, H, W] (convolution, pooling, batch norm).
+inline void require_4d(const Tensor& x, const char* op) {
+  require_f32(x, op, "input");
+  if (x.dim() != 4)
+    throw Error(std::string(op) + ": input of shape " + shape_text(x.shape()) + ", expected [N, C, H, W]");
+}
+
 // The tensor's values as a contiguous f32 tensor, without recording a graph edge.
 // A version key for a weight buffer: changes whenever the tensor is updated in place, so
 // oneDNN's blocked (or bf16) copy is refreshed exactly when needed. Never 0, which means "keep

@@ -7,7 +7,7 @@
 
 #include "cpudl/ops.h"
 #include "cpudl/tensor.h"
-#include "onednn/dense.h"
+#include "dense/onednn/dense.h"
 
 namespace cpudl::ops_detail {
 

@@ -1,4 +1,4 @@
-// Dense operators on oneDNN (onednn/dense.h): Conv (bias, residual Add and activation fused by the
+// Dense operators on oneDNN (dense/onednn/dense.h): Conv (bias, residual Add and activation fused by the
 // optimiser), ConvTranspose (oneDNN's backward-data convolution, which is exactly a transposed
 // convolution), Gemm, MatMul, and pooling. Weights that are constants are reordered into
 // oneDNN's blocked layout once per plan, never per run.
@@ -7,11 +7,11 @@
 #include <cstring>
 #include <memory>
 
-#include "conv/winograd_conv.h"
+#include "dense/conv/winograd_conv.h"
+#include "dense/onednn/dense.h"
 #include "infer/op_list.h"
 #include "infer/op_registry.h"
 #include "infer/ops/window.h"
-#include "onednn/dense.h"
 #include "runtime/parallel.h"
 
 namespace cpudl::infer {

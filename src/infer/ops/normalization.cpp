@@ -4,9 +4,9 @@
 #include <cmath>
 #include <cstring>
 
+#include "dense/onednn/dense.h"
 #include "infer/op_registry.h"
 #include "kernels/dispatch.h"
-#include "onednn/dense.h"
 #include "runtime/parallel.h"
 
 namespace cpudl::infer {

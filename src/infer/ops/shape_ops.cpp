@@ -6,9 +6,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "dense/onednn/dense.h"
 #include "infer/op_list.h"
 #include "infer/op_registry.h"
-#include "onednn/dense.h"
 #include "runtime/parallel.h"
 
 namespace cpudl::infer {

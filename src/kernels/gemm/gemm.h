@@ -4,7 +4,7 @@
 // edges (GemmTileArgs: rows <= mr, cols <= nr, masked columns), so the driver needs no scratch
 // tile and computes no padding rows: ResNet-18's fc (16 x 1000 x 512) ran a 14-row and a 2-row
 // tile instead of two of 14. The blocked driver that packs and loops is portable
-// (src/blas/native_gemm.cpp).
+// (src/dense/blas/native_gemm.cpp).
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // 1x1 convolutions as GEMMs over pixels, channels-last (PointwiseTileArgs in kernel_types.h;
-// the driver is conv/pointwise_conv.h). A tile is up to 6 pixels x 64 output columns: each
+// the driver is dense/conv/pointwise_conv.h). A tile is up to 6 pixels x 64 output columns: each
 // pixel's k channels are read where they lie (a strided layer's pixels are 2 C apart, its
 // gradient's rows scattered) and broadcast one at a time against the 64-column weight panel,
 // k x 64 floats that stay in L1 while the pixels stream past. Written for ResNet's 1x1/2

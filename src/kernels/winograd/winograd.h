@@ -4,7 +4,7 @@
 // outputs and channel pair instead of 144 -- the product over channels becomes 36 independent
 // GEMMs (tiles x C) (C x K). oneDNN 2.6 has no Winograd path for AVX2 and runs ResNet-18's 3x3
 // layers at 50-90% of the fp32 roof here, so these kernels (with the driver in
-// src/conv/winograd_conv.cpp) carry the stride-1 3x3 convolutions of the inference runtime and of
+// src/dense/conv/winograd_conv.cpp) carry the stride-1 3x3 convolutions of the inference runtime and of
 // training.
 //
 // F(2x2, 3x3) (a 4 x 4 patch per 2 x 2 outputs, 16 positions: 2.25x fewer multiplies instead of

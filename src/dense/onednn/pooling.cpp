@@ -1,0 +1,146 @@
+// 2-D max and average pooling through oneDNN, forward and backward. Max pooling in training keeps
+// oneDNN's argmax workspace in a caller-owned buffer, so backward needs no recomputation.
+#include <string>
+
+#include "dense/onednn/dense.h"
+#include "dense/onednn/executable.h"
+#include "dense/onednn/primitive_cache.h"
+
+namespace cpudl::onednn {
+namespace {
+
+using dims = dnnl::memory::dims;
+using tag = dnnl::memory::format_tag;
+
+std::string pool_text(const PoolShape& s) {
+  static const char* kinds[] = {"max", "avg (padding counted)", "avg (padding excluded)"};
+  return std::string(kinds[static_cast<int>(s.kind)]) + " pool2d [" + std::to_string(s.batch) + "x" +
+         std::to_string(s.channels) + "x" + std::to_string(s.height) + "x" + std::to_string(s.width) +
+         "] kernel " + std::to_string(s.kernel_h) + "x" + std::to_string(s.kernel_w) + " stride " +
+         std::to_string(s.stride_h) + " pad " + std::to_string(s.pad_h);
+}
+
+PrimitiveKey pool_key(PrimitiveKind op, const PoolShape& s, bool training) {
+  PrimitiveKey key(op);
+  key.add(s.batch).add(s.channels).add(s.height).add(s.width).add(s.kernel_h).add(s.kernel_w).add(s.stride_h);
+  key.add(s.stride_w).add(s.pad_h).add(s.pad_w).add(static_cast<int>(s.kind)).add(static_cast<int>(s.layout));
+  key.add(training);
+  return key;
+}
+
+dnnl::algorithm algorithm_of(PoolKind kind) {
+  switch (kind) {
+    case PoolKind::max:
+      return dnnl::algorithm::pooling_max;
+    case PoolKind::avg_include_padding:
+      return dnnl::algorithm::pooling_avg_include_padding;
+    case PoolKind::avg_exclude_padding:
+      return dnnl::algorithm::pooling_avg_exclude_padding;
+  }
+  return dnnl::algorithm::pooling_max;
+}
+
+struct PoolDescs {
+  dnnl::memory::desc src, dst;
+  dims strides, kernel, pad_l, pad_r;
+};
+
+PoolDescs descs(const PoolShape& s) {
+  const tag t = activation_tag(s.layout);
+  const std::int64_t oh = s.out_height(), ow = s.out_width();
+  return PoolDescs{plain_desc({s.batch, s.channels, s.height, s.width}, t),
+                   plain_desc({s.batch, s.channels, oh, ow}, t),
+                   {s.stride_h, s.stride_w},
+                   {s.kernel_h, s.kernel_w},
+                   {s.pad_h, s.pad_w},
+                   {(oh - 1) * s.stride_h + s.kernel_h - s.height - s.pad_h,
+                    (ow - 1) * s.stride_w + s.kernel_w - s.width - s.pad_w}};
+}
+
+dnnl::pooling_forward::primitive_desc forward_pd(const PoolShape& s, bool training) {
+  const PoolDescs d = descs(s);
+  const dnnl::pooling_forward::desc desc(
+      training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference, algorithm_of(s.kind),
+      d.src, d.dst, d.strides, d.kernel, d.pad_l, d.pad_r);
+  return dnnl::pooling_forward::primitive_desc(desc, engine());
+}
+
+bool needs_workspace(const PoolShape& s) { return s.kind == PoolKind::max; }
+
+struct PoolEntry {
+  Executable exec;
+  bool workspace = false;
+};
+
+}  // namespace
+
+void PoolShape::validate() const {
+  auto fail = [&](const std::string& why) { throw Error(pool_text(*this) + ": " + why); };
+  if (batch < 1 || channels < 1 || height < 1 || width < 1 || kernel_h < 1 || kernel_w < 1)
+    fail("every size must be at least 1");
+  if (stride_h < 1 || stride_w < 1) fail("stride must be at least 1");
+  if (pad_h < 0 || pad_w < 0 || pad_h * 2 > kernel_h || pad_w * 2 > kernel_w)
+    fail("padding must be between 0 and half the kernel");
+  if (out_height() < 1 || out_width() < 1) fail("the kernel does not fit the padded input");
+}
+
+std::size_t pool2d_workspace_bytes(const PoolShape& s) {
+  s.validate();
+  if (!needs_workspace(s)) return 0;
+  return with_context([&] { return pool_text(s); },
+                      [&] { return forward_pd(s, true).workspace_desc().get_size(); });
+}
+
+void pool2d_forward(const PoolShape& s, const float* src, float* dst, void* workspace) {
+  s.validate();
+  const bool training = workspace != nullptr && needs_workspace(s);
+  static PrimitiveCache<PoolEntry> cache;
+  const auto entry = with_context([&] { return pool_text(s); },
+                                  [&] {
+                                    return cache.get(pool_key(PrimitiveKind::pool_forward, s, training), [&] {
+                                      const auto pd = forward_pd(s, training);
+                                      auto e = std::make_shared<PoolEntry>();
+                                      e->exec.set_primitive(dnnl::pooling_forward(pd));
+                                      e->exec.bind(DNNL_ARG_SRC, pd.src_desc());
+                                      e->exec.bind(DNNL_ARG_DST, pd.dst_desc());
+                                      e->workspace = training;
+                                      if (training) e->exec.bind(DNNL_ARG_WORKSPACE, pd.workspace_desc());
+                                      return e;
+                                    });
+                                  });
+  if (entry->workspace)
+    entry->exec.run({src, dst, workspace});
+  else
+    entry->exec.run({src, dst});
+}
+
+void pool2d_backward(const PoolShape& s, const float* diff_dst, const void* workspace, float* diff_src) {
+  s.validate();
+  if (needs_workspace(s) && workspace == nullptr)
+    throw Error(pool_text(s) + " backward: needs the workspace written by the training forward pass");
+  static PrimitiveCache<PoolEntry> cache;
+  const auto entry =
+      with_context([&] { return pool_text(s) + " backward"; },
+                   [&] {
+                     return cache.get(pool_key(PrimitiveKind::pool_backward, s, true), [&] {
+                       const PoolDescs d = descs(s);
+                       const auto hint = forward_pd(s, true);
+                       const dnnl::pooling_backward::desc desc(algorithm_of(s.kind), d.src, d.dst, d.strides,
+                                                               d.kernel, d.pad_l, d.pad_r);
+                       const dnnl::pooling_backward::primitive_desc pd(desc, engine(), hint);
+                       auto e = std::make_shared<PoolEntry>();
+                       e->exec.set_primitive(dnnl::pooling_backward(pd));
+                       e->exec.bind(DNNL_ARG_DIFF_DST, d.dst);
+                       e->exec.bind(DNNL_ARG_DIFF_SRC, d.src);
+                       e->workspace = needs_workspace(s);
+                       if (e->workspace) e->exec.bind(DNNL_ARG_WORKSPACE, hint.workspace_desc());
+                       return e;
+                     });
+                   });
+  if (entry->workspace)
+    entry->exec.run({diff_dst, diff_src, workspace});
+  else
+    entry->exec.run({diff_dst, diff_src});
+}
+
+}  // namespace cpudl::onednn

@@ -1,0 +1,37 @@
+// What a loaded model holds: the mapped file, its tokenizer, the configuration, and views of
+// every weight matrix in place in the mapping (norm vectors and biases, small, copied as floats).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cpudl/llm.h"
+#include "llm/gguf/gguf.h"
+#include "llm/tokenizer/tokenizer.h"
+
+namespace cpudl::llm {
+
+// rows x cols, row-major, each row `row_bytes` in `type`'s blocks.
+struct WeightMatrix {
+  std::string name;
+  GgmlType type = GgmlType::f32;
+  const std::uint8_t* data = nullptr;
+  std::size_t rows = 0, cols = 0, row_bytes = 0;
+};
+
+struct LayerWeights {
+  std::vector<float> attn_norm, ffn_norm, q_bias, k_bias, v_bias;  // biases empty for llama
+  WeightMatrix q, k, v, o, gate, up, down;
+};
+
+struct Model::Impl {
+  GgufFile file;
+  std::optional<Tokenizer> tokenizer;
+  ModelConfig config;
+  WeightMatrix token_embedding, output;
+  std::vector<float> output_norm;
+  std::vector<LayerWeights> layers;
+};
+
+}  // namespace cpudl::llm

@@ -1,0 +1,235 @@
+#include "llm/model/weight_matmul.h"
+
+#include <algorithm>
+
+#include "cpudl/error.h"
+#include "kernels/dispatch.h"
+#include "kernels/gemm/gemm.h"
+#include "llm/gguf/quantize.h"
+#include "runtime/aligned_buffer.h"
+#include "runtime/parallel.h"
+
+namespace cpudl::llm {
+
+std::size_t activation_row_bytes(ActivationFormat format, std::size_t k) {
+  switch (format) {
+    case ActivationFormat::f32:
+      return k * sizeof(float);
+    case ActivationFormat::q8a:
+      return k / 32 * sizeof(BlockQ8A);
+    case ActivationFormat::q8k:
+      return k / 256 * sizeof(BlockQ8_K);
+  }
+  return 0;
+}
+
+WeightKernel weight_kernel(GgmlType type) {
+  const kernels::KernelTable& k = kernels::kernel_table();
+  switch (type) {
+    case GgmlType::f32:
+      return {k.f32_f32_matmul.fn, nullptr, ActivationFormat::f32};
+    case GgmlType::f16:
+      return {k.f16_f32_matmul.fn, nullptr, ActivationFormat::f32};
+    case GgmlType::bf16:
+      return {k.bf16_f32_matmul.fn, nullptr, ActivationFormat::f32};
+    case GgmlType::q8_0:
+      return {k.q8_0_q8a_matmul.fn, k.quantize_row_q8a.fn, ActivationFormat::q8a};
+    case GgmlType::q4_0:
+      return {k.q4_0_q8a_matmul.fn, k.quantize_row_q8a.fn, ActivationFormat::q8a};
+    case GgmlType::q4_k:
+      return {k.q4_k_q8_k_matmul.fn, k.quantize_row_q8_k.fn, ActivationFormat::q8k};
+    case GgmlType::q6_k:
+      return {k.q6_k_q8_k_matmul.fn, k.quantize_row_q8_k.fn, ActivationFormat::q8k};
+    default:
+      throw Error("no kernel for tensor type " +
+                  std::string(ggml_type_info(static_cast<std::uint32_t>(type))->name));
+  }
+}
+
+namespace {
+
+// Q4_0 rows in int8 (kernel_types.h's Q4_0x8Block): eight rows at a time repacked into a panel
+// whose column groups multiply 4 activation bytes for all eight rows in one maddubs, against the
+// tokens' activations quantised to Q8 blocks (as in generation). On AVX2 this runs past the f32
+// FMA roof: 4-bit weights let the products add up in int16 across a whole block.
+void q4_0_rows(const WeightMatrix& w, std::size_t lo, std::size_t hi, const void* x, std::size_t x_row_bytes,
+               std::size_t tokens, float* y, std::size_t ldy) {
+  constexpr int kPanelRows = 8;
+  const kernels::KernelTable& k = kernels::kernel_table();
+  thread_local AlignedBuffer panel;
+  const std::size_t blocks = w.cols / 32;
+  auto* p = reinterpret_cast<kernels::Q4_0x8Block*>(
+      panel.get(blocks * sizeof(kernels::Q4_0x8Block) / sizeof(float)));
+  for (std::size_t r = lo; r < hi; r += kPanelRows) {
+    const int n = static_cast<int>(std::min<std::size_t>(kPanelRows, hi - r));
+    k.pack_q4_0x8.fn(w.data + r * w.row_bytes, w.row_bytes, n, w.cols, p);
+    k.q4_0x8_q8a_gemm.fn(p, w.cols, x, x_row_bytes, tokens, y + r, ldy, n);
+  }
+}
+
+// Prompt path: the activations are packed once (kGemmNr-token slivers, k-major); each thread
+// walks its slice of the rows six at a time over chunks of tokens that stay in its L2,
+// multiplying each group of rows by every sliver with the weight-rows GEMM microkernel. F32 rows
+// are read in place from the mapping; the other types are converted into a six-row panel first,
+// which then serves every token of the chunk. Q4_0 rows take q4_0_rows instead.
+void prompt_matmul(std::span<const MatmulTarget> targets, const float* x, std::size_t tokens, std::size_t ldx,
+                   MatmulScratch& scratch, int threads) {
+  constexpr std::size_t kRows = kernels::kGemmMr, kTokens = kernels::kGemmNr;
+  const std::size_t cols = targets[0].w->cols;
+  std::size_t total_rows = 0;
+  bool any_q4_0 = false, any_float = false;
+  for (const MatmulTarget& t : targets) {
+    total_rows += t.w->rows;
+    (t.w->type == GgmlType::q4_0 ? any_q4_0 : any_float) = true;
+  }
+  const std::size_t q8_row_bytes = activation_row_bytes(ActivationFormat::q8a, cols);
+  if (any_q4_0) {
+    if (scratch.activations.size() < tokens * q8_row_bytes) scratch.activations.resize(tokens * q8_row_bytes);
+    const kernels::QuantizeRowFn quantize = kernels::kernel_table().quantize_row_q8a.fn;
+    for (std::size_t t = 0; t < tokens; ++t)
+      quantize(x + t * ldx, scratch.activations.data() + t * q8_row_bytes, cols);
+  }
+  // Every token packed once, in slivers of kTokens k-major (zero-padded past the last token),
+  // shared by the threads; written in order, reading 16 rows side by side (a column-by-column
+  // walk of a sliver touched a new cache line per element and took a sixth of the kernel's time).
+  const std::size_t all_slivers = (tokens + kTokens - 1) / kTokens;
+  float* packed = any_float ? scratch.packed.get(all_slivers * kTokens * cols) : nullptr;
+  if (any_float)
+    parallel_for(all_slivers, 1, threads, [&](std::size_t first, std::size_t last) {
+      for (std::size_t s = first; s < last; ++s) {
+        const float* src[kTokens];
+        const std::size_t width = std::min(kTokens, tokens - s * kTokens);
+        for (std::size_t j = 0; j < kTokens; ++j) src[j] = x + (s * kTokens + std::min(j, width - 1)) * ldx;
+        float* dst = packed + s * kTokens * cols;
+        for (std::size_t p = 0; p < cols; ++p)
+          for (std::size_t j = 0; j < kTokens; ++j) dst[p * kTokens + j] = j < width ? src[j][p] : 0.0f;
+      }
+    });
+  // Tokens in chunks whose packed activations stay in L2 while a thread's rows pass over them.
+  const std::size_t token_chunk =
+      std::max(kTokens, (std::size_t{256} << 10) / (cols * sizeof(float)) / kTokens * kTokens);
+  const kernels::GemmRowsMicrokernelFn kernel = kernels::kernel_table().f32_gemm_rows_6x16.fn;
+  parallel_for(total_rows, 16, threads, [&](std::size_t begin, std::size_t end) {
+    thread_local AlignedBuffer panel;
+    std::size_t base = 0;
+    for (const MatmulTarget& target : targets) {
+      const WeightMatrix& w = *target.w;
+      const std::size_t lo = std::max(begin, base), hi = std::min(end, base + w.rows);
+      if (w.type == GgmlType::q4_0 && lo < hi)
+        q4_0_rows(w, lo - base, hi - base, scratch.activations.data(), q8_row_bytes, tokens, target.y,
+                  target.ldy);
+      base += w.rows;
+    }
+    for (std::size_t t0 = 0; any_float && t0 < tokens; t0 += token_chunk) {
+      const std::size_t nt = std::min(token_chunk, tokens - t0), slivers = (nt + kTokens - 1) / kTokens;
+      const float* xp = packed + t0 * cols;  // t0 is a whole number of slivers
+      std::size_t base = 0;
+      for (const MatmulTarget& target : targets) {
+        const WeightMatrix& w = *target.w;
+        const std::size_t lo = std::max(begin, base), hi = std::min(end, base + w.rows);
+        for (std::size_t r = lo; r < hi && w.type != GgmlType::q4_0; r += kRows) {
+          const std::size_t n = std::min(kRows, hi - r);
+          const float* rows = reinterpret_cast<const float*>(w.data + (r - base) * w.row_bytes);
+          std::size_t lda = w.row_bytes / sizeof(float);
+          if (w.type != GgmlType::f32) {
+            float* converted = panel.get(kRows * cols);
+            for (std::size_t i = 0; i < n; ++i)
+              dequantize_row(w.type, w.data + (r - base + i) * w.row_bytes, converted + i * cols, cols);
+            rows = converted;
+            lda = cols;
+          }
+          // The next group's weights come from memory while this one computes, a share of them
+          // in each sliver's kernel: a panel read on demand cost a quarter of the F32 time.
+          const std::size_t next_bytes = std::min(kRows, hi > r + kRows ? hi - r - kRows : 0) * w.row_bytes;
+          const std::uint8_t* next_rows = w.data + (r + kRows - base) * w.row_bytes;
+          const std::size_t lines = (next_bytes + 63) / 64,
+                            lines_per_sliver = (lines + slivers - 1) / slivers;
+          for (std::size_t s = 0; s < slivers; ++s) {
+            const std::size_t first = std::min(lines, s * lines_per_sliver);
+            kernels::GemmRowsArgs args{
+                static_cast<std::int64_t>(cols),
+                rows,
+                static_cast<std::int64_t>(lda),
+                static_cast<int>(n),
+                xp + s * kTokens * cols,
+                target.y + (t0 + s * kTokens) * target.ldy + (r - base),
+                static_cast<std::int64_t>(target.ldy),
+                static_cast<int>(std::min(kTokens, nt - s * kTokens)),
+                next_rows + first * 64,
+                static_cast<std::int64_t>(std::min(lines, first + lines_per_sliver) - first)};
+            kernel(args);
+          }
+        }
+        base += w.rows;
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void weight_matmul(std::span<const MatmulTarget> targets, const float* x, std::size_t tokens, std::size_t ldx,
+                   MatmulScratch& scratch, int threads) {
+  if (targets.empty()) return;
+  const std::size_t cols = targets[0].w->cols;
+  for (const MatmulTarget& t : targets)
+    if (t.w->cols != cols)
+      throw Error("weight_matmul: '" + t.w->name + "' does not take inputs of " + std::to_string(cols));
+  if (tokens >= kPromptMinTokens && ldx == cols) {
+    prompt_matmul(targets, x, tokens, ldx, scratch, threads);
+    return;
+  }
+  // Activations in each format the targets' kernels take (f32 rows are used as they are), each
+  // format made once. Offsets into the scratch, not pointers: a later resize would move it.
+  struct Prepared {
+    WeightKernel kernel;
+    std::size_t act_offset;  // SIZE_MAX: the f32 rows of x
+    std::size_t act_row_bytes;
+  };
+  constexpr std::size_t kMaxTargets = 4;  // Q/K/V, gate/up: a fixed array, no allocation per call
+  if (targets.size() > kMaxTargets) throw Error("weight_matmul: more than 4 matrices in one call");
+  Prepared prepared[kMaxTargets];
+  std::size_t act_bytes = 0;
+  for (std::size_t i = 0; i < targets.size(); ++i) {
+    const WeightKernel kernel = weight_kernel(targets[i].w->type);
+    Prepared& p = prepared[i];
+    p = {kernel, SIZE_MAX, ldx * sizeof(float)};
+    if (kernel.quantize == nullptr) continue;
+    p.act_row_bytes = activation_row_bytes(kernel.activation, cols);
+    for (std::size_t j = 0; j < i; ++j)  // the same format made for an earlier target
+      if (prepared[j].kernel.quantize == kernel.quantize) p.act_offset = prepared[j].act_offset;
+    if (p.act_offset != SIZE_MAX) continue;
+    p.act_offset = act_bytes;
+    act_bytes += tokens * p.act_row_bytes;
+    if (scratch.activations.size() < act_bytes) scratch.activations.resize(act_bytes);
+    for (std::size_t tok = 0; tok < tokens; ++tok)
+      kernel.quantize(x + tok * ldx, scratch.activations.data() + p.act_offset + tok * p.act_row_bytes, cols);
+  }
+  auto activations = [&](const Prepared& p) -> const void* {
+    return p.act_offset == SIZE_MAX ? static_cast<const void*>(x) : scratch.activations.data() + p.act_offset;
+  };
+  std::size_t total_rows = 0;
+  for (const MatmulTarget& t : targets) total_rows += t.w->rows;
+  // One fork/join for all rows; chunks of at least 16 rows, each a contiguous slice of weights.
+  parallel_for(total_rows, 16, threads, [&](std::size_t begin, std::size_t end) {
+    std::size_t base = 0;
+    for (std::size_t i = 0; i < targets.size(); ++i) {
+      const WeightMatrix& w = *targets[i].w;
+      const std::size_t lo = std::max(begin, base), hi = std::min(end, base + w.rows);
+      if (lo < hi) {
+        const Prepared& p = prepared[i];
+        p.kernel.matmul({w.data + (lo - base) * w.row_bytes, w.row_bytes, activations(p), p.act_row_bytes,
+                         targets[i].y + (lo - base), targets[i].ldy, hi - lo, tokens, cols});
+      }
+      base += w.rows;
+    }
+  });
+}
+
+void weight_matmul(const WeightMatrix& w, const float* x, std::size_t tokens, std::size_t ldx, float* y,
+                   std::size_t ldy, MatmulScratch& scratch, int threads) {
+  const MatmulTarget target{&w, y, ldy};
+  weight_matmul({&target, 1}, x, tokens, ldx, scratch, threads);
+}
+
+}  // namespace cpudl::llm

@@ -1,0 +1,62 @@
+// y = x W^T for a weight matrix in any compute type, over the thread pool.
+// - A few tokens (generation): the weight kernels, rows of W split across threads, activations
+//   quantised once (Q8_0 or Q8_K) for the integer kernels; memory-bound, the weights read once.
+// - A prompt (kPromptMinTokens tokens or more): compute-bound. Each thread packs the tokens'
+//   activations 16 at a time, k-major, and walks its rows of W six at a time through the
+//   weight-rows GEMM microkernel (kernels/gemm/gemm.h: W's elements broadcast from the rows as
+//   stored, so F32 weights are used in place in the mapping and the other types are converted
+//   into a six-row f32 panel that then serves every token), at 80-90% of the FMA roof here.
+//   Q4_0 goes through int8 instead: eight rows at a time repacked into an interleaved panel
+//   (kernel_types.h's Q4_0x8Block) against the tokens' activations in Q8 blocks, 1.4x the f32
+//   path's speed (4-bit weights let maddubs products add up in int16 across a block, the trick
+//   of llama.cpp's repacked Q4_0; cpudl repacks per call, so the weights stay in the mapping).
+//   For Q8_0 the same product needs a sign fix-up and an int32 widening per 4 columns, which on
+//   AVX2 costs as much as the f32 FMAs it would replace.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kernels/kernel_types.h"
+#include "llm/model/model_impl.h"
+#include "runtime/aligned_buffer.h"
+
+namespace cpudl::llm {
+
+// Buffers a matmul reuses from call to call: the quantised activations.
+struct MatmulScratch {
+  std::vector<std::uint8_t> activations;  // quantised activations (Q8 rows)
+  AlignedBuffer packed;                   // a prompt's activations packed for the GEMM microkernel
+};
+
+// y[t * ldy + r] = sum_c W[r][c] x[t * ldx + c] for t < tokens, r < W.rows.
+void weight_matmul(const WeightMatrix& w, const float* x, std::size_t tokens, std::size_t ldx, float* y,
+                   std::size_t ldy, MatmulScratch& scratch, int threads);
+
+// Several matrices of the same input width applied to the same x (Q, K and V; gate and up) in
+// one pass: one fork/join for all their rows in generation, one wider SGEMM in a prompt.
+struct MatmulTarget {
+  const WeightMatrix* w;
+  float* y;
+  std::size_t ldy;
+};
+void weight_matmul(std::span<const MatmulTarget> targets, const float* x, std::size_t tokens, std::size_t ldx,
+                   MatmulScratch& scratch, int threads);
+
+// The activation format a weight type's kernel takes, and its kernel.
+constexpr std::size_t kPromptMinTokens = 8;
+
+// Activations as the weight kernels take them: f32 rows, or int8 blocks (BlockQ8A per 32 for
+// Q8_0/Q4_0 weights, BlockQ8_K per 256 for the K-quants).
+enum class ActivationFormat { f32, q8a, q8k };
+std::size_t activation_row_bytes(ActivationFormat format, std::size_t k);
+
+struct WeightKernel {
+  kernels::WeightMatmulFn matmul;
+  kernels::QuantizeRowFn quantize;  // null: the kernel takes f32 rows
+  ActivationFormat activation;
+};
+WeightKernel weight_kernel(GgmlType type);
+
+}  // namespace cpudl::llm
