@@ -108,6 +108,34 @@ TEST_F(LlmCli, QuantizeWritesAModelThatStillAgreesWithTheReference) {
   }
 }
 
+// No command writes over one of its inputs: `quantize m.gguf ./m.gguf` once replaced a 78 MB model
+// with its 12 MB quantisation. The same file is found by device and inode, so another spelling, a
+// hard link or a symbolic link does not hide it; the input is untouched and the exit is 2.
+TEST_F(LlmCli, NoCommandWritesOverItsInput) {
+  std::filesystem::copy_file(kDir + "/tiny-llama-f32.gguf", path("m.gguf"));
+  std::filesystem::create_hard_link(path("m.gguf"), path("hard.gguf"));
+  std::filesystem::create_symlink(path("m.gguf"), path("soft.gguf"));
+  io::save_npy(path("x.npy"), Tensor::zeros({1, 1, 28, 28}));
+  const std::string model = io::read_file(path("m.gguf")), input = io::read_file(path("x.npy"));
+  const std::string lenet = std::string(CPUDL_FIXTURES_DIR) + "/../onnx/lenet5_opset17.onnx";
+  for (const std::string& command : {
+           "quantize " + path("m.gguf") + " " + dir.string() + "/./m.gguf --type q4_0",
+           "quantize " + path("m.gguf") + " " + path("hard.gguf") + " --type q8_0",
+           "quantize " + path("soft.gguf") + " " + path("m.gguf") + " --type q8_0",
+           "generate -m " + path("m.gguf") + " --tokens 1,2 -n 0 --dump-logits " + path("hard.gguf"),
+           "run " + lenet + " --input " + path("x.npy") + " --output " + path("x.npy"),
+           "train --model lenet5 --data " + path("nowhere") + " --init " + path("m.gguf") + " --out " +
+               path("soft.gguf"),
+       }) {
+    SCOPED_TRACE(command);
+    const auto r = run(command);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find("is the same file as the input"), std::string::npos) << r.err;
+    EXPECT_EQ(io::read_file(path("m.gguf")), model);
+    EXPECT_EQ(io::read_file(path("x.npy")), input);
+  }
+}
+
 TEST_F(LlmCli, BenchLlmReportsRatesAndBandwidthShare) {
   const auto r =
       run("bench llm -m " + kDir + "/tiny-llama-q4_0.gguf --prompt 16 --gen 8 --repetitions 1 --json");

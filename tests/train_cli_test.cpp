@@ -99,8 +99,12 @@ TEST_F(TrainCli, BadInputGivesOneClearLineAndKeepsPreviousFiles) {
       {"train --data " + kTiny + " --model vgg --out " + path("keep.safetensors"), "vgg", 2},
       {"train --data " + kTiny + " --epochs 0 --out " + path("keep.safetensors"), "--epochs", 2},
       {"train --data " + kTiny + " --resume " + path("keep.safetensors") + " --out " +
-           path("keep.safetensors"),
+           path("new.safetensors"),
        "truncated or not safetensors", 1},
+      // The model file may not replace what the run resumes from (NoCommandWritesOverItsInput).
+      {"train --data " + kTiny + " --resume " + path("keep.safetensors") + " --out " +
+           path("keep.safetensors"),
+       "is the same file as the input", 2},
       {"train --data " + kTiny + " --init " + kTiny + "/simplecnn_init.safetensors --model lenet5 --out " +
            path("keep.safetensors"),
        "missing: conv2.weight", 1},

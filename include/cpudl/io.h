@@ -3,6 +3,7 @@
 #pragma once
 
 #include <filesystem>
+#include <initializer_list>
 #include <map>
 #include <span>
 #include <string>
@@ -44,5 +45,12 @@ std::string read_file(const std::filesystem::path& path);
 void write_file_atomically(const std::filesystem::path& path, const std::string& contents);
 // The same, writing `pieces` one after another (large files written without joining them first).
 void write_file_atomically(const std::filesystem::path& path, std::span<const std::string_view> pieces);
+
+// Before any work: UsageError when `output` is the same file as one of `inputs` (same device and
+// inode, so another spelling, a link or ./ does not hide it; inputs that do not exist are
+// skipped). The atomic rename would otherwise replace that input with the result. `flag` names the
+// output in the message ("--out").
+void require_output_is_not_an_input(const std::filesystem::path& output,
+                                    std::initializer_list<std::filesystem::path> inputs, const char* flag);
 
 }  // namespace cpudl::io

@@ -131,6 +131,7 @@ struct GenerateOptions {
 int run_generate(const GenerateOptions& o) {
   if (o.prompt.empty() == o.tokens.empty())
     throw UsageError("give the prompt as -p TEXT or as --tokens ID,ID,... (exactly one of them)");
+  io::require_output_is_not_an_input(o.dump_logits, {o.model.model}, "--dump-logits");
   const llm::Model model = llm::Model::load(o.model.model);
   llm::Context ctx(model, context_options(o.model));
   const std::vector<std::int32_t> prompt =

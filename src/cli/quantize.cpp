@@ -7,6 +7,7 @@
 
 #include "cli/command.h"
 #include "cpudl/error.h"
+#include "cpudl/io.h"
 #include "llm/gguf/gguf.h"
 #include "llm/gguf/quantize.h"
 
@@ -54,6 +55,7 @@ int run_quantize(QuantizeOptions& o) {
     if (o.type == t.name) target = &t;
   if (target == nullptr)
     throw UsageError("--type '" + o.type + "': expected f32, f16, bf16, q8_0, q4_0, q4_k or q6_k");
+  io::require_output_is_not_an_input(o.output, {o.input}, "output");
   const llm::GgufFile in = llm::GgufFile::open(o.input);
 
   std::vector<llm::GgufWriterValue> metadata;

@@ -87,6 +87,7 @@ int run_quantize_onnx(const QuantizeOnnxOptions& o) {
   if (o.observer != "minmax" && o.observer != "percentile")
     throw UsageError("--observer '" + o.observer + "': expected minmax or percentile");
   if (!(o.percentile > 50.0 && o.percentile <= 100.0)) throw UsageError("--percentile must lie in (50, 100]");
+  io::require_output_is_not_an_input(o.output, {o.input, o.calib, o.eval, o.labels}, "output");
   use_threads(o.threads);
   infer::QuantizeOptions options;
   options.max_weight_error = o.max_weight_error;

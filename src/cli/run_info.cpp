@@ -63,6 +63,10 @@ void print_profile(const InferenceSession& session) {
 }
 
 int run_model(const RunOptions& o) {
+  for (const auto& output : o.outputs) {
+    io::require_output_is_not_an_input(output, {o.model}, "--output");
+    for (const auto& input : o.inputs) io::require_output_is_not_an_input(output, {input}, "--output");
+  }
   InferenceOptions options;
   options.int8_convolutions = o.int8_conv;
   InferenceSession session(o.model, options);

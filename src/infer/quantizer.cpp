@@ -37,9 +37,7 @@ struct Editable {
 };
 
 Editable open_for_edit(const std::filesystem::path& input, const std::filesystem::path& output) {
-  std::error_code ec;
-  if (std::filesystem::exists(output, ec) && std::filesystem::equivalent(input, output, ec))
-    throw Error(output.string() + ": the output would replace the input model; choose another file");
+  io::require_output_is_not_an_input(output, {input}, "output");
   const std::string bytes = io::read_file(input);
   Editable e;
   e.graph = parse_onnx(bytes, input.string(), input.parent_path());

@@ -78,4 +78,16 @@ void write_file_atomically(const std::filesystem::path& path, std::span<const st
   }
 }
 
+void require_output_is_not_an_input(const std::filesystem::path& output,
+                                    std::initializer_list<std::filesystem::path> inputs, const char* flag) {
+  std::error_code ec;
+  if (output.empty() || !std::filesystem::exists(output, ec)) return;
+  for (const auto& input : inputs) {
+    if (input.empty() || !std::filesystem::exists(input, ec)) continue;
+    if (std::filesystem::equivalent(input, output, ec))
+      throw UsageError(std::string(flag) + " " + output.string() + " is the same file as the input " +
+                       input.string() + ": writing it would replace the input; choose another output");
+  }
+}
+
 }  // namespace cpudl::io

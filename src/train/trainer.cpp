@@ -168,6 +168,10 @@ int run(const TrainConfig& config_in, const Callbacks& cb, Summary& summary) {
   check_writable(c.out, "--out");
   if (c.checkpoint.empty()) c.checkpoint = c.out.string() + ".ckpt";
   check_writable(c.checkpoint, "--checkpoint");
+  // The checkpoint may be the one resumed from (it is rewritten as the run goes on); the model
+  // file may not replace what the run starts from.
+  io::require_output_is_not_an_input(c.out, {c.init, c.resume}, "--out");
+  io::require_output_is_not_an_input(c.checkpoint, {c.init}, "--checkpoint");
 
   // Resume: the checkpoint's settings win; an explicit conflicting --model is an error.
   io::SafetensorsFile ckpt;
