@@ -12,6 +12,7 @@
 #include "cpudl/error.h"
 #include "cpudl/io.h"
 #include "cpudl/llm.h"
+#include "llm/gguf/gguf.h"
 
 namespace cpudl::llm {
 namespace {
@@ -108,6 +109,25 @@ TEST(LlmContext, TwoContextsRunAtOnceEachOnItsOwnThreadCount) {
   EXPECT_LT(errors[0], 1e-4);
   EXPECT_LT(errors[1], 1e-4);
   EXPECT_THROW(Context(model, {.threads = -2}), UsageError);
+}
+
+// What the CLI reads off a model without its internals: the bytes one generated token reads (every
+// layer matrix and the output matrix, summed here from the file's own tensor table) and the
+// tokenizer kind.
+TEST(LlmModel, ConfigGivesBytesPerTokenAndTokenizer) {
+  for (const char* file : {"tiny-llama-f32.gguf", "tiny-llama-q4_0.gguf", "tiny-qwen2-f16.gguf"}) {
+    SCOPED_TRACE(file);
+    const Model model = Model::load(kDir / file);
+    const GgufFile gguf = GgufFile::open(kDir / file);
+    std::uint64_t want = 0;
+    for (const GgufTensor& t : gguf.tensors()) {
+      const bool matrix = t.name.starts_with("blk.") && t.name.ends_with(".weight") && t.dims.size() == 2;
+      if (matrix || t.name == "output.weight") want += t.bytes;
+    }
+    if (gguf.find_tensor("output.weight") == nullptr) want += gguf.tensor("token_embd.weight").bytes;  // tied
+    EXPECT_EQ(model.config().bytes_per_token, want);
+    EXPECT_EQ(model.config().tokenizer, gguf.get_string("tokenizer.ggml.model"));
+  }
 }
 
 // F32 weights with an f32 cache: only float rounding separates cpudl from the float64 reference

@@ -30,6 +30,10 @@ struct ModelConfig {
   float rope_base = 10000.0f, rope_scale = 1.0f, rms_epsilon = 1e-5f;
   bool tied_output = false;
   std::uint64_t parameters = 0, weight_bytes = 0;
+  // Weight bytes one generated token reads: every matrix of every layer and the output matrix
+  // (the embedding gives one row). What generation's bandwidth share is computed from.
+  std::uint64_t bytes_per_token = 0;
+  std::string tokenizer;  // tokenizer.ggml.model ("llama": SentencePiece, "gpt2": byte-level BPE), or ""
 };
 
 class Model {
@@ -54,9 +58,10 @@ class Model {
   std::string chat_template() const;
 
   struct Impl;
-  const Impl& impl() const { return *impl_; }
 
  private:
+  friend class Context;  // runs the forward pass over the mapped weights
+  const Impl& impl() const { return *impl_; }
   explicit Model(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

@@ -10,7 +10,6 @@
 #include "cli/command.h"
 #include "cpudl/llm.h"
 #include "cpudl/runtime.h"
-#include "llm/model/model_impl.h"
 
 namespace cpudl::cli {
 namespace {
@@ -62,10 +61,7 @@ int run_bench_llm(const BenchLlmOptions& o) {
                    }));
     }
   }
-  double bytes_per_token = static_cast<double>(model.impl().output.rows * model.impl().output.row_bytes);
-  for (const auto& l : model.impl().layers)
-    for (const llm::WeightMatrix* w : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
-      bytes_per_token += static_cast<double>(w->rows * w->row_bytes);
+  const auto bytes_per_token = static_cast<double>(c.bytes_per_token);
   const double bandwidth = measure_read_bandwidth(threads, 0.5) * 1e9;
   const double pp_rate = pp.empty() ? 0 : median(pp), tg_rate = tg.empty() ? 0 : median(tg);
   const double pct = 100.0 * tg_rate * bytes_per_token / bandwidth;

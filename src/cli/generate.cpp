@@ -11,7 +11,6 @@
 #include "cpudl/llm.h"
 #include "cpudl/runtime.h"
 #include "llm/chat/chat_template.h"
-#include "llm/model/model_impl.h"
 
 namespace cpudl::cli {
 namespace {
@@ -226,7 +225,7 @@ struct ChatOptions {
 int run_chat(const ChatOptions& o) {
   const llm::Model model = llm::Model::load(o.model.model);
   llm::Context ctx(model, context_options(o.model));
-  const bool spm = model.impl().tokenizer && model.impl().tokenizer->model() == "llama";
+  const bool spm = model.config().tokenizer == "llama";
   const llm::ChatFormat format = o.format.empty() ? llm::detect_chat_format(model.chat_template(), spm)
                                                   : llm::parse_chat_format(o.format);
   std::fprintf(stderr, "cpudl: chat with %s (%s template); end with Ctrl-D\n", model.config().name.c_str(),

@@ -134,8 +134,13 @@ Model Model::load(const std::filesystem::path& path) {
     c.parameters += t.elements();
     c.weight_bytes += t.bytes;
   }
+  c.bytes_per_token = impl->output.rows * impl->output.row_bytes;
+  for (const LayerWeights& l : impl->layers)
+    for (const WeightMatrix* w : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
+      c.bytes_per_token += w->rows * w->row_bytes;
   if (f.has("tokenizer.ggml.model")) {
     impl->tokenizer.emplace(f);
+    c.tokenizer = std::string(impl->tokenizer->model());
     if (impl->tokenizer->vocab_size() > c.vocab)
       throw Error(f.name() + ": the tokenizer has " + std::to_string(impl->tokenizer->vocab_size()) +
                   " tokens but token_embd.weight only " + std::to_string(c.vocab) + " rows");
