@@ -177,6 +177,27 @@ TEST(Cli, ThreadsFlagIsTheSameForEveryCommand) {
       << many.err;
 }
 
+// Defects a new user met (issue 43): a directory where a file belongs was answered with a raw
+// library message (basic_filebuf::underflow) or found only after training; a bad thread list
+// printed a table header before failing. Each is now one line, before any output or work.
+TEST(Cli, DirectoriesAndBadListsFailInOneLineBeforeAnyOutput) {
+  const std::string dir = ::testing::TempDir();
+  const Result info = run("info " + dir);
+  EXPECT_EQ(info.exit_code, 1);
+  EXPECT_NE(info.err.find("is a directory, expected a file"), std::string::npos) << info.err;
+  EXPECT_EQ(info.err.find("basic_filebuf"), std::string::npos) << info.err;
+  for (const char* command : {"bench peak --threads 0", "bench gemm --threads 1,x", "bench conv --threads -1",
+                              "bench gemm --threads 1 --sizes 0"}) {
+    const Result r = run(command);
+    EXPECT_EQ(r.exit_code, 2) << command;
+    EXPECT_EQ(r.out, "") << command;
+    EXPECT_NE(r.err.find("expected a comma-separated list of positive integers"), std::string::npos) << r.err;
+  }
+  const Result train = run("train --model lenet5 --data " + dir + " --out " + dir);
+  EXPECT_EQ(train.exit_code, 2);
+  EXPECT_NE(train.err.find("is a directory: give the file to write"), std::string::npos) << train.err;
+}
+
 TEST(Cli, DoctorTextReport) {
   const Result r = run("doctor", "CPUDL_THREADS=64");
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -8,7 +8,7 @@ flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recov
 clang++ "${flags[@]}" "$src/fuzz/idx_fuzz.cpp" "$src/src/data/idx.cpp" -lz -o "$out/idx_fuzz"
 clang++ "${flags[@]}" "$src/fuzz/safetensors_fuzz.cpp" "$src/src/io/safetensors_header.cpp" "$src/src/tensor/storage.cpp" "$src/src/runtime/block_cache.cpp" -o "$out/safetensors_fuzz"
 clang++ "${flags[@]}" -DONNX_NAMESPACE=onnx -DONNX_ML=1 "$src/fuzz/onnx_fuzz.cpp" "$src/src/infer/onnx_loader.cpp" \
-  "$src/src/infer/graph.cpp" "$src/src/tensor/storage.cpp" "$src/src/runtime/block_cache.cpp" -lonnx_proto -lprotobuf -o "$out/onnx_fuzz"
+  "$src/src/infer/graph.cpp" "$src/src/tensor/storage.cpp" "$src/src/runtime/block_cache.cpp" "$src/src/io/atomic_file.cpp" -lonnx_proto -lprotobuf -o "$out/onnx_fuzz"
 clang++ "${flags[@]}" "$src/fuzz/gguf_fuzz.cpp" "$src/src/llm/gguf/gguf.cpp" "$src/src/llm/gguf/ggml_types.cpp" \
   "$src/src/io/atomic_file.cpp" -o "$out/gguf_fuzz"
 for target in idx safetensors onnx gguf; do

@@ -127,6 +127,7 @@ bench::CacheLineFloats random_buffer(std::size_t n, unsigned seed) {
 }
 
 int run_peak(const BenchOptions& o) {
+  const std::vector<int> threads = thread_counts(o);  // a bad list fails before anything is printed
   Report report(o.json);
   report.header("Roofs measured on this machine (steal: the share of the threads' time the hypervisor took)",
                 "roof                 threads   throughput      steal  kernel");
@@ -136,7 +137,7 @@ int run_peak(const BenchOptions& o) {
   } roofs[] = {{ComputeRoof::fp32_fma, "fp32_fma"},
                {ComputeRoof::bf16_dot, "bf16_dot"},
                {ComputeRoof::int8_dot, "int8_dot"}};
-  for (int t : thread_counts(o)) {
+  for (int t : threads) {
     for (const auto& r : roofs) {
       const StealMeter meter(t);
       const RoofMeasurement m = measure_compute_roof(r.roof, t, o.min_time * 2);
@@ -161,6 +162,8 @@ int run_peak(const BenchOptions& o) {
 }
 
 int run_gemm(const BenchOptions& o) {
+  const std::vector<int> threads = thread_counts(o);  // bad lists fail before anything is printed
+  const auto workloads = bench::gemm_workloads(parse_list(o.sizes, "--sizes"));
   (void)
       blas::active_backend();  // a malformed CPUDL_BLAS is a usage error even though rows name their backend
   std::vector<blas::Backend> backends;
@@ -184,8 +187,7 @@ int run_gemm(const BenchOptions& o) {
                  libraries)
                     .c_str(),
                 "backend   threads      m      n      k   ms        GFLOP/s  %peak steal  shape");
-  const auto workloads = bench::gemm_workloads(parse_list(o.sizes, "--sizes"));
-  for (int t : thread_counts(o)) {
+  for (int t : threads) {
     const ThreadScope scope(t);
     for (const auto& w : workloads) {
       const auto a = random_buffer(static_cast<std::size_t>(w.m * w.k), 1);
@@ -218,6 +220,7 @@ int run_gemm(const BenchOptions& o) {
 }
 
 int run_conv(const BenchOptions& o) {
+  const std::vector<int> threads = thread_counts(o);  // a bad list fails before anything is printed
   const auto workloads = bench::conv_workloads(o.model, o.batch);
   Report report(o.json);
   report.header(
@@ -233,7 +236,7 @@ int run_conv(const BenchOptions& o) {
       "layer with or without bias as its model defines it: ResNet-18's convolutions have none)",
       "model      layer                     batch threads pass                            ms    GFLOP/s  "
       "%peak steal");
-  for (int t : thread_counts(o)) {
+  for (int t : threads) {
     const ThreadScope scope(t);
     for (const auto& w : workloads) {
       const auto& s = w.shape;

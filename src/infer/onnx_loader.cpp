@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "cpudl/error.h"
+#include "cpudl/io.h"
 #include "infer/op_list.h"
 
 namespace cpudl::infer {
@@ -340,11 +341,7 @@ Graph parse_onnx(const std::string& bytes, const std::string& name_for_errors,
 }
 
 Graph load_onnx(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path.string() + ": cannot open");
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw Error(path.string() + ": read error");
-  return parse_onnx(bytes, path.string(), path.parent_path());
+  return parse_onnx(io::read_file(path), path.string(), path.parent_path());
 }
 
 }  // namespace cpudl::infer

@@ -21,6 +21,9 @@ std::string os_error(const std::string& what, const std::filesystem::path& path)
 }  // namespace
 
 std::string read_file(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw Error(path.string() + ": is a directory, expected a file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(path.string() + ": cannot open (" + std::strerror(errno) + ")");
   std::ostringstream buffer;

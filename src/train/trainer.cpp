@@ -94,6 +94,9 @@ nn::NamedTensors with_prefix(const nn::NamedTensors& t, const std::string& prefi
 }
 
 void check_writable(const std::filesystem::path& path, const char* flag) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw UsageError(std::string(flag) + " " + path.string() + " is a directory: give the file to write");
   const auto dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
   if (!std::filesystem::is_directory(dir) || ::access(dir.c_str(), W_OK) != 0)
     throw Error(std::string(flag) + " " + path.string() + ": cannot write into " + dir.string());
