@@ -135,8 +135,7 @@ void add_train_command(CLI::App& app, Action& action) {
   CLI::App* t =
       app.add_subcommand("train", "Train a zoo model (defaults: the PyTorch CPU tutorial's settings)");
   t->add_option("--model", o->config.model, "simplecnn, lenet5, mlp or resnet18 (default simplecnn)")
-      ->check(CLI::IsMember({"simplecnn", "lenet5", "mlp", "resnet18"}))
-      ->each([o](const std::string&) { o->config.model_given = true; });
+      ->check(CLI::IsMember({"simplecnn", "lenet5", "mlp", "resnet18"}));
   t->add_option("--data", o->data, "Directory with MNIST IDX files, CIFAR-10 batches, or train.csv/test.csv");
   t->add_option("--epochs", o->config.epochs, "Epochs (default 5)")->check(CLI::Range(1, 100000));
   t->add_option("--batch", o->config.batch, "Batch size (default 256)")->check(CLI::Range(1, 1 << 20));
@@ -165,7 +164,13 @@ void add_train_command(CLI::App& app, Action& action) {
   t->add_option("--log-every", o->log_every, "Also report the loss every N steps")
       ->check(CLI::NonNegativeNumber);
   t->add_flag("--json", o->json, "One JSON object per epoch and a final summary, on stdout");
-  t->callback([&action, o] { action = [o] { return run_train(*o); }; });
+  t->callback([&action, o, t] {
+    // Which settings were given, so that a resumed run can tell a repeated flag from a default.
+    for (const char* flag : {"--model", "--epochs", "--batch", "--optimizer", "--lr", "--momentum",
+                             "--weight-decay", "--seed", "--no-shuffle"})
+      if (t->count(flag) > 0) o->config.given.insert(flag);
+    action = [o] { return run_train(*o); };
+  });
 }
 
 }  // namespace cpudl::cli

@@ -191,9 +191,25 @@ int run(const TrainConfig& config_in, const Callbacks& cb, Summary& summary) {
     };
     if (need("format") != "cpudl-checkpoint-1")
       throw Error(c.resume.string() + ": unknown checkpoint format " + need("format"));
-    if (c.model_given && need("architecture") != c.model)
-      throw Error(c.resume.string() + ": checkpoint of model " + need("architecture") + ", but --model is " +
-                  c.model);
+    // The checkpoint carries the run's settings: a flag given again must agree with it. Values are
+    // compared as the checkpoint wrote them (floats through std::to_string).
+    const struct {
+      const char* flag;
+      const char* key;
+      std::string value;
+    } settings[] = {{"--model", "architecture", c.model},
+                    {"--optimizer", "optimizer", c.optimizer},
+                    {"--lr", "lr", std::to_string(c.lr)},
+                    {"--momentum", "momentum", std::to_string(c.momentum)},
+                    {"--weight-decay", "weight_decay", std::to_string(c.weight_decay)},
+                    {"--batch", "batch", std::to_string(c.batch)},
+                    {"--seed", "seed", std::to_string(c.seed)},
+                    {"--no-shuffle", "shuffle", c.shuffle ? "1" : "0"}};
+    for (const auto& s : settings)
+      if (c.given.count(s.flag) && need(s.key) != s.value)
+        throw UsageError(std::string(s.flag) + " " + s.value + " differs from the checkpoint's " +
+                         need(s.key) + " (" + c.resume.string() +
+                         "): a resumed run keeps its settings; drop the flag");
     c.model = need("architecture");
     c.optimizer = need("optimizer");
     c.lr = std::stof(need("lr"));
@@ -205,6 +221,14 @@ int run(const TrainConfig& config_in, const Callbacks& cb, Summary& summary) {
     start_epoch = std::stoi(need("epoch"));
     start_step = std::stoll(need("step_in_epoch"));
     global_step = std::stoll(need("global_step"));
+    // --resume alone runs to the epochs the run was started with (checkpoints written before
+    // they were recorded keep the default); --epochs sets a new end.
+    if (!c.given.count("--epochs") && md.count("epochs")) c.epochs = std::stoi(md.at("epochs"));
+    if (start_epoch > c.epochs)
+      throw UsageError(c.resume.string() + " finished epoch " + std::to_string(start_epoch - 1) +
+                       " and --epochs is " + std::to_string(c.epochs) +
+                       ": nothing is left to train; give --epochs " + std::to_string(start_epoch) +
+                       " or more to continue");
   }
 
   const data::Dataset train_set = data::load_dataset(c.data, true),
@@ -281,6 +305,7 @@ int run(const TrainConfig& config_in, const Callbacks& cb, Summary& summary) {
     md["seed"] = std::to_string(c.seed);
     md["shuffle"] = c.shuffle ? "1" : "0";
     md["epoch"] = std::to_string(epoch);
+    md["epochs"] = std::to_string(c.epochs);
     md["step_in_epoch"] = std::to_string(step_in_epoch);
     md["global_step"] = std::to_string(global_step);
     io::save_safetensors(c.checkpoint, tensors, md);

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 
 #include "cpudl/data.h"
@@ -18,7 +19,9 @@ namespace cpudl::train {
 
 struct TrainConfig {
   std::string model = "simplecnn";
-  bool model_given = false;  // --model passed explicitly (checked against a resumed checkpoint)
+  // The flags passed explicitly ("--model", "--lr", ...): on --resume, a setting the checkpoint
+  // holds may be repeated but not changed (--epochs excepted: it extends or ends the run).
+  std::set<std::string> given;
   std::filesystem::path data, out, init, resume, checkpoint;
   int epochs = 5;
   std::int64_t batch = 256;
