@@ -75,6 +75,7 @@ TEST_F(TrainCli, ResumeAfterSigtermGivesTheUninterruptedResult) {
   const Result resumed = run("train --data " + kTiny + " --lr 0.05 --resume " +
                              path("resumed.safetensors.ckpt") + " --out " + path("resumed.safetensors"));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_NE(resumed.out.find("trained lenet5 ("), std::string::npos) << resumed.out;  // not the default
   const auto a = cpudl::io::load_safetensors(path("full.safetensors")),
              b = cpudl::io::load_safetensors(path("resumed.safetensors"));
   ASSERT_EQ(a.tensors.size(), b.tensors.size());

@@ -104,7 +104,7 @@ int run_train(TrainOptions& o) {
   if (code != 0) return code;
   if (o.json) {
     std::printf("%s\n", nlohmann::ordered_json{{"summary", true},
-                                               {"model", c.model},
+                                               {"model", s.model},
                                                {"epochs", s.epochs_run},
                                                {"test_accuracy", s.test_accuracy},
                                                {"images_per_second", s.images_per_second},
@@ -120,7 +120,7 @@ int run_train(TrainOptions& o) {
         "trained %s (%lld parameters) on %d threads: %.2f s/epoch, %.0f images/s, test accuracy %.2f%%, peak "
         "memory %.1f MiB\n"
         "saved %s\n",
-        c.model.c_str(), static_cast<long long>(s.parameters), compute_threads(), s.seconds_per_epoch,
+        s.model.c_str(), static_cast<long long>(s.parameters), compute_threads(), s.seconds_per_epoch,
         s.images_per_second, 100 * s.test_accuracy, static_cast<double>(s.peak_memory_bytes) / (1 << 20),
         o.out.c_str());
   }

@@ -312,6 +312,7 @@ int run(const TrainConfig& config_in, const Callbacks& cb, Summary& summary) {
   };
 
   summary.parameters = model->parameter_count();
+  summary.model = c.model;
   double total_seconds = 0, total_images = 0;
   for (int epoch = start_epoch; epoch <= c.epochs; ++epoch) {
     const std::int64_t first_step = epoch == start_epoch ? start_step : 0;

@@ -48,6 +48,7 @@ struct EpochReport {
 };
 
 struct Summary {
+  std::string model;  // the architecture trained (a resumed checkpoint's, not the --model default)
   double test_accuracy = 0, images_per_second = 0, seconds_per_epoch = 0;
   std::int64_t peak_memory_bytes = 0, parameters = 0;
   int epochs_run = 0;
