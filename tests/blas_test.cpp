@@ -20,7 +20,14 @@ TEST(Blas, BackendNames) {
     parse_backend("mkl");
     FAIL();
   } catch (const UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("CPUDL_BLAS=mkl: unknown backend"), std::string::npos);
+    // Every valid name, from the one list (the message once left out native).
+    EXPECT_STREQ(e.what(), "CPUDL_BLAS=mkl: unknown backend (expected onednn, native, openblas or blis)");
+  }
+  try {
+    parse_backend("mkl", "--backends");
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("--backends=mkl: unknown backend"), std::string::npos) << e.what();
   }
   EXPECT_TRUE(available(Backend::onednn));
 }

@@ -173,7 +173,7 @@ int run_gemm(const BenchOptions& o) {
   } else {
     std::stringstream in(o.backends);
     for (std::string name; std::getline(in, name, ',');) {
-      const blas::Backend b = blas::parse_backend(name);
+      const blas::Backend b = blas::parse_backend(name, "--backends");
       blas::require(b);
       backends.push_back(b);
     }
@@ -369,7 +369,8 @@ void add_bench_command(CLI::App& app, Action& action) {
       bench->add_subcommand("gemm", "SGEMM: square sizes and real-layer shapes, every BLAS side by side");
   common(gemm);
   gemm->add_option("--sizes", options->sizes, "Square sizes (default 256,512,1024,2048)");
-  gemm->add_option("--backends", options->backends, "onednn,openblas,blis (default: every one installed)");
+  gemm->add_option("--backends", options->backends,
+                   "Comma-separated: " + blas::backend_names(", ") + " (default: every one installed)");
   gemm->callback([&action, options] { action = [options] { return run_gemm(*options); }; });
   CLI::App* conv =
       bench->add_subcommand("conv", "Convolutions of ResNet-18, LeNet-5 and SimpleCNN, forward and backward");

@@ -37,8 +37,8 @@ const TargetType kTargets[] = {{"f32", GgmlType::f32, 0},    {"f16", GgmlType::f
 int run_quantize(QuantizeOptions& o) {
   if (ends_with(o.input, ".onnx")) {
     if (!o.type.empty())
-      throw UsageError("--type is for GGUF models; ONNX models take --mode dynamic|static|bf16");
-    if (o.onnx.mode.empty()) throw UsageError(o.input + ": give --mode dynamic|static|bf16");
+      throw UsageError("--type is for GGUF models; ONNX models take --mode dynamic|static");
+    if (o.onnx.mode.empty()) throw UsageError(o.input + ": give --mode dynamic|static");
     o.onnx.input = o.input;
     o.onnx.output = o.output;
     return run_quantize_onnx(o.onnx);
@@ -118,7 +118,8 @@ void add_quantize_command(CLI::App& app, Action& action) {
   CLI::App* q =
       app.add_subcommand("quantize",
                          "Quantise a model: GGUF weights to q8_0, q4_0, q4_k, q6_k, f16, bf16, f32; "
-                         "ONNX MatMul/Gemm to dynamic int8, with an accuracy report");
+                         "ONNX models to dynamic int8 (MatMul/Gemm) or static int8 (QDQ Conv/Gemm/MatMul), "
+                         "with an accuracy report");
   q->add_option("input", o->input, "Input model (.gguf or .onnx); never modified")->required();
   q->add_option("output", o->output, "Output model (same format)")->required();
   q->add_option("--type", o->type, "GGUF: weight type of the output");
@@ -130,7 +131,8 @@ void add_quantize_command(CLI::App& app, Action& action) {
   q->add_option("--percentile", o->onnx.percentile,
                 "ONNX static: the percentile observer's clip point (default 99.99)");
   q->add_option("--calib", o->onnx.calib,
-                "ONNX: .npy file or folder of .npy batches to measure the accuracy on");
+                "ONNX: .npy file or folder of .npy batches: calibrates the activations (static mode, "
+                "required) and is the accuracy report's data unless --eval is given");
   q->add_option("--eval", o->onnx.eval,
                 "ONNX: .npy file or folder of .npy batches for the accuracy report (default: --calib)");
   q->add_option("--labels", o->onnx.labels,

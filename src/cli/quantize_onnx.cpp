@@ -78,7 +78,7 @@ int run_quantize_onnx(const QuantizeOnnxOptions& o) {
   if (o.mode != "dynamic" && o.mode != "static") {
     if (o.mode == "bf16")
       throw UsageError("--mode bf16 is not implemented yet for ONNX models (dynamic and static are)");
-    throw UsageError("--mode '" + o.mode + "': expected dynamic, static or bf16");
+    throw UsageError("--mode '" + o.mode + "': expected dynamic or static");
   }
   if (!o.labels.empty() && o.calib.empty() && o.eval.empty())
     throw UsageError("--labels needs the inputs they label: give --eval (or --calib)");

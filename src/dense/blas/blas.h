@@ -22,8 +22,10 @@ inline constexpr Backend kAllBackends[] = {Backend::onednn, Backend::native, Bac
                                            Backend::blis};
 
 std::string_view backend_name(Backend backend);
-// Parses a CPUDL_BLAS value; UsageError on an unknown name.
-Backend parse_backend(std::string_view name);
+// Parses a backend name; UsageError naming `what` (the variable or flag) and every valid name.
+Backend parse_backend(std::string_view name, std::string_view what = "CPUDL_BLAS");
+// "onednn, native, openblas or blis": the names kAllBackends holds, for messages and help.
+std::string backend_names(std::string_view last_separator = " or ");
 // The backend CPUDL_BLAS selects (read once).
 Backend active_backend();
 

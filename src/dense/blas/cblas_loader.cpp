@@ -150,11 +150,22 @@ std::string_view backend_name(Backend backend) {
   return "unknown";
 }
 
-Backend parse_backend(std::string_view name) {
+std::string backend_names(std::string_view last_separator) {
+  std::string names;
+  const std::size_t count = std::size(kAllBackends);
+  for (std::size_t i = 0; i < count; ++i)
+    names += (i == 0           ? ""
+              : i + 1 == count ? std::string(last_separator)
+                               : ", ") +
+             std::string(backend_name(kAllBackends[i]));
+  return names;
+}
+
+Backend parse_backend(std::string_view name, std::string_view what) {
   for (Backend b : kAllBackends)
     if (backend_name(b) == name) return b;
-  throw UsageError("CPUDL_BLAS=" + std::string(name) +
-                   ": unknown backend (expected onednn, openblas or blis)");
+  throw UsageError(std::string(what) + "=" + std::string(name) + ": unknown backend (expected " +
+                   backend_names() + ")");
 }
 
 Backend active_backend() {
