@@ -155,7 +155,7 @@ def resnet18_cifar():
 
 
 def formula_fill(model):
-    """Deterministic, well-conditioned weights that C++ reproduces (tests/golden_test.cpp):
+    """Deterministic, well-conditioned weights that C++ reproduces (tests/train/golden_test.cpp):
     parameter i (named_parameters order), element k: u = sin(12.9898 k + 78.233 i) in [-1, 1];
     matrices and kernels u / sqrt(fan_in), 1-d weights 1 + 0.1 u, 1-d biases 0.1 u."""
     with torch.no_grad():

@@ -399,43 +399,4 @@ TEST(OnnxLoader, LayoutReordersAroundTheConvolutionRegionKeepTheNumbers) {
   fs::remove(path);
 }
 
-// ---- .npy
-
-TEST(Npy, RoundTripsAndMatchesNumPysHeader) {
-  const cpudl::Tensor t = cpudl::Tensor::from_vector({1, 2, 3, 4, 5, 6}, {2, 3});
-  const std::string bytes = cpudl::io::serialize_npy(t);
-  EXPECT_EQ(bytes.substr(0, 8), std::string("\x93NUMPY\x01\x00", 8));
-  EXPECT_NE(bytes.find("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }"), std::string::npos);
-  EXPECT_EQ(bytes.size() % 64, 24u);  // 64-byte header, then 24 data bytes
-  const cpudl::Tensor back = cpudl::io::parse_npy(bytes, "t.npy");
-  EXPECT_EQ(back.shape(), t.shape());
-  EXPECT_EQ(back.to_vector(), t.to_vector());
-  const cpudl::Tensor ints =
-      cpudl::io::parse_npy(cpudl::io::serialize_npy(cpudl::Tensor::zeros({3}, cpudl::DType::i64)), "i.npy");
-  EXPECT_EQ(ints.dtype(), cpudl::DType::i64);
-  EXPECT_NE(cpudl::io::serialize_npy(ints).find("'shape': (3,)"), std::string::npos);
-}
-
-TEST(Npy, BadFilesAreNamed) {
-  const std::string good = cpudl::io::serialize_npy(cpudl::Tensor::zeros({2, 2}));
-  auto error = [](const std::string& bytes) {
-    try {
-      cpudl::io::parse_npy(bytes, "x.npy");
-    } catch (const cpudl::Error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
-  EXPECT_NE(error("hello").find("x.npy: not a .npy file"), std::string::npos);
-  EXPECT_NE(error(good.substr(0, good.size() - 1)).find("holds 15 data bytes, shape [2, 2] of <f4 needs 16"),
-            std::string::npos);
-  std::string fortran = good;
-  fortran.replace(fortran.find("False"), 5, "True ");
-  EXPECT_NE(error(fortran).find("Fortran-order"), std::string::npos);
-  std::string complex = good;
-  complex.replace(complex.find("<f4"), 3, "<c8");
-  EXPECT_NE(error(complex).find("element type '<c8' is not supported"), std::string::npos);
-  EXPECT_NE(error(good.substr(0, 12)).find("truncated header"), std::string::npos);
-}
-
 }  // namespace
