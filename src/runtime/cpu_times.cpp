@@ -1,9 +1,8 @@
 // Hypervisor steal from /proc/stat. A guest's vCPU that is ready to run while the host runs
 // another guest accrues "steal" ticks (KVM reports them through its paravirtual steal clock). On
-// the shared 2-vCPU guests cpudl's figures were measured on, a third of a busy vCPU's time went
-// this way at moments (2026-12-03: 9 of 27 ticks during an in-L1 kernel loop). Benchmarks report
-// it beside each row, so that a row slowed by it can be told from a slow kernel; the host's other
-// noise (another guest on the same physical core, or on the L3 and memory) leaves no such trace.
+// shared guests it can reach a third of a busy vCPU's time (docs/ARCHITECTURE.md, steal_pct).
+// Benchmarks report it beside each row, so that a row slowed by it can be told from a slow kernel; the host's
+// other noise (another guest on the same physical core, or on the L3 and memory) leaves no such trace.
 #include <algorithm>
 #include <charconv>
 

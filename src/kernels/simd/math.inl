@@ -50,9 +50,8 @@ struct VectorMath {
   // degree-4 Chebyshev interpolant of (e^r - 1 - r)/r^2 (scripts/fit-polynomials.py expm1), 8.5e-8
   // relative in float and 7.4e-8 for e^r = 1 + expm1(r), about the rounding itself. It replaced
   // Cephes' expf polynomial (degree 7) in exp and the Taylor series to r^7 in tanh, one FMA each,
-  // as these kernels are bound by the FMA pipes on a Zen 4 core (docs/ARCHITECTURE.md). In L1
-  // there, AVX-512 (2026-12-04): exp 5.3 -> 5.6-5.9 G values/s, tanh 2.95 -> 3.13-3.20, sigmoid
-  // 3.31 -> 3.51-3.58; exp over every float in [-87, 88.7] at most 1.08 ulp (Cephes': 1.01).
+  // as these kernels are bound by the FMA pipes on a Zen 4 core (docs/ARCHITECTURE.md, with the
+  // speeds). exp over every float in [-87, 88.7]: at most 1.08 ulp (Cephes': 1.01).
   static F expm1_reduced(F r) {
     F p = V::set1(1.392617589e-03f);
     p = V::fma(p, r, V::set1(8.363173343e-03f));
@@ -111,9 +110,8 @@ struct VectorMath {
       // holding 1, so log keeps its relative accuracy there): log m = log1p(m/c - 1) - log(1/c),
       // |m/c - 1| < 1/64, from math_tables.inl (scripts/fit-polynomials.py tables; each 1/c
       // chosen so that log(1/c) is nearly a float). Two lookups and 7 FMA-pipe operations against
-      // log_polynomial's 14. On Zen 4 (2026-12-04): 3.4 -> 4.0 G values/s in L1, 64 MiB on one
-      // thread 77 -> 89% of the read bandwidth (means of 4 alternated runs); every normal float
-      // within 1.14 ulp, where log_polynomial measures 0.80.
+      // log_polynomial's 14 (the speed-up: docs/ARCHITECTURE.md); every normal float within
+      // 1.14 ulp, where log_polynomial measures 0.80.
       const I j = V::shift_right_logical(mantissa, 18);
       const F r = V::fma(m, V::lookup32(kLogInverseTable, j), V::set1(-1.0f));  // m/c - 1, one rounding
       F p = V::fma(V::set1(kLog1pPolynomial[2]), r, V::set1(kLog1pPolynomial[1]));
@@ -157,14 +155,11 @@ struct VectorMath {
   // That is 6 lookups and 5 FMAs, which a Zen 4 core runs on its FMA pipes at one a cycle, against
   // about 31 operations there for GELU's normal_parts and 24 for tanh; the interval's index and
   // midpoint come from the bits of |x| + 4 by integer operations and FADDs, which run beside them.
-  // In L1 the table path measured 3.5-3.7 G values/s (2026-12-04), against 1.7 for GELU's general
-  // path and 2.9 for tanh's; sigmoid's general path already ran at 3.4, and its table measured no
-  // faster, so sigmoid has none. A vector with any lane outside (or NaN) takes the general path.
-  // The bound stays below 4 so that |x| + 4 never rounds up to 8, whose exponent would break the
-  // index. GELU and its derivative branch to the tables in themselves, not inside
-  // half_erfc_of_abs and normal_parts, because the table path needs no clamp of |x| to 15: with
-  // the clamp's MIN (and MAX) on it they ran at 3.45 and 2.95 G values/s in L1 against 3.72 and
-  // 3.2 (2026-12-04).
+  // Sigmoid has no table: its general path measured as fast as one (docs/ARCHITECTURE.md). A vector with any
+  // lane outside (or NaN) takes the general path. The bound stays below 4 so that |x| + 4 never rounds up to
+  // 8, whose exponent would break the index. GELU and its derivative branch to the tables in themselves, not
+  // inside half_erfc_of_abs and normal_parts, because the table path needs no clamp of |x| to 15, which
+  // measurably slowed it (docs/ARCHITECTURE.md).
   static constexpr float kTableEnd = 3.998f;
   static bool within_table(F ax) { return V::all(V::less(ax, V::set1(kTableEnd))); }
   static F table_polynomial(const float (&table)[6][32], F ax) {
@@ -198,11 +193,9 @@ struct VectorMath {
   //
   // It replaced the earlier form -- 1 - 2/(e^2|x| + 1) above 0.625 and an odd polynomial below,
   // both computed for every lane and selected: about 34 operations a vector against 24, 1.33 ulp
-  // -- at 1.12-1.25x its speed in L1 (2026-12-03), where tanh is compute-bound on this 2-port
-  // AVX-512 core (1.0-1.6 G values/s a core, against the 1.75 that a 14 GB/s stream needs); on
-  // 64 MiB it went from 66-73% of the read bandwidth to 80-90% on one thread and 85-97% on two. A
-  // single rational x P(x^2) / Q(x^2) (17 operations) ran 1.85x faster, but measured 5.2-5.9 ulp
-  // in float and returned values above 1: the roundings of P, Q and the ratio add up.
+  // -- where tanh is bound by the FMA pipes (speeds: docs/ARCHITECTURE.md). A single rational
+  // x P(x^2) / Q(x^2) (17 operations) is faster but measured 5.2-5.9 ulp in float and returned
+  // values above 1: the roundings of P, Q and the ratio add up.
   static F tanh(F x) {
     const F ax = V::abs(x);
     if constexpr (V::kLookup32) {  // tanh = |x| (tanh(|x|)/|x|), the sign put back

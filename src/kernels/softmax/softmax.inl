@@ -78,13 +78,12 @@ constexpr float kLargestShiftedSum = 5.54e34f;
 
 // The row's exponentials, shifted as softmax needs only to keep them finite: by the maximum of the
 // row's first vector, so that the row is read once. A separate maximum pass, bound by memory where
-// the exponentials are bound by arithmetic, held a 1000-column softmax on 64 MiB at 71% of one Zen 4
-// core's read bandwidth against 83% without it (means of eight runs alternated, 2026-12-04). The
-// largest exponential is at least 1 (the first vector's maximum gives exactly 1), so no term
-// underflows sooner than with the true maximum, and the results differ from the two-pass ones by
-// rounding only. The rare row whose sum reaches kLargestShiftedSum -- its maximum far above its
-// first vector's, or an inf or NaN in it -- is done again shifted by its true maximum, which is
-// exactly the two-pass computation.
+// the exponentials are bound by arithmetic, does not overlap them and cost a memory-bound softmax
+// much of its bandwidth (figures: docs/ARCHITECTURE.md, "read each row once"). The largest exponential is at
+// least 1 (the first vector's maximum gives exactly 1), so no term underflows sooner than with the true
+// maximum, and the results differ from the two-pass ones by rounding only. The rare row whose sum reaches
+// kLargestShiftedSum -- its maximum far above its first vector's, or an inf or NaN in it -- is done again
+// shifted by its true maximum, which is exactly the two-pass computation.
 template <bool KeepExps, bool WithSumOfX>
 RowExps row_exps(const float* x, float* y, std::size_t n, std::ptrdiff_t ahead_x, std::ptrdiff_t ahead_y) {
   const float first = reduce_max<V>(x, n < V::kWidth ? n : V::kWidth);
