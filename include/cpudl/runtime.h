@@ -197,8 +197,9 @@ int compute_threads();
 // Throws UsageError outside [1, 4096]. Call it before starting work on other threads.
 void set_default_threads(int threads);
 // Runs the calling thread's work on `threads` threads until destroyed (0: keep the count in
-// effect). The one place that sets OpenMP's thread count, so oneDNN, whose primitives read it,
-// follows the same value. Scopes nest; a scope belongs to the thread that made it.
+// effect). It also sets OpenMP's count for the thread (only it, set_default_threads and the
+// runtime's start do), so oneDNN, whose primitives read that count, follows the same value.
+// Scopes nest; a scope belongs to the thread that made it.
 class ThreadScope {
  public:
   explicit ThreadScope(int threads);
