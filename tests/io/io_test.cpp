@@ -11,15 +11,12 @@
 #include "cpudl/error.h"
 #include "cpudl/io.h"
 #include "cpudl/nn.h"
+#include "named_tensors.h"
 
 namespace cpudl {
 namespace {
 
-std::vector<std::string> names(const nn::NamedTensors& t) {
-  std::vector<std::string> out;
-  for (const auto& [n, v] : t) out.push_back(n);
-  return out;
-}
+using testing::names;
 
 class Safetensors : public ::testing::Test {
  protected:

@@ -14,15 +14,12 @@
 #include "cpudl/io.h"
 #include "cpudl/nn.h"
 #include "cpudl/optim.h"
+#include "named_tensors.h"
 
 namespace cpudl {
 namespace {
 
-std::vector<std::string> names(const nn::NamedTensors& t) {
-  std::vector<std::string> out;
-  for (const auto& [n, v] : t) out.push_back(n);
-  return out;
-}
+using testing::names;
 
 TEST(Nn, ZooParameterNamesAndCountsMatchPyTorch) {
   // Counts and names as torch/torchvision report them for the same definitions.
