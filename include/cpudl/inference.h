@@ -36,6 +36,11 @@ struct ModelValue {
   Shape shape;  // -1 for a dimension the model leaves free (a dynamic batch)
 };
 
+// The algorithm a node runs, where its operator has several (convolutions: dense/conv/conv_list.h).
+struct NodeImplementation {
+  std::string node, op, implementation;
+};
+
 // What `cpudl info` prints: the graph as loaded, what the optimiser did, and the plan for one
 // input shape.
 struct ModelInfo {
@@ -52,6 +57,7 @@ struct ModelInfo {
   std::vector<std::string> rewrites;       // one line per optimiser rewrite
   std::string int8_execution;              // how this CPU runs the model's int8 operators ("" if none)
   std::map<std::string, int> rewrite_counts;
+  std::vector<NodeImplementation> implementations;
 };
 
 struct OpProfile {

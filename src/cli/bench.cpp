@@ -14,10 +14,8 @@
 #include "cpudl/error.h"
 #include "cpudl/runtime.h"
 #include "dense/blas/blas.h"
-#include "dense/conv/implicit_gemm_weight_grad.h"
-#include "dense/conv/pointwise_conv.h"
-#include "dense/conv/tap_gemm_weight_grad.h"
-#include "dense/conv/winograd_conv.h"
+#include "dense/conv/conv_list.h"
+#include "dense/conv/planar_conv.h"
 #include "measure/cache_line_floats.h"
 #include "measure/roof_around.h"
 #include "measure/timing.h"
@@ -224,124 +222,100 @@ int run_conv(const BenchOptions& o) {
   const auto workloads = bench::conv_workloads(o.model, o.batch);
   Report report(o.json);
   report.header(
-      "Convolution through oneDNN (NHWC activations) and, for stride-1 3x3 layers, the Winograd paths: the "
-      "inference runtime's (winograd: blocked, weights transformed once) and training's (winograd_nhwc: "
-      "channels-last, weights transformed on each call; and the weight gradient), and the implicit-GEMM "
-      "weight gradient (implicit_gemm: training's for strided layers with 256+ outputs and more than 128 "
-      "inputs) and the tap-major one of strided layers (tap_gemm: training's for those with up to 128 "
-      "inputs), and the pointwise GEMM of 1x1 layers (pointwise: training's for strided ones, backward-data "
-      "at any size and forward with weights up to 128 KB), fp32 (median; % "
-      "of the fp32 roof probed just before and after each row, at the same threads; Winograd counted at the "
-      "direct convolution's FLOPs; steal: the share of the threads' time the hypervisor took; each "
-      "layer with or without bias as its model defines it: ResNet-18's convolutions have none)",
-      "model      layer                     batch threads pass                            ms    GFLOP/s  "
-      "%peak steal");
+      "Convolutions on every implementation that can run them (dense/conv/conv_list.h), each pass as "
+      "training runs it (channels-last; the input needs a gradient except in a model's first layer) and "
+      "the forward pass as the inference runtime does (blocked layout, constant weights prepared once: "
+      "marked 'inference'); '*' marks the list's choice. fp32 (median; % of the fp32 roof probed just "
+      "before and after each row, at the same threads; Winograd counted at the direct convolution's "
+      "FLOPs; the bf16 entries round their operands to bf16 and may pass the fp32 roof; steal: the share of "
+      "the threads' time the hypervisor took; each layer with or without bias "
+      "as its model defines it: ResNet-18's convolutions have none)",
+      "model      layer                     batch threads pass               implementation          ms  "
+      "  GFLOP/s  %peak steal");
   for (int t : threads) {
     const ThreadScope scope(t);
     for (const auto& w : workloads) {
-      const auto& s = w.shape;
-      const auto x = random_buffer(static_cast<std::size_t>(s.batch * s.in_channels * s.height * s.width), 1);
-      const auto wt = random_buffer(
-          static_cast<std::size_t>(s.out_channels * s.in_channels / s.groups * s.kernel_h * s.kernel_w), 2);
-      const auto bias = random_buffer(static_cast<std::size_t>(s.out_channels), 3);
-      const auto dy = random_buffer(
-          static_cast<std::size_t>(s.batch * s.out_channels * s.out_height() * s.out_width()), 4);
+      const auto x = random_buffer(
+          static_cast<std::size_t>(w.shape.batch * w.shape.in_channels * w.shape.height * w.shape.width), 1);
+      const auto wt =
+          random_buffer(static_cast<std::size_t>(w.shape.out_channels * w.shape.in_channels / w.shape.groups *
+                                                 w.shape.kernel_h * w.shape.kernel_w),
+                        2);
+      const auto bias = random_buffer(static_cast<std::size_t>(w.shape.out_channels), 3);
+      const auto dy = random_buffer(static_cast<std::size_t>(w.shape.batch * w.shape.out_channels *
+                                                             w.shape.out_height() * w.shape.out_width()),
+                                    4);
       bench::CacheLineFloats y(dy.size()), dx(x.size()), dw(wt.size()), db(bias.size());
-      const float* b = w.bias ? bias.data() : nullptr;
-      float* diff_b = w.bias ? db.data() : nullptr;
-      // The inference runtime's Winograd path (dense/conv/winograd_conv.h) beside oneDNN's forward,
-      // on the shapes it takes; its activations are in the blocked layout (the values do not
-      // matter for the timing). And training's (`winograd_nhwc`): channels-last, the weights
-      // transformed on every call, forward and backward-data. FLOPs are the direct convolution's.
-      std::optional<conv::WinogradConv> winograd;
-      onednn::ConvShape blocked = s;
+      conv::ConvContext training;
+      training.input_needs_grad = w.shape.in_channels > conv::kFewInputChannels;
+      conv::ConvContext inference;
+      inference.constant_weights = true;
+      inference.input_needs_grad = false;
+      onednn::ConvShape blocked = w.shape;
       blocked.layout = onednn::ActivationLayout::blocked;
-      if (const auto wino = conv::winograd_shape(blocked)) winograd.emplace(*wino, wt.data());
-      const auto train_forward = conv::winograd_shape(s);
-      const auto train_backward = conv::winograd_backward_data_shape(s);
       const struct {
-        const char* name;
-        const char* backend;
-        std::function<void()> fn;  // empty: the backend does not take this layer
-      } passes[] = {
-          {"forward", "onednn", [&] { onednn::conv2d_forward(s, x.data(), wt.data(), 1, b, y.data()); }},
-          {"forward", "winograd",
-           winograd ? std::function<void()>(
-                          [&] { winograd->forward(x.data(), b, nullptr, -INFINITY, INFINITY, y.data()); })
-                    : nullptr},
-          {"forward", "winograd_nhwc",
-           train_forward ? std::function<void()>([&] {
-             conv::winograd_convolve(*train_forward, wt.data(), conv::WinogradPass::forward, x.data(), b,
-                                     -INFINITY, INFINITY, y.data());
-           })
-                         : nullptr},
-          {"forward", "pointwise",
-           conv::pointwise_conv_forward_applies(s) ? std::function<void()>([&] {
-             conv::pointwise_conv_forward(s, x.data(), wt.data(), b, y.data());
-           })
-                                                   : nullptr},
-          {"backward_data", "onednn",
-           [&] { onednn::conv2d_backward_data(s, dy.data(), wt.data(), 1, dx.data()); }},
-          {"backward_data", "pointwise",
-           conv::pointwise_conv_backward_data_applies(s) ? std::function<void()>([&] {
-             conv::pointwise_conv_backward_data(s, dy.data(), wt.data(), dx.data());
-           })
-                                                         : nullptr},
-          {"backward_data", "winograd_nhwc",
-           train_backward ? std::function<void()>([&] {
-             conv::winograd_convolve(*train_backward, wt.data(), conv::WinogradPass::backward_data, dy.data(),
-                                     nullptr, -INFINITY, INFINITY, dx.data());
-           })
-                          : nullptr},
-          {"backward_weights", "onednn",
-           [&] { onednn::conv2d_backward_weights(s, x.data(), dy.data(), dw.data(), diff_b); }},
-          {"backward_weights", "winograd_nhwc",
-           train_forward ? std::function<void()>([&] {
-             conv::winograd_backward_weights(*train_forward, x.data(), dy.data(), dw.data(), diff_b);
-           })
-                         : nullptr},
-          {"backward_weights", "implicit_gemm",
-           conv::implicit_gemm_weight_grad_applies(s) ? std::function<void()>([&] {
-             conv::implicit_gemm_weight_grad(s, x.data(), dy.data(), dw.data(), diff_b);
-           })
-                                                      : nullptr},
-          {"backward_weights", "tap_gemm",
-           conv::tap_gemm_weight_grad_applies(s) && (s.stride_h > 1 || s.stride_w > 1)
-               ? std::function<void()>(
-                     [&] { conv::tap_gemm_weight_grad(s, x.data(), dy.data(), dw.data(), diff_b); })
-               : nullptr},
-      };
-      for (const auto& pass : passes) {
-        if (!pass.fn) continue;
-        const auto [timing, roof, steal] = time_against_roof(pass.fn, o.min_time, t);
-        const double gflops = s.flops() / timing.median_seconds * 1e-9;
-        Json j = {{"op", std::string("conv_") + pass.name},
-                  {"backend", pass.backend},
-                  {"model", w.model},
-                  {"layer", w.layer},
-                  {"n", s.batch},
-                  {"c", s.in_channels},
-                  {"h", s.height},
-                  {"w", s.width},
-                  {"oc", s.out_channels},
-                  {"kh", s.kernel_h},
-                  {"kw", s.kernel_w},
-                  {"stride", s.stride_h},
-                  {"pad", s.pad_h},
-                  {"groups", s.groups},
-                  {"bias", w.bias},
-                  {"threads", t},
-                  {"ms", timing.median_seconds * 1e3},
-                  {"gflops", gflops},
-                  {"pct_peak", 100.0 * gflops / roof},
-                  {"steal_pct", steal}};
-        const std::string backend = pass.backend;
-        const std::string pass_name =
-            std::string(pass.name) + (backend == "onednn" ? "" : " (" + backend + ")");
-        report.record(
-            j, format("%-10s %-25s %5lld %7d %-33s %8.3f %9.1f %5.1f%% %s", w.model.c_str(), w.layer.c_str(),
-                      static_cast<long long>(s.batch), t, pass_name.c_str(), timing.median_seconds * 1e3,
-                      gflops, 100.0 * gflops / roof, steal_text(steal).c_str()));
+        const onednn::ConvShape& shape;
+        conv::ConvPass pass;
+        const conv::ConvContext& context;
+        const char* label;
+      } cases[] = {{w.shape, conv::ConvPass::forward, training, "forward"},
+                   {w.shape, conv::ConvPass::backward_data, training, "backward_data"},
+                   {w.shape, conv::ConvPass::backward_weights, training, "backward_weights"},
+                   {blocked, conv::ConvPass::forward, inference, "forward inference"}};
+      for (const auto& c : cases) {
+        const onednn::ConvShape& s = c.shape;
+        // Blocked forward rows only where the inference runtime would run something other than oneDNN.
+        const conv::ConvImpl& chosen = conv::choose_conv_impl(s, c.pass, c.context);
+        if (&c.context == &inference && chosen.name == "onednn") continue;
+        for (const conv::ConvImpl& impl : conv::conv_impls()) {
+          // The reference is a correctness tool: its loops would dominate the run.
+          if (impl.name == "reference" || !(impl.passes & conv::pass_bit(c.pass)) ||
+              !impl.runs(s, c.pass, c.context))
+            continue;
+          conv::ConvArgs a;
+          a.weights = wt.data(), a.weights_version = 1;
+          a.bias = w.bias ? bias.data() : nullptr;
+          if (c.pass == conv::ConvPass::forward) a.src = x.data(), a.dst = y.data();
+          if (c.pass == conv::ConvPass::backward_data) a.src = dy.data(), a.dst = dx.data();
+          if (c.pass == conv::ConvPass::backward_weights)
+            a.src = x.data(), a.diff_dst = dy.data(), a.dst = dw.data(),
+            a.diff_bias = w.bias ? db.data() : nullptr;
+          // Inference prepares the weights once per plan (outside the timing); training on every call.
+          std::shared_ptr<const conv::ConvPrepared> prepared;
+          if (c.context.constant_weights && impl.prepare) prepared = impl.prepare(s, c.pass, wt.data());
+          a.prepared = prepared.get();
+          const auto [timing, roof, steal] =
+              time_against_roof([&] { impl.run(s, c.pass, a); }, o.min_time, t);
+          const double gflops = s.flops() / timing.median_seconds * 1e-9;
+          const bool is_chosen = &impl == &chosen;
+          Json j = {{"op", std::string("conv_") + std::string(conv::pass_name(c.pass))},
+                    {"implementation", std::string(impl.name)},
+                    {"chosen", is_chosen},
+                    {"layout", std::string(conv::layout_name(s.layout))},
+                    {"model", w.model},
+                    {"layer", w.layer},
+                    {"n", s.batch},
+                    {"c", s.in_channels},
+                    {"h", s.height},
+                    {"w", s.width},
+                    {"oc", s.out_channels},
+                    {"kh", s.kernel_h},
+                    {"kw", s.kernel_w},
+                    {"stride", s.stride_h},
+                    {"pad", s.pad_h},
+                    {"groups", s.groups},
+                    {"bias", w.bias},
+                    {"threads", t},
+                    {"ms", timing.median_seconds * 1e3},
+                    {"gflops", gflops},
+                    {"pct_peak", 100.0 * gflops / roof},
+                    {"steal_pct", steal}};
+          const std::string name = std::string(is_chosen ? "*" : " ") + std::string(impl.name);
+          report.record(j, format("%-10s %-25s %5lld %7d %-18s %-20s %8.3f %9.1f %5.1f%% %s", w.model.c_str(),
+                                  w.layer.c_str(), static_cast<long long>(s.batch), t, c.label, name.c_str(),
+                                  timing.median_seconds * 1e3, gflops, 100.0 * gflops / roof,
+                                  steal_text(steal).c_str()));
+        }
       }
     }
   }

@@ -191,6 +191,10 @@ int run_info(const InfoOptions& o) {
                                 {"rewrite_counts", info.rewrite_counts},
                                 {"rewrites", info.rewrites},
                                 {"int8_execution", info.int8_execution}};
+    nlohmann::ordered_json algorithms = nlohmann::ordered_json::array();
+    for (const auto& n : info.implementations)
+      algorithms.push_back({{"node", n.node}, {"op", n.op}, {"implementation", n.implementation}});
+    j["implementations"] = algorithms;
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
@@ -220,6 +224,10 @@ int run_info(const InfoOptions& o) {
   for (const auto& [kind, n] : info.rewrite_counts) std::printf(" %s x%d;", kind.c_str(), n);
   std::printf("\n");
   if (!info.int8_execution.empty()) std::printf("int8: %s\n", info.int8_execution.c_str());
+  // The algorithm of each node whose operator has several (CPUDL_CONV_IMPL forces one).
+  if (!info.implementations.empty()) std::printf("algorithms:\n");
+  for (const auto& n : info.implementations)
+    std::printf("  %-40s %-14s %s\n", n.node.c_str(), n.op.c_str(), n.implementation.c_str());
   return 0;
 }
 

@@ -41,6 +41,11 @@ struct OpSetup {
   // Output 0 shares input 0's memory (Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout):
   // the kernel is then empty and no copy is made.
   bool output_aliases_input = false;
+  // Planning's first pass, which builds every kernel for its output shapes (and runs it only to
+  // fold constants): choices made here are not the plan's.
+  bool shape_pass = false;
+  // Which algorithm the kernel runs, where an operator has several (`cpudl info` lists it).
+  std::string implementation;
 
   std::size_t count() const { return inputs.size(); }
   bool has(std::size_t i) const { return i < inputs.size() && inputs[i].present; }

@@ -23,7 +23,7 @@ std::size_t bytes_of(const ValueDesc& d) { return static_cast<std::size_t>(d.num
 
 OpSetup make_setup(const Node& node, std::int64_t opset, const std::map<std::string, ValueDesc>& descs,
                    const std::map<std::string, std::shared_ptr<const HostTensor>>& known) {
-  OpSetup s{node, opset, {}, {}, {}, false};
+  OpSetup s{node, opset, {}, {}, {}, false, false, {}};
   for (const auto& in : node.inputs) {
     if (in.empty()) {
       s.inputs.push_back(ValueDesc{DType::f32, {}, false});
@@ -117,6 +117,7 @@ Plan::Plan(const Graph& session_graph, const std::vector<Shape>& input_shapes, O
   std::vector<Node> remaining;
   for (const Node& node : g.nodes) {
     OpSetup s = make_setup(node, g.opset, descs, known);
+    s.shape_pass = true;
     Kernel kernel = build(s);
     for (std::size_t o = 0; o < node.outputs.size() && o < s.outputs.size(); ++o)
       if (!node.outputs[o].empty()) descs[node.outputs[o]] = s.outputs[o];
@@ -210,6 +211,9 @@ Plan::Plan(const Graph& session_graph, const std::vector<Shape>& input_shapes, O
     }
     stats_.flops += node_flops(node, s.inputs, s.outputs);
     ++stats_.ops[node.op];
+    if (!s.implementation.empty())
+      stats_.implementations.push_back(
+          {node.name.empty() ? node.label() : node.name, node.op, s.implementation});
     profile_.push_back(StepProfile{node.op, node.name, node_flops(node, s.inputs, s.outputs), 0, 0});
     steps_.push_back(std::move(step));
   }

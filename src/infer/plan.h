@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "cpudl/inference.h"
 #include "infer/graph.h"
 #include "infer/op_registry.h"
 #include "infer/optimizer.h"
@@ -17,11 +18,12 @@
 namespace cpudl::infer {
 
 struct PlanStats {
-  std::size_t arena_bytes = 0;      // the memory plan's peak: all intermediate values
-  std::size_t unplanned_bytes = 0;  // what one buffer per value would need
-  std::size_t steps = 0;            // kernels run per inference
-  double flops = 0;                 // per inference (multiply-adds x 2 of Conv, Gemm, MatMul)
-  std::map<std::string, int> ops;   // op -> count, after optimisation
+  std::size_t arena_bytes = 0;                      // the memory plan's peak: all intermediate values
+  std::size_t unplanned_bytes = 0;                  // what one buffer per value would need
+  std::size_t steps = 0;                            // kernels run per inference
+  double flops = 0;                                 // per inference (multiply-adds x 2 of Conv, Gemm, MatMul)
+  std::map<std::string, int> ops;                   // op -> count, after optimisation
+  std::vector<NodeImplementation> implementations;  // where an operator has several algorithms
 };
 
 // Time spent per step, accumulated over runs when profiling is on (CPUDL_PROFILE=1).

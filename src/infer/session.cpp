@@ -142,6 +142,7 @@ ModelInfo InferenceSession::info(const std::vector<Shape>& input_shapes) {
     if (t->dtype == DType::f32 || t->dtype == DType::bf16 || t->dtype == DType::i8 || t->dtype == DType::u8)
       info.parameters += t->numel();  // weights, float or quantised (not shape arguments)
   info.ops_planned = plan.stats().ops;
+  info.implementations = plan.stats().implementations;
   info.int8_execution = infer::describe_int8_execution(info.ops_planned);
   info.flops = plan.stats().flops;
   info.arena_bytes = plan.stats().arena_bytes;

@@ -1,9 +1,8 @@
 // A roof probed just before a measurement and just after it, averaged, with the hypervisor's steal
 // over the same span (StealMeter). The host's speed drifts over seconds to minutes: with one roof
-// per run, measured at its start, single rows read above 100% (make bench, 2026-12-02: oneDNN's
-// 512^3 at 105.9% of a 1-thread roof of 135 GFLOP/s, where `bench peak` had measured 158 a minute
-// earlier), so each row is judged against its own neighbourhood. Used by `cpudl bench gemm` and
-// `bench conv` (src/cli/bench.cpp) and by the kernel suite (bench/kernels_bench.cpp).
+// per run, measured at its start, single rows read above 100% (oneDNN's 512^3 SGEMM against a roof
+// probed a minute earlier), so each row is judged against its own neighbourhood. Used by `cpudl bench gemm`
+// and `bench conv` (src/cli/bench.cpp) and by the kernel suite (bench/kernels_bench.cpp).
 #pragma once
 
 #include <functional>

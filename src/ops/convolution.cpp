@@ -1,16 +1,11 @@
-// conv2d: its shape rule, the forward pass on the path the layer's shape picks (planar first
-// layers, Winograd, a whole-map product, the pointwise GEMM, oneDNN in f32 or bf16 autocast), and
-// its backward on the path the forward took (cropped dead taps, native weight gradients).
+// conv2d: its shape rule, and its passes on the implementations the dense layer's list picks
+// (dense/conv/conv_list.h): the forward pass, and a backward pass that walks the same list for
+// backward-data and backward-weights, with the precision and the cropped kernel the forward took.
 #include <cmath>
 #include <cstring>
 
-#include "dense/conv/implicit_gemm_weight_grad.h"
-#include "dense/conv/pointwise_conv.h"
-#include "dense/conv/tap_gemm_weight_grad.h"
-#include "dense/conv/winograd_conv.h"
+#include "dense/conv/conv_list.h"
 #include "dense/onednn/dense.h"
-#include "kernels/conv/conv.h"
-#include "ops/conv_as_linear.h"
 #include "ops/op_helpers.h"
 #include "ops/planar_conv.h"
 #include "runtime/op_profile.h"
@@ -20,40 +15,6 @@ namespace cpudl {
 using namespace ops_detail;
 
 namespace {
-
-// A first layer's weight gradient (1-4 input channels) on the native kernel (kernels/conv/):
-// oneDNN's NHWC backward-weights pass runs it at 7-8% of peak. Images are split over the threads,
-// each summing into its own [KH][KW][IC][OC] buffer; the sums are then added and transposed to
-// PyTorch's OIHW.
-// Below kFewInputChannelsMinOutputs (planar_conv.h) oneDNN stays.
-void few_channel_backward_weights(const onednn::ConvShape& s, const float* x, const float* dy, float* dw,
-                                  float* db) {
-  const kernels::ConvWindow w{
-      static_cast<std::size_t>(s.in_channels),  static_cast<std::size_t>(s.height),
-      static_cast<std::size_t>(s.width),        static_cast<std::size_t>(s.out_channels),
-      static_cast<std::size_t>(s.out_height()), static_cast<std::size_t>(s.out_width()),
-      static_cast<std::size_t>(s.kernel_h),     static_cast<std::size_t>(s.kernel_w),
-      static_cast<std::size_t>(s.stride_h),     static_cast<std::size_t>(s.stride_w),
-      static_cast<std::size_t>(s.pad_h),        static_cast<std::size_t>(s.pad_w),
-      static_cast<std::size_t>(s.dilation_h),   static_cast<std::size_t>(s.dilation_w)};
-  const std::size_t oc_pad = kernels::conv_padded_channels(w.out_channels);
-  const std::size_t taps = w.kernel_h * w.kernel_w * w.in_channels, per_thread = (taps + 1) * oc_pad;
-  const std::size_t in_image = w.height * w.width * w.in_channels,
-                    out_image = w.out_h * w.out_w * w.out_channels;
-  const auto kernel = native().f32_conv_backward_weights_nhwc.fn;
-  const std::vector<float> sums =
-      sum_over_images(static_cast<std::size_t>(s.batch), per_thread, [&](std::size_t n, float* mine) {
-        kernel(w, x + n * in_image, dy + n * out_image, mine, db ? mine + taps * oc_pad : nullptr);
-      });
-  for (std::size_t oc = 0; oc < w.out_channels; ++oc) {
-    for (std::size_t ic = 0; ic < w.in_channels; ++ic)
-      for (std::size_t kh = 0; kh < w.kernel_h; ++kh)
-        for (std::size_t kw = 0; kw < w.kernel_w; ++kw)
-          dw[((oc * w.in_channels + ic) * w.kernel_h + kh) * w.kernel_w + kw] =
-              sums[((kh * w.kernel_w + kw) * w.in_channels + ic) * oc_pad + oc];
-    if (db) db[oc] = sums[taps * oc_pad + oc];
-  }
-}
 
 // The taps [begin, end) of one kernel dimension that read at least one input element (the
 // others only ever see padding), by walking the output positions.
@@ -101,10 +62,6 @@ CroppedKernel crop_dead_taps(const onednn::ConvShape& s) {
   return c;
 }
 
-KernelWindow window_of(const CroppedKernel& c, const Shape& weight_shape) {
-  return {weight_shape[2], weight_shape[3], c.kh_begin, c.kw_begin};
-}
-
 // The live window [kh_begin, +kernel_h) x [kw_begin, +kernel_w) of weights [OC][IC][KH][KW], and
 // a window's gradient placed in a zero kernel of `full` shape: strided views copied by
 // copy_strided, which splits the rows over the threads.
@@ -126,16 +83,17 @@ Tensor gradient_of_kernel(const Tensor& window_grad, const CroppedKernel& c, con
 namespace {
 thread_local bool g_bf16_autocast = false;
 
-// conv2d's backward pass, in the precision and on the path its forward took.
+// conv2d's backward pass: each pass on the implementation the list picks for it, in the
+// precision the forward took.
 struct ConvBackward {
   CroppedKernel crop;
-  // Channels-last input; the (cropped) weights oneDNN runs, or a whole-map product's E.
-  Tensor xc, wc, expanded;
+  Tensor xc, wc;  // channels-last input; the (cropped) weights
   std::uint64_t version;
-  bool bf16;
-  // The backward-data pass as a Winograd convolution, and the weight gradient by Winograd
-  // (stride-1 3x3 layers; see conv2d below).
-  std::optional<conv::WinogradConvShape> winograd_backward, winograd_weights;
+  conv::ConvContext context;
+  // The forward's implementation and what it prepared from the weights, when that serves the
+  // other passes (the whole-map product's E).
+  const conv::ConvImpl* forward_impl;
+  std::shared_ptr<const conv::ConvPrepared> prepared;
   // Gradients only for inputs that need them: a first layer's input (the images) needs none, and
   // its backward-data pass would be the most expensive part of that layer's backward.
   bool need_dx, need_dw, need_db;
@@ -150,50 +108,21 @@ struct ConvBackward {
     Tensor dx, dw, db;
     if (need_dx) {
       dx = empty_channels_last(xc.shape());
-      if (expanded.defined())
-        conv_as_linear_backward_data(run, gc.data(), expanded, dx.data(), bf16);
-      else if (winograd_backward)
-        conv::winograd_convolve(*winograd_backward, wc.data(), conv::WinogradPass::backward_data, gc.data(),
-                                nullptr, -INFINITY, INFINITY, dx.data());
-      else if (!bf16 && conv::pointwise_conv_backward_data_preferred(run))  // 1x1/2 shortcuts
-        conv::pointwise_conv_backward_data(run, gc.data(), wc.data(), dx.data());
-      else if (bf16)
-        onednn::conv2d_backward_data_bf16(run, gc.data(), wc.data(), version, dx.data());
-      else
-        onednn::conv2d_backward_data(run, gc.data(), wc.data(), version, dx.data());
+      const conv::ConvImpl& impl = conv::choose_conv_impl(run, conv::ConvPass::backward_data, context);
+      conv::ConvArgs a;
+      a.src = gc.data(), a.weights = wc.data(), a.weights_version = version, a.dst = dx.data();
+      if (&impl == forward_impl) a.prepared = prepared.get();
+      impl.run(run, conv::ConvPass::backward_data, a);
     }
     if (need_dw || need_db) {
-      // oneDNN computes both in one pass; a frozen weight's gradient is computed and dropped.
+      // Every implementation computes both in one pass; a frozen weight's gradient is computed and dropped.
       if (need_db) db = Tensor::empty({run.out_channels});
-      float* db_out = need_db ? db.data() : nullptr;
-      if (expanded.defined()) {  // folded straight into the whole kernel, dead taps included
-        dw = Tensor::empty(weight_shape);
-        conv_as_linear_backward_weights(run, window_of(crop, weight_shape), xc.data(), gc.data(), dw.data(),
-                                        db_out, bf16);
-        return {dx, need_dw ? dw : Tensor(), db};
-      }
       dw = Tensor::empty(wc.shape());
-      if (winograd_weights)
-        conv::winograd_backward_weights(*winograd_weights, xc.data(), gc.data(), dw.data(), db_out);
-      // Few-channel stride-1 first layers; strided ones (ResNet's 7x7/2 stem) took 66-70 ms on this
-      // kernel against oneDNN's 31-33 (batch 16 at 224x224, 1 thread) and go to the tap-major GEMM.
-      else if (run.groups == 1 && run.in_channels <= kFewInputChannels &&
-               run.out_channels >= kFewInputChannelsMinOutputs && run.stride_h == 1 && run.stride_w == 1)
-        few_channel_backward_weights(run, xc.data(), gc.data(), dw.data(), db_out);
-      // Strided layers with up to 128 input channels: a GEMM per kernel row with x read in place
-      // (dense/conv/tap_gemm_weight_grad.h); with more, and 256+ output channels, one implicit GEMM
-      // (dense/conv/implicit_gemm_weight_grad.h).
-      else if (conv::tap_gemm_weight_grad_preferred(run))
-        conv::tap_gemm_weight_grad(run, xc.data(), gc.data(), dw.data(), db_out);
-      else if (conv::implicit_gemm_weight_grad_preferred(run))
-        conv::implicit_gemm_weight_grad(run, xc.data(), gc.data(), dw.data(), db_out);
-      // oneDNN's AMX weight gradient is slower than its f32 one for strided convolutions
-      // (ResNet-18 at 32x32, batch 64, 1 thread: 1x1/2 0.44-1.22 ms against 0.18-0.67, 3x3/2
-      // 1.5-2.8 ms against 1.2-1.9; but 3x3/1 2.7 ms against 6.3): those stay f32, only more exact.
-      else if (bf16 && run.stride_h == 1 && run.stride_w == 1)
-        onednn::conv2d_backward_weights_bf16(run, xc.data(), gc.data(), dw.data(), db_out);
-      else
-        onednn::conv2d_backward_weights(run, xc.data(), gc.data(), dw.data(), db_out);
+      const conv::ConvImpl& impl = conv::choose_conv_impl(run, conv::ConvPass::backward_weights, context);
+      conv::ConvArgs a;
+      a.src = xc.data(), a.diff_dst = gc.data(), a.dst = dw.data(),
+      a.diff_bias = need_db ? db.data() : nullptr;
+      impl.run(run, conv::ConvPass::backward_weights, a);
       if (!need_dw)
         dw = Tensor();
       else if (crop.cropped)
@@ -236,74 +165,45 @@ onednn::ConvShape ops_detail::conv2d_shape(const Tensor& x, const Tensor& weight
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& o) {
   profiling::Scope profile("conv2d");
   onednn::ConvShape s = conv2d_shape(x, weight, bias, o);
-  if (planar_first_layer(s, x)) {
-    s.validate();
-    return planar_conv2d(s, x, weight, bias, o.relu);
-  }
   // Activations in and out channels-last (tensor/layout.h): oneDNN's direct convolutions read
-  // and write NHWC, and run 4-6x faster on it than on NCHW (im2col + GEMM) here.
-  // (Measured with `cpudl bench model --train`, 1 thread: LeNet-5 1.2-1.4x and ResNet-18 at
-  // 32x32 1.4-1.6x faster than NCHW; SimpleCNN ~8% slower, as its flatten into the classifier
-  // transposes a 22 MB activation back to NCHW order in each direction.)
+  // and write NHWC, and run 4-6x faster on it than on NCHW (im2col + GEMM) here; so do cpudl's
+  // own algorithms (docs/ARCHITECTURE.md).
   s.layout = onednn::ActivationLayout::nhwc;
   s.validate();
-  const Tensor xc = channels_last_values(x);
-  const Tensor bc = bias.defined() ? contiguous_values(bias) : Tensor();
-  const Shape out_shape = {s.batch, s.out_channels, s.out_height(), s.out_width()};
-  Tensor y = empty_channels_last(out_shape);
   // Kernel taps that only ever read padding are cropped away: ResNet-18's last stage at 32x32
   // input runs 3x3 kernels on 1x1 maps, where oneDNN's backward-weights pass took 150 ms per call
   // for the 1/9 of the work that matters.
   const CroppedKernel crop = crop_dead_taps(s);
   const onednn::ConvShape& run = crop.shape;
-  // Maps no larger than the kernel's reach (the deep end of a network on small images) run as
-  // one matrix product (conv_as_linear.h), E gathered from the stored kernel's live window.
-  const Tensor expanded =
-      conv_covers_whole_map(run)
-          ? conv_expanded_weights(run, contiguous_values(weight).data(), window_of(crop, weight.shape()))
-          : Tensor();
-  const Tensor wc = expanded.defined() ? Tensor()
-                    : crop.cropped     ? weights_of_window(weight, crop)
-                                       : contiguous_values(weight);
+  conv::ConvContext context;
+  context.bf16 = g_bf16_autocast;
+  context.activation = o.relu ? onednn::Activation::relu : onednn::Activation::none;
+  // The planar layer (first layers whose images need no gradient) runs the stored kernel whole.
+  context.input_needs_grad = x.requires_grad() || crop.cropped;
+  const conv::ConvImpl& impl = conv::choose_conv_impl(run, conv::ConvPass::forward, context);
+  if (impl.name == "planar") return planar_conv2d(s, x, weight, bias, o.relu);
+  const Tensor xc = channels_last_values(x);
+  const Tensor bc = bias.defined() ? contiguous_values(bias) : Tensor();
+  const Shape out_shape = {s.batch, s.out_channels, s.out_height(), s.out_width()};
+  Tensor y = empty_channels_last(out_shape);
+  const Tensor wc = crop.cropped ? weights_of_window(weight, crop) : contiguous_values(weight);
   // A cropped copy is new on every call: version 0 has oneDNN reorder it each time.
   const std::uint64_t version = !crop.cropped && weight.is_contiguous() ? weights_version(weight) : 0;
-  const bool bf16 = g_bf16_autocast;
-  // Stride-1 3x3 layers (fp32) run forward and backward-data as Winograd convolutions (conv/
-  // winograd_conv.h), the weights transformed on each call, and their weight and bias gradients
-  // by Winograd too: 4x fewer multiplies per output tile than oneDNN's direct convolution (batch
-  // 16 at 224x224, one thread: forward 18-20 -> 8-12 ms, backward data 19-24 -> 8-13 ms, weight
-  // gradient 20-26 -> 9-13 ms, docs/BENCHMARKS.md). The rounding error grows to ~1e-5 of a
-  // layer's output scale; CPUDL_WINOGRAD=0 runs the direct convolutions.
-  const bool winograd_candidate = !bf16 && !expanded.defined() && !crop.cropped;
-  const auto winograd_forward =
-      winograd_candidate ? conv::winograd_training_shape(run, conv::WinogradPass::forward) : std::nullopt;
-  const auto winograd_backward = winograd_candidate && x.requires_grad()
-                                     ? conv::winograd_training_shape(run, conv::WinogradPass::backward_data)
-                                     : std::nullopt;
-  if (winograd_forward) {
-    conv::winograd_convolve(*winograd_forward, wc.data(), conv::WinogradPass::forward, xc.data(),
-                            bc.defined() ? bc.data() : nullptr, o.relu ? 0.0f : -INFINITY, INFINITY,
-                            y.data());
-  } else if (expanded.defined()) {
-    conv_as_linear_forward(run, xc.data(), expanded, bc.defined() ? bc.data() : nullptr, o.relu, y.data(),
-                           bf16);
-  } else if (!bf16 && !o.relu && conv::pointwise_conv_forward_preferred(run)) {
-    conv::pointwise_conv_forward(run, xc.data(), wc.data(), bc.defined() ? bc.data() : nullptr, y.data());
-  } else if (bf16) {
-    onednn::conv2d_forward_bf16(run, xc.data(), wc.data(), version, bc.defined() ? bc.data() : nullptr,
-                                y.data(), o.relu ? onednn::Activation::relu : onednn::Activation::none);
-  } else {
-    onednn::ConvEpilogue epilogue;
-    if (o.relu) epilogue.activation = onednn::Activation::relu;
-    onednn::conv2d_forward(run, xc.data(), wc.data(), version, bc.defined() ? bc.data() : nullptr, y.data(),
-                           epilogue);
-  }
+  conv::ConvArgs a;
+  a.src = xc.data(), a.weights = wc.data(), a.weights_version = version;
+  a.bias = bc.defined() ? bc.data() : nullptr, a.dst = y.data();
+  a.epilogue.activation = context.activation;
+  // What the forward prepares from the weights is kept for the backward pass when it serves it
+  // (the whole-map product's E, built once per step).
+  std::shared_ptr<const conv::ConvPrepared> prepared;
+  if (impl.prepare && impl.serves_passes) prepared = impl.prepare(run, conv::ConvPass::forward, wc.data());
+  a.prepared = prepared.get();
+  impl.run(run, conv::ConvPass::forward, a);
   count_forward_flops(s.flops());
   autograd::record(
       y, "conv2d", {x, weight, bias},
-      ConvBackward{crop, xc, wc, expanded, version, bf16, winograd_backward, winograd_forward,
-                   x.requires_grad(), weight.requires_grad(), bias.defined() && bias.requires_grad(),
-                   weight.shape(), o.relu ? y.detach() : Tensor()});
+      ConvBackward{crop, xc, wc, version, context, &impl, prepared, x.requires_grad(), weight.requires_grad(),
+                   bias.defined() && bias.requires_grad(), weight.shape(), o.relu ? y.detach() : Tensor()});
   return y;
 }
 

@@ -75,26 +75,6 @@ Tensor map_contiguous(const Tensor& x, Fn fn) {
   return out;
 }
 
-// Weight gradients summed over a batch: images split over the threads, each thread adding its
-// images' terms (add(n, slice) for image n) into its own zeroed slice of `size` floats; the
-// slices are then added. The per-thread order of images is fixed, so results do not depend on
-// scheduling.
-template <class AddImage>
-std::vector<float> sum_over_images(std::size_t batch, std::size_t size, const AddImage& add) {
-  const int threads = std::max(1, std::min<int>(compute_threads(), static_cast<int>(batch)));
-  const auto parts = static_cast<std::size_t>(threads);
-  std::vector<float> sums(parts * size, 0.0f);
-  parallel_for(parts, 1, threads, [&](std::size_t first, std::size_t last) {
-    for (std::size_t part = first; part < last; ++part)
-      for (std::size_t n = batch * part / parts; n < batch * (part + 1) / parts; ++n)
-        add(n, sums.data() + part * size);
-  });
-  for (std::size_t t = 1; t < parts; ++t)
-    for (std::size_t i = 0; i < size; ++i) sums[i] += sums[t * size + i];
-  sums.resize(size);
-  return sums;
-}
-
 }  // namespace cpudl::ops_detail
 
 namespace cpudl {}  // namespace cpudl

@@ -7,7 +7,7 @@
 #include <memory>
 #include <vector>
 
-#include "kernels/conv/conv.h"
+#include "dense/conv/planar_conv.h"
 #include "kernels/narrow/narrow.h"
 #include "ops/op_helpers.h"
 #include "runtime/aligned_buffer.h"
@@ -18,101 +18,32 @@ using namespace ops_detail;
 
 namespace {
 
-// A batch of first-layer inputs ready for the planar kernels: each image zero-padded into its
-// planes (rows conv_planes_row long), the weights packed [OC/8][taps][8], the bias padded to OC/8.
-struct PlanarLayer {
-  kernels::ConvPlanes p{};
-  std::size_t batch = 0, taps = 0, in_image = 0, out_image = 0;
-  Tensor padded;
-  std::vector<float> packed, bias;
+// The batch padded into planes and the weights packed (dense/conv/planar_conv.h), shared by the
+// forward pass and the backward closure.
+std::shared_ptr<const conv::PlanarConv> prepare(const onednn::ConvShape& s, const Tensor& x,
+                                                const Tensor& weight, const Tensor& bias) {
+  onednn::ConvShape planes = s;
+  planes.layout = onednn::ActivationLayout::nchw;
+  const Tensor xc = contiguous_values(x), wc = contiguous_values(weight);
+  const Tensor bc = bias.defined() ? contiguous_values(bias) : Tensor();
+  return std::make_shared<const conv::PlanarConv>(planes, xc.data(), wc.data(),
+                                                  bc.defined() ? bc.data() : nullptr);
+}
 
-  void forward(std::size_t n, bool relu, float* y) const {
-    native().f32_conv_forward_planes.fn(p, padded.data() + n * in_image, packed.data(), bias.data(), relu, y);
+// dw and db as tensors from the [OC][taps] + [OC] sums at `at`.
+std::vector<Tensor> gradients(const conv::PlanarConv& layer, const float* at, const Shape& weight_shape,
+                              bool need_dw, bool need_db) {
+  Tensor dw, db;
+  const std::size_t weights = layer.channels() * layer.taps();
+  if (need_dw) {
+    dw = Tensor::empty(weight_shape);
+    std::copy(at, at + weights, dw.data());
   }
-  // Adds image n's weight gradient for its output gradient dy (masked where y <= 0 when y is
-  // given) into dw [OC][taps] and, when not null, db [OC].
-  void backward_weights(std::size_t n, const float* dy, const float* y, float* dw, float* db) const {
-    native().f32_conv_backward_weights_planes.fn(p, padded.data() + n * in_image, dy, y, dw, db);
+  if (need_db) {
+    db = Tensor::empty({static_cast<std::int64_t>(layer.channels())});
+    std::copy(at + weights, at + weights + layer.channels(), db.data());
   }
-  // The same for the output channels [c0, c0 + count) only (c0 a multiple of the packed block of
-  // 8): y, dy, dw and db are still the whole layer's, addressed at channel c0.
-  void forward(std::size_t n, std::size_t c0, std::size_t count, bool relu, float* y) const {
-    native().f32_conv_forward_planes.fn(channels(count), padded.data() + n * in_image,
-                                        packed.data() + c0 * taps, bias.data() + c0, relu, y + c0 * plane());
-  }
-  void backward_weights(std::size_t n, std::size_t c0, std::size_t count, const float* dy, const float* y,
-                        float* dw, float* db) const {
-    const std::size_t at = c0 * plane();
-    native().f32_conv_backward_weights_planes.fn(channels(count), padded.data() + n * in_image, dy + at,
-                                                 y + at, dw + c0 * taps, db ? db + c0 : nullptr);
-  }
-  std::size_t plane() const { return p.out_h * p.out_w; }
-  kernels::ConvPlanes channels(std::size_t count) const {
-    kernels::ConvPlanes q = p;
-    q.out_channels = count;
-    return q;
-  }
-  // dw and db as tensors from the [OC][taps] + [OC] sums at `at`.
-  std::vector<Tensor> gradients(const float* at, const Shape& weight_shape, bool need_dw,
-                                bool need_db) const {
-    Tensor dw, db;
-    const std::size_t weights = p.out_channels * taps;
-    if (need_dw) {
-      dw = Tensor::empty(weight_shape);
-      std::copy(at, at + weights, dw.data());
-    }
-    if (need_db) {
-      db = Tensor::empty({static_cast<std::int64_t>(p.out_channels)});
-      std::copy(at + weights, at + weights + p.out_channels, db.data());
-    }
-    return {dw, db};
-  }
-};
-
-std::shared_ptr<const PlanarLayer> prepare(const onednn::ConvShape& s, const Tensor& x, const Tensor& weight,
-                                           const Tensor& bias) {
-  auto layer = std::make_shared<PlanarLayer>();
-  const auto oc_n = static_cast<std::size_t>(s.out_channels), ic_n = static_cast<std::size_t>(s.in_channels);
-  const auto kh_n = static_cast<std::size_t>(s.kernel_h), kw_n = static_cast<std::size_t>(s.kernel_w);
-  const auto out_h = static_cast<std::size_t>(s.out_height()),
-             out_w = static_cast<std::size_t>(s.out_width());
-  const auto height = static_cast<std::size_t>(s.height), width = static_cast<std::size_t>(s.width);
-  const auto pad_h = static_cast<std::size_t>(s.pad_h), pad_w = static_cast<std::size_t>(s.pad_w);
-  const std::size_t x_ld = kernels::conv_planes_row(out_w, kw_n), rows = out_h + kh_n - 1;
-  layer->p = {ic_n, oc_n, out_h, out_w, kh_n, kw_n, x_ld, rows * x_ld};
-  layer->batch = static_cast<std::size_t>(s.batch);
-  layer->taps = ic_n * kh_n * kw_n;
-  layer->in_image = ic_n * layer->p.x_plane;
-  layer->out_image = oc_n * out_h * out_w;
-  const Tensor xc = contiguous_values(x);
-  layer->padded = Tensor::empty({s.batch, static_cast<std::int64_t>(layer->in_image)});
-  {
-    const float* src = xc.data();
-    float* dst = layer->padded.data();
-    const std::size_t in_image = layer->in_image, x_plane = layer->p.x_plane;
-    parallel_for(layer->batch, 1, [&](std::size_t b, std::size_t e) {
-      for (std::size_t n = b; n < e; ++n)
-        for (std::size_t c = 0; c < ic_n; ++c) {
-          float* plane = dst + n * in_image + c * x_plane;
-          std::fill(plane, plane + x_plane, 0.0f);
-          for (std::size_t r = 0; r < height; ++r)
-            std::memcpy(plane + (r + pad_h) * x_ld + pad_w, src + ((n * ic_n + c) * height + r) * width,
-                        width * sizeof(float));
-        }
-    });
-  }
-  const std::size_t oc_pad = kernels::conv_padded_channels(oc_n), taps = layer->taps;
-  layer->packed.assign(oc_pad * taps, 0.0f);
-  layer->bias.assign(oc_pad, 0.0f);
-  const Tensor wc = contiguous_values(weight);
-  for (std::size_t oc = 0; oc < oc_n; ++oc)
-    for (std::size_t t = 0; t < taps; ++t)
-      layer->packed[(oc / 8) * taps * 8 + t * 8 + oc % 8] = wc.data()[oc * taps + t];
-  if (bias.defined()) {
-    const Tensor bc = contiguous_values(bias);
-    std::copy(bc.data(), bc.data() + oc_n, layer->bias.begin());
-  }
-  return layer;
+  return {dw, db};
 }
 
 // Images per piece of the fused layer, and output channels per group. The fused layer works a
@@ -131,9 +62,7 @@ constexpr std::size_t kFusedImages = 8;
 }  // namespace
 
 bool ops_detail::planar_first_layer(const onednn::ConvShape& s, const Tensor& x) {
-  return s.groups == 1 && s.in_channels <= kFewInputChannels && s.stride_h == 1 && s.stride_w == 1 &&
-         s.dilation_h == 1 && s.dilation_w == 1 && !x.requires_grad() &&
-         static_cast<std::size_t>(s.in_channels * s.kernel_h * s.kernel_w) <= kernels::kConvPlanesMaxTaps;
+  return conv::planar_shape(s) && !x.requires_grad();
 }
 
 // Each image is padded once into a scratch batch that the backward pass reuses. The output is
@@ -142,22 +71,22 @@ bool ops_detail::planar_first_layer(const onednn::ConvShape& s, const Tensor& x)
 // each image's planes are transposed there from cache, and its gradient back.
 Tensor ops_detail::planar_conv2d(const onednn::ConvShape& s, const Tensor& x, const Tensor& weight,
                                  const Tensor& bias, bool relu) {
-  const std::shared_ptr<const PlanarLayer> layer = prepare(s, x, weight, bias);
-  const bool channels_last = s.out_channels < kFewInputChannelsMinOutputs;
+  const std::shared_ptr<const conv::PlanarConv> layer = prepare(s, x, weight, bias);
+  const bool channels_last = s.out_channels < conv::kFewInputChannelsMinOutputs;
   const Shape out_shape = {s.batch, s.out_channels, s.out_height(), s.out_width()};
   Tensor y = channels_last ? empty_channels_last(out_shape) : Tensor::empty(out_shape);
-  const std::size_t channels = layer->p.out_channels, plane = layer->p.out_h * layer->p.out_w;
+  const std::size_t channels = layer->channels(), plane = layer->plane();
   const auto transpose = native().f32_transpose.fn;
   float* yp = y.data();
-  parallel_for(layer->batch, 1, [&](std::size_t b, std::size_t e) {
+  parallel_for(layer->batch(), 1, [&](std::size_t b, std::size_t e) {
     thread_local AlignedBuffer planes;
     for (std::size_t n = b; n < e; ++n) {
-      float* out = yp + n * layer->out_image;
+      float* out = yp + n * layer->out_image();
       if (!channels_last) {
         layer->forward(n, relu, out);
         continue;
       }
-      float* planar = planes.get(layer->out_image);
+      float* planar = planes.get(layer->out_image());
       layer->forward(n, relu, planar);
       transpose(planar, channels, plane, plane, out, channels);
     }
@@ -171,21 +100,22 @@ Tensor ops_detail::planar_conv2d(const onednn::ConvShape& s, const Tensor& x, co
     Tensor gc = channels_last ? channels_last_values(g) : contiguous_values(g);
     // Channels-last, the ReLU's mask is applied in that layout first.
     if (relu && channels_last) gc = map_pair_in_layout(native().f32_relu_backward.fn, saved_y, gc);
-    const std::size_t per_part = channels * (layer->taps + 1), out_image = layer->out_image;
+    const std::size_t per_part = channels * (layer->taps() + 1), out_image = layer->out_image();
     const float *gp = gc.data(), *yp = relu && !channels_last ? saved_y.data() : nullptr;
     const auto transpose = native().f32_transpose.fn;
-    const std::vector<float> sums = sum_over_images(layer->batch, per_part, [&](std::size_t n, float* mine) {
-      const float* grad = gp + n * out_image;
-      if (channels_last) {
-        thread_local AlignedBuffer planes;
-        float* planar = planes.get(out_image);
-        transpose(grad, plane, channels, channels, planar, plane);
-        grad = planar;
-      }
-      layer->backward_weights(n, grad, yp ? yp + n * out_image : nullptr, mine,
-                              need_db ? mine + channels * layer->taps : nullptr);
-    });
-    const std::vector<Tensor> wb = layer->gradients(sums.data(), weight_shape, need_dw, need_db);
+    const std::vector<float> sums =
+        sum_over_images(layer->batch(), per_part, [&](std::size_t n, float* mine) {
+          const float* grad = gp + n * out_image;
+          if (channels_last) {
+            thread_local AlignedBuffer planes;
+            float* planar = planes.get(out_image);
+            transpose(grad, plane, channels, channels, planar, plane);
+            grad = planar;
+          }
+          layer->backward_weights(n, grad, yp ? yp + n * out_image : nullptr, mine,
+                                  need_db ? mine + channels * layer->taps() : nullptr);
+        });
+    const std::vector<Tensor> wb = gradients(*layer, sums.data(), weight_shape, need_dw, need_db);
     return std::vector<Tensor>{Tensor(), wb[0], wb[1]};
   });
   return y;
@@ -207,13 +137,13 @@ Tensor conv2d_relu_linear(const Tensor& x, const Tensor& conv_weight, const Tens
     return unfused();
   s.validate();
   profiling::Scope profile("conv2d_relu_linear");
-  const std::shared_ptr<const PlanarLayer> layer = prepare(s, x, conv_weight, conv_bias);
+  const std::shared_ptr<const conv::PlanarConv> layer = prepare(s, x, conv_weight, conv_bias);
   const Tensor fw = contiguous_values(fc_weight);
   const Tensor fb = fc_bias.defined() ? contiguous_values(fc_bias) : Tensor();
-  const std::size_t k = layer->out_image, outputs = static_cast<std::size_t>(fc_weight.size(0));
-  const std::size_t batch = layer->batch, pieces = (batch + kFusedImages - 1) / kFusedImages;
+  const std::size_t k = layer->out_image(), outputs = static_cast<std::size_t>(fc_weight.size(0));
+  const std::size_t batch = layer->batch(), pieces = (batch + kFusedImages - 1) / kFusedImages;
   Tensor y = Tensor::zeros({s.batch, fc_weight.size(0)});
-  const std::size_t channels = layer->p.out_channels, plane = layer->plane();
+  const std::size_t channels = layer->channels(), plane = layer->plane();
   {
     float* yp = y.data();
     const auto forward = native().f32_narrow_linear_forward.fn;
@@ -244,7 +174,7 @@ Tensor conv2d_relu_linear(const Tensor& x, const Tensor& conv_weight, const Tens
       y, "conv2d_relu_linear", {x, conv_weight, conv_bias, fc_weight, fc_bias}, [=](const Tensor& g) {
         const Tensor gc = contiguous_values(g);
         const float* gp = gc.data();
-        const std::size_t conv_part = layer->p.out_channels * (layer->taps + 1);
+        const std::size_t conv_part = layer->channels() * (layer->taps() + 1);
         const std::size_t fc_part = need_fw ? outputs * k : 0;
         const bool need_conv = need_cw || need_cb;
         const auto data = native().f32_narrow_linear_backward_data.fn;
@@ -260,7 +190,7 @@ Tensor conv2d_relu_linear(const Tensor& x, const Tensor& conv_weight, const Tens
               thread_local AlignedBuffer act_buffer, grad_buffer;
               float *act = act_buffer.get(kFusedImages * k), *grad = grad_buffer.get(kFusedImages * k);
               float* conv_sums = mine + fc_part;
-              float* bias_sums = need_cb ? conv_sums + channels * layer->taps : nullptr;
+              float* bias_sums = need_cb ? conv_sums + channels * layer->taps() : nullptr;
               const std::size_t first = pieces * part / parts, last = pieces * (part + 1) / parts;
               for (std::size_t c0 = 0; c0 < channels; c0 += kFusedChannels) {
                 const std::size_t count = std::min(kFusedChannels, channels - c0), col = c0 * plane;
@@ -279,7 +209,7 @@ Tensor conv2d_relu_linear(const Tensor& x, const Tensor& conv_weight, const Tens
               }
             });
         const std::vector<Tensor> conv =
-            layer->gradients(sums.data() + fc_part, conv_shape, need_cw, need_cb);
+            gradients(*layer, sums.data() + fc_part, conv_shape, need_cw, need_cb);
         Tensor dfw, dfb;
         if (need_fw) {
           dfw = Tensor::empty({static_cast<std::int64_t>(outputs), static_cast<std::int64_t>(k)});

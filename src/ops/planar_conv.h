@@ -11,12 +11,6 @@
 
 namespace cpudl::ops_detail {
 
-// First layers: at most this many input channels. From kFewInputChannelsMinOutputs outputs on
-// the planar output stays NCHW and the channels-last weight-gradient kernel (for inputs that need
-// a gradient) beats oneDNN; below (LeNet-5's 6) that kernel does one FMA per pixel and tap and
-// oneDNN stays, and the planar output is transposed to channels-last for the pooling after it.
-inline constexpr std::int64_t kFewInputChannels = 4, kFewInputChannelsMinOutputs = 16;
-
 // conv2d's shape checks (an Error naming the mismatch) and its oneDNN shape.
 onednn::ConvShape conv2d_shape(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                const Conv2dOptions& o);

@@ -1,7 +1,9 @@
 // The cpudl binary end to end: exit codes, usage on bad input, and the doctor report.
 #include <gtest/gtest.h>
+
 #include <sys/wait.h>
 #include <unistd.h>
+#include <map>
 
 #include <cstdio>
 #include <fstream>
@@ -246,12 +248,18 @@ TEST(Cli, BenchGemmAndConvEmitOneJsonRecordPerMeasurement) {
   ASSERT_EQ(conv.exit_code, 0) << conv.err;
   std::istringstream conv_lines(conv.out);
   records = 0;
+  std::map<std::string, int> chosen;  // layer, pass and layout -> rows marked as the list's choice
   for (std::string line; std::getline(conv_lines, line); ++records) {
     const auto j = nlohmann::json::parse(line);
     EXPECT_EQ(j["model"], "lenet5");
     EXPECT_GT(j["pct_peak"].get<double>(), 0.0);
+    EXPECT_FALSE(j["implementation"].get<std::string>().empty());
+    chosen[j["layer"].get<std::string>() + " " + j["op"].get<std::string>() + " " +
+           j["layout"].get<std::string>()] += j["chosen"].get<bool>();
   }
-  EXPECT_EQ(records, 6);  // two layers x three passes
+  EXPECT_GE(records, 6);  // two layers x three passes, each on every implementation that runs it
+  EXPECT_EQ(chosen.size(), 6u);
+  for (const auto& [key, n] : chosen) EXPECT_EQ(n, 1) << key;
   // CPUDL_BLAS must not relabel the bench's explicit onednn row (it reroutes only library matmuls).
   const Result relabel =
       run("bench gemm --json --sizes 64 --threads 1 --backends onednn --min-time 0.001", "CPUDL_BLAS=native");

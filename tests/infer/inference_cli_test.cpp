@@ -48,6 +48,59 @@ TEST_F(InferenceCli, InfoDescribesOpsFlopsFusionsAndTheMemoryPlan) {
   EXPECT_NE(text.out.find("fused GELU x2"), std::string::npos) << text.out;
 }
 
+// Every convolution names the algorithm the implementation list (dense/conv/conv_list.h) gave it,
+// in `cpudl info` and, once per shape, in CPUDL_VERBOSE's log; CPUDL_CONV_IMPL forces one, and
+// the forced reference gives PyTorch's answer too.
+TEST_F(InferenceCli, EveryConvolutionNamesItsAlgorithmAndOneCanBeForced) {
+  const auto r = run("info " + kOnnx + "resnet18_opset13.onnx --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["implementations"].size(), 20u);
+  int winograd = 0;
+  for (const auto& n : j["implementations"]) {
+    EXPECT_EQ(n["op"], "Conv");
+    const std::string impl = n["implementation"];
+    EXPECT_TRUE(impl == "winograd" || impl == "onednn") << impl << " for " << n["node"];
+    winograd += impl == "winograd";
+  }
+  EXPECT_GT(winograd, 0);  // the blocked stride-1 3x3 layers, weights transformed once
+  const auto verbose = run("info " + kOnnx + "resnet18_opset13.onnx", "CPUDL_VERBOSE=1");
+  EXPECT_EQ(verbose.err.find("nchw forward"), std::string::npos) << "a planning pass logged: " << verbose.err;
+  ASSERT_EQ(verbose.exit_code, 0) << verbose.err;
+  EXPECT_NE(verbose.out.find("algorithms:"), std::string::npos) << verbose.out;
+  const std::string line =
+      "cpudl: conv [1x64x16x16] * [64x64x3x3] stride 1 pad 1 groups 1 blocked forward -> winograd\n";
+  const auto at = verbose.err.find(line);
+  EXPECT_NE(at, std::string::npos) << verbose.err;
+  EXPECT_EQ(verbose.err.find(line, at + 1), std::string::npos) << "logged twice: " << verbose.err;
+
+  const std::string lenet =
+      "run " + kOnnx + "lenet5_opset17.onnx --input " + kOnnx + "lenet5_opset17.input.npy";
+  const auto forced = run(lenet + " --output " + path("y.npy"), "CPUDL_CONV_IMPL=reference");
+  ASSERT_EQ(forced.exit_code, 0) << forced.err;
+  const auto a = cpudl::io::load_npy(path("y.npy")).to_vector();
+  const auto b = cpudl::io::load_npy(kOnnx + "lenet5_opset17.output.npy").to_vector();
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-4);
+  const auto named = run("info " + kOnnx + "lenet5_opset17.onnx --json", "CPUDL_CONV_IMPL=reference");
+  ASSERT_EQ(named.exit_code, 0) << named.err;
+  for (const auto& n : nlohmann::json::parse(named.out)["implementations"])
+    EXPECT_EQ(n["implementation"], "reference");
+
+  const auto unknown = run(lenet, "CPUDL_CONV_IMPL=fastest");
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_NE(unknown.err.find("CPUDL_CONV_IMPL=fastest: no such convolution implementation (planar, "),
+            std::string::npos)
+      << unknown.err;
+  const auto inapplicable = run(lenet, "CPUDL_CONV_IMPL=winograd");  // LeNet-5's kernels are 5x5
+  EXPECT_EQ(inapplicable.exit_code, 2);
+  EXPECT_NE(inapplicable.err.find("CPUDL_CONV_IMPL=winograd cannot run conv [3x1x28x28] * [6x1x5x5]"),
+            std::string::npos)
+      << inapplicable.err;
+  EXPECT_NE(inapplicable.err.find("; these can: "), std::string::npos) << inapplicable.err;
+  EXPECT_EQ(std::count(inapplicable.err.begin(), inapplicable.err.end(), '\n'), 1) << inapplicable.err;
+}
+
 TEST_F(InferenceCli, BadInputsGetOneLineAndTheRightExitCode) {
   // Wrong shape: the input is named, exit 1.
   cpudl::io::save_npy(path("bad.npy"), cpudl::Tensor::zeros({2, 1, 20, 28}));

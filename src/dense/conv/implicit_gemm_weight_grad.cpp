@@ -18,14 +18,14 @@
 
 namespace cpudl::conv {
 
-bool implicit_gemm_weight_grad_applies(const onednn::ConvShape& s) {
+bool implicit_gemm_weight_grad_applies(const dense::ConvShape& s) {
   static const bool enabled = switched_on("CPUDL_IMPLICIT_GEMM");
   const auto& tile = kernels::kernel_table().f32_gemm_tile.fn;
-  return enabled && s.layout == onednn::ActivationLayout::nhwc && s.groups == 1 && s.dilation_h == 1 &&
+  return enabled && s.layout == dense::ActivationLayout::nhwc && s.groups == 1 && s.dilation_h == 1 &&
          s.dilation_w == 1 && s.in_channels % tile.nr == 0 && s.out_height() > 0 && s.out_width() > 0;
 }
 
-bool implicit_gemm_weight_grad_preferred(const onednn::ConvShape& s) {
+bool implicit_gemm_weight_grad_preferred(const dense::ConvShape& s) {
   return implicit_gemm_weight_grad_applies(s) && (s.stride_h > 1 || s.stride_w > 1) &&
          s.kernel_h * s.kernel_w > 1 && s.out_channels >= 256;
 }
@@ -63,7 +63,7 @@ struct PixelCursor {
 // input rows its taps read (whole rows). No allocation: the images are walked as they come.
 class NextBlockPrefetch {
  public:
-  NextBlockPrefetch(const onednn::ConvShape& s, const float* x, const float* dy, std::int64_t p0,
+  NextBlockPrefetch(const dense::ConvShape& s, const float* x, const float* dy, std::int64_t p0,
                     std::int64_t kc, std::int64_t P)
       : s_(s), x_(x) {
     if (p0 >= P) return;
@@ -108,7 +108,7 @@ class NextBlockPrefetch {
     for (; count > 0 && r.next < r.end; --count, r.next += 64) __builtin_prefetch(r.next, 0, 2);
     return count;
   }
-  const onednn::ConvShape& s_;
+  const dense::ConvShape& s_;
   const float* x_;
   PixelCursor first_, last_;
   Range dy_, rows_;
@@ -131,7 +131,7 @@ std::int64_t reduction_block(std::int64_t K, std::int64_t J, std::int64_t P, std
 
 }  // namespace
 
-void implicit_gemm_weight_grad(const onednn::ConvShape& s, const float* x, const float* dy, float* dw,
+void implicit_gemm_weight_grad(const dense::ConvShape& s, const float* x, const float* dy, float* dw,
                                float* db) {
   const kernels::GemmTile& tile = kernels::kernel_table().f32_gemm_tile.fn;
   const std::int64_t mr = tile.mr, nr = tile.nr;

@@ -8,28 +8,28 @@
 
 #include <cstdint>
 
-#include "dense/onednn/dense.h"
+#include "dense/shapes.h"
 
 namespace cpudl::conv {
 
 // Whether the implicit GEMM takes this convolution's weight gradient: channels-last, groups 1,
 // no dilation, and input channels a multiple of the active tile's NR (each packed sliver is NR
 // channels of one pixel). CPUDL_IMPLICIT_GEMM=0 turns the path off (to compare with oneDNN).
-bool implicit_gemm_weight_grad_applies(const onednn::ConvShape& s);
+bool implicit_gemm_weight_grad_applies(const dense::ConvShape& s);
 
-// Training's choice: where the implicit GEMM beats oneDNN's weight gradient on this machine --
-// strided layers with a kernel wider than 1x1 and at least 256 output channels (ResNet-18 at batch
-// 16, 1 thread: layer3.0 1.02-1.09x, layer4.0 1.21-1.27x oneDNN's speed; at 128 output channels,
-// layer2.0, a fifth of the 14-row tiles is padding and the two run even on one thread and 0.85x
-// on two; 1x1/2 layers, whose packing is not amortised over taps, 0.6-0.95x). conv2d asks the
-// tap-major path first (dense/conv/tap_gemm_weight_grad.h), which takes those with up to 128 input
-// channels (layer3.0 too).
-bool implicit_gemm_weight_grad_preferred(const onednn::ConvShape& s);
+// The implementation list's preference (conv_list.h's prefers()): where the implicit GEMM beats oneDNN's
+// weight gradient on this machine -- strided layers with a kernel wider than 1x1 and at least 256 output
+// channels (ResNet-18 at batch 16, 1 thread: layer3.0 1.02-1.09x, layer4.0 1.21-1.27x oneDNN's speed; at 128
+// output channels, layer2.0, a fifth of the 14-row tiles is padding and the two run even on one thread and
+// 0.85x on two; 1x1/2 layers, whose packing is not amortised over taps, 0.6-0.95x). conv2d asks the tap-major
+// path first (dense/conv/tap_gemm_weight_grad.h), which takes those with up to 128 input channels (layer3.0
+// too).
+bool implicit_gemm_weight_grad_preferred(const dense::ConvShape& s);
 
 // dw ([out_channels][in_channels][kernel_h][kernel_w], PyTorch's OIHW) and, when db is not null,
 // db ([out_channels], the sum of dy over its pixels), from the layer's input x and output
 // gradient dy, both channels-last ([N][H][W][C] in memory).
-void implicit_gemm_weight_grad(const onednn::ConvShape& s, const float* x, const float* dy, float* dw,
+void implicit_gemm_weight_grad(const dense::ConvShape& s, const float* x, const float* dy, float* dw,
                                float* db = nullptr);
 
 }  // namespace cpudl::conv

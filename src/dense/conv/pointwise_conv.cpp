@@ -26,8 +26,8 @@ bool enabled() {
   return on;
 }
 
-bool pointwise(const onednn::ConvShape& s) {
-  return enabled() && s.layout == onednn::ActivationLayout::nhwc && s.kernel_h == 1 && s.kernel_w == 1 &&
+bool pointwise(const dense::ConvShape& s) {
+  return enabled() && s.layout == dense::ActivationLayout::nhwc && s.kernel_h == 1 && s.kernel_w == 1 &&
          s.pad_h == 0 && s.pad_w == 0 && s.dilation_h == 1 && s.dilation_w == 1 && s.groups == 1 &&
          s.out_height() > 0 && s.out_width() > 0;
 }
@@ -55,47 +55,36 @@ bool aligned(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 64 ==
 
 }  // namespace
 
-bool pointwise_conv_forward_applies(const onednn::ConvShape& s) {
+bool pointwise_conv_forward_applies(const dense::ConvShape& s) {
   return pointwise(s) && s.out_channels % kColumns == 0;
 }
-bool pointwise_conv_backward_data_applies(const onednn::ConvShape& s) {
+bool pointwise_conv_backward_data_applies(const dense::ConvShape& s) {
   return pointwise(s) && s.in_channels % kColumns == 0;
 }
 
-// Measured against oneDNN on ResNet-18's shortcuts, batch 16, as time ratios of calls alternated in
-// one process: "cold" alternating single calls (each evicting the other's data), "warm" blocks of
-// ten calls (the input still in L3, as in training, where the block's first 3x3 convolution has
-// just read it). One thread, cold / warm:
-//   layer2 (64 -> 128 at 56x56): forward 0.88 / 1.03-1.11, backward-data 0.65 / 0.87-0.91;
-//   layer3 (128 -> 256 at 28x28): forward 0.92 / 0.92-0.99, backward-data 0.82 / 0.97-0.99;
-//   layer4 (256 -> 512 at 14x14): forward 1.06 / 1.06, backward-data 1.00 / 0.99.
-// Two threads alike (warm: layer2 1.01 / 0.91, layer3 0.95 / 0.98). So the forward takes weights
-// up to 128 KB (a 64-column panel of layer4's 256 rows, 64 KB, no longer stays in L1 beside the
-// pixels). Layer2's forward, first left to oneDNN for its cold ratio, measured again on 2026-12-03
-// with the caches evicted (512 MB written) before each call: 0.82 cold / 0.85 warm on 1 thread
-// (3.22 against 3.91 ms, 2.95 against 3.48), 0.80 / 0.91 on 2; it is taken too. Layer4's forward
-// stays on oneDNN: 0.90-0.97 on 1 thread, 0.93 warm but 1.06-1.09 cold on 2. Its backward-data
-// pass, whose panels are the weights' own rows, measured 0.92-1.01 on 1 thread and 0.88-0.95 on 2
-// first, then 0.91-0.92 warm / 0.95-0.97 cold on 1 and 0.79-0.81 / 0.86-0.88 on 2 (2026-12-03,
-// four runs each): backward-data takes every size. Stride-1 layers of the same sizes measured
-// 0.90-0.98 cold, within the noise: left to oneDNN. The AVX2 tile is untimed against oneDNN.
+// Where the list prefers it (the measurements, time ratios against oneDNN on ResNet-18's
+// shortcuts with cold and warm caches, are in docs/ARCHITECTURE.md, "Pointwise convolutions"):
+// strided layers on AVX-512; the forward only with weights up to 128 KB, since a 64-column panel
+// of more rows no longer stays in L1 beside the pixels; the backward-data pass, whose panels are
+// the weights' own rows, at every size. Stride-1 layers ran within the noise of oneDNN and stay
+// there; the AVX2 tile is untimed against oneDNN.
 namespace {
-bool pointwise_preferred(const onednn::ConvShape& s) {
+bool pointwise_preferred(const dense::ConvShape& s) {
   return kernels::kernel_table().f32_pointwise_tile.level == IsaLevel::avx512 &&
          (s.stride_h > 1 || s.stride_w > 1);
 }
 constexpr std::int64_t kForwardWeightLimit = 32 * 1024;  // floats: 128 KB
 }  // namespace
 
-bool pointwise_conv_forward_preferred(const onednn::ConvShape& s) {
+bool pointwise_conv_forward_preferred(const dense::ConvShape& s) {
   return pointwise_conv_forward_applies(s) && pointwise_preferred(s) &&
          s.in_channels * s.out_channels <= kForwardWeightLimit;
 }
-bool pointwise_conv_backward_data_preferred(const onednn::ConvShape& s) {
+bool pointwise_conv_backward_data_preferred(const dense::ConvShape& s) {
   return pointwise_conv_backward_data_applies(s) && pointwise_preferred(s);
 }
 
-void pointwise_conv_forward(const onednn::ConvShape& s, const float* x, const float* w, const float* bias,
+void pointwise_conv_forward(const dense::ConvShape& s, const float* x, const float* w, const float* bias,
                             float* y) {
   const kernels::PointwiseTileFn tile = kernels::kernel_table().f32_pointwise_tile.fn;
   const std::int64_t C = s.in_channels, K = s.out_channels, H = s.height, W = s.width;
@@ -154,7 +143,7 @@ void pointwise_conv_forward(const onednn::ConvShape& s, const float* x, const fl
   }
 }
 
-void pointwise_conv_backward_data(const onednn::ConvShape& s, const float* dy, const float* w, float* dx) {
+void pointwise_conv_backward_data(const dense::ConvShape& s, const float* dy, const float* w, float* dx) {
   const kernels::PointwiseTileFn tile = kernels::kernel_table().f32_pointwise_tile.fn;
   const std::int64_t C = s.in_channels, K = s.out_channels, H = s.height, W = s.width;
   const std::int64_t OH = s.out_height(), OW = s.out_width(), SH = s.stride_h, SW = s.stride_w;

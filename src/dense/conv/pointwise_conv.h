@@ -11,23 +11,23 @@
 // pixels' zeros in a separate pass.
 #pragma once
 
-#include "dense/onednn/dense.h"
+#include "dense/shapes.h"
 
 namespace cpudl::conv {
 
 // Channels-last, 1x1, unpadded, undilated, groups 1, and 64-column panels of the output side
 // (output channels forward, input channels backward-data). CPUDL_POINTWISE=0 turns the path off.
-bool pointwise_conv_forward_applies(const onednn::ConvShape& s);
-bool pointwise_conv_backward_data_applies(const onednn::ConvShape& s);
-// Training's choice, where it measured faster than oneDNN on AVX-512 (see the .cpp): strided
-// layers, forward with weights up to 128 KB, backward-data at any size.
-bool pointwise_conv_forward_preferred(const onednn::ConvShape& s);
-bool pointwise_conv_backward_data_preferred(const onednn::ConvShape& s);
+bool pointwise_conv_forward_applies(const dense::ConvShape& s);
+bool pointwise_conv_backward_data_applies(const dense::ConvShape& s);
+// The implementation list's preference (conv_list.h's prefers()), where it measured faster than oneDNN on
+// AVX-512 (see the .cpp): strided layers, forward with weights up to 128 KB, backward-data at any size.
+bool pointwise_conv_forward_preferred(const dense::ConvShape& s);
+bool pointwise_conv_backward_data_preferred(const dense::ConvShape& s);
 
 // y = conv(x, w) + bias (bias may be null); w in OIHW ([out][in][1][1]).
-void pointwise_conv_forward(const onednn::ConvShape& s, const float* x, const float* w, const float* bias,
+void pointwise_conv_forward(const dense::ConvShape& s, const float* x, const float* w, const float* bias,
                             float* y);
 // dx (every element written) from dy and w.
-void pointwise_conv_backward_data(const onednn::ConvShape& s, const float* dy, const float* w, float* dx);
+void pointwise_conv_backward_data(const dense::ConvShape& s, const float* dy, const float* w, float* dx);
 
 }  // namespace cpudl::conv

@@ -28,20 +28,20 @@ constexpr std::int64_t kMinRowPixels = 4;
 
 }  // namespace
 
-bool tap_gemm_weight_grad_applies(const onednn::ConvShape& s) {
+bool tap_gemm_weight_grad_applies(const dense::ConvShape& s) {
   static const bool enabled = switched_on("CPUDL_TAP_GEMM");
-  return enabled && s.layout == onednn::ActivationLayout::nhwc && s.groups == 1 && s.dilation_h == 1 &&
+  return enabled && s.layout == dense::ActivationLayout::nhwc && s.groups == 1 && s.dilation_h == 1 &&
          s.dilation_w == 1 && s.out_channels % kColumns == 0 && s.out_height() > 0 && s.out_width() > 0;
 }
 
-bool tap_gemm_weight_grad_preferred(const onednn::ConvShape& s) {
+bool tap_gemm_weight_grad_preferred(const dense::ConvShape& s) {
   return tap_gemm_weight_grad_applies(s) &&
          kernels::kernel_table().f32_conv_weight_grad_taps.level == IsaLevel::avx512 &&
          (s.stride_h > 1 || s.stride_w > 1) && s.kernel_h * s.kernel_w > 1 && s.in_channels <= 128 &&
          s.out_width() >= kMinRowPixels;
 }
 
-void tap_gemm_weight_grad(const onednn::ConvShape& s, const float* x, const float* dy, float* dw, float* db) {
+void tap_gemm_weight_grad(const dense::ConvShape& s, const float* x, const float* dy, float* dw, float* db) {
   const kernels::TapGemmFn block_fn = kernels::kernel_table().f32_conv_weight_grad_taps.fn;
   const std::int64_t C = s.in_channels, K = s.out_channels, H = s.height, W = s.width;
   const std::int64_t KH = s.kernel_h, KW = s.kernel_w, OH = s.out_height(), OW = s.out_width();

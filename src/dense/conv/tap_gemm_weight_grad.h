@@ -18,31 +18,26 @@
 //   all KW taps and no border pixel needs a call of its own (the stem, 1 thread: 38.5 -> 34.6 ms).
 #pragma once
 
-#include "dense/onednn/dense.h"
+#include "dense/shapes.h"
 
 namespace cpudl::conv {
 
 // Whether this path can take the convolution: channels-last, groups 1, no dilation, output
 // channels a multiple of 64. CPUDL_TAP_GEMM=0 turns the path off (to compare with the others).
-bool tap_gemm_weight_grad_applies(const onednn::ConvShape& s);
+bool tap_gemm_weight_grad_applies(const dense::ConvShape& s);
 
-// Training's choice: where it measured faster than oneDNN and the implicit GEMM -- strided layers
-// with a kernel wider than 1x1, at most 128 input channels and output rows of 4 pixels or more,
-// on AVX-512. With 256 input channels and 512 outputs (layer4.0) a group's dW^T is 4.7 MB, past
-// L2, and each 49-pixel block streams it once: the implicit GEMM, which keeps its C tile in
-// registers across the whole reduction, runs 1.2x faster there. 1x1/2 layers, whose copied dY
-// panel serves one tap only, stay on oneDNN: 0.95-1.1x its speed (1 thread), 0.97-1.0x (2); on
-// 2026-12-03, as time ratios to oneDNN's (cold and warm caches, 1 and 2 threads), layer2
-// 0.84-1.02, layer3 0.93-1.10, layer4 1.05-1.16. Tried for them and dropped: the block's strided
-// pixels copied into a dense buffer (rows C + 16 floats apart, off L1's power-of-two sets),
-// 0.88-0.98 of the in-place time at layer3 and no change elsewhere; the same copy channel-chunk
-// major (6 floats a pixel, contiguous per call), slower; the next block's x fetched during this
-// block's calls, as its dY is, no change.
-bool tap_gemm_weight_grad_preferred(const onednn::ConvShape& s);
+// The implementation list's preference (conv_list.h's prefers()): where it measured faster than oneDNN and
+// the implicit GEMM -- strided layers with a kernel wider than 1x1, at most 128 input channels and output
+// rows of 4 pixels or more, on AVX-512. With 256 input channels and 512 outputs (layer4.0) a group's dW^T
+// is 4.7 MB, past L2, and each 49-pixel block streams it once: the implicit GEMM, which keeps its C tile in
+// registers across the whole reduction, runs faster there. 1x1/2 layers, whose copied dY panel
+// serves one tap only, stay on oneDNN, which they only match; copying their strided pixels densely
+// or fetching the next block early did not change that (docs/ARCHITECTURE.md has the figures).
+bool tap_gemm_weight_grad_preferred(const dense::ConvShape& s);
 
 // dw ([out_channels][in_channels][kernel_h][kernel_w], OIHW) and, when db is not null, db (the
 // sum of dy over its pixels), from x and dy, both channels-last.
-void tap_gemm_weight_grad(const onednn::ConvShape& s, const float* x, const float* dy, float* dw,
+void tap_gemm_weight_grad(const dense::ConvShape& s, const float* x, const float* dy, float* dw,
                           float* db = nullptr);
 
 }  // namespace cpudl::conv

@@ -10,6 +10,7 @@
 
 #include "cpudl/error.h"
 #include "cpudl/runtime.h"
+#include "dense/onednn/dense.h"
 #include "kernels/dispatch.h"
 #include "kernels/winograd/winograd.h"
 #include "runtime/aligned_buffer.h"
@@ -101,12 +102,12 @@ int winograd_tile(const WinogradConvShape& s) {
   return tiles >= 8 ? 4 : 2;
 }
 
-std::optional<WinogradConvShape> winograd_shape(const onednn::ConvShape& s) {
+std::optional<WinogradConvShape> winograd_shape(const dense::ConvShape& s) {
   if (s.groups != 1 || s.kernel_h != 3 || s.kernel_w != 3 || s.stride_h != 1 || s.stride_w != 1 ||
       s.dilation_h != 1 || s.dilation_w != 1 || s.pad_h != s.pad_w ||
-      s.layout == onednn::ActivationLayout::nchw)
+      s.layout == dense::ActivationLayout::nchw)
     return std::nullopt;
-  const bool channels_last = s.layout == onednn::ActivationLayout::nhwc;
+  const bool channels_last = s.layout == dense::ActivationLayout::nhwc;
   WinogradConvShape w{s.batch,
                       s.in_channels,
                       s.height,
@@ -119,18 +120,18 @@ std::optional<WinogradConvShape> winograd_shape(const onednn::ConvShape& s) {
   return w;
 }
 
-std::optional<WinogradConvShape> winograd_backward_data_shape(const onednn::ConvShape& s) {
+std::optional<WinogradConvShape> winograd_backward_data_shape(const dense::ConvShape& s) {
   if (s.kernel_h != 3 || s.kernel_w != 3 || s.pad_h > 2) return std::nullopt;
-  onednn::ConvShape backward = s;
+  dense::ConvShape backward = s;
   backward.in_channels = s.out_channels, backward.out_channels = s.in_channels;
   backward.height = s.out_height(), backward.width = s.out_width();
   backward.pad_h = 2 - s.pad_h, backward.pad_w = 2 - s.pad_w;
   return winograd_shape(backward);
 }
 
-std::optional<WinogradConvShape> winograd_training_shape(const onednn::ConvShape& s, WinogradPass pass) {
+std::optional<WinogradConvShape> winograd_training_shape(const dense::ConvShape& s, WinogradPass pass) {
   constexpr std::int64_t kMinTiles = 48;
-  if (s.layout != onednn::ActivationLayout::nhwc) return std::nullopt;
+  if (s.layout != dense::ActivationLayout::nhwc) return std::nullopt;
   auto shape = pass == WinogradPass::forward ? winograd_shape(s) : winograd_backward_data_shape(s);
   if (!shape) return std::nullopt;
   const std::int64_t out_h = shape->height + 2 * shape->pad - 2, out_w = shape->width + 2 * shape->pad - 2;

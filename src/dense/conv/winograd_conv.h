@@ -11,7 +11,7 @@
 #include <optional>
 #include <vector>
 
-#include "dense/onednn/dense.h"
+#include "dense/shapes.h"
 #include "kernels/kernel_types.h"
 
 namespace cpudl::conv {
@@ -33,7 +33,7 @@ int winograd_tile(const WinogradConvShape& s);
 // stride 1, no dilation, symmetric padding, and winograd_tile() not 0); the one eligibility
 // check for the inference runtime, training and `cpudl bench conv`. Activations in s.layout:
 // blocked or channels-last (NCHW is not taken).
-std::optional<WinogradConvShape> winograd_shape(const onednn::ConvShape& s);
+std::optional<WinogradConvShape> winograd_shape(const dense::ConvShape& s);
 
 // Which pass of a layer the convolution runs, so which filters the weights hold: forward, OIHW
 // [out_channels][in_channels][3][3]; backward_data, the layer's OIHW weights, whose outputs are
@@ -43,7 +43,7 @@ enum class WinogradPass { forward, backward_data };
 // The Winograd shape of a layer's backward-data pass (dx = dy convolved with the rotated,
 // transposed kernel at padding 2 - pad, out_channels inputs and in_channels outputs), when the
 // path takes it; s channels-last or blocked as for winograd_shape().
-std::optional<WinogradConvShape> winograd_backward_data_shape(const onednn::ConvShape& s);
+std::optional<WinogradConvShape> winograd_backward_data_shape(const dense::ConvShape& s);
 
 class WinogradConv {
  public:
@@ -66,12 +66,12 @@ class WinogradConv {
   const float* weights_ = nullptr;
 };
 
-// Training's choice: the Winograd shape of a channels-last layer's forward or backward-data pass
-// when training should take it -- where winograd_shape() does, and with enough output tiles to
-// repay transforming the weights on every call (they write positions x C x K floats: at batch
-// 16, ResNet-18's 512-channel 7x7 layer has 64 tiles and gains ~10%, its 64-channel 56x56 layer
-// 3136 tiles and gains 40-45%).
-std::optional<WinogradConvShape> winograd_training_shape(const onednn::ConvShape& s, WinogradPass pass);
+// The implementation list's preference (conv_list.h's prefers()): the Winograd shape of a channels-last
+// layer's forward or backward-data pass when training should take it -- where winograd_shape() does, and with
+// enough output tiles to repay transforming the weights on every call (they write positions x C x K floats:
+// at batch 16, ResNet-18's 512-channel 7x7 layer has 64 tiles and gains ~10%, its 64-channel 56x56 layer 3136
+// tiles and gains 40-45%).
+std::optional<WinogradConvShape> winograd_training_shape(const dense::ConvShape& s, WinogradPass pass);
 
 // Training's call: the weights are new on every step, so they are transformed on each call (into
 // a per-thread buffer kept between calls), then y = min(max(conv(x) + bias, lo), hi).

@@ -16,15 +16,6 @@ namespace {
 using dims = dnnl::memory::dims;
 using tag = dnnl::memory::format_tag;
 
-std::string conv_text(const ConvShape& s) {
-  return "conv2d [" + std::to_string(s.batch) + "x" + std::to_string(s.in_channels) + "x" +
-         std::to_string(s.height) + "x" + std::to_string(s.width) + "] * [" + std::to_string(s.out_channels) +
-         "x" + std::to_string(s.in_channels / std::max<std::int64_t>(1, s.groups)) + "x" +
-         std::to_string(s.kernel_h) + "x" + std::to_string(s.kernel_w) + "] stride " +
-         std::to_string(s.stride_h) + " pad " + std::to_string(s.pad_h) + " groups " +
-         std::to_string(s.groups);
-}
-
 PrimitiveKey conv_key(PrimitiveKind op, const ConvShape& s) {
   PrimitiveKey key(op);
   key.add(s.batch)
@@ -131,7 +122,7 @@ void validate_depthwise(const ConvShape& s, const ConvEpilogue& e) {
   const bool blocked =
       s.layout == ActivationLayout::blocked && s.dst_layout.value_or(s.layout) == ActivationLayout::blocked;
   if (!pointwise || !blocked || e.residual || (e.depthwise->stride != 1 && e.depthwise->stride != 2))
-    throw Error(conv_text(s) +
+    throw Error("conv2d " + describe(s) +
                 ": a fused depthwise stage needs a blocked 1x1 stride-1 convolution without "
                 "residual, and depthwise stride 1 or 2");
 }
@@ -263,7 +254,7 @@ dnnl::convolution_forward::primitive_desc bf16_forward_pd(const ConvShape& s, co
 
 void require_plain_bf16_layout(const ConvShape& s) {
   if (s.layout == ActivationLayout::blocked || s.dst_layout)
-    throw Error(conv_text(s) + ": the bf16 passes take NCHW or NHWC activations in and out");
+    throw Error("conv2d " + describe(s) + ": the bf16 passes take NCHW or NHWC activations in and out");
 }
 
 struct BackwardDataEntry {
@@ -277,26 +268,6 @@ struct BackwardWeightsEntry {
 };
 
 }  // namespace
-
-double ConvShape::flops() const {
-  return 2.0 * static_cast<double>(batch) * static_cast<double>(out_channels) *
-         static_cast<double>(out_height()) * static_cast<double>(out_width()) *
-         static_cast<double>(in_channels / std::max<std::int64_t>(1, groups)) *
-         static_cast<double>(kernel_h * kernel_w);
-}
-
-void ConvShape::validate() const {
-  auto fail = [&](const std::string& why) { throw Error(conv_text(*this) + ": " + why); };
-  if (batch < 1 || in_channels < 1 || height < 1 || width < 1 || out_channels < 1 || kernel_h < 1 ||
-      kernel_w < 1)
-    fail("every size must be at least 1");
-  if (stride_h < 1 || stride_w < 1 || dilation_h < 1 || dilation_w < 1)
-    fail("stride and dilation must be at least 1");
-  if (pad_h < 0 || pad_w < 0) fail("padding must not be negative");
-  if (groups < 1 || in_channels % groups != 0 || out_channels % groups != 0)
-    fail("groups must divide both in_channels and out_channels");
-  if (out_height() < 1 || out_width() < 1) fail("the kernel does not fit the padded input");
-}
 
 bool depthwise_fusion_supported(const ConvShape& s, std::int64_t stride) {
   DepthwiseStage dw;
@@ -328,43 +299,42 @@ void conv2d_forward(const ConvShape& s, const float* src, const float* weights, 
     key.add(dw->bias != nullptr).add(static_cast<int>(dw->activation));
     key.add(float_bits(dw->clip_min)).add(float_bits(dw->clip_max));
   }
-  const auto entry =
-      with_context([&] { return conv_text(s); },
-                   [&] {
-                     return cache.get(key, [&] {
-                       const Geometry g = geometry(s);
-                       const auto pd = try_forward_pd(s, g, bias != nullptr, epilogue);
-                       if (!pd)
-                         throw Error(conv_text(s) + ": oneDNN has no fused depthwise kernel for this shape");
-                       auto e = std::make_shared<ForwardEntry>();
-                       e->exec.set_primitive(dnnl::convolution_forward(*pd));
-                       e->weights.init(g.weights_plain, pd->weights_desc());
-                       e->exec.bind(DNNL_ARG_SRC, g.src);
-                       e->exec.bind(DNNL_ARG_DST, pd->dst_desc());
-                       if (bias) e->exec.bind(DNNL_ARG_BIAS, g.bias);
-                       if (epilogue.residual)
-                         e->exec.bind(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, g.dst);
-                       e->weights.bind(e->exec, g.weights_plain);
-                       if (dw) {
-                         constexpr int kDwWeights = DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS;
-                         constexpr int kDwBias = DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_BIAS;
-                         const auto dw_plain = plain_desc({s.out_channels, 1, 1, 3, 3}, tag::goihw);
-                         const auto dw_wanted = pd->query_md(dnnl::query::exec_arg_md, kDwWeights);
-                         e->depthwise_weights.init(dw_plain, dw_wanted);
-                         e->depthwise_weights.bind(e->exec, dw_plain, kDwWeights);
-                         const auto dw_bias = pd->query_md(dnnl::query::exec_arg_md, kDwBias);
-                         e->depthwise_bias_owned = dw->bias == nullptr;
-                         if (e->depthwise_bias_owned) {
-                           dnnl::memory zeros(dw_bias, engine());
-                           std::fill_n(static_cast<float*>(zeros.get_data_handle()), s.out_channels, 0.0f);
-                           e->exec.bind_owned(kDwBias, zeros);
-                         } else {
-                           e->exec.bind(kDwBias, dw_bias);
-                         }
-                       }
-                       return e;
-                     });
-                   });
+  const auto entry = with_context(
+      [&] { return "conv2d " + describe(s); },
+      [&] {
+        return cache.get(key, [&] {
+          const Geometry g = geometry(s);
+          const auto pd = try_forward_pd(s, g, bias != nullptr, epilogue);
+          if (!pd)
+            throw Error("conv2d " + describe(s) + ": oneDNN has no fused depthwise kernel for this shape");
+          auto e = std::make_shared<ForwardEntry>();
+          e->exec.set_primitive(dnnl::convolution_forward(*pd));
+          e->weights.init(g.weights_plain, pd->weights_desc());
+          e->exec.bind(DNNL_ARG_SRC, g.src);
+          e->exec.bind(DNNL_ARG_DST, pd->dst_desc());
+          if (bias) e->exec.bind(DNNL_ARG_BIAS, g.bias);
+          if (epilogue.residual) e->exec.bind(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, g.dst);
+          e->weights.bind(e->exec, g.weights_plain);
+          if (dw) {
+            constexpr int kDwWeights = DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS;
+            constexpr int kDwBias = DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_BIAS;
+            const auto dw_plain = plain_desc({s.out_channels, 1, 1, 3, 3}, tag::goihw);
+            const auto dw_wanted = pd->query_md(dnnl::query::exec_arg_md, kDwWeights);
+            e->depthwise_weights.init(dw_plain, dw_wanted);
+            e->depthwise_weights.bind(e->exec, dw_plain, kDwWeights);
+            const auto dw_bias = pd->query_md(dnnl::query::exec_arg_md, kDwBias);
+            e->depthwise_bias_owned = dw->bias == nullptr;
+            if (e->depthwise_bias_owned) {
+              dnnl::memory zeros(dw_bias, engine());
+              std::fill_n(static_cast<float*>(zeros.get_data_handle()), s.out_channels, 0.0f);
+              e->exec.bind_owned(kDwBias, zeros);
+            } else {
+              e->exec.bind(kDwBias, dw_bias);
+            }
+          }
+          return e;
+        });
+      });
   entry->weights.refresh(weights, weights_version);
   if (dw) entry->depthwise_weights.refresh(dw->weights, weights_version);
   // Slots in bind order: src, dst, [bias], [residual], [weights when plain], [depthwise weights
@@ -391,7 +361,7 @@ void conv2d_forward_bf16(const ConvShape& s, const float* src, const float* weig
   add_weights_identity(key, weights, weights_version);
   key.add(bias != nullptr).add(static_cast<int>(activation));
   const auto entry =
-      with_context([&] { return conv_text(s) + " in bf16"; },
+      with_context([&] { return "conv2d " + describe(s) + " in bf16"; },
                    [&] {
                      return cache.get(key, [&] {
                        const Geometry g = geometry(s);
@@ -428,7 +398,7 @@ void conv2d_backward_data_bf16(const ConvShape& s, const float* diff_dst, const 
   PrimitiveKey key = conv_key(PrimitiveKind::conv_backward_data_bf16, s);
   add_weights_identity(key, weights, weights_version);
   const auto entry = with_context(
-      [&] { return conv_text(s) + " backward data in bf16"; },
+      [&] { return "conv2d " + describe(s) + " backward data in bf16"; },
       [&] {
         return cache.get(key, [&] {
           const Geometry g = geometry(s);
@@ -460,7 +430,7 @@ void conv2d_backward_weights_bf16(const ConvShape& s, const float* src, const fl
   PrimitiveKey key = conv_key(PrimitiveKind::conv_backward_weights_bf16, s);
   key.add(diff_bias != nullptr);
   const auto entry =
-      with_context([&] { return conv_text(s) + " backward weights in bf16"; },
+      with_context([&] { return "conv2d " + describe(s) + " backward weights in bf16"; },
                    [&] {
                      return cache.get(key, [&] {
                        const Geometry g = geometry(s);
@@ -490,7 +460,7 @@ void conv2d_backward_data(const ConvShape& s, const float* diff_dst, const float
   s.validate();
   static PrimitiveCache<BackwardDataEntry> cache;
   const auto entry =
-      with_context([&] { return conv_text(s) + " backward data"; },
+      with_context([&] { return "conv2d " + describe(s) + " backward data"; },
                    [&] {
                      PrimitiveKey key = conv_key(PrimitiveKind::conv_backward_data, s);
                      add_weights_identity(key, weights, weights_version);
@@ -524,7 +494,7 @@ void conv2d_backward_weights(const ConvShape& s, const float* src, const float* 
   PrimitiveKey key = conv_key(PrimitiveKind::conv_backward_weights, s);
   key.add(diff_bias != nullptr);
   const auto entry =
-      with_context([&] { return conv_text(s) + " backward weights"; },
+      with_context([&] { return "conv2d " + describe(s) + " backward weights"; },
                    [&] {
                      return cache.get(key, [&] {
                        const Geometry g = geometry(s);

@@ -11,23 +11,21 @@
 #include <cstdint>
 #include <optional>
 
+#include "dense/shapes.h"
+
 namespace cpudl::onednn {
 
-// clip: min(max(x, clip_min), clip_max), as ONNX Clip and ReLU6 (MobileNet) need.
-enum class Activation : int { none = 0, relu = 1, clip = 2 };
-// blocked: oneDNN's nChw8c (AVX2) or nChw16c (AVX-512) -- channels in blocks of
-// blocked_layout_channels(), each block's H x W plane stored with the block innermost. It is what
-// oneDNN's direct convolutions compute in; it needs channels divisible by the block.
-enum class ActivationLayout : int { nchw = 0, nhwc = 1, blocked = 2 };
+using dense::Activation;
+using dense::ActivationLayout;
+using dense::ConvEpilogue;
+using dense::ConvShape;
+using dense::DepthwiseStage;
+using dense::MatmulShape;
+using dense::PoolKind;
+using dense::PoolShape;
+
 std::int64_t blocked_layout_channels();  // 8 or 16, from the kernel level
 
-// C[b] = op(A[b]) * op(B[b]) (+ bias[n]) (+ C[b] when accumulate), then the activation.
-// A is m x k (k x m when transpose_a), B is k x n (n x k when transpose_b); batch >= 1 with
-// contiguous batches.
-struct MatmulShape {
-  std::int64_t batch = 1, m = 0, n = 0, k = 0;
-  bool transpose_a = false, transpose_b = false;
-};
 struct MatmulEpilogue {
   const float* bias = nullptr;  // length n, or null
   Activation activation = Activation::none;
@@ -63,48 +61,6 @@ void linear_backward_data(const LinearShape& s, const float* dy, const float* we
 void linear_backward_weights(const LinearShape& s, const float* x, const float* dy, float* dweight,
                              float* dbias);
 
-struct ConvShape {
-  std::int64_t batch = 0, in_channels = 0, height = 0, width = 0;
-  std::int64_t out_channels = 0, kernel_h = 0, kernel_w = 0;
-  std::int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1, dilation_w = 1;
-  std::int64_t groups = 1;
-  ActivationLayout layout = ActivationLayout::nchw;
-  // The output's layout when it differs from the input's (forward only): a first layer with 3
-  // input channels reads NCHW and writes blocked.
-  std::optional<ActivationLayout> dst_layout;
-  std::int64_t out_height() const {
-    return (height + 2 * pad_h - dilation_h * (kernel_h - 1) - 1) / stride_h + 1;
-  }
-  std::int64_t out_width() const {
-    return (width + 2 * pad_w - dilation_w * (kernel_w - 1) - 1) / stride_w + 1;
-  }
-  // Multiply-adds x 2 of the forward pass (padded taps included).
-  double flops() const;
-  void validate() const;  // throws Error naming the bad field
-};
-// A depthwise 3x3 convolution (one group per channel, padding 1, stride 1 or 2) that oneDNN runs
-// inside a 1x1 convolution's kernel: each tile of the pointwise output is consumed by the
-// depthwise stage while it is in cache and never written to memory. MobileNet's inverted residual
-// blocks (expand 1x1 -> depthwise 3x3) save their widest tensors' round trip this way: measured
-// here at batch 16, 16->96 channels at 112x112 then stride 2 went from 16.6 to 7.3 ms.
-struct DepthwiseStage {
-  std::int64_t stride = 1;
-  const float* weights = nullptr;  // channels x 1 x 3 x 3, as PyTorch stores them
-  const float* bias = nullptr;     // channels, or null
-  Activation activation = Activation::none;
-  float clip_min = 0.0f, clip_max = 6.0f;
-  // Output size of an input side of `size` pixels.
-  std::int64_t out_size(std::int64_t size) const { return (size - 1) / stride + 1; }
-};
-struct ConvEpilogue {
-  Activation activation = Activation::none;
-  const float* residual = nullptr;         // dst = act(conv + bias + residual); residual has dst's shape
-  float clip_min = 0.0f, clip_max = 6.0f;  // Activation::clip's bounds
-  // Applied after the activation; dst is then the depthwise stage's output. Needs a 1x1, stride-1,
-  // unpadded, ungrouped convolution in the blocked layout and no residual; the depthwise weights
-  // are cached under the same `weights_version` as the convolution's.
-  const DepthwiseStage* depthwise = nullptr;
-};
 // Whether oneDNN has a kernel for the 1x1 convolution `s` with a depthwise stage of `stride`
 // fused (a fused-kernel probe: false where only an unfused path exists).
 bool depthwise_fusion_supported(const ConvShape& s, std::int64_t stride);
@@ -131,16 +87,6 @@ void conv2d_backward_data(const ConvShape& s, const float* diff_dst, const float
 void conv2d_backward_weights(const ConvShape& s, const float* src, const float* diff_dst, float* diff_weights,
                              float* diff_bias);
 
-enum class PoolKind : int { max = 0, avg_include_padding = 1, avg_exclude_padding = 2 };
-struct PoolShape {
-  std::int64_t batch = 0, channels = 0, height = 0, width = 0;
-  std::int64_t kernel_h = 0, kernel_w = 0, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
-  PoolKind kind = PoolKind::max;
-  ActivationLayout layout = ActivationLayout::nchw;
-  std::int64_t out_height() const { return (height + 2 * pad_h - kernel_h) / stride_h + 1; }
-  std::int64_t out_width() const { return (width + 2 * pad_w - kernel_w) / stride_w + 1; }
-  void validate() const;
-};
 // Max pooling in training keeps the argmax positions in `workspace` (pool2d_workspace_bytes);
 // pass null for inference. Backward of max pooling needs the forward's workspace.
 std::size_t pool2d_workspace_bytes(const PoolShape& s);

@@ -12,14 +12,6 @@ namespace {
 using dims = dnnl::memory::dims;
 using tag = dnnl::memory::format_tag;
 
-std::string pool_text(const PoolShape& s) {
-  static const char* kinds[] = {"max", "avg (padding counted)", "avg (padding excluded)"};
-  return std::string(kinds[static_cast<int>(s.kind)]) + " pool2d [" + std::to_string(s.batch) + "x" +
-         std::to_string(s.channels) + "x" + std::to_string(s.height) + "x" + std::to_string(s.width) +
-         "] kernel " + std::to_string(s.kernel_h) + "x" + std::to_string(s.kernel_w) + " stride " +
-         std::to_string(s.stride_h) + " pad " + std::to_string(s.pad_h);
-}
-
 PrimitiveKey pool_key(PrimitiveKind op, const PoolShape& s, bool training) {
   PrimitiveKey key(op);
   key.add(s.batch).add(s.channels).add(s.height).add(s.width).add(s.kernel_h).add(s.kernel_w).add(s.stride_h);
@@ -74,20 +66,10 @@ struct PoolEntry {
 
 }  // namespace
 
-void PoolShape::validate() const {
-  auto fail = [&](const std::string& why) { throw Error(pool_text(*this) + ": " + why); };
-  if (batch < 1 || channels < 1 || height < 1 || width < 1 || kernel_h < 1 || kernel_w < 1)
-    fail("every size must be at least 1");
-  if (stride_h < 1 || stride_w < 1) fail("stride must be at least 1");
-  if (pad_h < 0 || pad_w < 0 || pad_h * 2 > kernel_h || pad_w * 2 > kernel_w)
-    fail("padding must be between 0 and half the kernel");
-  if (out_height() < 1 || out_width() < 1) fail("the kernel does not fit the padded input");
-}
-
 std::size_t pool2d_workspace_bytes(const PoolShape& s) {
   s.validate();
   if (!needs_workspace(s)) return 0;
-  return with_context([&] { return pool_text(s); },
+  return with_context([&] { return describe(s); },
                       [&] { return forward_pd(s, true).workspace_desc().get_size(); });
 }
 
@@ -95,7 +77,7 @@ void pool2d_forward(const PoolShape& s, const float* src, float* dst, void* work
   s.validate();
   const bool training = workspace != nullptr && needs_workspace(s);
   static PrimitiveCache<PoolEntry> cache;
-  const auto entry = with_context([&] { return pool_text(s); },
+  const auto entry = with_context([&] { return describe(s); },
                                   [&] {
                                     return cache.get(pool_key(PrimitiveKind::pool_forward, s, training), [&] {
                                       const auto pd = forward_pd(s, training);
@@ -117,10 +99,10 @@ void pool2d_forward(const PoolShape& s, const float* src, float* dst, void* work
 void pool2d_backward(const PoolShape& s, const float* diff_dst, const void* workspace, float* diff_src) {
   s.validate();
   if (needs_workspace(s) && workspace == nullptr)
-    throw Error(pool_text(s) + " backward: needs the workspace written by the training forward pass");
+    throw Error(describe(s) + " backward: needs the workspace written by the training forward pass");
   static PrimitiveCache<PoolEntry> cache;
   const auto entry =
-      with_context([&] { return pool_text(s) + " backward"; },
+      with_context([&] { return describe(s) + " backward"; },
                    [&] {
                      return cache.get(pool_key(PrimitiveKind::pool_backward, s, true), [&] {
                        const PoolDescs d = descs(s);

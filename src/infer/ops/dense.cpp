@@ -1,13 +1,14 @@
-// Dense operators on oneDNN (dense/onednn/dense.h): Conv (bias, residual Add and activation fused by the
-// optimiser), ConvTranspose (oneDNN's backward-data convolution, which is exactly a transposed
-// convolution), Gemm, MatMul, and pooling. Weights that are constants are reordered into
+// Dense operators: Conv (bias, residual Add and activation fused by the optimiser) and
+// ConvTranspose (the backward-data pass of a convolution, which is exactly a transposed
+// convolution) on the implementation list's choice (dense/conv/conv_list.h); Gemm, MatMul and
+// pooling on oneDNN (dense/onednn/dense.h). Weights that are constants are reordered into
 // oneDNN's blocked layout once per plan, never per run.
 #include <atomic>
 #include <cmath>
 #include <cstring>
 #include <memory>
 
-#include "dense/conv/winograd_conv.h"
+#include "dense/conv/conv_list.h"
 #include "dense/onednn/dense.h"
 #include "infer/op_list.h"
 #include "infer/op_registry.h"
@@ -143,30 +144,29 @@ Kernel build_conv(OpSetup& s) {
   c.layout = static_cast<onednn::ActivationLayout>(s.node.get_int("cpudl.src_layout", 0));
   if (s.node.has("cpudl.dst_layout"))
     c.dst_layout = static_cast<onednn::ActivationLayout>(s.node.get_int("cpudl.dst_layout", 0));
-  // Stride-1 3x3 layers between blocked activations go to the Winograd convolution (conv/
-  // winograd_conv.h) when their weights are known now; the rest to oneDNN.
-  const bool blocked = c.layout == onednn::ActivationLayout::blocked &&
-                       c.dst_layout.value_or(c.layout) == onednn::ActivationLayout::blocked;
-  const std::optional<conv::WinogradConvShape> wino = conv::winograd_shape(c);
-  if (blocked && s.constants[1] && wino) {
-    auto winograd = std::make_shared<const conv::WinogradConv>(*wino, s.constants[1]->data<float>());
-    const float lo = act.kind == onednn::Activation::none   ? -INFINITY
-                     : act.kind == onednn::Activation::relu ? 0.0f
-                                                            : act.lo;
-    const float hi = act.kind == onednn::Activation::clip ? act.hi : INFINITY;
-    return [winograd, bias, residual, lo, hi](std::span<const TensorView> in, std::span<const TensorView> o) {
-      winograd->forward(in[0].f32(), bias ? in[2].f32() : nullptr, residual ? in[3].f32() : nullptr, lo, hi,
-                        o[0].f32());
-    };
-  }
+  // The implementation list (dense/conv/conv_list.h) picks the algorithm; one that transforms the
+  // weights (Winograd) does it here, once per plan, when they are constants.
+  conv::ConvContext context;
+  context.constant_weights = s.constants[1] != nullptr;
+  context.activation = act.kind;
+  context.residual = residual;
+  context.input_needs_grad = false;
+  const conv::ConvImpl& impl = conv::choose_conv_impl(c, conv::ConvPass::forward, context, !s.shape_pass);
+  s.implementation = std::string(impl.name);
+  std::shared_ptr<const conv::ConvPrepared> prepared;
+  if (impl.prepare && s.constants[1])
+    prepared = impl.prepare(c, conv::ConvPass::forward, s.constants[1]->data<float>());
   const std::uint64_t version = s.constants[1] ? next_weights_version() : 0;
-  return [c, bias, residual, act, version](std::span<const TensorView> in, std::span<const TensorView> o) {
-    onednn::ConvEpilogue e;
-    e.activation = act.kind;
-    e.clip_min = act.lo;
-    e.clip_max = act.hi;
-    e.residual = residual ? in[3].f32() : nullptr;
-    onednn::conv2d_forward(c, in[0].f32(), in[1].f32(), version, bias ? in[2].f32() : nullptr, o[0].f32(), e);
+  return [c, &impl, prepared, bias, residual, act, version](std::span<const TensorView> in,
+                                                            std::span<const TensorView> o) {
+    conv::ConvArgs a;
+    a.src = in[0].f32(), a.weights = in[1].f32(), a.weights_version = version;
+    a.bias = bias ? in[2].f32() : nullptr, a.dst = o[0].f32(), a.prepared = prepared.get();
+    a.epilogue.activation = act.kind;
+    a.epilogue.clip_min = act.lo;
+    a.epilogue.clip_max = act.hi;
+    a.epilogue.residual = residual ? in[3].f32() : nullptr;
+    impl.run(c, conv::ConvPass::forward, a);
   };
 }
 
@@ -246,9 +246,20 @@ Kernel build_conv_transpose(OpSetup& s) {
     s.fail("bias B has shape " + shape_text(s.shape(2)) + ", expected [" + std::to_string(c.in_channels) +
            "]");
   s.set_output(0, DType::f32, {c.batch, c.in_channels, c.height, c.width});
+  conv::ConvContext context;
+  context.constant_weights = s.constants[1] != nullptr;
+  const conv::ConvImpl& impl =
+      conv::choose_conv_impl(c, conv::ConvPass::backward_data, context, !s.shape_pass);
+  s.implementation = std::string(impl.name);
+  std::shared_ptr<const conv::ConvPrepared> prepared;
+  if (impl.prepare && s.constants[1])
+    prepared = impl.prepare(c, conv::ConvPass::backward_data, s.constants[1]->data<float>());
   const std::uint64_t version = s.constants[1] ? next_weights_version() : 0;
-  return [c, bias, version](std::span<const TensorView> in, std::span<const TensorView> o) {
-    onednn::conv2d_backward_data(c, in[0].f32(), in[1].f32(), version, o[0].f32());
+  return [c, &impl, prepared, bias, version](std::span<const TensorView> in, std::span<const TensorView> o) {
+    conv::ConvArgs a;
+    a.src = in[0].f32(), a.weights = in[1].f32(), a.weights_version = version, a.dst = o[0].f32();
+    a.prepared = prepared.get();
+    impl.run(c, conv::ConvPass::backward_data, a);
     if (bias) add_channel_bias(o[0].f32(), in[2].f32(), c.batch, c.in_channels, c.height * c.width);
   };
 }
