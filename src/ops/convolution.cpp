@@ -62,19 +62,42 @@ CroppedKernel crop_dead_taps(const onednn::ConvShape& s) {
   return c;
 }
 
-// The live window [kh_begin, +kernel_h) x [kw_begin, +kernel_w) of weights [OC][IC][KH][KW], and
-// a window's gradient placed in a zero kernel of `full` shape: strided views copied by
-// copy_strided, which splits the rows over the threads.
+// The live window [kh_begin, +kernel_h) x [kw_begin, +kernel_w) of weights [OC][IC][KH][KW] as
+// a contiguous [OC][IC][kernel_h][kernel_w], and a window's gradient placed in a zero kernel of
+// the full shape: one pass per filter, split over the threads. (copy_strided of the sliced view
+// walked 1-float rows when a 3x3 kernel crops to 1x1, ResNet-18's last stage at 32x32: a tenth
+// of a training step.)
 Tensor weights_of_window(const Tensor& weight, const CroppedKernel& c) {
-  NoGradGuard no_grad;  // oneDNN's copy of the weights, not a node of the graph
-  return contiguous_values(weight.slice(2, c.kh_begin, c.kh_begin + c.shape.kernel_h)
-                               .slice(3, c.kw_begin, c.kw_begin + c.shape.kernel_w));
+  NoGradGuard no_grad;  // the algorithms' copy of the weights, not a node of the graph
+  const Tensor full = contiguous_values(weight);
+  const std::int64_t fh = weight.size(2), fw = weight.size(3), kh = c.shape.kernel_h, kw = c.shape.kernel_w;
+  Tensor out = Tensor::empty({weight.size(0), weight.size(1), kh, kw});
+  const float* src = full.data();
+  float* dst = out.data();
+  parallel_for(static_cast<std::size_t>(weight.size(0) * weight.size(1)), 256,
+               [&](std::size_t b, std::size_t e) {
+                 for (auto f = static_cast<std::int64_t>(b); f < static_cast<std::int64_t>(e); ++f)
+                   for (std::int64_t h = 0; h < kh; ++h)
+                     for (std::int64_t w = 0; w < kw; ++w)
+                       dst[(f * kh + h) * kw + w] = src[(f * fh + c.kh_begin + h) * fw + c.kw_begin + w];
+               });
+  return out;
 }
 
 Tensor gradient_of_kernel(const Tensor& window_grad, const CroppedKernel& c, const Shape& full) {
-  Tensor out = Tensor::zeros(full);
-  copy_strided(window_grad, out.slice(2, c.kh_begin, c.kh_begin + c.shape.kernel_h)
-                                .slice(3, c.kw_begin, c.kw_begin + c.shape.kernel_w));
+  Tensor out = Tensor::empty(full);
+  const std::int64_t fh = full[2], fw = full[3], kh = c.shape.kernel_h, kw = c.shape.kernel_w;
+  const float* src = window_grad.data();
+  float* dst = out.data();
+  parallel_for(static_cast<std::size_t>(full[0] * full[1]), 256, [&](std::size_t b, std::size_t e) {
+    for (auto f = static_cast<std::int64_t>(b); f < static_cast<std::int64_t>(e); ++f) {
+      float* filter = dst + f * fh * fw;
+      std::fill(filter, filter + fh * fw, 0.0f);
+      for (std::int64_t h = 0; h < kh; ++h)
+        for (std::int64_t w = 0; w < kw; ++w)
+          filter[(c.kh_begin + h) * fw + c.kw_begin + w] = src[(f * kh + h) * kw + w];
+    }
+  });
   return out;
 }
 

@@ -4,6 +4,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <new>
 #include <vector>
 
 namespace cpudl {
@@ -16,6 +19,26 @@ struct AlignedBuffer {
     return reinterpret_cast<float*>((reinterpret_cast<std::uintptr_t>(storage.data()) + 63) &
                                     ~std::uintptr_t{63});
   }
+};
+
+// A fixed block of n floats, 64-byte aligned and left uninitialised, for scratch that is written
+// whole before it is read and must outlive one call (a training step's expanded weights, from the
+// forward pass to the backward): std::vector would write zeros over it first, a wasted pass over
+// tens of megabytes per step.
+class AlignedArray {
+ public:
+  AlignedArray() = default;
+  explicit AlignedArray(std::size_t n)
+      : data_(static_cast<float*>(std::aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64 + 64))) {
+    if (!data_) throw std::bad_alloc();
+  }
+  float* data() const { return data_.get(); }
+
+ private:
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  std::unique_ptr<float, Free> data_;
 };
 
 }  // namespace cpudl

@@ -70,7 +70,8 @@ void expect_matches(const std::vector<float>& got, const std::vector<float>& wan
   for (float v : want) scale = std::max(scale, static_cast<double>(std::fabs(v)));
   for (std::size_t i = 0; i < got.size(); ++i)
     ASSERT_LE(std::fabs(static_cast<double>(got[i]) - want[i]), tolerance * scale)
-        << what << ": element " << i << " is " << got[i] << ", expected " << want[i] << " (scale " << scale << ")";
+        << what << ": element " << i << " is " << got[i] << ", expected " << want[i] << " (scale " << scale
+        << ")";
 }
 
 struct Case {
@@ -79,21 +80,21 @@ struct Case {
 
 // Each row reaches at least one specialised entry (named on the right) besides oneDNN.
 const Case kCases[] = {
-    {2, 1, 12, 12, 16, 5, 5, 1, 2, 1, 1},    // planar, few_channel: a first layer
-    {3, 3, 9, 11, 8, 3, 3, 1, 1, 1, 1},      // planar, few_channel: odd sizes, 8 outputs
-    {2, 3, 15, 13, 64, 7, 7, 2, 3, 1, 1},    // tap_gemm: a strided stem
-    {2, 16, 9, 7, 32, 3, 3, 1, 1, 1, 1},     // winograd: tile edges
-    {2, 32, 8, 8, 32, 3, 3, 1, 0, 1, 1},     // winograd: no padding
-    {2, 64, 8, 8, 128, 3, 3, 2, 1, 1, 1},    // tap_gemm, implicit_gemm: strided 3x3
-    {2, 64, 7, 7, 128, 1, 1, 2, 0, 1, 1},    // pointwise: a strided shortcut, odd map
-    {2, 64, 6, 5, 64, 1, 1, 1, 0, 1, 1},     // pointwise: stride 1
-    {2, 32, 2, 2, 16, 3, 3, 1, 1, 1, 1},     // conv_as_linear: windows cover the map
-    {3, 16, 1, 1, 32, 3, 3, 1, 1, 1, 1},     // conv_as_linear: a 1x1 map
-    {2, 16, 3, 3, 16, 3, 3, 2, 1, 1, 1},     // conv_as_linear: strided on a small map
-    {2, 8, 10, 9, 8, 3, 3, 1, 2, 2, 1},      // dilation
-    {2, 16, 8, 8, 32, 3, 3, 1, 1, 1, 4},     // groups
-    {1, 1, 5, 5, 1, 3, 3, 1, 0, 1, 1},       // one channel in and out
-    {2, 16, 7, 9, 16, 3, 2, 2, 1, 1, 1},     // a 3x2 kernel, stride 2
+    {2, 1, 12, 12, 16, 5, 5, 1, 2, 1, 1},  // planar, few_channel: a first layer
+    {3, 3, 9, 11, 8, 3, 3, 1, 1, 1, 1},    // planar, few_channel: odd sizes, 8 outputs
+    {2, 3, 15, 13, 64, 7, 7, 2, 3, 1, 1},  // tap_gemm: a strided stem
+    {2, 16, 9, 7, 32, 3, 3, 1, 1, 1, 1},   // winograd: tile edges
+    {2, 32, 8, 8, 32, 3, 3, 1, 0, 1, 1},   // winograd: no padding
+    {2, 64, 8, 8, 128, 3, 3, 2, 1, 1, 1},  // tap_gemm, implicit_gemm: strided 3x3
+    {2, 64, 7, 7, 128, 1, 1, 2, 0, 1, 1},  // pointwise: a strided shortcut, odd map
+    {2, 64, 6, 5, 64, 1, 1, 1, 0, 1, 1},   // pointwise: stride 1
+    {2, 32, 2, 2, 16, 3, 3, 1, 1, 1, 1},   // conv_as_linear: windows cover the map
+    {3, 16, 1, 1, 32, 3, 3, 1, 1, 1, 1},   // conv_as_linear: a 1x1 map
+    {2, 16, 3, 3, 16, 3, 3, 2, 1, 1, 1},   // conv_as_linear: strided on a small map
+    {2, 8, 10, 9, 8, 3, 3, 1, 2, 2, 1},    // dilation
+    {2, 16, 8, 8, 32, 3, 3, 1, 1, 1, 4},   // groups
+    {1, 1, 5, 5, 1, 3, 3, 1, 0, 1, 1},     // one channel in and out
+    {2, 16, 7, 9, 16, 3, 2, 2, 1, 1, 1},   // a 3x2 kernel, stride 2
 };
 
 TEST(ConvList, EveryEntryThatRunsAShapeMatchesTheReference) {
@@ -115,7 +116,8 @@ TEST(ConvList, EveryEntryThatRunsAShapeMatchesTheReference) {
     std::vector<float> db_want;
     const auto dw_want = reference::conv2d_backward_weights(s, x, dy, &db_want);
     const std::int64_t block = onednn::blocked_layout_channels();
-    for (ActivationLayout layout : {ActivationLayout::nhwc, ActivationLayout::nchw, ActivationLayout::blocked}) {
+    for (ActivationLayout layout :
+         {ActivationLayout::nhwc, ActivationLayout::nchw, ActivationLayout::blocked}) {
       if (layout == ActivationLayout::blocked && (t.in % block != 0 || t.out % block != 0)) continue;
       ConvShape ls = s;
       ls.layout = layout;

@@ -55,7 +55,8 @@ bool conv_covers_whole_map(const dense::ConvShape& s) {
 void expand_weights(const dense::ConvShape& s, const float* w, ExpandedWeights& e) {
   const Dims d = dims(s);
   const std::int64_t ic_n = s.in_channels, oc_n = s.out_channels, taps = d.taps;
-  float* pe = e.storage.get(static_cast<std::size_t>(d.out * d.in));
+  e.storage = AlignedArray(static_cast<std::size_t>(d.out * d.in));
+  float* pe = e.storage.data();
   e.data = pe;
   // Row (p, oc) of E gathers output channel oc's kernel (IC x full taps, at most 18 KB for
   // ResNet-18's 512 x 512 x 3 x 3: it stays in L1/L2 while read with a stride of full_taps).

@@ -20,7 +20,7 @@ bool conv_covers_whole_map(const dense::ConvShape& s);
 // E [OH*OW*OC][H*W*IC] from the weights [OC][IC][KH][KW]: built once per weights and used by the
 // forward and backward-data passes (a training step builds it in the forward pass).
 struct ExpandedWeights {
-  AlignedBuffer storage;
+  AlignedArray storage;
   const float* data = nullptr;
 };
 void expand_weights(const dense::ConvShape& s, const float* w, ExpandedWeights& e);

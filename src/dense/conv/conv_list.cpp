@@ -110,14 +110,15 @@ bool winograd_runs(const ConvShape& s, ConvPass pass, const ConvContext&) {
 bool winograd_prefers(const ConvShape& s, ConvPass pass, const ConvContext& c) {
   if (c.bf16) return false;
   if (s.layout == ActivationLayout::blocked) return c.constant_weights && pass == ConvPass::forward;
-  return winograd_training_shape(s, pass == ConvPass::backward_data ? WinogradPass::backward_data
-                                                                     : WinogradPass::forward)
+  return winograd_training_shape(
+             s, pass == ConvPass::backward_data ? WinogradPass::backward_data : WinogradPass::forward)
       .has_value();
 }
 WinogradPass winograd_pass(ConvPass pass) {
   return pass == ConvPass::backward_data ? WinogradPass::backward_data : WinogradPass::forward;
 }
-std::shared_ptr<const ConvPrepared> winograd_prepare(const ConvShape& s, ConvPass pass, const float* weights) {
+std::shared_ptr<const ConvPrepared> winograd_prepare(const ConvShape& s, ConvPass pass,
+                                                     const float* weights) {
   if (pass == ConvPass::backward_weights) return nullptr;
   auto p = std::make_shared<Transformed>();
   p->pass = pass;
@@ -131,7 +132,9 @@ void winograd_run(const ConvShape& s, ConvPass pass, const ConvArgs& a) {
     return;
   }
   const dense::ConvEpilogue& e = a.epilogue;
-  const float lo = e.activation == Activation::relu ? 0.0f : e.activation == Activation::clip ? e.clip_min : -INFINITY;
+  const float lo = e.activation == Activation::relu   ? 0.0f
+                   : e.activation == Activation::clip ? e.clip_min
+                                                      : -INFINITY;
   const float hi = e.activation == Activation::clip ? e.clip_max : INFINITY;
   const auto* kept = dynamic_cast<const Transformed*>(a.prepared);
   if (kept && kept->pass == pass) {
@@ -153,7 +156,8 @@ bool pointwise_runs(const ConvShape& s, ConvPass pass, const ConvContext& c) {
 }
 bool pointwise_prefers(const ConvShape& s, ConvPass pass, const ConvContext& c) {
   if (c.bf16) return false;
-  return pass == ConvPass::forward ? pointwise_conv_forward_preferred(s) : pointwise_conv_backward_data_preferred(s);
+  return pass == ConvPass::forward ? pointwise_conv_forward_preferred(s)
+                                   : pointwise_conv_backward_data_preferred(s);
 }
 void pointwise_run(const ConvShape& s, ConvPass pass, const ConvArgs& a) {
   if (pass == ConvPass::forward)
@@ -178,7 +182,9 @@ void few_channel_run(const ConvShape& s, ConvPass, const ConvArgs& a) {
 bool tap_gemm_runs(const ConvShape& s, ConvPass, const ConvContext&) {
   return channels_last(s) && tap_gemm_weight_grad_applies(s);
 }
-bool tap_gemm_prefers(const ConvShape& s, ConvPass, const ConvContext&) { return tap_gemm_weight_grad_preferred(s); }
+bool tap_gemm_prefers(const ConvShape& s, ConvPass, const ConvContext&) {
+  return tap_gemm_weight_grad_preferred(s);
+}
 void tap_gemm_run(const ConvShape& s, ConvPass, const ConvArgs& a) {
   tap_gemm_weight_grad(s, a.src, a.diff_dst, a.dst, a.diff_bias);
 }
@@ -236,9 +242,10 @@ constexpr unsigned kForward = pass_bit(ConvPass::forward), kData = pass_bit(Conv
 // Most specialised first. The measurements behind each prefers() rule are in docs/ARCHITECTURE.md.
 const ConvImpl kImpls[] = {
     {"planar", kForward | kWeights, planar_runs, planar_prefers, planar_run},
-    {"conv_as_linear", kAllPasses, as_linear_runs, prefers_f32, as_linear_run<false>, as_linear_prepare, true},
-    {"conv_as_linear_bf16", kAllPasses, as_linear_bf16_runs, prefers_bf16, as_linear_run<true>, as_linear_prepare,
+    {"conv_as_linear", kAllPasses, as_linear_runs, prefers_f32, as_linear_run<false>, as_linear_prepare,
      true},
+    {"conv_as_linear_bf16", kAllPasses, as_linear_bf16_runs, prefers_bf16, as_linear_run<true>,
+     as_linear_prepare, true},
     {"winograd", kAllPasses, winograd_runs, winograd_prefers, winograd_run, winograd_prepare, false},
     {"pointwise", kForward | kData, pointwise_runs, pointwise_prefers, pointwise_run},
     {"few_channel", kWeights, few_channel_runs, few_channel_prefers, few_channel_run},
@@ -327,9 +334,9 @@ const ConvImpl& choose_conv_impl(const ConvShape& s, ConvPass pass, const ConvCo
   const ConvImpl* forced = forced_impl();
   if (forced && (forced->passes & pass_bit(pass))) {
     if (!forced->runs(s, pass, context))
-      throw UsageError("CPUDL_CONV_IMPL=" + std::string(forced->name) + " cannot run conv " + dense::describe(s) +
-                       " " + std::string(layout_name(s.layout)) + " " + std::string(pass_name(pass)) +
-                       "; these can: " + names_of(&s, pass, &context));
+      throw UsageError("CPUDL_CONV_IMPL=" + std::string(forced->name) + " cannot run conv " +
+                       dense::describe(s) + " " + std::string(layout_name(s.layout)) + " " +
+                       std::string(pass_name(pass)) + "; these can: " + names_of(&s, pass, &context));
     chosen = forced;
   }
   for (const ConvImpl& impl : kImpls) {

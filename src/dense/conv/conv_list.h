@@ -53,14 +53,14 @@ class ConvPrepared {
 // One call's operands; which are read depends on the pass. Activations in the shape's layouts
 // (the output in s.dst_layout when set); weights OIHW.
 struct ConvArgs {
-  const float* src = nullptr;       // forward, backward_weights: x; backward_data: dy
-  const float* weights = nullptr;   // forward, backward_data
-  std::uint64_t weights_version = 0;  // oneDNN's cache of reordered weights (onednn/dense.h); 0: none
-  const float* diff_dst = nullptr;  // backward_weights: dy
-  const float* bias = nullptr;      // forward, or null
-  dense::ConvEpilogue epilogue;     // forward
-  float* dst = nullptr;             // y, dx, or dw
-  float* diff_bias = nullptr;       // backward_weights: db, or null
+  const float* src = nullptr;              // forward, backward_weights: x; backward_data: dy
+  const float* weights = nullptr;          // forward, backward_data
+  std::uint64_t weights_version = 0;       // oneDNN's cache of reordered weights (onednn/dense.h); 0: none
+  const float* diff_dst = nullptr;         // backward_weights: dy
+  const float* bias = nullptr;             // forward, or null
+  dense::ConvEpilogue epilogue;            // forward
+  float* dst = nullptr;                    // y, dx, or dw
+  float* diff_bias = nullptr;              // backward_weights: db, or null
   const ConvPrepared* prepared = nullptr;  // from this entry's prepare() for these weights, or null
 };
 
@@ -77,8 +77,8 @@ struct ConvImpl {
   // Null when the entry keeps nothing. A prepared state made for one pass serves `serves_passes`:
   // true when it serves every pass of the same weights (the whole-map product's E serves forward
   // and backward-data), false when only the pass it was made for (Winograd's transformed filters).
-  std::shared_ptr<const ConvPrepared> (*prepare)(const dense::ConvShape&, ConvPass, const float* weights) =
-      nullptr;
+  std::shared_ptr<const ConvPrepared> (*prepare)(const dense::ConvShape&, ConvPass,
+                                                 const float* weights) = nullptr;
   bool serves_passes = false;
 };
 

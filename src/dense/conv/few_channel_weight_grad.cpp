@@ -14,7 +14,8 @@ bool few_channel_weight_grad_runs(const dense::ConvShape& s) {
   return s.layout == dense::ActivationLayout::nhwc && s.groups == 1 && s.in_channels <= kFewInputChannels;
 }
 
-void few_channel_weight_grad(const dense::ConvShape& s, const float* x, const float* dy, float* dw, float* db) {
+void few_channel_weight_grad(const dense::ConvShape& s, const float* x, const float* dy, float* dw,
+                             float* db) {
   const kernels::ConvWindow w{
       static_cast<std::size_t>(s.in_channels),  static_cast<std::size_t>(s.height),
       static_cast<std::size_t>(s.width),        static_cast<std::size_t>(s.out_channels),

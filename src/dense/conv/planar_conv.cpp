@@ -29,7 +29,8 @@ PlanarConv::PlanarConv(const dense::ConvShape& s, const float* x, const float* w
   taps_ = ic_n * kh_n * kw_n;
   in_image_ = ic_n * p_.x_plane;
   out_image_ = oc_n * out_h * out_w;
-  float* dst = padded_.get(batch_ * in_image_);
+  padded_ = AlignedArray(batch_ * in_image_);
+  float* dst = padded_.data();
   padded_data_ = dst;
   const bool channels_last = s.layout == dense::ActivationLayout::nhwc;
   const std::size_t in_image = in_image_, x_plane = p_.x_plane;
@@ -54,30 +55,34 @@ PlanarConv::PlanarConv(const dense::ConvShape& s, const float* x, const float* w
   bias_.assign(oc_pad, 0.0f);
   if (w)  // null for a weight gradient alone, which reads only the padded images
     for (std::size_t oc = 0; oc < oc_n; ++oc)
-      for (std::size_t t = 0; t < taps_; ++t) packed_[(oc / 8) * taps_ * 8 + t * 8 + oc % 8] = w[oc * taps_ + t];
+      for (std::size_t t = 0; t < taps_; ++t)
+        packed_[(oc / 8) * taps_ * 8 + t * 8 + oc % 8] = w[oc * taps_ + t];
   if (bias) std::copy(bias, bias + oc_n, bias_.begin());
 }
 
 void PlanarConv::forward(std::size_t n, bool relu, float* y) const {
-  kernels::kernel_table().f32_conv_forward_planes.fn(p_, padded_data_ + n * in_image_, packed_.data(), bias_.data(),
-                                               relu, y);
+  kernels::kernel_table().f32_conv_forward_planes.fn(p_, padded_data_ + n * in_image_, packed_.data(),
+                                                     bias_.data(), relu, y);
 }
 
-void PlanarConv::backward_weights(std::size_t n, const float* dy, const float* y, float* dw, float* db) const {
-  kernels::kernel_table().f32_conv_backward_weights_planes.fn(p_, padded_data_ + n * in_image_, dy, y, dw, db);
+void PlanarConv::backward_weights(std::size_t n, const float* dy, const float* y, float* dw,
+                                  float* db) const {
+  kernels::kernel_table().f32_conv_backward_weights_planes.fn(p_, padded_data_ + n * in_image_, dy, y, dw,
+                                                              db);
 }
 
 void PlanarConv::forward(std::size_t n, std::size_t c0, std::size_t count, bool relu, float* y) const {
   kernels::kernel_table().f32_conv_forward_planes.fn(with_channels(count), padded_data_ + n * in_image_,
-                                               packed_.data() + c0 * taps_, bias_.data() + c0, relu,
-                                               y + c0 * plane());
+                                                     packed_.data() + c0 * taps_, bias_.data() + c0, relu,
+                                                     y + c0 * plane());
 }
 
 void PlanarConv::backward_weights(std::size_t n, std::size_t c0, std::size_t count, const float* dy,
                                   const float* y, float* dw, float* db) const {
   const std::size_t at = c0 * plane();
-  kernels::kernel_table().f32_conv_backward_weights_planes.fn(with_channels(count), padded_data_ + n * in_image_,
-                                                        dy + at, y + at, dw + c0 * taps_, db ? db + c0 : nullptr);
+  kernels::kernel_table().f32_conv_backward_weights_planes.fn(with_channels(count),
+                                                              padded_data_ + n * in_image_, dy + at, y + at,
+                                                              dw + c0 * taps_, db ? db + c0 : nullptr);
 }
 
 kernels::ConvPlanes PlanarConv::with_channels(std::size_t count) const {
@@ -106,7 +111,8 @@ void planar_forward(const dense::ConvShape& s, const float* x, const float* w, c
   });
 }
 
-void planar_backward_weights(const dense::ConvShape& s, const float* x, const float* dy, float* dw, float* db) {
+void planar_backward_weights(const dense::ConvShape& s, const float* x, const float* dy, float* dw,
+                             float* db) {
   const PlanarConv layer(s, x, nullptr, nullptr);
   const bool channels_last = s.dst_layout.value_or(s.layout) == dense::ActivationLayout::nhwc;
   const std::size_t weights = layer.channels() * layer.taps();

@@ -53,7 +53,7 @@ class PlanarConv {
   kernels::ConvPlanes with_channels(std::size_t count) const;
   kernels::ConvPlanes p_{};
   std::size_t batch_ = 0, taps_ = 0, in_image_ = 0, out_image_ = 0;
-  AlignedBuffer padded_;
+  AlignedArray padded_;
   const float* padded_data_ = nullptr;
   std::vector<float> packed_, bias_;
 };
@@ -62,6 +62,7 @@ class PlanarConv {
 // dw [OC][IC][KH][KW] and db (or null) from x in s.layout and dy in the output's layout.
 void planar_forward(const dense::ConvShape& s, const float* x, const float* w, const float* bias, bool relu,
                     float* y);
-void planar_backward_weights(const dense::ConvShape& s, const float* x, const float* dy, float* dw, float* db);
+void planar_backward_weights(const dense::ConvShape& s, const float* x, const float* dy, float* dw,
+                             float* db);
 
 }  // namespace cpudl::conv

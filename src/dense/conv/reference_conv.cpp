@@ -101,7 +101,8 @@ void reference_backward_data(const dense::ConvShape& s, const float* dy, const f
       for (std::int64_t c = 0; c < s.in_channels; ++c)
         for (std::int64_t h = 0; h < s.height; ++h)
           for (std::int64_t x = 0; x < s.width; ++x)
-            dx[in(n, c, h, x)] = static_cast<float>(acc[static_cast<std::size_t>((c * s.height + h) * s.width + x)]);
+            dx[in(n, c, h, x)] =
+                static_cast<float>(acc[static_cast<std::size_t>((c * s.height + h) * s.width + x)]);
     }
   });
 }
@@ -128,7 +129,8 @@ void reference_backward_weights(const dense::ConvShape& s, const float* x, const
                     d * x[in(n, g * icg + ic, ih, iw)];
             });
           }
-      for (std::int64_t t = 0; t < taps; ++t) dw[oc * taps + t] = static_cast<float>(acc[static_cast<std::size_t>(t)]);
+      for (std::int64_t t = 0; t < taps; ++t)
+        dw[oc * taps + t] = static_cast<float>(acc[static_cast<std::size_t>(t)]);
       if (db) db[oc] = static_cast<float>(bias);
     }
   });
