@@ -1,8 +1,10 @@
-// Max, average and adaptive average pooling (oneDNN), forward and backward.
+// Max, average and adaptive average pooling, forward and backward: max and average pooling on
+// the implementation the pooling list picks (dense/pool/pool_list.h).
 #include <cmath>
 #include <cstring>
 
 #include "dense/onednn/dense.h"
+#include "dense/pool/pool_list.h"
 #include "ops/op_helpers.h"
 #include "runtime/op_profile.h"
 #include "tensor/layout.h"
@@ -30,57 +32,17 @@ Tensor pool2d(const Tensor& x, std::int64_t kernel, std::int64_t stride, std::in
   const Shape out_shape = {s.batch, s.channels, s.out_height(), s.out_width()};
   Tensor y = channels_last ? empty_channels_last(out_shape) : Tensor::empty(out_shape);
   const bool training = grad_mode_enabled() && x.requires_grad();
-  // Channels-last max pooling runs on the native kernel (kernels/pool/), which keeps its own
-  // per-output argmax taps. First for channel counts that do not fill oneDNN's vector (LeNet-5's
-  // 6); then measured faster for full vectors too (1 thread: LeNet-5's 16-channel 2x2 pool 2.2 ->
-  // ~0.9 ms forward, 1.4 -> ~1.0 ms backward; ResNet-18's 64-channel 3x3/2 pool at 224x224,
-  // batch 16, 35.3 -> 18.8 ms).
-  const bool native_max = channels_last && kind == onednn::PoolKind::max && s.kernel_h * s.kernel_w <= 255;
-  if (native_max) {
-    const kernels::PoolWindow w{
-        static_cast<std::size_t>(s.channels),    static_cast<std::size_t>(s.height),
-        static_cast<std::size_t>(s.width),       static_cast<std::size_t>(s.out_height()),
-        static_cast<std::size_t>(s.out_width()), static_cast<std::size_t>(s.kernel_h),
-        static_cast<std::size_t>(s.kernel_w),    static_cast<std::size_t>(s.stride_h),
-        static_cast<std::size_t>(s.stride_w),    static_cast<std::size_t>(s.pad_h),
-        static_cast<std::size_t>(s.pad_w)};
-    const std::size_t in_image = w.height * w.width * w.channels, out_image = w.out_h * w.out_w * w.channels;
-    // Every entry is written by the forward kernel: no zero-fill.
-    const std::shared_ptr<std::uint8_t[]> argmax =
-        training
-            ? std::make_shared_for_overwrite<std::uint8_t[]>(out_image * static_cast<std::size_t>(s.batch))
-            : nullptr;
-    const float* src = xc.data();
-    float* dst = y.data();
-    std::uint8_t* arg = argmax.get();
-    const auto forward = native().f32_max_pool_nhwc.fn;
-    parallel_for(static_cast<std::size_t>(s.batch), 1, [&](std::size_t b, std::size_t e) {
-      for (std::size_t n = b; n < e; ++n)
-        forward(w, src + n * in_image, dst + n * out_image, arg ? arg + n * out_image : nullptr);
-    });
-    autograd::record(y, name, {x}, [s, w, argmax, in_image, out_image](const Tensor& g) {
-      const Tensor gc = channels_last_values(g);
-      Tensor dx = empty_channels_last({s.batch, s.channels, s.height, s.width});
-      const float* pg = gc.data();
-      float* pd = dx.data();
-      const std::uint8_t* pa = argmax.get();
-      const auto backward = native().f32_max_pool_nhwc_backward.fn;
-      parallel_for(static_cast<std::size_t>(s.batch), 1, [&](std::size_t b, std::size_t e) {
-        for (std::size_t n = b; n < e; ++n)
-          backward(w, pg + n * out_image, pa + n * out_image, pd + n * in_image);
-      });
-      return std::vector<Tensor>{dx};
-    });
-    return y;
-  }
-  auto workspace =
-      std::make_shared<std::vector<unsigned char>>(training ? onednn::pool2d_workspace_bytes(s) : 0);
-  onednn::pool2d_forward(s, xc.data(), y.data(), workspace->empty() ? nullptr : workspace->data());
-  autograd::record(y, name, {x}, [s, workspace, channels_last](const Tensor& g) {
+  const pool::PoolImpl& impl = pool::choose_pool_impl(s);
+  // Every byte of the workspace is written by the forward pass: no zero-fill.
+  const std::size_t bytes = training ? impl.workspace_bytes(s) : 0;
+  const std::shared_ptr<std::uint8_t[]> workspace =
+      bytes ? std::make_shared_for_overwrite<std::uint8_t[]>(bytes) : nullptr;
+  impl.forward(s, xc.data(), y.data(), workspace.get());
+  autograd::record(y, name, {x}, [s, &impl, workspace, channels_last](const Tensor& g) {
     const Tensor gc = channels_last ? channels_last_values(g) : contiguous_values(g);
     const Shape in_shape = {s.batch, s.channels, s.height, s.width};
     Tensor dx = channels_last ? empty_channels_last(in_shape) : Tensor::empty(in_shape);
-    onednn::pool2d_backward(s, gc.data(), workspace->empty() ? nullptr : workspace->data(), dx.data());
+    impl.backward(s, gc.data(), workspace.get(), dx.data());
     return std::vector<Tensor>{dx};
   });
   return y;

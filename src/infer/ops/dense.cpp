@@ -1,8 +1,8 @@
 // Dense operators: Conv (bias, residual Add and activation fused by the optimiser) and
 // ConvTranspose (the backward-data pass of a convolution, which is exactly a transposed
-// convolution) on the implementation list's choice (dense/conv/conv_list.h); Gemm, MatMul and
-// pooling on oneDNN (dense/onednn/dense.h). Weights that are constants are reordered into
-// oneDNN's blocked layout once per plan, never per run.
+// convolution) on the implementation list's choice (dense/conv/conv_list.h); pooling on the
+// pooling list's (dense/pool/pool_list.h); Gemm and MatMul on oneDNN (dense/onednn/dense.h). Weights that are
+// constants are reordered into oneDNN's blocked layout once per plan, never per run.
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -10,6 +10,7 @@
 
 #include "dense/conv/conv_list.h"
 #include "dense/onednn/dense.h"
+#include "dense/pool/pool_list.h"
 #include "infer/op_list.h"
 #include "infer/op_registry.h"
 #include "infer/ops/window.h"
@@ -422,8 +423,10 @@ Kernel build_pool(OpSetup& s, onednn::PoolKind kind) {
   s.set_output(0, DType::f32, {p.batch, p.channels, p.out_height(), p.out_width()});
   if (s.node.outputs.size() > 1 && !s.node.outputs[1].empty())
     s.fail("the Indices output of MaxPool is not supported");
-  return [p](std::span<const TensorView> in, std::span<const TensorView> o) {
-    onednn::pool2d_forward(p, in[0].f32(), o[0].f32(), nullptr);
+  const pool::PoolImpl& impl = pool::choose_pool_impl(p, !s.shape_pass);
+  s.implementation = std::string(impl.name);
+  return [p, &impl](std::span<const TensorView> in, std::span<const TensorView> o) {
+    impl.forward(p, in[0].f32(), o[0].f32(), nullptr);
   };
 }
 
