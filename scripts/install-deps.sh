@@ -22,6 +22,8 @@ packages=(
   clang libclang-rt-14-dev              # libFuzzer targets for the file parsers
   clang-format                          # make format, and the test that the tree is formatted
   python3 python3-numpy                 # the LLM test models and their float64 reference logits
+  libcpp-httplib-dev pkg-config         # cpudl serve's HTTP server (and the tests' client)
+  prometheus                            # promtool check metrics, and the test that scrapes cpudl serve
 )
 if [ "${1:-}" = "--bench" ]; then
   packages+=(libopenblas0-openmp libblis4-openmp python3 python3-numpy python3-torch python3-torchvision python3-onnx)

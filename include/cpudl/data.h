@@ -46,6 +46,8 @@ Dataset load_dataset(const std::filesystem::path& dir, bool train);
 // An image file as [channels, height, width] floats in [0, 1]: binary or ASCII PGM (P5/P2), or
 // PNG (8-bit grey, grey+alpha, RGB, RGBA; not interlaced). Alpha is dropped.
 Tensor read_image(const std::filesystem::path& path);
+// The same from the file's bytes (an HTTP request body); `name` is what errors call it.
+Tensor decode_image(const std::string& bytes, const std::string& name);
 
 // Batches of a dataset in a seeded order, assembled on background threads while the previous
 // batch trains. Augmentation (images only): random crop after zero-padding, horizontal flip.

@@ -98,24 +98,7 @@ int run_predict(const PredictOptions& o) {
   NoGradGuard no_grad;
   nlohmann::ordered_json all = nlohmann::ordered_json::array();
   for (const std::string& spec : o.inputs) {
-    Tensor img = read_input(spec);
-    if (img.size(0) == 3 && m.input_shape[0] == 1) {  // colour into a grey model: luminance
-      Tensor grey = Tensor::empty({1, img.size(1), img.size(2)});
-      const std::int64_t n = img.size(1) * img.size(2);
-      for (std::int64_t i = 0; i < n; ++i)
-        grey.data()[i] = 0.299f * img.data()[i] + 0.587f * img.data()[n + i] + 0.114f * img.data()[2 * n + i];
-      img = grey;
-    }
-    if (img.shape() != m.input_shape)
-      throw Error(spec + ": image of " + shape_text(img.shape()) +
-                  " (channels, height, width), the model takes " + shape_text(m.input_shape));
-    Tensor x = Tensor::empty(img.shape());
-    const std::int64_t plane = img.size(1) * img.size(2);
-    for (std::int64_t c = 0; c < img.size(0); ++c)
-      for (std::int64_t i = 0; i < plane; ++i)
-        x.data()[c * plane + i] =
-            (img.data()[c * plane + i] - m.mean[static_cast<std::size_t>(c) % m.mean.size()]) /
-            m.std[static_cast<std::size_t>(c) % m.std.size()];
+    const Tensor x = train::prepare_image(m, read_input(spec), spec);
     const Tensor probs = softmax(m.model->forward(x.unsqueeze(0)), 1);
     std::vector<std::pair<float, int>> ranked;
     for (int k = 0; k < probs.size(1); ++k) ranked.emplace_back(probs.at({0, k}), k);
@@ -127,7 +110,11 @@ int run_predict(const PredictOptions& o) {
       all.push_back({{"input", spec}, {"top", top}});
       continue;
     }
-    if (o.ascii && img.size(0) == 1) print_ascii(img);
+    if (o.ascii && x.size(0) == 1) {  // the grey image the model saw, un-normalised
+      Tensor img = Tensor::empty(x.shape());
+      for (std::int64_t i = 0; i < x.numel(); ++i) img.data()[i] = x.data()[i] * m.std[0] + m.mean[0];
+      print_ascii(img);
+    }
     std::printf("%s:", spec.c_str());
     for (auto [p, k] : ranked) std::printf("  %d (%.1f%%)", k, 100 * p);
     std::printf("\n");

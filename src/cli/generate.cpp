@@ -11,12 +11,10 @@
 #include "cpudl/llm.h"
 #include "cpudl/runtime.h"
 #include "llm/chat/chat_template.h"
+#include "llm/generation/generation.h"
 
 namespace cpudl::cli {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 struct SamplingFlags {
   float temperature = 0.8f, top_p = 0.95f, min_p = 0.05f, repeat_penalty = 1.0f;
@@ -60,43 +58,6 @@ void add_sampling_flags(CLI::App* c, SamplingFlags& s) {
 llm::ContextOptions context_options(const ModelFlags& m) {
   return {m.ctx, llm::parse_cache_type(m.cache_type), m.threads, 256};
 }
-
-// Holds back text that could be the start of a stop string, so streamed output never shows a
-// stop string (or its beginning) that then ends generation.
-class StopFilter {
- public:
-  explicit StopFilter(std::vector<std::string> stops) : stops_(std::move(stops)) {}
-  // Adds generated text; returns what may be printed now. Sets stopped() when a stop string appears.
-  std::string feed(const std::string& piece) {
-    pending_ += piece;
-    for (const auto& s : stops_) {
-      const std::size_t at = pending_.find(s);
-      if (at != std::string::npos) {
-        stopped_ = true;
-        std::string out = pending_.substr(0, at);
-        pending_.clear();
-        return out;
-      }
-    }
-    std::size_t keep = 0;  // longest suffix of pending_ that begins some stop string
-    for (const auto& s : stops_)
-      for (std::size_t n = std::min(s.size() - 1, pending_.size()); n > keep; --n)
-        if (pending_.compare(pending_.size() - n, n, s, 0, n) == 0) {
-          keep = n;
-          break;
-        }
-    std::string out = pending_.substr(0, pending_.size() - keep);
-    pending_.erase(0, pending_.size() - keep);
-    return out;
-  }
-  std::string flush() { return std::exchange(pending_, {}); }
-  bool stopped() const { return stopped_; }
-
- private:
-  std::vector<std::string> stops_;
-  std::string pending_;
-  bool stopped_ = false;
-};
 
 std::vector<std::int32_t> parse_token_list(const std::string& list) {
   std::vector<std::int32_t> ids;
@@ -144,42 +105,30 @@ int run_generate(const GenerateOptions& o) {
     throw UsageError("the prompt has " + std::to_string(prompt.size()) +
                      " tokens, more than the context of " + std::to_string(ctx.n_ctx()) + " (--ctx)");
   const bool dump = !o.dump_logits.empty();
-  auto t0 = Clock::now();
-  ctx.eval(prompt, dump);
-  const double prompt_seconds = seconds_since(t0);
-  if (dump) {
-    const auto vocab = static_cast<std::int64_t>(ctx.vocab_size());
+  llm::GenerationOptions options;
+  options.max_tokens = o.n;
+  options.sampling = o.sampling.options();
+  options.stops = o.stops;
+  options.all_prompt_logits = dump;
+  const auto dump_logits = [&](const llm::Context& c) {
+    if (!dump) return;
+    const auto vocab = static_cast<std::int64_t>(c.vocab_size());
     Tensor logits = Tensor::empty({static_cast<std::int64_t>(prompt.size()), vocab});
     for (std::size_t i = 0; i < prompt.size(); ++i)
-      std::copy(ctx.logits(i), ctx.logits(i) + vocab, logits.data() + static_cast<std::int64_t>(i) * vocab);
+      std::copy(c.logits(i), c.logits(i) + vocab, logits.data() + static_cast<std::int64_t>(i) * vocab);
     io::save_npy(o.dump_logits, logits);
-  }
-  llm::Sampler sampler(o.sampling.options());
-  std::vector<std::int32_t> history = prompt, generated;
-  StopFilter filter(o.stops);
-  std::string text;
-  auto emit = [&](const std::string& s) {
-    text += s;
-    if (!o.json && !s.empty()) {
+  };
+  const auto print = [&](std::string_view s) {
+    if (!o.json) {
       std::fwrite(s.data(), 1, s.size(), stdout);
       std::fflush(stdout);
     }
+    return true;
   };
-  t0 = Clock::now();
-  const float* logits = ctx.logits(dump ? prompt.size() - 1 : 0);
-  for (int i = 0; i < o.n; ++i) {
-    const std::int32_t next = sampler.sample(logits, ctx.vocab_size(), history);
-    if (model.is_end_of_generation(next)) break;
-    generated.push_back(next);
-    history.push_back(next);
-    emit(filter.feed(model.token_text(next)));
-    if (filter.stopped() || i + 1 == o.n) break;
-    if (ctx.n_past() >= ctx.n_ctx()) break;  // the context is full
-    ctx.eval(std::span(&next, 1));
-    logits = ctx.logits();
-  }
-  emit(filter.flush());
-  const double gen_seconds = seconds_since(t0);
+  const llm::Generation g = llm::generate(model, ctx, prompt, options, print, dump_logits);
+  const double prompt_seconds = g.prompt_seconds, gen_seconds = g.generation_seconds;
+  const std::vector<std::int32_t>& generated = g.tokens;
+  const std::string& text = g.text;
   if (o.json) {
     nlohmann::json j;
     j["prompt_tokens"] = prompt.size();

@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   cpudl::cli::add_tokenize_command(app, action);
   cpudl::cli::add_chat_command(app, action);
   cpudl::cli::add_quantize_command(app, action);
+  cpudl::cli::add_serve_command(app, action);
 
   // CLI11 reports a misspelt command only as "a subcommand is required": name it instead.
   const auto subcommands = app.get_subcommands([](const CLI::App*) { return true; });

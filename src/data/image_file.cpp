@@ -141,7 +141,10 @@ Tensor read_png(const std::string& bytes, const std::string& name) {
 }  // namespace
 
 Tensor read_image(const std::filesystem::path& path) {
-  const std::string bytes = io::read_file(path), name = path.string();
+  return decode_image(io::read_file(path), path.string());
+}
+
+Tensor decode_image(const std::string& bytes, const std::string& name) {
   if (bytes.size() >= 8 && std::memcmp(bytes.data(), "\x89PNG\r\n\x1a\n", 8) == 0)
     return read_png(bytes, name);
   if (bytes.size() >= 2 && bytes[0] == 'P' && (bytes[1] == '5' || bytes[1] == '2'))

@@ -71,12 +71,15 @@ TEST(PoolList, EveryEntryThatRunsAShapeMatchesTheReference) {
           impl.forward(s, x_in.data(), y.data(), workspace.get());
           impl.backward(s, dy_in.data(), workspace.get(), dx.data());
           const auto y_got = to_layout(y, s, oh, ow, true), dx_got = to_layout(dx, s, t.h, t.w, true);
-          for (std::size_t i = 0; i < y_want.size(); ++i) ASSERT_NEAR(y_got[i], y_want[i], 1e-6) << "y at " << i;
-          for (std::size_t i = 0; i < dx_want.size(); ++i) ASSERT_NEAR(dx_got[i], dx_want[i], 1e-6) << "dx at " << i;
+          for (std::size_t i = 0; i < y_want.size(); ++i)
+            ASSERT_NEAR(y_got[i], y_want[i], 1e-6) << "y at " << i;
+          for (std::size_t i = 0; i < dx_want.size(); ++i)
+            ASSERT_NEAR(dx_got[i], dx_want[i], 1e-6) << "dx at " << i;
           ++ran[std::string(impl.name)];
         }
       }
-  for (const PoolImpl& impl : pool_impls()) EXPECT_GT(ran[std::string(impl.name)], 0) << impl.name << " never ran";
+  for (const PoolImpl& impl : pool_impls())
+    EXPECT_GT(ran[std::string(impl.name)], 0) << impl.name << " never ran";
   PoolShape lenet;
   lenet.batch = 2, lenet.channels = 6, lenet.height = lenet.width = 28, lenet.kernel_h = lenet.kernel_w = 2;
   lenet.stride_h = lenet.stride_w = 2, lenet.layout = ActivationLayout::nhwc;

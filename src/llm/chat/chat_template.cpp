@@ -80,4 +80,30 @@ std::string format_assistant_end(ChatFormat format) {
   return "";
 }
 
+std::string format_conversation(ChatFormat format, const std::vector<ChatMessage>& messages) {
+  std::string system;
+  for (const ChatMessage& m : messages)
+    if (m.role == "system") system += (system.empty() ? "" : "\n") + m.content;
+  std::string text;
+  bool first = true;
+  for (std::size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (m.role == "system") continue;
+    if (m.role == "user") {
+      text += format_user_turn(format, first ? system : "", m.content, first);
+      first = false;
+    } else if (m.role == "assistant") {
+      if (first)
+        throw Error("messages[" + std::to_string(i) + "]: an assistant reply before any user message");
+      text += m.content + format_assistant_end(format);
+    } else {
+      throw Error("messages[" + std::to_string(i) + "].role: '" + m.role +
+                  "', expected system, user or assistant");
+    }
+  }
+  if (messages.empty() || messages.back().role != "user")
+    throw Error("messages: the conversation must end with a user message");
+  return text;
+}
+
 }  // namespace cpudl::llm

@@ -5,6 +5,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace cpudl::llm {
 
@@ -22,5 +23,14 @@ std::string format_user_turn(ChatFormat format, std::string_view system, std::st
                              bool first_turn);
 // What closes the assistant's reply in the history after generation stopped on end-of-turn.
 std::string format_assistant_end(ChatFormat format);
+
+// A whole conversation (OpenAI's messages: roles "system", "user", "assistant"), formatted up to
+// where the assistant's next reply begins: system messages become the first turn's system prompt,
+// earlier replies are closed as the template closes them. Error naming the message for an
+// unknown role or a conversation that does not end with the user's message.
+struct ChatMessage {
+  std::string role, content;
+};
+std::string format_conversation(ChatFormat format, const std::vector<ChatMessage>& messages);
 
 }  // namespace cpudl::llm

@@ -1,0 +1,285 @@
+// The served models (models.h): the dynamic batcher of tensor models, the slots of LLMs.
+#include "serve/models.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "cpudl/autograd.h"
+#include "cpudl/data.h"
+#include "cpudl/error.h"
+#include "cpudl/ops.h"
+#include "cpudl/runtime.h"
+
+namespace cpudl::serve {
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+std::int64_t rows_of(const std::vector<Tensor>& inputs) {
+  return inputs.empty() || inputs[0].dim() == 0 ? 1 : inputs[0].size(0);
+}
+
+// Requests whose inputs agree in everything but the first dimension run in one batch.
+bool same_sample_shape(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (a[i].dtype() != b[i].dtype() || a[i].dim() != b[i].dim() || a[i].dim() == 0) return false;
+    for (std::int64_t d = 1; d < a[i].dim(); ++d)
+      if (a[i].size(d) != b[i].size(d)) return false;
+  }
+  return true;
+}
+
+// The tensors stacked along their first dimension (any dtype: rows are copied as bytes).
+Tensor stack_rows(const std::vector<Tensor>& parts) {
+  Shape shape = parts[0].shape();
+  shape[0] = 0;
+  for (const Tensor& p : parts) shape[0] += p.size(0);
+  Tensor out = Tensor::empty(shape, parts[0].dtype());
+  auto* dst = static_cast<std::byte*>(out.raw_data());
+  for (const Tensor& p : parts) {
+    const Tensor c = p.contiguous();
+    const std::size_t bytes = static_cast<std::size_t>(c.numel()) * dtype_size(c.dtype());
+    std::memcpy(dst, c.raw_data(), bytes);
+    dst += bytes;
+  }
+  return out;
+}
+
+// Rows [first, first + count) of t as a tensor of its own.
+Tensor take_rows(const Tensor& t, std::int64_t first, std::int64_t count) {
+  Shape shape = t.shape();
+  const std::int64_t row = t.numel() / std::max<std::int64_t>(1, shape[0]);
+  shape[0] = count;
+  Tensor out = Tensor::empty(shape, t.dtype());
+  const Tensor c = t.contiguous();
+  const std::size_t size = dtype_size(t.dtype());
+  std::memcpy(out.raw_data(), static_cast<const std::byte*>(c.raw_data()) + first * row * static_cast<std::int64_t>(size),
+              static_cast<std::size_t>(count * row) * size);
+  return out;
+}
+
+TensorSpec spec_of(const ModelValue& v) { return {v.name, v.dtype, v.shape}; }
+
+}  // namespace
+
+TensorModel::TensorModel(std::string name, const std::filesystem::path& path, const BatchOptions& options,
+                         Metrics& metrics)
+    : name_(std::move(name)), options_(options), metrics_(metrics) {
+  const std::string file = path.string();
+  if (ends_with(file, ".onnx")) {
+    InferenceOptions o;
+    o.threads = options.threads;
+    onnx_.emplace(path, o);
+    for (const auto& v : onnx_->inputs()) inputs_.push_back(spec_of(v));
+    for (const auto& v : onnx_->outputs()) outputs_.push_back(spec_of(v));
+  } else if (ends_with(file, ".safetensors")) {
+    own_.emplace(train::load_model_file(path));
+    Shape in = {-1};
+    in.insert(in.end(), own_->input_shape.begin(), own_->input_shape.end());
+    inputs_ = {{"input", DType::f32, in}};
+    outputs_ = {{"output", DType::f32, {-1, own_->classes}}};
+  } else {
+    throw Error(file + ": expected an .onnx, .safetensors or .gguf model");
+  }
+  worker_ = std::thread([this] { work(); });
+}
+
+TensorModel::~TensorModel() {
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  worker_.join();
+}
+
+bool TensorModel::batches() const {
+  for (const TensorSpec& s : inputs_)
+    if (s.shape.empty() || s.shape[0] >= 0) return false;
+  return options_.max_batch > 1;
+}
+
+int TensorModel::waiting() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return static_cast<int>(queue_.size());
+}
+
+std::vector<Tensor> TensorModel::run(const std::vector<Tensor>& inputs) {
+  if (onnx_) return onnx_->run(inputs);
+  const ThreadScope scope(options_.threads);
+  NoGradGuard no_grad;
+  return {own_->model->forward(inputs[0])};
+}
+
+void TensorModel::work() {
+  for (;;) {
+    std::vector<std::shared_ptr<Request>> batch;
+    std::int64_t rows = 0;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and nothing left to run
+      batch.push_back(queue_.front());
+      queue_.pop_front();
+      rows = batch[0]->rows;
+      if (batches()) {
+        const auto until = Clock::now() + std::chrono::microseconds(static_cast<std::int64_t>(options_.batch_timeout_ms * 1000));
+        for (;;) {
+          for (auto it = queue_.begin(); it != queue_.end() && rows < options_.max_batch;) {
+            if (rows + (*it)->rows <= options_.max_batch && same_sample_shape((*it)->inputs, batch[0]->inputs)) {
+              rows += (*it)->rows;
+              batch.push_back(*it);
+              it = queue_.erase(it);
+            } else {
+              ++it;
+            }
+          }
+          if (rows >= options_.max_batch || stopping_ || Clock::now() >= until) break;
+          wake_.wait_until(lock, until);
+        }
+      }
+    }
+    metrics_.observe("cpudl_batch_size", static_cast<double>(rows), {name_});
+    try {
+      if (batch.size() == 1) {
+        batch[0]->result.set_value(run(batch[0]->inputs));
+        continue;
+      }
+      std::vector<Tensor> stacked;
+      for (std::size_t i = 0; i < batch[0]->inputs.size(); ++i) {
+        std::vector<Tensor> parts;
+        for (const auto& r : batch) parts.push_back(r->inputs[i]);
+        stacked.push_back(stack_rows(parts));
+      }
+      const std::vector<Tensor> outputs = run(stacked);
+      std::int64_t first = 0;
+      for (const auto& r : batch) {
+        std::vector<Tensor> mine;
+        for (const Tensor& o : outputs)
+          mine.push_back(o.dim() > 0 && o.size(0) == rows ? take_rows(o, first, r->rows) : o);
+        first += r->rows;
+        r->result.set_value(std::move(mine));
+      }
+    } catch (...) {
+      for (const auto& r : batch) {
+        try {
+          r->result.set_exception(std::current_exception());
+        } catch (const std::future_error&) {  // already answered
+        }
+      }
+    }
+  }
+}
+
+std::vector<Tensor> TensorModel::infer(std::vector<Tensor> inputs, Clock::time_point deadline) {
+  auto request = std::make_shared<Request>();
+  request->rows = rows_of(inputs);
+  request->inputs = std::move(inputs);
+  std::future<std::vector<Tensor>> result = request->result.get_future();
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (static_cast<int>(queue_.size()) >= options_.queue) {
+      metrics_.add("cpudl_rejected_total", 1, {"queue_full"});
+      throw RequestError(429, "model '" + name_ + "': " + std::to_string(options_.queue) +
+                                  " requests already wait (--queue); retry later");
+    }
+    queue_.push_back(request);
+  }
+  wake_.notify_one();
+  if (result.wait_until(deadline) == std::future_status::timeout) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = std::find(queue_.begin(), queue_.end(), request);
+    if (it != queue_.end()) queue_.erase(it);  // not started: never runs
+    metrics_.add("cpudl_rejected_total", 1, {"deadline"});
+    throw RequestError(504, "model '" + name_ + "': no answer within the request timeout (--request-timeout-s)");
+  }
+  try {
+    return result.get();
+  } catch (const RequestError&) {
+    throw;
+  } catch (const Error& e) {
+    throw RequestError(400, e.what());
+  }
+}
+
+std::vector<std::pair<int, float>> TensorModel::classify(const std::string& image, int top, Clock::time_point deadline) {
+  if (!own_)
+    throw RequestError(400, "model '" + name_ + "' is an ONNX file, whose preprocessing cpudl does not know: "
+                            "send tensors to /v2/models/" + name_ + "/infer");
+  Tensor x;
+  try {
+    x = train::prepare_image(*own_, data::decode_image(image, "the body"), "the body");
+  } catch (const Error& e) {
+    throw RequestError(400, e.what());
+  }
+  const std::vector<Tensor> out = infer({x.unsqueeze(0)}, deadline);
+  const Tensor probs = softmax(out[0], 1);
+  std::vector<std::pair<int, float>> ranked;
+  for (int k = 0; k < probs.size(1); ++k) ranked.emplace_back(k, probs.at({0, k}));
+  std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  ranked.resize(static_cast<std::size_t>(std::min<int>(top, static_cast<int>(ranked.size()))));
+  return ranked;
+}
+
+LanguageModel::LanguageModel(std::string name, const std::filesystem::path& path, const LlmOptions& options,
+                             Metrics& metrics)
+    : name_(std::move(name)), options_(options), metrics_(metrics), model_(llm::Model::load(path)) {
+  const int parallel = std::max(1, options.parallel);
+  const int threads = options.threads > 0 ? options.threads : compute_threads();
+  llm::ContextOptions c;
+  c.n_ctx = options.ctx;
+  c.threads = std::max(1, threads / parallel);
+  for (int i = 0; i < parallel; ++i) contexts_.push_back(std::make_unique<llm::Context>(model_, c));
+  for (int i = parallel; i-- > 0;) free_.push_back(static_cast<std::size_t>(i));
+}
+
+LanguageModel::Slot::~Slot() {
+  if (!owner_) return;
+  int busy = 0;
+  {
+    const std::lock_guard<std::mutex> lock(owner_->mutex_);
+    owner_->free_.push_back(index_);
+    busy = static_cast<int>(owner_->contexts_.size() - owner_->free_.size());
+  }
+  owner_->metrics_.set("cpudl_llm_slots_busy", busy, {owner_->name_});
+  owner_->freed_.notify_one();
+}
+
+LanguageModel::Slot LanguageModel::acquire(Clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (free_.empty() && waiting_ >= options_.queue) {
+    metrics_.add("cpudl_rejected_total", 1, {"queue_full"});
+    throw RequestError(429, "model '" + name_ + "': every slot is busy and " + std::to_string(options_.queue) +
+                                " requests already wait (--parallel, --queue); retry later");
+  }
+  ++waiting_;
+  const bool got = freed_.wait_until(lock, deadline, [&] { return !free_.empty(); });
+  --waiting_;
+  if (!got) {
+    metrics_.add("cpudl_rejected_total", 1, {"deadline"});
+    throw RequestError(504, "model '" + name_ + "': no slot freed within the request timeout (--request-timeout-s)");
+  }
+  const std::size_t index = free_.back();
+  free_.pop_back();
+  metrics_.set("cpudl_llm_slots_busy", static_cast<double>(contexts_.size() - free_.size()), {name_});
+  contexts_[index]->reset();
+  return Slot(*this, index);
+}
+
+int LanguageModel::n_ctx() const { return contexts_.front()->n_ctx(); }
+
+int LanguageModel::busy() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return static_cast<int>(contexts_.size() - free_.size());
+}
+
+int LanguageModel::waiting() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return waiting_;
+}
+
+}  // namespace cpudl::serve

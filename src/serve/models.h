@@ -1,0 +1,127 @@
+// The models a server holds, loaded once at start: tensor models (ONNX files and cpudl's own
+// .safetensors models) behind a dynamic batcher, and GGUF language models with a fixed number of
+// sequence slots. Both bound what may wait: a full queue refuses at once (429), never stalls.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cpudl/inference.h"
+#include "cpudl/llm.h"
+#include "serve/metrics.h"
+#include "serve/tensor_json.h"
+#include "train/trainer.h"
+
+namespace cpudl::serve {
+
+using Clock = std::chrono::steady_clock;
+
+struct BatchOptions {
+  int max_batch = 16;          // samples per run
+  double batch_timeout_ms = 2;  // how long the first request of a batch waits for company
+  int queue = 64;              // requests waiting per model, beyond which 429
+  int threads = 0;             // compute threads of each run (0: the process default)
+};
+
+// One .onnx or .safetensors model. Requests for it are gathered into batches along the first
+// dimension (up to max_batch samples, or batch_timeout_ms after the first arrived), run once on
+// the model's own worker thread, and the outputs split back: a client sees only its own rows.
+class TensorModel {
+ public:
+  TensorModel(std::string name, const std::filesystem::path& path, const BatchOptions& options, Metrics& metrics);
+  ~TensorModel();
+
+  const std::string& name() const { return name_; }
+  const char* format() const { return onnx_ ? "onnx" : "safetensors"; }
+  const std::vector<TensorSpec>& inputs() const { return inputs_; }
+  const std::vector<TensorSpec>& outputs() const { return outputs_; }
+  bool batches() const;  // whether the first dimension is free (otherwise one request per run)
+
+  // Runs `inputs` (parse_infer_request's) in the next batch. RequestError 429 when the queue is
+  // full, 504 when the deadline passes first (the rows are then dropped when their batch ends).
+  std::vector<Tensor> infer(std::vector<Tensor> inputs, Clock::time_point deadline);
+  // A cpudl model's top classes for an image file's bytes (as `cpudl predict`): 400 for ONNX
+  // models, whose preprocessing the file does not say, and for a body that is not an image.
+  std::vector<std::pair<int, float>> classify(const std::string& image, int top, Clock::time_point deadline);
+  int waiting() const;
+
+ private:
+  struct Request {
+    std::vector<Tensor> inputs;
+    std::int64_t rows = 1;
+    std::promise<std::vector<Tensor>> result;
+  };
+  void work();
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs);
+
+  std::string name_;
+  BatchOptions options_;
+  Metrics& metrics_;
+  std::optional<InferenceSession> onnx_;
+  std::optional<train::ModelFile> own_;
+  std::vector<TensorSpec> inputs_, outputs_;
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::shared_ptr<Request>> queue_;
+  bool stopping_ = false;
+  std::thread worker_;
+};
+
+struct LlmOptions {
+  int parallel = 1;  // sequence slots: generations that run at once
+  int ctx = 0;       // context per slot (0: the model's, at most 4096)
+  int queue = 64;    // requests waiting for a slot, beyond which 429
+  int threads = 0;   // compute threads shared by the slots (each gets threads / parallel)
+};
+
+// A GGUF model with `parallel` contexts. A request holds one slot (its context, reset) for its
+// whole generation.
+class LanguageModel {
+ public:
+  LanguageModel(std::string name, const std::filesystem::path& path, const LlmOptions& options, Metrics& metrics);
+
+  class Slot {
+   public:
+    Slot(LanguageModel& owner, std::size_t index) : owner_(&owner), index_(index) {}
+    Slot(Slot&& other) noexcept : owner_(std::exchange(other.owner_, nullptr)), index_(other.index_) {}
+    Slot(const Slot&) = delete;
+    ~Slot();
+    llm::Context& context() const { return *owner_->contexts_[index_]; }
+
+   private:
+    LanguageModel* owner_;
+    std::size_t index_;
+  };
+  // A free slot: waits its turn; RequestError 429 when `queue` requests already wait, 504 when the
+  // deadline passes first.
+  Slot acquire(Clock::time_point deadline);
+
+  const std::string& name() const { return name_; }
+  const llm::Model& model() const { return model_; }
+  int n_ctx() const;
+  int busy() const;
+  int parallel() const { return static_cast<int>(contexts_.size()); }
+  int waiting() const;
+
+ private:
+  std::string name_;
+  LlmOptions options_;
+  Metrics& metrics_;
+  llm::Model model_;
+  std::vector<std::unique_ptr<llm::Context>> contexts_;
+  mutable std::mutex mutex_;
+  std::condition_variable freed_;
+  std::vector<std::size_t> free_;
+  int waiting_ = 0;
+};
+
+}  // namespace cpudl::serve

@@ -1,0 +1,381 @@
+// `cpudl serve` end to end: the real server on an ephemeral loopback port, spoken to over HTTP
+// with cpp-httplib's client. Tensor inference against PyTorch's outputs, dynamic batching that
+// the client cannot see, OpenAI completions equal to `cpudl generate`, streaming and its
+// cancellation, 429 at once under a full queue, drain on SIGTERM, API keys, bad requests, and the
+// metrics through promtool and a real Prometheus.
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "cli_sandbox.h"
+#include "cpudl/io.h"
+#include "serve/server_process.h"
+
+namespace {
+
+using cpudl::testing::ServerProcess;
+using nlohmann::json;
+
+const std::string kOnnx = std::string(CPUDL_FIXTURES_DIR) + "/../onnx/";
+const std::string kTinyLlm = std::string(CPUDL_LLM_FIXTURES_DIR) + "/tiny-llama-q8_0.gguf";
+
+class Serve : public cpudl::testing::CliSandbox {
+ protected:
+  std::unique_ptr<ServerProcess> start(const std::vector<std::string>& args) {
+    auto s = std::make_unique<ServerProcess>(args, path("serve.err"));
+    EXPECT_GT(s->port(), 0) << "the server did not start: " << s->err();
+    return s;
+  }
+  static httplib::Client client(const ServerProcess& s) {
+    httplib::Client c("127.0.0.1", s.port());
+    c.set_read_timeout(120);
+    return c;
+  }
+  // A metric's value from /metrics ("name{labels}" as rendered), or NaN when absent.
+  static double metric(const ServerProcess& s, const std::string& series) {
+    auto c = client(s);
+    const auto r = c.Get("/metrics");
+    if (!r) return NAN;
+    std::istringstream lines(r->body);
+    for (std::string line; std::getline(lines, line);)
+      if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
+    return NAN;
+  }
+};
+
+// A loopback port nobody listens on now (bound to port 0, read back, closed).
+int free_port() {
+  const int sock = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t size = sizeof addr;
+  bind(sock, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  getsockname(sock, reinterpret_cast<sockaddr*>(&addr), &size);
+  close(sock);
+  return ntohs(addr.sin_port);
+}
+
+// The KServe v2 body for rows [first, first + rows) of LeNet-5's fixture input.
+json lenet_request(std::int64_t first, std::int64_t rows) {
+  const cpudl::Tensor x = cpudl::io::load_npy(kOnnx + "lenet5_opset17.input.npy");
+  const auto v = x.to_vector();
+  const std::int64_t row = 28 * 28;
+  std::vector<float> data(v.begin() + first * row, v.begin() + (first + rows) * row);
+  return {{"inputs", {{{"name", "input"}, {"shape", {rows, 1, 28, 28}}, {"datatype", "FP32"}, {"data", data}}}}};
+}
+
+std::vector<float> lenet_expected(std::int64_t first, std::int64_t rows) {
+  const auto v = cpudl::io::load_npy(kOnnx + "lenet5_opset17.output.npy").to_vector();
+  return {v.begin() + first * 10, v.begin() + (first + rows) * 10};
+}
+
+void expect_rows(const std::string& body, const std::vector<float>& want) {
+  const json j = json::parse(body);
+  const auto got = j["outputs"][0]["data"].get<std::vector<float>>();
+  ASSERT_EQ(got.size(), want.size()) << body;
+  for (std::size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4) << i;
+}
+
+TEST_F(Serve, TensorModelsAnswerLikePyTorchAndBatchInvisibly) {
+  auto s = start({"--model", "lenet=" + kOnnx + "lenet5_opset17.onnx", "--batch-timeout-ms", "200", "--max-batch", "8"});
+  auto c = client(*s);
+  auto r = c.Get("/v2/health/live");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  r = c.Get("/v2/models/lenet");
+  ASSERT_TRUE(r);
+  const json meta = json::parse(r->body);
+  EXPECT_EQ(meta["platform"], "onnx");
+  EXPECT_EQ(meta["inputs"][0]["shape"], json({-1, 1, 28, 28}));
+  EXPECT_EQ(c.Get("/v2/models/lenet/ready")->status, 200);
+  // Three clients at once, each with its own rows: gathered into one run (the 200 ms window),
+  // each answer its own rows of PyTorch's output.
+  std::vector<std::thread> clients;
+  std::vector<std::string> bodies(3);
+  std::atomic<int> ok{0};
+  for (int k = 0; k < 3; ++k)
+    clients.emplace_back([&, k] {
+      auto mine = client(*s);
+      const auto res = mine.Post("/v2/models/lenet/infer", lenet_request(k, 1).dump(), "application/json");
+      if (res && res->status == 200) ++ok, bodies[static_cast<std::size_t>(k)] = res->body;
+    });
+  for (auto& t : clients) t.join();
+  ASSERT_EQ(ok.load(), 3);
+  for (int k = 0; k < 3; ++k) expect_rows(bodies[static_cast<std::size_t>(k)], lenet_expected(k, 1));
+  // Fewer runs than requests: at least two of them shared a batch.
+  EXPECT_LT(metric(*s, "cpudl_batch_size_count{model=\"lenet\"}"), 3.0);
+  EXPECT_EQ(metric(*s, "cpudl_batch_size_sum{model=\"lenet\"}"), 3.0);
+  r = c.Post("/v2/models/lenet/infer", lenet_request(0, 3).dump(), "application/json");
+  ASSERT_TRUE(r);
+  expect_rows(r->body, lenet_expected(0, 3));
+  EXPECT_EQ(s->stop(), 0) << s->err();
+}
+
+TEST_F(Serve, BadRequestsGetAClearFourHundredAndTheServerLives) {
+  auto s = start({"--model", "lenet=" + kOnnx + "lenet5_opset17.onnx", "--model", "tiny=" + kTinyLlm, "--max-body-mb", "1",
+                  "--ctx", "64"});
+  auto c = client(*s);
+  auto post = [&](const std::string& path, const std::string& body) {
+    const auto r = c.Post(path, body, "application/json");
+    EXPECT_TRUE(r) << path;
+    return r ? std::make_pair(r->status, r->body) : std::make_pair(0, std::string());
+  };
+  json req = lenet_request(0, 1);
+  auto [status, body] = post("/v2/models/lenet/infer", "{not json");
+  EXPECT_EQ(status, 400);
+  EXPECT_NE(body.find("not valid JSON"), std::string::npos) << body;
+  req["inputs"][0]["name"] = "images";
+  std::tie(status, body) = post("/v2/models/lenet/infer", req.dump());
+  EXPECT_EQ(status, 400);
+  EXPECT_NE(body.find("no input 'images' (its inputs: input)"), std::string::npos) << body;
+  req = lenet_request(0, 1);
+  req["inputs"][0]["shape"] = {1, 1, 28, 27};
+  std::tie(status, body) = post("/v2/models/lenet/infer", req.dump());
+  EXPECT_EQ(status, 400);
+  EXPECT_NE(body.find("shape: [1, 1, 28, 27], the model takes [?, 1, 28, 28]"), std::string::npos) << body;
+  req = lenet_request(0, 1);
+  req["inputs"][0]["datatype"] = "INT64";
+  std::tie(status, body) = post("/v2/models/lenet/infer", req.dump());
+  EXPECT_EQ(status, 400);
+  EXPECT_NE(body.find("datatype: expected \\\"FP32\\\""), std::string::npos) << body;
+  req = lenet_request(0, 1);
+  req["inputs"][0]["data"] = {1, 2, 3};
+  std::tie(status, body) = post("/v2/models/lenet/infer", req.dump());
+  EXPECT_EQ(status, 400);
+  EXPECT_NE(body.find("3 values, the shape holds 784"), std::string::npos) << body;
+  EXPECT_EQ(post("/v2/models/nope/infer", lenet_request(0, 1).dump()).first, 404);
+  EXPECT_EQ(c.Get("/v3/whatever")->status, 404);
+  // Larger than --max-body-mb: refused before it is read whole.
+  EXPECT_EQ(post("/v2/models/lenet/infer", std::string(2 << 20, ' ')).first, 413);
+  // An ONNX model has no known preprocessing for images; a language model takes no tensors.
+  EXPECT_EQ(post("/v1/models/lenet/classify", "P5 junk").first, 400);
+  EXPECT_EQ(post("/v2/models/tiny/infer", lenet_request(0, 1).dump()).first, 400);
+  // A prompt longer than the context names the limit; max_tokens past it is clamped, and said.
+  std::string long_prompt;
+  for (int i = 0; i < 80; ++i) long_prompt += " word";
+  std::tie(status, body) = post("/v1/completions", json{{"prompt", long_prompt}}.dump());
+  EXPECT_EQ(status, 400);
+  EXPECT_NE(body.find("the context holds 64"), std::string::npos) << body;
+  std::tie(status, body) = post("/v1/completions", json{{"prompt", "Hi"}, {"max_tokens", 500}, {"temperature", 0}}.dump());
+  EXPECT_EQ(status, 200);
+  EXPECT_NE(body.find("max_tokens clamped to"), std::string::npos) << body;
+  std::tie(status, body) = post("/v1/chat/completions", json{{"messages", {{{"role", "robot"}, {"content", "x"}}}}}.dump());
+  EXPECT_EQ(status, 400);
+  EXPECT_NE(body.find("messages[0].role: 'robot'"), std::string::npos) << body;
+  // 1,000 mutations of a valid body: every answer a 4xx, never a crash.
+  const std::string valid = lenet_request(0, 1).dump();
+  std::mt19937 gen(5);
+  int client_errors = 0;
+  for (int i = 0; i < 1000; ++i) {
+    std::string b = valid.substr(0, std::uniform_int_distribution<std::size_t>(0, 400)(gen));
+    for (int k = 0; k < 3; ++k) b[std::uniform_int_distribution<std::size_t>(0, b.empty() ? 0 : b.size() - 1)(gen) % std::max<std::size_t>(1, b.size())] ^= static_cast<char>(gen());
+    const auto r = c.Post("/v2/models/lenet/infer", b, "application/json");
+    ASSERT_TRUE(r) << "the server stopped answering after " << i << " bodies";
+    client_errors += r->status >= 400 && r->status < 500;
+  }
+  EXPECT_EQ(client_errors, 1000);
+  EXPECT_EQ(c.Get("/v2/health/ready")->status, 200);
+  EXPECT_EQ(s->stop(), 0) << s->err();
+}
+
+TEST_F(Serve, CompletionsEqualGenerateAndStreamAndCancel) {
+  auto s = start({"--model", "tiny=" + kTinyLlm});
+  auto c = client(*s);
+  const std::string prompt = "Once upon a time";
+  const auto cli = run("generate -m " + kTinyLlm + " -p \"" + prompt + "\" -n 12 --temp 0 --json");
+  ASSERT_EQ(cli.exit_code, 0) << cli.err;
+  const std::string want = json::parse(cli.out)["text"];
+  auto r = c.Post("/v1/completions", json{{"prompt", prompt}, {"max_tokens", 12}, {"temperature", 0}}.dump(),
+                  "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  json j = json::parse(r->body);
+  EXPECT_EQ(j["choices"][0]["text"], want);
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["usage"]["completion_tokens"].get<int>() + j["usage"]["prompt_tokens"].get<int>(),
+            j["usage"]["total_tokens"].get<int>());
+  // The same as server-sent events: the pieces add up to the same text, then [DONE].
+  std::string events;
+  r = c.Post("/v1/completions", json{{"prompt", prompt}, {"max_tokens", 12}, {"temperature", 0}, {"stream", true}}.dump(),
+             "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->get_header_value("Content-Type"), "text/event-stream");
+  std::string streamed, finish;
+  std::istringstream lines(r->body);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("data: ", 0) != 0) continue;
+    if (line == "data: [DONE]") {
+      events += "[DONE]";
+      continue;
+    }
+    const json e = json::parse(line.substr(6));
+    streamed += e["choices"][0]["text"].get<std::string>();
+    if (!e["choices"][0]["finish_reason"].is_null()) finish = e["choices"][0]["finish_reason"];
+  }
+  EXPECT_EQ(streamed, want);
+  EXPECT_EQ(finish, "length");
+  EXPECT_EQ(events, "[DONE]");
+  // Chat: the model's template around the messages, a reply and its usage.
+  r = c.Post("/v1/chat/completions",
+             json{{"messages", {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hello"}}}},
+                  {"max_tokens", 8},
+                  {"temperature", 0}}
+                 .dump(),
+             "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  j = json::parse(r->body);
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+  EXPECT_GT(j["usage"]["prompt_tokens"].get<int>(), 3);
+  r = c.Post("/tokenize", json{{"content", prompt}}.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_FALSE(json::parse(r->body)["tokens"].empty());
+  EXPECT_EQ(json::parse(c.Get("/v1/models")->body)["data"][0]["id"], "tiny");
+  // A client that goes away after the first event: its generation stops and its slot frees.
+  httplib::Client quitter("127.0.0.1", s->port());
+  int seen = 0;
+  httplib::Request streaming;
+  streaming.method = "POST";
+  streaming.path = "/v1/completions";
+  streaming.body = json{{"prompt", prompt}, {"max_tokens", 100000}, {"stream", true}}.dump();
+  streaming.set_header("Content-Type", "application/json");
+  streaming.content_receiver = [&](const char*, std::size_t, std::uint64_t, std::uint64_t) { return ++seen < 2; };
+  quitter.send(streaming);
+  for (int i = 0; i < 200 && metric(*s, "cpudl_llm_slots_busy{model=\"tiny\"}") != 0.0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(metric(*s, "cpudl_llm_slots_busy{model=\"tiny\"}"), 0.0);
+  EXPECT_EQ(c.Post("/v1/completions", json{{"prompt", "Hi"}, {"max_tokens", 2}}.dump(), "application/json")->status, 200);
+  EXPECT_EQ(s->stop(SIGINT), 0) << s->err();
+}
+
+// A large ResNet-18 request keeps the model's worker busy; one more waits in the queue (--queue 1)
+// and the next is refused at once with 429 and Retry-After. Then SIGTERM while requests are in
+// flight: readiness turns 503, they finish with 200, the process exits 0.
+TEST_F(Serve, FullQueueRefusesAtOnceAndSigtermDrains) {
+  auto s = start({"--model", "r18=" + kOnnx + "resnet18_opset13.onnx", "--queue", "1", "--max-batch", "1",
+                  "--api-key", "sesame"});
+  auto c = client(*s);
+  EXPECT_EQ(c.Get("/v2/models/r18")->status, 401);  // no key
+  const httplib::Headers key = {{"Authorization", "Bearer sesame"}};
+  EXPECT_EQ(c.Get("/v2/models/r18", httplib::Headers{{"Authorization", "Bearer sesame!"}})->status, 401);
+  EXPECT_EQ(c.Get("/v2/models/r18", key)->status, 200);
+  EXPECT_EQ(c.Get("/v2/health/ready")->status, 200);  // health needs no key
+  std::vector<float> data(static_cast<std::size_t>(16 * 3 * 64 * 64));
+  std::mt19937 gen(3);
+  for (float& v : data) v = std::uniform_real_distribution<float>(-1, 1)(gen);
+  const std::string big =
+      json{{"inputs", {{{"name", "input"}, {"shape", {16, 3, 64, 64}}, {"datatype", "FP32"}, {"data", data}}}}}.dump();
+  std::atomic<int> a_status{0}, b_status{0};
+  std::thread a([&] {
+    auto mine = client(*s);
+    const auto r = mine.Post("/v2/models/r18/infer", key, big, "application/json");
+    a_status = r ? r->status : -1;
+  });
+  auto wait_for = [&](const std::string& series, double value) {
+    for (int i = 0; i < 1000 && !(metric(*s, series) >= value); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return metric(*s, series) >= value;
+  };
+  // /metrics needs the key too: scrape through an authorised client.
+  auto metric_with_key = [&](const std::string& series) {
+    auto mine = client(*s);
+    const auto r = mine.Get("/metrics", key);
+    if (!r) return std::numeric_limits<double>::quiet_NaN();
+    std::istringstream lines(r->body);
+    for (std::string line; std::getline(lines, line);)
+      if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
+    return std::numeric_limits<double>::quiet_NaN();
+  };
+  (void)wait_for;
+  for (int i = 0; i < 2000 && !(metric_with_key("cpudl_batch_size_count{model=\"r18\"}") >= 1); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  std::thread b([&] {
+    auto mine = client(*s);
+    const auto r = mine.Post("/v2/models/r18/infer", key, big, "application/json");
+    b_status = r ? r->status : -1;
+  });
+  for (int i = 0; i < 2000 && !(metric_with_key("cpudl_queue_depth") >= 1); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto refused = c.Post("/v2/models/r18/infer", key, big, "application/json");
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 429) << refused->body;
+  EXPECT_EQ(refused->get_header_value("Retry-After"), "1");
+  EXPECT_LT(waited, 2.0);  // at once, not after the queue drained (parsing the body is most of it)
+  kill(s->pid(), SIGTERM);
+  for (int i = 0; i < 500 && c.Get("/v2/health/ready")->status != 503; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  a.join();
+  b.join();
+  EXPECT_EQ(a_status.load(), 200);
+  EXPECT_EQ(b_status.load(), 200);
+  EXPECT_EQ(s->wait(30), 0) << s->err();
+  EXPECT_NE(s->err().find("SIGTERM: draining"), std::string::npos) << s->err();
+}
+
+TEST_F(Serve, StartupFailuresNameTheirCauseAndExitOne) {
+  auto first = start({"--model", "lenet=" + kOnnx + "lenet5_opset17.onnx"});
+  const auto taken = run("serve --model lenet=" + kOnnx + "lenet5_opset17.onnx --port " + std::to_string(first->port()));
+  EXPECT_EQ(taken.exit_code, 1);
+  EXPECT_NE(taken.err.find("cannot listen on 127.0.0.1:" + std::to_string(first->port()) + ": the port is in use"),
+            std::string::npos)
+      << taken.err;
+  const auto missing = run("serve --model m=" + path("missing.onnx") + " --port 0");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.err.find("missing.onnx"), std::string::npos) << missing.err;
+  std::ofstream(path("bad.gguf")) << "GGUF but not really";
+  const auto corrupt = run("serve --model m=" + path("bad.gguf") + " --port 0");
+  EXPECT_EQ(corrupt.exit_code, 1);
+  EXPECT_NE(corrupt.err.find("bad.gguf"), std::string::npos) << corrupt.err;
+  EXPECT_EQ(run("serve --model nameonly --port 0").exit_code, 2);
+  EXPECT_EQ(run("serve --model a=" + kOnnx + "lenet5_opset17.onnx --model a=" + kOnnx + "lenet5_opset17.onnx --port 0").exit_code, 2);
+  EXPECT_EQ(run("serve").exit_code, 2);
+  EXPECT_EQ(first->stop(), 0);
+}
+
+// /metrics passes promtool, and a real Prometheus scraping the server reads the values back.
+TEST_F(Serve, MetricsPassPromtoolAndARealPrometheusScrapesThem) {
+  if (std::system("command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "promtool and prometheus are not installed (Debian package prometheus; scripts/install-deps.sh)";
+  auto s = start({"--model", "lenet=" + kOnnx + "lenet5_opset17.onnx", "--model", "tiny=" + kTinyLlm});
+  auto c = client(*s);
+  ASSERT_EQ(c.Post("/v2/models/lenet/infer", lenet_request(0, 2).dump(), "application/json")->status, 200);
+  ASSERT_EQ(c.Post("/v1/completions", json{{"prompt", "Hi"}, {"max_tokens", 3}}.dump(), "application/json")->status, 200);
+  std::ofstream(path("metrics.txt")) << c.Get("/metrics")->body;
+  const auto check = std::system(("promtool check metrics < " + path("metrics.txt") + " > " + path("promtool.txt") + " 2>&1").c_str());
+  EXPECT_EQ(check, 0) << cpudl::testing::slurp(path("promtool.txt"));
+  EXPECT_EQ(metric(*s, "cpudl_llm_generated_tokens_total{model=\"tiny\"}"), 3.0);
+  // Prometheus on a free loopback port, scraping every 200 ms into a temporary data directory.
+  std::ofstream(path("prometheus.yml")) << "global:\n  scrape_interval: 200ms\nscrape_configs:\n  - job_name: cpudl\n"
+                                           "    static_configs:\n      - targets: ['127.0.0.1:"
+                                        << s->port() << "']\n";
+  const int prom_port = free_port();
+  const std::string cmd = "prometheus --config.file=" + path("prometheus.yml") + " --storage.tsdb.path=" + path("tsdb") +
+                          " --web.listen-address=127.0.0.1:" + std::to_string(prom_port) + " > " + path("prom.log") +
+                          " 2>&1 & echo $! > " + path("prom.pid");
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  httplib::Client prom("127.0.0.1", prom_port);
+  double threads = NAN;
+  for (int i = 0; i < 300 && std::isnan(threads); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const auto r = prom.Get("/api/v1/query?query=cpudl_threads");
+    if (!r || r->status != 200) continue;
+    const json j = json::parse(r->body);
+    if (!j["data"]["result"].empty()) threads = std::stod(j["data"]["result"][0]["value"][1].get<std::string>());
+  }
+  std::system(("kill $(cat " + path("prom.pid") + ")").c_str());
+  EXPECT_EQ(threads, 2.0) << cpudl::testing::slurp(path("prom.log"));
+  EXPECT_EQ(s->stop(), 0) << s->err();
+}
+
+}  // namespace
