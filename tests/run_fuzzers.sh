@@ -11,11 +11,13 @@ clang++ "${flags[@]}" -DONNX_NAMESPACE=onnx -DONNX_ML=1 "$src/fuzz/onnx_fuzz.cpp
   "$src/src/infer/graph.cpp" "$src/src/tensor/storage.cpp" "$src/src/runtime/block_cache.cpp" "$src/src/io/atomic_file.cpp" -lonnx_proto -lprotobuf -o "$out/onnx_fuzz"
 clang++ "${flags[@]}" "$src/fuzz/gguf_fuzz.cpp" "$src/src/llm/gguf/gguf.cpp" "$src/src/llm/gguf/ggml_types.cpp" \
   "$src/src/io/atomic_file.cpp" -o "$out/gguf_fuzz"
-for target in idx safetensors onnx gguf; do
+clang++ "${flags[@]}" "$src/fuzz/serve_request_fuzz.cpp" "$src/src/serve/tensor_json.cpp" "$src/src/data/image_decode.cpp" \
+  -lz -o "$out/serve_request_fuzz"
+for target in idx safetensors onnx gguf serve_request; do
   corpus="$out/corpus_$target"
   mkdir -p "$corpus"
-  cp "$src/tests/fuzz_corpus/$target/"* "$corpus/"
+  cp "$src/tests/fuzz_corpus/${target%_request}/"* "$corpus/"
   "$out/${target}_fuzz" -max_total_time="$seconds" -max_len=4096 -print_final_stats=1 -artifact_prefix="$out/" "$corpus" > "$out/$target.log" 2>&1 || { tail -30 "$out/$target.log"; exit 1; }
   tail -4 "$out/$target.log"
 done
-echo "fuzzed idx, safetensors, onnx and gguf for ${seconds}s each: no crash"
+echo "fuzzed idx, safetensors, onnx, gguf and the server's requests for ${seconds}s each: no crash"

@@ -12,7 +12,8 @@ void add_serve_command(CLI::App& app, Action& action) {
   s->add_option("--model", o->models, "NAME=PATH of an .onnx, .safetensors or .gguf model (repeatable)")
       ->required();
   s->add_option("--host", o->host, "Address to listen on (default 127.0.0.1: this machine only)");
-  s->add_option("--port", o->port, "Port (default 8080; 0: any free port, printed)")->check(CLI::Range(0, 65535));
+  s->add_option("--port", o->port, "Port (default 8080; 0: any free port, printed)")
+      ->check(CLI::Range(0, 65535));
   add_threads_option(s, o->threads);
   s->add_option("--max-batch", o->max_batch, "Samples per run of a tensor model (default 16)")
       ->check(CLI::Range(1, 4096));

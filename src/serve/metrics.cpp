@@ -5,8 +5,8 @@
 #include <unistd.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -101,7 +101,8 @@ Metrics::Family& Metrics::family(const std::string& name, Type type) {
 void Metrics::add(const std::string& name, double value, const std::vector<std::string>& label_values) {
   const std::lock_guard<std::mutex> lock(mutex_);
   auto it = families_.find(name);
-  Family& f = family(name, it != families_.end() && it->second.type == Type::gauge ? Type::gauge : Type::counter);
+  Family& f =
+      family(name, it != families_.end() && it->second.type == Type::gauge ? Type::gauge : Type::counter);
   f.series[label_values].value += value;
 }
 
@@ -135,7 +136,9 @@ double Metrics::value(const std::string& name, const std::vector<std::string>& l
   if (it == families_.end()) return 0;
   if (it->second.read) return it->second.read();
   const auto s = it->second.series.find(label_values);
-  return s == it->second.series.end() ? 0 : (it->second.type == Type::histogram ? s->second.count : s->second.value);
+  return s == it->second.series.end()
+             ? 0
+             : (it->second.type == Type::histogram ? s->second.count : s->second.value);
 }
 
 std::string Metrics::render() const {
@@ -143,7 +146,8 @@ std::string Metrics::render() const {
   std::string out;
   for (const std::string& name : order_) {
     const Family& f = families_.at(name);
-    out += "# HELP " + name + " " + escape(f.help, false) + "\n# TYPE " + name + " " + type_name(f.type) + "\n";
+    out +=
+        "# HELP " + name + " " + escape(f.help, false) + "\n# TYPE " + name + " " + type_name(f.type) + "\n";
     if (f.read) {
       out += name + " " + number(f.read()) + "\n";
       continue;
@@ -193,7 +197,8 @@ void Metrics::declare_process_metrics() {
     }
     return n;
   });
-  declare("process_start_time_seconds", Type::gauge, "Start time of the process since unix epoch in seconds.");
+  declare("process_start_time_seconds", Type::gauge,
+          "Start time of the process since unix epoch in seconds.");
   const double start = [ticks] {
     std::ifstream in("/proc/stat");
     double boot = 0;

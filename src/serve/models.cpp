@@ -57,7 +57,8 @@ Tensor take_rows(const Tensor& t, std::int64_t first, std::int64_t count) {
   Tensor out = Tensor::empty(shape, t.dtype());
   const Tensor c = t.contiguous();
   const std::size_t size = dtype_size(t.dtype());
-  std::memcpy(out.raw_data(), static_cast<const std::byte*>(c.raw_data()) + first * row * static_cast<std::int64_t>(size),
+  std::memcpy(out.raw_data(),
+              static_cast<const std::byte*>(c.raw_data()) + first * row * static_cast<std::int64_t>(size),
               static_cast<std::size_t>(count * row) * size);
   return out;
 }
@@ -127,10 +128,12 @@ void TensorModel::work() {
       queue_.pop_front();
       rows = batch[0]->rows;
       if (batches()) {
-        const auto until = Clock::now() + std::chrono::microseconds(static_cast<std::int64_t>(options_.batch_timeout_ms * 1000));
+        const auto until = Clock::now() + std::chrono::microseconds(
+                                              static_cast<std::int64_t>(options_.batch_timeout_ms * 1000));
         for (;;) {
           for (auto it = queue_.begin(); it != queue_.end() && rows < options_.max_batch;) {
-            if (rows + (*it)->rows <= options_.max_batch && same_sample_shape((*it)->inputs, batch[0]->inputs)) {
+            if (rows + (*it)->rows <= options_.max_batch &&
+                same_sample_shape((*it)->inputs, batch[0]->inputs)) {
               rows += (*it)->rows;
               batch.push_back(*it);
               it = queue_.erase(it);
@@ -195,7 +198,8 @@ std::vector<Tensor> TensorModel::infer(std::vector<Tensor> inputs, Clock::time_p
     const auto it = std::find(queue_.begin(), queue_.end(), request);
     if (it != queue_.end()) queue_.erase(it);  // not started: never runs
     metrics_.add("cpudl_rejected_total", 1, {"deadline"});
-    throw RequestError(504, "model '" + name_ + "': no answer within the request timeout (--request-timeout-s)");
+    throw RequestError(504,
+                       "model '" + name_ + "': no answer within the request timeout (--request-timeout-s)");
   }
   try {
     return result.get();
@@ -206,10 +210,13 @@ std::vector<Tensor> TensorModel::infer(std::vector<Tensor> inputs, Clock::time_p
   }
 }
 
-std::vector<std::pair<int, float>> TensorModel::classify(const std::string& image, int top, Clock::time_point deadline) {
+std::vector<std::pair<int, float>> TensorModel::classify(const std::string& image, int top,
+                                                         Clock::time_point deadline) {
   if (!own_)
-    throw RequestError(400, "model '" + name_ + "' is an ONNX file, whose preprocessing cpudl does not know: "
-                            "send tensors to /v2/models/" + name_ + "/infer");
+    throw RequestError(400, "model '" + name_ +
+                                "' is an ONNX file, whose preprocessing cpudl does not know: "
+                                "send tensors to /v2/models/" +
+                                name_ + "/infer");
   Tensor x;
   try {
     x = train::prepare_image(*own_, data::decode_image(image, "the body"), "the body");
@@ -253,7 +260,8 @@ LanguageModel::Slot LanguageModel::acquire(Clock::time_point deadline) {
   std::unique_lock<std::mutex> lock(mutex_);
   if (free_.empty() && waiting_ >= options_.queue) {
     metrics_.add("cpudl_rejected_total", 1, {"queue_full"});
-    throw RequestError(429, "model '" + name_ + "': every slot is busy and " + std::to_string(options_.queue) +
+    throw RequestError(429, "model '" + name_ + "': every slot is busy and " +
+                                std::to_string(options_.queue) +
                                 " requests already wait (--parallel, --queue); retry later");
   }
   ++waiting_;
@@ -261,7 +269,8 @@ LanguageModel::Slot LanguageModel::acquire(Clock::time_point deadline) {
   --waiting_;
   if (!got) {
     metrics_.add("cpudl_rejected_total", 1, {"deadline"});
-    throw RequestError(504, "model '" + name_ + "': no slot freed within the request timeout (--request-timeout-s)");
+    throw RequestError(
+        504, "model '" + name_ + "': no slot freed within the request timeout (--request-timeout-s)");
   }
   const std::size_t index = free_.back();
   free_.pop_back();

@@ -26,10 +26,10 @@ namespace cpudl::serve {
 using Clock = std::chrono::steady_clock;
 
 struct BatchOptions {
-  int max_batch = 16;          // samples per run
+  int max_batch = 16;           // samples per run
   double batch_timeout_ms = 2;  // how long the first request of a batch waits for company
-  int queue = 64;              // requests waiting per model, beyond which 429
-  int threads = 0;             // compute threads of each run (0: the process default)
+  int queue = 64;               // requests waiting per model, beyond which 429
+  int threads = 0;              // compute threads of each run (0: the process default)
 };
 
 // One .onnx or .safetensors model. Requests for it are gathered into batches along the first
@@ -37,7 +37,8 @@ struct BatchOptions {
 // the model's own worker thread, and the outputs split back: a client sees only its own rows.
 class TensorModel {
  public:
-  TensorModel(std::string name, const std::filesystem::path& path, const BatchOptions& options, Metrics& metrics);
+  TensorModel(std::string name, const std::filesystem::path& path, const BatchOptions& options,
+              Metrics& metrics);
   ~TensorModel();
 
   const std::string& name() const { return name_; }
@@ -87,7 +88,8 @@ struct LlmOptions {
 // whole generation.
 class LanguageModel {
  public:
-  LanguageModel(std::string name, const std::filesystem::path& path, const LlmOptions& options, Metrics& metrics);
+  LanguageModel(std::string name, const std::filesystem::path& path, const LlmOptions& options,
+                Metrics& metrics);
 
   class Slot {
    public:

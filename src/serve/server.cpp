@@ -67,7 +67,8 @@ void send_error(const httplib::Request& req, httplib::Response& res, int status,
 // Equal strings in time that does not depend on where they differ.
 bool same_secret(const std::string& a, const std::string& b) {
   unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (std::size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i % std::max<std::size_t>(1, b.size())]);
+  for (std::size_t i = 0; i < a.size(); ++i)
+    diff |= static_cast<unsigned char>(a[i] ^ b[i % std::max<std::size_t>(1, b.size())]);
   return diff == 0;
 }
 
@@ -98,10 +99,36 @@ std::vector<std::string> stop_strings(const json& j) {
   std::vector<std::string> out;
   if (!j["stop"].is_array()) throw RequestError(400, "stop: expected a string or an array of strings");
   for (const json& s : j["stop"]) {
-    if (!s.is_string() || s.get<std::string>().empty()) throw RequestError(400, "stop: expected non-empty strings");
+    if (!s.is_string() || s.get<std::string>().empty())
+      throw RequestError(400, "stop: expected non-empty strings");
     out.push_back(s.get<std::string>());
   }
   return out;
+}
+
+Tensor to_tensor(const TensorValues& v) {
+  Tensor t = Tensor::empty(v.shape, v.dtype);
+  if (v.dtype == DType::f32)
+    std::copy(v.f32.begin(), v.f32.end(), t.data());
+  else
+    std::copy(v.i64.begin(), v.i64.end(), t.data_as<std::int64_t>());
+  return t;
+}
+
+TensorValues values_of(const Tensor& output) {
+  const Tensor t = output.contiguous();
+  TensorValues v;
+  v.dtype = t.dtype();
+  v.shape = t.shape();
+  if (t.dtype() == DType::f32) {
+    v.f32.assign(t.data(), t.data() + t.numel());
+  } else if (t.dtype() == DType::i64) {
+    v.i64.assign(t.data_as<std::int64_t>(), t.data_as<std::int64_t>() + t.numel());
+  } else {
+    throw Error("the model's output is " + std::string(dtype_name(t.dtype())) +
+                ": only FP32 and INT64 are served");
+  }
+  return v;
 }
 
 class Service {
@@ -141,7 +168,8 @@ class Service {
  private:
   void declare_metrics();
   Clock::time_point deadline() const {
-    return t_labels.start + std::chrono::microseconds(static_cast<std::int64_t>(options_.request_timeout_s * 1e6));
+    return t_labels.start +
+           std::chrono::microseconds(static_cast<std::int64_t>(options_.request_timeout_s * 1e6));
   }
   TensorModel& tensor_model(const std::string& name);
   LanguageModel& language_model(const json& request);
@@ -156,10 +184,12 @@ class Service {
 
 void Service::declare_metrics() {
   using T = Metrics::Type;
-  metrics_.declare("cpudl_requests_total", T::counter, "HTTP requests answered, by model, endpoint and status code.",
+  metrics_.declare("cpudl_requests_total", T::counter,
+                   "HTTP requests answered, by model, endpoint and status code.",
                    {"model", "endpoint", "code"});
-  metrics_.declare("cpudl_request_duration_seconds", T::histogram, "Time from a request's arrival to its answer.",
-                   {"model"}, {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60});
+  metrics_.declare("cpudl_request_duration_seconds", T::histogram,
+                   "Time from a request's arrival to its answer.", {"model"},
+                   {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60});
   metrics_.declare("cpudl_queue_depth", T::gauge, "Requests waiting for a batch or an LLM slot.");
   metrics_.gauge_callback("cpudl_queue_depth", [this] {
     double n = 0;
@@ -171,16 +201,19 @@ void Service::declare_metrics() {
   metrics_.gauge_callback("cpudl_inflight_requests", [this] { return static_cast<double>(inflight.load()); });
   metrics_.declare("cpudl_batch_size", T::histogram, "Samples per run of a tensor model.", {"model"},
                    {1, 2, 4, 8, 16, 32, 64, 128});
-  metrics_.declare("cpudl_rejected_total", T::counter, "Requests refused before running, by reason.", {"reason"});
+  metrics_.declare("cpudl_rejected_total", T::counter, "Requests refused before running, by reason.",
+                   {"reason"});
   metrics_.declare("cpudl_llm_prompt_tokens_total", T::counter, "Prompt tokens evaluated.", {"model"});
   metrics_.declare("cpudl_llm_generated_tokens_total", T::counter, "Tokens generated.", {"model"});
   metrics_.declare("cpudl_llm_tokens_per_second", T::gauge, "Generation speed of the last finished request.",
                    {"model"});
   metrics_.declare("cpudl_llm_kv_cache_usage_ratio", T::gauge,
-                   "KV cache positions in use over those of every slot, at the last finished request.", {"model"});
+                   "KV cache positions in use over those of every slot, at the last finished request.",
+                   {"model"});
   metrics_.declare("cpudl_llm_slots_busy", T::gauge, "Sequence slots generating now.", {"model"});
   metrics_.declare("cpudl_threads", T::gauge, "Compute threads per run.");
-  metrics_.declare("cpudl_model_info", T::gauge, "The models served: always 1.", {"model", "format", "precision"});
+  metrics_.declare("cpudl_model_info", T::gauge, "The models served: always 1.",
+                   {"model", "format", "precision"});
   metrics_.declare_process_metrics();
 }
 
@@ -188,7 +221,8 @@ TensorModel& Service::tensor_model(const std::string& name) {
   t_labels.model = name;
   const auto it = tensors_.find(name);
   if (it != tensors_.end()) return *it->second;
-  if (llms_.count(name)) throw RequestError(400, "model '" + name + "' is a language model: use /v1/completions");
+  if (llms_.count(name))
+    throw RequestError(400, "model '" + name + "' is a language model: use /v1/completions");
   throw RequestError(404, "no model '" + name + "'");
 }
 
@@ -218,7 +252,8 @@ void Service::completion(const httplib::Request& req, httplib::Response& res, bo
       const json& m = request["messages"][i];
       if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
           !m["content"].is_string())
-        throw RequestError(400, "messages[" + std::to_string(i) + "]: expected {\"role\": string, \"content\": string}");
+        throw RequestError(
+            400, "messages[" + std::to_string(i) + "]: expected {\"role\": string, \"content\": string}");
       messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
     }
     const llm::ChatFormat format =
@@ -242,8 +277,8 @@ void Service::completion(const httplib::Request& req, httplib::Response& res, bo
   if (prompt.empty()) throw RequestError(400, "prompt: empty after tokenization");
   const int n_ctx = lm.n_ctx();
   if (static_cast<int>(prompt.size()) >= n_ctx)
-    throw RequestError(400, "the prompt has " + std::to_string(prompt.size()) + " tokens; the context holds " +
-                                std::to_string(n_ctx) + " (--ctx)");
+    throw RequestError(400, "the prompt has " + std::to_string(prompt.size()) +
+                                " tokens; the context holds " + std::to_string(n_ctx) + " (--ctx)");
   llm::GenerationOptions g;
   const int asked = field<int>(request, chat ? "max_completion_tokens" : "max_tokens",
                                field<int>(request, "max_tokens", chat ? n_ctx : 16));
@@ -251,7 +286,8 @@ void Service::completion(const httplib::Request& req, httplib::Response& res, bo
   const int room = n_ctx - static_cast<int>(prompt.size());
   g.max_tokens = std::min(asked, room);
   std::vector<std::string> warnings;
-  if (asked > room && !(chat && !request.contains("max_tokens") && !request.contains("max_completion_tokens")))
+  if (asked > room &&
+      !(chat && !request.contains("max_tokens") && !request.contains("max_completion_tokens")))
     warnings.push_back("max_tokens clamped to " + std::to_string(room) + ": the context holds " +
                        std::to_string(n_ctx) + " tokens");
   g.sampling.temperature = field<float>(request, "temperature", 1.0f);
@@ -267,10 +303,11 @@ void Service::completion(const httplib::Request& req, httplib::Response& res, bo
 
   auto slot = std::make_shared<LanguageModel::Slot>(lm.acquire(deadline()));
   const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(++ids_);
-  const auto created = std::chrono::duration_cast<std::chrono::seconds>(
-                           std::chrono::system_clock::now().time_since_epoch())
-                           .count();
-  const std::string object = chat ? (stream ? "chat.completion.chunk" : "chat.completion") : "text_completion";
+  const auto created =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  const std::string object =
+      chat ? (stream ? "chat.completion.chunk" : "chat.completion") : "text_completion";
   const std::string name = lm.name();
   auto usage = [prompt](const llm::Generation& out) {
     return json{{"prompt_tokens", prompt.size()},
@@ -289,7 +326,8 @@ void Service::completion(const httplib::Request& req, httplib::Response& res, bo
   auto choice = [chat](const std::string& text, const char* finish_reason, bool delta) {
     json c = {{"index", 0}};
     if (chat)
-      c[delta ? "delta" : "message"] = delta ? json{{"content", text}} : json{{"role", "assistant"}, {"content", text}};
+      c[delta ? "delta" : "message"] =
+          delta ? json{{"content", text}} : json{{"role", "assistant"}, {"content", text}};
     else
       c["text"] = text, c["logprobs"] = nullptr;
     c["finish_reason"] = finish_reason ? json(finish_reason) : json(nullptr);
@@ -322,13 +360,20 @@ void Service::completion(const httplib::Request& req, httplib::Response& res, bo
           return sink.is_writable() && sink.write(line.data(), line.size());
         };
         auto chunk = [&](json c) {
-          return json{{"id", id}, {"object", object}, {"created", created}, {"model", name}, {"choices", json::array({std::move(c)})}};
+          return json{{"id", id},
+                      {"object", object},
+                      {"created", created},
+                      {"model", name},
+                      {"choices", json::array({std::move(c)})}};
         };
-        bool open = !chat || send(chunk({{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"finish_reason", nullptr}}));
-        const llm::Generation out = llm::generate(model, slot->context(), prompt, g, [&](std::string_view piece) {
-          open = open && !cancel_all.load() && send(chunk(choice(std::string(piece), nullptr, true)));
-          return open;
-        });
+        bool open = !chat || send(chunk({{"index", 0},
+                                         {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                         {"finish_reason", nullptr}}));
+        const llm::Generation out =
+            llm::generate(model, slot->context(), prompt, g, [&](std::string_view piece) {
+              open = open && !cancel_all.load() && send(chunk(choice(std::string(piece), nullptr, true)));
+              return open;
+            });
         finish(out, slot->context().n_past());
         slot.reset();  // the releaser below holds the last reference: the slot frees when it runs
         if (open) {
@@ -362,12 +407,18 @@ void Service::routes(httplib::Server& svr) {
     t_labels.model = name;
     auto specs = [](const std::vector<TensorSpec>& v) {
       json a = json::array();
-      for (const auto& s : v) a.push_back({{"name", s.name}, {"datatype", datatype_name(s.dtype)}, {"shape", s.shape}});
+      for (const auto& s : v)
+        a.push_back({{"name", s.name}, {"datatype", datatype_name(s.dtype)}, {"shape", s.shape}});
       return a;
     };
     if (const auto it = llms_.find(name); it != llms_.end()) {
-      res.set_content(json{{"name", name}, {"versions", {"1"}}, {"platform", "gguf"}, {"inputs", json::array()},
-                           {"outputs", json::array()}}.dump(), "application/json");
+      res.set_content(json{{"name", name},
+                           {"versions", {"1"}},
+                           {"platform", "gguf"},
+                           {"inputs", json::array()},
+                           {"outputs", json::array()}}
+                          .dump(),
+                      "application/json");
       return;
     }
     TensorModel& m = tensor_model(name);
@@ -388,9 +439,13 @@ void Service::routes(httplib::Server& svr) {
   });
   svr.Post(R"(/v2/models/([^/]+)/infer)", [this](const httplib::Request& req, httplib::Response& res) {
     TensorModel& m = tensor_model(req.matches[1]);
-    std::vector<Tensor> inputs = parse_infer_request(req.body, m.inputs());
-    const std::vector<Tensor> outputs = m.infer(std::move(inputs), deadline());
-    res.set_content(infer_response(m.name(), m.outputs(), outputs), "application/json");
+    std::vector<Tensor> inputs;
+    for (const TensorValues& v : parse_infer_request(req.body, m.inputs())) inputs.push_back(to_tensor(v));
+    std::vector<TensorValues> outputs;
+    for (const Tensor& t : m.infer(std::move(inputs), deadline())) outputs.push_back(values_of(t));
+    std::vector<std::string> names;
+    for (const TensorSpec& s : m.outputs()) names.push_back(s.name);
+    res.set_content(infer_response(m.name(), names, outputs), "application/json");
   });
   svr.Post(R"(/v1/models/([^/]+)/classify)", [this](const httplib::Request& req, httplib::Response& res) {
     TensorModel& m = tensor_model(req.matches[1]);
@@ -401,11 +456,14 @@ void Service::routes(httplib::Server& svr) {
   });
   svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     json data = json::array();
-    for (const auto& [name, m] : llms_) data.push_back({{"id", name}, {"object", "model"}, {"owned_by", "cpudl"}});
-    for (const auto& [name, m] : tensors_) data.push_back({{"id", name}, {"object", "model"}, {"owned_by", "cpudl"}});
+    for (const auto& [name, m] : llms_)
+      data.push_back({{"id", name}, {"object", "model"}, {"owned_by", "cpudl"}});
+    for (const auto& [name, m] : tensors_)
+      data.push_back({{"id", name}, {"object", "model"}, {"owned_by", "cpudl"}});
     res.set_content(json{{"object", "list"}, {"data", data}}.dump(), "application/json");
   });
-  svr.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { completion(req, res, false); });
+  svr.Post("/v1/completions",
+           [this](const httplib::Request& req, httplib::Response& res) { completion(req, res, false); });
   svr.Post("/v1/chat/completions",
            [this](const httplib::Request& req, httplib::Response& res) { completion(req, res, true); });
   svr.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
@@ -413,7 +471,8 @@ void Service::routes(httplib::Server& svr) {
     LanguageModel& lm = language_model(request);
     if (!request.contains("content") || !request["content"].is_string())
       throw RequestError(400, "content: expected the text to tokenize");
-    const auto ids = lm.model().tokenize(request["content"].get<std::string>(), field<bool>(request, "add_special", false));
+    const auto ids = lm.model().tokenize(request["content"].get<std::string>(),
+                                         field<bool>(request, "add_special", false));
     res.set_content(json{{"tokens", ids}}.dump(), "application/json");
   });
   svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
@@ -436,7 +495,8 @@ int serve(const ServeOptions& options) {
     throw UsageError("--queue, --max-batch and --parallel must be at least 1");
   Service service(options);  // every model loaded before the port is bound
   httplib::Server svr;
-  const std::size_t pool = static_cast<std::size_t>(std::min(512, options.queue + options.parallel + options.max_batch + 16));
+  const std::size_t pool =
+      static_cast<std::size_t>(std::min(512, options.queue + options.parallel + options.max_batch + 16));
   svr.new_task_queue = [pool] { return new httplib::ThreadPool(pool); };
   svr.set_payload_max_length(static_cast<std::size_t>(options.max_body_mb * 1024 * 1024));
   svr.set_keep_alive_timeout(2);
@@ -485,8 +545,10 @@ int serve(const ServeOptions& options) {
   svr.set_logger([&service](const httplib::Request&, const httplib::Response& res) {
     --service.inflight;
     const double seconds = std::chrono::duration<double>(Clock::now() - t_labels.start).count();
-    service.metrics().add("cpudl_requests_total", 1, {t_labels.model, t_labels.endpoint, std::to_string(res.status)});
-    if (!t_labels.model.empty()) service.metrics().observe("cpudl_request_duration_seconds", seconds, {t_labels.model});
+    service.metrics().add("cpudl_requests_total", 1,
+                          {t_labels.model, t_labels.endpoint, std::to_string(res.status)});
+    if (!t_labels.model.empty())
+      service.metrics().observe("cpudl_request_duration_seconds", seconds, {t_labels.model});
   });
   service.routes(svr);
 
@@ -507,10 +569,13 @@ int serve(const ServeOptions& options) {
     std::fprintf(stderr, "cpudl: serve: %s: draining (readiness 503), %d requests in flight\n",
                  signal == SIGTERM ? "SIGTERM" : "SIGINT", service.inflight.load());
     service.draining = true;
-    const auto until = Clock::now() + std::chrono::microseconds(static_cast<std::int64_t>(options.drain_timeout_s * 1e6));
-    while (service.inflight.load() > 0 && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const auto until =
+        Clock::now() + std::chrono::microseconds(static_cast<std::int64_t>(options.drain_timeout_s * 1e6));
+    while (service.inflight.load() > 0 && Clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     if (service.inflight.load() > 0) {
-      std::fprintf(stderr, "cpudl: serve: %d requests still running after --drain-timeout-s; cancelling them\n",
+      std::fprintf(stderr,
+                   "cpudl: serve: %d requests still running after --drain-timeout-s; cancelling them\n",
                    service.inflight.load());
       service.cancel_all = true;
     }

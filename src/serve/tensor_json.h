@@ -1,14 +1,16 @@
 // The KServe v2 / Open Inference Protocol's JSON tensors: a request's `inputs` parsed and checked
-// against the model's inputs, and outputs written back in the same form. Requests come from the
-// network: every malformed field is a RequestError naming it (HTTP 400), never a crash; the
-// parser has a libFuzzer target (tests/fuzz/fuzz_tensor_json.cpp).
+// against the model's inputs, and outputs written back in the same form, as plain values (the
+// server makes the tensors). Requests come from the network: every malformed field is a
+// RequestError naming it (HTTP 400), never a crash; the parser has a libFuzzer target
+// (fuzz/serve_request_fuzz.cpp), which links this file without the tensor library.
 #pragma once
 
 #include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "cpudl/inference.h"
+#include <cstdint>
+
 #include "cpudl/tensor.h"
 
 namespace cpudl::serve {
@@ -33,14 +35,22 @@ struct TensorSpec {
 // "FP32", "INT64", ...: the protocol's datatype names.
 const char* datatype_name(DType dtype);
 
+// One tensor's values, row-major: f32 for FP32, i64 for INT64.
+struct TensorValues {
+  DType dtype = DType::f32;
+  Shape shape;
+  std::vector<float> f32;
+  std::vector<std::int64_t> i64;
+};
+
 // The tensors of `{"inputs": [{"name", "shape", "datatype", "data"}, ...]}` in the model's input
 // order; each must be named once, with the declared datatype (FP32, or INT64 for integer
 // inputs), a shape matching the declared one (free dimensions any size >= 1, the same batch for
 // every input) and shape's element count of numbers in `data` (flat or nested).
-std::vector<Tensor> parse_infer_request(const std::string& body, const std::vector<TensorSpec>& inputs);
+std::vector<TensorValues> parse_infer_request(const std::string& body, const std::vector<TensorSpec>& inputs);
 
-// `{"model_name", "outputs": [{"name", "shape", "datatype", "data"}]}`.
-std::string infer_response(const std::string& model, const std::vector<TensorSpec>& specs,
-                           const std::vector<Tensor>& outputs);
+// `{"model_name", "outputs": [{"name", "shape", "datatype", "data"}]}`; non-finite values as null.
+std::string infer_response(const std::string& model, const std::vector<std::string>& names,
+                           const std::vector<TensorValues>& outputs);
 
 }  // namespace cpudl::serve

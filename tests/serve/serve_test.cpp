@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -70,7 +71,8 @@ json lenet_request(std::int64_t first, std::int64_t rows) {
   const auto v = x.to_vector();
   const std::int64_t row = 28 * 28;
   std::vector<float> data(v.begin() + first * row, v.begin() + (first + rows) * row);
-  return {{"inputs", {{{"name", "input"}, {"shape", {rows, 1, 28, 28}}, {"datatype", "FP32"}, {"data", data}}}}};
+  return {
+      {"inputs", {{{"name", "input"}, {"shape", {rows, 1, 28, 28}}, {"datatype", "FP32"}, {"data", data}}}}};
 }
 
 std::vector<float> lenet_expected(std::int64_t first, std::int64_t rows) {
@@ -86,7 +88,8 @@ void expect_rows(const std::string& body, const std::vector<float>& want) {
 }
 
 TEST_F(Serve, TensorModelsAnswerLikePyTorchAndBatchInvisibly) {
-  auto s = start({"--model", "lenet=" + kOnnx + "lenet5_opset17.onnx", "--batch-timeout-ms", "200", "--max-batch", "8"});
+  auto s = start(
+      {"--model", "lenet=" + kOnnx + "lenet5_opset17.onnx", "--batch-timeout-ms", "200", "--max-batch", "8"});
   auto c = client(*s);
   auto r = c.Get("/v2/health/live");
   ASSERT_TRUE(r);
@@ -121,8 +124,8 @@ TEST_F(Serve, TensorModelsAnswerLikePyTorchAndBatchInvisibly) {
 }
 
 TEST_F(Serve, BadRequestsGetAClearFourHundredAndTheServerLives) {
-  auto s = start({"--model", "lenet=" + kOnnx + "lenet5_opset17.onnx", "--model", "tiny=" + kTinyLlm, "--max-body-mb", "1",
-                  "--ctx", "64"});
+  auto s = start({"--model", "lenet=" + kOnnx + "lenet5_opset17.onnx", "--model", "tiny=" + kTinyLlm,
+                  "--max-body-mb", "1", "--ctx", "64"});
   auto c = client(*s);
   auto post = [&](const std::string& path, const std::string& body) {
     const auto r = c.Post(path, body, "application/json");
@@ -165,10 +168,12 @@ TEST_F(Serve, BadRequestsGetAClearFourHundredAndTheServerLives) {
   std::tie(status, body) = post("/v1/completions", json{{"prompt", long_prompt}}.dump());
   EXPECT_EQ(status, 400);
   EXPECT_NE(body.find("the context holds 64"), std::string::npos) << body;
-  std::tie(status, body) = post("/v1/completions", json{{"prompt", "Hi"}, {"max_tokens", 500}, {"temperature", 0}}.dump());
+  std::tie(status, body) =
+      post("/v1/completions", json{{"prompt", "Hi"}, {"max_tokens", 500}, {"temperature", 0}}.dump());
   EXPECT_EQ(status, 200);
   EXPECT_NE(body.find("max_tokens clamped to"), std::string::npos) << body;
-  std::tie(status, body) = post("/v1/chat/completions", json{{"messages", {{{"role", "robot"}, {"content", "x"}}}}}.dump());
+  std::tie(status, body) =
+      post("/v1/chat/completions", json{{"messages", {{{"role", "robot"}, {"content", "x"}}}}}.dump());
   EXPECT_EQ(status, 400);
   EXPECT_NE(body.find("messages[0].role: 'robot'"), std::string::npos) << body;
   // 1,000 mutations of a valid body: every answer a 4xx, never a crash.
@@ -177,7 +182,9 @@ TEST_F(Serve, BadRequestsGetAClearFourHundredAndTheServerLives) {
   int client_errors = 0;
   for (int i = 0; i < 1000; ++i) {
     std::string b = valid.substr(0, std::uniform_int_distribution<std::size_t>(0, 400)(gen));
-    for (int k = 0; k < 3; ++k) b[std::uniform_int_distribution<std::size_t>(0, b.empty() ? 0 : b.size() - 1)(gen) % std::max<std::size_t>(1, b.size())] ^= static_cast<char>(gen());
+    for (int k = 0; k < 3; ++k)
+      b[std::uniform_int_distribution<std::size_t>(0, b.empty() ? 0 : b.size() - 1)(gen) %
+        std::max<std::size_t>(1, b.size())] ^= static_cast<char>(gen());
     const auto r = c.Post("/v2/models/lenet/infer", b, "application/json");
     ASSERT_TRUE(r) << "the server stopped answering after " << i << " bodies";
     client_errors += r->status >= 400 && r->status < 500;
@@ -205,7 +212,8 @@ TEST_F(Serve, CompletionsEqualGenerateAndStreamAndCancel) {
             j["usage"]["total_tokens"].get<int>());
   // The same as server-sent events: the pieces add up to the same text, then [DONE].
   std::string events;
-  r = c.Post("/v1/completions", json{{"prompt", prompt}, {"max_tokens", 12}, {"temperature", 0}, {"stream", true}}.dump(),
+  r = c.Post("/v1/completions",
+             json{{"prompt", prompt}, {"max_tokens", 12}, {"temperature", 0}, {"stream", true}}.dump(),
              "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->get_header_value("Content-Type"), "text/event-stream");
@@ -225,12 +233,14 @@ TEST_F(Serve, CompletionsEqualGenerateAndStreamAndCancel) {
   EXPECT_EQ(finish, "length");
   EXPECT_EQ(events, "[DONE]");
   // Chat: the model's template around the messages, a reply and its usage.
-  r = c.Post("/v1/chat/completions",
-             json{{"messages", {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hello"}}}},
-                  {"max_tokens", 8},
-                  {"temperature", 0}}
-                 .dump(),
-             "application/json");
+  r = c.Post(
+      "/v1/chat/completions",
+      json{{"messages",
+            {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hello"}}}},
+           {"max_tokens", 8},
+           {"temperature", 0}}
+          .dump(),
+      "application/json");
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
   j = json::parse(r->body);
@@ -249,12 +259,16 @@ TEST_F(Serve, CompletionsEqualGenerateAndStreamAndCancel) {
   streaming.path = "/v1/completions";
   streaming.body = json{{"prompt", prompt}, {"max_tokens", 100000}, {"stream", true}}.dump();
   streaming.set_header("Content-Type", "application/json");
-  streaming.content_receiver = [&](const char*, std::size_t, std::uint64_t, std::uint64_t) { return ++seen < 2; };
+  streaming.content_receiver = [&](const char*, std::size_t, std::uint64_t, std::uint64_t) {
+    return ++seen < 2;
+  };
   quitter.send(streaming);
   for (int i = 0; i < 200 && metric(*s, "cpudl_llm_slots_busy{model=\"tiny\"}") != 0.0; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_EQ(metric(*s, "cpudl_llm_slots_busy{model=\"tiny\"}"), 0.0);
-  EXPECT_EQ(c.Post("/v1/completions", json{{"prompt", "Hi"}, {"max_tokens", 2}}.dump(), "application/json")->status, 200);
+  EXPECT_EQ(
+      c.Post("/v1/completions", json{{"prompt", "Hi"}, {"max_tokens", 2}}.dump(), "application/json")->status,
+      200);
   EXPECT_EQ(s->stop(SIGINT), 0) << s->err();
 }
 
@@ -274,7 +288,9 @@ TEST_F(Serve, FullQueueRefusesAtOnceAndSigtermDrains) {
   std::mt19937 gen(3);
   for (float& v : data) v = std::uniform_real_distribution<float>(-1, 1)(gen);
   const std::string big =
-      json{{"inputs", {{{"name", "input"}, {"shape", {16, 3, 64, 64}}, {"datatype", "FP32"}, {"data", data}}}}}.dump();
+      json{
+          {"inputs", {{{"name", "input"}, {"shape", {16, 3, 64, 64}}, {"datatype", "FP32"}, {"data", data}}}}}
+          .dump();
   std::atomic<int> a_status{0}, b_status{0};
   std::thread a([&] {
     auto mine = client(*s);
@@ -282,7 +298,8 @@ TEST_F(Serve, FullQueueRefusesAtOnceAndSigtermDrains) {
     a_status = r ? r->status : -1;
   });
   auto wait_for = [&](const std::string& series, double value) {
-    for (int i = 0; i < 1000 && !(metric(*s, series) >= value); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    for (int i = 0; i < 1000 && !(metric(*s, series) >= value); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
     return metric(*s, series) >= value;
   };
   // /metrics needs the key too: scrape through an authorised client.
@@ -323,12 +340,51 @@ TEST_F(Serve, FullQueueRefusesAtOnceAndSigtermDrains) {
   EXPECT_NE(s->err().find("SIGTERM: draining"), std::string::npos) << s->err();
 }
 
+// A model `cpudl train` wrote, served: classify answers what `cpudl predict` says of the same
+// PGM file, its tensors go through /v2 infer, and a body that is no image is a 400.
+TEST_F(Serve, CpudlModelsClassifyImagesAsPredictDoes) {
+  const std::string tiny = std::string(CPUDL_FIXTURES_DIR) + "/../golden/mnist_tiny";
+  ASSERT_EQ(
+      run("train --model lenet5 --data " + tiny + " --epochs 1 --batch 32 --out " + path("m.safetensors"))
+          .exit_code,
+      0);
+  const std::string idx = cpudl::testing::slurp(tiny + "/t10k-images-idx3-ubyte");
+  const std::string pgm = "P5\n28 28\n255\n" + idx.substr(16, 784);
+  std::ofstream(path("a.pgm"), std::ios::binary) << pgm;
+  const auto predicted = run("predict --json --top 5 --model " + path("m.safetensors") + " " + path("a.pgm"));
+  ASSERT_EQ(predicted.exit_code, 0) << predicted.err;
+  const json want = json::parse(predicted.out)[0]["top"];
+  auto s = start({"--model", "digits=" + path("m.safetensors")});
+  auto c = client(*s);
+  auto r = c.Post("/v1/models/digits/classify", pgm, "image/x-portable-graymap");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json top = json::parse(r->body)["top"];
+  ASSERT_EQ(top.size(), 5u);
+  for (std::size_t k = 0; k < 5; ++k) {
+    EXPECT_EQ(top[k]["label"], std::to_string(want[k]["class"].get<int>()));
+    EXPECT_NEAR(top[k]["probability"].get<double>(), want[k]["probability"].get<double>(), 1e-5);
+  }
+  EXPECT_EQ(json::parse(c.Get("/v2/models/digits")->body)["platform"], "cpudl_safetensors");
+  r = c.Post("/v1/models/digits/classify", "GIF89a", "image/gif");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_NE(r->body.find("not a PGM (P5/P2) or PNG image"), std::string::npos) << r->body;
+  EXPECT_EQ(c.Post("/v1/models/digits/classify", "P5\n4 4\n255\n" + std::string(16, '\x10'),
+                   "image/x-portable-graymap")
+                ->status,
+            400);
+  EXPECT_EQ(s->stop(), 0) << s->err();
+}
+
 TEST_F(Serve, StartupFailuresNameTheirCauseAndExitOne) {
   auto first = start({"--model", "lenet=" + kOnnx + "lenet5_opset17.onnx"});
-  const auto taken = run("serve --model lenet=" + kOnnx + "lenet5_opset17.onnx --port " + std::to_string(first->port()));
+  const auto taken =
+      run("serve --model lenet=" + kOnnx + "lenet5_opset17.onnx --port " + std::to_string(first->port()));
   EXPECT_EQ(taken.exit_code, 1);
-  EXPECT_NE(taken.err.find("cannot listen on 127.0.0.1:" + std::to_string(first->port()) + ": the port is in use"),
-            std::string::npos)
+  EXPECT_NE(
+      taken.err.find("cannot listen on 127.0.0.1:" + std::to_string(first->port()) + ": the port is in use"),
+      std::string::npos)
       << taken.err;
   const auto missing = run("serve --model m=" + path("missing.onnx") + " --port 0");
   EXPECT_EQ(missing.exit_code, 1);
@@ -338,7 +394,10 @@ TEST_F(Serve, StartupFailuresNameTheirCauseAndExitOne) {
   EXPECT_EQ(corrupt.exit_code, 1);
   EXPECT_NE(corrupt.err.find("bad.gguf"), std::string::npos) << corrupt.err;
   EXPECT_EQ(run("serve --model nameonly --port 0").exit_code, 2);
-  EXPECT_EQ(run("serve --model a=" + kOnnx + "lenet5_opset17.onnx --model a=" + kOnnx + "lenet5_opset17.onnx --port 0").exit_code, 2);
+  EXPECT_EQ(run("serve --model a=" + kOnnx + "lenet5_opset17.onnx --model a=" + kOnnx +
+                "lenet5_opset17.onnx --port 0")
+                .exit_code,
+            2);
   EXPECT_EQ(run("serve").exit_code, 2);
   EXPECT_EQ(first->stop(), 0);
 }
@@ -346,23 +405,29 @@ TEST_F(Serve, StartupFailuresNameTheirCauseAndExitOne) {
 // /metrics passes promtool, and a real Prometheus scraping the server reads the values back.
 TEST_F(Serve, MetricsPassPromtoolAndARealPrometheusScrapesThem) {
   if (std::system("command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1") != 0)
-    GTEST_SKIP() << "promtool and prometheus are not installed (Debian package prometheus; scripts/install-deps.sh)";
+    GTEST_SKIP()
+        << "promtool and prometheus are not installed (Debian package prometheus; scripts/install-deps.sh)";
   auto s = start({"--model", "lenet=" + kOnnx + "lenet5_opset17.onnx", "--model", "tiny=" + kTinyLlm});
   auto c = client(*s);
   ASSERT_EQ(c.Post("/v2/models/lenet/infer", lenet_request(0, 2).dump(), "application/json")->status, 200);
-  ASSERT_EQ(c.Post("/v1/completions", json{{"prompt", "Hi"}, {"max_tokens", 3}}.dump(), "application/json")->status, 200);
+  ASSERT_EQ(
+      c.Post("/v1/completions", json{{"prompt", "Hi"}, {"max_tokens", 3}}.dump(), "application/json")->status,
+      200);
   std::ofstream(path("metrics.txt")) << c.Get("/metrics")->body;
-  const auto check = std::system(("promtool check metrics < " + path("metrics.txt") + " > " + path("promtool.txt") + " 2>&1").c_str());
+  const auto check = std::system(
+      ("promtool check metrics < " + path("metrics.txt") + " > " + path("promtool.txt") + " 2>&1").c_str());
   EXPECT_EQ(check, 0) << cpudl::testing::slurp(path("promtool.txt"));
   EXPECT_EQ(metric(*s, "cpudl_llm_generated_tokens_total{model=\"tiny\"}"), 3.0);
   // Prometheus on a free loopback port, scraping every 200 ms into a temporary data directory.
-  std::ofstream(path("prometheus.yml")) << "global:\n  scrape_interval: 200ms\nscrape_configs:\n  - job_name: cpudl\n"
-                                           "    static_configs:\n      - targets: ['127.0.0.1:"
-                                        << s->port() << "']\n";
+  std::ofstream(path("prometheus.yml"))
+      << "global:\n  scrape_interval: 200ms\nscrape_configs:\n  - job_name: cpudl\n"
+         "    static_configs:\n      - targets: ['127.0.0.1:"
+      << s->port() << "']\n";
   const int prom_port = free_port();
-  const std::string cmd = "prometheus --config.file=" + path("prometheus.yml") + " --storage.tsdb.path=" + path("tsdb") +
-                          " --web.listen-address=127.0.0.1:" + std::to_string(prom_port) + " > " + path("prom.log") +
-                          " 2>&1 & echo $! > " + path("prom.pid");
+  const std::string cmd = "prometheus --config.file=" + path("prometheus.yml") +
+                          " --storage.tsdb.path=" + path("tsdb") +
+                          " --web.listen-address=127.0.0.1:" + std::to_string(prom_port) + " > " +
+                          path("prom.log") + " 2>&1 & echo $! > " + path("prom.pid");
   ASSERT_EQ(std::system(cmd.c_str()), 0);
   httplib::Client prom("127.0.0.1", prom_port);
   double threads = NAN;
@@ -371,7 +436,8 @@ TEST_F(Serve, MetricsPassPromtoolAndARealPrometheusScrapesThem) {
     const auto r = prom.Get("/api/v1/query?query=cpudl_threads");
     if (!r || r->status != 200) continue;
     const json j = json::parse(r->body);
-    if (!j["data"]["result"].empty()) threads = std::stod(j["data"]["result"][0]["value"][1].get<std::string>());
+    if (!j["data"]["result"].empty())
+      threads = std::stod(j["data"]["result"][0]["value"][1].get<std::string>());
   }
   std::system(("kill $(cat " + path("prom.pid") + ")").c_str());
   EXPECT_EQ(threads, 2.0) << cpudl::testing::slurp(path("prom.log"));

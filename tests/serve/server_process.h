@@ -24,7 +24,8 @@ namespace cpudl::testing {
 class ServerProcess {
  public:
   // Starts `cpudl serve --port 0 ARGS...` and waits for its `listening on` line (or its exit).
-  explicit ServerProcess(std::vector<std::string> args, const std::string& stderr_path) : stderr_path_(stderr_path) {
+  explicit ServerProcess(std::vector<std::string> args, const std::string& stderr_path)
+      : stderr_path_(stderr_path) {
     int out[2];
     if (pipe(out) != 0) return;
     std::vector<std::string> argv = {CPUDL_BINARY, "serve", "--port", "0", "--threads", "2"};
@@ -45,7 +46,8 @@ class ServerProcess {
     if (f && std::fgets(line, sizeof line, f)) {
       const std::string s(line);
       const auto colon = s.rfind(':');
-      if (s.rfind("listening on http://", 0) == 0 && colon != std::string::npos) port_ = std::stoi(s.substr(colon + 1));
+      if (s.rfind("listening on http://", 0) == 0 && colon != std::string::npos)
+        port_ = std::stoi(s.substr(colon + 1));
     }
     if (f) std::fclose(f);
   }
