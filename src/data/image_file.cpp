@@ -14,6 +14,8 @@ Tensor decode_image(const std::string& bytes, const std::string& name) {
   return t;
 }
 
-Tensor read_image(const std::filesystem::path& path) { return decode_image(io::read_file(path), path.string()); }
+Tensor read_image(const std::filesystem::path& path) {
+  return decode_image(io::read_file(path), path.string());
+}
 
 }  // namespace cpudl::data

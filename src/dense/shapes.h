@@ -26,6 +26,13 @@ struct MatmulShape {
   bool transpose_a = false, transpose_b = false;
 };
 
+struct MatmulEpilogue {
+  const float* bias = nullptr;  // length n, or null
+  Activation activation = Activation::none;
+  bool accumulate = false;                 // C += result (oneDNN's sum post-op)
+  float clip_min = 0.0f, clip_max = 6.0f;  // Activation::clip's bounds
+};
+
 struct ConvShape {
   std::int64_t batch = 0, in_channels = 0, height = 0, width = 0;
   std::int64_t out_channels = 0, kernel_h = 0, kernel_w = 0;

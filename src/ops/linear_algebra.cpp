@@ -1,4 +1,5 @@
 // matmul and linear on oneDNN (src/dense/onednn/), with their backward passes.
+#include "dense/matmul/matmul_list.h"
 #include "dense/onednn/dense.h"
 #include "kernels/narrow/narrow.h"
 #include "ops/op_helpers.h"
@@ -13,12 +14,12 @@ namespace {
 void batched_matmul(const float* a, const float* b, float* c, std::int64_t batch, std::int64_t m,
                     std::int64_t n, std::int64_t k, bool ta, bool tb, bool b_shared) {
   if (b_shared && !ta) {
-    onednn::matmul(onednn::MatmulShape{1, batch * m, n, k, false, tb}, a, b, c);  // fold the batch into m
+    dense::matmul(onednn::MatmulShape{1, batch * m, n, k, false, tb}, a, b, c);  // fold the batch into m
   } else if (b_shared) {
     for (std::int64_t i = 0; i < batch; ++i)
-      onednn::matmul(onednn::MatmulShape{1, m, n, k, ta, tb}, a + i * m * k, b, c + i * m * n);
+      dense::matmul(onednn::MatmulShape{1, m, n, k, ta, tb}, a + i * m * k, b, c + i * m * n);
   } else {
-    onednn::matmul(onednn::MatmulShape{batch, m, n, k, ta, tb}, a, b, c);
+    dense::matmul(onednn::MatmulShape{batch, m, n, k, ta, tb}, a, b, c);
   }
 }
 
@@ -62,10 +63,10 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
     Tensor da = Tensor::empty(ac.shape()), db = Tensor::zeros(bc.shape());
     batched_matmul(gc.data(), bc.data(), da.data(), batch, m, k, n, false, true, b_shared);  // dA = G B^T
     if (b_shared) {
-      onednn::matmul(onednn::MatmulShape{1, k, n, batch * m, true, false}, ac.data(), gc.data(),
-                     db.data());  // A^T G
+      dense::matmul(onednn::MatmulShape{1, k, n, batch * m, true, false}, ac.data(), gc.data(),
+                    db.data());  // A^T G
     } else {
-      onednn::matmul(onednn::MatmulShape{batch, k, n, m, true, false}, ac.data(), gc.data(), db.data());
+      dense::matmul(onednn::MatmulShape{batch, k, n, m, true, false}, ac.data(), gc.data(), db.data());
     }
     return std::vector<Tensor>{da, db};
   });

@@ -45,7 +45,7 @@ TEST(Blas, CblasBackendsAgreeWithOneDnn) {
     for (int t = 0; t < 4; ++t) {
       const bool ta = t & 1, tb = t & 2;
       std::vector<float> want(static_cast<std::size_t>(m * n)), got(want.size(), 1.0f);
-      onednn::matmul(onednn::MatmulShape{1, m, n, k, ta, tb}, a.data(), b.data(), want.data());
+      onednn::matmul_onednn(onednn::MatmulShape{1, m, n, k, ta, tb}, a.data(), b.data(), want.data());
       cblas_sgemm(backend, ta, tb, m, n, k, a.data(), b.data(), got.data(), false, 2);
       for (std::size_t i = 0; i < want.size(); ++i)
         ASSERT_NEAR(got[i], want[i], 1e-4) << backend_name(backend) << " t" << t << " at " << i;
@@ -76,7 +76,7 @@ TEST(Blas, NativeSgemmMatchesOneDnnOnEdgeShapes) {
       const bool ta = t & 1, tb = t & 2;
       std::vector<float> want(static_cast<std::size_t>(m * n)), got(want.size(), 9.0f),
           acc(want.size(), 1.0f);
-      onednn::matmul(onednn::MatmulShape{1, m, n, k, ta, tb}, a.data(), b.data(), want.data());
+      onednn::matmul_onednn(onednn::MatmulShape{1, m, n, k, ta, tb}, a.data(), b.data(), want.data());
       for (const auto& tile : kernels::f32_gemm_tile_variants()) {  // every tile this CPU runs
         if (tile.level > runtime().isa.detected) continue;
         SCOPED_TRACE(tile.name);

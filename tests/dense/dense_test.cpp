@@ -14,6 +14,7 @@
 #include "dense/conv/pointwise_conv.h"
 #include "dense/conv/tap_gemm_weight_grad.h"
 #include "dense/conv/winograd_conv.h"
+#include "dense/matmul/matmul_list.h"
 #include "dense/onednn/dense.h"
 #include "dense/onednn/engine.h"
 #include "dense_reference.h"
@@ -22,6 +23,8 @@
 
 namespace cpudl::onednn {
 namespace {
+
+using dense::matmul;
 
 std::vector<float> random_vector(std::size_t n, unsigned seed, float lo = -1.0f, float hi = 1.0f) {
   std::mt19937 gen(seed);
@@ -85,6 +88,47 @@ std::vector<float> reference_matmul(const MatmulShape& s, const std::vector<floa
         c[static_cast<std::size_t>(p * s.m * s.n + i * s.n + j)] =
             static_cast<float>(reference_entry(s, a, b, p, i, j));
   return c;
+}
+
+// Every entry of the matmul list (dense/matmul/matmul_list.h) that runs a product -- oneDNN's
+// primitive and sgemm, cpudl's native SGEMM, and OpenBLAS and BLIS where installed -- against the
+// double-precision product, with each epilogue it takes; and the walk's choice.
+TEST(MatmulList, EveryEntryThatRunsMatchesTheReference) {
+  const MatmulShape shapes[] = {{1, 1, 1, 1}, {1, 7, 13, 5}, {2, 33, 17, 40}, {1, 64, 96, 130}};
+  int ran = 0;
+  for (MatmulShape s : shapes)
+    for (int t = 0; t < 4; ++t)
+      for (int epilogue = 0; epilogue < 3; ++epilogue) {
+        s.transpose_a = t & 1;
+        s.transpose_b = t & 2;
+        const auto a = random_vector(static_cast<std::size_t>(s.batch * s.m * s.k), 11);
+        const auto b = random_vector(static_cast<std::size_t>(s.batch * s.k * s.n), 12);
+        const auto bias = random_vector(static_cast<std::size_t>(s.n), 13);
+        const auto c0 = random_vector(static_cast<std::size_t>(s.batch * s.m * s.n), 14);
+        MatmulEpilogue e;
+        if (epilogue == 1) e.bias = bias.data(), e.activation = Activation::relu;
+        if (epilogue == 2) e.accumulate = true;
+        std::vector<float> want = reference_matmul(s, a, b);
+        for (std::size_t i = 0; i < want.size(); ++i) {
+          if (epilogue == 1) want[i] = std::max(0.0f, want[i] + bias[i % static_cast<std::size_t>(s.n)]);
+          if (epilogue == 2) want[i] += c0[i];
+        }
+        for (const dense::MatmulImpl& impl : dense::matmul_impls()) {
+          if (!impl.runs(s, e)) continue;
+          SCOPED_TRACE(testing::Message() << impl.name << " " << s.batch << "x" << s.m << "x" << s.n << "x"
+                                          << s.k << " t" << t << " epilogue " << epilogue);
+          std::vector<float> c = c0;
+          impl.run(s, a.data(), b.data(), c.data(), e);
+          expect_close(c, want, 1e-5, "matmul");
+          ++ran;
+        }
+      }
+  EXPECT_GT(ran, 4 * 4 * 3 * 2);  // oneDNN's primitive and the native SGEMM at least, everywhere
+  EXPECT_EQ(dense::choose_matmul_impl({1, 64, 64, 64}, {}).name, "onednn");
+  EXPECT_EQ(dense::choose_matmul_impl({1, 1024, 1024, 1024}, {}).name, "onednn_sgemm");
+  std::vector<float> bias(1024);
+  EXPECT_EQ(dense::choose_matmul_impl({1, 1024, 1024, 1024}, {bias.data()}).name,
+            "onednn");  // the fused bias
 }
 
 TEST(Matmul, MatchesReferenceAcrossShapesAndTransposes) {

@@ -20,22 +20,22 @@ using dense::ActivationLayout;
 using dense::ConvEpilogue;
 using dense::ConvShape;
 using dense::DepthwiseStage;
+using dense::MatmulEpilogue;
 using dense::MatmulShape;
 using dense::PoolKind;
 using dense::PoolShape;
 
 std::int64_t blocked_layout_channels();  // 8 or 16, from the kernel level
 
-struct MatmulEpilogue {
-  const float* bias = nullptr;  // length n, or null
-  Activation activation = Activation::none;
-  bool accumulate = false;                 // C += result (oneDNN's sum post-op)
-  float clip_min = 0.0f, clip_max = 6.0f;  // Activation::clip's bounds
-};
-// The engine CPUDL_BLAS selects (oneDNN by default).
-void matmul(const MatmulShape& shape, const float* a, const float* b, float* c,
-            const MatmulEpilogue& epilogue = {});
-// oneDNN's matmul whatever CPUDL_BLAS says: for benchmarks and reports that name their backend.
+// oneDNN's matmul primitive (the epilogue fused), and its gemm:jit sgemm (no epilogue but
+// accumulate). dense::matmul (dense/matmul/matmul_list.h) chooses among them and the BLAS engines.
+void matmul_primitive(const MatmulShape& shape, const float* a, const float* b, float* c,
+                      const MatmulEpilogue& epilogue = {});
+void matmul_sgemm(const MatmulShape& shape, const float* a, const float* b, float* c, bool accumulate);
+// Where the sgemm measured faster than the primitive: large products with no fused epilogue.
+bool sgemm_preferred(const MatmulShape& shape, const MatmulEpilogue& epilogue);
+// oneDNN's choice between the two (the sgemm for large plain products): for benchmarks and
+// reports that name their backend.
 void matmul_onednn(const MatmulShape& shape, const float* a, const float* b, float* c,
                    const MatmulEpilogue& epilogue = {});
 

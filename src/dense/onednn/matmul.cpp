@@ -1,9 +1,9 @@
-// Matmul and linear layers through oneDNN's matmul and inner-product primitives.
+// Matmul and linear layers through oneDNN's matmul and inner-product primitives and its sgemm.
 #include <algorithm>
 #include <mutex>
 #include <string>
 
-#include "dense/blas/blas.h"
+#include "dense/matmul/matmul_list.h"
 #include "dense/onednn/dense.h"
 #include "dense/onednn/executable.h"
 #include "dense/onednn/primitive_cache.h"
@@ -93,61 +93,34 @@ struct LinearEntry {
   Executable exec;
 };
 
-// CPUDL_BLAS=native|openblas|blis: the same contract through that SGEMM, with the epilogue
-// applied afterwards (CBLAS has no fused bias or activation).
-void cblas_matmul(blas::Backend backend, const MatmulShape& s, const float* a, const float* b, float* c,
-                  const MatmulEpilogue& e) {
-  const int threads = compute_threads();
-  for (std::int64_t p = 0; p < s.batch; ++p) {
-    float* cp = c + p * s.m * s.n;
-    blas::cblas_sgemm(backend, s.transpose_a, s.transpose_b, s.m, s.n, s.k, a + p * s.m * s.k,
-                      b + p * s.k * s.n, cp, e.accumulate, threads);
-    if (!e.bias && e.activation == Activation::none) continue;
-    for (std::int64_t i = 0; i < s.m; ++i)
-      for (std::int64_t j = 0; j < s.n; ++j) {
-        float& v = cp[i * s.n + j];
-        if (e.bias) v += e.bias[j];
-        if (e.activation == Activation::relu) v = std::max(0.0f, v);
-        if (e.activation == Activation::clip) v = std::min(std::max(v, e.clip_min), e.clip_max);
-      }
-  }
-}
-
 // oneDNN 2.6 runs a plain f32 matmul primitive through its brgemm kernel, which on large
 // products measured slower here than the library's own gemm:jit sgemm (dnnl_sgemm), one thread:
 // 2048^3 102.6 vs 87.8 ms, 1024^3 11.2 vs 10.3, 128x3072x768 (a BERT-base FFN) 6.8 vs 3.3; two
 // threads alike. Below ~2.5e8 multiply-adds the primitive wins or ties (512^3 1.26 vs 1.33 ms,
 // 256x10x21632 1.08 vs 1.44), and only the primitive fuses a bias or an activation.
-bool sgemm_is_faster(const MatmulShape& s, const MatmulEpilogue& e) {
+}  // namespace
+
+bool sgemm_preferred(const MatmulShape& s, const MatmulEpilogue& e) {
   return !e.bias && e.activation == Activation::none &&
          static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.k) >= 2.5e8;
 }
 
-void sgemm_matmul(const MatmulShape& s, const float* a, const float* b, float* c, const MatmulEpilogue& e) {
+void matmul_sgemm(const MatmulShape& s, const float* a, const float* b, float* c, bool accumulate) {
+  require_dims(s);
   const ThreadScope openmp(0);  // dnnl_sgemm runs on OpenMP's count of the calling thread
   for (std::int64_t p = 0; p < s.batch; ++p) {
     const dnnl_status_t status =
         dnnl_sgemm(s.transpose_a ? 'T' : 'N', s.transpose_b ? 'T' : 'N', s.m, s.n, s.k, 1.0f,
                    a + p * s.m * s.k, s.transpose_a ? s.m : s.k, b + p * s.k * s.n, s.transpose_b ? s.k : s.n,
-                   e.accumulate ? 1.0f : 0.0f, c + p * s.m * s.n, s.n);
+                   accumulate ? 1.0f : 0.0f, c + p * s.m * s.n, s.n);
     if (status != dnnl_success)
       throw Error(shape_text(s) + ": oneDNN's sgemm failed (status " + std::to_string(status) + ")");
   }
 }
 
-}  // namespace
-
-void matmul(const MatmulShape& s, const float* a, const float* b, float* c, const MatmulEpilogue& e) {
-  if (const blas::Backend backend = blas::active_backend(); backend != blas::Backend::onednn) {
-    require_dims(s);
-    return cblas_matmul(backend, s, a, b, c, e);
-  }
-  matmul_onednn(s, a, b, c, e);
-}
-
-void matmul_onednn(const MatmulShape& s, const float* a, const float* b, float* c, const MatmulEpilogue& e) {
+void matmul_primitive(const MatmulShape& s, const float* a, const float* b, float* c,
+                      const MatmulEpilogue& e) {
   require_dims(s);
-  if (sgemm_is_faster(s, e)) return sgemm_matmul(s, a, b, c, e);
   static PrimitiveCache<MatmulEntry> cache;
   const PrimitiveKey key = matmul_key(PrimitiveKind::matmul, s, e);
   const auto entry =
@@ -157,6 +130,11 @@ void matmul_onednn(const MatmulShape& s, const float* a, const float* b, float* 
     entry->exec.run({a, b, c, e.bias});
   else
     entry->exec.run({a, b, c});
+}
+
+void matmul_onednn(const MatmulShape& s, const float* a, const float* b, float* c, const MatmulEpilogue& e) {
+  if (sgemm_preferred(s, e)) return matmul_sgemm(s, a, b, c, e.accumulate);
+  matmul_primitive(s, a, b, c, e);
 }
 
 void matmul_bf16(const MatmulShape& s, const float* a, const float* b, float* c, const MatmulEpilogue& e,
@@ -255,7 +233,7 @@ void linear_backward_data(const LinearShape& s, const float* dy, const float* we
   if (s.bf16)
     matmul_bf16(shape, dy, weight, dx);
   else
-    matmul(shape, dy, weight, dx);
+    dense::matmul(shape, dy, weight, dx);
 }
 
 void linear_backward_weights(const LinearShape& s, const float* x, const float* dy, float* dweight,
@@ -265,12 +243,12 @@ void linear_backward_weights(const LinearShape& s, const float* x, const float* 
   if (s.bf16)
     matmul_bf16(shape, dy, x, dweight);
   else
-    matmul(shape, dy, x, dweight);
+    dense::matmul(shape, dy, x, dweight);
   if (dbias) {  // f32 in either precision
     // db = column sums of dY: a 1 x batch ones-vector product keeps it on the GEMM path.
     thread_local std::vector<float> ones;
     if (ones.size() < static_cast<std::size_t>(s.batch)) ones.assign(static_cast<std::size_t>(s.batch), 1.0f);
-    matmul(MatmulShape{1, 1, s.out, s.batch, false, false}, ones.data(), dy, dbias);
+    dense::matmul(MatmulShape{1, 1, s.out, s.batch, false, false}, ones.data(), dy, dbias);
   }
 }
 

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "dense/conv/conv_list.h"
+#include "dense/matmul/matmul_list.h"
 #include "dense/onednn/dense.h"
 #include "dense/pool/pool_list.h"
 #include "infer/op_list.h"
@@ -314,7 +315,7 @@ Kernel build_gemm(OpSetup& s) {
     e.clip_min = act.lo;
     e.clip_max = act.hi;
     float* y = o[0].f32();
-    onednn::matmul(m, in[0].f32(), in[1].f32(), y, e);
+    dense::matmul(m, in[0].f32(), in[1].f32(), y, e);
     if (c_offsets || alpha != 1.0f) {
       const float* c = c_offsets ? in[2].f32() : nullptr;
       const auto n = static_cast<std::size_t>(m.m * m.n);
@@ -384,12 +385,12 @@ Kernel build_matmul(OpSetup& s) {
         e.clip_min = act.lo;
         e.clip_max = act.hi;
         if (a_off.empty()) {
-          onednn::matmul(shape, in[0].f32(), in[1].f32(), o[0].f32(), e);
+          dense::matmul(shape, in[0].f32(), in[1].f32(), o[0].f32(), e);
           return;
         }
         for (std::size_t i = 0; i < a_off.size(); ++i)
-          onednn::matmul(shape, in[0].f32() + a_off[i], in[1].f32() + b_off[i],
-                         o[0].f32() + static_cast<std::int64_t>(i) * m * n, e);
+          dense::matmul(shape, in[0].f32() + a_off[i], in[1].f32() + b_off[i],
+                        o[0].f32() + static_cast<std::int64_t>(i) * m * n, e);
       };
 }
 
