@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -439,8 +440,43 @@ TEST_F(Serve, MetricsPassPromtoolAndARealPrometheusScrapesThem) {
     if (!j["data"]["result"].empty())
       threads = std::stod(j["data"]["result"][0]["value"][1].get<std::string>());
   }
-  std::system(("kill $(cat " + path("prom.pid") + ")").c_str());
   EXPECT_EQ(threads, 2.0) << cpudl::testing::slurp(path("prom.log"));
+  // Every query of the Grafana dashboard (docs/grafana/cpudl.json) is valid PromQL for this
+  // Prometheus and names only metrics the server exports.
+  const std::string exported = c.Get("/metrics")->body;
+  const json dashboard =
+      json::parse(cpudl::testing::slurp(std::string(CPUDL_FIXTURES_DIR) + "/../../docs/grafana/cpudl.json"));
+  int queries = 0;
+  for (const json& panel : dashboard["panels"])
+    for (const json& target : panel["targets"]) {
+      const std::string expr = target["expr"];
+      const auto r = prom.Get("/api/v1/query?query=" + httplib::detail::encode_query_param(expr));
+      ASSERT_TRUE(r) << expr;
+      EXPECT_EQ(r->status, 200) << expr << ": " << r->body;
+      for (std::size_t at = 0; (at = expr.find_first_of("cp", at)) != std::string::npos;) {
+        const bool metric = expr.compare(at, 6, "cpudl_") == 0 || expr.compare(at, 8, "process_") == 0;
+        if (!metric ||
+            (at > 0 && (std::isalnum(static_cast<unsigned char>(expr[at - 1])) || expr[at - 1] == '_'))) {
+          ++at;
+          continue;
+        }
+        std::size_t end = at;
+        while (end < expr.size() && (std::isalnum(static_cast<unsigned char>(expr[end])) || expr[end] == '_'))
+          ++end;
+        std::string name = expr.substr(at, end - at);
+        for (const char* suffix : {"_bucket", "_sum", "_count"})
+          if (name.size() > std::strlen(suffix) &&
+              name.compare(name.size() - std::strlen(suffix), std::string::npos, suffix) == 0 &&
+              exported.find("# TYPE " + name.substr(0, name.size() - std::strlen(suffix)) + " histogram") !=
+                  std::string::npos)
+            name.resize(name.size() - std::strlen(suffix));
+        EXPECT_NE(exported.find("# TYPE " + name + " "), std::string::npos) << name << " in " << expr;
+        at = end;
+      }
+      ++queries;
+    }
+  EXPECT_GE(queries, 10);
+  std::system(("kill $(cat " + path("prom.pid") + ")").c_str());
   EXPECT_EQ(s->stop(), 0) << s->err();
 }
 

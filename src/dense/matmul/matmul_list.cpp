@@ -23,8 +23,8 @@ void cblas_run(const MatmulShape& s, const float* a, const float* b, float* c, c
   const int threads = compute_threads();
   for (std::int64_t p = 0; p < s.batch; ++p) {
     float* cp = c + p * s.m * s.n;
-    blas::cblas_sgemm(kBackend, s.transpose_a, s.transpose_b, s.m, s.n, s.k, a + p * s.m * s.k, b + p * s.k * s.n, cp,
-                      e.accumulate, threads);
+    blas::cblas_sgemm(kBackend, s.transpose_a, s.transpose_b, s.m, s.n, s.k, a + p * s.m * s.k,
+                      b + p * s.k * s.n, cp, e.accumulate, threads);
     if (!e.bias && e.activation == Activation::none) continue;
     for (std::int64_t i = 0; i < s.m; ++i)
       for (std::int64_t j = 0; j < s.n; ++j) {
@@ -43,7 +43,9 @@ bool always(const MatmulShape&, const MatmulEpilogue&) { return true; }
 bool never(const MatmulShape&, const MatmulEpilogue&) { return false; }
 
 // ---- oneDNN
-bool plain(const MatmulShape&, const MatmulEpilogue& e) { return !e.bias && e.activation == Activation::none; }
+bool plain(const MatmulShape&, const MatmulEpilogue& e) {
+  return !e.bias && e.activation == Activation::none;
+}
 void sgemm_run(const MatmulShape& s, const float* a, const float* b, float* c, const MatmulEpilogue& e) {
   onednn::matmul_sgemm(s, a, b, c, e.accumulate);
 }

@@ -27,6 +27,7 @@ const MatmulImpl& choose_matmul_impl(const MatmulShape& s, const MatmulEpilogue&
 
 // C[b] = op(A[b]) * op(B[b]) (+ bias) (+ C when accumulating), then the activation: on the entry
 // choose_matmul_impl picks.
-void matmul(const MatmulShape& shape, const float* a, const float* b, float* c, const MatmulEpilogue& epilogue = {});
+void matmul(const MatmulShape& shape, const float* a, const float* b, float* c,
+            const MatmulEpilogue& epilogue = {});
 
 }  // namespace cpudl::dense
