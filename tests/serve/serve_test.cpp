@@ -378,6 +378,49 @@ TEST_F(Serve, CpudlModelsClassifyImagesAsPredictDoes) {
   EXPECT_EQ(s->stop(), 0) << s->err();
 }
 
+// The page at / in headless Chromium: it lists the model, sends a chat message on load
+// (/?chat=...), and the answer it streams into the page equals the API's non-streamed reply.
+TEST_F(Serve, ThePageStreamsAChatAnswerInHeadlessChromium) {
+  if (std::system("command -v chromium >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "chromium is not installed (Debian package chromium; scripts/install-deps.sh)";
+  auto s = start({"--model", "tiny=" + kTinyLlm});
+  auto c = client(*s);
+  const auto page = c.Get("/");
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 200);
+  EXPECT_EQ(page->body.find("src=\"http"), std::string::npos);  // no external assets
+  const auto reply = c.Post("/v1/chat/completions",
+                            json{{"messages", {{{"role", "user"}, {"content", "Hello there"}}}},
+                                 {"max_tokens", 8},
+                                 {"temperature", 0}}
+                                .dump(),
+                            "application/json");
+  ASSERT_TRUE(reply);
+  const std::string want = json::parse(reply->body)["choices"][0]["message"]["content"];
+  const std::string cmd =
+      "timeout 120 chromium --headless --no-sandbox --disable-gpu --virtual-time-budget=30000 --dump-dom "
+      "'http://127.0.0.1:" +
+      std::to_string(s->port()) + "/?chat=Hello%20there&max_tokens=8' > " + path("dom.html") + " 2> " +
+      path("chromium.log");
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cpudl::testing::slurp(path("chromium.log"));
+  const std::string dom = cpudl::testing::slurp(path("dom.html"));
+  EXPECT_NE(dom.find("<title>done</title>"), std::string::npos) << dom;
+  const auto open = dom.find("<pre id=\"answer\">"), close = dom.find("</pre>", open);
+  ASSERT_NE(open, std::string::npos) << dom;
+  std::string shown = dom.substr(open + 17, close - open - 17);
+  for (const auto& [entity, text] : std::vector<std::pair<std::string, std::string>>{{"&lt;", "<"},
+                                                                                     {"&gt;", ">"},
+                                                                                     {"&quot;", "\""},
+                                                                                     {"&#39;", "'"},
+                                                                                     {"&nbsp;", "\xc2\xa0"},
+                                                                                     {"&amp;", "&"}})
+    for (std::size_t at = 0; (at = shown.find(entity, at)) != std::string::npos; at += text.size())
+      shown.replace(at, entity.size(), text);
+  EXPECT_EQ(shown, want);
+  EXPECT_NE(dom.find("<td>tiny</td><td>gguf</td>"), std::string::npos) << "the model list";
+  EXPECT_EQ(s->stop(), 0) << s->err();
+}
+
 TEST_F(Serve, StartupFailuresNameTheirCauseAndExitOne) {
   auto first = start({"--model", "lenet=" + kOnnx + "lenet5_opset17.onnx"});
   const auto taken =

@@ -1,0 +1,209 @@
+#!/usr/bin/python3
+"""cpudl serve under load (make bench-serve): wrk against the server on loopback, and LLM streams.
+
+Tensor model: torchvision's resnet18 (random weights) exported at 3x224x224 with a dynamic batch
+(as make bench-onnx does). First the baselines of the same binary and threads:
+  cpudl run resnet18.onnx --batch 16 --bench N   -> images/s at batch 16
+  cpudl run resnet18.onnx --batch 1 --bench N    -> single-image latency
+then `cpudl serve --model r18=... --max-batch 16` and
+  idle:  sequential single-image requests over one keep-alive connection -> p50 latency
+  1x:    wrk with 16 connections (one full batch in flight: the saturating load of a closed loop)
+  4x:    wrk with 64 connections and --queue 16 (four times that load: the rest must get 429)
+each for --duration seconds (default 60): images/s, p50/p99 latency, answers by status, resident
+memory before and after (/proc/PID/status), and whether the server is still ready.
+LLM: the 134M Llama of scripts/gen-llm-fixtures.py --bench (Q8_0) with --parallel 4: aggregate
+generated tokens/s of 1 and of 4 concurrent greedy streams. With LLAMA_BIN naming a folder that has
+llama-server, the same against it (this repository never fetches or builds llama.cpp).
+Results go to stdout and, with --write-doc, into docs/BENCHMARKS.md between the serve markers.
+"""
+import argparse
+import http.client
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from benchmarks_doc import write_section  # noqa: E402
+
+CPUDL = os.environ.get("CPUDL_BIN", os.path.join(ROOT, "build", "cpudl"))
+WORK = os.path.join(ROOT, "build", "bench-serve")
+LLM = os.path.join(ROOT, "build", "llm-bench", "llama-134m-q8_0.gguf")
+
+
+def export_resnet18():
+    path = os.path.join(WORK, "resnet18.onnx")
+    if not os.path.exists(path):
+        import torch
+        import torchvision
+        torch.manual_seed(0)
+        torch.onnx.export(torchvision.models.resnet18().eval(), torch.randn(1, 3, 224, 224), path, opset_version=13,
+                          input_names=["input"], output_names=["output"],
+                          dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}})
+    return path
+
+
+def run_bench(model, batch, threads, runs):
+    x = np.random.default_rng(0).standard_normal((batch, 3, 224, 224), dtype=np.float32)
+    xpath = os.path.join(WORK, f"x{batch}.npy")
+    np.save(xpath, x)
+    out = subprocess.run([CPUDL, "run", model, "--input", xpath, "--bench", str(runs), "--threads", str(threads), "--json"],
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+class Server:
+    def __init__(self, args):
+        self.proc = subprocess.Popen([CPUDL, "serve", "--port", "0"] + args, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True)
+        line = self.proc.stdout.readline()
+        m = re.search(r":(\d+)$", line.strip())
+        if not m:
+            raise SystemExit(f"cpudl serve did not start: {line!r}")
+        self.port = int(m.group(1))
+
+    def rss_mb(self):
+        for line in open(f"/proc/{self.proc.pid}/status"):
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return 0.0
+
+    def ready(self):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        c.request("GET", "/v2/health/ready")
+        return c.getresponse().status == 200
+
+    def stop(self):
+        self.proc.terminate()
+        return self.proc.wait(timeout=60)
+
+
+def infer_body(batch):
+    x = np.random.default_rng(1).standard_normal((batch, 3, 224, 224), dtype=np.float32)
+    return json.dumps({"inputs": [{"name": "input", "shape": list(x.shape), "datatype": "FP32",
+                                   "data": x.ravel().tolist()}]})
+
+
+def idle_latency(port, body, n):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    ms = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        c.request("POST", "/v2/models/r18/infer", body, {"Content-Type": "application/json"})
+        r = c.getresponse()
+        r.read()
+        assert r.status == 200, r.status
+        ms.append(1e3 * (time.perf_counter() - t0))
+    return statistics.median(ms)
+
+
+def wrk(port, body_file, path, connections, seconds):
+    env = dict(os.environ, WRK_BODY=body_file, WRK_PATH=path)
+    out = subprocess.run(["wrk", "-t", "2", "-c", str(connections), "-d", f"{seconds}s", "--timeout", "60s",
+                          "-s", os.path.join(ROOT, "bench", "wrk_post.lua"), f"http://127.0.0.1:{port}"],
+                         check=True, capture_output=True, text=True, env=env).stdout
+    return json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
+
+
+def streams(port, n, tokens, path="/v1/completions", model="llm"):
+    """n concurrent greedy generations of `tokens` tokens: aggregate generated tokens/s."""
+    counts = [0] * n
+
+    def one(i):
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+        c.request("POST", path, json.dumps({"model": model, "prompt": f"Story {i}: once upon a time",
+                                            "max_tokens": tokens, "temperature": 0}),
+                  {"Content-Type": "application/json"})
+        r = json.loads(c.getresponse().read())
+        counts[i] = r["usage"]["completion_tokens"]
+
+    t0 = time.perf_counter()
+    ts = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return sum(counts) / (time.perf_counter() - t0)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--duration", type=int, default=60)
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--write-doc", action="store_true")
+    args = ap.parse_args()
+    os.makedirs(WORK, exist_ok=True)
+    model = export_resnet18()
+    t = args.threads
+    b16 = run_bench(model, 16, t, max(5, args.runs // 2))
+    b1 = run_bench(model, 1, t, args.runs)
+    run_ips = 16 / (b16["median_ms"] / 1e3)
+    print(json.dumps({"baseline": "cpudl run", "batch16_images_per_s": run_ips, "batch1_p50_ms": b1["median_ms"]}), flush=True)
+    body_file = os.path.join(WORK, "infer_b1.json")
+    body = infer_body(1)
+    open(body_file, "w").write(body)
+    rows = []
+    for label, connections, queue in (("1x", 16, 64), ("4x", 64, 16)):
+        s = Server(["--model", f"r18={model}", "--threads", str(t), "--max-batch", "16", "--batch-timeout-ms", "5",
+                    "--queue", str(queue)])
+        idle = idle_latency(s.port, body, 20) if label == "1x" else None
+        rss0 = s.rss_mb()
+        w = wrk(s.port, body_file, "/v2/models/r18/infer", connections, args.duration)
+        rss1 = s.rss_mb()
+        ok = w["status"].get("200", 0)
+        row = {"load": label, "connections": connections, "queue": queue, "images_per_s": ok / w["seconds"],
+               "vs_run_batch16": ok / w["seconds"] / run_ips, "p50_ms": w["p50_ms"], "p99_ms": w["p99_ms"],
+               "status": w["status"], "socket_errors": w["errors"], "rss_mb_start": rss0, "rss_mb_end": rss1,
+               "ready_after": s.ready()}
+        if idle is not None:
+            row["idle_p50_ms"] = idle
+            row["idle_vs_run_batch1"] = idle / b1["median_ms"]
+        s.stop()
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    llm_rows = []
+    if os.path.exists(LLM) or subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "scripts", "gen-llm-fixtures.py"),
+                                             os.path.dirname(LLM), "--bench"], stdout=subprocess.DEVNULL).returncode == 0:
+        s = Server(["--model", f"llm={LLM}", "--threads", str(t), "--parallel", "4", "--ctx", "512"])
+        one, four = streams(s.port, 1, 64), streams(s.port, 4, 64)
+        s.stop()
+        llm_rows.append({"server": "cpudl", "streams_1_tok_s": one, "streams_4_tok_s": four, "ratio": four / one})
+        llama = os.environ.get("LLAMA_BIN")
+        if llama and os.path.exists(os.path.join(llama, "llama-server")):
+            p = subprocess.Popen([os.path.join(llama, "llama-server"), "-m", LLM, "-t", str(t), "--parallel", "4", "-c", "2048",
+                                  "--port", "18080", "--host", "127.0.0.1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(5)
+            one, four = streams(18080, 1, 64), streams(18080, 4, 64)
+            p.terminate()
+            llm_rows.append({"server": "llama-server", "streams_1_tok_s": one, "streams_4_tok_s": four, "ratio": four / one})
+        for r in llm_rows:
+            print(json.dumps(r), flush=True)
+    if args.write_doc:
+        lines = [f"`make bench-serve` ({t} threads, {args.duration} s per load; `cpudl run` baselines: "
+                 f"{run_ips:.1f} images/s at batch 16, {b1['median_ms']:.2f} ms at batch 1).", "",
+                 "| load | connections | queue | images/s | vs run b16 | p50 ms | p99 ms | answers | RSS MB start/end | ready after |",
+                 "|---|---|---|---|---|---|---|---|---|---|"]
+        for r in rows:
+            lines.append(f"| {r['load']} | {r['connections']} | {r['queue']} | {r['images_per_s']:.1f} | {r['vs_run_batch16']:.2f} | "
+                         f"{r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['status']} | {r['rss_mb_start']:.0f}/{r['rss_mb_end']:.0f} | "
+                         f"{r['ready_after']} |")
+        if rows and "idle_p50_ms" in rows[0]:
+            lines += ["", f"Idle single-image latency: {rows[0]['idle_p50_ms']:.2f} ms p50 "
+                          f"({rows[0]['idle_vs_run_batch1']:.2f}x `cpudl run --batch 1`)."]
+        for r in llm_rows:
+            lines += ["", f"LLM ({r['server']}, 134M Q8_0, --parallel 4): {r['streams_1_tok_s']:.1f} tokens/s with one stream, "
+                          f"{r['streams_4_tok_s']:.1f} with four ({r['ratio']:.2f}x)."]
+        write_section("serve", "Serving: cpudl serve under load", "\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
