@@ -11,7 +11,9 @@
 namespace cpudl::conv {
 
 bool few_channel_weight_grad_runs(const dense::ConvShape& s) {
-  return s.layout == dense::ActivationLayout::nhwc && s.groups == 1 && s.in_channels <= kFewInputChannels;
+  // The kernel reads each pixel's gradient in whole vectors of 8 output channels.
+  return s.layout == dense::ActivationLayout::nhwc && s.groups == 1 && s.in_channels <= kFewInputChannels &&
+         s.out_channels % 8 == 0;
 }
 
 void few_channel_weight_grad(const dense::ConvShape& s, const float* x, const float* dy, float* dw,

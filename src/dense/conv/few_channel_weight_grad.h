@@ -9,7 +9,8 @@
 
 namespace cpudl::conv {
 
-// Channels-last, groups 1, at most kFewInputChannels inputs.
+// Channels-last, groups 1, at most kFewInputChannels inputs, output channels in 8s (the kernel
+// reads each pixel's gradient in whole vectors).
 bool few_channel_weight_grad_runs(const dense::ConvShape& s);
 // dw (OIHW) and, when db is not null, db from x and dy, both channels-last.
 void few_channel_weight_grad(const dense::ConvShape& s, const float* x, const float* dy, float* dw,
