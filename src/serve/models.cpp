@@ -148,14 +148,26 @@ void TensorModel::work() {
     }
     metrics_.observe("cpudl_batch_size", static_cast<double>(rows), {name_});
     try {
-      if (batch.size() == 1) {
+      if (batch.size() == 1 && (!batches() || rows >= options_.max_batch || (rows & (rows - 1)) == 0)) {
         batch[0]->result.set_value(run(batch[0]->inputs));
         continue;
       }
+      // The batch is padded with zero rows up to a power of two (at most --max-batch): the
+      // session compiles and keeps one plan per input shape -- its arena and its transformed
+      // weights, hundreds of MB for ResNet-18 -- so every batch size from 1 to 16 would keep 16
+      // plans (measured: resident memory 0.3 -> 3.4 GB in a minute of load); buckets keep five.
+      std::int64_t padded = 1;
+      while (padded < rows) padded *= 2;
+      padded = std::max(rows, std::min<std::int64_t>(padded, options_.max_batch));
       std::vector<Tensor> stacked;
       for (std::size_t i = 0; i < batch[0]->inputs.size(); ++i) {
         std::vector<Tensor> parts;
         for (const auto& r : batch) parts.push_back(r->inputs[i]);
+        if (padded > rows) {
+          Shape pad_shape = parts[0].shape();
+          pad_shape[0] = padded - rows;
+          parts.push_back(Tensor::zeros(pad_shape, parts[0].dtype()));
+        }
         stacked.push_back(stack_rows(parts));
       }
       const std::vector<Tensor> outputs = run(stacked);
@@ -163,7 +175,7 @@ void TensorModel::work() {
       for (const auto& r : batch) {
         std::vector<Tensor> mine;
         for (const Tensor& o : outputs)
-          mine.push_back(o.dim() > 0 && o.size(0) == rows ? take_rows(o, first, r->rows) : o);
+          mine.push_back(o.dim() > 0 && o.size(0) == padded ? take_rows(o, first, r->rows) : o);
         first += r->rows;
         r->result.set_value(std::move(mine));
       }
