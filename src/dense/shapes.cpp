@@ -7,6 +7,18 @@
 
 namespace cpudl::dense {
 
+std::string_view layout_name(ActivationLayout layout) {
+  switch (layout) {
+    case ActivationLayout::nhwc:
+      return "nhwc";
+    case ActivationLayout::blocked:
+      return "blocked";
+    case ActivationLayout::nchw:
+      break;
+  }
+  return "nchw";
+}
+
 std::string describe(const ConvShape& s) {
   std::string text = "[";
   return text + std::to_string(s.batch) + "x" + std::to_string(s.in_channels) + "x" +

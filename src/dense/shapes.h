@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace cpudl::dense {
 
@@ -17,6 +18,8 @@ enum class Activation : int { none = 0, relu = 1, clip = 2 };
 // blocked_layout_channels(), each block's H x W plane stored with the block innermost. It is what
 // oneDNN's direct convolutions compute in; it needs channels divisible by the block.
 enum class ActivationLayout : int { nchw = 0, nhwc = 1, blocked = 2 };
+// "nchw", "nhwc", "blocked".
+std::string_view layout_name(ActivationLayout layout);
 
 // C[b] = op(A[b]) * op(B[b]) (+ bias[n]) (+ C[b] when accumulate), then the activation.
 // A is m x k (k x m when transpose_a), B is k x n (n x k when transpose_b); batch >= 1 with

@@ -309,18 +309,6 @@ std::string_view pass_name(ConvPass pass) {
   return "forward";
 }
 
-std::string_view layout_name(ActivationLayout layout) {
-  switch (layout) {
-    case ActivationLayout::nhwc:
-      return "nhwc";
-    case ActivationLayout::blocked:
-      return "blocked";
-    case ActivationLayout::nchw:
-      break;
-  }
-  return "nchw";
-}
-
 std::span<const ConvImpl> conv_impls() { return kImpls; }
 
 const ConvImpl* find_conv_impl(std::string_view name) {

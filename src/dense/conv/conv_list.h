@@ -87,8 +87,7 @@ std::span<const ConvImpl> conv_impls();
 // The entry named `name`, or null.
 const ConvImpl* find_conv_impl(std::string_view name);
 
-// "nchw", "nhwc", "blocked".
-std::string_view layout_name(dense::ActivationLayout layout);
+using dense::layout_name;
 
 // The entry that runs this pass: CPUDL_CONV_IMPL's when set and it has the pass, else the first
 // that runs and prefers it. Throws UsageError for an unknown CPUDL_CONV_IMPL or one that cannot

@@ -81,9 +81,8 @@ const PoolImpl& choose_pool_impl(const PoolShape& s, bool log) {
   if (log && verbose()) {
     static std::mutex mutex;
     static std::set<std::string> seen;
-    static const char* layouts[] = {"nchw", "nhwc", "blocked"};
     std::string line = dense::describe(s);
-    line.append(" ").append(layouts[static_cast<int>(s.layout)]).append(" -> ").append(chosen->name);
+    line.append(" ").append(dense::layout_name(s.layout)).append(" -> ").append(chosen->name);
     const std::lock_guard<std::mutex> lock(mutex);
     if (seen.insert(line).second) std::fprintf(stderr, "cpudl: pool %s\n", line.c_str());
   }
