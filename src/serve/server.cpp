@@ -30,6 +30,7 @@ using nlohmann::json;
 struct RequestLabels {
   Clock::time_point start;
   std::string model, endpoint;
+  bool routed = false;  // set by the pre-routing handler; httplib answers some (413) before it
 };
 thread_local RequestLabels t_labels;
 
@@ -512,7 +513,7 @@ int serve(const ServeOptions& options) {
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
   });
   svr.set_pre_routing_handler([&service, &options](const httplib::Request& req, httplib::Response& res) {
-    t_labels = {Clock::now(), "", endpoint_of(req.path)};
+    t_labels = {Clock::now(), "", endpoint_of(req.path), true};
     ++service.inflight;
     // Health and the page (static, no data) need no key.
     if (req.path.rfind("/v2/health", 0) == 0 || req.path == "/")
