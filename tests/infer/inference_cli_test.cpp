@@ -88,8 +88,14 @@ TEST_F(InferenceCli, EveryConvolutionNamesItsAlgorithmAndOneCanBeForced) {
   for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-4);
   const auto named = run("info " + kOnnx + "lenet5_opset17.onnx --json", "CPUDL_CONV_IMPL=reference");
   ASSERT_EQ(named.exit_code, 0) << named.err;
-  for (const auto& n : nlohmann::json::parse(named.out)["implementations"])
-    EXPECT_EQ(n["implementation"], "reference");
+  const auto named_json = nlohmann::json::parse(named.out);  // kept: a loop over a temporary's member dangles
+  int convolutions_forced = 0;
+  for (const auto& n : named_json["implementations"])
+    if (n["op"] == "Conv") {
+      EXPECT_EQ(n["implementation"], "reference");
+      ++convolutions_forced;
+    }
+  EXPECT_EQ(convolutions_forced, 2);
 
   const auto unknown = run(lenet, "CPUDL_CONV_IMPL=fastest");
   EXPECT_EQ(unknown.exit_code, 2);
