@@ -104,6 +104,13 @@ const std::vector<KernelVariant<GemmRowsMicrokernelFn>>& f32_gemm_rows_6x16_vari
 CPUDL_VNNI_VARIANTS(q8_0_q8a_matmul, WeightMatmulFn)
 CPUDL_VNNI_VARIANTS(q4_0_q8a_matmul, WeightMatmulFn)
 CPUDL_VNNI_VARIANTS(q4_0x8_q8a_gemm, Q4_0x8GemmFn)
+// No AVX2 variant (kernel_types.h's Q8_0x8Block): below VNNI, the reference is chosen and the
+// prompt path (llm/model/weight_matmul.cpp) takes Q8_0 through f32 instead.
+const std::vector<KernelVariant<Q8_0x8GemmFn>>& q8_0x8_q8a_gemm_variants() {
+  static const std::vector<KernelVariant<Q8_0x8GemmFn>> v = {
+      CPUDL_VARIANT(avx512_vnni, q8_0x8_q8a_gemm__avx512_vnni), CPUDL_VARIANT(generic, q8_0x8_q8a_gemm__ref)};
+  return v;
+}
 
 #define CPUDL_AVX2_VARIANTS(kernel, Fn)                                                      \
   const std::vector<KernelVariant<Fn>>& kernel##_variants() {                                \
@@ -115,6 +122,7 @@ CPUDL_AVX2_VARIANTS(f32_f32_matmul, WeightMatmulFn)
 CPUDL_AVX2_VARIANTS(f16_f32_matmul, WeightMatmulFn)
 CPUDL_AVX2_VARIANTS(bf16_f32_matmul, WeightMatmulFn)
 CPUDL_AVX2_VARIANTS(pack_q4_0x8, PackQ4_0x8Fn)
+CPUDL_AVX2_VARIANTS(pack_q8_0x8, PackQ8_0x8Fn)
 CPUDL_AVX2_VARIANTS(quantize_row_q8a, QuantizeRowFn)
 CPUDL_AVX2_VARIANTS(dequantize_row_f16, DequantizeRowFn)
 CPUDL_AVX2_VARIANTS(dequantize_row_bf16, DequantizeRowFn)

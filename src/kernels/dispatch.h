@@ -55,6 +55,8 @@ namespace cpudl::kernels {
   X(q4_0_q8a_matmul, WeightMatmulFn)                                   \
   X(pack_q4_0x8, PackQ4_0x8Fn)                                         \
   X(q4_0x8_q8a_gemm, Q4_0x8GemmFn)                                     \
+  X(pack_q8_0x8, PackQ8_0x8Fn)                                         \
+  X(q8_0x8_q8a_gemm, Q8_0x8GemmFn)                                     \
   X(q4_k_q8_k_matmul, WeightMatmulFn)                                  \
   X(q6_k_q8_k_matmul, WeightMatmulFn)                                  \
   X(quantize_row_q8a, QuantizeRowFn)                                   \

@@ -128,9 +128,23 @@ struct Q4_0x8Block {
 // are zeros.
 using PackQ4_0x8Fn = void (*)(const void* w, std::size_t w_row_bytes, int rows, std::size_t k,
                               Q4_0x8Block* panel);
+// Q8_0 rows in the same layout for VNNI's VPDPBUSD, which multiplies unsigned bytes by signed
+// ones: each weight is stored biased, w + 128 (w XOR 0x80, 1-255), against the signed activation
+// bytes; the bias comes back out per block as 128 times the activation block's sum, which the Q8
+// activation block already carries. (Biasing the activations instead would need each weight
+// block's sum; without VNNI, VPMADDUBSW's int16 pair sums of 255 x 127 would saturate, which is
+// why AVX2 has no variant of the product.)
+struct Q8_0x8Block {
+  float d[8];
+  std::uint8_t q[8][32];  // [column group][row * 4 + column], w + 128
+};
+using PackQ8_0x8Fn = void (*)(const void* w, std::size_t w_row_bytes, int rows, std::size_t k,
+                              Q8_0x8Block* panel);
 // y[t * ldy + r] = sum_k W[r][k] x[t][k] for r < rows (<= 8), t < tokens, from a panel and the
 // activations as BlockQ8A rows x_row_bytes apart (quantize_row_q8a).
 using Q4_0x8GemmFn = void (*)(const Q4_0x8Block* panel, std::size_t k, const void* x, std::size_t x_row_bytes,
+                              std::size_t tokens, float* y, std::size_t ldy, int rows);
+using Q8_0x8GemmFn = void (*)(const Q8_0x8Block* panel, std::size_t k, const void* x, std::size_t x_row_bytes,
                               std::size_t tokens, float* y, std::size_t ldy, int rows);
 
 // Matrix products with LLM weights in GGUF block formats (kernels/quant/ggml_blocks.h):

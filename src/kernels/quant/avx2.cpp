@@ -148,21 +148,26 @@ void bf16_f32_matmul__avx2(const WeightMatmulArgs& a) {
   });
 }
 
-void pack_q4_0x8__avx2(const void* w, std::size_t w_row_bytes, int rows, std::size_t k, Q4_0x8Block* panel) {
+namespace {
+
+// Eight rows' blocks into panel blocks (Q4_0x8Block, Q8_0x8Block): each row's 32 values in column
+// order as 8 int32 of 4 columns (Weights::load; Bias XORed in), transposed so that column group g
+// of every row is one vector.
+template <class Weights, class Panel, int Bias>
+void pack_x8(const void* w, std::size_t w_row_bytes, int rows, std::size_t k, Panel* panel) {
   for (std::size_t b = 0; b < k / 32; ++b) {
-    // Each row's 32 values in column order (low nibbles, then high), as 8 int32 of 4 columns.
     __m256i v[8];
     for (int r = 0; r < 8; ++r) {
       if (r >= rows) {
-        v[r] = _mm256_setzero_si256();
+        v[r] = _mm256_set1_epi8(static_cast<char>(Bias));
         panel[b].d[r] = 0.0f;
         continue;
       }
-      const BlockQ4_0& in = row<BlockQ4_0>(w, w_row_bytes, static_cast<std::size_t>(r))[b];
-      v[r] = Q4_0Weights::load(in);
+      const auto& in = row<typename Weights::Block>(w, w_row_bytes, static_cast<std::size_t>(r))[b];
+      v[r] = _mm256_xor_si256(Weights::load(in), _mm256_set1_epi8(static_cast<char>(Bias)));
       panel[b].d[r] = half(in.d);
     }
-    // 8 x 8 transpose of the int32 column groups: group g of every row into one vector.
+    // 8 x 8 transpose of the int32 column groups.
     __m256i t[8], u[8];
     for (int i = 0; i < 4; ++i) {
       t[2 * i] = _mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
@@ -181,6 +186,18 @@ void pack_q4_0x8__avx2(const void* w, std::size_t w_row_bytes, int rows, std::si
                           _mm256_permute2x128_si256(u[g], u[4 + g], 0x31));
     }
   }
+}
+
+}  // namespace
+
+void pack_q4_0x8__avx2(const void* w, std::size_t w_row_bytes, int rows, std::size_t k, Q4_0x8Block* panel) {
+  pack_x8<Q4_0Weights, Q4_0x8Block, 0>(w, w_row_bytes, rows, k, panel);
+}
+
+// Q8_0: the signed bytes biased to unsigned (XOR 0x80 is + 128 on int8); missing rows are
+// weights of 0, bytes of 128.
+void pack_q8_0x8__avx2(const void* w, std::size_t w_row_bytes, int rows, std::size_t k, Q8_0x8Block* panel) {
+  pack_x8<Q8_0Weights, Q8_0x8Block, 0x80>(w, w_row_bytes, rows, k, panel);
 }
 
 namespace {

@@ -1,10 +1,10 @@
 // The integer LLM weight products -- Q8_0 and Q4_0 weights against Q8 activation blocks, and
-// the Q4_0 prompt panel -- for the ISA file that includes this: avx2.cpp (CPUDL_QUANT_VNNI 0:
-// VPMADDUBSW + VPMADDWD) and avx512_vnni.cpp (1: one VPDPBUSD per 32 byte pairs, on the same
-// 256-bit vectors, as the blocks hold 32 values). The includer defines CPUDL_ISA, the kernels'
-// name suffix. Tokens go four at a time: each weight block is loaded and unpacked once and
-// multiplied into four activation rows; a single token (generation) reads four rows a quarter of
-// the slice apart at once, four memory streams the prefetchers follow side by side.
+// the prompt panels (Q4_0; Q8_0 on VNNI only) -- for the ISA file that includes this: avx2.cpp
+// (CPUDL_QUANT_VNNI 0: VPMADDUBSW + VPMADDWD) and avx512_vnni.cpp (1: one VPDPBUSD per 32 byte pairs, on the
+// same 256-bit vectors, as the blocks hold 32 values). The includer defines CPUDL_ISA, the kernels' name
+// suffix. Tokens go four at a time: each weight block is loaded and unpacked once and multiplied into four
+// activation rows; a single token (generation) reads four rows a quarter of the slice apart at once, four
+// memory streams the prefetchers follow side by side.
 #include "kernels/quant/common.inl"
 
 #define CPUDL_PASTE2(a, b) a##__##b
@@ -137,17 +137,19 @@ void int8_matmul(const WeightMatmulArgs& a) {
 // columns) with 4 broadcast activation bytes. AVX2 sums the maddubs pairs in int16 -- values
 // 0-15 times at most 127, in pairs, over 8 groups: at most 30,480, no overflow -- and widens them
 // once per block; VNNI accumulates in int32 directly.
-template <int NT>
-void q4_0x8_tile(const Q4_0x8Block* panel, std::size_t nb, const BlockQ8A* const* x, float* const* y,
-                 int rows) {
+// The panel's bytes are the weights plus kBias (Q4_0: the nibbles' offset of 8; Q8_0: the 128
+// that made them unsigned), taken out per block as kBias times the activation block's sum. The
+// AVX2 int16 sums hold only for Q4_0's nibbles.
+template <int NT, class Panel, int kBias>
+void x8_tile(const Panel* panel, std::size_t nb, const BlockQ8A* const* x, float* const* y, int rows) {
   __m256 acc[NT];
   for (int i = 0; i < NT; ++i) acc[i] = _mm256_setzero_ps();
   for (std::size_t b = 0; b < nb; ++b) {
-    const Q4_0x8Block& p = panel[b];
-    // sum (q - 8) x = sum q x - 8 sum x
+    const Panel& p = panel[b];
+    // sum (q - kBias) x = sum q x - kBias sum x
     __m256i s32[NT];
 #if CPUDL_QUANT_VNNI
-    for (int i = 0; i < NT; ++i) s32[i] = _mm256_set1_epi32(-8 * x[i][b].sum);
+    for (int i = 0; i < NT; ++i) s32[i] = _mm256_set1_epi32(-kBias * x[i][b].sum);
     for (int g = 0; g < 8; ++g) {
       const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.q[g]));
       for (int i = 0; i < NT; ++i) {
@@ -157,6 +159,7 @@ void q4_0x8_tile(const Q4_0x8Block* panel, std::size_t nb, const BlockQ8A* const
       }
     }
 #else
+    static_assert(kBias == 8, "without VNNI, only Q4_0's nibbles keep the int16 sums exact");
     __m256i s16[NT];
     for (int i = 0; i < NT; ++i) s16[i] = _mm256_setzero_si256();
     for (int g = 0; g < 8; ++g) {
@@ -187,15 +190,9 @@ void q4_0x8_tile(const Q4_0x8Block* panel, std::size_t nb, const BlockQ8A* const
   }
 }
 
-}  // namespace
-
-void CPUDL_KERNEL(q8_0_q8a_matmul)(const WeightMatmulArgs& a) { int8_matmul<Q8_0Weights>(a); }
-
-void CPUDL_KERNEL(q4_0_q8a_matmul)(const WeightMatmulArgs& a) { int8_matmul<Q4_0Weights>(a); }
-
-void CPUDL_KERNEL(q4_0x8_q8a_gemm)(const Q4_0x8Block* panel, std::size_t k, const void* x,
-                                   std::size_t x_row_bytes, std::size_t tokens, float* y, std::size_t ldy,
-                                   int rows) {
+template <class Panel, int kBias>
+void x8_gemm(const Panel* panel, std::size_t k, const void* x, std::size_t x_row_bytes, std::size_t tokens,
+             float* y, std::size_t ldy, int rows) {
   const BlockQ8A* xs[4];
   float* ys[4];
   std::size_t t = 0;
@@ -205,8 +202,28 @@ void CPUDL_KERNEL(q4_0x8_q8a_gemm)(const Q4_0x8Block* panel, std::size_t k, cons
       ys[i] = y + (t + static_cast<std::size_t>(i)) * ldy;
     }
   };
-  for (; t + 4 <= tokens; t += 4) rows_of(4), q4_0x8_tile<4>(panel, k / 32, xs, ys, rows);
-  for (; t < tokens; ++t) rows_of(1), q4_0x8_tile<1>(panel, k / 32, xs, ys, rows);
+  for (; t + 4 <= tokens; t += 4) rows_of(4), x8_tile<4, Panel, kBias>(panel, k / 32, xs, ys, rows);
+  for (; t < tokens; ++t) rows_of(1), x8_tile<1, Panel, kBias>(panel, k / 32, xs, ys, rows);
 }
+
+}  // namespace
+
+void CPUDL_KERNEL(q8_0_q8a_matmul)(const WeightMatmulArgs& a) { int8_matmul<Q8_0Weights>(a); }
+
+void CPUDL_KERNEL(q4_0_q8a_matmul)(const WeightMatmulArgs& a) { int8_matmul<Q4_0Weights>(a); }
+
+void CPUDL_KERNEL(q4_0x8_q8a_gemm)(const Q4_0x8Block* panel, std::size_t k, const void* x,
+                                   std::size_t x_row_bytes, std::size_t tokens, float* y, std::size_t ldy,
+                                   int rows) {
+  x8_gemm<Q4_0x8Block, 8>(panel, k, x, x_row_bytes, tokens, y, ldy, rows);
+}
+
+#if CPUDL_QUANT_VNNI
+void CPUDL_KERNEL(q8_0x8_q8a_gemm)(const Q8_0x8Block* panel, std::size_t k, const void* x,
+                                   std::size_t x_row_bytes, std::size_t tokens, float* y, std::size_t ldy,
+                                   int rows) {
+  x8_gemm<Q8_0x8Block, 128>(panel, k, x, x_row_bytes, tokens, y, ldy, rows);
+}
+#endif
 
 }  // namespace cpudl::kernels

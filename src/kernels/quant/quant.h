@@ -27,7 +27,9 @@ namespace cpudl::kernels {
                           Q4_0x8Block* panel);                                                        \
   void q4_0x8_q8a_gemm__##isa(const Q4_0x8Block* panel, std::size_t k, const void* x,                 \
                               std::size_t x_row_bytes, std::size_t tokens, float* y, std::size_t ldy, \
-                              int rows);
+                              int rows);                                                              \
+  void pack_q8_0x8__##isa(const void* w, std::size_t w_row_bytes, int rows, std::size_t k,            \
+                          Q8_0x8Block* panel);
 // The K-quants.
 #define CPUDL_DECLARE_KQUANT(isa)                                             \
   void q4_k_q8_k_matmul__##isa(const WeightMatmulArgs& a);                    \
@@ -41,6 +43,12 @@ CPUDL_DECLARE_QUANT(avx2)
 void q8_0_q8a_matmul__avx512_vnni(const WeightMatmulArgs& a);
 void q4_0_q8a_matmul__avx512_vnni(const WeightMatmulArgs& a);
 void q4_0x8_q8a_gemm__avx512_vnni(const Q4_0x8Block* panel, std::size_t k, const void* x,
+                                  std::size_t x_row_bytes, std::size_t tokens, float* y, std::size_t ldy,
+                                  int rows);
+// The Q8_0 panel's product: VNNI only (kernel_types.h's Q8_0x8Block says why), and the oracle.
+void q8_0x8_q8a_gemm__ref(const Q8_0x8Block* panel, std::size_t k, const void* x, std::size_t x_row_bytes,
+                          std::size_t tokens, float* y, std::size_t ldy, int rows);
+void q8_0x8_q8a_gemm__avx512_vnni(const Q8_0x8Block* panel, std::size_t k, const void* x,
                                   std::size_t x_row_bytes, std::size_t tokens, float* y, std::size_t ldy,
                                   int rows);
 CPUDL_DECLARE_KQUANT(ref)

@@ -121,6 +121,38 @@ void q4_0x8_q8a_gemm__ref(const Q4_0x8Block* panel, std::size_t k, const void* x
   }
 }
 
+void pack_q8_0x8__ref(const void* w, std::size_t w_row_bytes, int rows, std::size_t k, Q8_0x8Block* panel) {
+  for (std::size_t b = 0; b < k / 32; ++b) {
+    Q8_0x8Block& out = panel[b];
+    for (int r = 0; r < 8; ++r) {
+      const BlockQ8_0* in =
+          r < rows ? reinterpret_cast<const BlockQ8_0*>(static_cast<const char*>(w) +
+                                                        static_cast<std::size_t>(r) * w_row_bytes) +
+                         b
+                   : nullptr;
+      out.d[r] = in ? fp16_to_f32(in->d) : 0.0f;
+      for (int c = 0; c < 32; ++c)
+        out.q[c / 4][r * 4 + c % 4] = static_cast<std::uint8_t>((in ? in->qs[c] : 0) + 128);
+    }
+  }
+}
+
+void q8_0x8_q8a_gemm__ref(const Q8_0x8Block* panel, std::size_t k, const void* x, std::size_t x_row_bytes,
+                          std::size_t tokens, float* y, std::size_t ldy, int rows) {
+  for (std::size_t t = 0; t < tokens; ++t) {
+    const auto* xt = reinterpret_cast<const BlockQ8A*>(static_cast<const char*>(x) + t * x_row_bytes);
+    for (int r = 0; r < rows; ++r) {
+      double s = 0;
+      for (std::size_t b = 0; b < k / 32; ++b) {
+        int sum = 0;
+        for (int c = 0; c < 32; ++c) sum += (panel[b].q[c / 4][r * 4 + c % 4] - 128) * xt[b].qs[c];
+        s += static_cast<double>(panel[b].d[r]) * xt[b].d * sum;
+      }
+      y[t * ldy + static_cast<std::size_t>(r)] = static_cast<float>(s);
+    }
+  }
+}
+
 void q4_k_q8_k_matmul__ref(const WeightMatmulArgs& a) {
   for_each_row_token<BlockQ4_K, BlockQ8_K>(a, [&](const BlockQ4_K* w, const BlockQ8_K* x) {
     double s = 0;

@@ -1,6 +1,7 @@
 #include "llm/model/weight_matmul.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "cpudl/error.h"
 #include "kernels/dispatch.h"
@@ -48,22 +49,36 @@ WeightKernel weight_kernel(GgmlType type) {
 
 namespace {
 
-// Q4_0 rows in int8 (kernel_types.h's Q4_0x8Block): eight rows at a time repacked into a panel
-// whose column groups multiply 4 activation bytes for all eight rows in one maddubs, against the
-// tokens' activations quantised to Q8 blocks (as in generation). On AVX2 this runs past the f32
-// FMA roof: 4-bit weights let the products add up in int16 across a whole block.
-void q4_0_rows(const WeightMatrix& w, std::size_t lo, std::size_t hi, const void* x, std::size_t x_row_bytes,
+// Whether a prompt takes this weight type through int8 panels (int8_rows) instead of f32: Q4_0
+// always; Q8_0 where VNNI multiplies its bytes unsigned-by-signed without a sign fix-up (the
+// chosen kernel is then the VNNI one, not the reference).
+bool int8_prompt(GgmlType type) {
+  return type == GgmlType::q4_0 ||
+         (type == GgmlType::q8_0 && kernels::kernel_table().q8_0x8_q8a_gemm.level >= IsaLevel::avx512_vnni);
+}
+
+// Rows in int8 (kernel_types.h's Q4_0x8Block / Q8_0x8Block): eight rows at a time repacked into a
+// panel whose column groups multiply 4 activation bytes for all eight rows in one maddubs or
+// VPDPBUSD, against the tokens' activations quantised to Q8 blocks (as in generation). Q4_0 on
+// AVX2 runs past the f32 FMA roof: 4-bit weights let the products add up in int16 across a whole
+// block. The panel is made per call, so the weights stay in the mapping.
+template <class Panel>
+void int8_rows(const WeightMatrix& w, std::size_t lo, std::size_t hi, const void* x, std::size_t x_row_bytes,
                std::size_t tokens, float* y, std::size_t ldy) {
   constexpr int kPanelRows = 8;
   const kernels::KernelTable& k = kernels::kernel_table();
   thread_local AlignedBuffer panel;
   const std::size_t blocks = w.cols / 32;
-  auto* p = reinterpret_cast<kernels::Q4_0x8Block*>(
-      panel.get(blocks * sizeof(kernels::Q4_0x8Block) / sizeof(float)));
+  auto* p = reinterpret_cast<Panel*>(panel.get(blocks * sizeof(Panel) / sizeof(float)));
   for (std::size_t r = lo; r < hi; r += kPanelRows) {
     const int n = static_cast<int>(std::min<std::size_t>(kPanelRows, hi - r));
-    k.pack_q4_0x8.fn(w.data + r * w.row_bytes, w.row_bytes, n, w.cols, p);
-    k.q4_0x8_q8a_gemm.fn(p, w.cols, x, x_row_bytes, tokens, y + r, ldy, n);
+    if constexpr (std::is_same_v<Panel, kernels::Q4_0x8Block>) {
+      k.pack_q4_0x8.fn(w.data + r * w.row_bytes, w.row_bytes, n, w.cols, p);
+      k.q4_0x8_q8a_gemm.fn(p, w.cols, x, x_row_bytes, tokens, y + r, ldy, n);
+    } else {
+      k.pack_q8_0x8.fn(w.data + r * w.row_bytes, w.row_bytes, n, w.cols, p);
+      k.q8_0x8_q8a_gemm.fn(p, w.cols, x, x_row_bytes, tokens, y + r, ldy, n);
+    }
   }
 }
 
@@ -71,19 +86,19 @@ void q4_0_rows(const WeightMatrix& w, std::size_t lo, std::size_t hi, const void
 // walks its slice of the rows six at a time over chunks of tokens that stay in its L2,
 // multiplying each group of rows by every sliver with the weight-rows GEMM microkernel. F32 rows
 // are read in place from the mapping; the other types are converted into a six-row panel first,
-// which then serves every token of the chunk. Q4_0 rows take q4_0_rows instead.
+// which then serves every token of the chunk. Q4_0 rows (and Q8_0 ones on VNNI) take int8_rows.
 void prompt_matmul(std::span<const MatmulTarget> targets, const float* x, std::size_t tokens, std::size_t ldx,
                    MatmulScratch& scratch, int threads) {
   constexpr std::size_t kRows = kernels::kGemmMr, kTokens = kernels::kGemmNr;
   const std::size_t cols = targets[0].w->cols;
   std::size_t total_rows = 0;
-  bool any_q4_0 = false, any_float = false;
+  bool any_int8 = false, any_float = false;
   for (const MatmulTarget& t : targets) {
     total_rows += t.w->rows;
-    (t.w->type == GgmlType::q4_0 ? any_q4_0 : any_float) = true;
+    (int8_prompt(t.w->type) ? any_int8 : any_float) = true;
   }
   const std::size_t q8_row_bytes = activation_row_bytes(ActivationFormat::q8a, cols);
-  if (any_q4_0) {
+  if (any_int8) {
     if (scratch.activations.size() < tokens * q8_row_bytes) scratch.activations.resize(tokens * q8_row_bytes);
     const kernels::QuantizeRowFn quantize = kernels::kernel_table().quantize_row_q8a.fn;
     for (std::size_t t = 0; t < tokens; ++t)
@@ -115,9 +130,12 @@ void prompt_matmul(std::span<const MatmulTarget> targets, const float* x, std::s
     for (const MatmulTarget& target : targets) {
       const WeightMatrix& w = *target.w;
       const std::size_t lo = std::max(begin, base), hi = std::min(end, base + w.rows);
-      if (w.type == GgmlType::q4_0 && lo < hi)
-        q4_0_rows(w, lo - base, hi - base, scratch.activations.data(), q8_row_bytes, tokens, target.y,
-                  target.ldy);
+      if (lo < hi && w.type == GgmlType::q4_0)
+        int8_rows<kernels::Q4_0x8Block>(w, lo - base, hi - base, scratch.activations.data(), q8_row_bytes,
+                                        tokens, target.y, target.ldy);
+      else if (lo < hi && int8_prompt(w.type))
+        int8_rows<kernels::Q8_0x8Block>(w, lo - base, hi - base, scratch.activations.data(), q8_row_bytes,
+                                        tokens, target.y, target.ldy);
       base += w.rows;
     }
     for (std::size_t t0 = 0; any_float && t0 < tokens; t0 += token_chunk) {
@@ -127,7 +145,7 @@ void prompt_matmul(std::span<const MatmulTarget> targets, const float* x, std::s
       for (const MatmulTarget& target : targets) {
         const WeightMatrix& w = *target.w;
         const std::size_t lo = std::max(begin, base), hi = std::min(end, base + w.rows);
-        for (std::size_t r = lo; r < hi && w.type != GgmlType::q4_0; r += kRows) {
+        for (std::size_t r = lo; r < hi && !int8_prompt(w.type); r += kRows) {
           const std::size_t n = std::min(kRows, hi - r);
           const float* rows = reinterpret_cast<const float*>(w.data + (r - base) * w.row_bytes);
           std::size_t lda = w.row_bytes / sizeof(float);

@@ -7,11 +7,12 @@
 //   stored, so F32 weights are used in place in the mapping and the other types are converted
 //   into a six-row f32 panel that then serves every token), at 80-90% of the FMA roof here.
 //   Q4_0 goes through int8 instead: eight rows at a time repacked into an interleaved panel
-//   (kernel_types.h's Q4_0x8Block) against the tokens' activations in Q8 blocks, 1.4x the f32
-//   path's speed (4-bit weights let maddubs products add up in int16 across a block, the trick
-//   of llama.cpp's repacked Q4_0; cpudl repacks per call, so the weights stay in the mapping).
-//   For Q8_0 the same product needs a sign fix-up and an int32 widening per 4 columns, which on
-//   AVX2 costs as much as the f32 FMAs it would replace.
+//   (kernel_types.h's Q4_0x8Block) against the tokens' activations in Q8 blocks, faster than the
+//   f32 path (4-bit weights let maddubs products add up in int16 across a block, the trick of
+//   llama.cpp's repacked Q4_0; cpudl repacks per call, so the weights stay in the mapping).
+//   Q8_0 does the same on AVX512-VNNI CPUs, weights biased to unsigned bytes (Q8_0x8Block). On
+//   AVX2 its product would need a sign fix-up and an int32 widening per 4 columns, which costs as
+//   much as the f32 FMAs it would replace, so there Q8_0 stays on the f32 path.
 #pragma once
 
 #include <cstdint>
