@@ -86,6 +86,16 @@ class Context {
   // the last token, or for every token when all_logits. Error for ids outside the vocabulary
   // or when the context would overflow.
   void eval(std::span<const std::int32_t> tokens, bool all_logits = false);
+  // Several contexts' next tokens in one forward pass: the weight products run once over all their
+  // rows (what makes concurrent generations cost little more than one), each context attends to
+  // its own cache and keeps its last token's logits. The contexts must come from one model with
+  // the same context size and cache type; the pass runs on the first one's threads and buffers,
+  // so the tokens together are at most its batch.
+  struct SequenceTokens {
+    Context* context;
+    std::span<const std::int32_t> tokens;
+  };
+  static void eval_batch(std::span<const SequenceTokens> sequences);
   const float* logits(std::size_t i = 0) const;  // i-th kept row (0 = the last token unless all_logits)
   int vocab_size() const;
   int n_past() const;

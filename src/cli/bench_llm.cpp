@@ -1,9 +1,12 @@
 // `cpudl bench llm`: prompt processing and generation speed of a GGUF model, with generation
 // judged against the memory bandwidth measured in the same run (each generated token streams
-// every weight matrix once, so bytes per token / bandwidth bounds the token rate).
+// every weight matrix once, so bytes per token / bandwidth bounds the token rate). With
+// --parallel N, generation runs N sequences at once through Context::eval_batch, as a server's
+// concurrent streams do: the rate is their aggregate, and the weights are read once per N tokens.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -16,7 +19,7 @@ namespace {
 
 struct BenchLlmOptions {
   std::string model, cache_type = "f16";
-  int prompt = 64, gen = 32, threads = 0, repetitions = 3;
+  int prompt = 64, gen = 32, threads = 0, repetitions = 3, parallel = 1;
   bool json = false;
 };
 
@@ -29,8 +32,11 @@ int run_bench_llm(const BenchLlmOptions& o) {
   const llm::Model model = llm::Model::load(o.model);
   const auto& c = model.config();
   const int threads = o.threads > 0 ? o.threads : compute_threads();
-  llm::Context ctx(
-      model, {o.prompt + o.gen + 1, llm::parse_cache_type(o.cache_type), threads, std::max(o.prompt, 1)});
+  const llm::ContextOptions options{o.prompt + o.gen + 1, llm::parse_cache_type(o.cache_type), threads,
+                                    std::max({o.prompt, o.parallel, 1})};
+  llm::Context ctx(model, options);
+  std::vector<std::unique_ptr<llm::Context>> others;  // the other sequences of --parallel
+  for (int i = 1; i < o.parallel; ++i) others.push_back(std::make_unique<llm::Context>(model, options));
   std::mt19937 gen(1);
   std::uniform_int_distribution<std::int32_t> pick(0, c.vocab - 1);
   std::vector<std::int32_t> prompt(static_cast<std::size_t>(o.prompt));
@@ -52,11 +58,18 @@ int run_bench_llm(const BenchLlmOptions& o) {
     }
     if (o.gen > 0) {  // as llama-bench's tg test: single tokens from an empty cache
       ctx.reset();
-      tg.push_back(o.gen / time([&] {
+      for (auto& other : others) other->reset();
+      tg.push_back(o.gen * o.parallel / time([&] {
                      for (int i = 0; i < o.gen; ++i) {
                        const std::int32_t t =
                            prompt.empty() ? 1 : prompt[static_cast<std::size_t>(i) % prompt.size()];
-                       ctx.eval(std::span(&t, 1));
+                       if (others.empty()) {
+                         ctx.eval(std::span(&t, 1));
+                         continue;
+                       }
+                       std::vector<llm::Context::SequenceTokens> batch{{&ctx, std::span(&t, 1)}};
+                       for (auto& other : others) batch.push_back({other.get(), std::span(&t, 1)});
+                       llm::Context::eval_batch(batch);
                      }
                    }));
     }
@@ -64,7 +77,8 @@ int run_bench_llm(const BenchLlmOptions& o) {
   const auto bytes_per_token = static_cast<double>(c.bytes_per_token);
   const double bandwidth = measure_read_bandwidth(threads, 0.5) * 1e9;
   const double pp_rate = pp.empty() ? 0 : median(pp), tg_rate = tg.empty() ? 0 : median(tg);
-  const double pct = 100.0 * tg_rate * bytes_per_token / bandwidth;
+  const double pct =
+      100.0 * tg_rate / o.parallel * bytes_per_token / bandwidth;  // weights read once per pass
   if (o.json) {
     std::printf("%s\n", nlohmann::ordered_json{{"model", o.model},
                                                {"weight_type", c.weight_type},
@@ -72,6 +86,7 @@ int run_bench_llm(const BenchLlmOptions& o) {
                                                {"threads", threads},
                                                {"prompt", o.prompt},
                                                {"gen", o.gen},
+                                               {"parallel", o.parallel},
                                                {"prompt_tokens_per_second", pp_rate},
                                                {"tokens_per_second", tg_rate},
                                                {"bytes_per_token", bytes_per_token},
@@ -84,6 +99,14 @@ int run_bench_llm(const BenchLlmOptions& o) {
   std::printf("%s (%s, %.0fM parameters), %d threads:\n", c.name.c_str(), c.weight_type.c_str(),
               static_cast<double>(c.parameters) / 1e6, threads);
   std::printf("  prompt %d tokens: %8.1f tokens/s\n", o.prompt, pp_rate);
+  if (o.parallel > 1) {
+    std::printf(
+        "  generate %d x %d sequences: %8.1f tokens/s in all (one pass per %d tokens: %.0f%% of the %.1f "
+        "GB/s "
+        "measured bandwidth)\n",
+        o.gen, o.parallel, tg_rate, o.parallel, pct, bandwidth / 1e9);
+    return 0;
+  }
   std::printf(
       "  generate %d:      %8.1f tokens/s (%.1f MB per token: %.0f%% of the %.1f GB/s measured bandwidth)\n",
       o.gen, tg_rate, bytes_per_token / 1e6, pct, bandwidth / 1e9);
@@ -101,6 +124,9 @@ void add_bench_llm_command(CLI::App& bench, Action& action) {
   b->add_option("--gen", o->gen, "Generated tokens (default 32)")->check(CLI::Range(0, 1 << 16));
   b->add_option("--repetitions", o->repetitions, "Runs of each test; the median is reported (default 3)")
       ->check(CLI::Range(1, 1000));
+  b->add_option("--parallel", o->parallel,
+                "Sequences generated at once, their tokens in one forward pass (default 1)")
+      ->check(CLI::Range(1, 256));
   add_threads_option(b, o->threads);
   b->add_option("--cache-type", o->cache_type, "KV cache type: f16 (default), f32 or q8_0");
   b->add_flag("--json", o->json, "One JSON object");

@@ -145,6 +145,14 @@ TEST_F(LlmCli, BenchLlmReportsRatesAndBandwidthShare) {
   EXPECT_GT(j["tokens_per_second"].get<double>(), 0);
   EXPECT_GT(j["pct_bandwidth"].get<double>(), 0);
   EXPECT_EQ(j["weight_type"], "Q4_0");
+  // Several sequences at once: an aggregate rate, and a count out of range is a usage error.
+  const auto p = run("bench llm -m " + kDir +
+                     "/tiny-llama-q4_0.gguf --prompt 0 --gen 4 --parallel 3 --repetitions 1 --json");
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  const auto k = nlohmann::json::parse(p.out);
+  EXPECT_EQ(k["parallel"], 3);
+  EXPECT_GT(k["tokens_per_second"].get<double>(), 0);
+  EXPECT_EQ(run("bench llm -m " + kDir + "/tiny-llama-q4_0.gguf --parallel 0").exit_code, 2);
 }
 
 TEST_F(LlmCli, BadInputsGetOneClearLine) {

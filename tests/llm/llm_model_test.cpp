@@ -76,6 +76,35 @@ TEST_P(LlmReference, PromptLogitsMatchTheNumPyReference) {
   for (std::int32_t t : tokens) ctx.eval(std::span(&t, 1));
   const float* last = ref.data() + (tokens.size() - 1) * static_cast<std::size_t>(ref.shape()[1]);
   EXPECT_LT(worst_relative_error(ctx, last, 1), c.tolerance) << "token by token";
+
+  // Three sequences out of step through eval_batch (a server's concurrent generations): each
+  // starts from its own prefix, then every pass takes two tokens of the first (a prompt chunk
+  // beside single tokens) and one of the others, at different positions of their own caches.
+  // After every pass, each context's logits are the reference's at its last position.
+  const auto vocab = static_cast<std::size_t>(ref.shape()[1]);
+  std::vector<std::unique_ptr<Context>> seqs;
+  const std::size_t prefix[] = {1, 3, 6}, step[] = {2, 1, 1};
+  for (const std::size_t n : prefix) {
+    seqs.push_back(
+        std::make_unique<Context>(model, ContextOptions{.n_ctx = 64, .cache_type = c.cache, .threads = 2}));
+    seqs.back()->eval(std::span(tokens).first(n));
+  }
+  for (int pass = 0;; ++pass) {
+    std::vector<Context::SequenceTokens> batch;
+    for (std::size_t i = 0; i < seqs.size(); ++i) {
+      const auto done = static_cast<std::size_t>(seqs[i]->n_past());
+      if (done < tokens.size())
+        batch.push_back(
+            {seqs[i].get(), std::span(tokens).subspan(done, std::min(step[i], tokens.size() - done))});
+    }
+    if (batch.empty()) break;
+    Context::eval_batch(batch);
+    for (const Context::SequenceTokens& q : batch) {
+      const auto at = static_cast<std::size_t>(q.context->n_past()) - 1;
+      EXPECT_LT(worst_relative_error(*q.context, ref.data() + at * vocab, 1), c.tolerance)
+          << "eval_batch pass " << pass << ", position " << at;
+    }
+  }
 }
 
 // Two contexts on one model, at once, each on its own thread count (a server's slots, a Python
@@ -114,6 +143,30 @@ TEST(LlmContext, TwoContextsRunAtOnceEachOnItsOwnThreadCount) {
 // What the CLI reads off a model without its internals: the bytes one generated token reads (every
 // layer matrix and the output matrix, summed here from the file's own tensor table) and the
 // tokenizer kind.
+// eval_batch refuses what it cannot run, naming it, and leaves the contexts as they were.
+TEST(LlmContext, EvalBatchRefusesMixedOrOverfullBatches) {
+  const Model model = Model::load(kDir / "tiny-llama-f32.gguf");
+  const Model other = Model::load(kDir / "tiny-llama-f32.gguf");
+  Context a(model, {.n_ctx = 16, .batch = 4}), b(model, {.n_ctx = 16, .batch = 4}),
+      f32_cache(model, {.n_ctx = 16, .cache_type = CacheType::f32}), c(other, {.n_ctx = 16});
+  const std::int32_t one[] = {1}, five[] = {1, 2, 3, 4, 5};
+  auto refused = [&](std::vector<Context::SequenceTokens> batch, const std::string& expected) {
+    try {
+      Context::eval_batch(batch);
+      ADD_FAILURE() << "accepted: " << expected;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
+  };
+  refused({{&a, one}, {&c, one}}, "same model");
+  refused({{&a, one}, {&f32_cache, one}}, "cache type");
+  refused({{&a, one}, {&a, one}}, "appears twice");
+  refused({{&a, one}, {&b, five}}, "exceed the batch of 4");
+  refused({{&a, {}}}, "no tokens");
+  EXPECT_EQ(a.n_past(), 0);
+  EXPECT_EQ(b.n_past(), 0);
+}
+
 TEST(LlmModel, ConfigGivesBytesPerTokenAndTokenizer) {
   for (const char* file : {"tiny-llama-f32.gguf", "tiny-llama-q4_0.gguf", "tiny-qwen2-f16.gguf"}) {
     SCOPED_TRACE(file);

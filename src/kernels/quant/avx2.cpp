@@ -155,7 +155,15 @@ namespace {
 // of every row is one vector.
 template <class Weights, class Panel, int Bias>
 void pack_x8(const void* w, std::size_t w_row_bytes, int rows, std::size_t k, Panel* panel) {
-  for (std::size_t b = 0; b < k / 32; ++b) {
+  // Reading eight rows side by side block by block is eight short streams the hardware
+  // prefetchers barely learn (a 768-wide Q8_0 row is 13 cache lines): the next eight rows, one
+  // contiguous stretch, are prefetched a share per block instead (a few tokens at once ran at a
+  // quarter of the memory bandwidth without it; prefetches past the matrix never fault).
+  const std::size_t nb = k / 32, lines = 8 * w_row_bytes / 64, lines_per_block = (lines + nb - 1) / nb;
+  const char* next = static_cast<const char*>(w) + 8 * w_row_bytes;
+  for (std::size_t b = 0; b < nb; ++b) {
+    const std::size_t end = (b + 1) * lines_per_block < lines ? (b + 1) * lines_per_block : lines;
+    for (std::size_t i = b * lines_per_block; i < end; ++i) _mm_prefetch(next + i * 64, _MM_HINT_T1);
     __m256i v[8];
     for (int r = 0; r < 8; ++r) {
       if (r >= rows) {

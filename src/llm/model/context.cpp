@@ -66,8 +66,17 @@ struct Context::State {
     return v_cache.data() + (static_cast<std::size_t>(layer) * c.kv_heads + head) * c.head_dim * v_row_bytes;
   }
 
-  void store_kv(int layer, int tokens, int pos0);
-  void store_kv_head(int layer, int head, int t, int pos);
+  // A slice of a forward pass's rows that belongs to one sequence: rows row0 ... row0 + tokens - 1
+  // of the buffers of the state running the pass are that sequence's next tokens, at positions
+  // pos0 ... of its own cache. One run when a context evaluates its own tokens; one per context
+  // in eval_batch.
+  struct Run {
+    State* seq;
+    std::size_t row0;
+    int tokens, pos0;
+  };
+  void store_kv(int layer, std::span<const Run> runs);
+  void store_kv_head(int layer, int head, const float* kk, const float* vv, int pos);
   // fn(t) for each token, over the threads when there are several tokens.
   template <class Fn>
   void per_token(std::size_t tokens, Fn&& fn) {
@@ -81,16 +90,20 @@ struct Context::State {
     parallel_for(tokens, 1, tokens > 1 ? threads : 1,
                  [&](std::size_t begin, std::size_t end) { fn(begin, end - begin); });
   }
-  void attention(int layer, int tokens, int pos0);
-  // RoPE angles of the tokens being evaluated, computed once per forward for all layers:
-  // cos and sin per token and frequency (tokens x rope_dims/2 each).
+  void attention(int layer, std::span<const Run> runs);
+  void attend(const Run& run, int layer, int head, float* scores, std::vector<std::uint8_t>& scratch);
+  // RoPE angles of the rows being evaluated, computed once per forward for all layers: cos and
+  // sin per row and frequency (rows x rope_dims/2 each), at each run's positions.
   std::vector<float> rope_cos, rope_sin;
-  void rope_angles(int tokens, int pos0);
-  void rope(float* vec, int heads, int t) const;
-  // Logits of the kept rows go to logits rows logit_row0...; without all_logits only the last
-  // token's (into row 0), and none when keep_logits is false (a non-final prompt chunk).
-  void forward(std::span<const std::int32_t> tokens, bool keep_logits, bool all_logits,
-               std::size_t logit_row0);
+  void rope_angles(std::size_t rows, std::span<const Run> runs);
+  void rope(float* vec, int heads, std::size_t t) const;
+  // The decoder layers over `tokens`, rows of this state's buffers, each run's rows attending to
+  // (and appended to) its sequence's cache; the final hidden states are left in x. The caller
+  // advances the sequences' n_past.
+  void layers(std::span<const std::int32_t> tokens, std::span<const Run> runs);
+  // Final norm and output projection of `rows` hidden rows of x (row indices), into `out`.
+  void output(std::span<const std::size_t> rows, float* out);
+  std::vector<float> batch_logits;  // eval_batch's logits before they go to their contexts
 };
 
 Context::Context(const Model& model, const ContextOptions& options) : state_(std::make_unique<State>()) {
@@ -168,32 +181,89 @@ void Context::eval(std::span<const std::int32_t> tokens, bool all_logits) {
   s.logits.resize(s.logit_rows * vocab);
   for (std::size_t start = 0; start < tokens.size(); start += static_cast<std::size_t>(s.batch)) {
     const std::size_t n = std::min(tokens.size() - start, static_cast<std::size_t>(s.batch));
-    const bool last_chunk = start + n == tokens.size();
-    s.forward(tokens.subspan(start, n), all_logits || last_chunk, all_logits, all_logits ? start : 0);
-  }
-}
-
-void Context::State::rope_angles(int tokens, int pos0) {
-  const int half = c.rope_dims / 2;
-  rope_cos.resize(static_cast<std::size_t>(tokens) * half);
-  rope_sin.resize(rope_cos.size());
-  for (int t = 0; t < tokens; ++t) {
-    const double p = (pos0 + t) / static_cast<double>(c.rope_scale);
-    for (int i = 0; i < half; ++i) {
-      const double theta = p * std::pow(static_cast<double>(c.rope_base), -2.0 * i / c.rope_dims);
-      rope_cos[static_cast<std::size_t>(t) * half + i] = static_cast<float>(std::cos(theta));
-      rope_sin[static_cast<std::size_t>(t) * half + i] = static_cast<float>(std::sin(theta));
+    const State::Run run{&s, 0, static_cast<int>(n), s.n_past};
+    s.layers(tokens.subspan(start, n), {&run, 1});
+    s.n_past += static_cast<int>(n);
+    // Logits of every row with all_logits (to rows start...), else of the last token only, and
+    // none for a non-final chunk.
+    if (all_logits) {
+      std::vector<std::size_t> rows(n);
+      for (std::size_t i = 0; i < n; ++i) rows[i] = i;
+      s.output(rows, s.logits.data() + start * vocab);
+    } else if (start + n == tokens.size()) {
+      const std::size_t last = n - 1;
+      s.output({&last, 1}, s.logits.data());
     }
   }
 }
 
+void Context::eval_batch(std::span<const SequenceTokens> sequences) {
+  if (sequences.empty()) throw Error("eval_batch: no sequences");
+  State& work = *sequences[0].context->state_;
+  const ThreadScope scope(work.threads);
+  std::vector<State::Run> runs;
+  std::vector<std::int32_t> tokens;
+  for (const SequenceTokens& q : sequences) {
+    State& s = *q.context->state_;
+    if (s.model != work.model || s.n_ctx != work.n_ctx || s.cache_type != work.cache_type)
+      throw Error("eval_batch: every context must be of the same model, context size and cache type");
+    for (const State::Run& r : runs)
+      if (r.seq == &s) throw Error("eval_batch: a context appears twice");
+    if (q.tokens.empty()) throw Error("eval_batch: a sequence has no tokens");
+    for (const std::int32_t t : q.tokens)
+      if (t < 0 || t >= s.c.vocab)
+        throw Error("token id " + std::to_string(t) + " is outside the vocabulary (0 to " +
+                    std::to_string(s.c.vocab - 1) + ")");
+    if (s.n_past + static_cast<int>(q.tokens.size()) > s.n_ctx)
+      throw Error("context overflow: " + std::to_string(s.n_past) + " cached + " +
+                  std::to_string(q.tokens.size()) + " new tokens exceed the context of " +
+                  std::to_string(s.n_ctx));
+    runs.push_back({&s, tokens.size(), static_cast<int>(q.tokens.size()), s.n_past});
+    tokens.insert(tokens.end(), q.tokens.begin(), q.tokens.end());
+  }
+  if (tokens.size() > static_cast<std::size_t>(work.batch))
+    throw Error("eval_batch: " + std::to_string(tokens.size()) + " tokens exceed the batch of " +
+                std::to_string(work.batch));
+  work.layers(tokens, runs);
+  std::vector<std::size_t> last(runs.size());
+  for (std::size_t i = 0; i < runs.size(); ++i)
+    last[i] = runs[i].row0 + static_cast<std::size_t>(runs[i].tokens) - 1;
+  const auto vocab = static_cast<std::size_t>(work.c.vocab);
+  work.batch_logits.resize(runs.size() * vocab);
+  work.output(last, work.batch_logits.data());
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    State& s = *runs[i].seq;
+    s.n_past += runs[i].tokens;
+    s.logit_rows = 1;
+    s.logits.assign(work.batch_logits.begin() + static_cast<std::ptrdiff_t>(i * vocab),
+                    work.batch_logits.begin() + static_cast<std::ptrdiff_t>((i + 1) * vocab));
+  }
+}
+
+void Context::State::rope_angles(std::size_t rows, std::span<const Run> runs) {
+  const auto half = static_cast<std::size_t>(c.rope_dims / 2);
+  rope_cos.resize(rows * half);
+  rope_sin.resize(rope_cos.size());
+  for (const Run& run : runs)
+    for (int i = 0; i < run.tokens; ++i) {
+      const std::size_t t = run.row0 + static_cast<std::size_t>(i);
+      const double p = (run.pos0 + i) / static_cast<double>(c.rope_scale);
+      for (std::size_t j = 0; j < half; ++j) {
+        const double theta =
+            p * std::pow(static_cast<double>(c.rope_base), -2.0 * static_cast<double>(j) / c.rope_dims);
+        rope_cos[t * half + j] = static_cast<float>(std::cos(theta));
+        rope_sin[t * half + j] = static_cast<float>(std::sin(theta));
+      }
+    }
+}
+
 // RoPE for `heads` heads of vec, token t of this forward: llama rotates adjacent pairs (2i, 2i+1),
 // the order llama.cpp's converter permutes Q/K rows into; NEOX-style models (qwen2) rotate (i, i+d/2).
-void Context::State::rope(float* vec, int heads, int t) const {
+void Context::State::rope(float* vec, int heads, std::size_t t) const {
   const int hd = c.head_dim, half = c.rope_dims / 2;
   for (int i = 0; i < half; ++i) {
-    const float cs = rope_cos[static_cast<std::size_t>(t) * half + i],
-                sn = rope_sin[static_cast<std::size_t>(t) * half + i];
+    const float cs = rope_cos[t * static_cast<std::size_t>(half) + static_cast<std::size_t>(i)],
+                sn = rope_sin[t * static_cast<std::size_t>(half) + static_cast<std::size_t>(i)];
     for (int h = 0; h < heads; ++h) {
       float* v = vec + static_cast<std::size_t>(h) * hd;
       const int a = c.rope_neox ? i : 2 * i, b = c.rope_neox ? i + half : 2 * i + 1;
@@ -204,23 +274,28 @@ void Context::State::rope(float* vec, int heads, int t) const {
   }
 }
 
-// Appends the tokens' K and V to the cache, KV heads split across threads (each head's rows are
-// its own, and a q8_0 V block is requantised by the one thread that owns the head).
-void Context::State::store_kv(int layer, int tokens, int pos0) {
-  parallel_for(static_cast<std::size_t>(c.kv_heads), 1, tokens > 1 ? threads : 1,
+// Appends the rows' K and V (this state's k and v) to each run's cache, KV heads split across
+// threads (each head's rows are its own, and a q8_0 V block is requantised by the one thread
+// that owns the head).
+void Context::State::store_kv(int layer, std::span<const Run> runs) {
+  const int hd = c.head_dim;
+  const std::size_t kvd = static_cast<std::size_t>(c.kv_heads) * hd;
+  const bool several = runs.size() > 1 || runs[0].tokens > 1;
+  parallel_for(static_cast<std::size_t>(c.kv_heads), 1, several ? threads : 1,
                [&](std::size_t h0, std::size_t h1) {
-                 for (int t = 0; t < tokens; ++t)
-                   for (auto h = static_cast<int>(h0); h < static_cast<int>(h1); ++h)
-                     store_kv_head(layer, h, t, pos0 + t);
+                 for (const Run& run : runs)
+                   for (int i = 0; i < run.tokens; ++i)
+                     for (auto h = static_cast<int>(h0); h < static_cast<int>(h1); ++h) {
+                       const std::size_t at =
+                           (run.row0 + static_cast<std::size_t>(i)) * kvd + static_cast<std::size_t>(h) * hd;
+                       run.seq->store_kv_head(layer, h, k.data() + at, v.data() + at, run.pos0 + i);
+                     }
                });
 }
 
-void Context::State::store_kv_head(int layer, int h, int t, int pos) {
+void Context::State::store_kv_head(int layer, int h, const float* kk, const float* vv, int pos) {
   const int hd = c.head_dim;
-  const std::size_t kvd = static_cast<std::size_t>(c.kv_heads) * hd;
   {
-    const float* kk = k.data() + t * kvd + static_cast<std::size_t>(h) * hd;
-    const float* vv = v.data() + t * kvd + static_cast<std::size_t>(h) * hd;
     quantize_row(cache_ggml, kk, k_row(layer, h, pos), static_cast<std::size_t>(hd));
     std::uint8_t* vt = v_rows(layer, h);
     switch (cache_type) {
@@ -246,73 +321,75 @@ void Context::State::store_kv_head(int layer, int h, int t, int pos) {
   }
 }
 
-void Context::State::attention(int layer, int tokens, int pos0) {
-  const int hd = c.head_dim, group = c.heads / c.kv_heads;
+// Every (run, query head) pair is one task, over at most `threads` threads, each with its own
+// scores and quantisation scratch.
+void Context::State::attention(int layer, std::span<const Run> runs) {
+  const auto heads = static_cast<std::size_t>(c.heads);
+  parallel_for(runs.size() * heads, 1, threads, [&](std::size_t begin, std::size_t end) {
+    const auto tid = static_cast<std::size_t>(omp_in_parallel() ? omp_get_thread_num() : 0);
+    for (std::size_t item = begin; item < end; ++item)
+      attend(runs[item / heads], layer, static_cast<int>(item % heads), scores[tid].data(), att_scratch[tid]);
+  });
+}
+
+// One query head of one run: its rows of q (this state's) against the run's cache, into att.
+void Context::State::attend(const Run& run, int layer, int h, float* sc, std::vector<std::uint8_t>& scratch) {
+  const int hd = c.head_dim, group = c.heads / c.kv_heads, tokens = run.tokens, pos0 = run.pos0;
+  State& seq = *run.seq;
   const std::size_t dim = static_cast<std::size_t>(c.dim);
   const int n_kv = pos0 + tokens;
   const std::size_t k_len = cache_type == CacheType::q8_0 ? round_up(static_cast<std::size_t>(n_kv), 32)
                                                           : static_cast<std::size_t>(n_kv);
   const WeightKernel kk = weight_kernel(cache_ggml);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  // One query head per task: heads x tokens rows of scores, over at most `threads` threads.
-  parallel_for(static_cast<std::size_t>(c.heads), 1, threads, [&](std::size_t h_begin, std::size_t h_end) {
-    const auto tid = static_cast<std::size_t>(omp_in_parallel() ? omp_get_thread_num() : 0);
-    float* sc = scores[tid].data();
-    std::vector<std::uint8_t>& scratch = att_scratch[tid];
-    for (std::size_t h = h_begin; h < h_end; ++h) {
-      const int kvh = static_cast<int>(h) / group;
-      const float* qh = q.data() + h * hd;
-      // scores[t][p] = K[p] . q[t]
-      const void* qx = qh;
-      std::size_t q_row = dim * sizeof(float);
-      if (kk.quantize != nullptr) {
-        q_row = activation_row_bytes(kk.activation, static_cast<std::size_t>(hd));
-        scratch.resize(std::max(
-            scratch.size(),
-            static_cast<std::size_t>(tokens) * std::max(q_row, activation_row_bytes(kk.activation, k_len))));
-        for (int t = 0; t < tokens; ++t)
-          kk.quantize(qh + t * dim, scratch.data() + t * q_row, static_cast<std::size_t>(hd));
-        qx = scratch.data();
-      }
-      kk.matmul({k_row(layer, kvh, 0), k_row_bytes, qx, q_row, sc, n_ctx_padded,
-                 static_cast<std::size_t>(n_kv), static_cast<std::size_t>(tokens),
-                 static_cast<std::size_t>(hd)});
-      // Causal softmax per query row; positions past the query (and the q8_0 padding) get 0.
-      for (int t = 0; t < tokens; ++t) {
-        float* row = sc + static_cast<std::size_t>(t) * n_ctx_padded;
-        const int visible = pos0 + t + 1;
-        float mx = -INFINITY;
-        for (int p = 0; p < visible; ++p) mx = std::max(mx, row[p] * scale);
-        double sum = 0;
-        for (int p = 0; p < visible; ++p) {
-          row[p] = std::exp(row[p] * scale - mx);
-          sum += row[p];
-        }
-        const auto inv = static_cast<float>(1.0 / sum);
-        for (int p = 0; p < visible; ++p) row[p] *= inv;
-        std::fill(row + visible, row + k_len, 0.0f);
-      }
-      // out[t][d] = V^T[d] . p[t]
-      const void* px = sc;
-      std::size_t p_row = n_ctx_padded * sizeof(float);
-      if (kk.quantize != nullptr) {
-        p_row = activation_row_bytes(kk.activation, k_len);
-        for (int t = 0; t < tokens; ++t)
-          kk.quantize(sc + static_cast<std::size_t>(t) * n_ctx_padded, scratch.data() + t * p_row, k_len);
-        px = scratch.data();
-      }
-      kk.matmul({v_rows(layer, kvh), v_row_bytes, px, p_row, att.data() + h * hd, dim,
-                 static_cast<std::size_t>(hd), static_cast<std::size_t>(tokens), k_len});
+  const int kvh = h / group;
+  const float* qh = q.data() + run.row0 * dim + static_cast<std::size_t>(h) * hd;
+  // scores[t][p] = K[p] . q[t]
+  const void* qx = qh;
+  std::size_t q_row = dim * sizeof(float);
+  if (kk.quantize != nullptr) {
+    q_row = activation_row_bytes(kk.activation, static_cast<std::size_t>(hd));
+    scratch.resize(std::max(scratch.size(), static_cast<std::size_t>(tokens) *
+                                                std::max(q_row, activation_row_bytes(kk.activation, k_len))));
+    for (int t = 0; t < tokens; ++t)
+      kk.quantize(qh + t * dim, scratch.data() + t * q_row, static_cast<std::size_t>(hd));
+    qx = scratch.data();
+  }
+  kk.matmul({seq.k_row(layer, kvh, 0), k_row_bytes, qx, q_row, sc, n_ctx_padded,
+             static_cast<std::size_t>(n_kv), static_cast<std::size_t>(tokens), static_cast<std::size_t>(hd)});
+  // Causal softmax per query row; positions past the query (and the q8_0 padding) get 0.
+  for (int t = 0; t < tokens; ++t) {
+    float* row = sc + static_cast<std::size_t>(t) * n_ctx_padded;
+    const int visible = pos0 + t + 1;
+    float mx = -INFINITY;
+    for (int p = 0; p < visible; ++p) mx = std::max(mx, row[p] * scale);
+    double sum = 0;
+    for (int p = 0; p < visible; ++p) {
+      row[p] = std::exp(row[p] * scale - mx);
+      sum += row[p];
     }
-  });
+    const auto inv = static_cast<float>(1.0 / sum);
+    for (int p = 0; p < visible; ++p) row[p] *= inv;
+    std::fill(row + visible, row + k_len, 0.0f);
+  }
+  // out[t][d] = V^T[d] . p[t]
+  const void* px = sc;
+  std::size_t p_row = n_ctx_padded * sizeof(float);
+  if (kk.quantize != nullptr) {
+    p_row = activation_row_bytes(kk.activation, k_len);
+    for (int t = 0; t < tokens; ++t)
+      kk.quantize(sc + static_cast<std::size_t>(t) * n_ctx_padded, scratch.data() + t * p_row, k_len);
+    px = scratch.data();
+  }
+  kk.matmul({seq.v_rows(layer, kvh), v_row_bytes, px, p_row,
+             att.data() + run.row0 * dim + static_cast<std::size_t>(h) * hd, dim,
+             static_cast<std::size_t>(hd), static_cast<std::size_t>(tokens), k_len});
 }
 
-void Context::State::forward(std::span<const std::int32_t> tokens, bool keep_logits, bool all_logits,
-                             std::size_t logit_row0) {
+void Context::State::layers(std::span<const std::int32_t> tokens, std::span<const Run> runs) {
   const auto T = tokens.size();
   const auto dim = static_cast<std::size_t>(c.dim), ffn = static_cast<std::size_t>(c.ffn),
-             kvd = static_cast<std::size_t>(c.kv_heads * c.head_dim),
-             vocab = static_cast<std::size_t>(c.vocab);
+             kvd = static_cast<std::size_t>(c.kv_heads * c.head_dim);
   const Model::Impl& m = *model;
   const auto swiglu = kernels::kernel_table().f32_swiglu.fn;  // silu(gate) * up
   const auto rms_norm = kernels::kernel_table().f32_rms_norm.fn;
@@ -321,8 +398,7 @@ void Context::State::forward(std::span<const std::int32_t> tokens, bool keep_log
     dequantize_row(e.type, e.data + static_cast<std::size_t>(tokens[t]) * e.row_bytes, x.data() + t * dim,
                    dim);
   }
-  const int pos0 = n_past;
-  rope_angles(static_cast<int>(T), pos0);
+  rope_angles(T, runs);
   for (int l = 0; l < c.layers; ++l) {
     const LayerWeights& w = m.layers[static_cast<std::size_t>(l)];
     per_token_rows(T, [&](std::size_t t, std::size_t rows) {
@@ -336,11 +412,11 @@ void Context::State::forward(std::span<const std::int32_t> tokens, bool keep_log
         for (std::size_t i = 0; i < kvd; ++i) k[t * kvd + i] += w.k_bias[i];
         for (std::size_t i = 0; i < kvd; ++i) v[t * kvd + i] += w.v_bias[i];
       }
-      rope(q.data() + t * dim, c.heads, static_cast<int>(t));
-      rope(k.data() + t * kvd, c.kv_heads, static_cast<int>(t));
+      rope(q.data() + t * dim, c.heads, t);
+      rope(k.data() + t * kvd, c.kv_heads, t);
     });
-    store_kv(l, static_cast<int>(T), pos0);
-    attention(l, static_cast<int>(T), pos0);
+    store_kv(l, runs);
+    attention(l, runs);
     weight_matmul(w.o, att.data(), T, dim, tmp.data(), dim, act_scratch, threads);
     per_token_rows(T, [&](std::size_t t, std::size_t rows) {
       for (std::size_t i = t * dim; i < (t + rows) * dim; ++i) x[i] += tmp[i];
@@ -356,13 +432,14 @@ void Context::State::forward(std::span<const std::int32_t> tokens, bool keep_log
       for (std::size_t i = t * dim; i < (t + 1) * dim; ++i) x[i] += tmp[i];
     });
   }
-  n_past += static_cast<int>(T);
-  if (!keep_logits) return;
-  // Final norm and output projection for the rows whose logits are kept.
-  const std::size_t first = all_logits ? 0 : T - 1, rows = T - first;
-  rms_norm(x.data() + first * dim, m.output_norm.data(), xb.data(), rows, dim, c.rms_epsilon);
-  weight_matmul(m.output, xb.data(), rows, dim, logits.data() + logit_row0 * vocab, vocab, act_scratch,
-                threads);
+}
+
+void Context::State::output(std::span<const std::size_t> rows, float* out) {
+  const auto dim = static_cast<std::size_t>(c.dim), vocab = static_cast<std::size_t>(c.vocab);
+  const auto rms_norm = kernels::kernel_table().f32_rms_norm.fn;
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    rms_norm(x.data() + rows[i] * dim, model->output_norm.data(), xb.data() + i * dim, 1, dim, c.rms_epsilon);
+  weight_matmul(model->output, xb.data(), rows.size(), dim, out, vocab, act_scratch, threads);
 }
 
 }  // namespace cpudl::llm

@@ -184,19 +184,12 @@ void prompt_matmul(std::span<const MatmulTarget> targets, const float* x, std::s
   });
 }
 
-}  // namespace
+constexpr std::size_t kMaxTargets = 4;  // Q/K/V, gate/up: fixed arrays, no allocation per call
 
-void weight_matmul(std::span<const MatmulTarget> targets, const float* x, std::size_t tokens, std::size_t ldx,
-                   MatmulScratch& scratch, int threads) {
-  if (targets.empty()) return;
+// Generation: each weight kernel over its rows, the activations quantised once per format.
+void generation_matmul(std::span<const MatmulTarget> targets, const float* x, std::size_t tokens,
+                       std::size_t ldx, MatmulScratch& scratch, int threads) {
   const std::size_t cols = targets[0].w->cols;
-  for (const MatmulTarget& t : targets)
-    if (t.w->cols != cols)
-      throw Error("weight_matmul: '" + t.w->name + "' does not take inputs of " + std::to_string(cols));
-  if (tokens >= kPromptMinTokens && ldx == cols) {
-    prompt_matmul(targets, x, tokens, ldx, scratch, threads);
-    return;
-  }
   // Activations in each format the targets' kernels take (f32 rows are used as they are), each
   // format made once. Offsets into the scratch, not pointers: a later resize would move it.
   struct Prepared {
@@ -204,8 +197,6 @@ void weight_matmul(std::span<const MatmulTarget> targets, const float* x, std::s
     std::size_t act_offset;  // SIZE_MAX: the f32 rows of x
     std::size_t act_row_bytes;
   };
-  constexpr std::size_t kMaxTargets = 4;  // Q/K/V, gate/up: a fixed array, no allocation per call
-  if (targets.size() > kMaxTargets) throw Error("weight_matmul: more than 4 matrices in one call");
   Prepared prepared[kMaxTargets];
   std::size_t act_bytes = 0;
   for (std::size_t i = 0; i < targets.size(); ++i) {
@@ -242,6 +233,32 @@ void weight_matmul(std::span<const MatmulTarget> targets, const float* x, std::s
       base += w.rows;
     }
   });
+}
+
+}  // namespace
+
+void weight_matmul(std::span<const MatmulTarget> targets, const float* x, std::size_t tokens, std::size_t ldx,
+                   MatmulScratch& scratch, int threads) {
+  if (targets.empty()) return;
+  if (targets.size() > kMaxTargets) throw Error("weight_matmul: more than 4 matrices in one call");
+  const std::size_t cols = targets[0].w->cols;
+  for (const MatmulTarget& t : targets)
+    if (t.w->cols != cols)
+      throw Error("weight_matmul: '" + t.w->name + "' does not take inputs of " + std::to_string(cols));
+  if (ldx == cols && tokens >= kPromptMinTokens) {
+    prompt_matmul(targets, x, tokens, ldx, scratch, threads);
+    return;
+  }
+  // A few tokens (several sequences decoding at once): the int8 panels pay from two tokens on,
+  // the float prompt path (16-token slivers) only from kPromptMinTokens; each matrix takes its
+  // path by its own type, so its result never depends on the matrices it is called with.
+  MatmulTarget panel[kMaxTargets], rest[kMaxTargets];
+  std::size_t n_panel = 0, n_rest = 0;
+  for (const MatmulTarget& t : targets)
+    (ldx == cols && tokens >= kInt8PanelMinTokens && int8_prompt(t.w->type) ? panel[n_panel++]
+                                                                            : rest[n_rest++]) = t;
+  if (n_panel > 0) prompt_matmul({panel, n_panel}, x, tokens, ldx, scratch, threads);
+  if (n_rest > 0) generation_matmul({rest, n_rest}, x, tokens, ldx, scratch, threads);
 }
 
 void weight_matmul(const WeightMatrix& w, const float* x, std::size_t tokens, std::size_t ldx, float* y,

@@ -13,6 +13,9 @@
 //   Q8_0 does the same on AVX512-VNNI CPUs, weights biased to unsigned bytes (Q8_0x8Block). On
 //   AVX2 its product would need a sign fix-up and an int32 widening per 4 columns, which costs as
 //   much as the f32 FMAs it would replace, so there Q8_0 stays on the f32 path.
+// - A few tokens (2 to 7: several sequences decoding at once, Context::eval_batch): the int8
+//   panels already pay (each weight block unpacked once for every token), the float prompt path
+//   does not (its slivers are 16 tokens wide), so each matrix takes the path of its type.
 #pragma once
 
 #include <cstdint>
@@ -47,6 +50,7 @@ void weight_matmul(std::span<const MatmulTarget> targets, const float* x, std::s
 
 // The activation format a weight type's kernel takes, and its kernel.
 constexpr std::size_t kPromptMinTokens = 8;
+constexpr std::size_t kInt8PanelMinTokens = 2;
 
 // Activations as the weight kernels take them: f32 rows, or int8 blocks (BlockQ8A per 32 for
 // Q8_0/Q4_0 weights, BlockQ8_K per 256 for the K-quants).
