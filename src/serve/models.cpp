@@ -248,12 +248,21 @@ LanguageModel::LanguageModel(std::string name, const std::filesystem::path& path
                              Metrics& metrics)
     : name_(std::move(name)), options_(options), metrics_(metrics), model_(llm::Model::load(path)) {
   const int parallel = std::max(1, options.parallel);
-  const int threads = options.threads > 0 ? options.threads : compute_threads();
   llm::ContextOptions c;
   c.n_ctx = options.ctx;
-  c.threads = std::max(1, threads / parallel);
+  c.threads = options.threads > 0 ? options.threads : compute_threads();  // one pass at a time uses them all
   for (int i = 0; i < parallel; ++i) contexts_.push_back(std::make_unique<llm::Context>(model_, c));
   for (int i = parallel; i-- > 0;) free_.push_back(static_cast<std::size_t>(i));
+  stepper_ = std::thread([this] { step(); });
+}
+
+LanguageModel::~LanguageModel() {
+  {
+    const std::lock_guard<std::mutex> lock(step_mutex_);
+    stopping_ = true;
+  }
+  step_wake_.notify_all();
+  stepper_.join();
 }
 
 LanguageModel::Slot::~Slot() {
@@ -264,8 +273,14 @@ LanguageModel::Slot::~Slot() {
     owner_->free_.push_back(index_);
     busy = static_cast<int>(owner_->contexts_.size() - owner_->free_.size());
   }
+  --owner_->generating_;
   owner_->metrics_.set("cpudl_llm_slots_busy", busy, {owner_->name_});
   owner_->freed_.notify_one();
+  {
+    // The stepper may be waiting for this slot to join a pass: it no longer will.
+    const std::lock_guard<std::mutex> lock(owner_->step_mutex_);
+  }
+  owner_->step_wake_.notify_all();
 }
 
 LanguageModel::Slot LanguageModel::acquire(Clock::time_point deadline) {
@@ -288,15 +303,79 @@ LanguageModel::Slot LanguageModel::acquire(Clock::time_point deadline) {
   free_.pop_back();
   metrics_.set("cpudl_llm_slots_busy", static_cast<double>(contexts_.size() - free_.size()), {name_});
   contexts_[index]->reset();
+  ++generating_;
   return Slot(*this, index);
 }
 
-int LanguageModel::n_ctx() const { return contexts_.front()->n_ctx(); }
-
-int LanguageModel::busy() const {
-  const std::lock_guard<std::mutex> lock(mutex_);
-  return static_cast<int>(contexts_.size() - free_.size());
+void LanguageModel::evaluate(llm::Context& ctx, std::span<const std::int32_t> tokens, bool all_logits) {
+  Evaluation e{&ctx, tokens, all_logits, false, nullptr};
+  std::unique_lock<std::mutex> lock(step_mutex_);
+  pending_.push_back(&e);
+  step_wake_.notify_all();
+  step_done_.wait(lock, [&] { return e.done; });
+  if (e.error) std::rethrow_exception(e.error);
 }
+
+// The stepper's loop. A pass starts when every held slot has its tokens waiting, or kGather after
+// the first arrived: the others are sampling their next token or writing it to their client,
+// which takes well under a millisecond, so waiting for them costs less than the pass they would
+// otherwise run alone. Each pass takes waiting evaluations in arrival order while their tokens
+// fit one batch; a prompt that needs every position's logits, or more tokens than a batch, runs
+// alone (Context::eval splits it).
+void LanguageModel::step() {
+  constexpr auto kGather = std::chrono::milliseconds(2);
+  const auto batch = static_cast<std::size_t>(llm::ContextOptions{}.batch);
+  std::unique_lock<std::mutex> lock(step_mutex_);
+  for (;;) {
+    step_wake_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
+    if (pending_.empty()) return;  // stopping, nothing left
+    step_wake_.wait_until(lock, Clock::now() + kGather, [&] {
+      return stopping_ || static_cast<int>(pending_.size()) >= generating_.load();
+    });
+    std::vector<Evaluation*> round;
+    std::size_t tokens = 0;
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      Evaluation* e = *it;
+      const bool alone = e->all_logits || e->tokens.size() > batch;
+      if (!round.empty() && (alone || tokens + e->tokens.size() > batch)) {
+        ++it;
+        continue;
+      }
+      round.push_back(e);
+      tokens += e->tokens.size();
+      it = pending_.erase(it);
+      if (alone) break;
+    }
+    lock.unlock();
+    run(round);
+    metrics_.observe("cpudl_batch_size", static_cast<double>(round.size()), {name_});
+    lock.lock();
+    for (Evaluation* e : round) e->done = true;
+    step_done_.notify_all();
+  }
+}
+
+void LanguageModel::run(const std::vector<Evaluation*>& round) {
+  auto one = [](Evaluation* e) {
+    try {
+      e->ctx->eval(e->tokens, e->all_logits);
+    } catch (...) {
+      e->error = std::current_exception();
+    }
+  };
+  if (round.size() == 1) return one(round[0]);
+  std::vector<llm::Context::SequenceTokens> sequences;
+  for (Evaluation* e : round) sequences.push_back({e->ctx, e->tokens});
+  try {
+    llm::Context::eval_batch(sequences);
+  } catch (const Error&) {
+    // eval_batch checks every sequence before it runs any: one bad request (a context overflow)
+    // must fail alone, so each runs by itself and keeps its own error.
+    for (Evaluation* e : round) one(e);
+  }
+}
+
+int LanguageModel::n_ctx() const { return contexts_.front()->n_ctx(); }
 
 int LanguageModel::waiting() const {
   const std::lock_guard<std::mutex> lock(mutex_);

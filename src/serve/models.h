@@ -3,6 +3,7 @@
 // sequence slots. Both bound what may wait: a full queue refuses at once (429), never stalls.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -11,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -81,15 +83,19 @@ struct LlmOptions {
   int parallel = 1;  // sequence slots: generations that run at once
   int ctx = 0;       // context per slot (0: the model's, at most 4096)
   int queue = 64;    // requests waiting for a slot, beyond which 429
-  int threads = 0;   // compute threads shared by the slots (each gets threads / parallel)
+  int threads = 0;   // compute threads of the model's forward passes (0: the process default)
 };
 
 // A GGUF model with `parallel` contexts. A request holds one slot (its context, reset) for its
-// whole generation.
+// whole generation. The slots' evaluations are batched continuously: each one's prompt or next
+// token waits for the model's stepper thread, which runs every waiting slot's tokens in one
+// forward pass (llm::Context::eval_batch), so concurrent streams share each read of the weights
+// instead of taking turns on the cores.
 class LanguageModel {
  public:
   LanguageModel(std::string name, const std::filesystem::path& path, const LlmOptions& options,
                 Metrics& metrics);
+  ~LanguageModel();
 
   class Slot {
    public:
@@ -98,6 +104,10 @@ class LanguageModel {
     Slot(const Slot&) = delete;
     ~Slot();
     llm::Context& context() const { return *owner_->contexts_[index_]; }
+    // llm::GenerationOptions::evaluate for this slot: its tokens go through the stepper.
+    void evaluate(llm::Context& ctx, std::span<const std::int32_t> tokens, bool all_logits) const {
+      owner_->evaluate(ctx, tokens, all_logits);
+    }
 
    private:
     LanguageModel* owner_;
@@ -110,11 +120,22 @@ class LanguageModel {
   const std::string& name() const { return name_; }
   const llm::Model& model() const { return model_; }
   int n_ctx() const;
-  int busy() const;
   int parallel() const { return static_cast<int>(contexts_.size()); }
   int waiting() const;
 
  private:
+  // One slot's tokens waiting for a forward pass.
+  struct Evaluation {
+    llm::Context* ctx;
+    std::span<const std::int32_t> tokens;
+    bool all_logits;
+    bool done = false;
+    std::exception_ptr error;
+  };
+  void evaluate(llm::Context& ctx, std::span<const std::int32_t> tokens, bool all_logits);
+  void step();
+  static void run(const std::vector<Evaluation*>& round);
+
   std::string name_;
   LlmOptions options_;
   Metrics& metrics_;
@@ -124,6 +145,13 @@ class LanguageModel {
   std::condition_variable freed_;
   std::vector<std::size_t> free_;
   int waiting_ = 0;
+  // The stepper: evaluations wait in pending_ (under step_mutex_) for the next pass.
+  std::mutex step_mutex_;
+  std::condition_variable step_wake_, step_done_;
+  std::vector<Evaluation*> pending_;
+  std::atomic<int> generating_{0};  // slots held: the pass waits briefly for each of them
+  bool stopping_ = false;
+  std::thread stepper_;
 };
 
 }  // namespace cpudl::serve

@@ -202,8 +202,9 @@ void Service::declare_metrics() {
   });
   metrics_.declare("cpudl_inflight_requests", T::gauge, "Requests being served now.");
   metrics_.gauge_callback("cpudl_inflight_requests", [this] { return static_cast<double>(inflight.load()); });
-  metrics_.declare("cpudl_batch_size", T::histogram, "Samples per run of a tensor model.", {"model"},
-                   {1, 2, 4, 8, 16, 32, 64, 128});
+  metrics_.declare("cpudl_batch_size", T::histogram,
+                   "Samples per run of a tensor model; sequences per forward pass of a language model.",
+                   {"model"}, {1, 2, 4, 8, 16, 32, 64, 128});
   metrics_.declare("cpudl_rejected_total", T::counter, "Requests refused before running, by reason.",
                    {"reason"});
   metrics_.declare("cpudl_llm_prompt_tokens_total", T::counter, "Prompt tokens evaluated.", {"model"});
@@ -305,6 +306,9 @@ void Service::completion(const httplib::Request& req, httplib::Response& res, bo
   const bool stream = field<bool>(request, "stream", false);
 
   auto slot = std::make_shared<LanguageModel::Slot>(lm.acquire(deadline()));
+  g.evaluate = [slot = slot.get()](llm::Context& ctx, std::span<const std::int32_t> tokens, bool all_logits) {
+    slot->evaluate(ctx, tokens, all_logits);
+  };
   const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(++ids_);
   const auto created =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())

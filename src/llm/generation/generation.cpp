@@ -50,8 +50,14 @@ Generation generate(const Model& model, Context& ctx, std::span<const std::int32
                     const GenerationOptions& options, const TextSink& on_text,
                     const std::function<void(const Context&)>& after_prompt) {
   Generation g;
+  auto eval = [&](std::span<const std::int32_t> tokens, bool all_logits) {
+    if (options.evaluate)
+      options.evaluate(ctx, tokens, all_logits);
+    else
+      ctx.eval(tokens, all_logits);
+  };
   auto t0 = std::chrono::steady_clock::now();
-  ctx.eval(prompt, options.all_prompt_logits);
+  eval(prompt, options.all_prompt_logits);
   g.prompt_seconds = seconds_since(t0);
   if (after_prompt) after_prompt(ctx);
   Sampler sampler(options.sampling);
@@ -80,7 +86,7 @@ Generation generate(const Model& model, Context& ctx, std::span<const std::int32
     }
     if (cancelled) break;
     if (i + 1 == options.max_tokens || ctx.n_past() >= ctx.n_ctx()) break;  // budget or context full
-    ctx.eval(std::span(&next, 1));
+    eval(std::span(&next, 1), false);
     logits = ctx.logits();
   }
   if (!cancelled) emit(filter.flush());

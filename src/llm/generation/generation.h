@@ -31,11 +31,17 @@ class StopFilter {
   bool stopped_ = false;
 };
 
+// How a generation's tokens (its prompt, then each sampled token) are evaluated: by default
+// ctx.eval; a server passes its batcher, which runs them in one forward pass with other
+// sequences' tokens (Context::eval_batch).
+using Evaluate = std::function<void(Context& ctx, std::span<const std::int32_t> tokens, bool all_logits)>;
+
 struct GenerationOptions {
   int max_tokens = 128;
   SamplerOptions sampling;
   std::vector<std::string> stops;
   bool all_prompt_logits = false;  // keep every prompt position's logits (for after_prompt)
+  Evaluate evaluate;               // empty: ctx.eval
 };
 
 // OpenAI's finish_reason: "stop" (an end-of-generation token or a stop string), "length" (the
