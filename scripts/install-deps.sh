@@ -23,6 +23,7 @@ packages=(
   clang-format                          # make format, and the test that the tree is formatted
   python3 python3-numpy                 # the LLM test models and their float64 reference logits
   libcpp-httplib-dev pkg-config         # cpudl serve's HTTP server (and the tests' client)
+  libsimdjson-dev                       # cpudl serve's tensor requests: 150K-number JSON bodies in ms
   prometheus                            # promtool check metrics, and the test that scrapes cpudl serve
   chromium                              # headless: the test that opens cpudl serve's page
 )

@@ -18,7 +18,7 @@ void add_serve_command(CLI::App& app, Action& action) {
   s->add_option("--max-batch", o->max_batch, "Samples per run of a tensor model (default 16)")
       ->check(CLI::Range(1, 4096));
   s->add_option("--batch-timeout-ms", o->batch_timeout_ms,
-                "How long a batch's first request waits for others (default 2)")
+                "How long a batch waits for requests still being parsed (default 2)")
       ->check(CLI::Range(0.0, 10000.0));
   s->add_option("--queue", o->queue, "Requests that may wait per model; more get 429 (default 64)")
       ->check(CLI::Range(1, 100000));

@@ -141,7 +141,7 @@ void TensorModel::work() {
               ++it;
             }
           }
-          if (rows >= options_.max_batch || stopping_ || Clock::now() >= until) break;
+          if (rows >= options_.max_batch || stopping_ || arriving_ == 0 || Clock::now() >= until) break;
           wake_.wait_until(lock, until);
         }
       }
@@ -190,13 +190,28 @@ void TensorModel::work() {
   }
 }
 
-std::vector<Tensor> TensorModel::infer(std::vector<Tensor> inputs, Clock::time_point deadline) {
+void TensorModel::Arrival::done() {
+  if (!model_) return;
+  {
+    const std::lock_guard<std::mutex> lock(model_->mutex_);
+    --model_->arriving_;
+  }
+  model_->wake_.notify_all();
+  model_ = nullptr;
+}
+
+std::vector<Tensor> TensorModel::infer(std::vector<Tensor> inputs, Clock::time_point deadline,
+                                       Arrival* arrival) {
   auto request = std::make_shared<Request>();
   request->rows = rows_of(inputs);
   request->inputs = std::move(inputs);
   std::future<std::vector<Tensor>> result = request->result.get_future();
   {
     const std::lock_guard<std::mutex> lock(mutex_);
+    if (arrival && arrival->model_ == this) {  // in the queue (or refused) as this lock is let go
+      --arriving_;
+      arrival->model_ = nullptr;
+    }
     if (static_cast<int>(queue_.size()) >= options_.queue) {
       metrics_.add("cpudl_rejected_total", 1, {"queue_full"});
       throw RequestError(429, "model '" + name_ + "': " + std::to_string(options_.queue) +
@@ -229,13 +244,14 @@ std::vector<std::pair<int, float>> TensorModel::classify(const std::string& imag
                                 "' is an ONNX file, whose preprocessing cpudl does not know: "
                                 "send tensors to /v2/models/" +
                                 name_ + "/infer");
+  Arrival arrival(*this);
   Tensor x;
   try {
     x = train::prepare_image(*own_, data::decode_image(image, "the body"), "the body");
   } catch (const Error& e) {
     throw RequestError(400, e.what());
   }
-  const std::vector<Tensor> out = infer({x.unsqueeze(0)}, deadline);
+  const std::vector<Tensor> out = infer({x.unsqueeze(0)}, deadline, &arrival);
   const Tensor probs = softmax(out[0], 1);
   std::vector<std::pair<int, float>> ranked;
   for (int k = 0; k < probs.size(1); ++k) ranked.emplace_back(k, probs.at({0, k}));

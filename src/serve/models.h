@@ -49,9 +49,24 @@ class TensorModel {
   const std::vector<TensorSpec>& outputs() const { return outputs_; }
   bool batches() const;  // whether the first dimension is free (otherwise one request per run)
 
+  // A request for this model on its way to the queue (its body being parsed): a batch waits for
+  // its company only while some are (up to batch_timeout_ms), so a lone request runs at once.
+  class Arrival {
+   public:
+    explicit Arrival(TensorModel& m) : model_(&m) { ++m.arriving_; }
+    Arrival(const Arrival&) = delete;
+    ~Arrival() { done(); }
+    void done();  // queued, or refused: idempotent
+
+   private:
+    friend class TensorModel;
+    TensorModel* model_;
+  };
+
   // Runs `inputs` (parse_infer_request's) in the next batch. RequestError 429 when the queue is
   // full, 504 when the deadline passes first (the rows are then dropped when their batch ends).
-  std::vector<Tensor> infer(std::vector<Tensor> inputs, Clock::time_point deadline);
+  std::vector<Tensor> infer(std::vector<Tensor> inputs, Clock::time_point deadline,
+                            Arrival* arrival = nullptr);
   // A cpudl model's top classes for an image file's bytes (as `cpudl predict`): 400 for ONNX
   // models, whose preprocessing the file does not say, and for a body that is not an image.
   std::vector<std::pair<int, float>> classify(const std::string& image, int top, Clock::time_point deadline);
@@ -75,6 +90,7 @@ class TensorModel {
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<std::shared_ptr<Request>> queue_;
+  int arriving_ = 0;  // Arrivals not yet done (under mutex_)
   bool stopping_ = false;
   std::thread worker_;
 };

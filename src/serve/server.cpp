@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -449,13 +450,29 @@ void Service::routes(httplib::Server& svr) {
   });
   svr.Post(R"(/v2/models/([^/]+)/infer)", [this](const httplib::Request& req, httplib::Response& res) {
     TensorModel& m = tensor_model(req.matches[1]);
+    TensorModel::Arrival arrival(m);
+    // The binary tensor data extension: the JSON part's length in a header.
+    std::size_t header_length = kNoBinary;
+    if (req.has_header("Inference-Header-Content-Length")) {
+      const std::string v = req.get_header_value("Inference-Header-Content-Length");
+      const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), header_length);
+      if (ec != std::errc() || end != v.data() + v.size())
+        throw RequestError(400, "Inference-Header-Content-Length: expected a byte count, got '" + v + "'");
+    }
+    InferRequest request = parse_infer_request(req.body, header_length, m.inputs());
     std::vector<Tensor> inputs;
-    for (const TensorValues& v : parse_infer_request(req.body, m.inputs())) inputs.push_back(to_tensor(v));
+    for (const TensorValues& v : request.inputs) inputs.push_back(to_tensor(v));
     std::vector<TensorValues> outputs;
-    for (const Tensor& t : m.infer(std::move(inputs), deadline())) outputs.push_back(values_of(t));
+    for (const Tensor& t : m.infer(std::move(inputs), deadline(), &arrival)) outputs.push_back(values_of(t));
     std::vector<std::string> names;
     for (const TensorSpec& s : m.outputs()) names.push_back(s.name);
-    res.set_content(infer_response(m.name(), names, outputs), "application/json");
+    InferResponse answer = infer_response(m.name(), names, outputs, request.binary_outputs);
+    if (request.binary_outputs) {
+      res.set_header("Inference-Header-Content-Length", std::to_string(answer.header_length));
+      res.set_content(std::move(answer.body), "application/octet-stream");
+    } else {
+      res.set_content(std::move(answer.body), "application/json");
+    }
   });
   svr.Post(R"(/v1/models/([^/]+)/classify)", [this](const httplib::Request& req, httplib::Response& res) {
     TensorModel& m = tensor_model(req.matches[1]);
@@ -510,6 +527,10 @@ int serve(const ServeOptions& options) {
   svr.new_task_queue = [pool] { return new httplib::ThreadPool(pool); };
   svr.set_payload_max_length(static_cast<std::size_t>(options.max_body_mb * 1024 * 1024));
   svr.set_keep_alive_timeout(2);
+  // A response goes out as two writes (headers, then body): with Nagle's algorithm the body waits
+  // for the client's ACK of the headers, which the client delays (40 ms on Linux) while it waits
+  // for the body. Measured: a ResNet-18 request answered in 30 ms reached the client after 70.
+  svr.set_tcp_nodelay(true);
   // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, which lets a second server bind the
   // same port and silently take half of its connections instead of failing.
   svr.set_socket_options([](int sock) {

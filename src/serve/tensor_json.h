@@ -7,6 +7,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <cstdint>
@@ -43,14 +44,36 @@ struct TensorValues {
   std::vector<std::int64_t> i64;
 };
 
+// A parsed infer request: its tensors in the model's input order, and whether the client asked
+// for the outputs as binary data (request `parameters.binary_data_output`, or an output's
+// `parameters.binary_data`).
+struct InferRequest {
+  std::vector<TensorValues> inputs;
+  bool binary_outputs = false;
+};
+
 // The tensors of `{"inputs": [{"name", "shape", "datatype", "data"}, ...]}` in the model's input
 // order; each must be named once, with the declared datatype (FP32, or INT64 for integer
 // inputs), a shape matching the declared one (free dimensions any size >= 1, the same batch for
 // every input) and shape's element count of numbers in `data` (flat or nested).
-std::vector<TensorValues> parse_infer_request(const std::string& body, const std::vector<TensorSpec>& inputs);
+// The binary tensor data extension (Triton's, which KServe clients speak): with header_length
+// (the Inference-Header-Content-Length header) the JSON is the body's first header_length bytes,
+// and an input whose `parameters.binary_data_size` is given takes that many bytes of raw
+// little-endian values from what follows, inputs in order, instead of `data`. kNoBinary: the
+// whole body is JSON.
+constexpr std::size_t kNoBinary = static_cast<std::size_t>(-1);
+InferRequest parse_infer_request(std::string_view body, std::size_t header_length,
+                                 const std::vector<TensorSpec>& inputs);
 
-// `{"model_name", "outputs": [{"name", "shape", "datatype", "data"}]}`; non-finite values as null.
-std::string infer_response(const std::string& model, const std::vector<std::string>& names,
-                           const std::vector<TensorValues>& outputs);
+// The answer `{"model_name", "outputs": [{"name", "shape", "datatype", "data"}]}` (non-finite
+// values as null); with binary, each output has `parameters.binary_data_size` instead of `data`,
+// its raw values follow the JSON in order, and header_length is the JSON's size (for the
+// Inference-Header-Content-Length header; 0 when not binary).
+struct InferResponse {
+  std::string body;
+  std::size_t header_length = 0;
+};
+InferResponse infer_response(const std::string& model, const std::vector<std::string>& names,
+                             const std::vector<TensorValues>& outputs, bool binary);
 
 }  // namespace cpudl::serve
