@@ -104,6 +104,16 @@ bool TensorModel::batches() const {
   return options_.max_batch > 1;
 }
 
+void TensorModel::refuse_if_full() const {
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (static_cast<int>(queue_.size()) < options_.queue) return;
+  }
+  metrics_.add("cpudl_rejected_total", 1, {"queue_full"});
+  throw RequestError(429, "model '" + name_ + "': " + std::to_string(options_.queue) +
+                              " requests already wait (--queue); retry later");
+}
+
 int TensorModel::waiting() const {
   const std::lock_guard<std::mutex> lock(mutex_);
   return static_cast<int>(queue_.size());

@@ -71,6 +71,8 @@ class TensorModel {
   // models, whose preprocessing the file does not say, and for a body that is not an image.
   std::vector<std::pair<int, float>> classify(const std::string& image, int top, Clock::time_point deadline);
   int waiting() const;
+  // RequestError 429 when as many requests wait as --queue allows.
+  void refuse_if_full() const;
 
  private:
   struct Request {
