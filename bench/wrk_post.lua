@@ -7,6 +7,21 @@ wrk.body = f:read("*a")
 f:close()
 wrk.path = os.getenv("WRK_PATH")
 wrk.headers["Content-Type"] = "application/json"
+-- The binary tensor data extension: $WRK_HEADER_LENGTH is the JSON part's length.
+if os.getenv("WRK_HEADER_LENGTH") then
+  wrk.headers["Content-Type"] = "application/octet-stream"
+  wrk.headers["Inference-Header-Content-Length"] = os.getenv("WRK_HEADER_LENGTH")
+end
+
+-- Pacing: each connection waits $WRK_DELAY_MS after an answer before its next request, so that
+-- 64 connections offer a set rate (four times the saturating one) instead of resending at once
+-- whatever the answer (a closed loop that answers 429 in microseconds offers any rate).
+local delay_ms = tonumber(os.getenv("WRK_DELAY_MS") or "0")
+if delay_ms > 0 then
+  function delay()
+    return delay_ms
+  end
+end
 
 local counts = {}
 local threads = {}
@@ -35,8 +50,10 @@ function done(summary, latency, requests)
     table.insert(parts, string.format('"%d": %d', code, n))
   end
   io.write(string.format(
-    '{"requests": %d, "seconds": %.3f, "p50_ms": %.3f, "p99_ms": %.3f, "errors": %d, "status": {%s}}\n',
+    '{"requests": %d, "seconds": %.3f, "p50_ms": %.3f, "p99_ms": %.3f, "errors": %d, ' ..
+    '"error_kinds": {"connect": %d, "read": %d, "write": %d, "timeout": %d}, "status": {%s}}\n',
     summary.requests, summary.duration / 1e6, latency:percentile(50) / 1e3, latency:percentile(99) / 1e3,
     summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout,
+    summary.errors.connect, summary.errors.read, summary.errors.write, summary.errors.timeout,
     table.concat(parts, ", ")))
 end

@@ -9,6 +9,7 @@
 
 #include "cpudl/error.h"
 #include "cpudl/runtime.h"
+#include "runtime/memory_policy.h"
 
 namespace cpudl {
 
@@ -36,6 +37,13 @@ void keep_freed_memory() {
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
 }  // namespace
+
+void use_serving_memory_policy() {
+  if (std::getenv("GLIBC_TUNABLES") != nullptr) return;
+  mallopt(M_MMAP_THRESHOLD, 256 << 10);
+  mallopt(M_TRIM_THRESHOLD, 4 << 20);
+  mallopt(M_ARENA_MAX, 4);
+}
 
 const Runtime& runtime() {
   // A bad CPUDL_ISA / CPUDL_THREADS is remembered and rethrown on every call: the process must

@@ -81,6 +81,7 @@ class TensorModel {
     std::promise<std::vector<Tensor>> result;
   };
   void work();
+  void warm_up();  // a plan for every padded batch size, at start
   std::vector<Tensor> run(const std::vector<Tensor>& inputs);
 
   std::string name_;
