@@ -87,70 +87,65 @@ void q4_0_q8a_matmul__ref(const WeightMatmulArgs& a) {
   });
 }
 
-void pack_q4_0x8__ref(const void* w, std::size_t w_row_bytes, int rows, std::size_t k, Q4_0x8Block* panel) {
+namespace {
+
+// The prompt panels (kernel_types.h): row r's value c of block b at q[c / 4][r * 4 + c % 4], as
+// value(in, c) gives it for a stored block (rows past `rows`: value(nullptr, c)).
+template <class Block, class Panel, class Value>
+void pack_x8_ref(const void* w, std::size_t w_row_bytes, int rows, std::size_t k, Panel* panel, Value value) {
   for (std::size_t b = 0; b < k / 32; ++b) {
-    Q4_0x8Block& out = panel[b];
+    Panel& out = panel[b];
     for (int r = 0; r < 8; ++r) {
-      const BlockQ4_0* in =
-          r < rows ? reinterpret_cast<const BlockQ4_0*>(static_cast<const char*>(w) +
-                                                        static_cast<std::size_t>(r) * w_row_bytes) +
-                         b
-                   : nullptr;
+      const Block* in = r < rows ? reinterpret_cast<const Block*>(static_cast<const char*>(w) +
+                                                                  static_cast<std::size_t>(r) * w_row_bytes) +
+                                       b
+                                 : nullptr;
       out.d[r] = in ? fp16_to_f32(in->d) : 0.0f;
-      for (int c = 0; c < 32; ++c) {
-        const int value = !in ? 0 : c < 16 ? (in->qs[c] & 0xF) : (in->qs[c - 16] >> 4);
-        out.q[c / 4][r * 4 + c % 4] = static_cast<std::uint8_t>(value);
-      }
+      for (int c = 0; c < 32; ++c) out.q[c / 4][r * 4 + c % 4] = static_cast<std::uint8_t>(value(in, c));
     }
   }
+}
+
+// y = the panel's rows (bytes minus kBias) . the Q8 activation rows, in double.
+template <class Panel, int kBias>
+void x8_gemm_ref(const Panel* panel, std::size_t k, const void* x, std::size_t x_row_bytes,
+                 std::size_t tokens, float* y, std::size_t ldy, int rows) {
+  for (std::size_t t = 0; t < tokens; ++t) {
+    const auto* xt = reinterpret_cast<const BlockQ8A*>(static_cast<const char*>(x) + t * x_row_bytes);
+    for (int r = 0; r < rows; ++r) {
+      double s = 0;
+      for (std::size_t b = 0; b < k / 32; ++b) {
+        int sum = 0;
+        for (int c = 0; c < 32; ++c) sum += (panel[b].q[c / 4][r * 4 + c % 4] - kBias) * xt[b].qs[c];
+        s += static_cast<double>(panel[b].d[r]) * xt[b].d * sum;
+      }
+      y[t * ldy + static_cast<std::size_t>(r)] = static_cast<float>(s);
+    }
+  }
+}
+
+}  // namespace
+
+void pack_q4_0x8__ref(const void* w, std::size_t w_row_bytes, int rows, std::size_t k, Q4_0x8Block* panel) {
+  pack_x8_ref<BlockQ4_0>(w, w_row_bytes, rows, k, panel, [](const BlockQ4_0* in, int c) {
+    return !in ? 0 : c < 16 ? (in->qs[c] & 0xF) : (in->qs[c - 16] >> 4);
+  });
 }
 
 void q4_0x8_q8a_gemm__ref(const Q4_0x8Block* panel, std::size_t k, const void* x, std::size_t x_row_bytes,
                           std::size_t tokens, float* y, std::size_t ldy, int rows) {
-  for (std::size_t t = 0; t < tokens; ++t) {
-    const auto* xt = reinterpret_cast<const BlockQ8A*>(static_cast<const char*>(x) + t * x_row_bytes);
-    for (int r = 0; r < rows; ++r) {
-      double s = 0;
-      for (std::size_t b = 0; b < k / 32; ++b) {
-        int sum = 0;
-        for (int c = 0; c < 32; ++c) sum += (panel[b].q[c / 4][r * 4 + c % 4] - 8) * xt[b].qs[c];
-        s += static_cast<double>(panel[b].d[r]) * xt[b].d * sum;
-      }
-      y[t * ldy + static_cast<std::size_t>(r)] = static_cast<float>(s);
-    }
-  }
+  x8_gemm_ref<Q4_0x8Block, 8>(panel, k, x, x_row_bytes, tokens, y, ldy, rows);
 }
 
+// Q8_0: the signed bytes biased by 128.
 void pack_q8_0x8__ref(const void* w, std::size_t w_row_bytes, int rows, std::size_t k, Q8_0x8Block* panel) {
-  for (std::size_t b = 0; b < k / 32; ++b) {
-    Q8_0x8Block& out = panel[b];
-    for (int r = 0; r < 8; ++r) {
-      const BlockQ8_0* in =
-          r < rows ? reinterpret_cast<const BlockQ8_0*>(static_cast<const char*>(w) +
-                                                        static_cast<std::size_t>(r) * w_row_bytes) +
-                         b
-                   : nullptr;
-      out.d[r] = in ? fp16_to_f32(in->d) : 0.0f;
-      for (int c = 0; c < 32; ++c)
-        out.q[c / 4][r * 4 + c % 4] = static_cast<std::uint8_t>((in ? in->qs[c] : 0) + 128);
-    }
-  }
+  pack_x8_ref<BlockQ8_0>(w, w_row_bytes, rows, k, panel,
+                         [](const BlockQ8_0* in, int c) { return (in ? in->qs[c] : 0) + 128; });
 }
 
 void q8_0x8_q8a_gemm__ref(const Q8_0x8Block* panel, std::size_t k, const void* x, std::size_t x_row_bytes,
                           std::size_t tokens, float* y, std::size_t ldy, int rows) {
-  for (std::size_t t = 0; t < tokens; ++t) {
-    const auto* xt = reinterpret_cast<const BlockQ8A*>(static_cast<const char*>(x) + t * x_row_bytes);
-    for (int r = 0; r < rows; ++r) {
-      double s = 0;
-      for (std::size_t b = 0; b < k / 32; ++b) {
-        int sum = 0;
-        for (int c = 0; c < 32; ++c) sum += (panel[b].q[c / 4][r * 4 + c % 4] - 128) * xt[b].qs[c];
-        s += static_cast<double>(panel[b].d[r]) * xt[b].d * sum;
-      }
-      y[t * ldy + static_cast<std::size_t>(r)] = static_cast<float>(s);
-    }
-  }
+  x8_gemm_ref<Q8_0x8Block, 128>(panel, k, x, x_row_bytes, tokens, y, ldy, rows);
 }
 
 void q4_k_q8_k_matmul__ref(const WeightMatmulArgs& a) {
