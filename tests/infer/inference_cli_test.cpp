@@ -124,6 +124,23 @@ TEST_F(InferenceCli, BadInputsGetOneLineAndTheRightExitCode) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("cut.onnx: not a valid ONNX model"), std::string::npos) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  // Other model formats are named by their content, with what takes them, whatever the name.
+  const std::string gguf =
+      cpudl::testing::slurp(std::string(CPUDL_LLM_FIXTURES_DIR) + "/tiny-llama-q8_0.gguf");
+  std::ofstream(path("llm.onnx"), std::ios::binary) << gguf;
+  r = run("info " + path("llm.onnx"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("llm.onnx: a GGUF language model (cpudl generate"), std::string::npos) << r.err;
+  {
+    std::ofstream st(path("model.bin"), std::ios::binary);
+    const std::string header = R"({"__metadata__":{}})";
+    const std::uint64_t n = header.size();
+    st.write(reinterpret_cast<const char*>(&n), sizeof n);
+    st << header;
+  }
+  r = run("run " + path("model.bin") + " --input " + kOnnx + "lenet5_opset13.input.npy");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("model.bin: a safetensors model"), std::string::npos) << r.err;
   // A .npy that is not one.
   std::ofstream(path("junk.npy")) << "junk";
   r = run("run " + kOnnx + "lenet5_opset13.onnx --input " + path("junk.npy"));
