@@ -19,7 +19,7 @@ std::size_t dtype_size(DType dtype);
 std::string_view dtype_name(DType dtype);
 
 using Shape = std::vector<std::int64_t>;
-std::string shape_text(const Shape& shape);  // "[2, 3, 4]"
+std::string shape_text(const Shape& shape);  // "[2, 3, 4]"; a free dimension (-1) as "?"
 std::int64_t shape_numel(const Shape& shape);
 
 // Owns one 64-byte aligned allocation; views keep it alive through shared_ptr.

@@ -198,20 +198,14 @@ int run_info(const InfoOptions& o) {
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
-  auto shape_of = [](const Shape& s) {
-    std::string t = "[";
-    for (std::size_t i = 0; i < s.size(); ++i)
-      t += (i ? ", " : "") + (s[i] < 0 ? std::string("?") : std::to_string(s[i]));
-    return t + "]";
-  };
   std::printf("%s: ONNX opset %lld, made by %s\n", o.model.c_str(), static_cast<long long>(info.opset),
               info.producer.empty() ? "(unknown)" : info.producer.c_str());
   for (const auto& v : info.inputs)
     std::printf("  input  %s %s %s\n", v.name.c_str(), std::string(dtype_name(v.dtype)).c_str(),
-                shape_of(v.shape).c_str());
+                shape_text(v.shape).c_str());
   for (const auto& v : info.outputs)
     std::printf("  output %s %s %s\n", v.name.c_str(), std::string(dtype_name(v.dtype)).c_str(),
-                shape_of(v.shape).c_str());
+                shape_text(v.shape).c_str());
   std::printf("parameters: %lld\nops in the file:", static_cast<long long>(info.parameters));
   for (const auto& [op, n] : info.ops_loaded) std::printf(" %s %d", op.c_str(), n);
   std::printf("\nat batch %lld: %.3f GFLOP per inference; kernels run:", static_cast<long long>(o.batch),

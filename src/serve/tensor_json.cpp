@@ -15,13 +15,6 @@ namespace {
 using nlohmann::json;
 namespace dom = simdjson::dom;
 
-std::string shape_string(const Shape& s) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < s.size(); ++i)
-    out += (i ? ", " : "") + (s[i] < 0 ? std::string("?") : std::to_string(s[i]));
-  return out + "]";
-}
-
 const char* type_name(dom::element_type t) {
   switch (t) {
     case dom::element_type::ARRAY:
@@ -194,8 +187,8 @@ InferRequest parse_infer_request(std::string_view body, std::size_t header_lengt
     for (std::size_t d = 0; fits && d < shape.size(); ++d)
       fits = spec.shape[d] < 0 || spec.shape[d] == shape[d];
     if (!fits)
-      throw RequestError(400, field_name + ".shape: " + shape_string(shape) + ", the model takes " +
-                                  shape_string(spec.shape));
+      throw RequestError(
+          400, field_name + ".shape: " + shape_text(shape) + ", the model takes " + shape_text(spec.shape));
     if (!shape.empty()) {
       if (batch >= 0 && shape[0] != batch)
         throw RequestError(400, field_name + ".shape: every input must have the same batch");

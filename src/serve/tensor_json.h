@@ -2,7 +2,8 @@
 // against the model's inputs, and outputs written back in the same form, as plain values (the
 // server makes the tensors). Requests come from the network: every malformed field is a
 // RequestError naming it (HTTP 400), never a crash; the parser has a libFuzzer target
-// (fuzz/serve_request_fuzz.cpp), which links this file without the tensor library.
+// (fuzz/serve_request_fuzz.cpp), which links this file with only the shape helpers of
+// tensor/storage.cpp.
 #pragma once
 
 #include <stdexcept>
