@@ -26,6 +26,9 @@ packages=(
   libsimdjson-dev                       # cpudl serve's tensor requests: 150K-number JSON bodies in ms
   prometheus                            # promtool check metrics, and the test that scrapes cpudl serve
   chromium                              # headless: the test that opens cpudl serve's page
+  pybind11-dev python3-dev python3-pytest  # the Python module (build/python/cpudl) and its pytest suite,
+  python3-torch                         # which checks gradients and DLPack exchange against PyTorch 1.13
+  libdlpack-dev                         # the DLPack ABI (dlpack.h) the module exchanges tensors through
 )
 if [ "${1:-}" = "--bench" ]; then
   packages+=(libopenblas0-openmp libblis4-openmp python3 python3-numpy python3-torch python3-torchvision python3-onnx)

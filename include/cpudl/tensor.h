@@ -22,10 +22,13 @@ using Shape = std::vector<std::int64_t>;
 std::string shape_text(const Shape& shape);  // "[2, 3, 4]"; a free dimension (-1) as "?"
 std::int64_t shape_numel(const Shape& shape);
 
-// Owns one 64-byte aligned allocation; views keep it alive through shared_ptr.
+// Owns one 64-byte aligned allocation; views keep it alive through shared_ptr. Or borrows memory
+// another library owns (a NumPy array, a DLPack tensor): `owner` keeps that memory alive and is
+// released with the storage, which then frees nothing itself.
 class Storage {
  public:
   explicit Storage(std::size_t bytes);
+  Storage(void* borrowed, std::size_t bytes, std::shared_ptr<void> owner);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -35,6 +38,7 @@ class Storage {
  private:
   void* data_ = nullptr;
   std::size_t bytes_ = 0;
+  std::shared_ptr<void> owner_;  // set for borrowed memory
 };
 
 // A seeded random source (Mersenne Twister), as torch.Generator.
@@ -72,6 +76,10 @@ class Tensor {
   static Tensor from_vector(const std::vector<float>& values, const Shape& shape);
   static Tensor from_buffer(const void* data, const Shape& shape, DType dtype);  // copies
   static Tensor scalar(float value);
+  // A view of `storage` (no copy) with `strides` in elements (empty: contiguous) from element
+  // `offset`. Error on a negative stride or a view that would reach past the storage.
+  static Tensor from_storage(std::shared_ptr<Storage> storage, const Shape& shape, DType dtype,
+                             const Shape& strides = {}, std::int64_t offset = 0);
 
   // ---- properties
   bool defined() const { return impl_ != nullptr; }

@@ -64,7 +64,12 @@ std::int64_t shape_numel(const Shape& shape) {
 // blocks are reused rather than mapped afresh (runtime/block_cache.h).
 Storage::Storage(std::size_t bytes) : data_(allocate_block(bytes)), bytes_(bytes) {}
 
-Storage::~Storage() { free_block(data_, bytes_); }
+Storage::Storage(void* borrowed, std::size_t bytes, std::shared_ptr<void> owner)
+    : data_(borrowed), bytes_(bytes), owner_(std::move(owner)) {}
+
+Storage::~Storage() {
+  if (!owner_) free_block(data_, bytes_);
+}
 
 std::uint64_t Generator::next_u64() {
   std::uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);

@@ -90,6 +90,34 @@ Tensor Tensor::from_buffer(const void* data, const Shape& shape, DType dtype) {
   return t;
 }
 
+Tensor Tensor::from_storage(std::shared_ptr<Storage> storage, const Shape& shape, DType dtype,
+                            const Shape& strides, std::int64_t offset) {
+  if (!storage) throw Error("from_storage: no storage");
+  const Shape steps = strides.empty() ? contiguous_strides(shape) : strides;
+  if (steps.size() != shape.size())
+    throw Error("from_storage: " + std::to_string(steps.size()) + " strides for " +
+                std::to_string(shape.size()) + " dimensions");
+  std::int64_t last = offset;  // the highest element index the view reaches
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] < 0 || steps[d] < 0)
+      throw Error("from_storage: negative size or stride in dimension " + std::to_string(d));
+    if (shape[d] == 0) last = offset - 1;
+    if (last < offset) break;
+    last += (shape[d] - 1) * steps[d];
+  }
+  const auto elements = static_cast<std::int64_t>(storage->bytes() / dtype_size(dtype));
+  if (offset < 0 || last >= elements)
+    throw Error("from_storage: a view of " + shape_text(shape) + " reaches element " + std::to_string(last) +
+                " of a storage of " + std::to_string(elements));
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::move(storage);
+  impl->shape = shape;
+  impl->strides = steps;
+  impl->offset = offset;
+  impl->dtype = dtype;
+  return Tensor(impl);
+}
+
 const Shape& Tensor::shape() const { return checked(impl_).shape; }
 const Shape& Tensor::strides() const { return checked(impl_).strides; }
 std::int64_t Tensor::dim() const { return static_cast<std::int64_t>(shape().size()); }
