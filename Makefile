@@ -1,5 +1,5 @@
 # cpudl entry points. Each target first makes sure the Debian packages it needs are installed.
-.PHONY: deps build test test-asan demo bench bench-onnx bench-pytorch bench-llm bench-quant bench-serve clean format
+.PHONY: deps build test test-asan demo bench bench-onnx bench-pytorch bench-python bench-llm bench-quant bench-serve python-install clean format
 
 JOBS ?= $(shell nproc)
 
@@ -66,8 +66,23 @@ bench-serve: build
 	@scripts/install-deps.sh --bench
 	@/usr/bin/python3 bench/vs_serve.py --write-doc
 
+# The Python module's training loop vs `cpudl train` vs PyTorch eager, its per-call overhead, and
+# cpudl.InferenceSession vs ONNX Runtime's Node binding on resnet18 (bench/vs_python.py).
+bench-python: build
+	@scripts/install-deps.sh --bench
+	@scripts/fetch-mnist.sh data/mnist
+	@/usr/bin/python3 bench/vs_python.py --write-doc
+
 bench-llm: build
 	@/usr/bin/python3 bench/vs_llama_cpp.py --write-doc
+
+# The Python package into a virtual environment that sees Debian's numpy (and torch): no network,
+# Debian's pip and setuptools (`pip install --no-build-isolation`). Then: . $(VENV)/bin/activate
+VENV ?= build/venv
+python-install: build
+	@/usr/bin/python3 -m venv --system-site-packages $(VENV)
+	@$(VENV)/bin/pip install --no-build-isolation --no-index --no-deps -q .
+	@echo "cpudl installed into $(VENV): . $(VENV)/bin/activate && python -c 'import cpudl'"
 
 format:
 	@scripts/format.sh

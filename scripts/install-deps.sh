@@ -29,6 +29,7 @@ packages=(
   pybind11-dev python3-dev python3-pytest  # the Python module (build/python/cpudl) and its pytest suite,
   python3-torch                         # which checks gradients and DLPack exchange against PyTorch 1.13
   libdlpack-dev                         # the DLPack ABI (dlpack.h) the module exchanges tensors through
+  python3-venv python3-pip python3-setuptools python3-wheel  # make python-install, pip install . (offline)
 )
 if [ "${1:-}" = "--bench" ]; then
   packages+=(libopenblas0-openmp libblis4-openmp python3 python3-numpy python3-torch python3-torchvision python3-onnx)

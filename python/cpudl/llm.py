@@ -13,13 +13,16 @@ from . import _cpudl
 class Model:
     """A GGUF model, memory-mapped, with one context of n_ctx tokens (one generation at a time).
 
-    ``threads``: compute threads of this model's generations (None: the process default)."""
+    ``n_ctx`` None: 2048, or the model's trained context length when that is shorter.
+    ``threads``: compute threads of this model's generations (None: the process default).
+    ``cache_type``: the KV cache's element type, "f16", "f32" or "q8_0"."""
 
-    def __init__(self, path: str, n_ctx: int = 2048, threads: Optional[int] = None, cache_type: str = "f16") -> None:
+    def __init__(self, path: str, n_ctx: Optional[int] = None, threads: Optional[int] = None,
+                 cache_type: str = "f16") -> None:
         path = os.fspath(path)
         if not os.path.exists(path):
             raise FileNotFoundError(f"{path}: cannot open (No such file or directory)")
-        self._model = _cpudl._LlmModel(path, n_ctx, threads, cache_type)
+        self._model = _cpudl._LlmModel(path, n_ctx or 0, threads, cache_type)
         self.path = path
 
     @property

@@ -89,5 +89,7 @@ class CosineAnnealingLR(_Scheduler):
 
 
 class lr_scheduler:  # noqa: N801  (torch.optim.lr_scheduler's spelling)
+    """The schedules under torch.optim.lr_scheduler's names."""
+
     StepLR = StepLR
     CosineAnnealingLR = CosineAnnealingLR

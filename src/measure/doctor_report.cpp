@@ -124,5 +124,4 @@ Json doctor_json(const Runtime& rt, const std::optional<MeasuredPeaks>& peaks) {
   return j;
 }
 
-
 }  // namespace cpudl

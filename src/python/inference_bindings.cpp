@@ -4,6 +4,7 @@
 // outputs are NumPy arrays over the result tensors: no copy either way.
 #include <pybind11/stl.h>
 
+#include <chrono>
 #include <filesystem>
 #include <map>
 
@@ -21,24 +22,36 @@ struct NodeArg {
 
 const char* onnx_type_name(DType dtype) {
   switch (dtype) {
-    case DType::f32: return "tensor(float)";
-    case DType::bf16: return "tensor(bfloat16)";
-    case DType::i8: return "tensor(int8)";
-    case DType::i32: return "tensor(int32)";
-    case DType::i64: return "tensor(int64)";
-    case DType::u8: return "tensor(uint8)";
+    case DType::f32:
+      return "tensor(float)";
+    case DType::bf16:
+      return "tensor(bfloat16)";
+    case DType::i8:
+      return "tensor(int8)";
+    case DType::i32:
+      return "tensor(int32)";
+    case DType::i64:
+      return "tensor(int64)";
+    case DType::u8:
+      return "tensor(uint8)";
   }
   return "tensor(?)";
 }
 
 const char* numpy_name(DType dtype) {
   switch (dtype) {
-    case DType::f32: return "float32";
-    case DType::i8: return "int8";
-    case DType::i32: return "int32";
-    case DType::i64: return "int64";
-    case DType::u8: return "uint8";
-    case DType::bf16: break;
+    case DType::f32:
+      return "float32";
+    case DType::i8:
+      return "int8";
+    case DType::i32:
+      return "int32";
+    case DType::i64:
+      return "int64";
+    case DType::u8:
+      return "uint8";
+    case DType::bf16:
+      break;
   }
   return "float32";
 }
@@ -47,7 +60,8 @@ std::vector<NodeArg> node_args(const std::vector<ModelValue>& values) {
   std::vector<NodeArg> args;
   for (const ModelValue& v : values) {
     py::list shape;
-    for (const std::int64_t d : v.shape) shape.append(d < 0 ? py::object(py::none()) : py::object(py::int_(d)));
+    for (const std::int64_t d : v.shape)
+      shape.append(d < 0 ? py::object(py::none()) : py::object(py::int_(d)));
     args.push_back({v.name, onnx_type_name(v.dtype), shape});
   }
   return args;
@@ -77,8 +91,8 @@ class PySession {
     for (const ModelValue& in : inputs) {
       const py::str key(in.name);
       if (!feed.contains(key))
-        throw py::value_error("InferenceSession.run: missing input '" + in.name + "' (the model's inputs: " +
-                              name_list(inputs) + ")");
+        throw py::value_error("InferenceSession.run: missing input '" + in.name +
+                              "' (the model's inputs: " + name_list(inputs) + ")");
       tensors.push_back(as_tensor(feed[key], in));
     }
     if (feed.size() > inputs.size())
@@ -87,8 +101,8 @@ class PySession {
         bool known = false;
         for (const ModelValue& in : inputs) known = known || in.name == name;
         if (!known)
-          throw py::value_error("InferenceSession.run: the model has no input '" + name + "' (its inputs: " +
-                                name_list(inputs) + ")");
+          throw py::value_error("InferenceSession.run: the model has no input '" + name +
+                                "' (its inputs: " + name_list(inputs) + ")");
       }
     std::vector<Tensor> results;
     {
@@ -105,11 +119,26 @@ class PySession {
       std::size_t i = 0;
       while (i < outputs.size() && outputs[i].name != name) ++i;
       if (i == outputs.size())
-        throw py::value_error("InferenceSession.run: the model has no output '" + name + "' (its outputs: " +
-                              name_list(outputs) + ")");
+        throw py::value_error("InferenceSession.run: the model has no output '" + name +
+                              "' (its outputs: " + name_list(outputs) + ")");
       out.append(tensor_to_numpy(results[i]));
     }
     return out;
+  }
+
+  // Seconds of each of `runs` calls of the C++ run on these inputs, timed in C++: what
+  // bench/vs_python.py subtracts from run()'s time to get the Python call's own cost.
+  std::vector<double> time_cpp_runs(const py::dict& feed, int runs) {
+    std::vector<Tensor> tensors;
+    for (const ModelValue& in : session_->inputs()) tensors.push_back(as_tensor(feed[py::str(in.name)], in));
+    std::vector<double> seconds;
+    py::gil_scoped_release release;
+    for (int i = 0; i < runs; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      session_->run(tensors);
+      seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    return seconds;
   }
 
   std::vector<NodeArg> get_inputs() const { return node_args(session_->inputs()); }
@@ -120,12 +149,14 @@ class PySession {
   static Tensor as_tensor(const py::handle value, const ModelValue& in) {
     if (py::isinstance<Tensor>(value)) return value.cast<Tensor>();
     const py::dtype want(numpy_name(in.dtype));
-    py::array array = py::isinstance<py::array>(value) ? py::reinterpret_borrow<py::array>(value)
-                                                       : py::array(py::module_::import("numpy").attr("asarray")(value));
+    py::array array = py::isinstance<py::array>(value)
+                          ? py::reinterpret_borrow<py::array>(value)
+                          : py::array(py::module_::import("numpy").attr("asarray")(value));
     if (!array.dtype().is(want) || !(array.flags() & py::array::c_style) || !array.writeable()) {
       if (array.dtype().kind() != want.kind() && !(array.dtype().kind() == 'f' && want.kind() == 'f'))
         throw py::value_error("InferenceSession.run: input '" + in.name + "' is " +
-                              std::string(py::str(array.dtype())) + "; the model takes " + numpy_name(in.dtype));
+                              std::string(py::str(array.dtype())) + "; the model takes " +
+                              numpy_name(in.dtype));
       array = py::array(py::module_::import("numpy").attr("ascontiguousarray")(array, want));
       if (!array.writeable()) array = py::array(array.attr("copy")());
     }
@@ -143,15 +174,19 @@ void bind_inference(py::module_& m) {
       .def_readonly("type", &NodeArg::type)
       .def_readonly("shape", &NodeArg::shape)
       .def("__repr__", [](const NodeArg& a) {
-        return "NodeArg(name='" + a.name + "', type='" + a.type + "', shape=" + std::string(py::repr(a.shape)) + ")";
+        return "NodeArg(name='" + a.name + "', type='" + a.type +
+               "', shape=" + std::string(py::repr(a.shape)) + ")";
       });
   py::class_<PySession>(m, "InferenceSession",
                         "An ONNX model, optimised once and run with ONNX Runtime's call shape.")
       .def(py::init<const std::filesystem::path&, const py::object&, bool>(), py::arg("path"),
            py::arg("threads") = py::none(), py::arg("optimize") = true,
-           "Loads and optimises an ONNX file; `threads` is this session's compute threads (None: the default).")
-      .def("run", &PySession::run, py::arg("output_names"), py::arg("input_feed"),
-           "Runs the model: output_names (None: all) and {input name: array}; returns a list of NumPy arrays.")
+           "Loads and optimises an ONNX file; `threads` is this session's compute threads (None: the "
+           "default).")
+      .def(
+          "run", &PySession::run, py::arg("output_names"), py::arg("input_feed"),
+          "Runs the model: output_names (None: all) and {input name: array}; returns a list of NumPy arrays.")
+      .def("_time_cpp_runs", &PySession::time_cpp_runs, py::arg("input_feed"), py::arg("runs"))
       .def("get_inputs", &PySession::get_inputs)
       .def("get_outputs", &PySession::get_outputs);
 }

@@ -4,6 +4,7 @@
 // cleanly on Ctrl-C.
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
@@ -45,16 +46,25 @@ std::size_t complete_utf8_prefix(const std::string& s) {
 
 class PyModel {
  public:
-  PyModel(const std::filesystem::path& path, int n_ctx, const py::object& threads, const std::string& cache_type,
-          int batch)
+  PyModel(const std::filesystem::path& path, int n_ctx, const py::object& threads,
+          const std::string& cache_type, int batch)
       : path_(path.string()) {
     llm::ContextOptions o;
-    o.n_ctx = n_ctx;
     o.cache_type = llm::parse_cache_type(cache_type);
     o.threads = threads.is_none() ? 0 : threads.cast<int>();
     o.batch = batch;
+    {
+      py::gil_scoped_release release;
+      model_ = std::make_unique<llm::Model>(llm::Model::load(path));
+    }
+    // 0: 2048, or the model's context length when it is shorter (llama-cpp-python's habit of a
+    // fixed default, without refusing small models)
+    const int trained = model_->config().context_length;
+    if (n_ctx < 0 || (trained > 0 && n_ctx > trained))
+      throw py::value_error("n_ctx " + std::to_string(n_ctx) + " is outside 1.." + std::to_string(trained) +
+                            ", the context length " + path_ + " was trained for");
+    o.n_ctx = n_ctx > 0 ? n_ctx : (trained > 0 ? std::min(2048, trained) : 2048);
     py::gil_scoped_release release;
-    model_ = std::make_unique<llm::Model>(llm::Model::load(path));
     ctx_ = std::make_unique<llm::Context>(*model_, o);
   }
 
@@ -69,8 +79,9 @@ class PyModel {
     return utf8_text(model_->detokenize(ids));
   }
 
-  Request request(const py::object& prompt, int max_tokens, float temperature, int top_k, float top_p, float min_p,
-                  float repeat_penalty, const py::object& seed, const std::vector<std::string>& stop, bool add_bos) {
+  Request request(const py::object& prompt, int max_tokens, float temperature, int top_k, float top_p,
+                  float min_p, float repeat_penalty, const py::object& seed,
+                  const std::vector<std::string>& stop, bool add_bos) {
     Request r;
     if (py::isinstance<py::str>(prompt))
       r.prompt = model_->tokenize(prompt.cast<std::string>(), add_bos);
@@ -244,18 +255,18 @@ void bind_llm(py::module_& m) {
       .def_property_readonly("result", &Stream::result);
 
   py::class_<PyModel, std::shared_ptr<PyModel>>(m, "_LlmModel")
-      .def(py::init<const std::filesystem::path&, int, const py::object&, const std::string&, int>(), py::arg("path"),
-           py::arg("n_ctx") = 2048, py::arg("threads") = py::none(), py::arg("cache_type") = "f16",
-           py::arg("batch") = 256)
-      .def("tokenize", &PyModel::tokenize, py::arg("text"), py::arg("add_bos") = true, py::arg("special") = true)
+      .def(py::init<const std::filesystem::path&, int, const py::object&, const std::string&, int>(),
+           py::arg("path"), py::arg("n_ctx") = 0, py::arg("threads") = py::none(),
+           py::arg("cache_type") = "f16", py::arg("batch") = 256)
+      .def("tokenize", &PyModel::tokenize, py::arg("text"), py::arg("add_bos") = true,
+           py::arg("special") = true)
       .def("detokenize", &PyModel::detokenize, py::arg("ids"))
       .def("_request", &PyModel::request, py::arg("prompt"), py::arg("max_tokens"), py::arg("temperature"),
            py::arg("top_k"), py::arg("top_p"), py::arg("min_p"), py::arg("repeat_penalty"), py::arg("seed"),
            py::arg("stop"), py::arg("add_bos"))
       .def("_generate", &PyModel::generate)
-      .def("_stream", [](const std::shared_ptr<PyModel>& self, Request r) {
-        return std::make_shared<Stream>(self, std::move(r));
-      })
+      .def("_stream", [](const std::shared_ptr<PyModel>& self,
+                         Request r) { return std::make_shared<Stream>(self, std::move(r)); })
       .def("_format_chat", &PyModel::format_chat)
       .def_property_readonly("n_ctx", &PyModel::n_ctx)
       .def_property_readonly("path", &PyModel::path)

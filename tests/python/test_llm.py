@@ -1,7 +1,9 @@
 # cpudl.llm.Model against `cpudl generate` and `cpudl tokenize` on the tiny test models: greedy text,
 # streaming, chat completions, Ctrl-C-free cancellation and bad input.
 import json
+import os
 import subprocess
+import sys
 
 import pytest
 
@@ -94,3 +96,40 @@ def test_bad_llm_input(model, tmp_path):
         model.generate(3.5)
     with pytest.raises(ValueError, match="'role' and 'content'"):
         model.create_chat_completion(messages=[{"content": "no role"}])
+
+
+CTRL_C_SCRIPT = r"""
+import json, os, signal, sys, threading, time
+import cpudl
+m = cpudl.llm.Model(sys.argv[1], threads=1)
+slow = dict(max_tokens=250, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=1)  # full-vocabulary sampling: ~1 s
+start = time.perf_counter()
+m.generate("Once", **slow)
+whole = time.perf_counter() - start
+result = {"whole": whole}
+for mode in ("call", "stream"):
+    threading.Timer(whole / 4, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+    start = time.perf_counter()
+    try:
+        if mode == "call":
+            m.generate("Once", **slow)
+        else:
+            for _ in m.generate("Once", stream=True, **slow):
+                pass
+        result[mode] = None
+    except KeyboardInterrupt:
+        result[mode] = time.perf_counter() - start
+result["after"] = m.generate("Once", max_tokens=8, temperature=0)
+print(json.dumps(result))
+"""
+
+
+def test_ctrl_c_interrupts_a_generation_cleanly(model, model_path):
+    out = subprocess.run([sys.executable, "-c", CTRL_C_SCRIPT, str(model_path)], capture_output=True, text=True,
+                         timeout=120, env=dict(os.environ))
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout)
+    for mode in ("call", "stream"):
+        assert r[mode] is not None, f"{mode}: Ctrl-C did not interrupt"
+        assert r[mode] < r["whole"] * 0.75, f"{mode}: stopped after {r[mode]:.2f} s of {r['whole']:.2f} s"
+    assert r["after"] == model.generate("Once", max_tokens=8, temperature=0)

@@ -1,6 +1,9 @@
 # The tutorial's training loop written in Python lands on the weights `cpudl train` writes from the
 # same initial weights and batches, and optimisers and the data loader behave as PyTorch's.
+import os
+import pathlib
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -118,3 +121,18 @@ def test_safetensors_round_trip_is_atomic(tmp_path):
     with pytest.raises(TypeError, match="not a cpudl.Tensor"):
         cpudl.save_safetensors(path, {"a": np.zeros(3)})
     assert list(tmp_path.iterdir()) == [path]  # no temporary file left behind
+
+
+def test_the_examples_run(tmp_path, mnist_tiny, cpudl_binary, llm_fixtures):
+    root = pathlib.Path(__file__).resolve().parents[2]
+    env = dict(os.environ)
+    out = subprocess.run([sys.executable, str(root / "examples" / "train_mnist.py"), str(mnist_tiny)], cwd=tmp_path,
+                         check=True, capture_output=True, text=True, env=env).stdout
+    assert "epoch 3" in out
+    report = subprocess.run([str(cpudl_binary), "eval", "--model", str(tmp_path / "mnist_cnn.safetensors"), "--data",
+                             str(mnist_tiny)], check=True, capture_output=True, text=True).stdout
+    assert "accuracy" in report
+    out = subprocess.run([sys.executable, str(root / "examples" / "generate.py"),
+                          str(llm_fixtures / "tiny-llama-q8_0.gguf"), "Hello"], check=True, capture_output=True,
+                         text=True, env=env).stdout
+    assert out.startswith("Hello") and "usage:" in out

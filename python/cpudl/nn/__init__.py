@@ -187,12 +187,16 @@ class BatchNorm2d(_Native):
 
 
 class LayerNorm(_Native):
+    """Normalisation over the last dimensions with learned scale and shift, as torch.nn.LayerNorm."""
+
     def __init__(self, normalized_shape: Union[int, List[int]], eps: float = 1e-5) -> None:
         shape = [normalized_shape] if isinstance(normalized_shape, int) else list(normalized_shape)
         super().__init__(_cpudl._layer_norm(shape, eps), f"{shape}, eps={eps}")
 
 
 class Embedding(_Native):
+    """Rows of a [num_embeddings, embedding_dim] table picked by integer indices, as torch.nn.Embedding."""
+
     def __init__(self, num_embeddings: int, embedding_dim: int) -> None:
         super().__init__(_cpudl._embedding(num_embeddings, embedding_dim), f"{num_embeddings}, {embedding_dim}")
 
@@ -207,16 +211,22 @@ class Dropout(_Native):
 
 
 class ReLU(Module):
+    """max(x, 0), as torch.nn.ReLU."""
+
     def forward(self, x: Tensor) -> Tensor:
         return _cpudl.relu(x)
 
 
 class GELU(Module):
+    """The GELU activation, as torch.nn.GELU."""
+
     def forward(self, x: Tensor) -> Tensor:
         return _cpudl.gelu(x)
 
 
 class Flatten(Module):
+    """Flattens dimensions start_dim..end_dim into one, as torch.nn.Flatten."""
+
     def __init__(self, start_dim: int = 1, end_dim: int = -1) -> None:
         super().__init__()
         self.start_dim, self.end_dim = start_dim, end_dim
@@ -226,6 +236,8 @@ class Flatten(Module):
 
 
 class MaxPool2d(Module):
+    """Max pooling over NCHW input (stride defaults to the kernel size), as torch.nn.MaxPool2d."""
+
     def __init__(self, kernel_size: int, stride: Optional[int] = None, padding: int = 0) -> None:
         super().__init__()
         self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
@@ -238,6 +250,8 @@ class MaxPool2d(Module):
 
 
 class AdaptiveAvgPool2d(Module):
+    """Average pooling to a fixed output size (h, w), as torch.nn.AdaptiveAvgPool2d."""
+
     def __init__(self, output_size: Union[int, Tuple[int, int]]) -> None:
         super().__init__()
         self.output_size = output_size
@@ -280,6 +294,8 @@ model_names = _cpudl.model_names
 
 
 class CrossEntropyLoss(Module):
+    """Mean cross-entropy of logits [N, C] against class indices [N], as torch.nn.CrossEntropyLoss."""
+
     def __init__(self, label_smoothing: float = 0.0) -> None:
         super().__init__()
         self.label_smoothing = label_smoothing
@@ -289,5 +305,7 @@ class CrossEntropyLoss(Module):
 
 
 class MSELoss(Module):
+    """Mean squared error, as torch.nn.MSELoss."""
+
     def forward(self, input: Tensor, target: Tensor) -> Tensor:
         return _cpudl.mse_loss(input, target)
