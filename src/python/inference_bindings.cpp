@@ -7,6 +7,7 @@
 #include <chrono>
 #include <filesystem>
 #include <map>
+#include <mutex>
 
 #include "cpudl/inference.h"
 #include "python/bindings.h"
@@ -107,6 +108,9 @@ class PySession {
     std::vector<Tensor> results;
     {
       py::gil_scoped_release release;
+      // A session's plans and buffers serve one run at a time; threads sharing a session (as
+      // ONNX Runtime allows) take turns, threads with their own sessions run at once.
+      std::lock_guard lock(mutex_);
       results = session_->run(tensors);
     }
     py::list out;
@@ -133,6 +137,7 @@ class PySession {
     for (const ModelValue& in : session_->inputs()) tensors.push_back(as_tensor(feed[py::str(in.name)], in));
     std::vector<double> seconds;
     py::gil_scoped_release release;
+    std::lock_guard lock(mutex_);
     for (int i = 0; i < runs; ++i) {
       const auto start = std::chrono::steady_clock::now();
       session_->run(tensors);
@@ -164,6 +169,7 @@ class PySession {
   }
 
   std::unique_ptr<InferenceSession> session_;
+  std::mutex mutex_;
 };
 
 }  // namespace

@@ -80,6 +80,16 @@ def test_two_threads_run_two_sessions(onnx_fixtures):
             np.testing.assert_allclose(y, wants[i], rtol=1e-4, atol=1e-4)
 
 
+def test_threads_may_share_one_session(onnx_fixtures):
+    sess = cpudl.InferenceSession(onnx_fixtures / "lenet5_opset13.onnx")
+    name = sess.get_inputs()[0].name
+    x = np.load(onnx_fixtures / "lenet5_opset13.input.npy")
+    want = np.load(onnx_fixtures / "lenet5_opset13.output.npy")
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        for y in pool.map(lambda _: sess.run(None, {name: x})[0], range(40)):
+            np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+
+
 def test_resident_memory_stays_flat_over_many_calls(onnx_fixtures):
     sess = cpudl.InferenceSession(onnx_fixtures / "lenet5_opset13.onnx")
     name = sess.get_inputs()[0].name
