@@ -48,6 +48,12 @@ using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_output)>
 void record(Tensor& out, const char* name, const std::vector<Tensor>& inputs, BackwardFn backward);
 // Live autograd nodes in the process (a leak check for tests).
 std::int64_t live_nodes();
+// Called on the thread running backward() when a leaf's gradient for that pass is complete (its
+// accumulation ran, once per pass), with the leaf: data-parallel training starts summing that
+// gradient over the ranks there, while the rest of the backward pass runs. One hook per thread;
+// an empty function removes it.
+using GradientReadyHook = std::function<void(const Tensor& leaf)>;
+void set_gradient_ready_hook(GradientReadyHook hook);
 }  // namespace autograd
 
 }  // namespace cpudl

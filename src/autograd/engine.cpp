@@ -13,6 +13,7 @@ namespace cpudl {
 
 namespace {
 thread_local bool g_grad_enabled = true;
+thread_local autograd::GradientReadyHook g_gradient_ready;
 std::atomic<std::int64_t> g_live_nodes{0};
 
 // A node whose backward is a function of the output gradient (most ops).
@@ -64,6 +65,7 @@ class AccumulateGrad final : public Node {
       } else {
         add_(Tensor(leaf->grad), grad);  // in place: optimisers may hold this buffer
       }
+      if (g_gradient_ready) g_gradient_ready(Tensor(leaf));
     }
     return {};
   }
@@ -85,6 +87,8 @@ std::shared_ptr<Node> gradient_edge(const Tensor& t) {
 }
 
 }  // namespace
+
+void autograd::set_gradient_ready_hook(GradientReadyHook hook) { g_gradient_ready = std::move(hook); }
 
 NoGradGuard::NoGradGuard() : previous_(g_grad_enabled) { g_grad_enabled = false; }
 NoGradGuard::~NoGradGuard() { g_grad_enabled = previous_; }

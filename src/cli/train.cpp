@@ -84,14 +84,11 @@ int run_train(TrainOptions& o) {
   };
   cb.epoch = [&](const train::EpochReport& e) {
     if (o.json) {
-      std::printf("%s\n", nlohmann::ordered_json{{"epoch", e.epoch},
-                                                 {"loss", e.loss},
-                                                 {"test_loss", e.test_loss},
-                                                 {"test_accuracy", e.test_accuracy},
-                                                 {"seconds", e.seconds},
-                                                 {"images_per_second", e.images_per_second}}
-                              .dump()
-                              .c_str());
+      nlohmann::ordered_json j{{"epoch", e.epoch},         {"loss", e.loss},
+                               {"test_loss", e.test_loss}, {"test_accuracy", e.test_accuracy},
+                               {"seconds", e.seconds},     {"images_per_second", e.images_per_second}};
+      if (e.allreduce_wait_seconds > 0) j["allreduce_wait_seconds"] = e.allreduce_wait_seconds;
+      std::printf("%s\n", j.dump().c_str());
     } else {
       std::printf("%sepoch %d: loss %.4f, test loss %.4f, test accuracy %.2f%%, %.1f s, %.0f images/s\n",
                   tty ? "\r\033[K" : "", e.epoch, e.loss, e.test_loss, 100 * e.test_accuracy, e.seconds,
@@ -101,7 +98,7 @@ int run_train(TrainOptions& o) {
   };
   train::Summary s;
   const int code = train::run(c, cb, s);
-  if (code != 0) return code;
+  if (code != 0 || !s.leader) return code;  // under MPI, rank 0 reports for all
   if (o.json) {
     std::printf("%s\n", nlohmann::ordered_json{{"summary", true},
                                                {"model", s.model},
@@ -112,17 +109,19 @@ int run_train(TrainOptions& o) {
                                                {"peak_memory_bytes", s.peak_memory_bytes},
                                                {"parameters", s.parameters},
                                                {"threads", compute_threads()},
+                                               {"ranks", s.ranks},
                                                {"out", o.out}}
                             .dump()
                             .c_str());
   } else {
     std::printf(
-        "trained %s (%lld parameters) on %d threads: %.2f s/epoch, %.0f images/s, test accuracy %.2f%%, peak "
-        "memory %.1f MiB\n"
+        "trained %s (%lld parameters) on %s%d threads: %.2f s/epoch, %.0f images/s, test accuracy %.2f%%, "
+        "peak memory %.1f MiB\n"
         "saved %s\n",
-        s.model.c_str(), static_cast<long long>(s.parameters), compute_threads(), s.seconds_per_epoch,
-        s.images_per_second, 100 * s.test_accuracy, static_cast<double>(s.peak_memory_bytes) / (1 << 20),
-        o.out.c_str());
+        s.model.c_str(), static_cast<long long>(s.parameters),
+        s.ranks > 1 ? (std::to_string(s.ranks) + " ranks x ").c_str() : "", compute_threads(),
+        s.seconds_per_epoch, s.images_per_second, 100 * s.test_accuracy,
+        static_cast<double>(s.peak_memory_bytes) / (1 << 20), o.out.c_str());
   }
   if (op_profiling_enabled()) print_op_profile(0, 0.0);  // training and evaluation passes together
   return 0;
@@ -164,6 +163,9 @@ void add_train_command(CLI::App& app, Action& action) {
   t->add_option("--log-every", o->log_every, "Also report the loss every N steps")
       ->check(CLI::NonNegativeNumber);
   t->add_flag("--json", o->json, "One JSON object per epoch and a final summary, on stdout");
+  t->add_flag("--distributed", o->config.distributed,
+              "Data-parallel over MPI (on by itself under mpirun with several ranks; this makes it an error "
+              "elsewhere). --batch stays the global batch");
   t->callback([&action, o, t] {
     // Which settings were given, so that a resumed run can tell a repeated flag from a default.
     for (const char* flag : {"--model", "--epochs", "--batch", "--optimizer", "--lr", "--momentum",

@@ -12,6 +12,7 @@
 #include "cpudl/error.h"
 #include "cpudl/io.h"
 #include "cpudl/optim.h"
+#include "train/distributed.h"
 
 namespace cpudl::train {
 
@@ -183,15 +184,25 @@ Tensor prepare_image(const ModelFile& m, Tensor img, const std::string& what) {
   return x;
 }
 
-int run(const TrainConfig& config_in, const Callbacks& cb, Summary& summary) {
+int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summary) {
   TrainConfig c = config_in;
   if (c.epochs < 1) throw UsageError("--epochs must be at least 1");
   if (c.batch < 1) throw UsageError("--batch must be at least 1");
   if (!(c.lr > 0)) throw UsageError("--lr must be positive");
   if (c.out.empty()) throw UsageError("--out FILE is required");
-  check_writable(c.out, "--out");
+  const std::unique_ptr<Communicator> comm = Communicator::open(c.distributed);
+  const bool leader = !comm || comm->leader();
+  // Only rank 0 reports and writes files: the other ranks get no callbacks.
+  const Callbacks cb = leader ? callbacks : Callbacks{};
+  summary.ranks = comm ? comm->size() : 1;
+  summary.leader = leader;
+  if (comm && c.batch < comm->size())
+    throw UsageError("--batch " + std::to_string(c.batch) + " is smaller than the " +
+                     std::to_string(comm->size()) +
+                     " ranks: each rank needs at least one sample of every batch");
+  if (leader) check_writable(c.out, "--out");
   if (c.checkpoint.empty()) c.checkpoint = c.out.string() + ".ckpt";
-  check_writable(c.checkpoint, "--checkpoint");
+  if (leader) check_writable(c.checkpoint, "--checkpoint");
   // The checkpoint may be the one resumed from (it is rewritten as the run goes on); the model
   // file may not replace what the run starts from.
   io::require_output_is_not_an_input(c.out, {c.init, c.resume}, "--out");
@@ -285,6 +296,35 @@ int run(const TrainConfig& config_in, const Callbacks& cb, Summary& summary) {
               std::to_string(start_step));
   }
 
+  const std::vector<Tensor> params = model->parameters();
+  if (comm) {
+    // Every rank runs the same command (one line names a differing flag), and starts from rank 0's
+    // weights, optimiser state and random state, whatever --init or --resume each one read.
+    std::uint64_t labels_hash = hash_tensors({train_set.labels.contiguous()});
+    comm->require_same_settings(
+        {{"--model", c.model},
+         {"--optimizer", c.optimizer},
+         {"--lr", std::to_string(c.lr)},
+         {"--momentum", std::to_string(c.momentum)},
+         {"--weight-decay", std::to_string(c.weight_decay)},
+         {"--batch", std::to_string(c.batch)},
+         {"--seed", std::to_string(c.seed)},
+         {"--no-shuffle", c.shuffle ? "1" : "0"},
+         {"--epochs", std::to_string(c.epochs)},
+         {"--data", std::to_string(train_set.labels.numel()) + ":" + std::to_string(labels_hash)},
+         {"--resume", std::to_string(start_epoch) + ":" + std::to_string(start_step)}});
+    std::vector<Tensor> state;
+    for (const auto& [name, t] : model->state_dict()) state.push_back(t);
+    for (const auto& [name, t] : opt->state_dict()) state.push_back(t);
+    comm->broadcast(state);
+    std::uint64_t rng = default_generator().state();
+    comm->broadcast(rng);
+    default_generator().seed(rng);
+    if (cb.info)
+      cb.info("data-parallel on " + std::to_string(comm->size()) +
+              " ranks: each takes a shard of every batch of " + std::to_string(c.batch));
+  }
+
   const bool images = train_set.images.dim() == 4;
   data::LoaderOptions lo;
   lo.batch = c.batch;
@@ -340,15 +380,39 @@ int run(const TrainConfig& config_in, const Callbacks& cb, Summary& summary) {
     loader.start_epoch(epoch, first_step);
     model->train();
     const auto start = Clock::now();
-    double loss_sum = 0, images_seen = 0;
+    double loss_sum = 0, images_seen = 0, communication_wait = 0;
     Tensor x, y;
     for (std::int64_t step = first_step; loader.next(x, y); ++step) {
       opt->zero_grad();
-      Tensor loss = cross_entropy(model->forward(x), y);
-      loss.backward();
+      float l = 0;
+      bool stop = g_stop_signal != 0;
+      if (!comm) {
+        Tensor loss = cross_entropy(model->forward(x), y);
+        loss.backward();
+        l = loss.item();
+      } else {
+        // This rank's shard of the global batch; its mean loss weighs by its share, so the summed
+        // gradients are those of the whole batch's mean loss.
+        const std::int64_t n = x.size(0), r = comm->rank(), ranks = comm->size();
+        const std::int64_t begin = n * r / ranks, end = n * (r + 1) / ranks;
+        const float share = static_cast<float>(end - begin) / static_cast<float>(n);
+        comm->begin_gradient_sum(params, share);  // each gradient's sum starts as backward completes it
+        if (end > begin) {
+          Tensor loss = cross_entropy(model->forward(x.slice(0, begin, end)), y.slice(0, begin, end));
+          loss.backward();
+          l = loss.item() * share;
+        }
+        communication_wait += comm->finish_gradient_sum();
+        // The batch's loss, and whether any rank was asked to stop: all ranks stop at the same step.
+        std::vector<double> shared{l, stop ? 1.0 : 0.0};
+        comm->sum(shared);
+        l = static_cast<float>(shared[0]);
+        stop = shared[1] > 0;
+      }
       opt->step();
       ++global_step;
-      const float l = loss.item();
+      if (comm && global_step % std::max<std::int64_t>(c.weight_check_every, 1) == 0)
+        comm->require_same_weights(params, global_step);
       if (!std::isfinite(l))
         throw Error("the loss became " + std::to_string(l) + " at epoch " + std::to_string(epoch) +
                     ", step " + std::to_string(step + 1) + ": lower --lr");
@@ -359,31 +423,37 @@ int run(const TrainConfig& config_in, const Callbacks& cb, Summary& summary) {
         cb.step(
             {epoch, c.epochs, step + 1, steps_per_epoch, l, images_seen / std::max(seconds, 1e-9), seconds});
       if (c.stop_after >= 0 && global_step == c.stop_after) std::raise(SIGTERM);
-      if (g_stop_signal) {
+      if (g_stop_signal) stop = true;
+      if (comm && stop && !g_stop_signal) g_stop_signal = SIGTERM;  // another rank's signal
+      if (stop) {
         const int signal = g_stop_signal;
-        write_checkpoint(epoch, step + 1);
+        if (leader) write_checkpoint(epoch, step + 1);
         if (cb.info)
           cb.info("stopped by signal " + std::to_string(signal) + ": checkpoint " + c.checkpoint.string() +
                   " (resume with --resume); " + c.out.string() + " not written");
         return 128 + signal;
       }
-      if (c.checkpoint_every > 0 && global_step % c.checkpoint_every == 0) write_checkpoint(epoch, step + 1);
+      if (leader && c.checkpoint_every > 0 && global_step % c.checkpoint_every == 0)
+        write_checkpoint(epoch, step + 1);
     }
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     total_seconds += seconds;
     total_images += images_seen;
-    const Evaluation ev = evaluate(*model, test_set, train_set.classes);
-    write_checkpoint(epoch + 1, 0);
+    if (comm) comm->require_same_weights(params, global_step);
+    // Evaluation and checkpoints are rank 0's: the others go on to the next epoch's first
+    // collective and wait there.
+    const Evaluation ev = leader ? evaluate(*model, test_set, train_set.classes) : Evaluation{};
+    if (leader) write_checkpoint(epoch + 1, 0);
     if (cb.epoch)
       cb.epoch({epoch, loss_sum / std::max(images_seen, 1.0), ev.accuracy, ev.loss, seconds,
-                images_seen / std::max(seconds, 1e-9)});
+                images_seen / std::max(seconds, 1e-9), communication_wait});
     summary.test_accuracy = ev.accuracy;
     ++summary.epochs_run;
   }
   summary.images_per_second = total_images / std::max(total_seconds, 1e-9);
   summary.seconds_per_epoch = total_seconds / std::max(summary.epochs_run, 1);
   summary.peak_memory_bytes = peak_memory_bytes();
-  io::save_safetensors(c.out, model->state_dict(), model_metadata);
+  if (leader) io::save_safetensors(c.out, model->state_dict(), model_metadata);
   return 0;
 }
 

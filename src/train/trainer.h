@@ -33,6 +33,10 @@ struct TrainConfig {
   std::int64_t checkpoint_every = 0;  // steps; 0 = only at epoch ends and on signals
   int workers = 1;                    // data-loading threads
   std::int64_t stop_after = -1;       // testing: raise SIGTERM after this many steps
+  // Data-parallel over MPI: on whenever mpirun started more than one rank; `distributed` demands
+  // it (an error outside MPI). `batch` stays the global batch, each rank taking a shard of it.
+  bool distributed = false;
+  std::int64_t weight_check_every = 100;  // steps between comparisons of the ranks' weights
 };
 
 struct StepProgress {
@@ -45,6 +49,9 @@ struct StepProgress {
 struct EpochReport {
   int epoch;
   double loss, test_accuracy, test_loss, seconds, images_per_second;
+  // Data-parallel: seconds the epoch waited for gradient sums after backward (what the overlap did
+  // not hide); 0 on one process.
+  double allreduce_wait_seconds = 0;
 };
 
 struct Summary {
@@ -52,6 +59,8 @@ struct Summary {
   double test_accuracy = 0, images_per_second = 0, seconds_per_epoch = 0;
   std::int64_t peak_memory_bytes = 0, parameters = 0;
   int epochs_run = 0;
+  int ranks = 1;       // MPI ranks that trained together
+  bool leader = true;  // this process reports and writes files (rank 0)
 };
 
 struct Callbacks {
