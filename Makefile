@@ -1,5 +1,5 @@
 # cpudl entry points. Each target first makes sure the Debian packages it needs are installed.
-.PHONY: deps build test test-asan demo bench bench-onnx bench-pytorch bench-python bench-llm bench-quant bench-serve python-install clean format
+.PHONY: deps build test test-asan demo bench bench-onnx bench-pytorch bench-python bench-distributed bench-llm bench-quant bench-serve python-install clean format
 
 JOBS ?= $(shell nproc)
 
@@ -72,6 +72,11 @@ bench-python: build
 	@scripts/install-deps.sh --bench
 	@scripts/fetch-mnist.sh data/mnist
 	@/usr/bin/python3 bench/vs_python.py --write-doc
+
+# Allreduce between two MPI ranks, the one-core training step of resnet18 and simplecnn, and the
+# projected scaling of data-parallel training on 8-64 nodes (bench/distributed_cost.py).
+bench-distributed: build
+	@/usr/bin/python3 bench/distributed_cost.py --write-doc
 
 bench-llm: build
 	@/usr/bin/python3 bench/vs_llama_cpp.py --write-doc

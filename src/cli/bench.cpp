@@ -355,6 +355,7 @@ void add_bench_command(CLI::App& app, Action& action) {
   conv->callback([&action, options] { action = [options] { return run_conv(*options); }; });
   add_bench_model_command(*bench, action);
   add_bench_llm_command(*bench, action);
+  add_bench_allreduce_command(*bench, action);
 }
 
 }  // namespace cpudl::cli

@@ -97,6 +97,7 @@ int run_model_bench(const ModelBenchOptions& o) {
                                                {"optimizer", o.train ? o.optimizer : ""},
                                                {"batch", o.batch},
                                                {"image_size", size},
+                                               {"parameters", model->parameter_count()},
                                                {"threads", threads},
                                                {"images_per_second", static_cast<double>(o.batch) / median},
                                                {"ms_per_step", median * 1e3},

@@ -163,13 +163,20 @@ void add_train_command(CLI::App& app, Action& action) {
   t->add_option("--log-every", o->log_every, "Also report the loss every N steps")
       ->check(CLI::NonNegativeNumber);
   t->add_flag("--json", o->json, "One JSON object per epoch and a final summary, on stdout");
+  t->add_option("--accumulate", o->config.accumulate,
+                "Gradient accumulation: K micro-batches of batch/K, one optimiser step (default 1)")
+      ->check(CLI::Range(1, 1 << 20));
+  t->add_option(
+       "--precision", o->config.precision,
+       "fp32 (default) or bf16: convolutions and linear layers in bf16 as torch.autocast, weights f32")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   t->add_flag("--distributed", o->config.distributed,
               "Data-parallel over MPI (on by itself under mpirun with several ranks; this makes it an error "
               "elsewhere). --batch stays the global batch");
   t->callback([&action, o, t] {
     // Which settings were given, so that a resumed run can tell a repeated flag from a default.
     for (const char* flag : {"--model", "--epochs", "--batch", "--optimizer", "--lr", "--momentum",
-                             "--weight-decay", "--seed", "--no-shuffle"})
+                             "--weight-decay", "--seed", "--no-shuffle", "--accumulate", "--precision"})
       if (t->count(flag) > 0) o->config.given.insert(flag);
     action = [o] { return run_train(*o); };
   });

@@ -66,15 +66,18 @@ struct Communicator::Step {
     require_contiguous(grad, "gradient");
     float* d = grad.data();
     const std::int64_t n = grad.numel();
-    if (n > std::numeric_limits<int>::max()) throw Error("distributed training: a gradient of over 2^31 elements");
+    if (n > std::numeric_limits<int>::max())
+      throw Error("distributed training: a gradient of over 2^31 elements");
     for (std::int64_t j = 0; j < n; ++j) d[j] *= scale;
     started[i] = true;
-    check(MPI_Iallreduce(MPI_IN_PLACE, d, static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &requests[i]),
+    check(MPI_Iallreduce(MPI_IN_PLACE, d, static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
+                         &requests[i]),
           "allreduce");
     // Open MPI moves non-blocking collectives forward inside MPI calls: each new gradient also
     // advances the ones already in flight.
     int done = 0;
-    check(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE), "allreduce");
+    check(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE),
+          "allreduce");
   }
 };
 
@@ -111,7 +114,8 @@ double Communicator::finish_gradient_sum() {
       s.start(i, g);
     }
   const auto start = std::chrono::steady_clock::now();
-  check(MPI_Waitall(static_cast<int>(s.requests.size()), s.requests.data(), MPI_STATUSES_IGNORE), "allreduce");
+  check(MPI_Waitall(static_cast<int>(s.requests.size()), s.requests.data(), MPI_STATUSES_IGNORE),
+        "allreduce");
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
@@ -172,7 +176,8 @@ std::vector<std::uint64_t> Communicator::gather(std::uint64_t value) const {
   return all;
 }
 
-void Communicator::require_same_settings(const std::vector<std::pair<std::string, std::string>>& settings) const {
+void Communicator::require_same_settings(
+    const std::vector<std::pair<std::string, std::string>>& settings) const {
   // One hash per setting, gathered: every rank learns which setting differs, and on which rank.
   for (const auto& [flag, value] : settings) {
     std::uint64_t h = 1469598103934665603ull;

@@ -4,8 +4,10 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <sstream>
 
 #include "cpudl/autograd.h"
@@ -190,6 +192,20 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
   if (c.batch < 1) throw UsageError("--batch must be at least 1");
   if (!(c.lr > 0)) throw UsageError("--lr must be positive");
   if (c.out.empty()) throw UsageError("--out FILE is required");
+  if (c.accumulate < 1 || c.batch % c.accumulate != 0)
+    throw UsageError("--accumulate " + std::to_string(c.accumulate) + " does not divide --batch " +
+                     std::to_string(c.batch) + " into equal micro-batches");
+  if (c.precision != "fp32" && c.precision != "bf16") throw UsageError("--precision must be fp32 or bf16");
+  // bf16: convolutions and linear layers forward and backward in bf16 as torch.autocast, weights
+  // and optimiser state in f32 (no loss scaling: bf16 has f32's exponent range).
+  std::optional<Bf16Autocast> autocast;
+  if (c.precision == "bf16") {
+    try {
+      autocast.emplace();
+    } catch (const Error& e) {
+      throw UsageError(std::string("--precision ") + e.what());
+    }
+  }
   const std::unique_ptr<Communicator> comm = Communicator::open(c.distributed);
   const bool leader = !comm || comm->leader();
   // Only rank 0 reports and writes files: the other ranks get no callbacks.
@@ -214,6 +230,8 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
   std::int64_t start_step = 0, global_step = 0;
   if (!c.resume.empty()) {
     ckpt = io::load_safetensors(c.resume);
+    ckpt.metadata.emplace("accumulate", "1");  // checkpoints from before these settings
+    ckpt.metadata.emplace("precision", "fp32");
     const auto& md = ckpt.metadata;
     auto need = [&](const char* key) {
       const auto it = md.find(key);
@@ -236,7 +254,9 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
                     {"--weight-decay", "weight_decay", std::to_string(c.weight_decay)},
                     {"--batch", "batch", std::to_string(c.batch)},
                     {"--seed", "seed", std::to_string(c.seed)},
-                    {"--no-shuffle", "shuffle", c.shuffle ? "1" : "0"}};
+                    {"--no-shuffle", "shuffle", c.shuffle ? "1" : "0"},
+                    {"--accumulate", "accumulate", std::to_string(c.accumulate)},
+                    {"--precision", "precision", c.precision}};
     for (const auto& s : settings)
       if (c.given.count(s.flag) && need(s.key) != s.value)
         throw UsageError(std::string(s.flag) + " " + s.value + " differs from the checkpoint's " +
@@ -250,6 +270,8 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
     c.batch = std::stoll(need("batch"));
     c.seed = std::stoull(need("seed"));
     c.shuffle = need("shuffle") == "1";
+    c.accumulate = std::stoll(need("accumulate"));
+    c.precision = need("precision");
     start_epoch = std::stoi(need("epoch"));
     start_step = std::stoll(need("step_in_epoch"));
     global_step = std::stoll(need("global_step"));
@@ -311,6 +333,8 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
          {"--seed", std::to_string(c.seed)},
          {"--no-shuffle", c.shuffle ? "1" : "0"},
          {"--epochs", std::to_string(c.epochs)},
+         {"--accumulate", std::to_string(c.accumulate)},
+         {"--precision", c.precision},
          {"--data", std::to_string(train_set.labels.numel()) + ":" + std::to_string(labels_hash)},
          {"--resume", std::to_string(start_epoch) + ":" + std::to_string(start_step)}});
     std::vector<Tensor> state;
@@ -365,6 +389,8 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
     md["batch"] = std::to_string(c.batch);
     md["seed"] = std::to_string(c.seed);
     md["shuffle"] = c.shuffle ? "1" : "0";
+    md["accumulate"] = std::to_string(c.accumulate);
+    md["precision"] = c.precision;
     md["epoch"] = std::to_string(epoch);
     md["epochs"] = std::to_string(c.epochs);
     md["step_in_epoch"] = std::to_string(step_in_epoch);
@@ -384,29 +410,35 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
     Tensor x, y;
     for (std::int64_t step = first_step; loader.next(x, y); ++step) {
       opt->zero_grad();
-      float l = 0;
-      bool stop = g_stop_signal != 0;
-      if (!comm) {
-        Tensor loss = cross_entropy(model->forward(x), y);
+      // The rows this process trains on (the batch, or under MPI this rank's shard of it), in
+      // --accumulate micro-batches whose losses weigh by their share, so that the summed
+      // gradients are those of the batch's mean loss.
+      const std::int64_t n = x.size(0);
+      const std::int64_t begin = comm ? n * comm->rank() / comm->size() : 0;
+      const std::int64_t end = comm ? n * (comm->rank() + 1) / comm->size() : n;
+      const std::int64_t rows = end - begin;
+      const float share = static_cast<float>(rows) / static_cast<float>(n);
+      const std::int64_t parts = std::clamp<std::int64_t>(rows, 1, c.accumulate);
+      double l = 0;
+      for (std::int64_t k = 0; k < parts; ++k) {
+        const std::int64_t a = begin + rows * k / parts, b = begin + rows * (k + 1) / parts;
+        // Under MPI, each gradient's sum over the ranks starts as the last backward completes it.
+        if (comm && k == parts - 1) comm->begin_gradient_sum(params, share);
+        if (b == a) continue;
+        const bool whole = a == 0 && b == n;
+        Tensor loss =
+            cross_entropy(model->forward(whole ? x : x.slice(0, a, b)), whole ? y : y.slice(0, a, b));
+        if (parts > 1) loss = mul(loss, static_cast<float>(b - a) / static_cast<float>(rows));
         loss.backward();
-        l = loss.item();
-      } else {
-        // This rank's shard of the global batch; its mean loss weighs by its share, so the summed
-        // gradients are those of the whole batch's mean loss.
-        const std::int64_t n = x.size(0), r = comm->rank(), ranks = comm->size();
-        const std::int64_t begin = n * r / ranks, end = n * (r + 1) / ranks;
-        const float share = static_cast<float>(end - begin) / static_cast<float>(n);
-        comm->begin_gradient_sum(params, share);  // each gradient's sum starts as backward completes it
-        if (end > begin) {
-          Tensor loss = cross_entropy(model->forward(x.slice(0, begin, end)), y.slice(0, begin, end));
-          loss.backward();
-          l = loss.item() * share;
-        }
+        l += loss.item();
+      }
+      bool stop = g_stop_signal != 0;
+      if (comm) {
         communication_wait += comm->finish_gradient_sum();
         // The batch's loss, and whether any rank was asked to stop: all ranks stop at the same step.
-        std::vector<double> shared{l, stop ? 1.0 : 0.0};
+        std::vector<double> shared{l * share, stop ? 1.0 : 0.0};
         comm->sum(shared);
-        l = static_cast<float>(shared[0]);
+        l = shared[0];
         stop = shared[1] > 0;
       }
       opt->step();
@@ -416,12 +448,12 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
       if (!std::isfinite(l))
         throw Error("the loss became " + std::to_string(l) + " at epoch " + std::to_string(epoch) +
                     ", step " + std::to_string(step + 1) + ": lower --lr");
-      loss_sum += static_cast<double>(l) * static_cast<double>(x.size(0));
+      loss_sum += l * static_cast<double>(x.size(0));
       images_seen += static_cast<double>(x.size(0));
       const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
       if (cb.step)
-        cb.step(
-            {epoch, c.epochs, step + 1, steps_per_epoch, l, images_seen / std::max(seconds, 1e-9), seconds});
+        cb.step({epoch, c.epochs, step + 1, steps_per_epoch, static_cast<float>(l),
+                 images_seen / std::max(seconds, 1e-9), seconds});
       if (c.stop_after >= 0 && global_step == c.stop_after) std::raise(SIGTERM);
       if (g_stop_signal) stop = true;
       if (comm && stop && !g_stop_signal) g_stop_signal = SIGTERM;  // another rank's signal

@@ -36,6 +36,8 @@ struct TrainConfig {
   // Data-parallel over MPI: on whenever mpirun started more than one rank; `distributed` demands
   // it (an error outside MPI). `batch` stays the global batch, each rank taking a shard of it.
   bool distributed = false;
+  std::int64_t accumulate = 1;            // micro-batches per optimiser step (gradient accumulation)
+  std::string precision = "fp32";         // or "bf16": autocast for convolutions and linear layers
   std::int64_t weight_check_every = 100;  // steps between comparisons of the ranks' weights
 };
 

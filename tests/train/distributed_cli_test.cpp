@@ -9,12 +9,14 @@
 
 #include "cli_sandbox.h"
 #include "cpudl/io.h"
+#include "named_tensors.h"
 
 namespace {
 
 const std::string kTiny = std::string(CPUDL_FIXTURES_DIR) + "/../golden/mnist_tiny";
 
 using Result = cpudl::testing::CliResult;
+using cpudl::testing::worst_relative_difference;
 
 bool have_mpirun() { return std::system("command -v mpirun >/dev/null 2>&1") == 0; }
 
@@ -32,34 +34,18 @@ class DistributedCli : public cpudl::testing::CliSandbox {
   }
   std::string train_args(const std::string& out, const std::string& extra = "--epochs 1") {
     return std::string(CPUDL_BINARY) + " train --model simplecnn --data " + kTiny + " --init " + kTiny +
-           "/simplecnn_init.safetensors --no-shuffle --batch 32 --threads 1 --json --out " + out + " " + extra;
+           "/simplecnn_init.safetensors --no-shuffle --batch 32 --threads 1 --json --out " + out + " " +
+           extra;
   }
 };
 
-// ||a - b|| / ||a|| tensor by tensor, the worst of them. (Element-wise, Adam magnifies the sign of
-// gradients that round to about zero: one process on 1 and on 2 threads differs by 3e-4 of the
-// largest weight in a few elements, and by 2.4e-6 in this norm.)
-double worst_relative_difference(const std::string& a_path, const std::string& b_path) {
-  const auto a = cpudl::io::load_safetensors(a_path), b = cpudl::io::load_safetensors(b_path);
-  EXPECT_EQ(a.tensors.size(), b.tensors.size());
-  double worst = 0;
-  for (std::size_t i = 0; i < a.tensors.size() && i < b.tensors.size(); ++i) {
-    const auto x = a.tensors[i].second.to_vector(), y = b.tensors[i].second.to_vector();
-    double diff = 0, norm = 1e-30;
-    for (std::size_t j = 0; j < x.size(); ++j) {
-      diff += (static_cast<double>(x[j]) - y[j]) * (static_cast<double>(x[j]) - y[j]);
-      norm += static_cast<double>(x[j]) * x[j];
-    }
-    worst = std::max(worst, std::sqrt(diff / norm));
-  }
-  return worst;
-}
-
 TEST_F(DistributedCli, TwoRanksLandOnTheWeightsOfOneProcess) {
-  if (!have_mpirun()) GTEST_SKIP() << "mpirun is not installed (openmpi-bin; scripts/install-deps.sh installs it)";
-  const Result single = run("train --model simplecnn --data " + kTiny + " --init " + kTiny +
-                            "/simplecnn_init.safetensors --no-shuffle --batch 32 --epochs 1 --threads 1 --out " +
-                            path("single.safetensors"));
+  if (!have_mpirun())
+    GTEST_SKIP() << "mpirun is not installed (openmpi-bin; scripts/install-deps.sh installs it)";
+  const Result single =
+      run("train --model simplecnn --data " + kTiny + " --init " + kTiny +
+          "/simplecnn_init.safetensors --no-shuffle --batch 32 --epochs 1 --threads 1 --out " +
+          path("single.safetensors"));
   ASSERT_EQ(single.exit_code, 0) << single.err;
   const Result two = mpirun(2, train_args(path("two.safetensors")));
   ASSERT_EQ(two.exit_code, 0) << two.err << two.out;
@@ -88,14 +74,21 @@ TEST_F(DistributedCli, ALostRankEndsTheJobAndTheCheckpointResumes) {
   const std::string out = path("k.safetensors"), ckpt = out + ".ckpt";
   const std::string script =
       "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
-      "timeout 120 mpirun -np 2 " + train_args(out, "--epochs 400 --checkpoint-every 3") + " >" + path("out.txt") +
-      " 2>" + path("err.txt") + " & job=$!\n"
-      "for i in $(seq 600); do [ -f " + ckpt + " ] && break; sleep 0.1; done\n"
-      "for p in $(pgrep -f 'train --model simplecnn.*" + out + "'); do\n"
+      "timeout 120 mpirun -np 2 " +
+      train_args(out, "--epochs 400 --checkpoint-every 3") + " >" + path("out.txt") + " 2>" +
+      path("err.txt") +
+      " & job=$!\n"
+      "for i in $(seq 600); do [ -f " +
+      ckpt +
+      " ] && break; sleep 0.1; done\n"
+      "for p in $(pgrep -f 'train --model simplecnn.*" +
+      out +
+      "'); do\n"
       "  tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && kill -9 $p\n"
       "done\n"
       "start=$(date +%s%N); wait $job; code=$?; end=$(date +%s%N)\n"
-      "echo $code $(( (end - start) / 1000000 )) > " + path("result.txt") + "\n";
+      "echo $code $(( (end - start) / 1000000 )) > " +
+      path("result.txt") + "\n";
   std::ofstream(path("kill.sh")) << script;
   ASSERT_EQ(std::system(("bash " + path("kill.sh")).c_str()), 0);
   std::istringstream result(cpudl::testing::slurp(path("result.txt")));
@@ -108,8 +101,8 @@ TEST_F(DistributedCli, ALostRankEndsTheJobAndTheCheckpointResumes) {
   EXPECT_NE(err.find("rank 1"), std::string::npos) << err;
   EXPECT_FALSE(std::filesystem::exists(out));
   ASSERT_NO_THROW(cpudl::io::load_safetensors(ckpt));
-  const Result resumed = run("train --data " + kTiny + " --resume " + ckpt + " --epochs 1 --out " + out +
-                             " --threads 1");
+  const Result resumed =
+      run("train --data " + kTiny + " --resume " + ckpt + " --epochs 1 --out " + out + " --threads 1");
   // the checkpoint may already be past epoch 1: either it finishes or it says why it cannot
   if (resumed.exit_code == 0)
     EXPECT_TRUE(std::filesystem::exists(out));
@@ -128,8 +121,8 @@ TEST_F(DistributedCli, RanksStartedWithDifferentFlagsAreRefused) {
 
 TEST_F(DistributedCli, MoreRanksThanSamplesInABatchIsAUsageError) {
   if (!have_mpirun()) GTEST_SKIP() << "mpirun is not installed (openmpi-bin)";
-  const Result r = mpirun(2, std::string(CPUDL_BINARY) + " train --data " + kTiny + " --batch 1 --threads 1 --out " +
-                                 path("b.safetensors"));
+  const Result r = mpirun(2, std::string(CPUDL_BINARY) + " train --data " + kTiny +
+                                 " --batch 1 --threads 1 --out " + path("b.safetensors"));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("--batch 1 is smaller than the 2 ranks"), std::string::npos) << r.err;
 }

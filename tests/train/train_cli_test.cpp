@@ -11,7 +11,10 @@
 #include <sstream>
 
 #include "cli_sandbox.h"
+#include "cpudl/error.h"
 #include "cpudl/io.h"
+#include "cpudl/ops.h"
+#include "named_tensors.h"
 
 namespace {
 
@@ -234,6 +237,62 @@ TEST_F(TrainCli, CsvAndCifarDirectoriesTrain) {
       run("train --model simplecnn --data " + path("cifar") + " --out " + path("cifar.safetensors"));
   EXPECT_NE(wrong.err.find("takes 28x28 images; the data's images are 32x32"), std::string::npos)
       << wrong.err;
+}
+
+}  // namespace
+
+namespace {
+
+using cpudl::testing::worst_relative_difference;
+
+TEST_F(TrainCli, AccumulatedMicroBatchesGiveTheFullBatchsStep) {
+  const std::string common = "train --model simplecnn --data " + kTiny + " --init " + kTiny +
+                             "/simplecnn_init.safetensors --no-shuffle --batch 32 --epochs 1 --threads 1";
+  ASSERT_EQ(run(common + " --out " + path("full.safetensors")).exit_code, 0);
+  const Result r = run(common + " --accumulate 4 --out " + path("micro.safetensors"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // four backward passes of 8 images summed against one of 32: float rounding only
+  EXPECT_LT(worst_relative_difference(path("full.safetensors"), path("micro.safetensors")), 1e-4);
+  const Result bad = run(common + " --accumulate 3 --out " + path("bad.safetensors"));
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--accumulate 3 does not divide --batch 32"), std::string::npos) << bad.err;
+}
+
+TEST_F(TrainCli, Bf16TrainingFollowsFp32OrSaysWhyItCannot) {
+  // mlp: its linear layers run on oneDNN's bf16 products (simplecnn's one-channel convolution and
+  // narrow classifier stay on cpudl's f32 kernels, so bf16 would change nothing there).
+  const std::string common =
+      "train --model mlp --data " + kTiny + " --no-shuffle --batch 32 --epochs 2 --threads 2 --json";
+  // Capped below the bf16 units, the flag is refused with one line on any machine.
+  const Result capped =
+      run(common + " --precision bf16 --out " + path("capped.safetensors"), "CPUDL_ISA=avx2");
+  EXPECT_EQ(capped.exit_code, 2);
+  EXPECT_NE(capped.err.find("--precision bf16: this CPU has neither AVX512-BF16 nor AMX"), std::string::npos)
+      << capped.err;
+  try {
+    cpudl::Bf16Autocast probe;
+  } catch (const cpudl::Error&) {
+    GTEST_SKIP()
+        << "this CPU has neither AVX512-BF16 nor AMX: bf16 training runs on Zen 4, Sapphire Rapids and later";
+  }
+  const Result fp32 = run(common + " --out " + path("fp32.safetensors"));
+  const Result bf16 = run(common + " --precision bf16 --out " + path("bf16.safetensors"));
+  ASSERT_EQ(fp32.exit_code, 0) << fp32.err;
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.err;
+  auto last_epoch = [](const std::string& out) {
+    nlohmann::json last;
+    std::istringstream lines(out);
+    for (std::string line; std::getline(lines, line);)
+      if (auto j = nlohmann::json::parse(line); j.contains("test_accuracy") && !j.contains("summary"))
+        last = j;
+    return last;
+  };
+  const auto a = last_epoch(fp32.out), b = last_epoch(bf16.out);
+  // bf16 rounds inputs and weights to 8 bits of mantissa: the run follows fp32's closely, not exactly
+  EXPECT_NEAR(b["loss"].get<double>(), a["loss"].get<double>(), 0.05 * a["loss"].get<double>() + 0.02);
+  EXPECT_NEAR(b["test_accuracy"].get<double>(), a["test_accuracy"].get<double>(), 0.05);
+  EXPECT_GT(worst_relative_difference(path("fp32.safetensors"), path("bf16.safetensors")), 1e-6)
+      << "bf16 changed nothing: was it applied?";
 }
 
 }  // namespace
