@@ -35,8 +35,8 @@ int run_bench_allreduce(const BenchAllreduceOptions& o) {
     const auto t0 = Clock::now();
     comm->sum(buffer);
     // Rank 0 chooses the repetitions so that every rank runs the same number of collectives.
-    std::uint64_t reps = static_cast<std::uint64_t>(
-        std::clamp(o.min_time / std::max(std::chrono::duration<double>(Clock::now() - t0).count(), 1e-7), 3.0, 20000.0));
+    std::uint64_t reps = static_cast<std::uint64_t>(std::clamp(
+        o.min_time / std::max(std::chrono::duration<double>(Clock::now() - t0).count(), 1e-7), 3.0, 20000.0));
     comm->broadcast(reps);
     const auto start = Clock::now();
     for (std::uint64_t r = 0; r < reps; ++r) comm->sum(buffer);
@@ -46,8 +46,12 @@ int run_bench_allreduce(const BenchAllreduceOptions& o) {
     seconds.push_back(t);
     if (!comm->leader()) continue;
     if (o.json)
-      std::printf("%s\n", nlohmann::ordered_json{{"op", "allreduce"}, {"bytes", bytes}, {"ranks", ranks},
-                                                 {"ms", t * 1e3}, {"algbw_gbs", algbw}, {"busbw_gbs", busbw}}
+      std::printf("%s\n", nlohmann::ordered_json{{"op", "allreduce"},
+                                                 {"bytes", bytes},
+                                                 {"ranks", ranks},
+                                                 {"ms", t * 1e3},
+                                                 {"algbw_gbs", algbw},
+                                                 {"busbw_gbs", busbw}}
                               .dump()
                               .c_str());
     else
@@ -61,7 +65,9 @@ int run_bench_allreduce(const BenchAllreduceOptions& o) {
   const double c = (n * sxy - sx * sy) / std::max(n * sxx - sx * sx, 1e-30), alpha = (sy - c * sx) / n;
   if (comm->leader()) {
     if (o.json)
-      std::printf("%s\n", nlohmann::ordered_json{{"fit", true}, {"ranks", ranks}, {"alpha_us", alpha * 1e6},
+      std::printf("%s\n", nlohmann::ordered_json{{"fit", true},
+                                                 {"ranks", ranks},
+                                                 {"alpha_us", alpha * 1e6},
                                                  {"beta_gbs", c > 0 ? 1e-9 / c : 0.0}}
                               .dump()
                               .c_str());

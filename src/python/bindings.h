@@ -30,6 +30,9 @@ void bind_runtime(py::module_& m);
 // can die on a thread that released it.
 std::shared_ptr<void> python_owner(py::object object);
 
+// NumPy's name of a dtype ("float32", "int64", ...; "bfloat16", which NumPy lacks): Tensor.dtype.
+std::string dtype_text(DType dtype);
+
 // Text from bytes that need not be valid UTF-8 (a token can end inside a character).
 py::str utf8_text(std::string_view bytes);
 

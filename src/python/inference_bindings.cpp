@@ -39,24 +39,6 @@ const char* onnx_type_name(DType dtype) {
   return "tensor(?)";
 }
 
-const char* numpy_name(DType dtype) {
-  switch (dtype) {
-    case DType::f32:
-      return "float32";
-    case DType::i8:
-      return "int8";
-    case DType::i32:
-      return "int32";
-    case DType::i64:
-      return "int64";
-    case DType::u8:
-      return "uint8";
-    case DType::bf16:
-      break;
-  }
-  return "float32";
-}
-
 std::vector<NodeArg> node_args(const std::vector<ModelValue>& values) {
   std::vector<NodeArg> args;
   for (const ModelValue& v : values) {
@@ -153,7 +135,7 @@ class PySession {
   // The array itself when it can be (C-contiguous, the declared type), else one converted copy.
   static Tensor as_tensor(const py::handle value, const ModelValue& in) {
     if (py::isinstance<Tensor>(value)) return value.cast<Tensor>();
-    const py::dtype want(numpy_name(in.dtype));
+    const py::dtype want(dtype_text(in.dtype));
     py::array array = py::isinstance<py::array>(value)
                           ? py::reinterpret_borrow<py::array>(value)
                           : py::array(py::module_::import("numpy").attr("asarray")(value));
@@ -161,7 +143,7 @@ class PySession {
       if (array.dtype().kind() != want.kind() && !(array.dtype().kind() == 'f' && want.kind() == 'f'))
         throw py::value_error("InferenceSession.run: input '" + in.name + "' is " +
                               std::string(py::str(array.dtype())) + "; the model takes " +
-                              numpy_name(in.dtype));
+                              dtype_text(in.dtype));
       array = py::array(py::module_::import("numpy").attr("ascontiguousarray")(array, want));
       if (!array.writeable()) array = py::array(array.attr("copy")());
     }

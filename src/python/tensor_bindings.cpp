@@ -13,24 +13,6 @@
 namespace cpudl::python {
 namespace {
 
-std::string dtype_text(DType dtype) {
-  switch (dtype) {
-    case DType::f32:
-      return "float32";
-    case DType::bf16:
-      return "bfloat16";
-    case DType::i8:
-      return "int8";
-    case DType::i32:
-      return "int32";
-    case DType::i64:
-      return "int64";
-    case DType::u8:
-      return "uint8";
-  }
-  return "?";
-}
-
 py::dtype numpy_dtype(DType dtype, const char* what) {
   if (dtype == DType::bf16)
     throw py::value_error(std::string(what) + ": a bfloat16 tensor has no NumPy dtype");
@@ -219,6 +201,24 @@ Shape shape_argument(const py::args& args, const char* what) {
 }
 
 }  // namespace
+
+std::string dtype_text(DType dtype) {
+  switch (dtype) {
+    case DType::f32:
+      return "float32";
+    case DType::bf16:
+      return "bfloat16";
+    case DType::i8:
+      return "int8";
+    case DType::i32:
+      return "int32";
+    case DType::i64:
+      return "int64";
+    case DType::u8:
+      return "uint8";
+  }
+  return "?";
+}
 
 std::shared_ptr<void> python_owner(py::object object) {
   return std::shared_ptr<void>(object.release().ptr(), [](void* p) {
