@@ -3,7 +3,7 @@
 
 Measures, on this machine:
   allreduce   `mpirun -np 2 cpudl bench allreduce --json`: float sums of 4 KiB-64 MiB between two
-              ranks (shared memory here), and its fit t = alpha + bytes / beta
+              ranks (shared memory here), and t = alpha + bytes / beta
   compute     `cpudl bench model --train --threads 1 --json`: one training step of resnet18 (batch 64,
               32x32) and simplecnn (batch 256) on one core: the per-node compute of weak scaling
 then projects a ring allreduce of each model's gradients, T = 2(p-1) alpha + 2(p-1)/p S / B, for
@@ -47,7 +47,7 @@ def main():
              "| bytes | ms | algorithm GB/s | bus GB/s |", "|---|---|---|---|"]
     for r in sizes:
         lines.append(f"| {r['bytes']:,} | {r['ms']:.4f} | {r['algbw_gbs']:.2f} | {r['busbw_gbs']:.2f} |")
-    lines += ["", f"Fit: t = {fit['alpha_us']:.1f} µs + bytes / {fit['beta_gbs']:.2f} GB/s.", "",
+    lines += ["", f"Model: t = {fit['alpha_us']:.1f} µs + bytes / {fit['beta_gbs']:.2f} GB/s (α: the 4 KiB message's time; β: the 64 MiB one's bandwidth).", "",
               f"Projected ring allreduce of the gradients (α = {ALPHA_US:.0f} µs per message, assumed; B = link rate) and "
               "scaling efficiency against the measured one-core step (weak scaling: each node keeps its batch):", "",
               "| model | gradient MB | step s (1 core) | nodes | link | allreduce ms | efficiency, no overlap | with backward overlap |",

@@ -1,8 +1,8 @@
 // `cpudl bench allreduce`: MPI_Allreduce of float sums from 4 KiB to 64 MiB across the ranks mpirun
 // started, what data-parallel training does with every gradient. Rank 0 prints each size's time,
 // its algorithm and bus bandwidth (NCCL's convention: bus = algorithm x 2(n-1)/n, what each link
-// carries in a ring), and a least-squares fit of t = alpha + bytes / beta that the cost model of
-// docs/DISTRIBUTED.md is built on.
+// carries in a ring), and t = alpha + bytes / beta with alpha the smallest message's time and beta
+// the largest one's bandwidth, the terms of the cost model in docs/DISTRIBUTED.md.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -57,22 +57,19 @@ int run_bench_allreduce(const BenchAllreduceOptions& o) {
     else
       std::printf("%12lld %10.4f %12.2f %12.2f\n", static_cast<long long>(bytes), t * 1e3, algbw, busbw);
   }
-  // Least squares t = alpha + bytes * c: alpha the latency, 1 / c the bandwidth of the whole sum.
-  const double n = static_cast<double>(sizes.size());
-  double sx = 0, sy = 0, sxx = 0, sxy = 0;
-  for (std::size_t i = 0; i < sizes.size(); ++i)
-    sx += sizes[i], sy += seconds[i], sxx += sizes[i] * sizes[i], sxy += sizes[i] * seconds[i];
-  const double c = (n * sxy - sx * sy) / std::max(n * sxx - sx * sx, 1e-30), alpha = (sy - c * sx) / n;
+  // alpha: the smallest message's time (latency dominates it); beta: the largest message's
+  // bandwidth (what a large gradient sustains). A least-squares line through all sizes is pulled
+  // negative by large messages that fall out of cache and slow down.
+  const double alpha = seconds.front(), beta = sizes.back() / seconds.back();
   if (comm->leader()) {
     if (o.json)
-      std::printf("%s\n", nlohmann::ordered_json{{"fit", true},
-                                                 {"ranks", ranks},
-                                                 {"alpha_us", alpha * 1e6},
-                                                 {"beta_gbs", c > 0 ? 1e-9 / c : 0.0}}
-                              .dump()
-                              .c_str());
+      std::printf("%s\n",
+                  nlohmann::ordered_json{
+                      {"fit", true}, {"ranks", ranks}, {"alpha_us", alpha * 1e6}, {"beta_gbs", beta * 1e-9}}
+                      .dump()
+                      .c_str());
     else
-      std::printf("fit: t = %.1f us + bytes / %.2f GB/s\n", alpha * 1e6, c > 0 ? 1e-9 / c : 0.0);
+      std::printf("model: t = %.1f us + bytes / %.2f GB/s\n", alpha * 1e6, beta * 1e-9);
   }
   return 0;
 }
