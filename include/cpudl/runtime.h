@@ -155,6 +155,8 @@ class StealMeter {
 std::vector<int> parse_cpu_list(std::string_view text);
 // Parses a sysfs cache size ("32K", "1024K", "32M"). nullopt when malformed.
 std::optional<std::uint64_t> parse_cache_size(std::string_view text);
+// This process's peak resident memory so far, in bytes (getrusage's maxrss).
+std::int64_t peak_resident_bytes();
 
 // ---------------------------------------------------------------------------------------------
 // Threads: one compute pool (OpenMP). Environment look-ups go through a function so that tests

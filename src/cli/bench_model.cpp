@@ -104,7 +104,8 @@ int run_model_bench(const ModelBenchOptions& o) {
                                                {"gflop_per_step", flops / 1e9},
                                                {"gflops", gflops},
                                                {"peak_gflops", roof},
-                                               {"pct_peak", 100 * gflops / roof}}
+                                               {"pct_peak", 100 * gflops / roof},
+                                               {"peak_memory_bytes", peak_resident_bytes()}}
                             .dump()
                             .c_str());
     return 0;

@@ -1,5 +1,7 @@
 // Machine topology, memory and limits from sysfs and procfs. Every path is read under a root so
 // that tests can point it at fixture trees; whatever cannot be read is reported as unknown.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <charconv>
 #include <limits>
@@ -379,6 +381,12 @@ SystemInfo read_system_info(const fs::path& root) {
   }
   read_cgroup_limits(root, info);
   return info;
+}
+
+std::int64_t peak_resident_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<std::int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
 }  // namespace cpudl

@@ -1,7 +1,6 @@
 // The training loop, model files and checkpoints.
 #include "train/trainer.h"
 
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -42,12 +41,6 @@ std::vector<float> split_floats(const std::string& text, const std::string& file
     out.push_back(v);
   }
   return out;
-}
-
-std::int64_t peak_memory_bytes() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return static_cast<std::int64_t>(usage.ru_maxrss) * 1024;
 }
 
 // The model a dataset needs: input channels / features and classes from the data.
@@ -484,7 +477,7 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
   }
   summary.images_per_second = total_images / std::max(total_seconds, 1e-9);
   summary.seconds_per_epoch = total_seconds / std::max(summary.epochs_run, 1);
-  summary.peak_memory_bytes = peak_memory_bytes();
+  summary.peak_memory_bytes = peak_resident_bytes();
   if (leader) io::save_safetensors(c.out, model->state_dict(), model_metadata);
   return 0;
 }

@@ -274,8 +274,14 @@ TEST(Cli, BenchModelCountsTheNetworksFlops) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   for (const char* key : {"model", "mode", "batch", "threads", "images_per_second", "ms_per_step",
-                          "gflop_per_step", "gflops", "peak_gflops", "pct_peak"})
+                          "gflop_per_step", "gflops", "peak_gflops", "pct_peak", "peak_memory_bytes"})
     EXPECT_TRUE(j.contains(key)) << key;
+  // resnet18's 11M weights with their gradients and Adam's two moments alone take 180 MB
+  const Result big = run("bench model --model resnet18 --batch 2 --train --steps 1 --threads 1 --json");
+  ASSERT_EQ(big.exit_code, 0) << big.err;
+  const auto b = nlohmann::json::parse(big.out);
+  EXPECT_GT(b["peak_memory_bytes"].get<double>(), 180e6);
+  EXPECT_GT(b["peak_memory_bytes"].get<double>(), j["peak_memory_bytes"].get<double>());
   // LeNet-5's multiply-adds per image, layer by layer: conv1 6x28x28x25, conv2 16x10x10x150,
   // fc 400x120 + 120x84 + 84x10 = 416,520; x2 FLOPs, x8 images, x3 for a training step.
   EXPECT_NEAR(j["gflop_per_step"].get<double>(), 416520.0 * 2 * 8 * 3 / 1e9, 1e-9);
