@@ -1,5 +1,5 @@
 # cpudl entry points. Each target first makes sure the Debian packages it needs are installed.
-.PHONY: deps build test test-asan demo bench bench-onnx bench-pytorch bench-python bench-distributed bench-llm bench-quant bench-serve python-install clean format
+.PHONY: deps build test test-asan test-distributed demo bench bench-onnx bench-pytorch bench-python bench-distributed bench-llm bench-quant bench-serve python-install clean format
 
 JOBS ?= $(shell nproc)
 
@@ -12,6 +12,12 @@ build: deps
 
 test: build
 	@ctest --preset release -j $(JOBS)
+
+# The data-parallel tests alone: real mpirun on one host, and two ranks in two network namespaces
+# joined by a veth pair training over TCP (needs root or CAP_NET_ADMIN; skipped with a message
+# otherwise). make test runs them too.
+test-distributed: build
+	@ctest --preset release -R DistributedCli --output-on-failure
 
 # The same suite under AddressSanitizer + UndefinedBehaviorSanitizer (CI runs both).
 test-asan: deps

@@ -170,6 +170,14 @@ void add_train_command(CLI::App& app, Action& action) {
        "--precision", o->config.precision,
        "fp32 (default) or bf16: convolutions and linear layers in bf16 as torch.autocast, weights f32")
       ->check(CLI::IsMember({"fp32", "bf16"}));
+  t->add_option("--bucket-mb", o->config.bucket_mb,
+                "Data-parallel: sum gradients over the ranks in buckets of this many MiB, 0 for one sum per "
+                "gradient (default 4)")
+      ->check(CLI::Range(0.0, 1024.0));
+  t->add_option("--rank-timeout", o->config.rank_timeout,
+                "Data-parallel: end the job when a rank waits this many seconds for the others within a step "
+                "(a rank hung or cut off; 0: wait for ever; default 300)")
+      ->check(CLI::Range(0.0, 1e6));
   t->add_flag("--distributed", o->config.distributed,
               "Data-parallel over MPI (on by itself under mpirun with several ranks; this makes it an error "
               "elsewhere). --batch stays the global batch");

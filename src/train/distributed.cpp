@@ -1,15 +1,20 @@
 // Data-parallel training over MPI (distributed.h). Open MPI's own handling covers a rank that
 // dies: mpirun sees the lost process and ends every other rank, which would otherwise wait in a
-// collective for ever.
+// collective for ever. A rank that hangs but lives is the watchdog's.
 #include "train/distributed.h"
 
 #include <mpi.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <mutex>
+#include <thread>
 #include <unordered_map>
 
 #include "cpudl/autograd.h"
@@ -49,51 +54,181 @@ void initialise_mpi() {
   });
 }
 
+constexpr std::uint64_t kHashSeed = 0x9E3779B97F4A7C15ull;
+
+// Continues hash `h` over `bytes`: a multiply-xorshift per 8-byte word, fast enough to run over
+// every weight at every check (weights and settings alike).
+std::uint64_t hash_bytes(std::uint64_t h, const void* data, std::size_t bytes) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  std::size_t i = 0;
+  for (; i + 8 <= bytes; i += 8) {
+    std::uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    h = (h ^ w) * 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 31;
+  }
+  for (; i < bytes; ++i) h = (h ^ p[i]) * 0x100000001B3ull;
+  return h;
+}
+
 void require_contiguous(const Tensor& t, const char* what) {
   if (!t.is_contiguous()) throw Error(std::string("distributed training: a non-contiguous ") + what);
 }
 
 }  // namespace
 
+// A group of gradients summed by one MPI_Iallreduce: one large gradient in place, or several
+// copied into one buffer (a message per small gradient would pay the latency each time).
+struct Communicator::Bucket {
+  std::vector<std::size_t> members;   // parameter indices
+  std::vector<std::int64_t> offsets;  // of each member in `buffer`
+  std::int64_t numel = 0;
+  std::vector<float> buffer;  // empty for a single member: its gradient is summed in place
+  std::vector<Tensor> grads;  // this step's gradient of each member
+  std::size_t ready = 0;
+  MPI_Request request = MPI_REQUEST_NULL;
+
+  float* data() { return buffer.empty() ? grads[0].data() : buffer.data(); }
+};
+
+// A thread that watches the collective in progress: armed by a Watch around each blocking MPI
+// call, it ends the process when one outlasts the timeout. std::_Exit from this thread: MPI may
+// not be called here (MPI_THREAD_FUNNELED), the main thread is stuck inside MPI, and exiting
+// non-zero without MPI_Finalize is what makes mpirun end the other ranks.
+class Communicator::Watchdog {
+ public:
+  Watchdog(int rank, double timeout_seconds) : rank_(rank), timeout_(timeout_seconds) {
+    thread_ = std::thread([this] { watch(); });
+  }
+  ~Watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      quit_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+  void arm(const char* what) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    what_ = what;
+    since_ = std::chrono::steady_clock::now();
+    armed_ = true;
+  }
+  void disarm() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    armed_ = false;
+  }
+  // Arms the watchdog (when there is one) for the scope of one blocking collective.
+  class Scope {
+   public:
+    Scope(Watchdog* dog, const char* what) : dog_(dog) {
+      if (dog_) dog_->arm(what);
+    }
+    ~Scope() {
+      if (dog_) dog_->disarm();
+    }
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    Watchdog* dog_;
+  };
+
+ private:
+  void watch() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!quit_) {
+      wake_.wait_for(lock, std::chrono::milliseconds(200));
+      if (!armed_) continue;
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - since_).count();
+      if (waited < timeout_) continue;
+      std::fprintf(stderr,
+                   "cpudl train: rank %d waited %.0f s for the other ranks in %s: a rank stopped responding "
+                   "(hung, stopped or cut off from the network); ending the job (--rank-timeout %g; the last "
+                   "checkpoint is intact)\n",
+                   rank_, waited, what_, timeout_);
+      std::fflush(stderr);
+      std::_Exit(1);
+    }
+  }
+  int rank_;
+  double timeout_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool armed_ = false, quit_ = false;
+  const char* what_ = "";
+  std::chrono::steady_clock::time_point since_;
+  std::thread thread_;
+};
+
 struct Communicator::Step {
   std::vector<Tensor> params;
   std::unordered_map<const TensorImpl*, std::size_t> index;  // parameter -> its slot
-  std::vector<bool> started;
-  std::vector<MPI_Request> requests;
-  float scale = 1;
+  std::vector<std::pair<std::size_t, std::size_t>> slot;     // parameter -> (bucket, member)
+  std::vector<Bucket> buckets;
+  std::vector<bool> ready;
+  std::size_t launched = 0;  // buckets started, in order
 
-  void start(std::size_t i, Tensor grad) {
+  Step(const std::vector<Tensor>& ps, std::int64_t bucket_bytes) : params(ps), slot(ps.size()) {
+    const std::int64_t cap = std::max<std::int64_t>(bucket_bytes / 4, 0);
+    for (std::size_t k = ps.size(); k-- > 0;) {  // reverse: the order backward completes them
+      index[ps[k].impl().get()] = k;
+      const std::int64_t n = ps[k].numel();
+      if (n > std::numeric_limits<int>::max())
+        throw Error("distributed training: a gradient of over 2^31 elements");
+      if (buckets.empty() || buckets.back().numel + n > cap) buckets.emplace_back();
+      Bucket& b = buckets.back();
+      slot[k] = {buckets.size() - 1, b.members.size()};
+      b.members.push_back(k);
+      b.offsets.push_back(b.numel);
+      b.numel += n;
+    }
+    for (Bucket& b : buckets) {
+      if (b.members.size() > 1) b.buffer.resize(static_cast<std::size_t>(b.numel));
+      b.grads.resize(b.members.size());
+    }
+  }
+
+  void reset() {
+    ready.assign(params.size(), false);
+    for (Bucket& b : buckets) b.ready = 0;
+    launched = 0;
+  }
+
+  void gradient_ready(std::size_t k, Tensor grad) {
     require_contiguous(grad, "gradient");
-    float* d = grad.data();
-    const std::int64_t n = grad.numel();
-    if (n > std::numeric_limits<int>::max())
-      throw Error("distributed training: a gradient of over 2^31 elements");
-    for (std::int64_t j = 0; j < n; ++j) d[j] *= scale;
-    started[i] = true;
-    check(MPI_Iallreduce(MPI_IN_PLACE, d, static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
-                         &requests[i]),
-          "allreduce");
-    // Open MPI moves non-blocking collectives forward inside MPI calls: each new gradient also
-    // advances the ones already in flight.
-    int done = 0;
-    check(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE),
-          "allreduce");
+    ready[k] = true;
+    const auto [bi, m] = slot[k];
+    Bucket& b = buckets[bi];
+    b.grads[m] = grad;
+    if (!b.buffer.empty())
+      std::memcpy(b.buffer.data() + b.offsets[m], grad.data(), static_cast<std::size_t>(grad.numel()) * 4);
+    ++b.ready;
+    while (launched < buckets.size() && buckets[launched].ready == buckets[launched].members.size()) {
+      Bucket& next = buckets[launched++];
+      check(MPI_Iallreduce(MPI_IN_PLACE, next.data(), static_cast<int>(next.numel), MPI_FLOAT, MPI_SUM,
+                           MPI_COMM_WORLD, &next.request),
+            "allreduce");
+    }
+    // Open MPI moves non-blocking collectives forward inside MPI calls: each gradient completed
+    // also advances the sums already in flight.
+    for (std::size_t i = 0; i < launched; ++i) {
+      int done = 0;
+      check(MPI_Test(&buckets[i].request, &done, MPI_STATUS_IGNORE), "allreduce");
+    }
   }
 };
 
-Communicator::Communicator(int rank, int size) : rank_(rank), size_(size) {}
+Communicator::Communicator(int rank, int size, double timeout_seconds)
+    : rank_(rank),
+      size_(size),
+      watchdog_(timeout_seconds > 0 ? std::make_unique<Watchdog>(rank, timeout_seconds) : nullptr) {}
 Communicator::~Communicator() { autograd::set_gradient_ready_hook({}); }
 
-void Communicator::begin_gradient_sum(const std::vector<Tensor>& params, float scale) {
-  if (!step_) {
-    step_ = std::make_unique<Step>();
-    step_->params = params;
-    for (std::size_t i = 0; i < params.size(); ++i) step_->index[params[i].impl().get()] = i;
-  }
+void Communicator::begin_gradient_sum(const std::vector<Tensor>& params, std::int64_t bucket_bytes) {
+  if (!step_) step_ = std::make_unique<Step>(params, bucket_bytes);
   Step& s = *step_;
-  s.scale = scale;
-  s.started.assign(params.size(), false);
-  s.requests.assign(params.size(), MPI_REQUEST_NULL);
+  s.reset();
   // CPUDL_OVERLAP_ALLREDUCE=0 starts every sum after backward instead: the communication's whole
   // time then shows as the wait, what the overlap is measured against.
   static const bool overlap = [] {
@@ -103,30 +238,47 @@ void Communicator::begin_gradient_sum(const std::vector<Tensor>& params, float s
   if (!overlap) return;
   autograd::set_gradient_ready_hook([&s](const Tensor& leaf) {
     const auto it = s.index.find(leaf.impl().get());
-    if (it != s.index.end() && !s.started[it->second]) s.start(it->second, leaf.grad());
+    if (it != s.index.end() && !s.ready[it->second]) s.gradient_ready(it->second, leaf.grad());
   });
 }
 
 double Communicator::finish_gradient_sum() {
   autograd::set_gradient_ready_hook({});
   Step& s = *step_;
-  // Parameters this rank's backward did not reach (an empty shard, an unused layer) add zeros.
-  for (std::size_t i = 0; i < s.params.size(); ++i)
-    if (!s.started[i]) {
-      Tensor g = s.params[i].grad();
-      if (!g.defined()) {
-        g = Tensor::zeros(s.params[i].shape());
-        s.params[i].set_grad(g);
+  // Parameters this rank's backward did not reach (an empty shard, an unused layer) add zeros;
+  // bucket by bucket, so that the sums start in the same order on every rank.
+  for (const Bucket& b : s.buckets)
+    for (const std::size_t k : b.members)
+      if (!s.ready[k]) {
+        Tensor g = s.params[k].grad();
+        if (!g.defined()) {
+          g = Tensor::zeros(s.params[k].shape());
+          s.params[k].set_grad(g);
+        }
+        s.gradient_ready(k, g);
       }
-      s.start(i, g);
-    }
   const auto start = std::chrono::steady_clock::now();
-  check(MPI_Waitall(static_cast<int>(s.requests.size()), s.requests.data(), MPI_STATUSES_IGNORE),
-        "allreduce");
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  {
+    const Watchdog::Scope watch(watchdog_.get(), "the gradient sum");
+    for (Bucket& b : s.buckets) check(MPI_Wait(&b.request, MPI_STATUS_IGNORE), "allreduce");
+  }
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (Bucket& b : s.buckets) {
+    if (!b.buffer.empty())
+      for (std::size_t m = 0; m < b.members.size(); ++m)
+        std::memcpy(b.grads[m].data(), b.buffer.data() + b.offsets[m],
+                    static_cast<std::size_t>(b.grads[m].numel()) * 4);
+    for (Tensor& g : b.grads) {
+      g.bump_version();
+      g = Tensor();
+    }
+  }
+  return waited;
 }
 
-std::unique_ptr<Communicator> Communicator::open(bool required) {
+std::size_t Communicator::gradient_buckets() const { return step_ ? step_->buckets.size() : 0; }
+
+std::unique_ptr<Communicator> Communicator::open(bool required, double timeout_seconds) {
   const int ranks = environment_ranks();
   if (ranks < 1) {
     if (required)
@@ -140,7 +292,7 @@ std::unique_ptr<Communicator> Communicator::open(bool required) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return std::unique_ptr<Communicator>(new Communicator(rank, size));
+  return std::unique_ptr<Communicator>(new Communicator(rank, size, timeout_seconds));
 }
 
 void Communicator::broadcast(const std::vector<Tensor>& tensors) const {
@@ -150,6 +302,7 @@ void Communicator::broadcast(const std::vector<Tensor>& tensors) const {
     char* p = static_cast<char*>(t.raw_data());
     for (std::size_t done = 0; done < bytes;) {  // counts are ints: large tensors go in pieces
       const std::size_t piece = std::min<std::size_t>(bytes - done, std::numeric_limits<int>::max());
+      const Watchdog::Scope watch(watchdog_.get(), "the broadcast of rank 0's state");
       check(MPI_Bcast(p + done, static_cast<int>(piece), MPI_BYTE, 0, MPI_COMM_WORLD), "broadcast");
       done += piece;
     }
@@ -158,10 +311,14 @@ void Communicator::broadcast(const std::vector<Tensor>& tensors) const {
 }
 
 void Communicator::broadcast(std::uint64_t& value) const {
+  const Watchdog::Scope watch(watchdog_.get(), "the broadcast of rank 0's state");
   check(MPI_Bcast(&value, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD), "broadcast");
 }
 
+void Communicator::epoch_barrier() const { check(MPI_Barrier(MPI_COMM_WORLD), "barrier"); }
+
 void Communicator::sum(std::span<float> values) const {
+  const Watchdog::Scope watch(watchdog_.get(), "a sum");
   for (std::size_t done = 0; done < values.size();) {
     const std::size_t piece = std::min<std::size_t>(values.size() - done, std::numeric_limits<int>::max());
     check(MPI_Allreduce(MPI_IN_PLACE, values.data() + done, static_cast<int>(piece), MPI_FLOAT, MPI_SUM,
@@ -172,6 +329,7 @@ void Communicator::sum(std::span<float> values) const {
 }
 
 void Communicator::sum(std::vector<double>& values) const {
+  const Watchdog::Scope watch(watchdog_.get(), "the sum of the step's loss");
   check(MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_DOUBLE, MPI_SUM,
                       MPI_COMM_WORLD),
         "allreduce");
@@ -179,6 +337,7 @@ void Communicator::sum(std::vector<double>& values) const {
 
 std::vector<std::uint64_t> Communicator::gather(std::uint64_t value) const {
   std::vector<std::uint64_t> all(static_cast<std::size_t>(size_));
+  const Watchdog::Scope watch(watchdog_.get(), "the comparison of settings or weights");
   check(MPI_Allgather(&value, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD), "allgather");
   return all;
 }
@@ -187,9 +346,7 @@ void Communicator::require_same_settings(
     const std::vector<std::pair<std::string, std::string>>& settings) const {
   // One hash per setting, gathered: every rank learns which setting differs, and on which rank.
   for (const auto& [flag, value] : settings) {
-    std::uint64_t h = 1469598103934665603ull;
-    for (const unsigned char ch : value) h = (h ^ ch) * 1099511628211ull;
-    const std::vector<std::uint64_t> all = gather(h);
+    const std::vector<std::uint64_t> all = gather(hash_bytes(kHashSeed, value.data(), value.size()));
     for (int r = 1; r < size_; ++r)
       if (all[static_cast<std::size_t>(r)] != all[0])
         throw UsageError("rank " + std::to_string(r) + " was started with a different " + flag +
@@ -207,19 +364,10 @@ void Communicator::require_same_weights(const std::vector<Tensor>& params, std::
 }
 
 std::uint64_t hash_tensors(const std::vector<Tensor>& tensors) {
-  std::uint64_t h = 0x9E3779B97F4A7C15ull;
+  std::uint64_t h = kHashSeed;
   for (const Tensor& t : tensors) {
     require_contiguous(t, "tensor to hash");
-    const auto* p = static_cast<const unsigned char*>(t.raw_data());
-    const std::size_t bytes = static_cast<std::size_t>(t.numel()) * dtype_size(t.dtype());
-    std::size_t i = 0;
-    for (; i + 8 <= bytes; i += 8) {  // a multiply-xorshift per word: fast enough for every step
-      std::uint64_t w;
-      std::memcpy(&w, p + i, 8);
-      h = (h ^ w) * 0xBF58476D1CE4E5B9ull;
-      h ^= h >> 31;
-    }
-    for (; i < bytes; ++i) h = (h ^ p[i]) * 0x100000001B3ull;
+    h = hash_bytes(h, t.raw_data(), static_cast<std::size_t>(t.numel()) * dtype_size(t.dtype()));
   }
   return h;
 }

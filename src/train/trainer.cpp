@@ -189,6 +189,8 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
     throw UsageError("--accumulate " + std::to_string(c.accumulate) + " does not divide --batch " +
                      std::to_string(c.batch) + " into equal micro-batches");
   if (c.precision != "fp32" && c.precision != "bf16") throw UsageError("--precision must be fp32 or bf16");
+  if (!(c.bucket_mb >= 0)) throw UsageError("--bucket-mb must be 0 or more");
+  const auto bucket_bytes = static_cast<std::int64_t>(c.bucket_mb * 1024 * 1024);
   // bf16: convolutions and linear layers forward and backward in bf16 as torch.autocast, weights
   // and optimiser state in f32 (no loss scaling: bf16 has f32's exponent range).
   std::optional<Bf16Autocast> autocast;
@@ -199,7 +201,7 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
       throw UsageError(std::string("--precision ") + e.what());
     }
   }
-  const std::unique_ptr<Communicator> comm = Communicator::open(c.distributed);
+  const std::unique_ptr<Communicator> comm = Communicator::open(c.distributed, c.rank_timeout);
   const bool leader = !comm || comm->leader();
   // Only rank 0 reports and writes files: the other ranks get no callbacks.
   const Callbacks cb = leader ? callbacks : Callbacks{};
@@ -328,6 +330,8 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
          {"--epochs", std::to_string(c.epochs)},
          {"--accumulate", std::to_string(c.accumulate)},
          {"--precision", c.precision},
+         {"--bucket-mb", std::to_string(c.bucket_mb)},
+         {"--rank-timeout", std::to_string(c.rank_timeout)},
          {"--data", std::to_string(train_set.labels.numel()) + ":" + std::to_string(labels_hash)},
          {"--resume", std::to_string(start_epoch) + ":" + std::to_string(start_step)}});
     std::vector<Tensor> state;
@@ -404,24 +408,24 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
     for (std::int64_t step = first_step; loader.next(x, y); ++step) {
       opt->zero_grad();
       // The rows this process trains on (the batch, or under MPI this rank's shard of it), in
-      // --accumulate micro-batches whose losses weigh by their share, so that the summed
-      // gradients are those of the batch's mean loss.
+      // --accumulate micro-batches. Each micro-batch's mean loss weighs by its share of the global
+      // batch, so that the gradients summed over micro-batches and ranks are those of the batch's
+      // mean loss (and so is the loss summed over the ranks).
       const std::int64_t n = x.size(0);
       const std::int64_t begin = comm ? n * comm->rank() / comm->size() : 0;
       const std::int64_t end = comm ? n * (comm->rank() + 1) / comm->size() : n;
       const std::int64_t rows = end - begin;
-      const float share = static_cast<float>(rows) / static_cast<float>(n);
       const std::int64_t parts = std::clamp<std::int64_t>(rows, 1, c.accumulate);
       double l = 0;
       for (std::int64_t k = 0; k < parts; ++k) {
         const std::int64_t a = begin + rows * k / parts, b = begin + rows * (k + 1) / parts;
-        // Under MPI, each gradient's sum over the ranks starts as the last backward completes it.
-        if (comm && k == parts - 1) comm->begin_gradient_sum(params, share);
+        // Under MPI, the gradients' sums over the ranks start as the last backward completes them.
+        if (comm && k == parts - 1) comm->begin_gradient_sum(params, bucket_bytes);
         if (b == a) continue;
         const bool whole = a == 0 && b == n;
         Tensor loss =
             cross_entropy(model->forward(whole ? x : x.slice(0, a, b)), whole ? y : y.slice(0, a, b));
-        if (parts > 1) loss = mul(loss, static_cast<float>(b - a) / static_cast<float>(rows));
+        if (!whole) loss = mul(loss, static_cast<float>(b - a) / static_cast<float>(n));
         loss.backward();
         l += loss.item();
       }
@@ -429,7 +433,7 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
       if (comm) {
         communication_wait += comm->finish_gradient_sum();
         // The batch's loss, and whether any rank was asked to stop: all ranks stop at the same step.
-        std::vector<double> shared{l * share, stop ? 1.0 : 0.0};
+        std::vector<double> shared{l, stop ? 1.0 : 0.0};
         comm->sum(shared);
         l = shared[0];
         stop = shared[1] > 0;
@@ -465,10 +469,11 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
     total_seconds += seconds;
     total_images += images_seen;
     if (comm) comm->require_same_weights(params, global_step);
-    // Evaluation and checkpoints are rank 0's: the others go on to the next epoch's first
-    // collective and wait there.
+    // Evaluation and checkpoints are rank 0's: the others wait at the epoch barrier (which no
+    // watchdog guards: evaluation takes as long as the test set is large).
     const Evaluation ev = leader ? evaluate(*model, test_set, train_set.classes) : Evaluation{};
     if (leader) write_checkpoint(epoch + 1, 0);
+    if (comm) comm->epoch_barrier();
     if (cb.epoch)
       cb.epoch({epoch, loss_sum / std::max(images_seen, 1.0), ev.accuracy, ev.loss, seconds,
                 images_seen / std::max(seconds, 1e-9), communication_wait});

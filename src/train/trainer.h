@@ -39,6 +39,12 @@ struct TrainConfig {
   std::int64_t accumulate = 1;            // micro-batches per optimiser step (gradient accumulation)
   std::string precision = "fp32";         // or "bf16": autocast for convolutions and linear layers
   std::int64_t weight_check_every = 100;  // steps between comparisons of the ranks' weights
+  // Data-parallel: gradients are summed in buckets of about this many MiB (0: one sum per
+  // gradient). docs/DISTRIBUTED.md has the measurement behind the default.
+  double bucket_mb = 4;
+  // Data-parallel: seconds a rank waits for the others in a step's collective before it ends the
+  // job (a rank hung or cut off); 0 waits for ever.
+  double rank_timeout = 300;
 };
 
 struct StepProgress {
