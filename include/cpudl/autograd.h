@@ -40,6 +40,18 @@ class NoGradGuard {
   bool previous_;
 };
 bool grad_mode_enabled();
+// Sets grad mode for its scope (torch.set_grad_enabled): the recomputation inside a checkpoint's
+// backward records its graph although the backward pass itself runs without one.
+class GradModeGuard {
+ public:
+  explicit GradModeGuard(bool enabled);
+  ~GradModeGuard();
+  GradModeGuard(const GradModeGuard&) = delete;
+  GradModeGuard& operator=(const GradModeGuard&) = delete;
+
+ private:
+  bool previous_;
+};
 
 namespace autograd {
 using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_output)>;
@@ -54,6 +66,18 @@ std::int64_t live_nodes();
 // an empty function removes it.
 using GradientReadyHook = std::function<void(const Tensor& leaf)>;
 void set_gradient_ready_hook(GradientReadyHook hook);
+
+// Activation checkpointing (torch.utils.checkpoint, the re-entrant form): fn(input) runs without a
+// graph, so the activations inside fn are freed as forward goes on and only `input` is kept; the
+// output's backward runs fn again with the graph recorded, on the same random state (dropout draws
+// the same masks), and backpropagates through it: the parameters fn uses receive their gradients
+// there, `input` through the returned node. Memory of a segment's activations traded for a second
+// forward of it. fn must use its parameters only inside the segment (their gradient is complete,
+// and the gradient-ready hook fires, when the recomputation's backward ends).
+Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& input);
+// True while a checkpoint recomputes its segment: layers with side effects in training (batch
+// normalisation's running statistics) must not apply them a second time.
+bool recomputing();
 }  // namespace autograd
 
 }  // namespace cpudl

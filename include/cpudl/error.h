@@ -1,6 +1,7 @@
 // Errors cpudl's library raises. Library code throws; the CLI catches once and prints one line.
 #pragma once
 
+#include <cstddef>
 #include <stdexcept>
 #include <string>
 
@@ -16,6 +17,16 @@ class Error : public std::runtime_error {
 class UsageError : public Error {
  public:
   using Error::Error;
+};
+
+// An allocation that would take the tensors' memory past the limit set for it (train
+// --max-memory, or the cgroup's memory limit): the run ends with this instead of the kernel's OOM
+// kill. `needed` is the tensor bytes the allocation asked to reach.
+class MemoryLimitError : public Error {
+ public:
+  MemoryLimitError(const std::string& what, std::size_t needed, std::size_t limit)
+      : Error(what), needed(needed), limit(limit) {}
+  std::size_t needed, limit;
 };
 
 }  // namespace cpudl

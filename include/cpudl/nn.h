@@ -34,6 +34,10 @@ class Module {
   bool is_training() const { return training_; }
   void zero_grad();
   std::int64_t parameter_count() const;
+  // Activation checkpointing (autograd::checkpoint) over the model's segments, a ResNet's stem and
+  // residual blocks: in training, each keeps only its input and recomputes its activations in
+  // backward. Returns false, changing nothing, for a model without segments worth recomputing.
+  virtual bool checkpoint_activations(bool /*on*/) { return false; }
 
  protected:
   Tensor register_parameter(const std::string& name, Tensor value);
@@ -146,6 +150,8 @@ class Sequential : public Module {
   void push_back(ModulePtr module);
   Tensor forward(const Tensor& x) override;
   std::size_t size() const { return modules_.size(); }
+  // Passed to each module: true when any of them has segments.
+  bool checkpoint_activations(bool on) override;
 
  private:
   std::vector<ModulePtr> modules_;

@@ -157,6 +157,16 @@ std::vector<int> parse_cpu_list(std::string_view text);
 std::optional<std::uint64_t> parse_cache_size(std::string_view text);
 // This process's peak resident memory so far, in bytes (getrusage's maxrss).
 std::int64_t peak_resident_bytes();
+// The bytes of tensor storage alive now and at most since the last reset (requested sizes, cache
+// or not): what activations, weights and optimiser state take, without the process's code.
+std::size_t live_tensor_bytes();
+std::size_t peak_tensor_bytes();
+void reset_peak_tensor_bytes();
+// A ceiling for live tensor bytes (0: none). An allocation that would pass it throws
+// MemoryLimitError on the thread that asked (never inside an OpenMP parallel region, where a
+// throw cannot leave: such an allocation, always a kernel's small scratch, is let through).
+void set_tensor_memory_limit(std::size_t bytes);
+std::size_t tensor_memory_limit();
 
 // ---------------------------------------------------------------------------------------------
 // Threads: one compute pool (OpenMP). Environment look-ups go through a function so that tests

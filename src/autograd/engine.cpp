@@ -93,6 +93,8 @@ void autograd::set_gradient_ready_hook(GradientReadyHook hook) { g_gradient_read
 NoGradGuard::NoGradGuard() : previous_(g_grad_enabled) { g_grad_enabled = false; }
 NoGradGuard::~NoGradGuard() { g_grad_enabled = previous_; }
 bool grad_mode_enabled() { return g_grad_enabled; }
+GradModeGuard::GradModeGuard(bool enabled) : previous_(g_grad_enabled) { g_grad_enabled = enabled; }
+GradModeGuard::~GradModeGuard() { g_grad_enabled = previous_; }
 
 namespace autograd {
 

@@ -21,7 +21,7 @@ namespace {
 struct ModelBenchOptions {
   std::string model = "simplecnn";
   std::int64_t batch = 64, image_size = 0, classes = 10;
-  bool train = false, json = false, cifar_stem = false;
+  bool train = false, json = false, cifar_stem = false, checkpoint_activations = false;
   std::string optimizer = "adam", precision = "fp32";
   int steps = 20, threads = 0;
 };
@@ -49,6 +49,11 @@ int run_model_bench(const ModelBenchOptions& o) {
   if (!resnet && o.cifar_stem) throw UsageError("--cifar-stem: only resnet18 has a stem to choose");
   const std::int64_t classes = o.classes, channels = resnet ? 3 : 1;
   nn::ModulePtr model = nn::make_model(o.model, classes, channels, o.cifar_stem);
+  if (o.checkpoint_activations && !o.train)
+    throw UsageError("--checkpoint-activations applies to --train (inference keeps no activations)");
+  if (o.checkpoint_activations && !model->checkpoint_activations(true))
+    throw UsageError("--checkpoint-activations: " + o.model +
+                     " has no layer groups to recompute (resnet18 has)");
   Generator gen(0);
   const Tensor x = Tensor::rand({o.batch, channels, size, size}, gen);
   Tensor labels = Tensor::empty({o.batch}, DType::i64);
@@ -74,6 +79,13 @@ int run_model_bench(const ModelBenchOptions& o) {
   model->train(o.train);
   reset_forward_flops();
   step();  // warm-up: primitives, caches, page faults; also counts one forward pass
+  // A checkpointed step runs its segments' forward twice; the work it does for the user (what the
+  // GFLOP/s count) is one forward and a backward all the same: count a forward without a graph.
+  if (o.checkpoint_activations) {
+    reset_forward_flops();
+    NoGradGuard no_grad;
+    model->forward(x);
+  }
   const double forward = forward_flops();
   const double flops = o.train ? 3 * forward : forward;
   step();
@@ -94,6 +106,7 @@ int run_model_bench(const ModelBenchOptions& o) {
     std::printf("%s\n", nlohmann::ordered_json{{"model", o.model},
                                                {"mode", o.train ? "train" : "inference"},
                                                {"precision", o.precision},
+                                               {"checkpoint_activations", o.checkpoint_activations},
                                                {"optimizer", o.train ? o.optimizer : ""},
                                                {"batch", o.batch},
                                                {"image_size", size},
@@ -105,18 +118,19 @@ int run_model_bench(const ModelBenchOptions& o) {
                                                {"gflops", gflops},
                                                {"peak_gflops", roof},
                                                {"pct_peak", 100 * gflops / roof},
-                                               {"peak_memory_bytes", peak_resident_bytes()}}
+                                               {"peak_memory_bytes", peak_resident_bytes()},
+                                               {"peak_tensor_bytes", peak_tensor_bytes()}}
                             .dump()
                             .c_str());
     return 0;
   }
   std::printf(
-      "%s %s%s, batch %lld at %lldx%lld, %d threads: %.0f images/s, %.2f ms/step, %.2f GFLOP/step, "
+      "%s %s%s%s, batch %lld at %lldx%lld, %d threads: %.0f images/s, %.2f ms/step, %.2f GFLOP/step, "
       "%.1f GFLOP/s = %.0f%% of the fp32 FMA roof (%.0f GFLOP/s measured now)\n",
       o.model.c_str(), o.train ? ("training (" + o.optimizer + ")").c_str() : "inference",
-      bf16 ? " (bf16 autocast)" : "", static_cast<long long>(o.batch), static_cast<long long>(size),
-      static_cast<long long>(size), threads, static_cast<double>(o.batch) / median, median * 1e3, flops / 1e9,
-      gflops, 100 * gflops / roof, roof);
+      bf16 ? " (bf16 autocast)" : "", o.checkpoint_activations ? " (activation checkpointing)" : "",
+      static_cast<long long>(o.batch), static_cast<long long>(size), static_cast<long long>(size), threads,
+      static_cast<double>(o.batch) / median, median * 1e3, flops / 1e9, gflops, 100 * gflops / roof, roof);
   return 0;
 }
 
@@ -134,6 +148,9 @@ void add_bench_model_command(CLI::App& bench, Action& action) {
   m->add_option("--precision", o->precision,
                 "fp32 (default) or bf16: convolutions and linear layers (forward and, with --train, "
                 "backward) in bf16 as torch.autocast; needs AVX512-BF16 or AMX");
+  m->add_flag("--checkpoint-activations", o->checkpoint_activations,
+              "With --train: recompute each residual block's activations in backward instead of keeping them "
+              "(resnet18)");
   m->add_option("--image-size", o->image_size, "resnet18 input size (default 32)")
       ->check(CLI::Range(8, 1024));
   m->add_flag("--cifar-stem", o->cifar_stem, "resnet18 with a 3x3 stride-1 first conv and no max pooling");

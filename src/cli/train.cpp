@@ -170,6 +170,13 @@ void add_train_command(CLI::App& app, Action& action) {
        "--precision", o->config.precision,
        "fp32 (default) or bf16: convolutions and linear layers in bf16 as torch.autocast, weights f32")
       ->check(CLI::IsMember({"fp32", "bf16"}));
+  t->add_flag("--checkpoint-activations", o->config.checkpoint_activations,
+              "Keep only each residual block's input and recompute its activations in backward: less memory "
+              "for a second forward (resnet18)");
+  t->add_option(
+      "--max-memory", o->config.max_memory,
+      "Keep the run's tensors under this size (2G, 800M): picks --accumulate and activation "
+      "checkpointing that fit, and ends the run with a message, not an OOM kill, if a step exceeds it");
   t->add_option("--bucket-mb", o->config.bucket_mb,
                 "Data-parallel: sum gradients over the ranks in buckets of this many MiB, 0 for one sum per "
                 "gradient (default 4)")

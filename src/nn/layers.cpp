@@ -3,6 +3,7 @@
 // and biases U(-1/sqrt(fan_in), 1/sqrt(fan_in)); Embedding N(0, 1); norms 1 and 0.
 #include <cmath>
 
+#include "cpudl/autograd.h"
 #include "cpudl/error.h"
 #include "cpudl/nn.h"
 
@@ -58,11 +59,16 @@ Tensor BatchNorm2d::forward(const Tensor& x) { return run(x, false); }
 Tensor BatchNorm2d::forward_relu(const Tensor& x) { return run(x, true); }
 
 Tensor BatchNorm2d::run(const Tensor& x, bool relu) {
-  if (is_training()) {
+  // A checkpoint's recomputation normalises the same batch again: its statistics were already
+  // folded into the running ones by the first forward.
+  const bool update = is_training() && !autograd::recomputing();
+  if (update) {
     ++num_batches_tracked.data_as<std::int64_t>()[0];
     num_batches_tracked.bump_version();
   }
-  return batch_norm2d(x, running_mean, running_var, weight, bias, is_training(), momentum, eps, relu);
+  const bool skip = is_training() && !update;  // inference reads them; a recomputation leaves them
+  return batch_norm2d(x, skip ? Tensor() : running_mean, skip ? Tensor() : running_var, weight, bias,
+                      is_training(), momentum, eps, relu);
 }
 
 LayerNorm::LayerNorm(const Shape& normalized_shape, float eps) : eps(eps) {

@@ -127,4 +127,10 @@ Tensor Sequential::forward(const Tensor& x) {
   return h;
 }
 
+bool Sequential::checkpoint_activations(bool on) {
+  bool any = false;
+  for (const auto& m : modules_) any = m->checkpoint_activations(on) || any;
+  return any;
+}
+
 }  // namespace cpudl::nn

@@ -2,6 +2,7 @@
 // SimpleCNN, the classic LeNet-5, torchvision's ResNet-18), so weights move both ways unchanged.
 #include <cmath>
 
+#include "cpudl/autograd.h"
 #include "cpudl/error.h"
 #include "cpudl/nn.h"
 
@@ -86,10 +87,19 @@ class BasicBlock : public Module {
     }
   }
   Tensor forward(const Tensor& x) override {
+    if (checkpointed_) return autograd::checkpoint([this](const Tensor& in) { return block(in); }, x);
+    return block(x);
+  }
+  bool checkpoint_activations(bool on) override {
+    checkpointed_ = on;
+    return true;
+  }
+  Tensor block(const Tensor& x) {
     Tensor out = bn1->forward_relu(conv1->forward(x));
     out = bn2->forward(conv2->forward(out));
     return add_relu(out, downsample ? downsample->forward(x) : x);
   }
+  bool checkpointed_ = false;
   std::shared_ptr<Conv2d> conv1, conv2;
   std::shared_ptr<BatchNorm2d> bn1, bn2;
   std::shared_ptr<Sequential> downsample;
@@ -114,11 +124,22 @@ class ResNet18 : public Module {
     fc = register_module("fc", std::make_shared<Linear>(512, classes));
   }
   Tensor forward(const Tensor& x) override {
-    Tensor h = bn1->forward_relu(conv1->forward(x));
-    if (!cifar_stem_) h = max_pool2d(h, 3, 2, 1);
+    const auto stem = [this](const Tensor& in) {
+      Tensor h = bn1->forward_relu(conv1->forward(in));
+      return cifar_stem_ ? h : max_pool2d(h, 3, 2, 1);
+    };
+    Tensor h = checkpointed_ ? autograd::checkpoint(stem, x) : stem(x);
     for (auto& layer : layers) h = layer->forward(h);
     return fc->forward(adaptive_avg_pool2d(h, 1, 1).flatten(1));
   }
+  // Segments: the stem and the eight residual blocks (the stem's activations at 224x224 are as
+  // large as a whole stage's).
+  bool checkpoint_activations(bool on) override {
+    checkpointed_ = on;
+    for (auto& layer : layers) layer->checkpoint_activations(on);
+    return true;
+  }
+  bool checkpointed_ = false;
   std::shared_ptr<Conv2d> conv1;
   std::shared_ptr<BatchNorm2d> bn1;
   std::shared_ptr<Sequential> layers[4];

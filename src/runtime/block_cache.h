@@ -9,7 +9,9 @@
 // two, so at most 12.5% is wasted) and the next request of that class takes one back. A steady
 // training or inference loop asks for the same sizes every step, so after the first it maps
 // nothing. At most an eighth of physical memory (and 4 GiB) stays cached; beyond that blocks are
-// freed. Under AddressSanitizer nothing is cached, so use-after-free is still caught.
+// freed, and a request the cache cannot serve first frees as many cached bytes as it takes, so
+// the cache holds only memory the process's live tensors once needed at the same time. Under AddressSanitizer
+// nothing is cached, so use-after-free is still caught.
 #pragma once
 
 #include <cstddef>
@@ -28,5 +30,7 @@ bool block_cache_enabled();
 // The size a large request is served with (its class), and the smallest request that is cached.
 std::size_t block_size_class(std::size_t bytes);
 inline constexpr std::size_t kMinCachedBlock = std::size_t{1} << 20;
+
+// The accounting of live tensor bytes and its limit: cpudl/runtime.h.
 
 }  // namespace cpudl

@@ -14,6 +14,7 @@
 #include "cpudl/io.h"
 #include "cpudl/optim.h"
 #include "train/distributed.h"
+#include "train/memory_guard.h"
 
 namespace cpudl::train {
 
@@ -190,6 +191,7 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
                      std::to_string(c.batch) + " into equal micro-batches");
   if (c.precision != "fp32" && c.precision != "bf16") throw UsageError("--precision must be fp32 or bf16");
   if (!(c.bucket_mb >= 0)) throw UsageError("--bucket-mb must be 0 or more");
+  const std::size_t max_memory = c.max_memory.empty() ? 0 : parse_memory_size(c.max_memory, "--max-memory");
   const auto bucket_bytes = static_cast<std::int64_t>(c.bucket_mb * 1024 * 1024);
   // bf16: convolutions and linear layers forward and backward in bf16 as torch.autocast, weights
   // and optimiser state in f32 (no loss scaling: bf16 has f32's exponent range).
@@ -289,6 +291,9 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
                 ", train samples " + shape_text(train_set.images.shape()));
   manual_seed(c.seed);
   nn::ModulePtr model = build_model(c.model, train_set);
+  if (c.checkpoint_activations && !model->checkpoint_activations(true))
+    throw UsageError("--checkpoint-activations: " + c.model +
+                     " has no layer groups to recompute (resnet18 has: its stem and residual blocks)");
   if (!c.init.empty()) {
     const io::SafetensorsFile init = io::load_safetensors(c.init);
     try {
@@ -332,6 +337,7 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
          {"--precision", c.precision},
          {"--bucket-mb", std::to_string(c.bucket_mb)},
          {"--rank-timeout", std::to_string(c.rank_timeout)},
+         {"--max-memory", c.max_memory},
          {"--data", std::to_string(train_set.labels.numel()) + ":" + std::to_string(labels_hash)},
          {"--resume", std::to_string(start_epoch) + ":" + std::to_string(start_step)}});
     std::vector<Tensor> state;
@@ -345,6 +351,36 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
       cb.info("data-parallel on " + std::to_string(comm->size()) +
               " ranks: each takes a shard of every batch of " + std::to_string(c.batch));
   }
+
+  // --max-memory: the micro-batch and checkpointing that fit, from two probe steps; then every
+  // allocation is held to it (or to the cgroup's limit), so that the run ends with a message
+  // rather than the kernel's OOM kill.
+  std::int64_t eval_batch = 1000;
+  if (max_memory > 0) {
+    const std::int64_t rows = (c.batch + (comm ? comm->size() : 1) - 1) / (comm ? comm->size() : 1);
+    const std::int64_t probe_rows = std::min<std::int64_t>({4, rows, train_set.images.size(0)});
+    const MemoryPlan plan = plan_memory({*model, train_set.images.slice(0, 0, probe_rows),
+                                         train_set.labels.slice(0, 0, probe_rows), c.batch, rows,
+                                         c.accumulate, max_memory, c.checkpoint_activations});
+    // Evaluation (no graph) in batches of twice the micro-batch: less than a training micro-batch
+    // holds with its saved activations and gradients.
+    eval_batch = std::min<std::int64_t>(eval_batch, 2 * ((rows + c.accumulate - 1) / c.accumulate));
+    std::uint64_t choice =
+        static_cast<std::uint64_t>(plan.accumulate) * 2 + (plan.checkpoint_activations ? 1 : 0);
+    if (comm) comm->broadcast(choice);  // rank 0's plan, should the ranks' estimates differ
+    c.accumulate = static_cast<std::int64_t>(choice / 2);
+    c.checkpoint_activations = (choice & 1) != 0;
+    if (c.checkpoint_activations) model->checkpoint_activations(true);
+    if (cb.info)
+      cb.info("--max-memory " + memory_size_text(max_memory) + ": micro-batches of " +
+              std::to_string((rows + c.accumulate - 1) / c.accumulate) + " (--accumulate " +
+              std::to_string(c.accumulate) + ")" +
+              (c.checkpoint_activations ? " with activation checkpointing" : "") + ", estimated peak " +
+              memory_size_text(plan.estimated_peak) + " of tensors (" + memory_size_text(plan.fixed_bytes) +
+              " fixed, " + memory_size_text(plan.per_sample_bytes) + " per sample)");
+  }
+  const std::size_t tensor_limit = max_memory > 0 ? max_memory : cgroup_tensor_budget();
+  const TensorMemoryLimit limit_scope(tensor_limit);
 
   const bool images = train_set.images.dim() == 4;
   data::LoaderOptions lo;
@@ -417,17 +453,26 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
       const std::int64_t rows = end - begin;
       const std::int64_t parts = std::clamp<std::int64_t>(rows, 1, c.accumulate);
       double l = 0;
-      for (std::int64_t k = 0; k < parts; ++k) {
-        const std::int64_t a = begin + rows * k / parts, b = begin + rows * (k + 1) / parts;
-        // Under MPI, the gradients' sums over the ranks start as the last backward completes them.
-        if (comm && k == parts - 1) comm->begin_gradient_sum(params, bucket_bytes);
-        if (b == a) continue;
-        const bool whole = a == 0 && b == n;
-        Tensor loss =
-            cross_entropy(model->forward(whole ? x : x.slice(0, a, b)), whole ? y : y.slice(0, a, b));
-        if (!whole) loss = mul(loss, static_cast<float>(b - a) / static_cast<float>(n));
-        loss.backward();
-        l += loss.item();
+      try {
+        for (std::int64_t k = 0; k < parts; ++k) {
+          const std::int64_t a = begin + rows * k / parts, b = begin + rows * (k + 1) / parts;
+          // Under MPI, the gradients' sums over the ranks start as the last backward completes them.
+          if (comm && k == parts - 1) comm->begin_gradient_sum(params, bucket_bytes);
+          if (b == a) continue;
+          const bool whole = a == 0 && b == n;
+          Tensor loss =
+              cross_entropy(model->forward(whole ? x : x.slice(0, a, b)), whole ? y : y.slice(0, a, b));
+          if (!whole) loss = mul(loss, static_cast<float>(b - a) / static_cast<float>(n));
+          loss.backward();
+          l += loss.item();
+        }
+      } catch (const MemoryLimitError& e) {
+        const std::string k2 = std::to_string(std::min<std::int64_t>(c.accumulate * 2, c.batch));
+        throw Error(std::string(max_memory > 0 ? "--max-memory" : "the cgroup's memory limit") +
+                    ": at epoch " + std::to_string(epoch) + ", step " + std::to_string(step + 1) + ", " +
+                    e.what() + "; --accumulate " + k2 + " or --max-memory " +
+                    memory_size_text(static_cast<std::size_t>(static_cast<double>(e.needed) * 1.2)) +
+                    " would fit; the checkpoint " + c.checkpoint.string() + " is intact");
       }
       bool stop = g_stop_signal != 0;
       if (comm) {
@@ -471,7 +516,7 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
     if (comm) comm->require_same_weights(params, global_step);
     // Evaluation and checkpoints are rank 0's: the others wait at the epoch barrier (which no
     // watchdog guards: evaluation takes as long as the test set is large).
-    const Evaluation ev = leader ? evaluate(*model, test_set, train_set.classes) : Evaluation{};
+    const Evaluation ev = leader ? evaluate(*model, test_set, train_set.classes, eval_batch) : Evaluation{};
     if (leader) write_checkpoint(epoch + 1, 0);
     if (comm) comm->epoch_barrier();
     if (cb.epoch)

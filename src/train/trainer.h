@@ -36,8 +36,12 @@ struct TrainConfig {
   // Data-parallel over MPI: on whenever mpirun started more than one rank; `distributed` demands
   // it (an error outside MPI). `batch` stays the global batch, each rank taking a shard of it.
   bool distributed = false;
-  std::int64_t accumulate = 1;            // micro-batches per optimiser step (gradient accumulation)
-  std::string precision = "fp32";         // or "bf16": autocast for convolutions and linear layers
+  std::int64_t accumulate = 1;          // micro-batches per optimiser step (gradient accumulation)
+  std::string precision = "fp32";       // or "bf16": autocast for convolutions and linear layers
+  bool checkpoint_activations = false;  // recompute the model's segments in backward (nn::Module)
+  // Ceiling for the run's tensors ("2G"; empty: none but the cgroup's): the micro-batch and
+  // checkpointing are chosen to fit it before the first step (memory_guard.h).
+  std::string max_memory;
   std::int64_t weight_check_every = 100;  // steps between comparisons of the ranks' weights
   // Data-parallel: gradients are summed in buckets of about this many MiB (0: one sum per
   // gradient). docs/DISTRIBUTED.md has the measurement behind the default.

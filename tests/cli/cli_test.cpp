@@ -318,4 +318,23 @@ TEST(Cli, BenchModelBf16) {
   EXPECT_GT(t["images_per_second"].get<double>(), 0.0);
 }
 
+// --checkpoint-activations: the same step's work (the GFLOP count is the plain step's: the
+// recomputation is overhead, not work) for resnet18; a usage error where it cannot apply.
+TEST(Cli, BenchModelCheckpointActivations) {
+  const std::string common = "bench model --model resnet18 --batch 2 --steps 1 --threads 1 --train --json";
+  const Result plain = run(common);
+  const Result ckpt = run(common + " --checkpoint-activations");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  ASSERT_EQ(ckpt.exit_code, 0) << ckpt.err;
+  const auto p = nlohmann::json::parse(plain.out), c = nlohmann::json::parse(ckpt.out);
+  EXPECT_EQ(p["checkpoint_activations"], false);
+  EXPECT_EQ(c["checkpoint_activations"], true);
+  EXPECT_DOUBLE_EQ(p["gflop_per_step"].get<double>(), c["gflop_per_step"].get<double>());
+  EXPECT_GT(c["peak_memory_bytes"].get<double>(), 0.0);
+  const Result small = run("bench model --model simplecnn --train --steps 1 --checkpoint-activations");
+  EXPECT_EQ(small.exit_code, 2);
+  EXPECT_NE(small.err.find("simplecnn has no layer groups to recompute"), std::string::npos) << small.err;
+  EXPECT_EQ(run("bench model --model resnet18 --steps 1 --checkpoint-activations").exit_code, 2);
+}
+
 }  // namespace

@@ -258,6 +258,44 @@ TEST_F(TrainCli, AccumulatedMicroBatchesGiveTheFullBatchsStep) {
   EXPECT_NE(bad.err.find("--accumulate 3 does not divide --batch 32"), std::string::npos) << bad.err;
 }
 
+TEST_F(TrainCli, MaxMemoryPicksMicroBatchesThatFitOrSaysWhatWould) {
+  // LeNet-5 on the tiny set holds about 4 MiB of tensors before any activation and some 25 KiB per
+  // sample: 5 MiB leaves room for half of a batch of 64.
+  const std::string common =
+      "train --model lenet5 --data " + kTiny + " --no-shuffle --batch 64 --epochs 1 --threads 1";
+  const Result r = run(common + " --max-memory 5M --out " + path("guarded.safetensors"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto at = r.err.find("(--accumulate ");
+  ASSERT_NE(at, std::string::npos) << r.err;
+  const int k = std::stoi(r.err.substr(at + 14));
+  EXPECT_GT(k, 1) << r.err;
+  // The plan is an --accumulate: the same weights as asking for it.
+  ASSERT_EQ(
+      run(common + " --accumulate " + std::to_string(k) + " --out " + path("asked.safetensors")).exit_code,
+      0);
+  EXPECT_EQ(worst_relative_difference(path("guarded.safetensors"), path("asked.safetensors")), 0.0);
+  const Result small = run(common + " --max-memory 1M --out " + path("small.safetensors"));
+  EXPECT_EQ(small.exit_code, 2);
+  EXPECT_NE(small.err.find("--max-memory 1.0 MiB is below what the run holds before any activation"),
+            std::string::npos)
+      << small.err;
+  EXPECT_FALSE(std::filesystem::exists(path("small.safetensors")));
+  const Result bad = run(common + " --max-memory 2X --out " + path("bad.safetensors"));
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--max-memory 2X: expected a size"), std::string::npos) << bad.err;
+}
+
+TEST_F(TrainCli, CheckpointActivationsNeedsAModelWithLayerGroups) {
+  // (resnet18's checkpointed gradients equal plain autograd's: tests/nn/checkpoint_test.cpp)
+  const Result r = run("train --model lenet5 --data " + kTiny +
+                       " --epochs 1 --checkpoint-activations --out " + path("m.safetensors"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--checkpoint-activations: lenet5 has no layer groups to recompute"),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(std::filesystem::exists(path("m.safetensors")));
+}
+
 TEST_F(TrainCli, Bf16TrainingFollowsFp32OrSaysWhyItCannot) {
   // mlp: its linear layers run on oneDNN's bf16 products (simplecnn's one-channel convolution and
   // narrow classifier stay on cpudl's f32 kernels, so bf16 would change nothing there).
