@@ -4,12 +4,12 @@
 // does not, whatever the architecture, precision or kernels.
 #include "train/memory_guard.h"
 
+#include <unistd.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <unistd.h>
 #include <vector>
 
 #include "cpudl/autograd.h"
@@ -34,12 +34,18 @@ std::size_t parse_memory_size(const std::string& text, const std::string& flag) 
   if (!unit.empty() && (unit.back() == 'B' || unit.back() == 'b')) unit.pop_back();  // "GB", "GiB"
   if (unit.size() == 2 && (unit[1] == 'i' || unit[1] == 'I')) unit.pop_back();
   double scale = 1;
-  if (unit.empty()) scale = 1;
-  else if (unit == "K" || unit == "k") scale = 1024.0;
-  else if (unit == "M" || unit == "m") scale = 1024.0 * 1024;
-  else if (unit == "G" || unit == "g") scale = 1024.0 * 1024 * 1024;
-  else if (unit == "T" || unit == "t") scale = 1024.0 * 1024 * 1024 * 1024;
-  else throw bad();
+  if (unit.empty())
+    scale = 1;
+  else if (unit == "K" || unit == "k")
+    scale = 1024.0;
+  else if (unit == "M" || unit == "m")
+    scale = 1024.0 * 1024;
+  else if (unit == "G" || unit == "g")
+    scale = 1024.0 * 1024 * 1024;
+  else if (unit == "T" || unit == "t")
+    scale = 1024.0 * 1024 * 1024 * 1024;
+  else
+    throw bad();
   if (!(value > 0) || !std::isfinite(value * scale) || value * scale > 1e18) throw bad();
   return static_cast<std::size_t>(value * scale);
 }
@@ -123,8 +129,8 @@ MemoryPlan plan_memory(const MemoryProblem& q) {
   // optimiser's state, allocated with the optimiser), the gradients, a batch being trained and
   // one being assembled.
   const double sample_bytes = static_cast<double>(q.x.numel() / std::max<std::int64_t>(q.x.size(0), 1)) * 4;
-  const double resident = static_cast<double>(before + params) +
-                          2.0 * static_cast<double>(q.batch) * sample_bytes;
+  const double resident =
+      static_cast<double>(before + params) + 2.0 * static_cast<double>(q.batch) * sample_bytes;
   const double budget = 0.9 * static_cast<double>(q.limit);  // 10% for what the estimate misses
   MemoryPlan plan;
   plan.fixed_bytes = static_cast<std::size_t>(resident);
@@ -157,9 +163,10 @@ MemoryPlan plan_memory(const MemoryProblem& q) {
   if (k_plain == 0 && k_ckpt == 0) {
     const Probe& best = can_checkpoint ? ckpt : plain;
     const double need = resident + best.fixed + best.per_sample;
-    throw UsageError("--max-memory " + memory_size_text(q.limit) + " cannot hold one sample's step: weights, " +
-                     "state and data take " + memory_size_text(static_cast<std::size_t>(resident + best.fixed)) +
-                     " and each sample " + memory_size_text(static_cast<std::size_t>(best.per_sample)) +
+    throw UsageError("--max-memory " + memory_size_text(q.limit) +
+                     " cannot hold one sample's step: weights, " + "state and data take " +
+                     memory_size_text(static_cast<std::size_t>(resident + best.fixed)) + " and each sample " +
+                     memory_size_text(static_cast<std::size_t>(best.per_sample)) +
                      (can_checkpoint ? " with activation checkpointing" : "") + "; --max-memory " +
                      memory_size_text(static_cast<std::size_t>(need / 0.9 * 1.05)) + " would fit");
   }

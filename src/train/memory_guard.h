@@ -30,10 +30,10 @@ struct MemoryPlan {
 
 struct MemoryProblem {
   nn::Module& model;
-  Tensor x, y;                    // at least one batch's samples and labels, for the probes
-  std::int64_t batch = 1;         // the global batch: --accumulate must divide it
-  std::int64_t rows = 1;          // this rank's rows of each batch (all of it on one process)
-  std::int64_t accumulate = 1;    // the smallest --accumulate to consider (the one given)
+  Tensor x, y;                  // at least one batch's samples and labels, for the probes
+  std::int64_t batch = 1;       // the global batch: --accumulate must divide it
+  std::int64_t rows = 1;        // this rank's rows of each batch (all of it on one process)
+  std::int64_t accumulate = 1;  // the smallest --accumulate to consider (the one given)
   std::size_t limit = 0;
   bool checkpointing_required = false;  // --checkpoint-activations given: plan with it only
 };

@@ -16,7 +16,8 @@ float max_difference(const Tensor& a, const Tensor& b) {
   EXPECT_EQ(a.shape(), b.shape());
   const Tensor ac = a.contiguous(), bc = b.contiguous();
   float worst = 0;
-  for (std::int64_t i = 0; i < ac.numel(); ++i) worst = std::max(worst, std::abs(ac.data()[i] - bc.data()[i]));
+  for (std::int64_t i = 0; i < ac.numel(); ++i)
+    worst = std::max(worst, std::abs(ac.data()[i] - bc.data()[i]));
   return worst;
 }
 

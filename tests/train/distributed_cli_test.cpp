@@ -20,6 +20,13 @@ using cpudl::testing::worst_relative_difference;
 
 bool have_mpirun() { return std::system("command -v mpirun >/dev/null 2>&1") == 0; }
 
+// What became of a job signalled mid-run (DistributedCli::signal_rank_one).
+struct Interrupted {
+  int code = -1;
+  long milliseconds = -1;
+  std::string err;
+};
+
 class DistributedCli : public cpudl::testing::CliSandbox {
  protected:
   // mpirun with `ranks` copies of one command, or the MPMD form "A : B" when `args` holds ':'.
@@ -31,6 +38,35 @@ class DistributedCli : public cpudl::testing::CliSandbox {
     const int status = std::system(command.c_str());
     return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, cpudl::testing::slurp(path("out.txt")),
             cpudl::testing::slurp(path("err.txt"))};
+  }
+  // A long two-rank run whose rank 1 receives `signal` once the first checkpoint exists: the job's
+  // exit code, the milliseconds from the signal to the job's end, and its stderr.
+  Interrupted signal_rank_one(const std::string& out, const std::string& signal, const std::string& args) {
+    const std::string script =
+        "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
+        "timeout 120 mpirun -np 2 " +
+        args + " >" + path("out.txt") + " 2>" + path("err.txt") +
+        " & job=$!\n"
+        "for i in $(seq 600); do [ -f " +
+        out +
+        ".ckpt ] && break; sleep 0.1; done\n"
+        "for p in $(pgrep -f 'train --model simplecnn.*" +
+        out +
+        "'); do\n"
+        "  tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && kill -" +
+        signal +
+        " $p\n"
+        "done\n"
+        "start=$(date +%s%N); wait $job; code=$?; end=$(date +%s%N)\n"
+        "echo $code $(( (end - start) / 1000000 )) > " +
+        path("result.txt") + "\n";
+    std::ofstream(path("signal.sh")) << script;
+    Interrupted r;
+    if (std::system(("bash " + path("signal.sh")).c_str()) != 0) return r;
+    std::istringstream result(cpudl::testing::slurp(path("result.txt")));
+    result >> r.code >> r.milliseconds;
+    r.err = cpudl::testing::slurp(path("err.txt"));
+    return r;
   }
   std::string train_args(const std::string& out, const std::string& extra = "--epochs 1") {
     return std::string(CPUDL_BINARY) + " train --model simplecnn --data " + kTiny + " --init " + kTiny +
@@ -178,33 +214,11 @@ TEST_F(DistributedCli, ALostRankEndsTheJobAndTheCheckpointResumes) {
   // rank 0 too, promptly, naming the lost rank; the checkpoint must load, and --resume on one
   // process must finish the run.
   const std::string out = path("k.safetensors"), ckpt = out + ".ckpt";
-  const std::string script =
-      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
-      "timeout 120 mpirun -np 2 " +
-      train_args(out, "--epochs 400 --checkpoint-every 3") + " >" + path("out.txt") + " 2>" +
-      path("err.txt") +
-      " & job=$!\n"
-      "for i in $(seq 600); do [ -f " +
-      ckpt +
-      " ] && break; sleep 0.1; done\n"
-      "for p in $(pgrep -f 'train --model simplecnn.*" +
-      out +
-      "'); do\n"
-      "  tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && kill -9 $p\n"
-      "done\n"
-      "start=$(date +%s%N); wait $job; code=$?; end=$(date +%s%N)\n"
-      "echo $code $(( (end - start) / 1000000 )) > " +
-      path("result.txt") + "\n";
-  std::ofstream(path("kill.sh")) << script;
-  ASSERT_EQ(std::system(("bash " + path("kill.sh")).c_str()), 0);
-  std::istringstream result(cpudl::testing::slurp(path("result.txt")));
-  int code = 0, milliseconds = 0;
-  result >> code >> milliseconds;
-  const std::string err = cpudl::testing::slurp(path("err.txt"));
-  EXPECT_NE(code, 0) << err;
-  EXPECT_NE(code, 124) << "the job hung until timeout killed it";
-  EXPECT_LT(milliseconds, 10000) << err;
-  EXPECT_NE(err.find("rank 1"), std::string::npos) << err;
+  const Interrupted r = signal_rank_one(out, "KILL", train_args(out, "--epochs 400 --checkpoint-every 3"));
+  EXPECT_NE(r.code, 0) << r.err;
+  EXPECT_NE(r.code, 124) << "the job hung until timeout killed it";
+  EXPECT_LT(r.milliseconds, 10000) << r.err;
+  EXPECT_NE(r.err.find("rank 1"), std::string::npos) << r.err;
   EXPECT_FALSE(std::filesystem::exists(out));
   ASSERT_NO_THROW(cpudl::io::load_safetensors(ckpt));
   const Result resumed =
@@ -221,37 +235,15 @@ TEST_F(DistributedCli, AHungRankEndsTheJobThroughTheWatchdog) {
   // Rank 1 is stopped (SIGSTOP): alive, so mpirun sees nothing, and rank 0 would wait in the step's
   // gradient sum for ever. With --rank-timeout 2, rank 0's watchdog must end the job, naming the
   // wait, within a few seconds of the stop.
-  const std::string out = path("h.safetensors"), ckpt = out + ".ckpt";
-  const std::string script =
-      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
-      "timeout 120 mpirun -np 2 " +
-      train_args(out, "--epochs 400 --checkpoint-every 3 --rank-timeout 2") + " >" + path("out.txt") + " 2>" +
-      path("err.txt") +
-      " & job=$!\n"
-      "for i in $(seq 600); do [ -f " +
-      ckpt +
-      " ] && break; sleep 0.1; done\n"
-      "for p in $(pgrep -f 'train --model simplecnn.*" +
-      out +
-      "'); do\n"
-      "  tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && kill -STOP $p\n"
-      "done\n"
-      "start=$(date +%s%N); wait $job; code=$?; end=$(date +%s%N)\n"
-      "echo $code $(( (end - start) / 1000000 )) > " +
-      path("result.txt") + "\n";
-  std::ofstream(path("hang.sh")) << script;
-  ASSERT_EQ(std::system(("bash " + path("hang.sh")).c_str()), 0);
-  std::istringstream result(cpudl::testing::slurp(path("result.txt")));
-  int code = -1;
-  long milliseconds = -1;
-  result >> code >> milliseconds;
-  const std::string err = cpudl::testing::slurp(path("err.txt"));
-  EXPECT_NE(code, 0) << err;
-  EXPECT_NE(code, 124) << "the job hung until timeout killed it";
-  EXPECT_LT(milliseconds, 10000) << err;
-  EXPECT_NE(err.find("rank 0 waited 2 s for the other ranks in"), std::string::npos) << err;
+  const std::string out = path("h.safetensors");
+  const Interrupted r =
+      signal_rank_one(out, "STOP", train_args(out, "--epochs 400 --checkpoint-every 3 --rank-timeout 2"));
+  EXPECT_NE(r.code, 0) << r.err;
+  EXPECT_NE(r.code, 124) << "the job hung until timeout killed it";
+  EXPECT_LT(r.milliseconds, 10000) << r.err;
+  EXPECT_NE(r.err.find("rank 0 waited 2 s for the other ranks in"), std::string::npos) << r.err;
   EXPECT_FALSE(std::filesystem::exists(out));
-  ASSERT_NO_THROW(cpudl::io::load_safetensors(ckpt));
+  ASSERT_NO_THROW(cpudl::io::load_safetensors(out + ".ckpt"));
 }
 
 TEST_F(DistributedCli, RanksStartedWithDifferentFlagsAreRefused) {

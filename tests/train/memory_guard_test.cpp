@@ -67,9 +67,9 @@ TEST(MemoryGuard, PicksTheLargestMicroBatchWhoseEstimateFits) {
   EXPECT_EQ(roomy.estimated_peak, roomy.fixed_bytes + 64 * roomy.per_sample_bytes);
   // Room for 16.5 samples (against 90% of the limit): micro-batches of 16, --accumulate 4.
   const auto room_for = [&](double samples) {
-    return static_cast<std::size_t>((static_cast<double>(roomy.fixed_bytes) +
-                                     samples * static_cast<double>(roomy.per_sample_bytes)) /
-                                    0.9);
+    return static_cast<std::size_t>(
+        (static_cast<double>(roomy.fixed_bytes) + samples * static_cast<double>(roomy.per_sample_bytes)) /
+        0.9);
   };
   EXPECT_EQ(plan(room_for(16.5)).accumulate, 4);
   EXPECT_EQ(plan(room_for(40)).accumulate, 2);
@@ -83,7 +83,8 @@ TEST(MemoryGuard, PicksTheLargestMicroBatchWhoseEstimateFits) {
     (void)plan(roomy.fixed_bytes / 2);
     ADD_FAILURE() << "no UsageError";
   } catch (const UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("is below what the run holds before any activation"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("is below what the run holds before any activation"),
+              std::string::npos)
         << e.what();
   }
 }
@@ -113,8 +114,9 @@ TEST(MemoryGuard, ResNetTurnsToCheckpointingAndTheProbesLeaveNoTrace) {
   for (std::size_t i = 0; i < after.size(); ++i) {
     const Tensor a = after[i].second.contiguous(), b = copies[i];
     ASSERT_EQ(a.numel(), b.numel());
-    EXPECT_EQ(std::memcmp(a.raw_data(), b.raw_data(), static_cast<std::size_t>(a.numel()) * dtype_size(a.dtype())),
-              0)
+    EXPECT_EQ(
+        std::memcmp(a.raw_data(), b.raw_data(), static_cast<std::size_t>(a.numel()) * dtype_size(a.dtype())),
+        0)
         << after[i].first;
   }
   EXPECT_EQ(default_generator().state(), rng);
