@@ -34,9 +34,9 @@ class Module {
   bool is_training() const { return training_; }
   void zero_grad();
   std::int64_t parameter_count() const;
-  // Activation checkpointing (autograd::checkpoint) over the model's segments, a ResNet's stem and
-  // residual blocks: in training, each keeps only its input and recomputes its activations in
-  // backward. Returns false, changing nothing, for a model without segments worth recomputing.
+  // Activation checkpointing (autograd::checkpoint) over the model's segments (a ResNet's stem and
+  // first two stages' residual blocks): in training, each keeps only its input and recomputes its activations
+  // in backward. Returns false, changing nothing, for a model without segments worth recomputing.
   virtual bool checkpoint_activations(bool /*on*/) { return false; }
 
  protected:

@@ -74,6 +74,14 @@ class AccumulateGrad final : public Node {
   std::weak_ptr<TensorImpl> leaf_;
 };
 
+}  // namespace
+
+bool autograd::gradient_is_disposable(const Tensor& grad_output) {
+  return grad_output.defined() && owns_its_buffer(grad_output);
+}
+
+namespace {
+
 std::shared_ptr<Node> gradient_edge(const Tensor& t) {
   if (!t.defined() || !t.requires_grad()) return nullptr;
   const auto& impl = t.impl();

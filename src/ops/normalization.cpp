@@ -80,9 +80,13 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& running_mean, const Tensor& r
   }
   autograd::record(
       y, "batch_norm2d", {x, weight, bias}, [s, xc, scale, shift, mean, var, mask](const Tensor& g) {
+        // The input gradient goes into the output gradient's buffer when nothing else holds it
+        // (oneDNN's batch norm backward runs in place): one activation-sized buffer fewer.
+        const bool disposable = autograd::gradient_is_disposable(g);
         const Tensor gc = values_in_layout_of(g, xc);
-        Tensor dx = empty_like(xc), dscale = Tensor::empty({s.channels}),
-               dshift = Tensor::empty({s.channels});
+        const bool own = disposable || gc.impl() != g.impl();  // or a copy made just now
+        Tensor dx = own && gc.dtype() == DType::f32 ? gc : empty_like(xc),
+               dscale = Tensor::empty({s.channels}), dshift = Tensor::empty({s.channels});
         onednn::batch_norm_backward(s, xc.data(), gc.data(), scale.data(), shift.data(), mean.data(),
                                     var.data(), dx.data(), dscale.data(), dshift.data(), mask.get());
         return std::vector<Tensor>{dx, dscale, dshift};
