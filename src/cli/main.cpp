@@ -6,6 +6,7 @@
 
 #include "cli/command.h"
 #include "cpudl/error.h"
+#include "train/distributed.h"
 
 namespace {
 
@@ -58,9 +59,13 @@ int main(int argc, char** argv) {
     return action ? action() : 2;
   } catch (const cpudl::UsageError& e) {
     std::fprintf(stderr, "cpudl: error: %s\n", e.what());
+    std::fflush(stderr);
+    cpudl::train::end_job_after_error(2);  // under mpirun: the other ranks must not wait for this one
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cpudl: error: %s\n", e.what());
+    std::fflush(stderr);
+    cpudl::train::end_job_after_error(1);
     return 1;
   }
 }

@@ -363,6 +363,16 @@ void Communicator::require_same_weights(const std::vector<Tensor>& params, std::
                   "the last checkpoint is intact");
 }
 
+void end_job_after_error(int exit_code) {
+  int initialised = 0, finalised = 0;
+  MPI_Initialized(&initialised);
+  MPI_Finalized(&finalised);
+  if (!initialised || finalised) return;
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size > 1) MPI_Abort(MPI_COMM_WORLD, exit_code);
+}
+
 std::uint64_t hash_tensors(const std::vector<Tensor>& tensors) {
   std::uint64_t h = kHashSeed;
   for (const Tensor& t : tensors) {

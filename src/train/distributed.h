@@ -77,6 +77,12 @@ class Communicator {
   std::unique_ptr<Step> step_;
 };
 
+// Called by the CLI after it has printed an error: when this process is a rank of an MPI job still
+// running, ends the whole job with `exit_code` (MPI_Abort) instead of returning. The other ranks
+// may be waiting in a collective for this one (rank 0's checkpoint failing, a memory limit one
+// rank hits), and MPI_Finalize on the way out would wait for them in turn. Returns otherwise.
+void end_job_after_error(int exit_code);
+
 // A 64-bit hash of the bytes of the tensors (contiguous), to compare weights across ranks.
 std::uint64_t hash_tensors(const std::vector<Tensor>& tensors);
 

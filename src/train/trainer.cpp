@@ -362,14 +362,14 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
     const MemoryPlan plan = plan_memory({*model, train_set.images.slice(0, 0, probe_rows),
                                          train_set.labels.slice(0, 0, probe_rows), c.batch, rows,
                                          c.accumulate, max_memory, c.checkpoint_activations});
-    // Evaluation (no graph) in batches of twice the micro-batch: less than a training micro-batch
-    // holds with its saved activations and gradients.
-    eval_batch = std::min<std::int64_t>(eval_batch, 2 * ((rows + c.accumulate - 1) / c.accumulate));
     std::uint64_t choice =
         static_cast<std::uint64_t>(plan.accumulate) * 2 + (plan.checkpoint_activations ? 1 : 0);
     if (comm) comm->broadcast(choice);  // rank 0's plan, should the ranks' estimates differ
     c.accumulate = static_cast<std::int64_t>(choice / 2);
     c.checkpoint_activations = (choice & 1) != 0;
+    // Evaluation (no graph) in batches of twice the micro-batch: less than a training micro-batch
+    // holds with its saved activations and gradients.
+    eval_batch = std::min<std::int64_t>(eval_batch, 2 * ((rows + c.accumulate - 1) / c.accumulate));
     if (c.checkpoint_activations) model->checkpoint_activations(true);
     if (cb.info)
       cb.info("--max-memory " + memory_size_text(max_memory) + ": micro-batches of " +
@@ -468,11 +468,13 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
         }
       } catch (const MemoryLimitError& e) {
         const std::string k2 = std::to_string(std::min<std::int64_t>(c.accumulate * 2, c.batch));
-        throw Error(std::string(max_memory > 0 ? "--max-memory" : "the cgroup's memory limit") +
-                    ": at epoch " + std::to_string(epoch) + ", step " + std::to_string(step + 1) + ", " +
-                    e.what() + "; --accumulate " + k2 + " or --max-memory " +
-                    memory_size_text(static_cast<std::size_t>(static_cast<double>(e.needed) * 1.2)) +
-                    " would fit; the checkpoint " + c.checkpoint.string() + " is intact");
+        throw Error(
+            std::string(max_memory > 0 ? "--max-memory" : "the cgroup's memory limit") + ": at epoch " +
+            std::to_string(epoch) + ", step " + std::to_string(step + 1) + ", " + e.what() +
+            "; --accumulate " + k2 + " or --max-memory " +
+            memory_size_text(static_cast<std::size_t>(static_cast<double>(e.needed) * 1.2)) + " would fit; " +
+            (std::filesystem::exists(c.checkpoint) ? "the checkpoint " + c.checkpoint.string() + " is intact"
+                                                   : std::string("no checkpoint was written yet")));
       }
       bool stop = g_stop_signal != 0;
       if (comm) {

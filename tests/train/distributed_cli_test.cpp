@@ -3,6 +3,7 @@
 // are refused with one line.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -253,6 +254,22 @@ TEST_F(DistributedCli, RanksStartedWithDifferentFlagsAreRefused) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("rank 1 was started with a different --lr than rank 0"), std::string::npos) << r.err;
   EXPECT_FALSE(std::filesystem::exists(path("a.safetensors")));
+}
+
+TEST_F(DistributedCli, AnErrorOnOneRankEndsTheWholeJob) {
+  if (!have_mpirun()) GTEST_SKIP() << "mpirun is not installed (openmpi-bin)";
+  // Only rank 0 writes checkpoints, so only rank 0 finds the directory missing; rank 1 goes on to
+  // the first collective. Rank 0's error must end the job at once, not leave rank 1 waiting there
+  // until its watchdog (300 s) or MPI_Finalize waiting for rank 1.
+  const auto start = std::chrono::steady_clock::now();
+  const Result r =
+      mpirun(2, train_args(path("e.safetensors"), "--epochs 1 --checkpoint " + path("missing/e.ckpt")));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.exit_code, 124) << "the job hung until timeout killed it";
+  EXPECT_LT(seconds, 30.0) << r.err;
+  EXPECT_NE(r.err.find("cpudl: error: --checkpoint"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(path("e.safetensors")));
 }
 
 TEST_F(DistributedCli, MoreRanksThanSamplesInABatchIsAUsageError) {
