@@ -157,6 +157,9 @@ std::vector<int> parse_cpu_list(std::string_view text);
 std::optional<std::uint64_t> parse_cache_size(std::string_view text);
 // This process's peak resident memory so far, in bytes (getrusage's maxrss).
 std::int64_t peak_resident_bytes();
+// A size for people: "23.5 GiB", "1.0 MiB", "32 KiB" (binary units), in doctor's report and in
+// memory messages alike.
+std::string byte_size_text(std::uint64_t bytes);
 // The bytes of tensor storage alive now and at most since the last reset (requested sizes, cache
 // or not): what activations, weights and optimiser state take, without the process's code.
 std::size_t live_tensor_bytes();

@@ -13,16 +13,7 @@ namespace {
 using Json = nlohmann::ordered_json;
 
 std::string bytes_text(const Json& value) {
-  if (value.is_null()) return "unknown";
-  const auto bytes = value.get<std::uint64_t>();
-  char buffer[32];
-  if (bytes >= (std::uint64_t{1} << 30))
-    std::snprintf(buffer, sizeof buffer, "%.1f GiB", static_cast<double>(bytes) / (1 << 30));
-  else if (bytes >= (1 << 20))
-    std::snprintf(buffer, sizeof buffer, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
-  else
-    std::snprintf(buffer, sizeof buffer, "%llu KiB", static_cast<unsigned long long>(bytes >> 10));
-  return buffer;
+  return value.is_null() ? "unknown" : byte_size_text(value.get<std::uint64_t>());
 }
 
 std::string text(const Json& value) {

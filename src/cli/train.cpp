@@ -43,6 +43,9 @@ int run_train(TrainOptions& o) {
   train::TrainConfig& c = o.config;
   c.data = o.data, c.out = o.out, c.init = o.init, c.resume = o.resume, c.checkpoint = o.checkpoint;
   c.shuffle = !o.no_shuffle;
+  // A measurement switch (docs/DISTRIBUTED.md), read here once and passed on as a value.
+  if (const char* v = std::getenv("CPUDL_OVERLAP_ALLREDUCE"); v && std::string(v) == "0")
+    c.overlap_allreduce = false;
   if (o.data.empty()) throw UsageError("--data DIR is required");
 
   struct sigaction action {};

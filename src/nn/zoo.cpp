@@ -133,11 +133,9 @@ class ResNet18 : public Module {
     return fc->forward(adaptive_avg_pool2d(h, 1, 1).flatten(1));
   }
   // Segments: the stem and the residual blocks of the first two stages. Each stage costs about
-  // the same FLOPs, but activations shrink 2x per stage (at 224x224, batch 128, a layer1 tensor
-  // is 103 MB, a layer4 one 13 MB): recomputing layer3 and layer4 would add half the extra
-  // forward to save an eighth of the memory, and the peak (the stem's backward) would not move.
-  // Measured (batch 128, 224x224, 2 threads): all blocks +28-51% step time, these +15-31%, the
-  // same 1.46 GB peak of tensors.
+  // the same FLOPs, but activations halve from one stage to the next: recomputing layer3 and
+  // layer4 would add half the extra forward to save an eighth of the memory, and the peak (the
+  // stem's backward) would not move (measured in docs/DISTRIBUTED.md, "Memory").
   bool checkpoint_activations(bool on) override {
     checkpointed_ = on;
     for (int i = 0; i < 4; ++i) layers[i]->checkpoint_activations(on && i < 2);

@@ -225,17 +225,12 @@ Communicator::Communicator(int rank, int size, double timeout_seconds)
       watchdog_(timeout_seconds > 0 ? std::make_unique<Watchdog>(rank, timeout_seconds) : nullptr) {}
 Communicator::~Communicator() { autograd::set_gradient_ready_hook({}); }
 
-void Communicator::begin_gradient_sum(const std::vector<Tensor>& params, std::int64_t bucket_bytes) {
+void Communicator::begin_gradient_sum(const std::vector<Tensor>& params, std::int64_t bucket_bytes,
+                                      bool overlap) {
   if (!step_) step_ = std::make_unique<Step>(params, bucket_bytes);
   Step& s = *step_;
   s.reset();
-  // CPUDL_OVERLAP_ALLREDUCE=0 starts every sum after backward instead: the communication's whole
-  // time then shows as the wait, what the overlap is measured against.
-  static const bool overlap = [] {
-    const char* v = std::getenv("CPUDL_OVERLAP_ALLREDUCE");
-    return !(v && std::string(v) == "0");
-  }();
-  if (!overlap) return;
+  if (!overlap) return;  // every sum starts in finish_gradient_sum
   autograd::set_gradient_ready_hook([&s](const Tensor& leaf) {
     const auto it = s.index.find(leaf.impl().get());
     if (it != s.index.end() && !s.ready[it->second]) s.gradient_ready(it->second, leaf.grad());

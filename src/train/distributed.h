@@ -48,8 +48,9 @@ class Communicator {
   // collectives by order, so every rank must start them in the same one whatever order its
   // backward ran in); finish waits for all of them and copies the sums back. A parameter without
   // a gradient on this rank contributes zeros. Returns the seconds finish waited: the part of the
-  // communication that backward did not hide.
-  void begin_gradient_sum(const std::vector<Tensor>& params, std::int64_t bucket_bytes);
+  // communication that backward did not hide. Without `overlap` every sum starts in finish (the
+  // communication's whole time then shows as the wait: what the overlap is measured against).
+  void begin_gradient_sum(const std::vector<Tensor>& params, std::int64_t bucket_bytes, bool overlap = true);
   double finish_gradient_sum();
   // The buckets of the last gradient sum (their count), for tests and reports.
   std::size_t gradient_buckets() const;

@@ -7,7 +7,6 @@
 #include <unistd.h>
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <vector>
@@ -48,18 +47,6 @@ std::size_t parse_memory_size(const std::string& text, const std::string& flag) 
     throw bad();
   if (!(value > 0) || !std::isfinite(value * scale) || value * scale > 1e18) throw bad();
   return static_cast<std::size_t>(value * scale);
-}
-
-std::string memory_size_text(std::size_t bytes) {
-  char text[32];
-  const double b = static_cast<double>(bytes);
-  if (b >= 1024.0 * 1024 * 1024)
-    std::snprintf(text, sizeof text, "%.2f GiB", b / (1024.0 * 1024 * 1024));
-  else if (b >= 1024.0 * 1024)
-    std::snprintf(text, sizeof text, "%.1f MiB", b / (1024.0 * 1024));
-  else
-    std::snprintf(text, sizeof text, "%.1f KiB", b / 1024.0);
-  return text;
 }
 
 namespace {
@@ -135,11 +122,11 @@ MemoryPlan plan_memory(const MemoryProblem& q) {
   MemoryPlan plan;
   plan.fixed_bytes = static_cast<std::size_t>(resident);
   if (resident + plain.fixed >= budget)
-    throw UsageError("--max-memory " + memory_size_text(q.limit) +
+    throw UsageError("--max-memory " + byte_size_text(q.limit) +
                      " is below what the run holds before any activation: weights, gradients, optimiser "
                      "state and data take " +
-                     memory_size_text(static_cast<std::size_t>(resident + plain.fixed)) + "; --max-memory " +
-                     memory_size_text(static_cast<std::size_t>((resident + plain.fixed) / 0.9 * 1.25)) +
+                     byte_size_text(static_cast<std::size_t>(resident + plain.fixed)) + "; --max-memory " +
+                     byte_size_text(static_cast<std::size_t>((resident + plain.fixed) / 0.9 * 1.25)) +
                      " would leave room for a few samples");
   const auto micro_of = [&](std::int64_t k) { return (q.rows + k - 1) / k; };
   const auto peak_of = [&](const Probe& p, std::int64_t k) {
@@ -163,12 +150,12 @@ MemoryPlan plan_memory(const MemoryProblem& q) {
   if (k_plain == 0 && k_ckpt == 0) {
     const Probe& best = can_checkpoint ? ckpt : plain;
     const double need = resident + best.fixed + best.per_sample;
-    throw UsageError("--max-memory " + memory_size_text(q.limit) +
-                     " cannot hold one sample's step: weights, " + "state and data take " +
-                     memory_size_text(static_cast<std::size_t>(resident + best.fixed)) + " and each sample " +
-                     memory_size_text(static_cast<std::size_t>(best.per_sample)) +
+    throw UsageError("--max-memory " + byte_size_text(q.limit) + " cannot hold one sample's step: weights, " +
+                     "state and data take " +
+                     byte_size_text(static_cast<std::size_t>(resident + best.fixed)) + " and each sample " +
+                     byte_size_text(static_cast<std::size_t>(best.per_sample)) +
                      (can_checkpoint ? " with activation checkpointing" : "") + "; --max-memory " +
-                     memory_size_text(static_cast<std::size_t>(need / 0.9 * 1.05)) + " would fit");
+                     byte_size_text(static_cast<std::size_t>(need / 0.9 * 1.05)) + " would fit");
   }
   plan.checkpoint_activations = use_ckpt;
   plan.accumulate = use_ckpt ? k_ckpt : k_plain;

@@ -17,8 +17,6 @@ namespace cpudl::train {
 // "2G", "1.5GiB", "800M", "64K" or plain bytes (binary units: G = 2^30). UsageError naming
 // `flag` on anything else.
 std::size_t parse_memory_size(const std::string& text, const std::string& flag);
-// "1.50 GiB", "12.0 MiB": sizes in messages.
-std::string memory_size_text(std::size_t bytes);
 
 struct MemoryPlan {
   std::int64_t accumulate = 1;

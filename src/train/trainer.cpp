@@ -372,12 +372,12 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
     eval_batch = std::min<std::int64_t>(eval_batch, 2 * ((rows + c.accumulate - 1) / c.accumulate));
     if (c.checkpoint_activations) model->checkpoint_activations(true);
     if (cb.info)
-      cb.info("--max-memory " + memory_size_text(max_memory) + ": micro-batches of " +
+      cb.info("--max-memory " + byte_size_text(max_memory) + ": micro-batches of " +
               std::to_string((rows + c.accumulate - 1) / c.accumulate) + " (--accumulate " +
               std::to_string(c.accumulate) + ")" +
               (c.checkpoint_activations ? " with activation checkpointing" : "") + ", estimated peak " +
-              memory_size_text(plan.estimated_peak) + " of tensors (" + memory_size_text(plan.fixed_bytes) +
-              " fixed, " + memory_size_text(plan.per_sample_bytes) + " per sample)");
+              byte_size_text(plan.estimated_peak) + " of tensors (" + byte_size_text(plan.fixed_bytes) +
+              " fixed, " + byte_size_text(plan.per_sample_bytes) + " per sample)");
   }
   const std::size_t tensor_limit = max_memory > 0 ? max_memory : cgroup_tensor_budget();
   const TensorMemoryLimit limit_scope(tensor_limit);
@@ -457,7 +457,7 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
         for (std::int64_t k = 0; k < parts; ++k) {
           const std::int64_t a = begin + rows * k / parts, b = begin + rows * (k + 1) / parts;
           // Under MPI, the gradients' sums over the ranks start as the last backward completes them.
-          if (comm && k == parts - 1) comm->begin_gradient_sum(params, bucket_bytes);
+          if (comm && k == parts - 1) comm->begin_gradient_sum(params, bucket_bytes, c.overlap_allreduce);
           if (b == a) continue;
           const bool whole = a == 0 && b == n;
           Tensor loss =
@@ -472,7 +472,7 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
             std::string(max_memory > 0 ? "--max-memory" : "the cgroup's memory limit") + ": at epoch " +
             std::to_string(epoch) + ", step " + std::to_string(step + 1) + ", " + e.what() +
             "; --accumulate " + k2 + " or --max-memory " +
-            memory_size_text(static_cast<std::size_t>(static_cast<double>(e.needed) * 1.2)) + " would fit; " +
+            byte_size_text(static_cast<std::size_t>(static_cast<double>(e.needed) * 1.2)) + " would fit; " +
             (std::filesystem::exists(c.checkpoint) ? "the checkpoint " + c.checkpoint.string() + " is intact"
                                                    : std::string("no checkpoint was written yet")));
       }

@@ -46,6 +46,9 @@ struct TrainConfig {
   // Data-parallel: gradients are summed in buckets of about this many MiB (0: one sum per
   // gradient). docs/DISTRIBUTED.md has the measurement behind the default.
   double bucket_mb = 4;
+  // Data-parallel: start the sums while backward runs (false: after it, to measure the overlap;
+  // the CLI sets it from CPUDL_OVERLAP_ALLREDUCE=0).
+  bool overlap_allreduce = true;
   // Data-parallel: seconds a rank waits for the others in a step's collective before it ends the
   // job (a rank hung or cut off); 0 waits for ever.
   double rank_timeout = 300;
