@@ -1,5 +1,5 @@
 # cpudl entry points. Each target first makes sure the Debian packages it needs are installed.
-.PHONY: deps build test test-asan test-distributed demo bench bench-onnx bench-pytorch bench-python bench-distributed bench-llm bench-quant bench-serve python-install clean format
+.PHONY: deps build test test-asan test-distributed demo bench bench-onnx bench-pytorch bench-python bench-distributed bench-llm bench-quant bench-serve bench-contention python-install clean format
 
 JOBS ?= $(shell nproc)
 
@@ -83,6 +83,13 @@ bench-python: build
 # projected scaling of data-parallel training on 8-64 nodes (bench/distributed_cost.py).
 bench-distributed: build
 	@/usr/bin/python3 bench/distributed_cost.py --write-doc
+
+# The thread governor against fixed thread counts beside stress-ng neighbours, under a quota
+# lowered mid-run, its recovery time and its own cost (bench/contention.py; docs/OPERATIONS.md).
+bench-contention: build
+	@scripts/install-deps.sh --bench
+	@scripts/fetch-mnist.sh data/mnist
+	@/usr/bin/python3 bench/contention.py --write-doc
 
 bench-llm: build
 	@/usr/bin/python3 bench/vs_llama_cpp.py --write-doc

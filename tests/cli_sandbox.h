@@ -35,11 +35,13 @@ class CliSandbox : public ::testing::Test {
        std::to_string(getpid()));
   void SetUp() override { std::filesystem::create_directories(dir); }
   void TearDown() override { std::filesystem::remove_all(dir); }
-  // `env`: extra VAR=value assignments, space-separated.
+  // `env`: extra VAR=value assignments, space-separated. The thread governor is off (results that
+  // tests compare across runs must not depend on the load of the machine) unless `env` turns it on.
   CliResult run(const std::string& args, const std::string& env = "") {
     const std::string command =
-        "env -u CPUDL_ISA -u CPUDL_PROFILE -u CPUDL_CONV_IMPL -u CPUDL_VERBOSE CPUDL_THREADS=2 " + env + " " +
-        std::string(CPUDL_BINARY) + " " + args + " >" + (dir / "out.txt").string() + " 2>" +
+        "env -u CPUDL_ISA -u CPUDL_PROFILE -u CPUDL_CONV_IMPL -u CPUDL_VERBOSE CPUDL_THREADS=2 "
+        "CPUDL_GOVERNOR=off " +
+        env + " " + std::string(CPUDL_BINARY) + " " + args + " >" + (dir / "out.txt").string() + " 2>" +
         (dir / "err.txt").string();
     const int status = std::system(command.c_str());
     return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(dir / "out.txt"), slurp(dir / "err.txt")};

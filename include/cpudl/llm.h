@@ -86,6 +86,9 @@ class Context {
   // the last token, or for every token when all_logits. Error for ids outside the vocabulary
   // or when the context would overflow.
   void eval(std::span<const std::int32_t> tokens, bool all_logits = false);
+  // The threads the next evals run on, at most the count the context was made with (its per-thread
+  // scratch is sized for that): what a governor changes between tokens.
+  void set_threads(int threads);
   // Several contexts' next tokens in one forward pass: the weight products run once over all their
   // rows (what makes concurrent generations cost little more than one), each context attends to
   // its own cache and keeps its last token's logits. The contexts must come from one model with

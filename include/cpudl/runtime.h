@@ -132,7 +132,8 @@ SystemInfo read_system_info(const std::filesystem::path& root = "/");
 // the time a guest's vCPUs were ready to run while the hypervisor ran other work (0 on bare metal).
 struct CpuTimes {
   std::uint64_t total = 0, steal = 0;
-  int cpus = 0;  // the per-CPU lines
+  int cpus = 0;            // the per-CPU lines
+  std::uint64_t idle = 0;  // idle and iowait ticks: time no task wanted a CPU
 };
 std::optional<CpuTimes> read_cpu_times(const std::filesystem::path& root = "/");
 // /proc/stat's text; nullopt when its "cpu" line is missing or malformed.

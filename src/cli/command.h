@@ -4,7 +4,10 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
+
+#include "runtime/governor.h"
 
 namespace cpudl::cli {
 
@@ -14,6 +17,15 @@ CLI::Option* add_threads_option(CLI::App* app, int& threads);
 // Makes a given --threads the process default (commands that run one session: train, eval, run,
 // bench model), warning once when it is above the usable cores. 0 (not given) keeps the default.
 void use_threads(int threads);
+
+// --governor on|off, for the commands that run for a while (train, run, generate, chat, serve).
+// Not given (""), CPUDL_GOVERNOR decides, else on.
+CLI::Option* add_governor_option(CLI::App* app, std::string& mode);
+bool governor_wanted(const std::string& flag);
+// The governor of runtime/governor.h, logging to stderr, with `ceiling` threads at most (0: the
+// count in effect; call after use_threads); nullptr for "off". `on_sample` feeds metrics.
+std::unique_ptr<Governor> start_governor(const std::string& mode, int ceiling = 0,
+                                         std::function<void(const GovernorStatus&)> on_sample = {});
 
 // Under CPUDL_PROFILE=1: the eager engine's time per op (ops.h: op_profile()) to stderr, per
 // step when `steps` > 0; % of peak when `roof_gflops` > 0.

@@ -29,11 +29,13 @@ struct ModelFlags {
   std::string model;
   int threads = 0, ctx = 0;
   std::string cache_type = "f16";
+  std::string governor;  // --governor; empty: CPUDL_GOVERNOR or on
 };
 
 void add_model_flags(CLI::App* c, ModelFlags& m) {
   c->add_option("-m,--model", m.model, "Model file (.gguf)")->required();
   add_threads_option(c, m.threads);
+  add_governor_option(c, m.governor);
   c->add_option("--ctx", m.ctx, "Context length (default: the model's, at most 4096)")
       ->check(CLI::Range(1, 1 << 24));
   c->add_option("--cache-type", m.cache_type, "KV cache type: f16 (default), f32 or q8_0");
@@ -118,7 +120,10 @@ int run_generate(const GenerateOptions& o) {
       std::copy(c.logits(i), c.logits(i) + vocab, logits.data() + static_cast<std::int64_t>(i) * vocab);
     io::save_npy(o.dump_logits, logits);
   };
+  // The count for the next token: what the governor says now (the context's count is the ceiling).
+  const std::unique_ptr<Governor> governor = start_governor(o.model.governor, o.model.threads);
   const auto print = [&](std::string_view s) {
+    if (governor) ctx.set_threads(governor->threads());
     if (!o.json) {
       std::fwrite(s.data(), 1, s.size(), stdout);
       std::fflush(stdout);
@@ -180,6 +185,7 @@ int run_chat(const ChatOptions& o) {
   std::fprintf(stderr, "cpudl: chat with %s (%s template); end with Ctrl-D\n", model.config().name.c_str(),
                llm::chat_format_name(format));
   llm::Sampler sampler(o.sampling.options());
+  const std::unique_ptr<Governor> governor = start_governor(o.model.governor, o.model.threads);
   std::vector<std::int32_t> history;
   bool first = true;
   for (std::string line; (std::fputs("> ", stderr), std::getline(std::cin, line));) {
@@ -198,6 +204,7 @@ int run_chat(const ChatOptions& o) {
     for (int i = 0; i < o.n && ctx.n_past() < ctx.n_ctx(); ++i) {
       const std::int32_t next = sampler.sample(ctx.logits(), ctx.vocab_size(), history);
       history.push_back(next);
+      if (governor) ctx.set_threads(governor->threads());
       ctx.eval(std::span(&next, 1));  // keeps the cache in step with the history, end token included
       if (model.is_end_of_generation(next)) {
         ended = true;

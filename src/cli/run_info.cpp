@@ -19,6 +19,7 @@ struct RunOptions {
   std::string model;
   std::vector<std::string> inputs, outputs;
   int bench = 0, threads = 0;
+  std::string governor;  // --governor; empty: CPUDL_GOVERNOR or on
   std::int64_t batch = 0;
   bool json = false, int8_conv = false;
 };
@@ -97,9 +98,11 @@ int run_model(const RunOptions& o) {
   nlohmann::ordered_json report;
   if (o.bench > 0) {
     using Clock = std::chrono::steady_clock;
+    const std::unique_ptr<Governor> governor = start_governor(o.governor);
     for (int i = 0; i < 3; ++i) session.run(inputs);  // warm-up beyond the first (plan) run
     std::vector<double> ms;
     for (int i = 0; i < o.bench; ++i) {
+      const GovernedScope threads(governor.get());  // each run on the count of the moment
       const auto t0 = Clock::now();
       session.run(inputs);
       ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
@@ -238,6 +241,7 @@ void add_run_command(CLI::App& app, Action& action) {
   r->add_option("--batch", o->batch, "Batch size: repeat or cut the input's samples (or random inputs) to B")
       ->check(CLI::Range(1, 1 << 20));
   add_threads_option(r, o->threads);
+  add_governor_option(r, o->governor);
   r->add_flag("--json", o->json, "One JSON object");
   r->add_flag("--int8-conv", o->int8_conv,
               "Run a static int8 model's convolutions on the exact int8 kernels (slower than float ones on "

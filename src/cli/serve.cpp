@@ -7,6 +7,7 @@ namespace cpudl::cli {
 
 void add_serve_command(CLI::App& app, Action& action) {
   auto o = std::make_shared<serve::ServeOptions>();
+  auto governor = std::make_shared<std::string>();
   CLI::App* s = app.add_subcommand(
       "serve", "Serve ONNX, cpudl and GGUF models over HTTP (KServe v2, OpenAI API, Prometheus metrics)");
   s->add_option("--model", o->models, "NAME=PATH of an .onnx, .safetensors or .gguf model (repeatable)")
@@ -15,6 +16,7 @@ void add_serve_command(CLI::App& app, Action& action) {
   s->add_option("--port", o->port, "Port (default 8080; 0: any free port, printed)")
       ->check(CLI::Range(0, 65535));
   add_threads_option(s, o->threads);
+  add_governor_option(s, *governor);
   s->add_option("--max-batch", o->max_batch, "Samples per run of a tensor model (default 16)")
       ->check(CLI::Range(1, 4096));
   s->add_option("--batch-timeout-ms", o->batch_timeout_ms,
@@ -35,8 +37,9 @@ void add_serve_command(CLI::App& app, Action& action) {
   s->add_option("--drain-timeout-s", o->drain_timeout_s,
                 "On SIGTERM/SIGINT, how long requests in flight may finish (default 30)")
       ->check(CLI::Range(0.0, 86400.0));
-  s->callback([&action, o] {
-    action = [o] {
+  s->callback([&action, o, governor] {
+    action = [o, governor] {
+      o->governor = governor_wanted(*governor);
       if (o->threads > 0) check_thread_request(o->threads, "--threads");
       return serve::serve(*o);
     };

@@ -1,5 +1,9 @@
-// The --threads flag, shared by every subcommand that computes.
+// The --threads and --governor flags, shared by every subcommand that computes.
+#include <cstdio>
+#include <cstdlib>
+
 #include "cli/command.h"
+#include "cpudl/error.h"
 #include "cpudl/runtime.h"
 
 namespace cpudl::cli {
@@ -13,6 +17,37 @@ void use_threads(int threads) {
   if (threads <= 0) return;
   check_thread_request(threads, "--threads");
   set_default_threads(threads);
+}
+
+bool governor_wanted(const std::string& flag) {
+  if (!flag.empty()) return flag == "on";
+  const char* variable = std::getenv("CPUDL_GOVERNOR");
+  if (variable == nullptr || *variable == '\0') return true;
+  const std::string value = variable;
+  if (value != "on" && value != "off") throw UsageError("CPUDL_GOVERNOR=" + value + ": expected on or off");
+  return value == "on";
+}
+
+CLI::Option* add_governor_option(CLI::App* app, std::string& mode) {
+  return app
+      ->add_option("--governor", mode,
+                   "on (default, or CPUDL_GOVERNOR): lower the compute threads while other processes, a "
+                   "cgroup quota or heat leave fewer CPUs, and raise them again when they clear (--threads "
+                   "is then the most it uses); off: keep the count fixed")
+      ->check(CLI::IsMember({"on", "off"}));
+}
+
+std::unique_ptr<Governor> start_governor(const std::string& mode, int ceiling,
+                                         std::function<void(const GovernorStatus&)> on_sample) {
+  if (!governor_wanted(mode)) return nullptr;
+  GovernorOptions options;
+  options.config.max_threads = ceiling > 0 ? ceiling : compute_threads();
+  // Tests point the governor at a tree of their own (a thermal zone at its critical point).
+  if (const char* root = std::getenv("CPUDL_GOVERNOR_ROOT"); root != nullptr && *root != '\0')
+    options.root = root;
+  options.log = [](const std::string& line) { std::fprintf(stderr, "cpudl: %s\n", line.c_str()); };
+  options.on_sample = std::move(on_sample);
+  return std::make_unique<Governor>(std::move(options));
 }
 
 }  // namespace cpudl::cli

@@ -8,7 +8,9 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/train_monitor.h"
 #include "cpudl/error.h"
+#include "cpudl/io.h"
 #include "cpudl/ops.h"
 #include "cpudl/runtime.h"
 #include "train/trainer.h"
@@ -19,9 +21,12 @@ namespace {
 struct TrainOptions {
   train::TrainConfig config;
   int threads = 0;
+  std::string governor;  // --governor; empty: CPUDL_GOVERNOR or on
   std::int64_t log_every = 0;
   bool json = false, no_shuffle = false;
   std::string out, data, init, resume, checkpoint;
+  int metrics_port = -1;  // -1: none
+  std::string report;
 };
 
 void on_signal(int signal) { train::g_stop_signal = signal; }
@@ -54,6 +59,25 @@ int run_train(TrainOptions& o) {
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
 
+  const bool profile_asked = op_profiling_enabled();  // CPUDL_PROFILE=1: the table on stderr
+  if (!o.report.empty()) {  // checked before any work: a run must not end unable to write it
+    std::error_code ec;
+    const std::filesystem::path report(o.report);
+    const auto dir = report.has_parent_path() ? report.parent_path() : std::filesystem::path(".");
+    if (std::filesystem::is_directory(report, ec))
+      throw UsageError("--report " + o.report + " is a directory: give the .html file to write");
+    if (!std::filesystem::is_directory(dir, ec) || ::access(dir.c_str(), W_OK) != 0)
+      throw Error("--report " + o.report + ": cannot write into " + dir.string());
+    enable_op_profile(true);  // the report's time per op
+  }
+  // Metrics and the report's history; the port is bound here, before training starts.
+  std::unique_ptr<TrainMonitor> monitor;
+  if (o.metrics_port >= 0 || !o.report.empty()) {
+    monitor = std::make_unique<TrainMonitor>(o.metrics_port, c.lr);
+    if (monitor->port())
+      std::fprintf(stderr, "cpudl: metrics on http://127.0.0.1:%d/metrics\n", *monitor->port());
+  }
+
   const bool tty = !o.json && isatty(STDERR_FILENO);
   double last_draw = -1;
   train::Callbacks cb;
@@ -65,6 +89,7 @@ int run_train(TrainOptions& o) {
     std::fflush(stdout);
   };
   cb.step = [&](const train::StepProgress& p) {
+    if (monitor) monitor->step(p);
     if (o.log_every > 0 && p.step % o.log_every == 0) {
       if (o.json)
         std::printf(
@@ -86,6 +111,7 @@ int run_train(TrainOptions& o) {
     std::fflush(stderr);
   };
   cb.epoch = [&](const train::EpochReport& e) {
+    if (monitor) monitor->epoch(e);
     if (o.json) {
       nlohmann::ordered_json j{{"epoch", e.epoch},         {"loss", e.loss},
                                {"test_loss", e.test_loss}, {"test_accuracy", e.test_accuracy},
@@ -99,9 +125,20 @@ int run_train(TrainOptions& o) {
     }
     std::fflush(stdout);
   };
+  const std::unique_ptr<Governor> governor =
+      start_governor(o.governor, 0, [&monitor](const GovernorStatus& status) {
+        if (monitor) monitor->governor(status);
+      });
+  if (governor && monitor) monitor->governor(governor->status());  // the metrics before the first sample
+  c.governor = governor.get();
   train::Summary s;
   const int code = train::run(c, cb, s);
   if (code != 0 || !s.leader) return code;  // under MPI, rank 0 reports for all
+  if (!o.report.empty()) {
+    if (governor) monitor->governor(governor->status());  // decisions of the last second too
+    io::write_file_atomically(
+        o.report, training_report_html({s.model + " on " + o.data, s, monitor.get(), op_profile()}));
+  }
   if (o.json) {
     std::printf("%s\n", nlohmann::ordered_json{{"summary", true},
                                                {"model", s.model},
@@ -126,7 +163,7 @@ int run_train(TrainOptions& o) {
         s.seconds_per_epoch, s.images_per_second, 100 * s.test_accuracy,
         static_cast<double>(s.peak_memory_bytes) / (1 << 20), o.out.c_str());
   }
-  if (op_profiling_enabled()) print_op_profile(0, 0.0);  // training and evaluation passes together
+  if (profile_asked) print_op_profile(0, 0.0);  // training and evaluation passes together
   return 0;
 }
 
@@ -152,6 +189,14 @@ void add_train_command(CLI::App& app, Action& action) {
                 "would compete with the compute threads)")
       ->check(CLI::Range(1, 64));
   add_threads_option(t, o->threads);
+  add_governor_option(t, o->governor);
+  t->add_option("--metrics-port", o->metrics_port,
+                "Serve Prometheus metrics of the run (loss, images/s, step time, governor) on "
+                "http://127.0.0.1:P/metrics while it trains (0: any free port, printed)")
+      ->check(CLI::Range(0, 65535));
+  t->add_option("--report", o->report,
+                "Write one self-contained HTML page at the end: loss and accuracy, images/s with the "
+                "governor's decisions, the confusion matrix, time per op, the machine");
   t->add_option("--seed", o->config.seed, "Seed for initialisation and shuffling (default 0)");
   t->add_option("--out", o->out, "Model file to write (safetensors)");
   t->add_option("--init", o->init,

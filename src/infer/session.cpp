@@ -16,7 +16,10 @@ struct InferenceSession::Impl {
   infer::Graph loaded, graph;
   infer::OptimizerReport report;
   std::vector<ModelValue> inputs, outputs;
-  std::map<std::vector<Shape>, std::unique_ptr<infer::Plan>> plans;
+  // Plans by thread count and input shapes: a plan splits its work by the count it was made for
+  // (oneDNN fixes it at primitive creation), so a governor that lowers the count gets a plan of its
+  // own rather than a plan that starts the old count's threads.
+  std::map<std::pair<int, std::vector<Shape>>, std::unique_ptr<infer::Plan>> plans;
   std::map<std::vector<Shape>, infer::OptimizerReport> plan_reports;
   bool optimize = true, profiling = false;
   int threads = 0;  // 0: the caller's compute_threads()
@@ -25,6 +28,7 @@ struct InferenceSession::Impl {
   // vector of shapes it would build).
   infer::Plan* last_plan = nullptr;
   std::vector<Shape> last_shapes;
+  int last_threads = 0;
   std::vector<infer::TensorView> in_views, out_views;
 
   void check_inputs(const std::vector<Tensor>& given) const {
@@ -40,13 +44,15 @@ struct InferenceSession::Impl {
   }
 
   infer::Plan& plan_for_inputs(const std::vector<Tensor>& given) {
-    bool same = last_plan != nullptr && last_shapes.size() == given.size();
+    bool same =
+        last_plan != nullptr && last_shapes.size() == given.size() && last_threads == compute_threads();
     for (std::size_t i = 0; same && i < given.size(); ++i) same = given[i].shape() == last_shapes[i];
     if (same) return *last_plan;
     std::vector<Shape> shapes;
     for (const auto& t : given) shapes.push_back(t.shape());
     last_plan = &plan_for(shapes);
     last_shapes = shapes;
+    last_threads = compute_threads();
     return *last_plan;
   }
 
@@ -72,10 +78,11 @@ struct InferenceSession::Impl {
   }
 
   infer::Plan& plan_for(const std::vector<Shape>& shapes) {
-    auto it = plans.find(shapes);
+    const std::pair<int, std::vector<Shape>> key{compute_threads(), shapes};
+    auto it = plans.find(key);
     if (it != plans.end()) return *it->second;
     infer::OptimizerReport r;
-    it = plans.emplace(shapes, std::make_unique<infer::Plan>(graph, shapes, r, optimize)).first;
+    it = plans.emplace(key, std::make_unique<infer::Plan>(graph, shapes, r, optimize)).first;
     plan_reports[shapes] = r;
     it->second->set_profiling(profiling);
     return *it->second;
@@ -158,7 +165,7 @@ ModelInfo InferenceSession::info(const std::vector<Shape>& input_shapes) {
 
 std::vector<OpProfile> InferenceSession::profile() const {
   std::map<std::string, OpProfile> by_op;
-  for (const auto& [shapes, plan] : impl_->plans)
+  for (const auto& [key, plan] : impl_->plans)
     for (const auto& step : plan->profile()) {
       OpProfile& p = by_op[step.op];
       p.op = step.op;

@@ -26,6 +26,7 @@ std::optional<CpuTimes> parse_cpu_line(std::string_view fields) {
   CpuTimes t;
   for (std::uint64_t v : values) t.total += v;
   t.steal = values[7];
+  t.idle = values[3] + values[4];
   return t;
 }
 

@@ -11,6 +11,7 @@
 
 #include "cpudl/error.h"
 #include "cpudl/runtime.h"
+#include "runtime/cgroup.h"
 #include "runtime/read_text.h"
 
 namespace cpudl {
@@ -149,6 +150,28 @@ std::vector<fs::path> cgroup_chain(const fs::path& root, const CgroupMount& moun
   }
   return chain;
 }
+
+}  // namespace
+
+CgroupCpuDirs cgroup_cpu_dirs(const fs::path& root) {
+  const CgroupMounts mounts = read_cgroup_mounts(root);
+  const auto paths = read_process_cgroups(root);
+  CgroupCpuDirs found;
+  if (mounts.v2 && paths.count("")) {
+    found.dirs = cgroup_chain(root, *mounts.v2, paths.at(""));
+    for (const fs::path& dir : found.dirs)
+      if (fs::exists(dir / "cpu.max")) found.version = "v2";  // the cpu controller is enabled here
+    if (!found.version.empty()) return found;
+  }
+  if (mounts.v1.count("cpu") && paths.count("cpu")) {
+    found.dirs = cgroup_chain(root, mounts.v1.at("cpu"), paths.at("cpu"));
+    found.version = "v1";
+    return found;
+  }
+  return {};
+}
+
+namespace {
 
 void read_cgroup_limits(const fs::path& root, SystemInfo& info) {
   const CgroupMounts mounts = read_cgroup_mounts(root);

@@ -213,4 +213,38 @@ void Metrics::declare_process_metrics() {
   set("process_start_time_seconds", start);
 }
 
+void declare_governor_metrics(Metrics& metrics) {
+  using T = Metrics::Type;
+  metrics.declare("cpudl_governor_threads", T::gauge, "Compute threads the governor allows now.");
+  metrics.declare("cpudl_governor_paused", T::gauge,
+                  "1 while the governor pauses work at a critical temperature.");
+  metrics.declare("cpudl_governor_decisions_total", T::counter, "Thread-count changes and pauses, by reason.",
+                  {"reason"});
+  metrics.declare("cpudl_cpu_pressure_ratio", T::gauge,
+                  "Share of the last second some task waited for a CPU (/proc/pressure/cpu).");
+  metrics.declare("cpudl_cpu_steal_ratio", T::gauge,
+                  "Share of the compute CPUs' last second the hypervisor took.");
+  metrics.declare("cpudl_cpu_throttled_seconds_total", T::counter,
+                  "Time the cgroup's CPU quota held this process back since it started.");
+  metrics.declare("cpudl_temperature_celsius", T::gauge, "Temperature per thermal zone or hwmon sensor.",
+                  {"zone"});
+}
+
+void record_governor_status(Metrics& metrics, const GovernorStatus& status) {
+  // Counters kept by the governor: advanced to its totals (one writer, the governor's thread).
+  const auto advance = [&](const std::string& name, double total, const std::vector<std::string>& labels) {
+    const double now = metrics.value(name, labels);
+    if (total > now) metrics.add(name, total - now, labels);
+  };
+  metrics.set("cpudl_governor_threads", status.threads);
+  metrics.set("cpudl_governor_paused", status.paused ? 1 : 0);
+  for (const auto& [reason, count] : status.decisions)
+    advance("cpudl_governor_decisions_total", static_cast<double>(count), {reason});
+  if (status.pressure_ratio) metrics.set("cpudl_cpu_pressure_ratio", *status.pressure_ratio);
+  if (status.steal_ratio) metrics.set("cpudl_cpu_steal_ratio", *status.steal_ratio);
+  advance("cpudl_cpu_throttled_seconds_total", status.throttled_seconds, {});
+  for (const Temperature& t : status.temperatures)
+    metrics.set("cpudl_temperature_celsius", t.celsius, {t.zone});
+}
+
 }  // namespace cpudl::serve

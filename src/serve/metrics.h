@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/governor.h"
+
 namespace cpudl::serve {
 
 class Metrics {
@@ -54,5 +56,11 @@ class Metrics {
   std::map<std::string, Family> families_;
   std::vector<std::string> order_;  // declaration order, as rendered
 };
+
+// The thread governor's families (cpudl_governor_threads, cpudl_governor_decisions_total{reason},
+// cpudl_cpu_pressure_ratio, cpudl_cpu_throttled_seconds_total, cpudl_temperature_celsius{zone}),
+// shared by serve and train --metrics-port so that one dashboard reads both.
+void declare_governor_metrics(Metrics& metrics);
+void record_governor_status(Metrics& metrics, const GovernorStatus& status);
 
 }  // namespace cpudl::serve

@@ -73,7 +73,7 @@ TensorModel::TensorModel(std::string name, const std::filesystem::path& path, co
   const std::string file = path.string();
   if (ends_with(file, ".onnx")) {
     InferenceOptions o;
-    o.threads = options.threads;
+    o.threads = options.governor != nullptr ? 0 : options.threads;  // governed: the caller's scope
     onnx_.emplace(path, o);
     for (const auto& v : onnx_->inputs()) inputs_.push_back(spec_of(v));
     for (const auto& v : onnx_->outputs()) outputs_.push_back(spec_of(v));
@@ -143,8 +143,9 @@ int TensorModel::waiting() const {
 }
 
 std::vector<Tensor> TensorModel::run(const std::vector<Tensor>& inputs) {
+  // The governor's count of the moment, between batches (never mid-run).
+  const ThreadScope scope(options_.governor != nullptr ? options_.governor->threads() : options_.threads);
   if (onnx_) return onnx_->run(inputs);
-  const ThreadScope scope(options_.threads);
   NoGradGuard no_grad;
   return {own_->model->forward(inputs[0])};
 }
@@ -396,6 +397,8 @@ void LanguageModel::step() {
       if (alone) break;
     }
     lock.unlock();
+    if (options_.governor != nullptr)  // the governor's count of the moment, between passes
+      for (const auto& context : contexts_) context->set_threads(options_.governor->threads());
     run(round);
     metrics_.observe("cpudl_batch_size", static_cast<double>(round.size()), {name_});
     lock.lock();

@@ -28,10 +28,11 @@ namespace cpudl::serve {
 using Clock = std::chrono::steady_clock;
 
 struct BatchOptions {
-  int max_batch = 16;           // samples per run
-  double batch_timeout_ms = 2;  // how long the first request of a batch waits for company
-  int queue = 64;               // requests waiting per model, beyond which 429
-  int threads = 0;              // compute threads of each run (0: the process default)
+  int max_batch = 16;                  // samples per run
+  double batch_timeout_ms = 2;         // how long the first request of a batch waits for company
+  int queue = 64;                      // requests waiting per model, beyond which 429
+  int threads = 0;                     // compute threads of each run (0: the process default)
+  const Governor* governor = nullptr;  // when set, each run takes its count (threads is the ceiling)
 };
 
 // One .onnx or .safetensors model. Requests for it are gathered into batches along the first
@@ -103,6 +104,7 @@ struct LlmOptions {
   int ctx = 0;       // context per slot (0: the model's, at most 4096)
   int queue = 64;    // requests waiting for a slot, beyond which 429
   int threads = 0;   // compute threads of the model's forward passes (0: the process default)
+  const Governor* governor = nullptr;  // when set, each pass takes its count (threads is the ceiling)
 };
 
 // A GGUF model with `parallel` contexts. A request holds one slot (its context, reset) for its

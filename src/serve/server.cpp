@@ -143,8 +143,19 @@ class Service {
  public:
   explicit Service(const ServeOptions& o) : options_(o) {
     declare_metrics();
-    BatchOptions batch{o.max_batch, o.batch_timeout_ms, o.queue, o.threads};
-    LlmOptions llm{o.parallel, o.ctx, o.queue, o.threads};
+    if (o.governor) {
+      GovernorOptions g;
+      g.config.max_threads = o.threads > 0 ? o.threads : compute_threads();
+      // Tests point the governor at a tree of their own (a thermal zone at its critical point).
+      if (const char* root = std::getenv("CPUDL_GOVERNOR_ROOT"); root != nullptr && *root != '\0')
+        g.root = root;
+      g.log = [](const std::string& line) { std::fprintf(stderr, "cpudl: serve: %s\n", line.c_str()); };
+      g.on_sample = [this](const GovernorStatus& status) { record_governor_status(metrics_, status); };
+      governor_ = std::make_unique<Governor>(std::move(g));
+      record_governor_status(metrics_, governor_->status());
+    }
+    BatchOptions batch{o.max_batch, o.batch_timeout_ms, o.queue, o.threads, governor_.get()};
+    LlmOptions llm{o.parallel, o.ctx, o.queue, o.threads, governor_.get()};
     for (const std::string& spec : o.models) {
       const auto eq = spec.find('=');
       if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
@@ -172,6 +183,8 @@ class Service {
   std::atomic<bool> draining{false}, cancel_all{false};
   std::atomic<int> inflight{0};
   Metrics& metrics() { return metrics_; }
+  // At a critical temperature the governor pauses: new work is shed (503) until it cools.
+  bool too_hot() const { return governor_ && governor_->paused(); }
 
  private:
   void declare_metrics();
@@ -185,6 +198,7 @@ class Service {
 
   ServeOptions options_;
   Metrics metrics_;
+  std::unique_ptr<Governor> governor_;  // before the models, which hold its address
   std::map<std::string, std::unique_ptr<TensorModel>> tensors_;
   std::map<std::string, std::unique_ptr<LanguageModel>> llms_;
   std::atomic<std::uint64_t> ids_{0};
@@ -228,6 +242,7 @@ void Service::declare_metrics() {
   metrics_.declare("cpudl_model_info", T::gauge, "The models served: always 1.",
                    {"model", "format", "precision"});
   metrics_.declare_process_metrics();
+  declare_governor_metrics(metrics_);
 }
 
 TensorModel& Service::tensor_model(const std::string& name) {
@@ -580,6 +595,11 @@ int serve(const ServeOptions& options) {
     if (service.draining && req.path != "/metrics") {
       service.metrics().add("cpudl_rejected_total", 1, {"draining"});
       send_error(req, res, 503, "draining: the server is shutting down");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (service.too_hot() && req.method == "POST") {
+      service.metrics().add("cpudl_rejected_total", 1, {"temperature"});
+      send_error(req, res, 503, "the CPU is at its critical temperature: work paused until it cools");
       return httplib::Server::HandlerResponse::Handled;
     }
     return httplib::Server::HandlerResponse::Unhandled;

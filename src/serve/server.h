@@ -12,8 +12,9 @@ namespace cpudl::serve {
 struct ServeOptions {
   std::vector<std::string> models;  // NAME=PATH
   std::string host = "127.0.0.1";
-  int port = 8080;  // 0: any free port (printed)
-  int threads = 0;  // compute threads per run (0: the process default)
+  int port = 8080;       // 0: any free port (printed)
+  int threads = 0;       // compute threads per run (0: the process default); the governor's ceiling
+  bool governor = true;  // runtime/governor.h: fewer threads under contention, 503 when too hot
   int max_batch = 16;
   double batch_timeout_ms = 2;
   int queue = 64;

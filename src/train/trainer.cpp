@@ -442,6 +442,17 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
     double loss_sum = 0, images_seen = 0, communication_wait = 0;
     Tensor x, y;
     for (std::int64_t step = first_step; loader.next(x, y); ++step) {
+      if (c.governor != nullptr && c.governor->paused()) {
+        // Too hot to go on: the checkpoint first (a machine that shuts down loses nothing), then wait.
+        if (leader) write_checkpoint(epoch, step);
+        if (cb.info)
+          cb.info("paused at a critical temperature: checkpoint " + c.checkpoint.string() +
+                  " written; waiting for the CPU to cool");
+        c.governor->wait_while_paused();
+        if (cb.info) cb.info("resumed");
+      }
+      // Each step runs on the governor's count of the moment (never changed mid-step).
+      const GovernedScope threads(c.governor);
       opt->zero_grad();
       // The rows this process trains on (the batch, or under MPI this rank's shard of it), in
       // --accumulate micro-batches. Each micro-batch's mean loss weighs by its share of the global
@@ -497,7 +508,7 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
       const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
       if (cb.step)
         cb.step({epoch, c.epochs, step + 1, steps_per_epoch, static_cast<float>(l),
-                 images_seen / std::max(seconds, 1e-9), seconds});
+                 images_seen / std::max(seconds, 1e-9), seconds, x.size(0), compute_threads()});
       if (c.stop_after >= 0 && global_step == c.stop_after) std::raise(SIGTERM);
       if (g_stop_signal) stop = true;
       if (comm && stop && !g_stop_signal) g_stop_signal = SIGTERM;  // another rank's signal
@@ -518,12 +529,13 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
     if (comm) comm->require_same_weights(params, global_step);
     // Evaluation and checkpoints are rank 0's: the others wait at the epoch barrier (which no
     // watchdog guards: evaluation takes as long as the test set is large).
+    const GovernedScope evaluation_threads(c.governor);
     const Evaluation ev = leader ? evaluate(*model, test_set, train_set.classes, eval_batch) : Evaluation{};
     if (leader) write_checkpoint(epoch + 1, 0);
     if (comm) comm->epoch_barrier();
     if (cb.epoch)
       cb.epoch({epoch, loss_sum / std::max(images_seen, 1.0), ev.accuracy, ev.loss, seconds,
-                images_seen / std::max(seconds, 1e-9), communication_wait});
+                images_seen / std::max(seconds, 1e-9), communication_wait, ev.confusion});
     summary.test_accuracy = ev.accuracy;
     ++summary.epochs_run;
   }

@@ -14,6 +14,7 @@
 
 #include "cpudl/data.h"
 #include "cpudl/nn.h"
+#include "runtime/governor.h"
 
 namespace cpudl::train {
 
@@ -52,13 +53,18 @@ struct TrainConfig {
   // Data-parallel: seconds a rank waits for the others in a step's collective before it ends the
   // job (a rank hung or cut off); 0 waits for ever.
   double rank_timeout = 300;
+  // Sets each step's thread count and pauses the run at a critical temperature (after writing the
+  // checkpoint); nullptr: the count in effect, fixed.
+  const Governor* governor = nullptr;
 };
 
 struct StepProgress {
   int epoch, epochs;
   std::int64_t step, steps;  // within the epoch
   float loss;
-  double images_per_second, seconds;
+  double images_per_second, seconds;  // over the epoch so far
+  std::int64_t images;                // this step's batch
+  int threads;                        // what the step ran on
 };
 
 struct EpochReport {
@@ -67,6 +73,7 @@ struct EpochReport {
   // Data-parallel: seconds the epoch waited for gradient sums after backward (what the overlap did
   // not hide); 0 on one process.
   double allreduce_wait_seconds = 0;
+  std::vector<std::vector<std::int64_t>> confusion;  // [true][predicted] on the test split
 };
 
 struct Summary {

@@ -7,6 +7,7 @@
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <algorithm>
 
 #include <chrono>
 #include <cstdio>
@@ -29,6 +30,10 @@ class ServerProcess {
     int out[2];
     if (pipe(out) != 0) return;
     std::vector<std::string> argv = {CPUDL_BINARY, "serve", "--port", "0", "--threads", "2"};
+    // The thread governor stays off unless a test asks for it: answers compared with `cpudl
+    // generate` must not depend on the load of the machine running the tests.
+    if (std::find(args.begin(), args.end(), "--governor") == args.end())
+      args.insert(args.end(), {"--governor", "off"});
     argv.insert(argv.end(), args.begin(), args.end());
     std::vector<char*> raw;
     for (auto& a : argv) raw.push_back(a.data());

@@ -39,6 +39,7 @@ struct Context::State {
   const Model::Impl* model;
   ModelConfig c;
   int n_ctx, threads, batch;
+  int max_threads;  // what the per-thread scratch is sized for
   CacheType cache_type;
   GgmlType cache_ggml;
   int n_past = 0;
@@ -118,6 +119,7 @@ Context::Context(const Model& model, const ContextOptions& options) : state_(std
     throw UsageError("context threads " + std::to_string(options.threads) +
                      ": expected 0 (the default) to 4096");
   s.threads = options.threads > 0 ? options.threads : compute_threads();
+  s.max_threads = s.threads;
   s.batch = std::max(1, options.batch);
   s.cache_type = options.cache_type;
   s.cache_ggml = cache_ggml_type(options.cache_type);
@@ -163,6 +165,8 @@ const float* Context::logits(std::size_t i) const {
   if (i >= state_->logit_rows) throw Error("logits row " + std::to_string(i) + " was not kept");
   return state_->logits.data() + i * static_cast<std::size_t>(state_->c.vocab);
 }
+
+void Context::set_threads(int threads) { state_->threads = std::clamp(threads, 1, state_->max_threads); }
 
 void Context::eval(std::span<const std::int32_t> tokens, bool all_logits) {
   State& s = *state_;

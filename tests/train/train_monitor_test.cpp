@@ -1,0 +1,347 @@
+// `cpudl train --report`, `--metrics-port` and the thread governor, end to end: the report opened in
+// headless Chromium, the metrics scraped over HTTP while the run trains, and a run inside a cgroup
+// whose CPU quota the test lowers mid-run.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <thread>
+
+#include "cli_sandbox.h"
+#include "cpudl/data.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using cpudl::testing::slurp;
+using TrainMonitorCli = cpudl::testing::CliSandbox;
+const std::string kTiny = std::string(CPUDL_FIXTURES_DIR) + "/../golden/mnist_tiny";
+
+bool have(const char* program) {
+  return std::system(("command -v " + std::string(program) + " >/dev/null 2>&1").c_str()) == 0;
+}
+
+// A command started in the background through sh (its pid is the command's once sh execs it).
+class Background {
+ public:
+  explicit Background(const std::string& command) {
+    pid_ = fork();
+    if (pid_ == 0) {
+      execl("/bin/sh", "sh", "-c", ("exec " + command).c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+  }
+  ~Background() {
+    if (pid_ > 0 && !done_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  pid_t pid() const { return pid_; }
+  // The exit code once it ends by itself within `seconds`; -1 if it did not (then it is killed).
+  int wait_exit(double seconds) {
+    int status = 0;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (waitpid(pid_, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) return -1;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    done_ = true;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+  int stop(int signal) {  // the exit code, or -1
+    kill(pid_, signal);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    done_ = true;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  bool done_ = false;
+};
+
+// Waits up to `seconds` for `pattern` in the file; returns its first match's group 1 (or "").
+std::string wait_for(const fs::path& file, const std::string& pattern, double seconds) {
+  const std::regex re(pattern);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::smatch m;
+    const std::string text = slurp(file);
+    if (std::regex_search(text, m, re)) return m.size() > 1 ? m[1].str() : m[0].str();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return "";
+}
+
+// A sample's value in Prometheus text ("name{labels} value"), NAN when absent.
+double sample(const std::string& metrics, const std::string& series) {
+  std::istringstream lines(metrics);
+  for (std::string line; std::getline(lines, line);)
+    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
+  return NAN;
+}
+
+TEST_F(TrainMonitorCli, ReportIsSelfContainedAndRendersInChromiumWithoutErrors) {
+  const auto r = run("train --model lenet5 --data " + kTiny + " --epochs 2 --batch 64 --out " +
+                     path("m.safetensors") + " --report " + path("run.html"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("op "), std::string::npos) << "the per-op table is CPUDL_PROFILE's, not --report's";
+  const std::string html = slurp(path("run.html"));
+  ASSERT_FALSE(html.empty());
+  // Self-contained: no script, no stylesheet or image fetched from anywhere.
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+  for (const char* fetch : {"src=", "href=", "url(", "@import"}) EXPECT_EQ(html.find(fetch), std::string::npos) << fetch;
+  // The loss curve has one point per step: 640 training images in batches of 64, two epochs.
+  const auto points = html.find("<polyline class='series' points='");
+  ASSERT_NE(points, std::string::npos);
+  const std::string list = html.substr(points + 33, html.find('\'', points + 33) - points - 33);
+  EXPECT_EQ(std::count(list.begin(), list.end(), ','), 20);
+  // The confusion matrix counts every test image once: the cells' titles sum to the 64 of the split.
+  const std::regex cell("<title>true (\\d+), predicted (\\d+): (\\d+)</title>");
+  std::int64_t counted = 0, cells = 0;
+  for (auto it = std::sregex_iterator(html.begin(), html.end(), cell); it != std::sregex_iterator(); ++it) {
+    counted += std::stoll((*it)[3].str());
+    ++cells;
+  }
+  EXPECT_EQ(cells, 100);
+  EXPECT_EQ(counted, 64);
+  EXPECT_NE(html.find("conv2d (backward)"), std::string::npos) << "time per op";
+  EXPECT_NE(html.find("instruction sets"), std::string::npos) << "machine summary";
+
+  if (!have("chromium")) GTEST_SKIP() << "chromium is not installed (Debian package chromium; scripts/install-deps.sh)";
+  // A page that logs an error first: the check below must be able to see one.
+  std::ofstream(path("bad.html")) << "<html><body><script>console.error('broken')</script>x</body></html>";
+  const auto render = [&](const std::string& page, const std::string& png) {
+    const std::string cmd = "timeout 120 chromium --headless --no-sandbox --disable-gpu --enable-logging=stderr --v=0 "
+                            "--window-size=900,2400 --screenshot=" +
+                            path(png) + " file://" + path(page) + " > " + path(png + ".log") + " 2>&1";
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << slurp(path(png + ".log"));
+    return slurp(path(png + ".log"));
+  };
+  EXPECT_NE(render("bad.html", "bad.png").find(":CONSOLE"), std::string::npos) << "console errors went unseen";
+  const std::string log = render("run.html", "run.png");
+  EXPECT_EQ(log.find(":CONSOLE"), std::string::npos) << log;
+  // Not blank: the screenshot, decoded by cpudl's own PNG reader, has ink: dark text and the blue
+  // of the curves and the confusion matrix's diagonal.
+  const cpudl::Tensor image = cpudl::data::read_image(path("run.png"));
+  ASSERT_EQ(image.dim(), 3);
+  ASSERT_GE(image.size(0), 3);
+  const std::int64_t plane = image.size(1) * image.size(2);
+  const float* px = image.data();
+  std::int64_t dark = 0, blue = 0;
+  for (std::int64_t i = 0; i < plane; ++i) {
+    const float red = px[i], green = px[plane + i], b = px[2 * plane + i];
+    if (red + green + b < 1.2f) ++dark;
+    if (b > 0.7f && red < 0.5f && green < 0.6f) ++blue;
+  }
+  EXPECT_GT(dark, plane / 200) << "too little text or lines";
+  EXPECT_GT(blue, plane / 500) << "no curve or heat map drawn";
+}
+
+TEST_F(TrainMonitorCli, AnUnwritableReportIsRefusedBeforeTraining) {
+  const auto missing = run("train --model lenet5 --data " + kTiny + " --epochs 1 --out " + path("m.safetensors") +
+                           " --report " + path("no/such/dir/run.html"));
+  EXPECT_EQ(missing.exit_code, 1) << missing.err;
+  EXPECT_NE(missing.err.find("--report"), std::string::npos) << missing.err;
+  EXPECT_NE(missing.err.find("cannot write into"), std::string::npos) << missing.err;
+  EXPECT_FALSE(fs::exists(path("m.safetensors.ckpt"))) << "no step may run before the check";
+  const auto directory = run("train --model lenet5 --data " + kTiny + " --epochs 1 --out " + path("m.safetensors") +
+                             " --report " + dir.string());
+  EXPECT_EQ(directory.exit_code, 2) << directory.err;
+  EXPECT_NE(directory.err.find("is a directory"), std::string::npos) << directory.err;
+}
+
+TEST_F(TrainMonitorCli, MetricsPortServesTheRunWhileItTrainsAndPassesPromtool) {
+  Background train("env CPUDL_THREADS=2 " + std::string(CPUDL_BINARY) + " train --model lenet5 --data " + kTiny +
+                   " --epochs 100000 --batch 64 --lr 0.01 --out " + path("m.safetensors") +
+                   " --metrics-port 0 2> " + path("err.txt"));
+  const std::string port = wait_for(path("err.txt"), "metrics on http://127\\.0\\.0\\.1:(\\d+)/metrics", 60);
+  ASSERT_FALSE(port.empty()) << slurp(path("err.txt"));
+  httplib::Client client("127.0.0.1", std::stoi(port));
+  std::string body;
+  double steps = 0;
+  for (int i = 0; i < 400 && !(steps >= 30); ++i) {
+    const auto res = client.Get("/metrics");
+    if (res && res->status == 200) {
+      body = res->body;
+      steps = sample(body, "cpudl_train_steps_total");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_GE(steps, 30) << body;
+  EXPECT_GE(sample(body, "cpudl_train_epoch"), 3);  // 10 steps per epoch
+  EXPECT_GT(sample(body, "cpudl_train_images_per_second"), 0);
+  EXPECT_NEAR(sample(body, "cpudl_train_learning_rate"), 0.01, 1e-7);
+  EXPECT_GT(sample(body, "cpudl_train_loss"), 0);
+  EXPECT_GT(sample(body, "cpudl_train_test_accuracy"), 0);
+  const double histogram = sample(body, "cpudl_train_step_seconds_count");
+  EXPECT_GE(histogram, steps - 10);  // scraped a moment apart
+  EXPECT_GT(sample(body, "cpudl_train_pct_peak"), 0);
+  EXPECT_GT(sample(body, "process_resident_memory_bytes"), 1e6);
+  EXPECT_GT(sample(body, "cpudl_train_tensor_bytes"), 0);
+  EXPECT_GE(sample(body, "cpudl_governor_threads"), 1);
+  if (have("promtool")) {
+    std::ofstream(path("metrics.txt")) << body;
+    EXPECT_EQ(std::system(("promtool check metrics < " + path("metrics.txt") + " > " + path("promtool.txt") + " 2>&1")
+                              .c_str()),
+              0)
+        << slurp(path("promtool.txt"));
+  }
+  // The Grafana dashboard's training row reads only metrics this endpoint exports.
+  const std::string dashboard = slurp(std::string(CPUDL_FIXTURES_DIR) + "/../../docs/grafana/cpudl.json");
+  const std::regex name("cpudl_train_[a-z_]+");
+  int named = 0;
+  for (auto it = std::sregex_iterator(dashboard.begin(), dashboard.end(), name); it != std::sregex_iterator(); ++it) {
+    std::string metric = it->str();
+    for (const char* suffix : {"_bucket", "_count", "_sum"})
+      if (metric.size() > std::strlen(suffix) && metric.ends_with(suffix) &&
+          body.find("# TYPE " + metric.substr(0, metric.size() - std::strlen(suffix)) + " histogram") != std::string::npos)
+        metric.resize(metric.size() - std::strlen(suffix));
+    EXPECT_NE(body.find("# TYPE " + metric + " "), std::string::npos) << metric;
+    ++named;
+  }
+  EXPECT_GE(named, 8);
+  EXPECT_EQ(train.stop(SIGTERM), 143);  // checkpointed and stopped like any interrupted run
+}
+
+TEST_F(TrainMonitorCli, AMetricsPortInUseIsOneLineAndExit1BeforeTraining) {
+  const int sock = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(sock, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(listen(sock, 1), 0);
+  socklen_t size = sizeof addr;
+  getsockname(sock, reinterpret_cast<sockaddr*>(&addr), &size);
+  const int port = ntohs(addr.sin_port);
+  const auto r = run("train --model lenet5 --data " + kTiny + " --epochs 1 --out " + path("m.safetensors") +
+                     " --metrics-port " + std::to_string(port));
+  close(sock);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("--metrics-port " + std::to_string(port) + ": cannot listen on 127.0.0.1:" +
+                       std::to_string(port) + ": the port is in use"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_FALSE(fs::exists(path("m.safetensors.ckpt")));
+}
+
+// A cgroup with a CPU quota the test may change: v1's cpu controller or v2's cpu.max. Empty when
+// this process may not create one (not root, or a container without a writable hierarchy).
+struct QuotaCgroup {
+  fs::path dir;
+  bool v2 = false;
+  QuotaCgroup() {
+    const std::string name = "cpudl_test_" + std::to_string(getpid());
+    for (const char* root : {"/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup"}) {
+      const fs::path candidate = fs::path(root) / name;
+      std::error_code ec;
+      if (!fs::create_directory(candidate, ec)) continue;
+      if (fs::exists(candidate / "cpu.cfs_quota_us")) {
+        dir = candidate;
+        return;
+      }
+      if (fs::exists(candidate / "cpu.max")) {
+        dir = candidate;
+        v2 = true;
+        return;
+      }
+      fs::remove(candidate, ec);
+    }
+  }
+  ~QuotaCgroup() {
+    std::error_code ec;
+    if (!dir.empty()) fs::remove(dir, ec);
+  }
+  bool set_cpus(double cpus) const {
+    if (v2) return bool(std::ofstream(dir / "cpu.max") << static_cast<long>(cpus * 100000) << " 100000\n");
+    std::ofstream(dir / "cpu.cfs_period_us") << "100000\n";
+    return bool(std::ofstream(dir / "cpu.cfs_quota_us") << static_cast<long>(cpus * 100000) << "\n");
+  }
+};
+
+TEST_F(TrainMonitorCli, GovernorFollowsACgroupQuotaLoweredMidRun) {
+  const QuotaCgroup cgroup;
+  if (cgroup.dir.empty())
+    GTEST_SKIP() << "cannot create a cgroup with a CPU controller here (needs root and a writable "
+                    "/sys/fs/cgroup): the live quota test does not apply";
+  ASSERT_TRUE(cgroup.set_cpus(2.0));
+  Background train("sh -c 'echo $$ > " + (cgroup.dir / "cgroup.procs").string() + " && exec env CPUDL_THREADS=2 " +
+                   std::string(CPUDL_BINARY) + " train --model lenet5 --data " + kTiny +
+                   " --epochs 100000 --batch 64 --out " + path("m.safetensors") + " --governor on --metrics-port 0' 2> " +
+                   path("err.txt"));
+  const std::string port = wait_for(path("err.txt"), "metrics on http://127\\.0\\.0\\.1:(\\d+)/metrics", 60);
+  ASSERT_FALSE(port.empty()) << slurp(path("err.txt"));
+  httplib::Client client("127.0.0.1", std::stoi(port));
+  const auto scrape = [&] {
+    const auto res = client.Get("/metrics");
+    return res && res->status == 200 ? res->body : std::string();
+  };
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  EXPECT_DOUBLE_EQ(sample(scrape(), "cpudl_governor_threads"), 2) << slurp(path("err.txt"));
+  ASSERT_TRUE(cgroup.set_cpus(0.5));
+  const std::string line = wait_for(path("err.txt"), "cpudl: governor: (2 -> 1 thread: cgroup quota 0\\.50 CPUs)", 15);
+  EXPECT_EQ(line, "2 -> 1 thread: cgroup quota 0.50 CPUs") << slurp(path("err.txt"));
+  std::string body;
+  for (int i = 0; i < 60 && !(sample(body, "cpudl_governor_threads") == 1); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    body = scrape();
+  }
+  EXPECT_DOUBLE_EQ(sample(body, "cpudl_governor_threads"), 1) << body;
+  EXPECT_DOUBLE_EQ(sample(body, "cpudl_governor_decisions_total{reason=\"quota\"}"), 1) << body;
+  // Quota back: the threads come back once the CPUs stand idle.
+  ASSERT_TRUE(cgroup.set_cpus(2.0));
+  EXPECT_FALSE(wait_for(path("err.txt"), "governor: (1 -> 2 threads: [0-9.]+ CPUs idle)", 20).empty())
+      << slurp(path("err.txt"));
+  EXPECT_EQ(train.stop(SIGTERM), 143);
+}
+
+}  // namespace
+
+namespace {
+
+// A machine tree with one thermal zone whose critical point is 100 C, for CPUDL_GOVERNOR_ROOT.
+void write_thermal_zone(const fs::path& root, double celsius) {
+  const fs::path zone = root / "sys/class/thermal/thermal_zone0";
+  fs::create_directories(zone);
+  std::ofstream(zone / "type") << "x86_pkg_temp\n";
+  std::ofstream(zone / "trip_point_0_type") << "critical\n";
+  std::ofstream(zone / "trip_point_0_temp") << "100000\n";
+  std::ofstream(zone / "temp.tmp") << static_cast<int>(celsius * 1000) << "\n";
+  fs::rename(zone / "temp.tmp", zone / "temp");  // the governor never reads half a file
+}
+
+TEST_F(TrainMonitorCli, ACriticalTemperatureWritesTheCheckpointAndPausesUntilTheCpuCools) {
+  write_thermal_zone(path("machine"), 105);
+  Background train("env CPUDL_THREADS=2 CPUDL_GOVERNOR_ROOT=" + path("machine") + " " + std::string(CPUDL_BINARY) +
+                   " train --model lenet5 --data " + kTiny + " --epochs 2 --batch 64 --out " + path("m.safetensors") +
+                   " --governor on > " + path("out.txt") + " 2> " + path("err.txt"));
+  EXPECT_EQ(wait_for(path("err.txt"), "cpudl: governor: (pausing: .*)\n", 30),
+            "pausing: thermal_zone0 (x86_pkg_temp) at 105.0 C, critical 100.0 C")
+      << slurp(path("err.txt"));
+  EXPECT_FALSE(wait_for(path("err.txt"), "paused at a critical temperature: checkpoint .* written", 30).empty())
+      << slurp(path("err.txt"));
+  EXPECT_TRUE(fs::exists(path("m.safetensors.ckpt"))) << "the checkpoint comes before the wait";
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  EXPECT_FALSE(fs::exists(path("m.safetensors"))) << "no step while paused";
+  EXPECT_EQ(slurp(path("out.txt")).find("epoch 1:"), std::string::npos) << slurp(path("out.txt"));
+  write_thermal_zone(path("machine"), 85);
+  EXPECT_FALSE(wait_for(path("err.txt"), "governor: resuming", 30).empty()) << slurp(path("err.txt"));
+  EXPECT_EQ(train.wait_exit(60), 0) << slurp(path("err.txt"));
+  EXPECT_TRUE(fs::exists(path("m.safetensors"))) << slurp(path("err.txt"));
+  EXPECT_NE(slurp(path("out.txt")).find("epoch 2:"), std::string::npos) << slurp(path("out.txt"));
+}
+
+}  // namespace
