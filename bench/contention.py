@@ -109,17 +109,23 @@ def quota_run(n, governor):
                 open(os.path.join(cg, "cpu.cfs_period_us"), "w").write("100000\n")
                 open(os.path.join(cg, "cpu.cfs_quota_us"), "w").write(f"{int(cpus * 100000)}\n")
         set_quota(n)
-        cmd = (f"echo $$ > {cg}/cgroup.procs && exec {CPUDL} train --model lenet5 --data {MNIST} --epochs 6 --json "
+        cmd = (f"echo $$ > {cg}/cgroup.procs && exec {CPUDL} train --model lenet5 --data {MNIST} --epochs 12 --json "
                f"--out {WORK}/q.safetensors --governor {governor}")
         p = subprocess.Popen(["sh", "-c", cmd], stdout=subprocess.PIPE, text=True)
-        time.sleep(1.5)
-        set_quota(0.5)
-        out = p.communicate()[0]
+        start = time.time()
+        epochs, changed = [], None
+        for line in p.stdout:
+            if changed is None and time.time() - start > 1.5:
+                set_quota(0.5)
+                changed = time.time()
+            if line.startswith('{"epoch"'):
+                epochs.append((time.time(), json.loads(line)))
+        p.wait()
         os.rmdir(cg)
-        epochs = [json.loads(line) for line in out.splitlines() if line.startswith('{"epoch"')]
-        # The epochs after the change (the first ones ran before it, at full speed).
-        late = epochs[len(epochs) // 2:]
-        return sum(e["images_per_second"] for e in late) / len(late)
+        # The epochs that began at least a second after the change (the governor's reaction time is
+        # part of it; the first epochs ran before the change, at full speed).
+        late = [e for t, e in epochs if changed is not None and t - e["seconds"] > changed + 1.0]
+        return sum(e["images_per_second"] for e in late) / len(late) if late else None
     return None
 
 

@@ -22,8 +22,9 @@ void BM_GovernorSampleAndDecide(benchmark::State& state) {
   }
   // At one sample a second, the time of one sample is the share of a CPU the governor takes.
   // kIsRate divides by the elapsed time and kInvert turns it over: elapsed / (iterations / 100).
-  state.counters["pct_of_one_cpu"] = benchmark::Counter(static_cast<double>(state.iterations()) / 100.0,
-                                                        benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["pct_of_one_cpu"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) / 100.0,
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 BENCHMARK(BM_GovernorSampleAndDecide)->Unit(benchmark::kMicrosecond)->UseRealTime();
 

@@ -63,7 +63,7 @@ class TrainMonitor {
 
 // `cpudl train --report FILE.html`: one self-contained page (inline SVG, no network fetch).
 struct ReportInput {
-  std::string title;     // "lenet5 on data/mnist"
+  std::string title;  // "lenet5 on data/mnist"
   train::Summary summary;
   const TrainMonitor* monitor;
   std::vector<OpTime> ops;  // the run's per-op times (collected while --report is given)

@@ -16,11 +16,20 @@ std::string escape(const std::string& text) {
   std::string out;
   for (char c : text) {
     switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -55,8 +64,9 @@ struct Chart {
     }
     s << "<text x='" << (left + w - right) / 2 << "' y='" << h - 4 << "' class='label' text-anchor='middle'>"
       << escape(x_label) << "</text>";
-    s << "<text x='14' y='" << (top + h - bottom) / 2 << "' class='label' text-anchor='middle' transform='rotate(-90 14 "
-      << (top + h - bottom) / 2 << ")'>" << escape(y_label) << "</text>";
+    s << "<text x='14' y='" << (top + h - bottom) / 2
+      << "' class='label' text-anchor='middle' transform='rotate(-90 14 " << (top + h - bottom) / 2 << ")'>"
+      << escape(y_label) << "</text>";
     return s.str();
   }
 
@@ -107,8 +117,9 @@ std::string loss_chart(const std::vector<StepRecord>& steps, const std::vector<E
   std::string s = svg_open(c, "training loss per step") + c.axes("step", "loss") + c.polyline(loss, "series");
   for (const auto& [x, y] : test)
     s += "<circle cx='" + num(c.px(x), 1) + "' cy='" + num(c.py(y), 1) + "' r='4' class='marker'/>";
-  return s + "</svg><p class='legend'><span class='key series'></span> training loss per step "
-             "<span class='key marker'></span> test loss after each epoch</p>";
+  return s +
+         "</svg><p class='legend'><span class='key series'></span> training loss per step "
+         "<span class='key marker'></span> test loss after each epoch</p>";
 }
 
 std::string accuracy_table(const std::vector<EpochRecord>& epochs) {
@@ -133,21 +144,24 @@ std::string throughput_chart(const std::vector<StepRecord>& steps, const std::ve
       seconds += steps[j].step_seconds;
       images += static_cast<double>(steps[j].images);
     }
-    if (seconds > 0) rate.emplace_back(steps[std::min(steps.size(), i + window) - 1].seconds, images / seconds);
+    if (seconds > 0)
+      rate.emplace_back(steps[std::min(steps.size(), i + window) - 1].seconds, images / seconds);
   }
   if (rate.empty()) return "";
   Chart c;
   fit(c, rate, true);
   c.x0 = 0;
-  std::string s = svg_open(c, "images per second over time") + c.axes("seconds", "images/s") +
-                  c.polyline(rate, "series");
+  std::string s =
+      svg_open(c, "images per second over time") + c.axes("seconds", "images/s") + c.polyline(rate, "series");
   for (const GovernorEvent& e : events) {
     const double x = c.px(std::clamp(e.seconds, c.x0, c.x1));
     s += "<line x1='" + num(x, 1) + "' y1='" + std::to_string(c.top) + "' x2='" + num(x, 1) + "' y2='" +
-         std::to_string(c.h - c.bottom) + "' class='event'><title>" + escape(e.decision.text) + "</title></line>";
+         std::to_string(c.h - c.bottom) + "' class='event'><title>" + escape(e.decision.text) +
+         "</title></line>";
     s += "<text x='" + num(x + 3, 1) + "' y='" + std::to_string(c.top + 10) + "' class='event-label'>" +
-         escape(e.decision.pause ? "paused" : e.decision.resume ? "resumed"
-                                                                : std::to_string(e.decision.to) + " threads") +
+         escape(e.decision.pause    ? "paused"
+                : e.decision.resume ? "resumed"
+                                    : std::to_string(e.decision.to) + " threads") +
          "</text>";
   }
   s += "</svg>";
@@ -168,8 +182,8 @@ std::string confusion_heatmap(const std::vector<std::vector<std::int64_t>>& m) {
   const int n = static_cast<int>(m.size()), cell = n <= 10 ? 40 : std::max(8, 400 / n), pad = 40;
   const int size = pad + n * cell + 10;
   std::ostringstream s;
-  s << "<svg role='img' aria-label='confusion matrix' viewBox='0 0 " << size << " " << size + 10 << "' width='"
-    << size << "' height='" << size + 10 << "'>";
+  s << "<svg role='img' aria-label='confusion matrix' viewBox='0 0 " << size << " " << size + 10
+    << "' width='" << size << "' height='" << size + 10 << "'>";
   for (int t = 0; t < n; ++t) {
     std::int64_t row = 0;
     for (std::int64_t v : m[static_cast<std::size_t>(t)]) row += v;
@@ -178,25 +192,27 @@ std::string confusion_heatmap(const std::vector<std::vector<std::int64_t>>& m) {
       const double share = row > 0 ? static_cast<double>(v) / static_cast<double>(row) : 0;
       // Correct answers in blue, mistakes in red, the shade by the share of the true class.
       const int shade = static_cast<int>(std::lround(255 * (1 - std::sqrt(share))));
-      const std::string colour = t == p ? "rgb(" + std::to_string(shade) + "," + std::to_string(shade) + ",255)"
-                                        : "rgb(255," + std::to_string(shade) + "," + std::to_string(shade) + ")";
+      const std::string colour = t == p
+                                     ? "rgb(" + std::to_string(shade) + "," + std::to_string(shade) + ",255)"
+                                     : "rgb(255," + std::to_string(shade) + "," + std::to_string(shade) + ")";
       s << "<rect x='" << pad + p * cell << "' y='" << pad + t * cell << "' width='" << cell << "' height='"
-        << cell << "' fill='" << colour << "' class='cell'><title>true " << t << ", predicted " << p << ": " << v
-        << "</title></rect>";
+        << cell << "' fill='" << colour << "' class='cell'><title>true " << t << ", predicted " << p << ": "
+        << v << "</title></rect>";
       if (cell >= 28 && v > 0)
-        s << "<text x='" << pad + p * cell + cell / 2 << "' y='" << pad + t * cell + cell / 2 + 4 << "' class='count"
-          << (share > 0.5 ? " light" : "") << "' text-anchor='middle'>" << v << "</text>";
+        s << "<text x='" << pad + p * cell + cell / 2 << "' y='" << pad + t * cell + cell / 2 + 4
+          << "' class='count" << (share > 0.5 ? " light" : "") << "' text-anchor='middle'>" << v << "</text>";
     }
     if (cell >= 14) {
-      s << "<text x='" << pad - 6 << "' y='" << pad + t * cell + cell / 2 + 4 << "' class='tick' text-anchor='end'>"
-        << t << "</text>";
-      s << "<text x='" << pad + t * cell + cell / 2 << "' y='" << pad - 6 << "' class='tick' text-anchor='middle'>"
-        << t << "</text>";
+      s << "<text x='" << pad - 6 << "' y='" << pad + t * cell + cell / 2 + 4
+        << "' class='tick' text-anchor='end'>" << t << "</text>";
+      s << "<text x='" << pad + t * cell + cell / 2 << "' y='" << pad - 6
+        << "' class='tick' text-anchor='middle'>" << t << "</text>";
     }
   }
   s << "<text x='" << pad + n * cell / 2 << "' y='12' class='label' text-anchor='middle'>predicted</text>";
-  s << "<text x='10' y='" << pad + n * cell / 2 << "' class='label' text-anchor='middle' transform='rotate(-90 10 "
-    << pad + n * cell / 2 << ")'>true class</text></svg>";
+  s << "<text x='10' y='" << pad + n * cell / 2
+    << "' class='label' text-anchor='middle' transform='rotate(-90 10 " << pad + n * cell / 2
+    << ")'>true class</text></svg>";
   return s.str();
 }
 
@@ -208,8 +224,8 @@ std::string op_bars(const std::vector<OpTime>& ops) {
   const std::size_t shown = std::min<std::size_t>(ops.size(), 15);
   const int row = 22, label = 230, bar = 420, h = static_cast<int>(shown) * row + 10;
   std::ostringstream s;
-  s << "<svg role='img' aria-label='time per op' viewBox='0 0 " << label + bar + 120 << " " << h << "' width='"
-    << label + bar + 120 << "' height='" << h << "'>";
+  s << "<svg role='img' aria-label='time per op' viewBox='0 0 " << label + bar + 120 << " " << h
+    << "' width='" << label + bar + 120 << "' height='" << h << "'>";
   for (std::size_t i = 0; i < shown; ++i) {
     const OpTime& o = ops[i];
     const double share = total > 0 ? o.seconds / total : 0;
@@ -218,29 +234,33 @@ std::string op_bars(const std::vector<OpTime>& ops) {
       << " (" << escape(o.phase) << ")</text>";
     s << "<rect x='" << label << "' y='" << y << "' width='" << num(std::max(1.0, share * bar), 1)
       << "' height='" << row - 6 << "' class='bar'/>";
-    s << "<text x='" << label + share * bar + 6 << "' y='" << y + 14 << "' class='tick'>" << num(100 * share, 1)
-      << "% · " << num(o.seconds, 2) << " s</text>";
+    s << "<text x='" << label + share * bar + 6 << "' y='" << y + 14 << "' class='tick'>"
+      << num(100 * share, 1) << "% · " << num(o.seconds, 2) << " s</text>";
   }
   return s.str() + "</svg>";
 }
 
 std::string machine_table() {
   const auto j = doctor_json(runtime(), std::nullopt);
-  const auto text = [](const nlohmann::ordered_json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
+  const auto text = [](const nlohmann::ordered_json& v) {
+    return v.is_string() ? v.get<std::string>() : v.dump();
+  };
   std::vector<std::pair<std::string, std::string>> rows;
   const auto& cpu = j["cpu"];
-  rows.emplace_back("CPU", text(cpu["model_name"]) + " (" + text(cpu["vendor"]) + ", family " + text(cpu["family"]) +
-                               " model " + text(cpu["model"]) + ")");
+  rows.emplace_back("CPU", text(cpu["model_name"]) + " (" + text(cpu["vendor"]) + ", family " +
+                               text(cpu["family"]) + " model " + text(cpu["model"]) + ")");
   if (cpu.contains("hypervisor") && !text(cpu["hypervisor"]).empty() && !cpu["hypervisor"].is_null())
     rows.emplace_back("hypervisor", text(cpu["hypervisor"]));
   rows.emplace_back("cores", text(j["cores"]["physical"]) + " physical, " + text(j["cores"]["logical"]) +
                                  " logical, " + text(j["cores"]["sockets"]) + " socket(s)");
-  rows.emplace_back("caches", "L1d " + text(j["caches"]["l1d_bytes"]) + " B, L2 " + text(j["caches"]["l2_bytes"]) +
-                                  " B, L3 " + text(j["caches"]["l3_bytes"]) + " B");
+  rows.emplace_back("caches", "L1d " + text(j["caches"]["l1d_bytes"]) + " B, L2 " +
+                                  text(j["caches"]["l2_bytes"]) + " B, L3 " + text(j["caches"]["l3_bytes"]) +
+                                  " B");
   rows.emplace_back("NUMA nodes", std::to_string(j["numa_nodes"].size()));
   rows.emplace_back("memory", text(j["memory"]["total_bytes"]) + " B total, cgroup limit " +
                                   text(j["memory"]["cgroup_limit_bytes"]));
-  rows.emplace_back("cgroup CPU quota", text(j["cgroup"]["cpu_quota"]) + " (" + text(j["cgroup"]["version"]) + ")");
+  rows.emplace_back("cgroup CPU quota",
+                    text(j["cgroup"]["cpu_quota"]) + " (" + text(j["cgroup"]["version"]) + ")");
   std::string features;
   for (const auto& [name, usable] : j["isa"].items())
     if (usable.is_boolean() && usable.get<bool>()) features += (features.empty() ? "" : " ") + name;
@@ -251,7 +271,8 @@ std::string machine_table() {
   for (const auto& w : j["warnings"]) rows.emplace_back("warning", text(w));
   std::ostringstream s;
   s << "<table class='machine'>";
-  for (const auto& [key, value] : rows) s << "<tr><th>" << escape(key) << "</th><td>" << escape(value) << "</td></tr>";
+  for (const auto& [key, value] : rows)
+    s << "<tr><th>" << escape(key) << "</th><td>" << escape(value) << "</td></tr>";
   return s.str() + "</table>";
 }
 
@@ -277,14 +298,16 @@ std::string training_report_html(const ReportInput& in) {
   const train::Summary& sum = in.summary;
   s << "<h1>cpudl train: " << escape(in.title) << "</h1><p class='summary'>" << escape(sum.model) << ", "
     << sum.parameters << " parameters · " << sum.epochs_run << " epoch" << (sum.epochs_run == 1 ? "" : "s")
-    << " · test accuracy <b>" << num(100 * sum.test_accuracy, 2) << "%</b> · <b>" << num(sum.images_per_second, 0)
-    << "</b> images/s · " << num(sum.seconds_per_epoch, 2) << " s/epoch · peak memory "
-    << num(static_cast<double>(sum.peak_memory_bytes) / (1 << 20), 1) << " MiB"
+    << " · test accuracy <b>" << num(100 * sum.test_accuracy, 2) << "%</b> · <b>"
+    << num(sum.images_per_second, 0) << "</b> images/s · " << num(sum.seconds_per_epoch, 2)
+    << " s/epoch · peak memory " << num(static_cast<double>(sum.peak_memory_bytes) / (1 << 20), 1) << " MiB"
     << (sum.ranks > 1 ? " · " + std::to_string(sum.ranks) + " ranks" : "") << "</p>";
   s << "<h2>Loss</h2>" << loss_chart(steps, epochs) << accuracy_table(epochs);
-  s << "<h2>Throughput and the thread governor</h2>" << throughput_chart(steps, in.monitor->governor_events());
+  s << "<h2>Throughput and the thread governor</h2>"
+    << throughput_chart(steps, in.monitor->governor_events());
   s << "<h2>Confusion matrix (test split, last epoch)</h2>"
-    << confusion_heatmap(epochs.empty() ? std::vector<std::vector<std::int64_t>>{} : epochs.back().report.confusion);
+    << confusion_heatmap(epochs.empty() ? std::vector<std::vector<std::int64_t>>{}
+                                        : epochs.back().report.confusion);
   s << "<h2>Time per op</h2>" << op_bars(in.ops);
   if (in.monitor->roof_gflops() > 0)
     s << "<p class='legend'>Measured fp32 roof of this run's threads: " << num(in.monitor->roof_gflops(), 1)

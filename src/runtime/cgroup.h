@@ -9,8 +9,8 @@
 namespace cpudl {
 
 struct CgroupCpuDirs {
-  std::string version;                         // "v1", "v2", or "" when there is no CPU controller
-  std::vector<std::filesystem::path> dirs;     // the process's cgroup first, then its parents
+  std::string version;                      // "v1", "v2", or "" when there is no CPU controller
+  std::vector<std::filesystem::path> dirs;  // the process's cgroup first, then its parents
 };
 CgroupCpuDirs cgroup_cpu_dirs(const std::filesystem::path& root);
 

@@ -32,6 +32,27 @@ std::string change(int from, int to) {
 GovernorPolicy::GovernorPolicy(const GovernorConfig& config)
     : config_(config), threads_(std::max(1, config.max_threads)) {}
 
+std::optional<GovernorDecision> GovernorPolicy::start(const std::vector<LoadSample>& probes) {
+  std::vector<int> running;
+  int cpus = 0;
+  for (const LoadSample& p : probes) {
+    if (p.runnable) running.push_back(*p.runnable);
+    if (p.affinity_cpus > 0) cpus = p.affinity_cpus;
+    if (cpus == 0 && p.cpu_times) cpus = p.cpu_times->cpus;
+  }
+  if (running.empty() || cpus == 0) return std::nullopt;
+  std::sort(running.begin(), running.end());
+  const int others = std::max(0, running[running.size() / 2] - 1);  // the caller is running too
+  const int free = std::max(1, cpus - others);
+  if (free >= threads_) return std::nullopt;
+  GovernorDecision d{threads_, free, "busy_at_start",
+                     change(threads_, free) + std::to_string(others) + " other task" +
+                         (others == 1 ? "" : "s") + " running on " + std::to_string(cpus) + " CPU" +
+                         (cpus == 1 ? "" : "s") + " at start"};
+  threads_ = free;
+  return d;
+}
+
 std::optional<GovernorDecision> GovernorPolicy::update(const LoadSample& now) {
   const std::optional<LoadSample> previous = previous_;
   previous_ = now;
@@ -104,8 +125,9 @@ std::optional<GovernorDecision> GovernorPolicy::update(const LoadSample& now) {
   std::string reason, text;
   if (now.cgroup_periods && previous->cgroup_periods && now.cgroup_throttled_periods &&
       previous->cgroup_throttled_periods && *now.cgroup_periods > *previous->cgroup_periods) {
-    const double share = static_cast<double>(*now.cgroup_throttled_periods - *previous->cgroup_throttled_periods) /
-                         static_cast<double>(*now.cgroup_periods - *previous->cgroup_periods);
+    const double share =
+        static_cast<double>(*now.cgroup_throttled_periods - *previous->cgroup_throttled_periods) /
+        static_cast<double>(*now.cgroup_periods - *previous->cgroup_periods);
     if (share >= config_.throttled_high) {
       reason = "cgroup_throttling";
       text = "cgroup throttled in " + percent(share) + " of its periods";
@@ -167,11 +189,16 @@ Governor::Governor(GovernorOptions options)
       policy_(options_.config),
       threads_(policy_.threads()) {
   status_.threads = policy_.threads();
-  // The first sample before any work: a quota already below the ceiling applies to the first step.
+  // Before any work: the tasks running beside this one (five looks, 4 ms apart), then the first
+  // sample, so that a quota already below the ceiling applies to the first step too.
   start_seconds_ = steady_seconds();
-  const LoadSample first = sampler_.sample(start_seconds_);
-  if (first.cgroup_throttled_us) first_throttled_us_ = first.cgroup_throttled_us;
-  if (auto d = policy_.update(first)) {
+  std::vector<LoadSample> probes;
+  for (int i = 0; i < 5; ++i) {
+    if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(4));
+    probes.push_back(sampler_.sample(steady_seconds()));
+  }
+  const auto record = [&](const std::optional<GovernorDecision>& d) {
+    if (!d) return;
     threads_ = policy_.threads();
     paused_ = policy_.paused();
     status_.threads = policy_.threads();
@@ -179,7 +206,11 @@ Governor::Governor(GovernorOptions options)
     ++status_.decisions[d->reason];
     status_.events.push_back({0.0, *d});
     if (options_.log) options_.log("governor: " + d->text);
-  }
+  };
+  record(policy_.start(probes));
+  const LoadSample& first = probes.back();
+  if (first.cgroup_throttled_us) first_throttled_us_ = first.cgroup_throttled_us;
+  record(policy_.update(first));
   thread_ = std::thread([this] { loop(); });
 }
 

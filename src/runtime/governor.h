@@ -32,22 +32,23 @@
 namespace cpudl {
 
 struct Temperature {
-  std::string zone;                 // "thermal_zone0 (x86_pkg_temp)", "k10temp Tctl"
+  std::string zone;  // "thermal_zone0 (x86_pkg_temp)", "k10temp Tctl"
   double celsius = 0;
   std::optional<double> critical;  // the zone's critical trip point
 };
 
 // One reading of the machine, cumulative counters as they are (the policy takes differences).
 struct LoadSample {
-  double seconds = 0;                  // steady clock
-  std::optional<double> quota_cpus;    // the tightest cgroup CPU quota on the way up; none: unlimited
-  int affinity_cpus = 0;               // CPUs this process may run on; 0: unknown
-  std::optional<double> pressure_us;   // /proc/pressure/cpu "some" total: µs someone waited for a CPU
+  double seconds = 0;                 // steady clock
+  std::optional<double> quota_cpus;   // the tightest cgroup CPU quota on the way up; none: unlimited
+  int affinity_cpus = 0;              // CPUs this process may run on; 0: unknown
+  std::optional<double> pressure_us;  // /proc/pressure/cpu "some" total: µs someone waited for a CPU
   std::optional<std::uint64_t> cgroup_periods, cgroup_throttled_periods;
   std::optional<double> cgroup_throttled_us;  // time the quota held this cgroup's tasks back
-  std::optional<CpuTimes> cpu_times;         // /proc/stat: idle and steal
+  std::optional<CpuTimes> cpu_times;          // /proc/stat: idle and steal
+  std::optional<int> runnable;                // /proc/stat procs_running: tasks on a CPU or waiting now
   std::optional<std::uint64_t> thermal_throttle_events;  // Intel's per-CPU counters, summed
-  std::optional<double> frequency_ratio;     // current over maximum frequency, mean over CPUs
+  std::optional<double> frequency_ratio;                 // current over maximum frequency, mean over CPUs
   std::vector<Temperature> temperatures;
 };
 
@@ -74,28 +75,33 @@ class LoadSampler {
 };
 
 struct GovernorDecision {
-  int from = 0, to = 0;   // threads
-  std::string reason;     // metric label: quota, affinity, pressure, cgroup_throttling, steal,
-                          // thermal_throttling, frequency, temperature, idle
-  std::string text;       // the log line after "governor: "
+  int from = 0, to = 0;  // threads
+  std::string reason;    // metric label: quota, affinity, pressure, cgroup_throttling, steal,
+                         // thermal_throttling, frequency, temperature, idle
+  std::string text;      // the log line after "governor: "
   bool pause = false, resume = false;
 };
 
 struct GovernorConfig {
-  int max_threads = 1;      // the ceiling: --threads, or the usable cores
-  int window = 2;           // consecutive samples a condition must hold before the count changes
-  double pressure_high = 0.25;     // share of time some task waited for a CPU
-  double throttled_high = 0.2;     // share of cgroup periods throttled
-  double steal_high = 0.25;        // share of this process's CPUs' time the hypervisor took
-  double frequency_low = 0.7;      // current / maximum frequency
-  double idle_to_raise = 0.75;     // idle CPUs, measured, that justify one more thread
-  double cool_margin_celsius = 10; // resume once every zone is this far below its critical point
+  int max_threads = 1;              // the ceiling: --threads, or the usable cores
+  int window = 2;                   // consecutive samples a condition must hold before the count changes
+  double pressure_high = 0.25;      // share of time some task waited for a CPU
+  double throttled_high = 0.2;      // share of cgroup periods throttled
+  double steal_high = 0.25;         // share of this process's CPUs' time the hypervisor took
+  double frequency_low = 0.7;       // current / maximum frequency
+  double idle_to_raise = 0.75;      // idle CPUs, measured, that justify one more thread
+  double cool_margin_celsius = 10;  // resume once every zone is this far below its critical point
 };
 
 // The policy: fed every sample, returns a decision when the thread count or the pause changes.
 class GovernorPolicy {
  public:
   explicit GovernorPolicy(const GovernorConfig& config);
+  // Before any work: the tasks running beside the caller in a few quick samples (their median,
+  // the caller's own thread taken out). Neighbours that already fill the CPUs make no pressure
+  // until the work adds its threads, and a wait for the first window would cost short runs their
+  // whole length; so the count starts at the CPUs left free.
+  std::optional<GovernorDecision> start(const std::vector<LoadSample>& probes);
   std::optional<GovernorDecision> update(const LoadSample& now);
   int threads() const { return threads_; }
   bool paused() const { return paused_; }
@@ -133,8 +139,8 @@ struct GovernorStatus {
 struct GovernorOptions {
   std::filesystem::path root = "/";
   GovernorConfig config;
-  double interval_seconds = 1.0;
-  std::function<void(const std::string&)> log;  // one line per decision and per unreadable file
+  double interval_seconds = 0.5;                         // between samples: a decision takes `window` of them
+  std::function<void(const std::string&)> log;           // one line per decision and per unreadable file
   std::function<void(const GovernorStatus&)> on_sample;  // after every sample (metrics)
 };
 

@@ -77,7 +77,8 @@ LoadSampler::LoadSampler(fs::path root, std::function<void(const std::string&)> 
   std::vector<fs::path> cpus;
   for (const fs::path& dir : entries_starting(root_ / "sys/devices/system/cpu", "cpu")) {
     const std::string name = dir.filename().string();
-    if (name.size() > 3 && std::all_of(name.begin() + 3, name.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    if (name.size() > 3 &&
+        std::all_of(name.begin() + 3, name.end(), [](char c) { return c >= '0' && c <= '9'; }))
       cpus.push_back(dir);
   }
   const std::size_t step = std::max<std::size_t>(1, (cpus.size() + 15) / 16);
@@ -180,6 +181,12 @@ LoadSample LoadSampler::sample(double seconds) {
       malformed(root_ / "proc/stat", "no \"cpu\" line with ten counters");
     }
     s.cpu_times = last_cpu_times_;
+    const auto at = stat->find("\nprocs_running ");
+    if (at != std::string::npos) {
+      const std::size_t begin = at + 15;
+      if (const auto n = parse_double(std::string_view(*stat).substr(begin, stat->find('\n', begin) - begin)))
+        s.runnable = static_cast<int>(*n);
+    }
   }
 
   double ratio_sum = 0;
@@ -192,7 +199,8 @@ LoadSample LoadSampler::sample(double seconds) {
       ratio_sum += *current / *maximum;
       ++ratios;
     }
-    for (const char* counter : {"thermal_throttle/core_throttle_count", "thermal_throttle/package_throttle_count"})
+    for (const char* counter :
+         {"thermal_throttle/core_throttle_count", "thermal_throttle/package_throttle_count"})
       if (const auto n = number(cpu / counter)) events = events.value_or(0) + static_cast<std::uint64_t>(*n);
   }
   if (ratios > 0) s.frequency_ratio = ratio_sum / ratios;

@@ -27,8 +27,9 @@ MetricsEndpoint::MetricsEndpoint(const Metrics& metrics, const std::string& host
     port_ = server_->bind_to_any_port(host);
     if (port_ < 0) throw Error(flag + ": cannot listen on " + host + ": " + std::strerror(errno));
   } else if (!server_->bind_to_port(host, port)) {
-    throw Error(flag + " " + std::to_string(port) + ": cannot listen on " + host + ":" + std::to_string(port) +
-                ": " + (errno == EADDRINUSE ? std::string("the port is in use") : std::strerror(errno)));
+    throw Error(flag + " " + std::to_string(port) + ": cannot listen on " + host + ":" +
+                std::to_string(port) + ": " +
+                (errno == EADDRINUSE ? std::string("the port is in use") : std::strerror(errno)));
   } else {
     port_ = port;
   }

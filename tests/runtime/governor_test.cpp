@@ -16,8 +16,9 @@ namespace fs = std::filesystem;
 // A two-CPU machine under cgroup v2, its counters advanced by the test.
 class MachineTree {
  public:
-  MachineTree() : root_(fs::temp_directory_path() / ("cpudl_governor_" + std::to_string(::getpid()) + "_" +
-                                                      std::to_string(counter_++))) {
+  MachineTree()
+      : root_(fs::temp_directory_path() /
+              ("cpudl_governor_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++))) {
     fs::remove_all(root_);
     write("proc/self/mountinfo", "30 1 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
     write("proc/self/cgroup", "0::/job\n");
@@ -133,7 +134,8 @@ TEST(LoadSampler, MalformedFileKeepsItsLastGoodReadingAndIsNamedOnce) {
   ASSERT_TRUE(s.pressure_us);
   ASSERT_EQ(run.warnings.size(), 2u) << "one warning per file, not per sample";
   EXPECT_NE(run.warnings[0].find("proc/pressure/cpu"), std::string::npos) << run.warnings[0];
-  EXPECT_NE(run.warnings[1].find("thermal_zone0/temp (expected a number, found \"garbage\")"), std::string::npos)
+  EXPECT_NE(run.warnings[1].find("thermal_zone0/temp (expected a number, found \"garbage\")"),
+            std::string::npos)
       << run.warnings[1];
 }
 
@@ -237,6 +239,33 @@ TEST(GovernorPolicy, ThrottlingAndFrequencySignalsLowerAQuarterAtATime) {
   ASSERT_TRUE(slow);
   EXPECT_EQ(slow->reason, "frequency");
   EXPECT_EQ(slow->text, "6 -> 5 threads: CPUs at 50% of their maximum frequency for 2 samples");
+}
+
+TEST(GovernorPolicy, StartsWithTheCpusTheRunningNeighboursLeaveFree) {
+  MachineTree tree;
+  LoadSampler sampler(tree.root(), nullptr);
+  const auto probes = [&](std::vector<int> running) {
+    std::vector<LoadSample> samples;
+    for (int r : running) {
+      tree.write("proc/stat",
+                 "cpu  100 0 0 100 0 0 0 0 0 0\ncpu0 0 0 0 0 0 0 0 0 0 0\ncpu1 0 0 0 0 0 0 0 0 0 0\n"
+                 "procs_running " +
+                     std::to_string(r) + "\n");
+      samples.push_back(sampler.sample(1));
+    }
+    return samples;
+  };
+  GovernorPolicy quiet(GovernorConfig{2});
+  EXPECT_FALSE(quiet.start(probes({1, 2, 1, 1, 1}))) << "one look at a passing task is not a neighbour";
+  EXPECT_EQ(quiet.threads(), 2);
+  GovernorPolicy one(GovernorConfig{2});
+  const auto d = one.start(probes({2, 2, 3, 2, 2}));
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->reason, "busy_at_start");
+  EXPECT_EQ(d->text, "2 -> 1 thread: 1 other task running on 2 CPUs at start");
+  GovernorPolicy full(GovernorConfig{2});
+  ASSERT_TRUE(full.start(probes({4, 3, 3, 3, 4})));
+  EXPECT_EQ(full.threads(), 1) << "never below one thread";
 }
 
 TEST(GovernorPolicy, NarrowedAffinityAppliesAtOnce) {

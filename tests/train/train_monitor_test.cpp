@@ -102,7 +102,8 @@ TEST_F(TrainMonitorCli, ReportIsSelfContainedAndRendersInChromiumWithoutErrors) 
   ASSERT_FALSE(html.empty());
   // Self-contained: no script, no stylesheet or image fetched from anywhere.
   EXPECT_EQ(html.find("<script"), std::string::npos);
-  for (const char* fetch : {"src=", "href=", "url(", "@import"}) EXPECT_EQ(html.find(fetch), std::string::npos) << fetch;
+  for (const char* fetch : {"src=", "href=", "url(", "@import"})
+    EXPECT_EQ(html.find(fetch), std::string::npos) << fetch;
   // The loss curve has one point per step: 640 training images in batches of 64, two epochs.
   const auto points = html.find("<polyline class='series' points='");
   ASSERT_NE(points, std::string::npos);
@@ -120,17 +121,20 @@ TEST_F(TrainMonitorCli, ReportIsSelfContainedAndRendersInChromiumWithoutErrors) 
   EXPECT_NE(html.find("conv2d (backward)"), std::string::npos) << "time per op";
   EXPECT_NE(html.find("instruction sets"), std::string::npos) << "machine summary";
 
-  if (!have("chromium")) GTEST_SKIP() << "chromium is not installed (Debian package chromium; scripts/install-deps.sh)";
+  if (!have("chromium"))
+    GTEST_SKIP() << "chromium is not installed (Debian package chromium; scripts/install-deps.sh)";
   // A page that logs an error first: the check below must be able to see one.
   std::ofstream(path("bad.html")) << "<html><body><script>console.error('broken')</script>x</body></html>";
   const auto render = [&](const std::string& page, const std::string& png) {
-    const std::string cmd = "timeout 120 chromium --headless --no-sandbox --disable-gpu --enable-logging=stderr --v=0 "
-                            "--window-size=900,2400 --screenshot=" +
-                            path(png) + " file://" + path(page) + " > " + path(png + ".log") + " 2>&1";
+    const std::string cmd =
+        "timeout 120 chromium --headless --no-sandbox --disable-gpu --enable-logging=stderr --v=0 "
+        "--window-size=900,2400 --screenshot=" +
+        path(png) + " file://" + path(page) + " > " + path(png + ".log") + " 2>&1";
     EXPECT_EQ(std::system(cmd.c_str()), 0) << slurp(path(png + ".log"));
     return slurp(path(png + ".log"));
   };
-  EXPECT_NE(render("bad.html", "bad.png").find(":CONSOLE"), std::string::npos) << "console errors went unseen";
+  EXPECT_NE(render("bad.html", "bad.png").find(":CONSOLE"), std::string::npos)
+      << "console errors went unseen";
   const std::string log = render("run.html", "run.png");
   EXPECT_EQ(log.find(":CONSOLE"), std::string::npos) << log;
   // Not blank: the screenshot, decoded by cpudl's own PNG reader, has ink: dark text and the blue
@@ -151,21 +155,21 @@ TEST_F(TrainMonitorCli, ReportIsSelfContainedAndRendersInChromiumWithoutErrors) 
 }
 
 TEST_F(TrainMonitorCli, AnUnwritableReportIsRefusedBeforeTraining) {
-  const auto missing = run("train --model lenet5 --data " + kTiny + " --epochs 1 --out " + path("m.safetensors") +
-                           " --report " + path("no/such/dir/run.html"));
+  const auto missing = run("train --model lenet5 --data " + kTiny + " --epochs 1 --out " +
+                           path("m.safetensors") + " --report " + path("no/such/dir/run.html"));
   EXPECT_EQ(missing.exit_code, 1) << missing.err;
   EXPECT_NE(missing.err.find("--report"), std::string::npos) << missing.err;
   EXPECT_NE(missing.err.find("cannot write into"), std::string::npos) << missing.err;
   EXPECT_FALSE(fs::exists(path("m.safetensors.ckpt"))) << "no step may run before the check";
-  const auto directory = run("train --model lenet5 --data " + kTiny + " --epochs 1 --out " + path("m.safetensors") +
-                             " --report " + dir.string());
+  const auto directory = run("train --model lenet5 --data " + kTiny + " --epochs 1 --out " +
+                             path("m.safetensors") + " --report " + dir.string());
   EXPECT_EQ(directory.exit_code, 2) << directory.err;
   EXPECT_NE(directory.err.find("is a directory"), std::string::npos) << directory.err;
 }
 
 TEST_F(TrainMonitorCli, MetricsPortServesTheRunWhileItTrainsAndPassesPromtool) {
-  Background train("env CPUDL_THREADS=2 " + std::string(CPUDL_BINARY) + " train --model lenet5 --data " + kTiny +
-                   " --epochs 100000 --batch 64 --lr 0.01 --out " + path("m.safetensors") +
+  Background train("env CPUDL_THREADS=2 " + std::string(CPUDL_BINARY) + " train --model lenet5 --data " +
+                   kTiny + " --epochs 100000 --batch 64 --lr 0.01 --out " + path("m.safetensors") +
                    " --metrics-port 0 2> " + path("err.txt"));
   const std::string port = wait_for(path("err.txt"), "metrics on http://127\\.0\\.0\\.1:(\\d+)/metrics", 60);
   ASSERT_FALSE(port.empty()) << slurp(path("err.txt"));
@@ -194,8 +198,9 @@ TEST_F(TrainMonitorCli, MetricsPortServesTheRunWhileItTrainsAndPassesPromtool) {
   EXPECT_GE(sample(body, "cpudl_governor_threads"), 1);
   if (have("promtool")) {
     std::ofstream(path("metrics.txt")) << body;
-    EXPECT_EQ(std::system(("promtool check metrics < " + path("metrics.txt") + " > " + path("promtool.txt") + " 2>&1")
-                              .c_str()),
+    EXPECT_EQ(std::system(
+                  ("promtool check metrics < " + path("metrics.txt") + " > " + path("promtool.txt") + " 2>&1")
+                      .c_str()),
               0)
         << slurp(path("promtool.txt"));
   }
@@ -203,11 +208,13 @@ TEST_F(TrainMonitorCli, MetricsPortServesTheRunWhileItTrainsAndPassesPromtool) {
   const std::string dashboard = slurp(std::string(CPUDL_FIXTURES_DIR) + "/../../docs/grafana/cpudl.json");
   const std::regex name("cpudl_train_[a-z_]+");
   int named = 0;
-  for (auto it = std::sregex_iterator(dashboard.begin(), dashboard.end(), name); it != std::sregex_iterator(); ++it) {
+  for (auto it = std::sregex_iterator(dashboard.begin(), dashboard.end(), name); it != std::sregex_iterator();
+       ++it) {
     std::string metric = it->str();
     for (const char* suffix : {"_bucket", "_count", "_sum"})
       if (metric.size() > std::strlen(suffix) && metric.ends_with(suffix) &&
-          body.find("# TYPE " + metric.substr(0, metric.size() - std::strlen(suffix)) + " histogram") != std::string::npos)
+          body.find("# TYPE " + metric.substr(0, metric.size() - std::strlen(suffix)) + " histogram") !=
+              std::string::npos)
         metric.resize(metric.size() - std::strlen(suffix));
     EXPECT_NE(body.find("# TYPE " + metric + " "), std::string::npos) << metric;
     ++named;
@@ -230,8 +237,8 @@ TEST_F(TrainMonitorCli, AMetricsPortInUseIsOneLineAndExit1BeforeTraining) {
                      " --metrics-port " + std::to_string(port));
   close(sock);
   EXPECT_EQ(r.exit_code, 1) << r.err;
-  EXPECT_NE(r.err.find("--metrics-port " + std::to_string(port) + ": cannot listen on 127.0.0.1:" +
-                       std::to_string(port) + ": the port is in use"),
+  EXPECT_NE(r.err.find("--metrics-port " + std::to_string(port) +
+                       ": cannot listen on 127.0.0.1:" + std::to_string(port) + ": the port is in use"),
             std::string::npos)
       << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
@@ -278,10 +285,10 @@ TEST_F(TrainMonitorCli, GovernorFollowsACgroupQuotaLoweredMidRun) {
     GTEST_SKIP() << "cannot create a cgroup with a CPU controller here (needs root and a writable "
                     "/sys/fs/cgroup): the live quota test does not apply";
   ASSERT_TRUE(cgroup.set_cpus(2.0));
-  Background train("sh -c 'echo $$ > " + (cgroup.dir / "cgroup.procs").string() + " && exec env CPUDL_THREADS=2 " +
-                   std::string(CPUDL_BINARY) + " train --model lenet5 --data " + kTiny +
-                   " --epochs 100000 --batch 64 --out " + path("m.safetensors") + " --governor on --metrics-port 0' 2> " +
-                   path("err.txt"));
+  Background train("sh -c 'echo $$ > " + (cgroup.dir / "cgroup.procs").string() +
+                   " && exec env CPUDL_THREADS=2 " + std::string(CPUDL_BINARY) +
+                   " train --model lenet5 --data " + kTiny + " --epochs 100000 --batch 64 --out " +
+                   path("m.safetensors") + " --governor on --metrics-port 0' 2> " + path("err.txt"));
   const std::string port = wait_for(path("err.txt"), "metrics on http://127\\.0\\.0\\.1:(\\d+)/metrics", 60);
   ASSERT_FALSE(port.empty()) << slurp(path("err.txt"));
   httplib::Client client("127.0.0.1", std::stoi(port));
@@ -292,7 +299,8 @@ TEST_F(TrainMonitorCli, GovernorFollowsACgroupQuotaLoweredMidRun) {
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   EXPECT_DOUBLE_EQ(sample(scrape(), "cpudl_governor_threads"), 2) << slurp(path("err.txt"));
   ASSERT_TRUE(cgroup.set_cpus(0.5));
-  const std::string line = wait_for(path("err.txt"), "cpudl: governor: (2 -> 1 thread: cgroup quota 0\\.50 CPUs)", 15);
+  const std::string line =
+      wait_for(path("err.txt"), "cpudl: governor: (2 -> 1 thread: cgroup quota 0\\.50 CPUs)", 15);
   EXPECT_EQ(line, "2 -> 1 thread: cgroup quota 0.50 CPUs") << slurp(path("err.txt"));
   std::string body;
   for (int i = 0; i < 60 && !(sample(body, "cpudl_governor_threads") == 1); ++i) {
@@ -325,13 +333,15 @@ void write_thermal_zone(const fs::path& root, double celsius) {
 
 TEST_F(TrainMonitorCli, ACriticalTemperatureWritesTheCheckpointAndPausesUntilTheCpuCools) {
   write_thermal_zone(path("machine"), 105);
-  Background train("env CPUDL_THREADS=2 CPUDL_GOVERNOR_ROOT=" + path("machine") + " " + std::string(CPUDL_BINARY) +
-                   " train --model lenet5 --data " + kTiny + " --epochs 2 --batch 64 --out " + path("m.safetensors") +
-                   " --governor on > " + path("out.txt") + " 2> " + path("err.txt"));
+  Background train("env CPUDL_THREADS=2 CPUDL_GOVERNOR_ROOT=" + path("machine") + " " +
+                   std::string(CPUDL_BINARY) + " train --model lenet5 --data " + kTiny +
+                   " --epochs 2 --batch 64 --out " + path("m.safetensors") + " --governor on > " +
+                   path("out.txt") + " 2> " + path("err.txt"));
   EXPECT_EQ(wait_for(path("err.txt"), "cpudl: governor: (pausing: .*)\n", 30),
             "pausing: thermal_zone0 (x86_pkg_temp) at 105.0 C, critical 100.0 C")
       << slurp(path("err.txt"));
-  EXPECT_FALSE(wait_for(path("err.txt"), "paused at a critical temperature: checkpoint .* written", 30).empty())
+  EXPECT_FALSE(
+      wait_for(path("err.txt"), "paused at a critical temperature: checkpoint .* written", 30).empty())
       << slurp(path("err.txt"));
   EXPECT_TRUE(fs::exists(path("m.safetensors.ckpt"))) << "the checkpoint comes before the wait";
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
