@@ -33,16 +33,16 @@ GovernorPolicy::GovernorPolicy(const GovernorConfig& config)
     : config_(config), threads_(std::max(1, config.max_threads)) {}
 
 std::optional<GovernorDecision> GovernorPolicy::start(const std::vector<LoadSample>& probes) {
-  std::vector<int> running;
+  std::vector<int> running;  // other processes' tasks
   int cpus = 0;
   for (const LoadSample& p : probes) {
-    if (p.runnable) running.push_back(*p.runnable);
+    if (p.runnable) running.push_back(*p.runnable - p.own_runnable.value_or(1));
     if (p.affinity_cpus > 0) cpus = p.affinity_cpus;
     if (cpus == 0 && p.cpu_times) cpus = p.cpu_times->cpus;
   }
   if (running.empty() || cpus == 0) return std::nullopt;
   std::sort(running.begin(), running.end());
-  const int others = std::max(0, running[running.size() / 2] - 1);  // the caller is running too
+  const int others = std::max(0, running[running.size() / 2]);
   const int free = std::max(1, cpus - others);
   if (free >= threads_) return std::nullopt;
   GovernorDecision d{threads_, free, "busy_at_start",
@@ -195,7 +195,7 @@ Governor::Governor(GovernorOptions options)
   std::vector<LoadSample> probes;
   for (int i = 0; i < 5; ++i) {
     if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(4));
-    probes.push_back(sampler_.sample(steady_seconds()));
+    probes.push_back(sampler_.sample(steady_seconds(), true));
   }
   const auto record = [&](const std::optional<GovernorDecision>& d) {
     if (!d) return;

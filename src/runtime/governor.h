@@ -47,6 +47,7 @@ struct LoadSample {
   std::optional<double> cgroup_throttled_us;  // time the quota held this cgroup's tasks back
   std::optional<CpuTimes> cpu_times;          // /proc/stat: idle and steal
   std::optional<int> runnable;                // /proc/stat procs_running: tasks on a CPU or waiting now
+  std::optional<int> own_runnable;            // of them, this process's threads (when asked for)
   std::optional<std::uint64_t> thermal_throttle_events;  // Intel's per-CPU counters, summed
   std::optional<double> frequency_ratio;                 // current over maximum frequency, mean over CPUs
   std::vector<Temperature> temperatures;
@@ -57,7 +58,9 @@ struct LoadSample {
 class LoadSampler {
  public:
   LoadSampler(std::filesystem::path root, std::function<void(const std::string&)> warn);
-  LoadSample sample(double seconds);
+  // `own` also counts this process's running threads (/proc/self/task: a look per thread, so only
+  // for the probes before work starts).
+  LoadSample sample(double seconds, bool own = false);
 
  private:
   std::optional<double> number(const std::filesystem::path& path, double scale = 1);
@@ -98,7 +101,7 @@ class GovernorPolicy {
  public:
   explicit GovernorPolicy(const GovernorConfig& config);
   // Before any work: the tasks running beside the caller in a few quick samples (their median,
-  // the caller's own thread taken out). Neighbours that already fill the CPUs make no pressure
+  // this process's own running threads taken out). Neighbours that already fill the CPUs make no pressure
   // until the work adds its threads, and a wait for the first window would cost short runs their
   // whole length; so the count starts at the CPUs left free.
   std::optional<GovernorDecision> start(const std::vector<LoadSample>& probes);

@@ -105,9 +105,20 @@ std::optional<double> LoadSampler::number(const fs::path& path, double scale) {
   return last == last_good_.end() ? std::nullopt : std::optional<double>(last->second);
 }
 
-LoadSample LoadSampler::sample(double seconds) {
+LoadSample LoadSampler::sample(double seconds, bool own) {
   LoadSample s;
   s.seconds = seconds;
+  if (own) {
+    // "pid (comm) S ...": the state is the first field after the command's closing parenthesis.
+    int running = 0;
+    std::error_code ec;
+    for (const auto& task : fs::directory_iterator(root_ / "proc/self/task", ec)) {
+      const auto stat = text(task.path() / "stat");
+      const auto close = stat ? stat->rfind(')') : std::string::npos;
+      if (close != std::string::npos && close + 2 < stat->size() && (*stat)[close + 2] == 'R') ++running;
+    }
+    if (!ec) s.own_runnable = std::max(1, running);  // the thread that looks is running
+  }
 
   if (const auto status = text(root_ / "proc/self/status")) {
     const auto at = status->find("Cpus_allowed_list:");
