@@ -124,6 +124,9 @@ struct SystemInfo {
   std::optional<int> usable_physical_cores;  // physical cores with at least one allowed CPU
   std::optional<std::string> frequency_governor;
   std::optional<std::uint64_t> thermal_throttle_events;  // summed over CPUs (Intel only)
+  // Each physical core's online CPUs (its hardware threads), cores ordered by package and core id;
+  // empty when the topology cannot be read.
+  std::vector<std::vector<int>> core_cpus;
 };
 
 SystemInfo read_system_info(const std::filesystem::path& root = "/");
@@ -186,6 +189,19 @@ struct ThreadPlan {
 // CPUDL_THREADS, then OMP_NUM_THREADS, override the default. A malformed value is a UsageError.
 ThreadPlan plan_threads(const SystemInfo& system, const EnvLookup& env);
 
+// --bind cores: one physical core per compute thread, the cores of one NUMA node before the
+// next's, SMT siblings only after every core has a thread, within the affinity mask.
+struct Placement {
+  std::vector<int> cpus;   // thread -> the CPU it is pinned to
+  std::vector<int> nodes;  // thread -> its NUMA node
+  std::string text;        // "node 0: threads 0-1 on CPUs 0-1; node 1: thread 2 on CPU 4"
+};
+Placement plan_placement(const SystemInfo& system, int threads);
+// Pins the calling thread's OpenMP pool as planned: threads 1.. to their CPU each, the calling
+// thread to its node's allowed CPUs (the threads it starts later inherit its mask). Returns the
+// CPU each thread runs on afterwards; Error naming the thread when the kernel refuses.
+std::vector<int> bind_compute_threads(const Placement& placement, const SystemInfo& system);
+
 // Things that slow people down, one line each.
 std::vector<std::string> performance_warnings(const CpuFeatures& cpu, const SystemInfo& system,
                                               const ThreadPlan& threads, const EnvLookup& env);
@@ -242,10 +258,25 @@ void reset_forward_flops();
 // Where a training step's time goes, per op: each op's forward, each autograd node's backward
 // (FLOPs counted for forward only: the dense ops' backward is about twice their forward) and the
 // optimiser step. Collected when CPUDL_PROFILE=1 or after enable_op_profile(true).
+// Counters of the compute threads over a span of work (perf_event_open; src/runtime/perf_counters.h).
+// `hardware` is false where the CPU, VM or kernel exposes none (counters_unavailable_reason says
+// why); the scheduler's counts are read apart, `software` false when those are refused too.
+struct CounterReading {
+  bool hardware = false, software = false;
+  double cycles = 0, instructions = 0, cache_references = 0, cache_misses = 0, branch_misses = 0;
+  double context_switches = 0, task_seconds = 0;  // software: switches, CPU time of the threads
+  CounterReading& operator+=(const CounterReading& o);
+  CounterReading operator-(const CounterReading& o) const;
+};
+// Opens the counters on the compute pool's threads (first call) and reads them.
+CounterReading read_thread_counters();
+std::string counters_unavailable_reason();  // "" when the hardware counters work
+
 struct OpTime {
   std::string op, phase;  // phase: forward, backward or optimizer
   std::int64_t calls = 0;
   double seconds = 0, flops = 0;
+  CounterReading counters;  // with CPUDL_PROFILE=1, what the op's calls cost in counters
 };
 void enable_op_profile(bool on);
 bool op_profiling_enabled();

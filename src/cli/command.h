@@ -18,6 +18,11 @@ CLI::Option* add_threads_option(CLI::App* app, int& threads);
 // bench model), warning once when it is above the usable cores. 0 (not given) keeps the default.
 void use_threads(int threads);
 
+// --bind cores|none (train, run, generate, chat): pins the calling thread's compute pool as
+// plan_placement says and prints where (call after use_threads); "none" does nothing.
+CLI::Option* add_bind_option(CLI::App* app, std::string& mode);
+void apply_bind(const std::string& mode);
+
 // --governor on|off, for the commands that run for a while (train, run, generate, chat, serve).
 // Not given (""), CPUDL_GOVERNOR decides, else on.
 CLI::Option* add_governor_option(CLI::App* app, std::string& mode);
@@ -30,6 +35,9 @@ std::unique_ptr<Governor> start_governor(const std::string& mode, int ceiling = 
 // Under CPUDL_PROFILE=1: the eager engine's time per op (ops.h: op_profile()) to stderr, per
 // step when `steps` > 0; % of peak when `roof_gflops` > 0.
 void print_op_profile(std::int64_t steps, double roof_gflops);
+// One line of a span's counters (IPC, cache and branch misses, context switches), or why the
+// hardware ones are unavailable.
+std::string counter_summary(const CounterReading& counters);
 
 // Set by the subcommand that was parsed; returns the process exit code.
 using Action = std::function<int()>;

@@ -76,7 +76,9 @@ void print_text(const Json& j) {
   std::printf("Threads       %s  (%s)\n", text(j["threads"]).c_str(), text(j["threads_reason"]).c_str());
   std::printf("Kernels      ");
   for (const auto& [kernel, variant] : j["kernels"].items()) std::printf(" %s", text(variant).c_str());
-  std::printf("\nGovernor      %s\n",
+  std::printf("\nPlacement     --bind cores: %s (default --bind none: threads float)\n",
+              text(j["placement"]["text"]).c_str());
+  std::printf("Frequency     cpufreq governor %s\n",
               j["frequency_governor"].is_null() ? "not readable" : text(j["frequency_governor"]).c_str());
   std::printf("BLAS          %s active (CPUDL_BLAS); oneDNN %s", text(j["blas"]["active"]).c_str(),
               text(j["blas"]["onednn_version"]).c_str());

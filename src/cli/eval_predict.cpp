@@ -5,28 +5,33 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/train_monitor.h"
 #include "cpudl/autograd.h"
 #include "cpudl/data.h"
 #include "cpudl/error.h"
+#include "cpudl/io.h"
 #include "train/trainer.h"
 
 namespace cpudl::cli {
 namespace {
 
 struct EvalOptions {
-  std::string model, data;
+  std::string model, data, report;
   bool json = false;
   int threads = 0;
 };
 
 int run_eval(const EvalOptions& o) {
+  if (!o.report.empty()) check_report_path(o.report);  // before the work, not after it
   train::ModelFile m = train::load_model_file(o.model);
   const data::Dataset test = data::load_dataset(o.data, false);
   Shape sample(test.images.shape().begin() + 1, test.images.shape().end());
   if (sample != m.input_shape)
     throw Error(o.data + ": samples are " + shape_text(sample) + ", the model " + o.model + " takes " +
                 shape_text(m.input_shape));
-  const train::Evaluation e = train::evaluate(*m.model, test, m.classes);
+  const train::Evaluation e = train::evaluate(*m.model, test, m.classes, 1000, o.report.empty() ? 0 : 16);
+  if (!o.report.empty())
+    io::write_file_atomically(o.report, evaluation_report_html(o.model + " on " + o.data, test, e));
   if (o.json) {
     std::printf("%s\n", nlohmann::ordered_json{{"accuracy", e.accuracy},
                                                {"loss", e.loss},
@@ -132,6 +137,9 @@ void add_eval_command(CLI::App& app, Action& action) {
   e->add_option("--model", o->model, "Model file written by cpudl train")->required();
   e->add_option("--data", o->data, "Data directory (as for train)")->required();
   e->add_flag("--json", o->json, "One JSON object");
+  e->add_option("--report", o->report,
+                "Also write one self-contained HTML page: the confusion matrix as a heat map and the "
+                "worst-classified samples, drawn");
   add_threads_option(e, o->threads);
   e->callback([&action, o] {
     action = [o] {

@@ -30,12 +30,14 @@ struct ModelFlags {
   int threads = 0, ctx = 0;
   std::string cache_type = "f16";
   std::string governor;  // --governor; empty: CPUDL_GOVERNOR or on
+  std::string bind = "none";
 };
 
 void add_model_flags(CLI::App* c, ModelFlags& m) {
   c->add_option("-m,--model", m.model, "Model file (.gguf)")->required();
   add_threads_option(c, m.threads);
   add_governor_option(c, m.governor);
+  add_bind_option(c, m.bind);
   c->add_option("--ctx", m.ctx, "Context length (default: the model's, at most 4096)")
       ->check(CLI::Range(1, 1 << 24));
   c->add_option("--cache-type", m.cache_type, "KV cache type: f16 (default), f32 or q8_0");
@@ -241,7 +243,8 @@ void add_generate_command(CLI::App& app, Action& action) {
   g->add_flag("--json", o->json, "One JSON object at the end instead of streamed text");
   g->callback([&action, o] {
     action = [o] {
-      if (o->model.threads > 0) check_thread_request(o->model.threads, "--threads");
+      use_threads(o->model.threads);  // 0: the default
+      apply_bind(o->model.bind);
       return run_generate(*o);
     };
   });
@@ -270,7 +273,8 @@ void add_chat_command(CLI::App& app, Action& action) {
       ->check(CLI::Range(1, 1 << 24));
   c->callback([&action, o] {
     action = [o] {
-      if (o->model.threads > 0) check_thread_request(o->model.threads, "--threads");
+      use_threads(o->model.threads);  // 0: the default
+      apply_bind(o->model.bind);
       return run_chat(*o);
     };
   });

@@ -20,6 +20,7 @@ struct RunOptions {
   std::vector<std::string> inputs, outputs;
   int bench = 0, threads = 0;
   std::string governor;  // --governor; empty: CPUDL_GOVERNOR or on
+  std::string bind = "none";
   std::int64_t batch = 0;
   bool json = false, int8_conv = false;
 };
@@ -242,6 +243,7 @@ void add_run_command(CLI::App& app, Action& action) {
       ->check(CLI::Range(1, 1 << 20));
   add_threads_option(r, o->threads);
   add_governor_option(r, o->governor);
+  add_bind_option(r, o->bind);
   r->add_flag("--json", o->json, "One JSON object");
   r->add_flag("--int8-conv", o->int8_conv,
               "Run a static int8 model's convolutions on the exact int8 kernels (slower than float ones on "
@@ -249,6 +251,7 @@ void add_run_command(CLI::App& app, Action& action) {
   r->callback([&action, o] {
     action = [o] {
       use_threads(o->threads);
+      apply_bind(o->bind);
       return run_model(*o);
     };
   });

@@ -50,4 +50,20 @@ std::unique_ptr<Governor> start_governor(const std::string& mode, int ceiling,
   return std::make_unique<Governor>(std::move(options));
 }
 
+CLI::Option* add_bind_option(CLI::App* app, std::string& mode) {
+  return app
+      ->add_option("--bind", mode,
+                   "cores: pin each compute thread to a physical core, the cores of one NUMA node first "
+                   "(cpudl doctor shows where); none (default): let the threads float")
+      ->check(CLI::IsMember({"cores", "none"}));
+}
+
+void apply_bind(const std::string& mode) {
+  if (mode != "cores") return;
+  const SystemInfo& system = runtime().system;
+  const Placement placement = plan_placement(system, compute_threads());
+  bind_compute_threads(placement, system);
+  std::fprintf(stderr, "cpudl: bind: %s\n", placement.text.c_str());
+}
+
 }  // namespace cpudl::cli

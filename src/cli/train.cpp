@@ -22,6 +22,7 @@ struct TrainOptions {
   train::TrainConfig config;
   int threads = 0;
   std::string governor;  // --governor; empty: CPUDL_GOVERNOR or on
+  std::string bind = "none";
   std::int64_t log_every = 0;
   bool json = false, no_shuffle = false;
   std::string out, data, init, resume, checkpoint;
@@ -45,6 +46,7 @@ int run_train(TrainOptions& o) {
   // --threads sizes the pool: set before anything starts the runtime.
   use_threads(o.threads);
   (void)runtime();
+  apply_bind(o.bind);
   train::TrainConfig& c = o.config;
   c.data = o.data, c.out = o.out, c.init = o.init, c.resume = o.resume, c.checkpoint = o.checkpoint;
   c.shuffle = !o.no_shuffle;
@@ -61,13 +63,7 @@ int run_train(TrainOptions& o) {
 
   const bool profile_asked = op_profiling_enabled();  // CPUDL_PROFILE=1: the table on stderr
   if (!o.report.empty()) {  // checked before any work: a run must not end unable to write it
-    std::error_code ec;
-    const std::filesystem::path report(o.report);
-    const auto dir = report.has_parent_path() ? report.parent_path() : std::filesystem::path(".");
-    if (std::filesystem::is_directory(report, ec))
-      throw UsageError("--report " + o.report + " is a directory: give the .html file to write");
-    if (!std::filesystem::is_directory(dir, ec) || ::access(dir.c_str(), W_OK) != 0)
-      throw Error("--report " + o.report + ": cannot write into " + dir.string());
+    check_report_path(o.report);
     enable_op_profile(true);  // the report's time per op
   }
   // Metrics and the report's history; the port is bound here, before training starts.
@@ -110,8 +106,16 @@ int run_train(TrainOptions& o) {
                  eta_text(eta).c_str());
     std::fflush(stderr);
   };
+  // Under CPUDL_PROFILE=1, each epoch's counters (training and its evaluation) on stderr.
+  CounterReading epoch_counters = profile_asked ? read_thread_counters() : CounterReading{};
   cb.epoch = [&](const train::EpochReport& e) {
     if (monitor) monitor->epoch(e);
+    if (profile_asked) {
+      const CounterReading now = read_thread_counters();
+      std::fprintf(stderr, "%scpudl: epoch %d counters: %s\n", tty ? "\r\033[K" : "", e.epoch,
+                   counter_summary(now - epoch_counters).c_str());
+      epoch_counters = now;
+    }
     if (o.json) {
       nlohmann::ordered_json j{{"epoch", e.epoch},         {"loss", e.loss},
                                {"test_loss", e.test_loss}, {"test_accuracy", e.test_accuracy},
@@ -190,6 +194,7 @@ void add_train_command(CLI::App& app, Action& action) {
       ->check(CLI::Range(1, 64));
   add_threads_option(t, o->threads);
   add_governor_option(t, o->governor);
+  add_bind_option(t, o->bind);
   t->add_option("--metrics-port", o->metrics_port,
                 "Serve Prometheus metrics of the run (loss, images/s, step time, governor) on "
                 "http://127.0.0.1:P/metrics while it trains (0: any free port, printed)")

@@ -70,4 +70,12 @@ struct ReportInput {
 };
 std::string training_report_html(const ReportInput& input);
 
+// A --report path that cannot be written is refused before the work starts: a directory is a
+// UsageError, a directory that does not exist or is not writable an Error.
+void check_report_path(const std::string& path);
+
+// `cpudl eval --report FILE.html`: the confusion matrix and the worst-classified samples, drawn.
+std::string evaluation_report_html(const std::string& title, const data::Dataset& data,
+                                   const train::Evaluation& evaluation);
+
 }  // namespace cpudl::cli

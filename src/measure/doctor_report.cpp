@@ -92,6 +92,9 @@ Json doctor_json(const Runtime& rt, const std::optional<MeasuredPeaks>& peaks) {
   j["level_reason"] = rt.isa.reason;
   j["threads"] = rt.threads.threads;
   j["threads_reason"] = rt.threads.reason;
+  // Where --bind cores would pin the default count of threads.
+  const Placement placement = plan_placement(rt.system, rt.threads.threads);
+  j["placement"] = {{"cpus", placement.cpus}, {"nodes", placement.nodes}, {"text", placement.text}};
   Json kernels_json;
   for (const auto& [kernel, variant] : kernels::describe(kernels::kernel_table()))
     kernels_json[kernel] = variant;

@@ -41,8 +41,7 @@ std::optional<GovernorDecision> GovernorPolicy::start(const std::vector<LoadSamp
     if (cpus == 0 && p.cpu_times) cpus = p.cpu_times->cpus;
   }
   if (running.empty() || cpus == 0) return std::nullopt;
-  std::sort(running.begin(), running.end());
-  const int others = std::max(0, running[running.size() / 2]);
+  const int others = std::max(0, *std::min_element(running.begin(), running.end()));
   const int free = std::max(1, cpus - others);
   if (free >= threads_) return std::nullopt;
   GovernorDecision d{threads_, free, "busy_at_start",
@@ -189,29 +188,25 @@ Governor::Governor(GovernorOptions options)
       policy_(options_.config),
       threads_(policy_.threads()) {
   status_.threads = policy_.threads();
-  // Before any work: the tasks running beside this one (five looks, 4 ms apart), then the first
-  // sample, so that a quota already below the ceiling applies to the first step too.
+  // The first sample before any work: a quota or affinity already below the ceiling applies to
+  // the first step.
   start_seconds_ = steady_seconds();
-  std::vector<LoadSample> probes;
-  for (int i = 0; i < 5; ++i) {
-    if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(4));
-    probes.push_back(sampler_.sample(steady_seconds(), true));
-  }
-  const auto record = [&](const std::optional<GovernorDecision>& d) {
-    if (!d) return;
-    threads_ = policy_.threads();
-    paused_ = policy_.paused();
-    status_.threads = policy_.threads();
-    status_.paused = policy_.paused();
-    ++status_.decisions[d->reason];
-    status_.events.push_back({0.0, *d});
-    if (options_.log) options_.log("governor: " + d->text);
-  };
-  record(policy_.start(probes));
-  const LoadSample& first = probes.back();
+  const LoadSample first = sampler_.sample(start_seconds_);
   if (first.cgroup_throttled_us) first_throttled_us_ = first.cgroup_throttled_us;
-  record(policy_.update(first));
+  const auto decision = policy_.update(first);
+  record(decision, 0.0);
+  if (decision && options_.log) options_.log("governor: " + decision->text);
   thread_ = std::thread([this] { loop(); });
+}
+
+void Governor::record(const std::optional<GovernorDecision>& decision, double seconds) {
+  if (!decision) return;
+  threads_ = policy_.threads();
+  paused_ = policy_.paused();
+  status_.threads = policy_.threads();
+  status_.paused = policy_.paused();
+  ++status_.decisions[decision->reason];
+  status_.events.push_back({seconds, *decision});
 }
 
 Governor::~Governor() {
@@ -225,6 +220,24 @@ Governor::~Governor() {
 
 void Governor::loop() {
   std::unique_lock<std::mutex> lock(mutex_);
+  // The neighbours running now: twenty looks over 100 ms while the work starts (it does not wait
+  // for them), the least of them counted, so that a process passing through (a shell, a pipe's
+  // reader starting up) is not taken for one.
+  std::vector<LoadSample> probes;
+  for (int i = 0; i < 20 && !stopping_; ++i) {
+    lock.unlock();
+    probes.push_back(sampler_.sample(steady_seconds(), true));
+    lock.lock();
+    wake_.wait_for(lock, std::chrono::milliseconds(5), [&] { return stopping_; });
+  }
+  if (stopping_) return;
+  const auto start = policy_.start(probes);
+  record(start, steady_seconds() - start_seconds_);
+  if (start && options_.log) {
+    lock.unlock();
+    options_.log("governor: " + start->text);
+    lock.lock();
+  }
   while (true) {
     wake_.wait_for(lock, std::chrono::duration<double>(options_.interval_seconds), [&] { return stopping_; });
     if (stopping_) return;
@@ -232,12 +245,7 @@ void Governor::loop() {
     const LoadSample sample = sampler_.sample(steady_seconds());
     const auto decision = policy_.update(sample);
     lock.lock();
-    if (decision) {
-      threads_ = policy_.threads();
-      paused_ = policy_.paused();
-      ++status_.decisions[decision->reason];
-      status_.events.push_back({sample.seconds - start_seconds_, *decision});
-    }
+    record(decision, sample.seconds - start_seconds_);
     status_.threads = policy_.threads();
     status_.paused = policy_.paused();
     status_.pressure_ratio = policy_.pressure_ratio();

@@ -100,10 +100,10 @@ struct GovernorConfig {
 class GovernorPolicy {
  public:
   explicit GovernorPolicy(const GovernorConfig& config);
-  // Before any work: the tasks running beside the caller in a few quick samples (their median,
-  // this process's own running threads taken out). Neighbours that already fill the CPUs make no pressure
-  // until the work adds its threads, and a wait for the first window would cost short runs their
-  // whole length; so the count starts at the CPUs left free.
+  // As work starts: the tasks running beside it in quick samples over 100 ms (the fewest seen,
+  // this process's own running threads taken out). Neighbours that already fill the CPUs make no
+  // pressure until the work adds its threads, and a wait for the first window would cost short
+  // runs their whole length; so the count drops at once to the CPUs they leave free.
   std::optional<GovernorDecision> start(const std::vector<LoadSample>& probes);
   std::optional<GovernorDecision> update(const LoadSample& now);
   int threads() const { return threads_; }
@@ -164,6 +164,7 @@ class Governor {
 
  private:
   void loop();
+  void record(const std::optional<GovernorDecision>& decision, double seconds);  // under mutex_
 
   GovernorOptions options_;
   LoadSampler sampler_;

@@ -14,10 +14,14 @@
 namespace cpudl {
 namespace {
 
-std::atomic<bool> g_enabled{[] {
+bool profile_variable() {
   const char* env = std::getenv("CPUDL_PROFILE");
   return env && std::strcmp(env, "1") == 0;
-}()};
+}
+std::atomic<bool> g_enabled{profile_variable()};
+// Counters only when CPUDL_PROFILE=1 asks (their reads cost a few system calls per op); the
+// report's per-op times (enable_op_profile) go without.
+const bool g_counting = profile_variable();
 thread_local int t_depth = 0;
 // Per thread, so concurrent models do not mix their counts.
 thread_local double t_forward_flops = 0;
@@ -45,6 +49,7 @@ Scope::Scope(const char* op, const char* phase) : op_(op), phase_(phase) {
   if (t_depth++ > 0) return;
   recording_ = true;
   flops_at_start_ = forward_flops();
+  if (g_counting) counters_at_start_ = read_thread_counters();
   start_ = std::chrono::steady_clock::now();
 }
 
@@ -56,12 +61,14 @@ Scope::~Scope() {
   if (!recording_) return;
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   const double flops = forward_flops() - flops_at_start_;
+  const CounterReading counters = g_counting ? read_thread_counters() - counters_at_start_ : CounterReading{};
   std::lock_guard<std::mutex> lock(g_mutex);
   OpTime& t = table()[{op_, phase_}];
   if (t.calls == 0) t.op = op_, t.phase = phase_;
   ++t.calls;
   t.seconds += seconds;
   t.flops += flops;
+  t.counters += counters;
 }
 
 BackwardPhase::BackwardPhase() : previous_(t_backward) { t_backward = true; }

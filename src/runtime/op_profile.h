@@ -1,10 +1,13 @@
 // The eager engine's per-op profile (CPUDL_PROFILE=1): an op's forward, each autograd node's
 // backward and each optimiser step open a ProfileScope; the outermost scope on a thread records
-// (time, FLOPs counted by the dense ops inside it), so composite ops are charged once. Off, a
-// scope costs one load of a constant.
+// (time, FLOPs counted by the dense ops inside it, and under CPUDL_PROFILE=1 the pool threads'
+// counters: perf_counters.h), so composite ops are charged once. Off, a scope costs one load of a
+// constant.
 #pragma once
 
 #include <chrono>
+
+#include "cpudl/runtime.h"
 
 namespace cpudl {
 
@@ -31,6 +34,7 @@ class Scope {
   bool counted_ = false, recording_ = false;
   double flops_at_start_ = 0;
   std::chrono::steady_clock::time_point start_;
+  CounterReading counters_at_start_;  // with CPUDL_PROFILE=1 (not for --report's timing alone)
 };
 
 // Marks this thread as running a backward pass (ops called by the engine itself, such as the

@@ -279,6 +279,11 @@ void read_topology(const fs::path& root, SystemInfo& info) {
   if (topology_complete) {
     info.physical_cores = static_cast<int>(cores.size());
     info.sockets = static_cast<int>(packages.size());
+    std::map<std::pair<int, int>, std::vector<int>> cpus_of_core;  // ordered by (package, core)
+    for (const auto& [cpu, index] : core_of_cpu)
+      for (const auto& [key, id] : core_ids)
+        if (id == index) cpus_of_core[key].push_back(cpu);
+    for (auto& [key, cpus] : cpus_of_core) info.core_cpus.push_back(cpus);
   }
   if (throttle_known) info.thermal_throttle_events = throttle;
 

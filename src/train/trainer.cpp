@@ -101,7 +101,8 @@ void check_writable(const std::filesystem::path& path, const char* flag) {
 
 }  // namespace
 
-Evaluation evaluate(nn::Module& model, const data::Dataset& d, std::int64_t classes, std::int64_t batch) {
+Evaluation evaluate(nn::Module& model, const data::Dataset& d, std::int64_t classes, std::int64_t batch,
+                    std::int64_t keep_worst) {
   NoGradGuard no_grad;
   model.eval();
   Evaluation e;
@@ -118,12 +119,31 @@ Evaluation evaluate(nn::Module& model, const data::Dataset& d, std::int64_t clas
                   std::to_string(classes) + " classes");
     loss += cross_entropy(logits, y).item() * static_cast<double>(x.size(0));
     const Tensor pred = argmax(logits, 1);
+    const Tensor z = keep_worst > 0 ? logits.contiguous() : Tensor();
     for (std::int64_t j = 0; j < x.size(0); ++j) {
       const std::int64_t t = y.data_as<std::int64_t>()[j], p = pred.data_as<std::int64_t>()[j];
       correct += t == p;
       ++e.confusion[static_cast<std::size_t>(t)][static_cast<std::size_t>(p)];
+      if (keep_worst == 0 || t == p) continue;
+      // The sample's cross-entropy and the predicted class's probability, from its logits.
+      const float* row = z.data() + j * classes;
+      const double top = row[p];
+      double sum = 0;
+      for (std::int64_t k = 0; k < classes; ++k) sum += std::exp(static_cast<double>(row[k]) - top);
+      const double log_sum = top + std::log(sum);
+      e.worst.push_back({i + j, t, p, std::exp(top - log_sum), log_sum - row[t]});
+      // Keep the list short: past twice its size, drop all but the worst.
+      if (static_cast<std::int64_t>(e.worst.size()) > 2 * keep_worst) {
+        std::nth_element(e.worst.begin(), e.worst.begin() + keep_worst, e.worst.end(),
+                         [](const Mistake& a, const Mistake& b) { return a.loss > b.loss; });
+        e.worst.resize(static_cast<std::size_t>(keep_worst));
+      }
     }
   }
+  std::sort(e.worst.begin(), e.worst.end(),
+            [](const Mistake& a, const Mistake& b) { return a.loss > b.loss; });
+  if (static_cast<std::int64_t>(e.worst.size()) > keep_worst)
+    e.worst.resize(static_cast<std::size_t>(keep_worst));
   e.accuracy = static_cast<double>(correct) / static_cast<double>(n);
   e.loss = loss / static_cast<double>(n);
   return e;

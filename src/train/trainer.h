@@ -114,11 +114,17 @@ ModelFile load_model_file(const std::filesystem::path& path);
 Tensor prepare_image(const ModelFile& m, Tensor image, const std::string& what);
 
 // Evaluation of a model on a dataset (eval mode, no graph): accuracy, mean loss, confusion matrix.
+struct Mistake {
+  std::int64_t index, label, predicted;
+  double probability, loss;  // of the predicted class; the sample's cross-entropy
+};
 struct Evaluation {
   double accuracy = 0, loss = 0;
   std::vector<std::vector<std::int64_t>> confusion;  // [true][predicted]
+  std::vector<Mistake> worst;  // the misclassified samples of highest loss, highest first
 };
+// `keep_worst`: how many of the worst-classified samples to keep (0: none).
 Evaluation evaluate(nn::Module& model, const data::Dataset& data, std::int64_t classes,
-                    std::int64_t batch = 1000);
+                    std::int64_t batch = 1000, std::int64_t keep_worst = 0);
 
 }  // namespace cpudl::train

@@ -17,6 +17,8 @@
 #include <regex>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "cli_sandbox.h"
 #include "cpudl/data.h"
 
@@ -48,7 +50,8 @@ class Background {
     }
   }
   pid_t pid() const { return pid_; }
-  // The exit code once it ends by itself within `seconds`; -1 if it did not (then it is killed).
+  // The exit code once it ends by itself within `seconds`; -1 if it did not (then it is killed), 1000
+  // + the signal if a signal ended it.
   int wait_exit(double seconds) {
     int status = 0;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
@@ -57,14 +60,15 @@ class Background {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     done_ = true;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 1000 + WTERMSIG(status) : -1;
   }
-  int stop(int signal) {  // the exit code, or -1
+  // The exit code; 1000 + the signal when a signal ended it (so a crash reads as 1011, not 143).
+  int stop(int signal) {
     kill(pid_, signal);
     int status = 0;
     waitpid(pid_, &status, 0);
     done_ = true;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 1000 + WTERMSIG(status) : -1;
   }
 
  private:
@@ -170,7 +174,7 @@ TEST_F(TrainMonitorCli, AnUnwritableReportIsRefusedBeforeTraining) {
 TEST_F(TrainMonitorCli, MetricsPortServesTheRunWhileItTrainsAndPassesPromtool) {
   Background train("env CPUDL_THREADS=2 " + std::string(CPUDL_BINARY) + " train --model lenet5 --data " +
                    kTiny + " --epochs 100000 --batch 64 --lr 0.01 --out " + path("m.safetensors") +
-                   " --metrics-port 0 2> " + path("err.txt"));
+                   " --metrics-port 0 > " + path("out.txt") + " 2> " + path("err.txt"));
   const std::string port = wait_for(path("err.txt"), "metrics on http://127\\.0\\.0\\.1:(\\d+)/metrics", 60);
   ASSERT_FALSE(port.empty()) << slurp(path("err.txt"));
   httplib::Client client("127.0.0.1", std::stoi(port));
@@ -288,7 +292,8 @@ TEST_F(TrainMonitorCli, GovernorFollowsACgroupQuotaLoweredMidRun) {
   Background train("sh -c 'echo $$ > " + (cgroup.dir / "cgroup.procs").string() +
                    " && exec env CPUDL_THREADS=2 " + std::string(CPUDL_BINARY) +
                    " train --model lenet5 --data " + kTiny + " --epochs 100000 --batch 64 --out " +
-                   path("m.safetensors") + " --governor on --metrics-port 0' 2> " + path("err.txt"));
+                   path("m.safetensors") + " --governor on --metrics-port 0' > " + path("out.txt") + " 2> " +
+                   path("err.txt"));
   const std::string port = wait_for(path("err.txt"), "metrics on http://127\\.0\\.0\\.1:(\\d+)/metrics", 60);
   ASSERT_FALSE(port.empty()) << slurp(path("err.txt"));
   httplib::Client client("127.0.0.1", std::stoi(port));
@@ -352,6 +357,100 @@ TEST_F(TrainMonitorCli, ACriticalTemperatureWritesTheCheckpointAndPausesUntilThe
   EXPECT_EQ(train.wait_exit(60), 0) << slurp(path("err.txt"));
   EXPECT_TRUE(fs::exists(path("m.safetensors"))) << slurp(path("err.txt"));
   EXPECT_NE(slurp(path("out.txt")).find("epoch 2:"), std::string::npos) << slurp(path("out.txt"));
+}
+
+}  // namespace
+
+namespace {
+
+TEST_F(TrainMonitorCli, ProfileShowsEachEpochsCountersOrWhyTheHardwareOnesAreUnavailable) {
+  const auto r =
+      run("train --model lenet5 --data " + kTiny + " --epochs 2 --batch 64 --out " + path("m.safetensors"),
+          "CPUDL_PROFILE=1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* line : {"cpudl: epoch 1 counters: ", "cpudl: epoch 2 counters: ", "\ncounters: "}) {
+    const auto at = r.err.find(line);
+    ASSERT_NE(at, std::string::npos) << line << " in " << r.err;
+    const std::string text = r.err.substr(at, r.err.find('\n', at + 2) - at);
+    // Either the hardware figures or the reason they are missing; the scheduler's where allowed.
+    EXPECT_TRUE(text.find("IPC ") != std::string::npos ||
+                text.find("hardware counters unavailable (") != std::string::npos)
+        << text;
+  }
+  if (r.err.find(" context switches, ") != std::string::npos) {  // the kernel allows the scheduler's counters
+    EXPECT_NE(r.err.find("ctx-sw"), std::string::npos) << "the per-op table's context switches column";
+  }
+}
+
+}  // namespace
+
+namespace {
+
+TEST_F(TrainMonitorCli, EvalReportDrawsTheConfusionMatrixAndTheWorstClassifiedSamples) {
+  ASSERT_EQ(
+      run("train --model lenet5 --data " + kTiny + " --epochs 1 --batch 64 --out " + path("m.safetensors"))
+          .exit_code,
+      0);
+  const auto r = run("eval --model " + path("m.safetensors") + " --data " + kTiny + " --json --report " +
+                     path("eval.html"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  const std::string html = slurp(path("eval.html"));
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+  // The heat map's cells are the confusion matrix --json printed.
+  const std::regex cell("<title>true (\\d+), predicted (\\d+): (\\d+)</title>");
+  std::int64_t wrong = 0;
+  for (auto it = std::sregex_iterator(html.begin(), html.end(), cell); it != std::sregex_iterator(); ++it) {
+    const int t = std::stoi((*it)[1].str()), p = std::stoi((*it)[2].str());
+    EXPECT_EQ(std::stoll((*it)[3].str()), j["confusion"][t][p].get<std::int64_t>()) << t << "," << p;
+    if (t != p) wrong += std::stoll((*it)[3].str());
+  }
+  ASSERT_GT(wrong, 0) << "one epoch on 640 images leaves mistakes to draw";
+  // The worst samples: min(16, mistakes) of them, each a real mistake, drawn as pixels.
+  const std::regex caption(
+      "<figcaption>#(\\d+): true (\\d+), predicted (\\d+) \\(([0-9.]+)%\\)</figcaption>");
+  std::int64_t drawn = 0;
+  for (auto it = std::sregex_iterator(html.begin(), html.end(), caption); it != std::sregex_iterator();
+       ++it) {
+    EXPECT_NE((*it)[2].str(), (*it)[3].str());
+    EXPECT_LT(std::stoll((*it)[1].str()), 64);
+    ++drawn;
+  }
+  EXPECT_EQ(drawn, std::min<std::int64_t>(16, wrong));
+  EXPECT_NE(html.find("<svg viewBox='0 0 28 28'"), std::string::npos) << "a 28x28 digit drawn";
+  if (!have("chromium")) GTEST_SKIP() << "chromium is not installed (Debian package chromium)";
+  const std::string cmd =
+      "timeout 120 chromium --headless --no-sandbox --disable-gpu --enable-logging=stderr --v=0 "
+      "--window-size=900,1600 --screenshot=" +
+      path("eval.png") + " file://" + path("eval.html") + " > " + path("chromium.log") + " 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << slurp(path("chromium.log"));
+  EXPECT_EQ(slurp(path("chromium.log")).find(":CONSOLE"), std::string::npos) << slurp(path("chromium.log"));
+  EXPECT_GT(fs::file_size(path("eval.png")), 10000u);
+}
+
+TEST_F(TrainMonitorCli, EvalReportIntoADirectoryIsRefusedBeforeEvaluating) {
+  const auto r =
+      run("eval --model " + path("none.safetensors") + " --data " + kTiny + " --report " + dir.string());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--report " + dir.string() + " is a directory"), std::string::npos) << r.err;
+}
+
+}  // namespace
+
+namespace {
+
+TEST_F(TrainMonitorCli, BindCoresPinsThePoolWhereDoctorSays) {
+  const auto doctor = run("doctor --json");
+  ASSERT_EQ(doctor.exit_code, 0) << doctor.err;
+  const auto placement = nlohmann::json::parse(doctor.out)["placement"];
+  const std::string text = placement["text"];
+  ASSERT_FALSE(text.empty()) << doctor.out;
+  const auto r = run("train --model lenet5 --data " + kTiny + " --epochs 1 --batch 64 --bind cores --out " +
+                     path("m.safetensors"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("cpudl: bind: " + text + "\n"), std::string::npos) << r.err;
+  const auto bad = run("train --model lenet5 --data " + kTiny + " --bind sockets");
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
 }
 
 }  // namespace

@@ -1,11 +1,16 @@
-// `cpudl train --report FILE.html`: one page a person opens after a run. Self-contained (inline
-// SVG and CSS, no script, no network fetch), so it can be mailed, archived or opened offline.
+// `cpudl train --report` and `cpudl eval --report`: one page a person opens after a run or an
+// evaluation. Self-contained (inline SVG and CSS, no script, no network fetch), so it can be
+// mailed, archived or opened offline.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <sstream>
 
 #include "cli/train_monitor.h"
+#include "cpudl/error.h"
 #include "measure/doctor_report.h"
 
 namespace cpudl::cli {
@@ -276,13 +281,10 @@ std::string machine_table() {
   return s.str() + "</table>";
 }
 
-}  // namespace
-
-std::string training_report_html(const ReportInput& in) {
-  const auto steps = in.monitor->steps();
-  const auto epochs = in.monitor->epochs();
+// The page's head and style; the caller appends the body and page_end().
+std::string page_start(const std::string& title) {
   std::ostringstream s;
-  s << "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>cpudl train: " << escape(in.title)
+  s << "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>" << escape(title)
     << "</title><style>"
        "body{font:14px system-ui,sans-serif;margin:24px auto;max-width:820px;color:#1d2430}"
        "h1{font-size:22px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #dde}"
@@ -294,7 +296,21 @@ std::string training_report_html(const ReportInput& in) {
        ".count{font-size:11px;fill:#111}.count.light{fill:#fff}.bar{fill:#2a6fdb}.legend{color:#555}"
        ".key{display:inline-block;width:14px;height:4px;vertical-align:middle;margin:0 4px 0 12px}"
        ".key.series{background:#2a6fdb}.key.marker{background:#e8590c;height:8px;border-radius:4px}"
+       ".worst{display:flex;flex-wrap:wrap;gap:10px}.worst figure{margin:0;text-align:center;font-size:12px}"
+       ".sample{background:#000}"
        "</style></head><body>";
+  return s.str();
+}
+
+std::string page_end() { return "</body></html>\n"; }
+
+}  // namespace
+
+std::string training_report_html(const ReportInput& in) {
+  const auto steps = in.monitor->steps();
+  const auto epochs = in.monitor->epochs();
+  std::ostringstream s;
+  s << page_start("cpudl train: " + in.title);
   const train::Summary& sum = in.summary;
   s << "<h1>cpudl train: " << escape(in.title) << "</h1><p class='summary'>" << escape(sum.model) << ", "
     << sum.parameters << " parameters · " << sum.epochs_run << " epoch" << (sum.epochs_run == 1 ? "" : "s")
@@ -312,7 +328,71 @@ std::string training_report_html(const ReportInput& in) {
   if (in.monitor->roof_gflops() > 0)
     s << "<p class='legend'>Measured fp32 roof of this run's threads: " << num(in.monitor->roof_gflops(), 1)
       << " GFLOP/s.</p>";
-  s << "<h2>Machine</h2>" << machine_table() << "</body></html>\n";
+  s << "<h2>Machine</h2>" << machine_table() << page_end();
+  return s.str();
+}
+
+namespace {
+
+// One sample drawn as an SVG pixel grid (grey or RGB), the normalisation undone.
+std::string sample_svg(const data::Dataset& d, std::int64_t index, int scale) {
+  const Tensor& images = d.images;
+  if (images.dim() != 4) return "";
+  const std::int64_t c = images.size(1), h = images.size(2), w = images.size(3);
+  const float* px = images.data() + index * c * h * w;
+  std::ostringstream s;
+  s << "<svg viewBox='0 0 " << w << " " << h << "' width='" << w * scale << "' height='" << h * scale
+    << "' shape-rendering='crispEdges' class='sample'>";
+  for (std::int64_t y = 0; y < h; ++y)
+    for (std::int64_t x = 0; x < w; ++x) {
+      int rgb[3];
+      for (std::int64_t k = 0; k < 3; ++k) {
+        const std::int64_t ch = c == 3 ? k : 0;
+        const float mean = d.mean.empty() ? 0.f : d.mean[static_cast<std::size_t>(ch) % d.mean.size()];
+        const float sd = d.std.empty() ? 1.f : d.std[static_cast<std::size_t>(ch) % d.std.size()];
+        const float v = px[(ch * h + y) * w + x] * sd + mean;
+        rgb[k] = static_cast<int>(std::lround(255 * std::clamp(v, 0.f, 1.f)));
+      }
+      if (rgb[0] == 0 && rgb[1] == 0 && rgb[2] == 0) continue;  // the black background below
+      s << "<rect x='" << x << "' y='" << y << "' width='1' height='1' fill='rgb(" << rgb[0] << "," << rgb[1]
+        << "," << rgb[2] << ")'/>";
+    }
+  return s.str() + "</svg>";
+}
+
+}  // namespace
+
+void check_report_path(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::path report(path);
+  const auto dir = report.has_parent_path() ? report.parent_path() : std::filesystem::path(".");
+  if (std::filesystem::is_directory(report, ec))
+    throw UsageError("--report " + path + " is a directory: give the .html file to write");
+  if (!std::filesystem::is_directory(dir, ec) || ::access(dir.c_str(), W_OK) != 0)
+    throw Error("--report " + path + ": cannot write into " + dir.string());
+}
+
+std::string evaluation_report_html(const std::string& title, const data::Dataset& data,
+                                   const train::Evaluation& e) {
+  std::ostringstream s;
+  s << page_start("cpudl eval: " + title);
+  const std::int64_t n = data.labels.size(0);
+  s << "<h1>cpudl eval: " << escape(title) << "</h1><p class='summary'>accuracy <b>"
+    << num(100 * e.accuracy, 2) << "%</b> of " << n << " samples · mean loss " << num(e.loss, 4) << "</p>";
+  s << "<h2>Confusion matrix</h2>" << confusion_heatmap(e.confusion);
+  s << "<h2>The worst-classified samples</h2>";
+  if (e.worst.empty()) {
+    s << "<p>Every sample was classified correctly.</p>";
+  } else {
+    s << "<p class='legend'>The misclassified samples of highest loss, highest first: the model was most "
+         "sure "
+         "of these wrong answers.</p><div class='worst'>";
+    for (const train::Mistake& m : e.worst)
+      s << "<figure>" << sample_svg(data, m.index, 3) << "<figcaption>#" << m.index << ": true " << m.label
+        << ", predicted " << m.predicted << " (" << num(100 * m.probability, 1) << "%)</figcaption></figure>";
+    s << "</div>";
+  }
+  s << "<h2>Machine</h2>" << machine_table() << page_end();
   return s.str();
 }
 
