@@ -13,7 +13,7 @@ and the ratio of the default to the best fixed count (the issue's target: within
 Then:
   quota     train inside a cgroup whose quota drops from N to 0.5 CPUs 1.5 s in: governor on vs off
   recovery  seconds from the end of `stress-ng --cpu N` to the governor's full count again
-  overhead  one sample and decision of the governor (cpudl_bench_governor) as % of one CPU at 1 Hz
+  overhead  one sample and decision of the governor (cpudl_bench_governor) as % of one CPU at 2 Hz
 Results go to stdout and, with --write-doc, into docs/BENCHMARKS.md between the contention markers.
 """
 import argparse
@@ -36,7 +36,9 @@ MNIST = os.path.join(ROOT, "data", "mnist")
 
 def cores():
     doctor = json.loads(subprocess.run([CPUDL, "doctor", "--json"], check=True, capture_output=True, text=True).stdout)
-    return doctor["threads"], doctor["cpu"]["model_name"]
+    cpu = doctor["cpu"]
+    return doctor["threads"], f"{cpu['model_name']} (family {cpu['family']} model {cpu['model']}" + \
+        (f", {cpu['hypervisor']} guest)" if cpu.get("hypervisor") else ")")
 
 
 def resnet18():
@@ -211,9 +213,14 @@ def main():
                          f"target 1.3x).")
         else:
             lines.append("Quota lowered mid-run: not measured (no cgroup could be created here).")
+        busy = next((r for r in rows if r["workload"] == "train" and r["load"] == n), None)
+        if busy:
+            lines.append(f"Beside `stress-ng --cpu {n}`, training with the governor: {busy['governor']:.0f} images/s, with "
+                         f"`--governor off` on {n} threads {busy['threads_%d' % n]:.0f} "
+                         f"({busy['governor'] / busy['threads_%d' % n]:.2f}x; target 1.2x).")
         lines.append(f"Recovery: under `stress-ng --cpu {n}` the governor held {lowered:.0f} thread(s); "
                      f"{seconds:.1f} s after the neighbours ended it was back at {n} (target 3 s).")
-        lines.append(f"Overhead: one sample and decision takes {sample_us:.0f} µs, once a second: {pct:.3f}% of one CPU "
+        lines.append(f"Overhead: one sample and decision takes {sample_us:.0f} µs, twice a second: {pct:.3f}% of one CPU "
                      f"(target 0.5% of step time).")
         write_section("contention", "Beside other work: the thread governor", "\n".join(lines))
 

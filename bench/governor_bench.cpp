@@ -1,6 +1,6 @@
 // What the thread governor costs: one sample of the machine (the files of docs/OPERATIONS.md read
 // and parsed) and one policy decision, timed on this machine. The governor takes one sample per
-// second, so `pct_of_one_cpu` is its whole CPU cost beside the work it governs.
+// half second, so `pct_of_one_cpu` is its whole CPU cost beside the work it governs.
 #include <benchmark/benchmark.h>
 
 #include <chrono>

@@ -1,4 +1,4 @@
-// The thread governor: a light thread that samples the machine's load once a second and lowers
+// The thread governor: a light thread that samples the machine's load twice a second and lowers
 // the compute threads when the CPUs this process can really use shrink (a cgroup quota lowered,
 // the affinity narrowed), when neighbours compete for them (CPU pressure, cgroup throttling,
 // hypervisor steal) or when the CPU throttles; it raises them again once CPUs stand idle, and

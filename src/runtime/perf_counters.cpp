@@ -7,10 +7,10 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
-#include <algorithm>
 #include <fstream>
 #include <mutex>
 
@@ -25,7 +25,7 @@ int open_event(std::uint32_t type, std::uint64_t config, int group) {
   attr.type = type;
   attr.config = config;
   attr.disabled = group == -1 ? 1 : 0;  // the leader starts the group
-  attr.exclude_kernel = 1;               // user space only: allowed at perf_event_paranoid 2
+  attr.exclude_kernel = 1;              // user space only: allowed at perf_event_paranoid 2
   attr.exclude_hv = 1;
   attr.read_format = PERF_FORMAT_GROUP | PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING;
   return static_cast<int>(syscall(SYS_perf_event_open, &attr, 0, -1, group, 0));
@@ -87,7 +87,8 @@ int perf_event_paranoid() {
 
 std::string perf_event_error_text(int error, int paranoid) {
   const char* name = strerrorname_np(error);
-  const std::string call = std::string("perf_event_open ") + (name != nullptr ? name : std::to_string(error).c_str());
+  const std::string call =
+      std::string("perf_event_open ") + (name != nullptr ? name : std::to_string(error).c_str());
   switch (error) {
     case ENOENT:
     case EOPNOTSUPP:
@@ -111,7 +112,8 @@ ThreadCounters& ThreadCounters::open(int threads) {
     const int n = std::max(1, threads);
     counters.hardware_groups_.assign(static_cast<std::size_t>(n), {});
     counters.software_groups_.assign(static_cast<std::size_t>(n), {});
-    std::vector<int> hardware_errors(static_cast<std::size_t>(n), 0), software_errors(static_cast<std::size_t>(n), 0);
+    std::vector<int> hardware_errors(static_cast<std::size_t>(n), 0),
+        software_errors(static_cast<std::size_t>(n), 0);
     // Each pool thread opens its own: a counter follows the thread that opened it (pid 0).
 #pragma omp parallel num_threads(n)
     {
@@ -169,7 +171,9 @@ CounterReading CounterReading::operator-(const CounterReading& o) const {
 
 namespace {
 // The pool as large as it will be: the machine's count, or more when --threads asks for more.
-ThreadCounters& pool_counters() { return ThreadCounters::open(std::max(compute_threads(), runtime().threads.threads)); }
+ThreadCounters& pool_counters() {
+  return ThreadCounters::open(std::max(compute_threads(), runtime().threads.threads));
+}
 }  // namespace
 
 CounterReading read_thread_counters() { return pool_counters().read(); }

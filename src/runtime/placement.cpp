@@ -10,8 +10,8 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <set>
 #include <sstream>
@@ -58,7 +58,8 @@ Placement plan_placement(const SystemInfo& s, int threads) {
     if (!cpus.empty()) cores_by_node[node_of(s, cpus.front())].push_back(cpus);
   }
   if (cores_by_node.empty())  // no topology: the allowed (or online) CPUs as they come
-    for (int cpu : allowed.empty() ? s.online_cpus : s.affinity) cores_by_node[node_of(s, cpu)].push_back({cpu});
+    for (int cpu : allowed.empty() ? s.online_cpus : s.affinity)
+      cores_by_node[node_of(s, cpu)].push_back({cpu});
   std::vector<int> order;
   for (std::size_t rank = 0;; ++rank) {
     bool any = false;
@@ -83,8 +84,8 @@ Placement plan_placement(const SystemInfo& s, int threads) {
   std::ostringstream text;
   for (const auto& [node, list] : threads_of_node) {
     if (text.tellp() > 0) text << "; ";
-    text << "node " << node << ": thread" << (list.size() == 1 ? " " : "s ") << cpu_list_text(list) << " on CPU"
-         << (list.size() == 1 ? " " : "s ") << cpu_list_text(cpus_of_node[node]);
+    text << "node " << node << ": thread" << (list.size() == 1 ? " " : "s ") << cpu_list_text(list)
+         << " on CPU" << (list.size() == 1 ? " " : "s ") << cpu_list_text(cpus_of_node[node]);
   }
   p.text = text.str();
   return p;

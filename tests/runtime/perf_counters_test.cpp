@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <ctime>
 
-
 namespace cpudl {
 namespace {
 
@@ -27,7 +26,7 @@ double busy_on_the_pool() {
     const double start = thread_cpu_seconds();
     volatile double x = 0;
     for (int i = 0; i < 150'000'000; ++i) x = x + i * 0.5;
-    // The wait for the other thread is the threads' CPU time too (OpenMP spins at barriers).
+      // The wait for the other thread is the threads' CPU time too (OpenMP spins at barriers).
 #pragma omp barrier
     seconds[omp_get_thread_num()] = thread_cpu_seconds() - start;
   }
@@ -63,10 +62,12 @@ TEST(PerfCounters, HardwareCountersCountTheWorkOrSayWhyNot) {
 }
 
 TEST(PerfCounters, ErrorsSayWhatToChange) {
-  EXPECT_EQ(perf_event_error_text(ENOENT, 2), "this CPU or virtual machine exposes none: perf_event_open ENOENT");
-  EXPECT_EQ(perf_event_error_text(EACCES, 3),
-            "kernel.perf_event_paranoid=3 forbids them: perf_event_open EACCES; set it to 2 or lower, or grant "
-            "CAP_PERFMON");
+  EXPECT_EQ(perf_event_error_text(ENOENT, 2),
+            "this CPU or virtual machine exposes none: perf_event_open ENOENT");
+  EXPECT_EQ(
+      perf_event_error_text(EACCES, 3),
+      "kernel.perf_event_paranoid=3 forbids them: perf_event_open EACCES; set it to 2 or lower, or grant "
+      "CAP_PERFMON");
   EXPECT_NE(perf_event_error_text(ENOSYS, 2).find("seccomp"), std::string::npos);
 }
 

@@ -9,7 +9,9 @@
 namespace cpudl {
 namespace {
 
-SystemInfo fixture(const char* name) { return read_system_info(std::string(CPUDL_FIXTURES_DIR) + "/" + name); }
+SystemInfo fixture(const char* name) {
+  return read_system_info(std::string(CPUDL_FIXTURES_DIR) + "/" + name);
+}
 
 TEST(Placement, OneCoreEachNodeByNodeThenTheSiblings) {
   // Two packages of two cores with two hardware threads each; node 0 holds CPUs 0-3.
