@@ -1,5 +1,6 @@
 // A whole sysfs/procfs file as text, for the runtime's readers of the machine (system_info.cpp,
-// cpu_times.cpp): nullopt when it cannot be opened or read.
+// cpu_times.cpp, load_sampler.cpp): nullopt when it cannot be opened or read; and the value without
+// the blanks and newline around it.
 #pragma once
 
 #include <filesystem>
@@ -7,6 +8,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
 
 namespace cpudl {
 
@@ -17,6 +19,12 @@ inline std::optional<std::string> read_text(const std::filesystem::path& path) {
   buffer << in.rdbuf();
   if (in.bad()) return std::nullopt;
   return buffer.str();
+}
+
+inline std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\n')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\n')) s.remove_suffix(1);
+  return s;
 }
 
 }  // namespace cpudl
