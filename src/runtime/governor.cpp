@@ -257,8 +257,9 @@ void Governor::loop() {
     }
     const GovernorStatus status = status_;
     lock.unlock();
-    if (decision && decision->resume) wake_.notify_all();
+    // The line first, then the waiting work: "resuming" is said before the next step runs.
     if (decision && options_.log) options_.log("governor: " + decision->text);
+    if (decision && decision->resume) wake_.notify_all();
     if (options_.on_sample) options_.on_sample(status);
     lock.lock();
   }

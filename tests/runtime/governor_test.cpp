@@ -40,9 +40,13 @@ class MachineTree {
   ~MachineTree() { fs::remove_all(root_); }
 
   const fs::path& root() const { return root_; }
+  // Written whole and renamed into place, as the kernel's files change: the governor's thread
+  // never reads one half written.
   void write(const std::string& relative, const std::string& text) {
     fs::create_directories((root_ / relative).parent_path());
-    std::ofstream(root_ / relative) << text;
+    const fs::path file = root_ / relative, temporary = file.string() + ".tmp";
+    std::ofstream(temporary) << text;
+    fs::rename(temporary, file);
   }
   // One second passes: `pressure` of it someone waited for a CPU, `idle_cpus` CPUs stood idle,
   // `throttled` of the cgroup's ten periods were throttled.
@@ -321,8 +325,18 @@ TEST(Governor, ThreadFollowsTheTreeLogsEachDecisionAndPausesWork) {
   const GovernorStatus status = governor.status();
   EXPECT_EQ(status.decisions.at("quota"), 1);
   EXPECT_EQ(status.decisions.at("temperature"), 2);
+  // The resume line comes before the wake-up, but a waiter may also wake spuriously: allow the
+  // governor's thread a moment to finish its sample.
+  for (int i = 0; i < 500; ++i) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (log.size() >= 3) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   std::lock_guard<std::mutex> lock(mutex);
   ASSERT_GE(log.size(), 3u);
+  EXPECT_EQ(log[2].rfind("governor: resuming", 0), 0u) << log[2];
   EXPECT_EQ(log[0], "governor: 2 -> 1 thread: cgroup quota 0.50 CPUs");
   EXPECT_EQ(log[1].rfind("governor: pausing: thermal_zone0", 0), 0u) << log[1];
   EXPECT_FALSE(statuses.empty());
