@@ -42,9 +42,6 @@ std::unique_ptr<Governor> start_governor(const std::string& mode, int ceiling,
   if (!governor_wanted(mode)) return nullptr;
   GovernorOptions options;
   options.config.max_threads = ceiling > 0 ? ceiling : compute_threads();
-  // Tests point the governor at a tree of their own (a thermal zone at its critical point).
-  if (const char* root = std::getenv("CPUDL_GOVERNOR_ROOT"); root != nullptr && *root != '\0')
-    options.root = root;
   options.log = [](const std::string& line) { std::fprintf(stderr, "cpudl: %s\n", line.c_str()); };
   options.on_sample = std::move(on_sample);
   return std::make_unique<Governor>(std::move(options));

@@ -1,17 +1,9 @@
 // --metrics-port and the history behind --report (train_monitor.h).
 #include "cli/train_monitor.h"
 
-#include <chrono>
-
 #include "cpudl/runtime.h"
 
 namespace cpudl::cli {
-
-namespace {
-double steady_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-}  // namespace
 
 TrainMonitor::TrainMonitor(int metrics_port, double lr) : start_(steady_seconds()), lr_(lr) {
   using T = serve::Metrics::Type;

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 namespace cpudl {
 
@@ -176,11 +177,14 @@ std::optional<GovernorDecision> GovernorPolicy::update(const LoadSample& now) {
   return std::nullopt;
 }
 
-namespace {
+std::filesystem::path governor_root() {
+  const char* root = std::getenv("CPUDL_GOVERNOR_ROOT");
+  return root != nullptr && *root != '\0' ? std::filesystem::path(root) : std::filesystem::path("/");
+}
+
 double steady_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
-}  // namespace
 
 Governor::Governor(GovernorOptions options)
     : options_(std::move(options)),

@@ -71,7 +71,15 @@ class LoadSampler {
   std::function<void(const std::string&)> warn_;
   std::vector<std::filesystem::path> cgroup_dirs_;  // the process's cgroup first, then its parents
   std::string cgroup_version_;                      // "v1", "v2" or "" (none)
-  std::vector<std::filesystem::path> thermal_zones_, hwmon_inputs_, cpu_dirs_;
+  // Temperature sensors, found once: their names and which file holds their critical point do not
+  // change while the process runs, so a sample reads only the values.
+  struct Sensor {
+    std::string zone;                   // "thermal_zone0 (x86_pkg_temp)", "k10temp Tctl"
+    std::filesystem::path temperature;  // millidegrees Celsius
+    std::filesystem::path critical;     // empty when the sensor has no critical point
+  };
+  std::vector<Sensor> sensors_;
+  std::vector<std::filesystem::path> cpu_dirs_;
   std::map<std::string, double> last_good_;
   std::optional<CpuTimes> last_cpu_times_;
   std::set<std::string> warned_;
@@ -122,6 +130,13 @@ class GovernorPolicy {
   int overloaded_for_ = 0, idle_for_ = 0;
 };
 
+// The tree the governor reads: "/", or CPUDL_GOVERNOR_ROOT where tests point it at a fixture tree
+// (a thermal zone at its critical point) for a whole command.
+std::filesystem::path governor_root();
+
+// The steady clock in seconds: the time line of samples, decisions and the reports that mark them.
+double steady_seconds();
+
 // One decision as it happened, for reports that mark it on a time line.
 struct GovernorEvent {
   double seconds = 0;  // since the governor started
@@ -140,7 +155,7 @@ struct GovernorStatus {
 };
 
 struct GovernorOptions {
-  std::filesystem::path root = "/";
+  std::filesystem::path root = governor_root();
   GovernorConfig config;
   double interval_seconds = 0.5;                         // between samples: a decision takes `window` of them
   std::function<void(const std::string&)> log;           // one line per decision and per unreadable file

@@ -59,12 +59,34 @@ LoadSampler::LoadSampler(fs::path root, std::function<void(const std::string&)> 
   const CgroupCpuDirs cgroup = cgroup_cpu_dirs(root_);
   cgroup_dirs_ = cgroup.dirs;
   cgroup_version_ = cgroup.version;
-  for (const fs::path& zone : entries_starting(root_ / "sys/class/thermal", "thermal_zone"))
-    if (fs::exists(zone / "temp")) thermal_zones_.push_back(zone);
+  for (const fs::path& zone : entries_starting(root_ / "sys/class/thermal", "thermal_zone")) {
+    if (!fs::exists(zone / "temp")) continue;
+    Sensor sensor;
+    const auto type = text(zone / "type");
+    sensor.zone = zone.filename().string() + (type ? " (" + std::string(trim(*type)) + ")" : "");
+    sensor.temperature = zone / "temp";
+    for (const fs::path& trip : entries_starting(zone, "trip_point_")) {
+      const std::string name = trip.filename().string();
+      if (name.size() < 5 || name.compare(name.size() - 5, 5, "_type") != 0) continue;
+      const auto kind = text(trip);
+      if (kind && trim(*kind) == "critical")
+        sensor.critical = zone / (name.substr(0, name.size() - 5) + "_temp");
+    }
+    sensors_.push_back(sensor);
+  }
   for (const fs::path& hwmon : entries_starting(root_ / "sys/class/hwmon", "hwmon"))
     for (const fs::path& input : entries_starting(hwmon, "temp")) {
       const std::string name = input.filename().string();
-      if (name.size() > 6 && name.compare(name.size() - 6, 6, "_input") == 0) hwmon_inputs_.push_back(input);
+      if (name.size() <= 6 || name.compare(name.size() - 6, 6, "_input") != 0) continue;
+      const std::string base = name.substr(0, name.size() - 6);
+      const auto chip = text(hwmon / "name");
+      const auto label = text(hwmon / (base + "_label"));
+      Sensor sensor;
+      sensor.zone = (chip ? std::string(trim(*chip)) : hwmon.filename().string()) + " " +
+                    (label ? std::string(trim(*label)) : base);
+      sensor.temperature = input;
+      if (fs::exists(hwmon / (base + "_crit"))) sensor.critical = hwmon / (base + "_crit");
+      sensors_.push_back(sensor);
     }
   // Frequencies and throttle counters of at most 16 CPUs spread over the machine: enough to see a
   // package slow down, without reading a thousand files a second on a large server.
@@ -211,35 +233,14 @@ LoadSample LoadSampler::sample(double seconds, bool own) {
   if (ratios > 0) s.frequency_ratio = ratio_sum / ratios;
   s.thermal_throttle_events = events;
 
-  for (const fs::path& zone : thermal_zones_) {
-    const auto millidegrees = number(zone / "temp");
+  for (const Sensor& sensor : sensors_) {
+    const auto millidegrees = number(sensor.temperature);
     if (!millidegrees) continue;
     Temperature t;
-    const auto type = text(zone / "type");
-    t.zone = zone.filename().string() + (type ? " (" + std::string(trim(*type)) + ")" : "");
+    t.zone = sensor.zone;
     t.celsius = *millidegrees / 1000.0;
-    for (const fs::path& trip : entries_starting(zone, "trip_point_")) {
-      const std::string name = trip.filename().string();
-      if (name.size() < 5 || name.compare(name.size() - 5, 5, "_type") != 0) continue;
-      const auto kind = text(trip);
-      if (!kind || trim(*kind) != "critical") continue;
-      const fs::path temp = zone / (name.substr(0, name.size() - 5) + "_temp");
-      if (const auto critical = number(temp)) t.critical = *critical / 1000.0;
-    }
-    s.temperatures.push_back(t);
-  }
-  for (const fs::path& input : hwmon_inputs_) {
-    const auto millidegrees = number(input);
-    if (!millidegrees) continue;
-    const std::string base = input.filename().string().substr(0, input.filename().string().size() - 6);
-    const fs::path dir = input.parent_path();
-    const auto chip = text(dir / "name");
-    const auto label = text(dir / (base + "_label"));
-    Temperature t;
-    t.zone = (chip ? std::string(trim(*chip)) : dir.filename().string()) + " " +
-             (label ? std::string(trim(*label)) : base);
-    t.celsius = *millidegrees / 1000.0;
-    if (const auto critical = number(dir / (base + "_crit"))) t.critical = *critical / 1000.0;
+    if (!sensor.critical.empty())
+      if (const auto critical = number(sensor.critical)) t.critical = *critical / 1000.0;
     s.temperatures.push_back(t);
   }
   return s;

@@ -146,9 +146,6 @@ class Service {
     if (o.governor) {
       GovernorOptions g;
       g.config.max_threads = o.threads > 0 ? o.threads : compute_threads();
-      // Tests point the governor at a tree of their own (a thermal zone at its critical point).
-      if (const char* root = std::getenv("CPUDL_GOVERNOR_ROOT"); root != nullptr && *root != '\0')
-        g.root = root;
       g.log = [](const std::string& line) { std::fprintf(stderr, "cpudl: serve: %s\n", line.c_str()); };
       g.on_sample = [this](const GovernorStatus& status) { record_governor_status(metrics_, status); };
       governor_ = std::make_unique<Governor>(std::move(g));
