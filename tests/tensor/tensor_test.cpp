@@ -235,33 +235,49 @@ TEST(Tensor, ChannelsLastLayoutRoundTripsAndIsPreserved) {
 }
 
 // Large tensor storage is reused rather than mapped afresh (runtime/block_cache.h): a freed block
-// of 1 MB or more is held and served again to the next request of its size class, aligned; small
-// blocks are not held; classes round up by at most an eighth; release empties the cache.
+// of 1 MB or more is held and served again, aligned; a smaller request takes the head of a cached
+// block and leaves its tail cached; a larger one grows a cached block; small blocks are not held;
+// live plus cached bytes never pass the peak live count; release empties the cache. (Each
+// test runs in its own process, so the live counts here are this test's.)
 TEST(Tensor, LargeStorageIsReusedAcrossTensors) {
-  EXPECT_EQ(block_size_class(kMinCachedBlock), kMinCachedBlock);
-  EXPECT_EQ(block_size_class(kMinCachedBlock + 1), kMinCachedBlock + kMinCachedBlock / 8);
-  EXPECT_EQ(block_size_class(51380224 + 4), std::size_t{52} << 20);  // ResNet-18's stem gradient
-  for (std::size_t bytes : {std::size_t{3000000}, std::size_t{100} << 20, std::size_t{1} << 30})
-    EXPECT_LE(block_size_class(bytes), bytes + bytes / 8) << bytes;
+  EXPECT_EQ(mapped_block_bytes(kMinCachedBlock), kMinCachedBlock);
+  EXPECT_EQ(mapped_block_bytes(kMinCachedBlock + 1), kMinCachedBlock + 4096);
   if (!block_cache_enabled()) GTEST_SKIP() << "no caching under AddressSanitizer";
   release_cached_blocks();
+  reset_peak_tensor_bytes();
+  const std::size_t m12 = std::size_t{12} << 20, m16 = std::size_t{16} << 20, m8 = std::size_t{8} << 20;
   const void* first = nullptr;
   {
-    const Tensor big = Tensor::empty({3, 1000, 1000});  // 12 MB
+    const Tensor big = Tensor::empty({3, 1024, 1024});  // 12 MiB
     first = big.data();
     EXPECT_EQ(reinterpret_cast<std::uintptr_t>(first) % 64, 0u);
   }
-  EXPECT_EQ(cached_block_bytes(), block_size_class(12000000));
+  EXPECT_EQ(cached_block_bytes(), m12);
   {
-    const Tensor again = Tensor::empty({2, 1500, 1000});  // 12 MB again: the same block
+    const Tensor again = Tensor::empty({3, 1024, 1024});  // 12 MiB again: the same block
     EXPECT_EQ(again.data(), first);
     EXPECT_EQ(cached_block_bytes(), 0u);
-    const Tensor other = Tensor::empty({4, 1000, 1000});  // another class: a new block
+    const Tensor other = Tensor::empty({4, 1024, 1024});  // nothing cached: a new block
     EXPECT_NE(other.data(), first);
   }
-  EXPECT_EQ(cached_block_bytes(), block_size_class(12000000) + block_size_class(16000000));
+  EXPECT_EQ(cached_block_bytes(), m12 + m16);
   { const Tensor small = Tensor::empty({1000}); }
-  EXPECT_EQ(cached_block_bytes(), block_size_class(12000000) + block_size_class(16000000));
+  EXPECT_EQ(cached_block_bytes(), m12 + m16);
+  {
+    // 8 MiB: the head of the 12 MiB block (the smallest that holds it); its 4 MiB tail stays cached.
+    Tensor part = Tensor::empty({2, 1024, 1024});
+    EXPECT_EQ(part.data(), first);
+    EXPECT_EQ(cached_block_bytes(), m12 - m8 + m16);
+    std::fill_n(part.data(), 2 << 20, 1.0f);  // the pages are writable to the end
+    // 40 MiB, more than any cached block: the 16 MiB one grows into it. Live bytes (48 MiB) are now
+    // the highest yet, and live + the 4 MiB tail would pass them: the tail goes back to the system.
+    Tensor grown = Tensor::empty({10, 1024, 1024});
+    std::fill_n(grown.data(), 10 << 20, 2.0f);
+    EXPECT_EQ(cached_block_bytes(), 0u);
+    EXPECT_EQ(grown.data()[(10 << 20) - 1], 2.0f);
+    EXPECT_EQ(part.data()[(2 << 20) - 1], 1.0f);
+  }
+  EXPECT_EQ(cached_block_bytes(), m8 + (std::size_t{40} << 20));
   release_cached_blocks();
   EXPECT_EQ(cached_block_bytes(), 0u);
 }
