@@ -8,7 +8,9 @@ each engine is timed back to back on the same input:
   ONNX Runtime  npm onnxruntime-node (bench/ort_time.js), installed into build/bench-onnx/ unless
                 ORT_NODE_DIR names a folder whose node_modules has it; never a cpudl dependency
   PyTorch       the exporting model itself, torch.set_num_threads(T), inference_mode, NCHW
-Latency is the median of N runs after warm-up; % of peak uses the fp32 FMA roof that
+On CPUs with AVX512-BF16 or AMX a second table puts `cpudl run --precision bf16` beside cpudl's
+fp32 and PyTorch under torch.autocast(bfloat16) (ONNX Runtime's CPU provider has no bf16 path for
+an fp32 file). Latency is the median of N runs after warm-up; % of peak uses the fp32 FMA roof that
 `cpudl bench peak` measures at the start of the same run. Results go to stdout and, with
 --write-doc, into docs/BENCHMARKS.md between the onnx markers.
 """
@@ -51,9 +53,9 @@ def peaks():
     return {threads: gops for (op, threads), gops in peak_rows().items() if op == "peak_fp32_fma"}
 
 
-def time_torch(model, x, threads, runs):
+def time_torch(model, x, threads, runs, bf16=False):
     torch.set_num_threads(threads)
-    with torch.inference_mode():
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
         for _ in range(4):
             model(x)
         ms = []
@@ -68,18 +70,21 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--write-doc", action="store_true")
+    ap.add_argument("--models", default="resnet18,mobilenet_v2", help="comma-separated subset")
     args = ap.parse_args()
     os.makedirs(WORK, exist_ok=True)
     ort = ort_dir()
     roof = peaks()
     torch.manual_seed(0)
     models = {"resnet18": torchvision.models.resnet18().eval(), "mobilenet_v2": torchvision.models.mobilenet_v2().eval()}
-    rows = []
+    models = {k: v for k, v in models.items() if k in args.models.split(",")}
+    rows, bf16_rows = [], []
     for name, model in models.items():
         path = os.path.join(WORK, f"{name}.onnx")
         torch.onnx.export(model, torch.randn(1, 3, 224, 224), path, opset_version=13, input_names=["input"],
                           output_names=["output"], dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}})
         info = json.loads(subprocess.run([CPUDL, "info", path, "--json"], check=True, capture_output=True, text=True).stdout)
+        bf16 = subprocess.run([CPUDL, "info", path, "--precision", "bf16"], capture_output=True).returncode == 0
         for batch in (1, 16):
             x = torch.randn(batch, 3, 224, 224)
             xpath = os.path.join(WORK, f"{name}_b{batch}.npy")
@@ -98,6 +103,14 @@ def main():
                        "ort_pct_peak": 100 * flops / (o["median_ms"] * 1e-3) / (roof[threads] * 1e9)}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
+                if bf16:
+                    b = json.loads(subprocess.run([CPUDL, "run", path, "--input", xpath, "--bench", str(runs), "--threads",
+                                                   str(threads), "--precision", "bf16", "--json"], check=True, capture_output=True,
+                                                  text=True).stdout)
+                    brow = {"model": name, "batch": batch, "threads": threads, "cpudl_ms": c["median_ms"],
+                            "cpudl_bf16_ms": b["median_ms"], "torch_ms": t, "torch_bf16_ms": time_torch(model, x, threads, runs, bf16=True)}
+                    bf16_rows.append(brow)
+                    print(json.dumps(brow), flush=True)
     lines = ["| model | batch | threads | cpudl ms (p90) | ONNX Runtime ms | PyTorch ms | cpudl / ORT | cpudl / PyTorch | cpudl % peak | ORT % peak |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -105,6 +118,15 @@ def main():
                      f"{r['torch_ms']:.2f} | {r['cpudl_ms'] / r['ort_ms']:.2f}x | {r['cpudl_ms'] / r['torch_ms']:.2f}x | "
                      f"{r['cpudl_pct_peak']:.0f}% | {r['ort_pct_peak']:.0f}% |")
     table = "\n".join(lines)
+    if bf16_rows:
+        lines = ["", "bf16 (`cpudl run --precision bf16`; PyTorch under torch.autocast(\"cpu\", dtype=torch.bfloat16)):", "",
+                 "| model | batch | threads | cpudl fp32 ms | cpudl bf16 ms | bf16 speed-up | PyTorch fp32 ms | PyTorch bf16 ms | cpudl bf16 / PyTorch bf16 |",
+                 "|---|---|---|---|---|---|---|---|---|"]
+        for r in bf16_rows:
+            lines.append(f"| {r['model']} | {r['batch']} | {r['threads']} | {r['cpudl_ms']:.2f} | {r['cpudl_bf16_ms']:.2f} | "
+                         f"{r['cpudl_ms'] / r['cpudl_bf16_ms']:.2f}x | {r['torch_ms']:.2f} | {r['torch_bf16_ms']:.2f} | "
+                         f"{r['cpudl_bf16_ms'] / r['torch_bf16_ms']:.2f}x |")
+        table += "\n" + "\n".join(lines)
     print("\nfp32 FMA roof measured now: " + ", ".join(f"{v:.0f} GFLOP/s on {k} thread(s)" for k, v in sorted(roof.items())))
     print(table)
     if args.write_doc:

@@ -28,6 +28,11 @@ struct InferenceOptions {
   // Compute threads for this session's runs, whatever other sessions in the process use; 0: the
   // process default (compute_threads() of the calling thread).
   int threads = 0;
+  // Convolutions and matrix products compute in bf16 as torch.autocast runs them (operands
+  // rounded to bf16, sums and outputs f32; bias, residual and activation applied to the f32 sums)
+  // on oneDNN's AMX or AVX512-BF16 kernels; activations between layers stay f32 (channels-last).
+  // The session throws when the CPU has neither unit.
+  bool bf16 = false;
 };
 
 struct ModelValue {

@@ -15,6 +15,14 @@
 namespace cpudl::cli {
 namespace {
 
+// --precision of run and info (InferenceOptions::bf16).
+void add_precision_option(CLI::App* app, std::string& precision) {
+  app->add_option("--precision", precision,
+                  "fp32 (default) or bf16: convolutions and matrix products in bf16 (f32 sums and outputs) "
+                  "on AMX or AVX512-BF16; an error on CPUs with neither")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+}
+
 struct RunOptions {
   std::string model;
   std::vector<std::string> inputs, outputs;
@@ -22,6 +30,7 @@ struct RunOptions {
   std::string governor;  // --governor; empty: CPUDL_GOVERNOR or on
   std::string bind = "none";
   std::int64_t batch = 0;
+  std::string precision = "fp32";
   bool json = false, int8_conv = false;
 };
 
@@ -71,6 +80,7 @@ int run_model(const RunOptions& o) {
   }
   InferenceOptions options;
   options.int8_convolutions = o.int8_conv;
+  options.bf16 = o.precision == "bf16";
   InferenceSession session(o.model, options);
   const auto& declared = session.inputs();
   std::vector<Tensor> inputs;
@@ -123,12 +133,13 @@ int run_model(const RunOptions& o) {
               {"p90_ms", p90},
               {"batch", batch},
               {"threads", compute_threads()},
+              {"precision", o.precision},
               {"iterations", o.bench},
               {"gflops", info.flops / (median * 1e-3) / 1e9}};
     if (!o.json)
-      std::printf("%s: batch %lld, %d threads: median %.3f ms, p90 %.3f ms over %d runs (%.1f GFLOP/s)\n",
-                  o.model.c_str(), static_cast<long long>(batch), compute_threads(), median, p90, o.bench,
-                  info.flops / (median * 1e-3) / 1e9);
+      std::printf("%s: batch %lld, %d threads, %s: median %.3f ms, p90 %.3f ms over %d runs (%.1f GFLOP/s)\n",
+                  o.model.c_str(), static_cast<long long>(batch), compute_threads(), o.precision.c_str(),
+                  median, p90, o.bench, info.flops / (median * 1e-3) / 1e9);
   }
   for (std::size_t i = 0; i < o.outputs.size(); ++i) io::save_npy(o.outputs[i], results[i]);
   if (o.json) {
@@ -163,12 +174,14 @@ int run_model(const RunOptions& o) {
 struct InfoOptions {
   std::string model;
   std::int64_t batch = 1;
+  std::string precision = "fp32";
   bool json = false, int8_conv = false;
 };
 
 int run_info(const InfoOptions& o) {
   InferenceOptions options;
   options.int8_convolutions = o.int8_conv;
+  options.bf16 = o.precision == "bf16";
   InferenceSession session(o.model, options);
   std::vector<Shape> shapes;
   for (const auto& v : session.inputs()) shapes.push_back(concrete_shape(v, o.batch));
@@ -245,6 +258,7 @@ void add_run_command(CLI::App& app, Action& action) {
   add_governor_option(r, o->governor);
   add_bind_option(r, o->bind);
   r->add_flag("--json", o->json, "One JSON object");
+  add_precision_option(r, o->precision);
   r->add_flag("--int8-conv", o->int8_conv,
               "Run a static int8 model's convolutions on the exact int8 kernels (slower than float ones on "
               "AVX2 for now)");
@@ -265,6 +279,7 @@ void add_info_command(CLI::App& app, Action& action) {
   i->add_option("--batch", o->batch, "Batch size of the plan to describe (default 1)")
       ->check(CLI::Range(1, 1 << 20));
   i->add_flag("--json", o->json, "One JSON object");
+  add_precision_option(i, o->precision);
   i->add_flag("--int8-conv", o->int8_conv, "Plan a static int8 model's convolutions on the int8 kernels");
   i->callback([&action, o] { action = [o] { return run_info(*o); }; });
 }

@@ -494,6 +494,17 @@ void fuse_with_shapes(Graph& g, const std::map<std::string, ValueDesc>& descs, O
   drop_removed(g, removed);
 }
 
+void request_bf16(Graph& g, OptimizerReport& report) {
+  int convs = 0, products = 0;
+  for (Node& n : g.nodes) {
+    if (n.op != "Conv" && n.op != "Gemm" && n.op != "MatMul") continue;
+    n.attributes["cpudl.bf16"] = Attribute{Attribute::Kind::i, 1, 0, "", {}, {}, {}, nullptr};
+    ++(n.op == "Conv" ? convs : products);
+  }
+  report.add("bf16", "bf16: " + std::to_string(convs) + " convolution(s) and " + std::to_string(products) +
+                         " matrix product(s) compute in bf16 (f32 sums and outputs)");
+}
+
 void assign_layouts(Graph& g, std::map<std::string, ValueDesc>& descs, OptimizerReport& report) {
   // Layout codes as in onednn::ActivationLayout: 0 NCHW, 1 NHWC, 2 blocked.
   enum Layout : std::int64_t { nchw = 0, nhwc = 1, blocked = 2 };
@@ -514,6 +525,8 @@ void assign_layouts(Graph& g, std::map<std::string, ValueDesc>& descs, Optimizer
     const std::int64_t cin = channels(n.inputs[0]), cout = channels(n.outputs[0]);
     const bool first_layer = cin < block && n.get_int("group", 1) == 1;
     if (cout % block != 0 || (cin % block != 0 && !first_layer)) region = nhwc;
+    // oneDNN's bf16 convolutions take plain activations (dense.h); NHWC is their fast one.
+    if (n.get_int("cpudl.bf16", 0) != 0) region = nhwc;
   }
   if (!any_conv) return;
 

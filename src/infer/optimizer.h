@@ -29,6 +29,10 @@ struct OptimizeOptions {
       false;  // fuse QDQ convolutions into cpudl.Int8Conv (InferenceOptions says why not by default)
 };
 void optimize_graph(Graph& graph, OptimizerReport& report, const OptimizeOptions& options = {});
+// Tags every Conv, Gemm and MatMul with cpudl.bf16 = 1 (InferenceOptions::bf16): their kernels
+// then compute in bf16, and assign_layouts keeps the convolutional region channels-last (what the
+// bf16 convolutions read and write) instead of blocked.
+void request_bf16(Graph& graph, OptimizerReport& report);
 void fuse_with_shapes(Graph& graph, const std::map<std::string, ValueDesc>& descs, OptimizerReport& report);
 // One layout for the convolutional part of the graph: Conv (and the pools and elementwise ops
 // that follow it) keep 4-D activations in oneDNN's blocked nChw8c/nChw16c, what its direct

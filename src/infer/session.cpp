@@ -4,6 +4,7 @@
 #include "cpudl/error.h"
 #include "cpudl/inference.h"
 #include "cpudl/runtime.h"
+#include "dense/onednn/dense.h"
 #include "infer/onnx_loader.h"
 #include "infer/op_registry.h"
 #include "infer/optimizer.h"
@@ -100,7 +101,9 @@ InferenceSession::InferenceSession(const std::filesystem::path& model, Inference
                      ": expected 0 (the default) to 4096");
   impl_->threads = options.threads;
   impl_->profiling = options.profile || op_profiling_enabled();
+  if (options.bf16) onednn::require_bf16_compute();
   if (options.optimize) infer::optimize_graph(impl_->graph, impl_->report, {options.int8_convolutions});
+  if (options.bf16) infer::request_bf16(impl_->graph, impl_->report);
   for (const auto& v : impl_->loaded.inputs) impl_->inputs.push_back(ModelValue{v.name, v.dtype, v.shape});
   for (const auto& v : impl_->loaded.outputs) impl_->outputs.push_back(ModelValue{v.name, v.dtype, v.shape});
 }

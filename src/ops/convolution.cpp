@@ -157,8 +157,7 @@ struct ConvBackward {
 }  // namespace
 
 Bf16Autocast::Bf16Autocast() : previous_(g_bf16_autocast) {
-  if (!onednn::bf16_compute_available())
-    throw Error("bf16: this CPU has neither AVX512-BF16 nor AMX (or CPUDL_ISA caps them); use fp32");
+  onednn::require_bf16_compute();
   g_bf16_autocast = true;
 }
 Bf16Autocast::~Bf16Autocast() { g_bf16_autocast = previous_; }

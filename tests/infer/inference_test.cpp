@@ -97,6 +97,48 @@ TEST(Inference, TwoSessionsRunAtOnceEachOnItsOwnThreadCount) {
                cpudl::UsageError);
 }
 
+// InferenceOptions::bf16: every convolution and matrix product computes in bf16 on oneDNN (the
+// plan names a bf16 implementation), the outputs stay within bf16's rounding of PyTorch's f32 ones
+// and differ from cpudl's own f32 outputs (so bf16 really ran); on a CPU without AVX512-BF16 or AMX
+// (ctest runs this suite again under CPUDL_ISA=avx2) the session refuses, naming what is missing.
+TEST(Inference, Bf16PrecisionRunsEveryProductInBf16NearTheF32Outputs) {
+  if (!cpudl::onednn::bf16_compute_available()) {
+    try {
+      cpudl::InferenceOptions bf16;
+      bf16.bf16 = true;
+      cpudl::InferenceSession session(kOnnx / "resnet18_opset13.onnx", bf16);
+      ADD_FAILURE() << "a bf16 session started without bf16 units";
+    } catch (const cpudl::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("neither AVX512-BF16 nor AMX"), std::string::npos) << e.what();
+    }
+    GTEST_SKIP() << "no AVX512-BF16 or AMX here: checked the refusal only";
+  }
+  for (const char* stem :
+       {"resnet18_opset13", "mobilenet_v2_opset17", "mlp_opset17", "transformer_opset17"}) {
+    const cpudl::Tensor x = cpudl::io::load_npy(kOnnx / (std::string(stem) + ".input.npy"));
+    const cpudl::Tensor expected = cpudl::io::load_npy(kOnnx / (std::string(stem) + ".output.npy"));
+    for (bool optimize : {true, false}) {
+      cpudl::InferenceOptions options;
+      options.optimize = optimize;
+      options.bf16 = true;
+      cpudl::InferenceSession session(kOnnx / (std::string(stem) + ".onnx"), options);
+      const auto y = session.run({x});
+      ASSERT_EQ(y[0].shape(), expected.shape()) << stem;
+      const double error = relative_error(y[0], expected);
+      EXPECT_LT(error, 3e-2) << stem << (optimize ? " optimised" : " unoptimised");
+      cpudl::InferenceSession f32(kOnnx / (std::string(stem) + ".onnx"), {optimize, false});
+      EXPECT_GT(relative_error(y[0], f32.run({x})[0]), 1e-5) << stem << ": bf16 gave the f32 numbers";
+      std::vector<cpudl::Shape> shapes{x.shape()};
+      for (const auto& n : session.info(shapes).implementations) {
+        if (n.op == "Conv") {  // onednn_bf16, or conv_as_linear_bf16 for kernels covering the whole map
+          EXPECT_TRUE(n.implementation.ends_with("_bf16"))
+              << stem << " " << n.node << ": " << n.implementation;
+        }
+      }
+    }
+  }
+}
+
 TEST(Inference, EachBatchSizeGetsItsOwnPlanAndTheSameRows) {
   cpudl::InferenceSession session(kOnnx / "resnet18_opset13.onnx");
   const cpudl::Tensor x = cpudl::io::load_npy(kOnnx / "resnet18_opset13.input.npy");  // batch 2

@@ -252,8 +252,13 @@ dnnl::convolution_forward::primitive_desc bf16_forward_pd(const ConvShape& s, co
   return dnnl::convolution_forward::primitive_desc(desc, attr, engine());
 }
 
-void require_plain_bf16_layout(const ConvShape& s) {
-  if (s.layout == ActivationLayout::blocked || s.dst_layout)
+// The forward may change layout on the way (a first layer reading NCHW images, writing NHWC);
+// the backward passes take one plain layout.
+void require_plain_bf16_layout(const ConvShape& s, bool forward = false) {
+  const auto plain = [](ActivationLayout l) {
+    return l == ActivationLayout::nchw || l == ActivationLayout::nhwc;
+  };
+  if (!plain(s.layout) || !plain(s.dst_layout.value_or(s.layout)) || (!forward && s.dst_layout))
     throw Error("conv2d " + describe(s) + ": the bf16 passes take NCHW or NHWC activations in and out");
 }
 
@@ -353,28 +358,31 @@ void conv2d_forward(const ConvShape& s, const float* src, const float* weights, 
 
 void conv2d_forward_bf16(const ConvShape& s, const float* src, const float* weights,
                          std::uint64_t weights_version, const float* bias, float* dst,
-                         Activation activation) {
+                         const ConvEpilogue& epilogue) {
   s.validate();
-  require_plain_bf16_layout(s);
+  require_plain_bf16_layout(s, true);
+  if (epilogue.depthwise) throw Error("conv2d " + describe(s) + ": no fused depthwise stage in bf16");
   static PrimitiveCache<Bf16ForwardEntry> cache;
   PrimitiveKey key = conv_key(PrimitiveKind::conv_forward_bf16, s);
   add_weights_identity(key, weights, weights_version);
-  key.add(bias != nullptr).add(static_cast<int>(activation));
+  key.add(bias != nullptr).add(static_cast<int>(epilogue.activation)).add(epilogue.residual != nullptr);
+  key.add(float_bits(epilogue.clip_min)).add(float_bits(epilogue.clip_max));
   const auto entry =
       with_context([&] { return "conv2d " + describe(s) + " in bf16"; },
                    [&] {
                      return cache.get(key, [&] {
                        const Geometry g = geometry(s);
                        dnnl::primitive_attr attr;
-                       dnnl::post_ops ops;
-                       append_activation(ops, static_cast<int>(activation), 0.0f, 6.0f);
-                       attr.set_post_ops(ops);
+                       // The residual is added and the activation applied in f32, on the f32 sums.
+                       attr.set_post_ops(forward_post_ops(g, epilogue));
                        const auto pd = bf16_forward_pd(s, g, bias != nullptr, attr);
                        auto e = std::make_shared<Bf16ForwardEntry>();
                        e->exec.set_primitive(dnnl::convolution_forward(pd));
                        e->src.init(e->exec, DNNL_ARG_SRC, g.src, bf16_desc(g.src, activation_tag(s.layout)));
                        e->exec.bind(DNNL_ARG_DST, g.dst);
                        if (bias) e->exec.bind(DNNL_ARG_BIAS, g.bias);
+                       if (epilogue.residual)
+                         e->exec.bind(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, g.dst);
                        // f32 OIHW -> bf16 blocked: always a reorder
                        e->weights.init(g.weights_plain, pd.weights_desc());
                        e->weights.bind(e->exec, g.weights_plain);
@@ -384,10 +392,13 @@ void conv2d_forward_bf16(const ConvShape& s, const float* src, const float* weig
   std::lock_guard<std::mutex> lock(entry->mutex);
   entry->weights.refresh(weights, weights_version);
   entry->src.run(src);
-  if (bias)
-    entry->exec.run({dst, bias});
-  else
-    entry->exec.run({dst});
+  // Slots in bind order: dst, [bias], [residual].
+  const void* pointers[3];
+  std::size_t n = 0;
+  pointers[n++] = dst;
+  if (bias) pointers[n++] = bias;
+  if (epilogue.residual) pointers[n++] = epilogue.residual;
+  entry->exec.run(std::span<const void* const>(pointers, n));
 }
 
 void conv2d_backward_data_bf16(const ConvShape& s, const float* diff_dst, const float* weights,

@@ -75,8 +75,13 @@ void conv2d_forward(const ConvShape& s, const float* src, const float* weights, 
 // CPUs oneDNN's bf16 kernels run them (ResNet-18's 3x3 128-channel layer on AMX: 2.1 TFLOP/s on
 // one core against 209 GFLOP/s in f32); bf16_compute_available() says whether this CPU has them.
 bool bf16_compute_available();
+// Throws the one error that says so (never a silent emulation) when it is false.
+void require_bf16_compute();
+// The forward takes conv2d_forward's epilogue but the depthwise stage (residual and activation
+// applied to the f32 sums).
 void conv2d_forward_bf16(const ConvShape& s, const float* src, const float* weights,
-                         std::uint64_t weights_version, const float* bias, float* dst, Activation activation);
+                         std::uint64_t weights_version, const float* bias, float* dst,
+                         const ConvEpilogue& epilogue);
 void conv2d_backward_data_bf16(const ConvShape& s, const float* diff_dst, const float* weights,
                                std::uint64_t weights_version, float* diff_src);
 void conv2d_backward_weights_bf16(const ConvShape& s, const float* src, const float* diff_dst,

@@ -5,6 +5,7 @@
 
 #include <omp.h>
 
+#include "cpudl/error.h"
 #include "cpudl/runtime.h"
 
 namespace cpudl::onednn {
@@ -72,5 +73,10 @@ void reorder(const dnnl::memory& from, const dnnl::memory& to) {
 }
 
 bool bf16_compute_available() { return runtime().isa.active >= IsaLevel::avx512_bf16; }
+
+void require_bf16_compute() {
+  if (!bf16_compute_available())
+    throw Error("bf16: this CPU has neither AVX512-BF16 nor AMX (or CPUDL_ISA caps them); use fp32");
+}
 
 }  // namespace cpudl::onednn

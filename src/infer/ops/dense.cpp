@@ -153,6 +153,7 @@ Kernel build_conv(OpSetup& s) {
   context.activation = act.kind;
   context.residual = residual;
   context.input_needs_grad = false;
+  context.bf16 = s.node.get_int("cpudl.bf16", 0) != 0;  // optimizer.h's request_bf16
   const conv::ConvImpl& impl = conv::choose_conv_impl(c, conv::ConvPass::forward, context, !s.shape_pass);
   s.implementation = std::string(impl.name);
   std::shared_ptr<const conv::ConvPrepared> prepared;
@@ -266,6 +267,26 @@ Kernel build_conv_transpose(OpSetup& s) {
   };
 }
 
+// Gemm and MatMul in the precision the plan asked for (optimizer.h's request_bf16): f32 on the
+// matmul list's choice, or bf16 on oneDNN, whose bf16 copy of a constant B is made once per plan.
+struct Bf16Product {
+  bool on = false;
+  std::uint64_t b_version = 0;  // 0: B changes between runs (rounded on every call)
+  void multiply(const onednn::MatmulShape& shape, const float* a, const float* b, float* c,
+                const onednn::MatmulEpilogue& e) const {
+    if (on)
+      onednn::matmul_bf16(shape, a, b, c, e, b_version);
+    else
+      dense::matmul(shape, a, b, c, e);
+  }
+};
+Bf16Product bf16_product(const OpSetup& s) {
+  Bf16Product p;
+  p.on = s.node.get_int("cpudl.bf16", 0) != 0;
+  if (p.on && s.constants[1]) p.b_version = next_weights_version();
+  return p;
+}
+
 Kernel build_gemm(OpSetup& s) {
   s.require_inputs(2, 3);
   s.require_present_f32();
@@ -307,15 +328,16 @@ Kernel build_gemm(OpSetup& s) {
   const FusedActivation act = fused_activation(s);
   if (c_offsets && act.kind != onednn::Activation::none)
     s.fail("internal: activation fused over a general C");
-  return [m, row_bias, c_offsets, alpha, beta, act](std::span<const TensorView> in,
-                                                    std::span<const TensorView> o) {
+  const Bf16Product bf16 = bf16_product(s);
+  return [m, row_bias, c_offsets, alpha, beta, act, bf16](std::span<const TensorView> in,
+                                                          std::span<const TensorView> o) {
     onednn::MatmulEpilogue e;
     e.bias = row_bias ? in[2].f32() : nullptr;
     e.activation = act.kind;
     e.clip_min = act.lo;
     e.clip_max = act.hi;
     float* y = o[0].f32();
-    dense::matmul(m, in[0].f32(), in[1].f32(), y, e);
+    bf16.multiply(m, in[0].f32(), in[1].f32(), y, e);
     if (c_offsets || alpha != 1.0f) {
       const float* c = c_offsets ? in[2].f32() : nullptr;
       const auto n = static_cast<std::size_t>(m.m * m.n);
@@ -377,21 +399,22 @@ Kernel build_matmul(OpSetup& s) {
       }
     }
   }
-  return
-      [shape, bias, act, a_off, b_off, m, n](std::span<const TensorView> in, std::span<const TensorView> o) {
-        onednn::MatmulEpilogue e;
-        e.bias = bias ? in[2].f32() : nullptr;
-        e.activation = act.kind;
-        e.clip_min = act.lo;
-        e.clip_max = act.hi;
-        if (a_off.empty()) {
-          dense::matmul(shape, in[0].f32(), in[1].f32(), o[0].f32(), e);
-          return;
-        }
-        for (std::size_t i = 0; i < a_off.size(); ++i)
-          dense::matmul(shape, in[0].f32() + a_off[i], in[1].f32() + b_off[i],
-                        o[0].f32() + static_cast<std::int64_t>(i) * m * n, e);
-      };
+  const Bf16Product bf16 = bf16_product(s);
+  return [shape, bias, act, a_off, b_off, m, n, bf16](std::span<const TensorView> in,
+                                                      std::span<const TensorView> o) {
+    onednn::MatmulEpilogue e;
+    e.bias = bias ? in[2].f32() : nullptr;
+    e.activation = act.kind;
+    e.clip_min = act.lo;
+    e.clip_max = act.hi;
+    if (a_off.empty()) {
+      bf16.multiply(shape, in[0].f32(), in[1].f32(), o[0].f32(), e);
+      return;
+    }
+    for (std::size_t i = 0; i < a_off.size(); ++i)
+      bf16.multiply(shape, in[0].f32() + a_off[i], in[1].f32() + b_off[i],
+                    o[0].f32() + static_cast<std::int64_t>(i) * m * n, e);
+  };
 }
 
 Kernel build_pool(OpSetup& s, onednn::PoolKind kind) {
