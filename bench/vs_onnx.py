@@ -41,6 +41,13 @@ def ort_dir():
     return d
 
 
+def cpu_model():
+    """The CPU's name as `cpudl doctor` prints it, for the table's heading."""
+    doctor = subprocess.run([CPUDL, "doctor"], capture_output=True, text=True).stdout
+    line = next((l for l in doctor.splitlines() if l.startswith("CPU ")), "CPU unknown")
+    return line[4:].strip()
+
+
 def peak_rows():
     """`cpudl bench peak` on 1 and 2 threads: {(row, threads): G op/s} (fp32 FMA, int8, bf16, bandwidth)."""
     out = subprocess.run([CPUDL, "bench", "peak", "--json", "--threads", "1,2", "--min-time", "0.5"],
@@ -132,7 +139,7 @@ def main():
     if args.write_doc:
         from benchmarks_doc import write_section
         write_section("bench-onnx", "ONNX inference: cpudl vs ONNX Runtime vs PyTorch",
-                      f"Command: `make bench-onnx` (bench/vs_onnx.py, {args.runs} runs at batch 1, {max(5, args.runs // 2)} at batch 16; "
+                      f"Machine: {cpu_model()}. Command: `make bench-onnx` (bench/vs_onnx.py, {args.runs} runs at batch 1, {max(5, args.runs // 2)} at batch 16; "
                       f"torch {torch.__version__}, onnxruntime-node {ORT_VERSION}). Latency is the median; "
                       "`cpudl / X` below 1.00x means cpudl is faster. fp32 FMA roof measured in the same run: "
                       + ", ".join(f"{v:.0f} GFLOP/s on {k} thread(s)" for k, v in sorted(roof.items())) + ".\n\n" + table)
