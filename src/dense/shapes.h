@@ -20,6 +20,10 @@ enum class Activation : int { none = 0, relu = 1, clip = 2 };
 enum class ActivationLayout : int { nchw = 0, nhwc = 1, blocked = 2 };
 // "nchw", "nhwc", "blocked".
 std::string_view layout_name(ActivationLayout layout);
+// NCHW or NHWC: one plane of values per image, not oneDNN's channel blocks.
+inline bool plain_planes(ActivationLayout l) {
+  return l == ActivationLayout::nchw || l == ActivationLayout::nhwc;
+}
 
 // C[b] = op(A[b]) * op(B[b]) (+ bias[n]) (+ C[b] when accumulate), then the activation.
 // A is m x k (k x m when transpose_a), B is k x n (n x k when transpose_b); batch >= 1 with

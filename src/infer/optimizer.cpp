@@ -16,6 +16,10 @@
 namespace cpudl::infer {
 namespace {
 
+Attribute int_attribute(std::int64_t value) {
+  return Attribute{Attribute::Kind::i, value, 0, "", {}, {}, {}, nullptr};
+}
+
 // Consumers of each value name, and the graph outputs.
 struct Uses {
   std::unordered_map<std::string, std::vector<std::size_t>> consumers;
@@ -364,8 +368,7 @@ void fuse_qdq_products(Graph& g, OptimizerReport& report, bool convolutions) {
     fused.outputs = {n.outputs[0]};
     fused.attributes["cpudl.a_scale"] =
         Attribute{Attribute::Kind::f, 0, s->data<float>()[0], "", {}, {}, {}, nullptr};
-    fused.attributes["cpudl.a_zero"] =
-        Attribute{Attribute::Kind::i, z->data<std::uint8_t>()[0], 0, "", {}, {}, {}, nullptr};
+    fused.attributes["cpudl.a_zero"] = int_attribute(z->data<std::uint8_t>()[0]);
     n = std::move(fused);
     report.add(conv ? "fused QDQ int8 Conv" : "fused QDQ int8 MatMul",
                "fused the QuantizeLinear/DequantizeLinear pairs around " + label + " into one int8 product");
@@ -498,7 +501,7 @@ void request_bf16(Graph& g, OptimizerReport& report) {
   int convs = 0, products = 0;
   for (Node& n : g.nodes) {
     if (n.op != "Conv" && n.op != "Gemm" && n.op != "MatMul") continue;
-    n.attributes["cpudl.bf16"] = Attribute{Attribute::Kind::i, 1, 0, "", {}, {}, {}, nullptr};
+    n.attributes["cpudl.bf16"] = int_attribute(1);
     ++(n.op == "Conv" ? convs : products);
   }
   report.add("bf16", "bf16: " + std::to_string(convs) + " convolution(s) and " + std::to_string(products) +
@@ -539,7 +542,7 @@ void assign_layouts(Graph& g, std::map<std::string, ValueDesc>& descs, Optimizer
     return it == layout.end() ? nchw : it->second;
   };
   auto set_int = [](Node& n, const char* key, std::int64_t value) {
-    n.attributes[key] = Attribute{Attribute::Kind::i, value, 0, "", {}, {}, {}, nullptr};
+    n.attributes[key] = int_attribute(value);
   };
   // The value `v` in layout `want`, converting it (once) just before the node being placed.
   auto ensure = [&](std::string& v, Layout want) {
@@ -690,7 +693,7 @@ void fuse_depthwise(Graph& g, const std::map<std::string, ValueDesc>& descs, Opt
       if (const auto a = pw.attributes.find(key); a != pw.attributes.end()) set(fused, key, a->second);
       if (const auto a = dw.attributes.find(key); a != dw.attributes.end()) set(fused, dw_key, a->second);
     }
-    set(fused, "cpudl.dw_stride", Attribute{Attribute::Kind::i, strides[0], 0, "", {}, {}, {}, nullptr});
+    set(fused, "cpudl.dw_stride", int_attribute(strides[0]));
     report.add("fused depthwise Conv", "fused " + pw.label() + " + " + dw.label());
     g.nodes[*c] = std::move(fused);
     removed[i] = true;

@@ -39,7 +39,7 @@ bool relu_at_most(const ConvShape&, ConvPass pass, const ConvContext& c) {
 }
 bool always(const ConvShape&, ConvPass, const ConvContext&) { return true; }
 bool never(const ConvShape&, ConvPass, const ConvContext&) { return false; }
-bool plain_planes(ActivationLayout l) { return l == ActivationLayout::nchw || l == ActivationLayout::nhwc; }
+using dense::plain_planes;
 
 // ---- planar: first layers on NCHW planes (planar_conv.h)
 bool planar_runs(const ConvShape& s, ConvPass pass, const ConvContext& c) {

@@ -255,10 +255,8 @@ dnnl::convolution_forward::primitive_desc bf16_forward_pd(const ConvShape& s, co
 // The forward may change layout on the way (a first layer reading NCHW images, writing NHWC);
 // the backward passes take one plain layout.
 void require_plain_bf16_layout(const ConvShape& s, bool forward = false) {
-  const auto plain = [](ActivationLayout l) {
-    return l == ActivationLayout::nchw || l == ActivationLayout::nhwc;
-  };
-  if (!plain(s.layout) || !plain(s.dst_layout.value_or(s.layout)) || (!forward && s.dst_layout))
+  if (!dense::plain_planes(s.layout) || !dense::plain_planes(s.dst_layout.value_or(s.layout)) ||
+      (!forward && s.dst_layout))
     throw Error("conv2d " + describe(s) + ": the bf16 passes take NCHW or NHWC activations in and out");
 }
 

@@ -267,6 +267,16 @@ Kernel build_conv_transpose(OpSetup& s) {
   };
 }
 
+// The epilogue Gemm and MatMul hand the product: the fused bias row (or none) and activation.
+onednn::MatmulEpilogue matmul_epilogue(const FusedActivation& act, const float* bias) {
+  onednn::MatmulEpilogue e;
+  e.bias = bias;
+  e.activation = act.kind;
+  e.clip_min = act.lo;
+  e.clip_max = act.hi;
+  return e;
+}
+
 // Gemm and MatMul in the precision the plan asked for (optimizer.h's request_bf16): f32 on the
 // matmul list's choice, or bf16 on oneDNN, whose bf16 copy of a constant B is made once per plan.
 struct Bf16Product {
@@ -331,11 +341,7 @@ Kernel build_gemm(OpSetup& s) {
   const Bf16Product bf16 = bf16_product(s);
   return [m, row_bias, c_offsets, alpha, beta, act, bf16](std::span<const TensorView> in,
                                                           std::span<const TensorView> o) {
-    onednn::MatmulEpilogue e;
-    e.bias = row_bias ? in[2].f32() : nullptr;
-    e.activation = act.kind;
-    e.clip_min = act.lo;
-    e.clip_max = act.hi;
+    const onednn::MatmulEpilogue e = matmul_epilogue(act, row_bias ? in[2].f32() : nullptr);
     float* y = o[0].f32();
     bf16.multiply(m, in[0].f32(), in[1].f32(), y, e);
     if (c_offsets || alpha != 1.0f) {
@@ -402,11 +408,7 @@ Kernel build_matmul(OpSetup& s) {
   const Bf16Product bf16 = bf16_product(s);
   return [shape, bias, act, a_off, b_off, m, n, bf16](std::span<const TensorView> in,
                                                       std::span<const TensorView> o) {
-    onednn::MatmulEpilogue e;
-    e.bias = bias ? in[2].f32() : nullptr;
-    e.activation = act.kind;
-    e.clip_min = act.lo;
-    e.clip_max = act.hi;
+    const onednn::MatmulEpilogue e = matmul_epilogue(act, bias ? in[2].f32() : nullptr);
     if (a_off.empty()) {
       bf16.multiply(shape, in[0].f32(), in[1].f32(), o[0].f32(), e);
       return;
