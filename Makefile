@@ -50,12 +50,15 @@ bench-onnx: build
 	@/usr/bin/python3 bench/vs_onnx.py --write-doc
 
 # fp32 vs dynamic int8 (cpudl quantize --mode dynamic) on an MLP: cpudl, ONNX Runtime (on cpudl's
-# int8 file) and PyTorch's quantize_dynamic; then int8's accuracy cost on MNIST (simplecnn, lenet5
-# trained with PyTorch, dynamic and static int8). Both tables go into docs/BENCHMARKS.md.
+# int8 file) and PyTorch's quantize_dynamic; fp32 vs bf16 vs static int8 on resnet18 and
+# mobilenet_v2 (the same three engines, ORT on the same QDQ file); then int8's accuracy cost on
+# MNIST (simplecnn, lenet5 trained with PyTorch, dynamic and static int8). The tables go into
+# docs/BENCHMARKS.md.
 bench-quant: build
 	@scripts/install-deps.sh --bench
 	@scripts/fetch-mnist.sh data/mnist
 	@/usr/bin/python3 bench/vs_quantized.py --write-doc
+	@/usr/bin/python3 bench/vs_quantized_cnn.py --write-doc
 	@/usr/bin/python3 bench/quant_accuracy.py --write-doc
 
 # cpudl vs Debian's PyTorch 1.13 (best and plain configurations) on MNIST training, resnet18

@@ -20,11 +20,11 @@ namespace cpudl {
 struct InferenceOptions {
   bool optimize = true;  // graph rewrites (folding, fusion); off only to compare against them
   bool profile = false;  // per-step timing (also on when CPUDL_PROFILE=1)
-  // Run the convolutions of QDQ (static int8) models on the exact int8 kernels. Off by default:
-  // the int8 convolution unfolds its input and, on AVX2 without VNNI, runs at a fraction of
-  // oneDNN's float convolution (ResNet-18: 2-4x slower), while the QDQ pairs around a float
-  // convolution give the same int8 numbers (up to float rounding) at float speed.
-  bool int8_convolutions = false;
+  // Run the convolutions of QDQ (static int8) models on oneDNN's int8 kernels (AMX, VNNI), the
+  // activations kept uint8 between them. Off: each stays a float convolution between its QDQ
+  // pairs (the same numbers up to float rounding; for comparisons). On a CPU without VNNI a Conv
+  // whose weights need all 8 bits stays float either way (the int16 pair sums would saturate).
+  bool int8_convolutions = true;
   // Compute threads for this session's runs, whatever other sessions in the process use; 0: the
   // process default (compute_threads() of the calling thread).
   int threads = 0;

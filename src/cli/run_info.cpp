@@ -23,6 +23,14 @@ void add_precision_option(CLI::App* app, std::string& precision) {
       ->check(CLI::IsMember({"fp32", "bf16"}));
 }
 
+// --int8-conv of run and info (InferenceOptions::int8_convolutions).
+void add_int8_conv_option(CLI::App* app, std::string& int8_conv) {
+  app->add_option("--int8-conv", int8_conv,
+                  "on (default): a static int8 (QDQ) model's convolutions run on oneDNN's int8 kernels; off: "
+                  "float convolutions between the QDQ pairs (to compare)")
+      ->check(CLI::IsMember({"on", "off"}));
+}
+
 struct RunOptions {
   std::string model;
   std::vector<std::string> inputs, outputs;
@@ -31,7 +39,8 @@ struct RunOptions {
   std::string bind = "none";
   std::int64_t batch = 0;
   std::string precision = "fp32";
-  bool json = false, int8_conv = false;
+  std::string int8_conv = "on";
+  bool json = false;
 };
 
 // The model's declared shape with free dimensions set: the batch (dim 0) to `batch`, others to 1.
@@ -79,7 +88,7 @@ int run_model(const RunOptions& o) {
     for (const auto& input : o.inputs) io::require_output_is_not_an_input(output, {input}, "--output");
   }
   InferenceOptions options;
-  options.int8_convolutions = o.int8_conv;
+  options.int8_convolutions = o.int8_conv == "on";
   options.bf16 = o.precision == "bf16";
   InferenceSession session(o.model, options);
   const auto& declared = session.inputs();
@@ -175,12 +184,13 @@ struct InfoOptions {
   std::string model;
   std::int64_t batch = 1;
   std::string precision = "fp32";
-  bool json = false, int8_conv = false;
+  std::string int8_conv = "on";
+  bool json = false;
 };
 
 int run_info(const InfoOptions& o) {
   InferenceOptions options;
-  options.int8_convolutions = o.int8_conv;
+  options.int8_convolutions = o.int8_conv == "on";
   options.bf16 = o.precision == "bf16";
   InferenceSession session(o.model, options);
   std::vector<Shape> shapes;
@@ -259,9 +269,7 @@ void add_run_command(CLI::App& app, Action& action) {
   add_bind_option(r, o->bind);
   r->add_flag("--json", o->json, "One JSON object");
   add_precision_option(r, o->precision);
-  r->add_flag("--int8-conv", o->int8_conv,
-              "Run a static int8 model's convolutions on the exact int8 kernels (slower than float ones on "
-              "AVX2 for now)");
+  add_int8_conv_option(r, o->int8_conv);
   r->callback([&action, o] {
     action = [o] {
       use_threads(o->threads);
@@ -280,7 +288,7 @@ void add_info_command(CLI::App& app, Action& action) {
       ->check(CLI::Range(1, 1 << 20));
   i->add_flag("--json", o->json, "One JSON object");
   add_precision_option(i, o->precision);
-  i->add_flag("--int8-conv", o->int8_conv, "Plan a static int8 model's convolutions on the int8 kernels");
+  add_int8_conv_option(i, o->int8_conv);
   i->callback([&action, o] { action = [o] { return run_info(*o); }; });
 }
 

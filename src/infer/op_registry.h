@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -41,6 +42,10 @@ struct OpSetup {
   // Output 0 shares input 0's memory (Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout):
   // the kernel is then empty and no copy is made.
   bool output_aliases_input = false;
+  // Output 0 may be written over input `in_place_input` (same shape and type): the plan gives it that
+  // input's buffer when the value dies at this node, and the kernel finds the two data pointers
+  // equal; otherwise the kernel gets a buffer of its own (and copies if it needs the values there).
+  std::optional<std::size_t> in_place_input;
   // Planning's first pass, which builds every kernel for its output shapes (and runs it only to
   // fold constants): choices made here are not the plan's.
   bool shape_pass = false;

@@ -284,8 +284,8 @@ void fuse_dynamic_quant_matmul(Graph& g, OptimizerReport& report) {
 // -> cpudl.Int8MatMul(x, Wq as K x N, w_scale[, bias]) with the activation's s and z fixed
 // (cpudl.a_scale, cpudl.a_zero): the same int8 product as the dynamic form, exact in int32, where
 // the QDQ graph sums the dequantised floats (the two differ by float rounding only). Likewise a
-// Conv (group 1) between such pairs -> cpudl.Int8Conv(x, Wq as (C kh kw) x O, w_scale[, bias]),
-// keeping the Conv's window attributes.
+// Conv between such pairs -> cpudl.Int8Conv(x, Wq as O x C/group x kh x kw, w_scale[, bias]),
+// keeping the Conv's window attributes (oneDNN's int8 convolution, onednn::Int8Convolution).
 void fuse_qdq_products(Graph& g, OptimizerReport& report, bool convolutions) {
   std::unordered_map<std::string, std::size_t> producer;
   for (std::size_t i = 0; i < g.nodes.size(); ++i)
@@ -302,7 +302,7 @@ void fuse_qdq_products(Graph& g, OptimizerReport& report, bool convolutions) {
   for (Node& n : g.nodes) {
     const bool gemm = n.op == "Gemm", conv = n.op == "Conv";
     if ((n.op != "MatMul" && !gemm && !conv) || n.inputs.size() < 2) continue;
-    if (conv && (!convolutions || n.get_int("group", 1) != 1)) continue;
+    if (conv && !convolutions) continue;
     if (gemm &&
         (n.get_int("transA", 0) != 0 || n.get_float("alpha", 1) != 1.0f || n.get_float("beta", 1) != 1.0f))
       continue;
@@ -329,12 +329,22 @@ void fuse_qdq_products(Graph& g, OptimizerReport& report, bool convolutions) {
       const auto zeros = wz->as_int64();
       if (std::any_of(zeros.begin(), zeros.end(), [](std::int64_t v) { return v != 0; })) continue;
     }
-    // Conv's O x C x kh x kw is, flattened, N x K: the product's W transposed.
-    const bool transposed = conv || (gemm && n.get_int("transB", 0) != 0);  // W is N x K
-    const std::int64_t cols = w->shape[transposed ? 0 : 1], k = w->numel() / cols;
+    // Without VNNI, oneDNN's int8 convolutions add u8 x s8 pairs in saturating int16: such a Conv
+    // stays float between its QDQ pairs (the same numbers) unless its weights fit 7 bits.
+    if (conv && !onednn::int8_convolution_exact(
+                    std::span(w->data<std::int8_t>(), static_cast<std::size_t>(w->numel())))) {
+      report.add("kept QDQ Conv in float", "kept " + n.label() +
+                                               " in float between its QDQ pairs: its 8-bit weights would "
+                                               "saturate int8 sums without VNNI");
+      continue;
+    }
+    // A Conv's weights stay O x C/group x kh x kw (oneDNN reorders them once); a product's W must
+    // be K x N, transposed when the file holds N x K.
+    const bool transposed = !conv && gemm && n.get_int("transB", 0) != 0;
+    const std::int64_t cols = w->shape[transposed || conv ? 0 : 1], k = w->numel() / cols;
     if (ws->numel() != 1) {
       const std::int64_t axis = wdq->get_int("axis", 1);
-      if (ws->numel() != cols || axis != (transposed ? 0 : 1)) continue;
+      if (ws->numel() != cols || axis != (transposed || conv ? 0 : 1)) continue;
     }
     std::string bias;
     if ((gemm || conv) && n.inputs.size() > 2 && !n.inputs[2].empty()) {
@@ -358,11 +368,7 @@ void fuse_qdq_products(Graph& g, OptimizerReport& report, bool convolutions) {
     Node fused;
     fused.op = conv ? kInt8ConvOp : kInt8MatMulOp;
     fused.name = n.name;
-    if (conv) {  // the window, with the kernel size the flattened weights no longer show
-      fused.attributes = n.attributes;
-      fused.attributes["kernel_shape"] =
-          Attribute{Attribute::Kind::ints, 0, 0, "", {w->shape[2], w->shape[3]}, {}, {}, nullptr};
-    }
+    if (conv) fused.attributes = n.attributes;  // the window
     fused.inputs = {q->inputs[0], w_name, wdq->inputs[1]};
     if (!bias.empty()) fused.inputs.push_back(bias);
     fused.outputs = {n.outputs[0]};
@@ -396,7 +402,7 @@ void fuse_with_shapes(Graph& g, const std::map<std::string, ValueDesc>& descs, O
   for (std::size_t i = 0; i < g.nodes.size(); ++i) {
     if (removed[i]) continue;
     const std::string op = g.nodes[i].op;
-    if (op == kInt8MatMulOp || op == kInt8ConvOp) {  // their int8 kernel applies a ReLU, nothing else
+    if (op == kInt8MatMulOp) {  // its int8 kernel applies a ReLU, nothing else
       const Uses uses(g);
       const auto c = uses.only_consumer(g.nodes[i].outputs[0]);
       if (c && !removed[*c] && g.nodes[*c].op == "Relu") {
@@ -410,7 +416,8 @@ void fuse_with_shapes(Graph& g, const std::map<std::string, ValueDesc>& descs, O
       }
       continue;
     }
-    if (op != "Conv" && op != "Gemm" && op != "MatMul") continue;
+    const bool int8_conv = op == kInt8ConvOp;  // takes what a Conv takes: residual, Relu, Clip
+    if (op != "Conv" && op != "Gemm" && op != "MatMul" && !int8_conv) continue;
     const ValueDesc* out = desc(g.nodes[i].outputs[0]);
     if (!out || out->dtype != DType::f32 || out->shape.empty()) continue;
     {
@@ -456,14 +463,15 @@ void fuse_with_shapes(Graph& g, const std::map<std::string, ValueDesc>& descs, O
         }
       }
     }
-    // Conv + Add(a residual of the same shape).
-    if (op == "Conv" && g.nodes[at].inputs.size() <= 3) {
+    // Conv + Add(a residual of the same shape): the residual is input 3 (Int8Conv's 4).
+    const std::size_t residual_input = int8_conv ? 4 : 3;
+    if ((op == "Conv" || int8_conv) && g.nodes[at].inputs.size() <= residual_input) {
       if (const auto c = consumer("Add")) {
         const std::string other = other_input(*c);
         const ValueDesc* r = desc(other);
         if (other != g.nodes[at].outputs[0] && r && r->dtype == DType::f32 && r->shape == out->shape &&
             !g.constants.count(other)) {
-          g.nodes[at].inputs.resize(3);
+          g.nodes[at].inputs.resize(residual_input);
           g.nodes[at].inputs.push_back(other);
           absorb(*c);
         }
@@ -497,6 +505,42 @@ void fuse_with_shapes(Graph& g, const std::map<std::string, ValueDesc>& descs, O
   drop_removed(g, removed);
 }
 
+void keep_activations_in_int8(Graph& g, std::map<std::string, ValueDesc>& descs, OptimizerReport& report) {
+  const Uses uses(g);
+  int kept = 0;
+  for (Node& n : g.nodes) {
+    const bool residual = n.inputs.size() > 4 && !n.inputs[4].empty();
+    if (n.op != kInt8ConvOp || residual || n.outputs.size() != 1 || uses.outputs.count(n.outputs[0]))
+      continue;
+    const std::string& v = n.outputs[0];
+    const auto it = uses.consumers.find(v);
+    if (it == uses.consumers.end()) continue;
+    std::optional<std::pair<float, std::int64_t>> params;
+    bool all = true;
+    for (const std::size_t c : it->second) {
+      const Node& r = g.nodes[c];
+      all = all && r.op == kInt8ConvOp && std::count(r.inputs.begin(), r.inputs.end(), v) == 1 &&
+            r.inputs[0] == v;
+      if (!all) break;
+      const std::pair<float, std::int64_t> p{r.get_float("cpudl.a_scale", 0.0f),
+                                             r.get_int("cpudl.a_zero", 0)};
+      all = !params || *params == p;
+      params = p;
+    }
+    if (!all || !params) continue;
+    n.attributes["cpudl.out_scale"] =
+        Attribute{Attribute::Kind::f, 0, params->first, "", {}, {}, {}, nullptr};
+    n.attributes["cpudl.out_zero"] = int_attribute(params->second);
+    descs.at(v).dtype = DType::u8;
+    ++kept;
+  }
+  if (kept > 0)
+    report.add("int8 activations",
+               std::to_string(kept) +
+                   " int8 convolution output(s) stay uint8, requantised in the epilogue for "
+                   "the int8 convolutions that read them");
+}
+
 void request_bf16(Graph& g, OptimizerReport& report) {
   int convs = 0, products = 0;
   for (Node& n : g.nodes) {
@@ -523,6 +567,11 @@ void assign_layouts(Graph& g, std::map<std::string, ValueDesc>& descs, Optimizer
   Layout region = blocked;
   bool any_conv = false;
   for (const Node& n : g.nodes) {
+    if (n.op == kInt8ConvOp) {  // oneDNN's int8 convolutions read and write NHWC
+      any_conv = true;
+      region = nhwc;
+      continue;
+    }
     if (n.op != "Conv" || !is_4d_f32(n.inputs[0]) || !is_4d_f32(n.outputs[0])) continue;
     any_conv = true;
     const std::int64_t cin = channels(n.inputs[0]), cout = channels(n.outputs[0]);
@@ -570,7 +619,14 @@ void assign_layouts(Graph& g, std::map<std::string, ValueDesc>& descs, Optimizer
   static const std::set<std::string> binary = {"Add", "Sub", "Mul", "Div"};
   for (Node& n : g.nodes) {
     Layout out = nchw;
-    if (n.op == "Conv" && is_4d_f32(n.inputs[0]) && is_4d_f32(n.outputs[0])) {
+    if (n.op == kInt8ConvOp) {
+      // An f32 input is quantised in its layout; a u8 one comes from an Int8Conv, already NHWC.
+      ensure(n.inputs[0], nhwc);
+      if (n.inputs.size() > 4) ensure(n.inputs[4], nhwc);
+      set_int(n, "cpudl.src_layout", layout_of(n.inputs[0]));
+      set_int(n, "cpudl.dst_layout", nhwc);
+      out = nhwc;
+    } else if (n.op == "Conv" && is_4d_f32(n.inputs[0]) && is_4d_f32(n.outputs[0])) {
       const bool first_layer = region == blocked && channels(n.inputs[0]) % block != 0;
       if (!first_layer)
         ensure(n.inputs[0], region);

@@ -25,10 +25,14 @@ struct OptimizerReport {
 };
 
 struct OptimizeOptions {
-  bool int8_convolutions =
-      false;  // fuse QDQ convolutions into cpudl.Int8Conv (InferenceOptions says why not by default)
+  bool int8_convolutions = true;  // fuse QDQ convolutions into cpudl.Int8Conv (InferenceOptions)
 };
 void optimize_graph(Graph& graph, OptimizerReport& report, const OptimizeOptions& options = {});
+// After fuse_with_shapes: an Int8Conv (without residual) whose output only Int8Convs read, all
+// with the same activation scale and zero point, writes that activation in uint8 directly
+// (cpudl.out_scale, cpudl.out_zero: QuantizeLinear folded into its epilogue, as ONNX Runtime's
+// QLinearConv does), and the value's desc becomes UINT8.
+void keep_activations_in_int8(Graph& graph, std::map<std::string, ValueDesc>& descs, OptimizerReport& report);
 // Tags every Conv, Gemm and MatMul with cpudl.bf16 = 1 (InferenceOptions::bf16): their kernels
 // then compute in bf16, and assign_layouts keeps the convolutional region channels-last (what the
 // bf16 convolutions read and write) instead of blocked.

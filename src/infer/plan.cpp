@@ -23,7 +23,7 @@ std::size_t bytes_of(const ValueDesc& d) { return static_cast<std::size_t>(d.num
 
 OpSetup make_setup(const Node& node, std::int64_t opset, const std::map<std::string, ValueDesc>& descs,
                    const std::map<std::string, std::shared_ptr<const HostTensor>>& known) {
-  OpSetup s{node, opset, {}, {}, {}, false, false, {}};
+  OpSetup s{node, opset, {}, {}, {}, false, std::nullopt, false, {}};
   for (const auto& in : node.inputs) {
     if (in.empty()) {
       s.inputs.push_back(ValueDesc{DType::f32, {}, false});
@@ -75,7 +75,7 @@ void check_input_shape(const ValueInfo& declared, const Shape& given) {
 double node_flops(const Node& node, const std::vector<ValueDesc>& in, const std::vector<ValueDesc>& out) {
   if (out.empty() || in.size() < 2) return 0;
   const double outputs = static_cast<double>(out[0].numel());
-  if (node.op == "Conv" && in[1].shape.size() == 4) {
+  if ((node.op == "Conv" || node.op == kInt8ConvOp) && in[1].shape.size() == 4) {
     const Shape& w = in[1].shape;
     return 2.0 * outputs * static_cast<double>(w[1] * w[2] * w[3]);
   }
@@ -91,8 +91,6 @@ double node_flops(const Node& node, const std::vector<ValueDesc>& in, const std:
     const std::int64_t k = node.get_int("transA", 0) ? in[0].shape[0] : in[0].shape[1];
     return 2.0 * outputs * static_cast<double>(k);
   }
-  if (node.op == kInt8ConvOp && in[1].shape.size() == 2)
-    return 2.0 * outputs * static_cast<double>(in[1].shape[0]);
   if ((node.op == "MatMul" || node.op == "MatMulInteger" || node.op == kInt8MatMulOp) && !in[0].shape.empty())
     return 2.0 * outputs * static_cast<double>(in[0].shape.back());
   return 0;
@@ -153,6 +151,7 @@ Plan::Plan(const Graph& session_graph, const std::vector<Shape>& input_shapes, O
   if (fuse) fuse_with_shapes(g, descs, report);
   remove_dead_nodes(g);
   if (fuse) {
+    keep_activations_in_int8(g, descs, report);
     assign_layouts(g, descs, report);
     fuse_depthwise(g, descs, report);
   }
@@ -181,6 +180,12 @@ Plan::Plan(const Graph& session_graph, const std::vector<Shape>& input_shapes, O
   }
   std::vector<std::size_t> buffer_bytes;
   std::vector<std::pair<std::size_t, std::size_t>> lifetime;  // per buffer: first, last step
+  // The last node reading each value (graph outputs: past the end), for in-place outputs.
+  std::unordered_map<std::string, std::size_t> last_reader;
+  for (std::size_t i = 0; i < g.nodes.size(); ++i)
+    for (const auto& in : g.nodes[i].inputs) last_reader[in] = i;
+  for (const auto& out : g.outputs) last_reader[out.name] = g.nodes.size();
+  std::vector<int> values_per_buffer;
   for (const Node& node : g.nodes) {
     OpSetup s = make_setup(node, g.opset, descs, g.constants);
     Step step;
@@ -202,12 +207,29 @@ Plan::Plan(const Graph& session_graph, const std::vector<Shape>& input_shapes, O
         values_[v].storage = src.storage;
         values_[v].index = src.index;
         values_[v].constant = src.constant;
+        if (src.storage == Storage::arena) ++values_per_buffer[src.index];
         continue;
+      }
+      if (o == 0 && s.in_place_input) {
+        const std::size_t k = *s.in_place_input;
+        const std::string& name = node.inputs.at(k);
+        const std::size_t in = step.inputs[k];
+        const bool read_once =
+            std::count(node.inputs.begin(), node.inputs.end(), name) == 1 && last_reader.at(name) == at;
+        if (read_once && values_[in].storage == Storage::arena && values_per_buffer[values_[in].index] == 1 &&
+            values_[in].desc.dtype == values_[v].desc.dtype &&
+            bytes_of(values_[in].desc) == bytes_of(values_[v].desc)) {
+          values_[v].storage = Storage::arena;
+          values_[v].index = values_[in].index;
+          ++values_per_buffer[values_[v].index];
+          continue;
+        }
       }
       values_[v].storage = Storage::arena;
       values_[v].index = buffer_bytes.size();
       buffer_bytes.push_back(round_up(std::max<std::size_t>(bytes_of(values_[v].desc), 1)));
       lifetime.emplace_back(at, at);
+      values_per_buffer.push_back(1);
     }
     stats_.flops += node_flops(node, s.inputs, s.outputs);
     ++stats_.ops[node.op];

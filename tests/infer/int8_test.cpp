@@ -556,8 +556,11 @@ TEST_F(QuantizeCli, StaticConvolutionsRunInt8WithTheirWindows) {
           << "output " << o << " element " << i;
   }
   EXPECT_EQ(fused_session.info({x.shape()}).ops_planned.at("cpudl.Int8Conv"), 3);
-  // By default the convolutions stay float between their QDQ pairs (faster here, same numbers).
-  EXPECT_EQ(InferenceSession(path("c.onnx")).info({x.shape()}).ops_planned.count("cpudl.Int8Conv"), 0u);
+  // Off: the convolutions stay float between their QDQ pairs.
+  InferenceOptions float_conv;
+  float_conv.int8_convolutions = false;
+  EXPECT_EQ(
+      InferenceSession(path("c.onnx"), float_conv).info({x.shape()}).ops_planned.count("cpudl.Int8Conv"), 0u);
   // ResNet-18 end to end: 20 int8 convolutions with batch norms and residuals between. 18
   // requantisations deep (and with random weights, which amplify), a float-rounding difference
   // now and then crosses a rounding boundary of the next QuantizeLinear, one step of that

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "dense/onednn/conv_geometry.h"
 #include "dense/onednn/dense.h"
 #include "dense/onednn/executable.h"
 #include "dense/onednn/primitive_cache.h"
@@ -41,35 +42,6 @@ PrimitiveKey conv_key(PrimitiveKind op, const ConvShape& s) {
 // convolutions). Weights reordered on every call (version 0) need no identity.
 void add_weights_identity(PrimitiveKey& key, const float* weights, std::uint64_t version) {
   if (version != 0) key.add(static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(weights)));
-}
-
-struct Geometry {
-  dnnl::memory::desc src, dst, weights_plain, weights_any, bias;
-  dims strides, dilates, pad_l, pad_r;
-};
-
-Geometry geometry(const ConvShape& s) {
-  Geometry g;
-  const std::int64_t oh = s.out_height(), ow = s.out_width();
-  g.src = plain_desc({s.batch, s.in_channels, s.height, s.width}, activation_tag(s.layout));
-  g.dst = plain_desc({s.batch, s.out_channels, oh, ow}, activation_tag(s.dst_layout.value_or(s.layout)));
-  if (s.groups == 1) {
-    const dims w = {s.out_channels, s.in_channels, s.kernel_h, s.kernel_w};
-    g.weights_plain = plain_desc(w, tag::oihw);
-    g.weights_any = plain_desc(w, tag::any);
-  } else {
-    const dims w = {s.groups, s.out_channels / s.groups, s.in_channels / s.groups, s.kernel_h, s.kernel_w};
-    g.weights_plain = plain_desc(w, tag::goihw);
-    g.weights_any = plain_desc(w, tag::any);
-  }
-  g.bias = plain_desc({s.out_channels}, tag::x);
-  g.strides = {s.stride_h, s.stride_w};
-  g.dilates = {s.dilation_h - 1, s.dilation_w - 1};  // oneDNN counts dilation from 0
-  g.pad_l = {s.pad_h, s.pad_w};
-  // Right padding that makes oneDNN's output size equal the floor formula's.
-  g.pad_r = {(oh - 1) * s.stride_h + (s.kernel_h - 1) * s.dilation_h + 1 - s.height - s.pad_h,
-             (ow - 1) * s.stride_w + (s.kernel_w - 1) * s.dilation_w + 1 - s.width - s.pad_w};
-  return g;
 }
 
 dnnl::convolution_forward::primitive_desc forward_pd(
@@ -235,7 +207,7 @@ struct Bf16BackwardWeightsEntry {
 };
 
 dnnl::memory::desc bf16_desc(const dnnl::memory::desc& md, tag t) {
-  return dnnl::memory::desc(md.dims(), dnnl::memory::data_type::bf16, t);
+  return retyped(md, dnnl::memory::data_type::bf16, t);
 }
 
 // The forward descriptor of a bf16 convolution (f32 bias and output): the primitive itself, or

@@ -9,7 +9,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
+#include <span>
+#include <string>
+#include <vector>
 
 #include "dense/shapes.h"
 
@@ -91,6 +95,47 @@ void conv2d_backward_data(const ConvShape& s, const float* diff_dst, const float
 // Writes (not accumulates) diff_weights in OIHW and, when non-null, diff_bias.
 void conv2d_backward_weights(const ConvShape& s, const float* src, const float* diff_dst, float* diff_weights,
                              float* diff_bias);
+
+// Int8 convolution, as a static int8 (QDQ) model's DequantizeLinear -> Conv -> [Add] -> [Relu]
+// -> [QuantizeLinear] computes it, on oneDNN's int8 kernels (AMX tiles, AVX512-VNNI; VPMADDUBSW
+// below, see int8_convolution_exact): u8 source with one scale and zero point, s8 weights with
+// one scale or one per output channel (symmetric), f32 bias; the int32 sums scaled once into
+// either f32 (with a residual and an activation) or u8 requantised to the next layer's scale and
+// zero point. Weights are reordered once, at construction. Activations NCHW or NHWC (dst NHWC is
+// oneDNN's fast one); groups allowed (depthwise).
+struct Int8ConvSpec {
+  ConvShape shape;
+  float src_scale = 1.0f;
+  std::int32_t src_zero = 0;         // in [0, 255]; 0 keeps oneDNN's fastest kernels
+  std::vector<float> weight_scales;  // 1 or shape.out_channels
+  bool u8_output = false;            // else f32
+  float dst_scale = 1.0f;            // u8 output: y = clamp(round(v / dst_scale) + dst_zero)
+  std::int32_t dst_zero = 0;
+  Activation activation = Activation::none;
+  float clip_min = 0.0f, clip_max = 6.0f;
+  bool residual = false;  // f32 output only: y = act(conv + bias + residual)
+};
+class Int8Convolution {
+ public:
+  // `weights`: OIHW int8 (grouped: G*O/G x I/G x KH x KW); `bias`: out_channels floats or null.
+  Int8Convolution(const Int8ConvSpec& spec, const std::int8_t* weights, const float* bias);
+  ~Int8Convolution();
+  Int8Convolution(const Int8Convolution&) = delete;
+  Int8Convolution& operator=(const Int8Convolution&) = delete;
+  // dst: u8 or f32 as the spec says; residual: dst's shape and layout, f32, added in place when it
+  // is dst itself (copied into dst first otherwise).
+  void run(const std::uint8_t* src, void* dst, const float* residual = nullptr);
+  // oneDNN's implementation, e.g. "brgconv:avx512_core_amx_int8".
+  const std::string& implementation() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+// Whether oneDNN's int8 convolution sums these weights exactly on this CPU: always with VNNI or
+// AMX (u8 x s8 summed in int32); below, VPMADDUBSW adds two u8 x s8 products in saturating int16,
+// exact only when |w| <= 64 (255 * 64 * 2 < 32767).
+bool int8_convolution_exact(std::span<const std::int8_t> weights);
 
 // Max pooling in training keeps the argmax positions in `workspace` (pool2d_workspace_bytes);
 // pass null for inference. Backward of max pooling needs the forward's workspace.

@@ -63,54 +63,15 @@ Window2d window_2d(const OpSetup& s, std::int64_t h, std::int64_t w, std::int64_
 }
 
 namespace {
-
-// A version unique to each plan's constant weights: oneDNN's weight cache keys on (pointer,
-// version), and a pointer freed by one plan may come back in the next.
-std::uint64_t next_weights_version() {
-  static std::atomic<std::uint64_t> counter{1};
-  return counter.fetch_add(1);
-}
-
-// The activation the optimiser fused into this node (attributes cpudl.activation, cpudl.clip_*).
-struct FusedActivation {
-  onednn::Activation kind = onednn::Activation::none;
-  float lo = 0.0f, hi = 0.0f;
-};
-// `prefix` "cpudl.dw_" reads a cpudl.ConvDepthwise node's second activation.
-FusedActivation fused_activation(const OpSetup& s, const std::string& prefix = "cpudl.") {
-  FusedActivation a;
-  const std::string act = s.node.get_string(prefix + "activation", "");
-  if (act == "Relu") a.kind = onednn::Activation::relu;
-  if (act == "Clip") {
-    a.kind = onednn::Activation::clip;
-    a.lo = s.node.get_float(prefix + "clip_min", -INFINITY);
-    a.hi = s.node.get_float(prefix + "clip_max", INFINITY);
-  }
-  return a;
-}
-
 void require_rank(const OpSetup& s, std::size_t i, std::size_t rank, const char* what) {
   if (s.shape(i).size() != rank)
     s.fail(std::string(what) + " has shape " + shape_text(s.shape(i)) + ", expected rank " +
            std::to_string(rank));
 }
 
-// Per-channel bias for an NCHW tensor (ConvTranspose, whose oneDNN path has no bias).
-void add_channel_bias(float* y, const float* bias, std::int64_t n, std::int64_t c, std::int64_t hw) {
-  parallel_for(static_cast<std::size_t>(n * c),
-               static_cast<std::size_t>(std::max<std::int64_t>(1, 16384 / hw)),
-               [&](std::size_t b, std::size_t e) {
-                 for (std::size_t i = b; i < e; ++i) {
-                   const float v = bias[i % static_cast<std::size_t>(c)];
-                   float* p = y + static_cast<std::int64_t>(i) * hw;
-                   for (std::int64_t j = 0; j < hw; ++j) p[j] += v;
-                 }
-               });
-}
+}  // namespace
 
-Kernel build_conv(OpSetup& s) {
-  s.require_inputs(2, 4);
-  s.require_present_f32();
+onednn::ConvShape conv_shape(const OpSetup& s, std::size_t bias_input) {
   require_rank(s, 0, 4, "input X");
   require_rank(s, 1, 4, "weights W");
   const Shape& x = s.shape(0);
@@ -133,19 +94,60 @@ Kernel build_conv(OpSetup& s) {
   c.pad_h = win.ph, c.pad_w = win.pw, c.dilation_h = win.dh, c.dilation_w = win.dw;
   if (c.out_height() < 1 || c.out_width() < 1)
     s.fail("the kernel does not fit the padded input " + shape_text(x));
-  const bool bias = s.has(2);
-  if (bias && (s.shape(2).size() != 1 || s.shape(2)[0] != c.out_channels))
-    s.fail("bias B has shape " + shape_text(s.shape(2)) + ", expected [" + std::to_string(c.out_channels) +
-           "]");
+  if (s.has(bias_input) && (s.shape(bias_input).size() != 1 || s.shape(bias_input)[0] != c.out_channels))
+    s.fail("bias B has shape " + shape_text(s.shape(bias_input)) + ", expected [" +
+           std::to_string(c.out_channels) + "]");
+  c.layout = static_cast<onednn::ActivationLayout>(s.node.get_int("cpudl.src_layout", 0));
+  if (s.node.has("cpudl.dst_layout"))
+    c.dst_layout = static_cast<onednn::ActivationLayout>(s.node.get_int("cpudl.dst_layout", 0));
+  return c;
+}
+
+FusedActivation fused_activation(const OpSetup& s, const std::string& prefix) {
+  FusedActivation a;
+  const std::string act = s.node.get_string(prefix + "activation", "");
+  if (act == "Relu") a.kind = onednn::Activation::relu;
+  if (act == "Clip") {
+    a.kind = onednn::Activation::clip;
+    a.lo = s.node.get_float(prefix + "clip_min", -INFINITY);
+    a.hi = s.node.get_float(prefix + "clip_max", INFINITY);
+  }
+  return a;
+}
+
+namespace {
+
+// A version unique to each plan's constant weights: oneDNN's weight cache keys on (pointer,
+// version), and a pointer freed by one plan may come back in the next.
+std::uint64_t next_weights_version() {
+  static std::atomic<std::uint64_t> counter{1};
+  return counter.fetch_add(1);
+}
+
+// Per-channel bias for an NCHW tensor (ConvTranspose, whose oneDNN path has no bias).
+void add_channel_bias(float* y, const float* bias, std::int64_t n, std::int64_t c, std::int64_t hw) {
+  parallel_for(static_cast<std::size_t>(n * c),
+               static_cast<std::size_t>(std::max<std::int64_t>(1, 16384 / hw)),
+               [&](std::size_t b, std::size_t e) {
+                 for (std::size_t i = b; i < e; ++i) {
+                   const float v = bias[i % static_cast<std::size_t>(c)];
+                   float* p = y + static_cast<std::int64_t>(i) * hw;
+                   for (std::int64_t j = 0; j < hw; ++j) p[j] += v;
+                 }
+               });
+}
+
+Kernel build_conv(OpSetup& s) {
+  s.require_inputs(2, 4);
+  s.require_present_f32();
+  const onednn::ConvShape c = conv_shape(s);
   const Shape out = {c.batch, c.out_channels, c.out_height(), c.out_width()};
   const bool residual = s.has(3);
   if (residual && s.shape(3) != out)
     s.fail("fused residual has shape " + shape_text(s.shape(3)) + ", expected " + shape_text(out));
   s.set_output(0, DType::f32, out);
   const FusedActivation act = fused_activation(s);
-  c.layout = static_cast<onednn::ActivationLayout>(s.node.get_int("cpudl.src_layout", 0));
-  if (s.node.has("cpudl.dst_layout"))
-    c.dst_layout = static_cast<onednn::ActivationLayout>(s.node.get_int("cpudl.dst_layout", 0));
+  const bool bias = s.has(2);
   // The implementation list (dense/conv/conv_list.h) picks the algorithm; one that transforms the
   // weights (Winograd) does it here, once per plan, when they are constants.
   conv::ConvContext context;

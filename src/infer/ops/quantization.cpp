@@ -10,6 +10,7 @@
 #include <cstring>
 #include <memory>
 
+#include "dense/onednn/dense.h"
 #include "infer/op_list.h"
 #include "infer/op_registry.h"
 #include "infer/ops/window.h"
@@ -361,68 +362,73 @@ Kernel build_int8_matmul(OpSetup& s) {
   };
 }
 
-// cpudl.Int8Conv (optimizer.cpp makes it from a QDQ Conv of group 1): inputs X (f32 N x C x H x W),
-// W (int8 constant, (C kh kw) x O), W's scales, an optional bias of O; the Conv's window
-// attributes; the activation's fixed scale and zero point. X is quantised, unfolded into one row
-// of C kh kw values per output pixel (padding takes the zero point, which dequantises to the 0
-// the float convolution pads with), multiplied exactly, and written back as N x O x OH x OW.
+// cpudl.Int8Conv (optimizer.cpp makes it from a QDQ Conv): inputs X (f32, or u8 when the Int8Conv
+// before it requantised its output for this one: keep_activations_in_int8), W (int8 constant,
+// O x C/group x kh x kw), W's scales (1 or O), an optional f32 bias of O, an optional f32
+// residual; the Conv's window and the layouts assign_layouts chose; the activation's fixed scale
+// and zero point (cpudl.a_scale, cpudl.a_zero). Output f32, or u8 at cpudl.out_scale/out_zero.
+// An f32 X is quantised in its layout into a buffer the kernel owns; then oneDNN's int8
+// convolution runs, its weights reordered once here.
 Kernel build_int8_conv(OpSetup& s) {
-  s.require_inputs(3, 4);
-  s.require_f32(0);
+  s.require_inputs(3, 5);
+  const DType xt = s.inputs[0].dtype;
+  if (xt != DType::f32 && xt != DType::u8) s.fail("input X must be FLOAT or UINT8");
   const HostTensor& w = s.constant(1, "W");
-  const Shape& x = s.shape(0);
-  if (x.size() != 4) s.fail("input X has shape " + shape_text(x) + ", expected rank 4");
-  const auto kernel = s.node.get_ints("kernel_shape");
-  if (kernel.size() != 2 || w.dtype != DType::i8 || w.shape.size() != 2 ||
-      w.shape[0] != x[1] * kernel[0] * kernel[1])
-    s.fail("internal: W must be a (C kh kw) x O int8 constant");
+  if (w.dtype != DType::i8) s.fail("internal: W must be an int8 constant");
   if (!s.node.has("cpudl.a_scale")) s.fail("internal: an int8 convolution needs its activation's scale");
-  const Window2d win = window_2d(s, x[2], x[3], kernel[0], kernel[1]);
-  const std::int64_t batch = x[0], c = x[1], h = x[2], wd = x[3], o = w.shape[1];
-  const std::int64_t oh = win.out_h(h), ow = win.out_w(wd);
-  if (oh < 1 || ow < 1) s.fail("the kernel does not fit the padded input " + shape_text(x));
-  const bool bias = s.has(3);
-  if (bias && (s.inputs[3].dtype != DType::f32 || s.inputs[3].numel() != o))
-    s.fail("internal: the bias must hold O floats");
-  s.set_output(0, DType::f32, {batch, o, oh, ow});
-  auto st = std::make_shared<Int8Product>(s, w, s.constant(2, "W scale"), batch * oh * ow);
-  auto image = std::make_shared<std::vector<std::uint8_t>>(static_cast<std::size_t>(shape_numel(x)));
-  auto pixels = std::make_shared<std::vector<float>>(static_cast<std::size_t>(batch * oh * ow * o));
-  return [st, image, pixels, win, batch, c, h, wd, o, oh, ow, bias](std::span<const TensorView> in,
-                                                                    std::span<const TensorView> out) {
-    const DynamicParams p = st->given;
-    std::uint8_t* q = image->data();
-    native().f32_quantize_u8.fn(in[0].f32(), image->size(), p.scale, p.zero, q);
-    const std::int64_t k = c * win.kh * win.kw;
-    const auto pad = static_cast<std::uint8_t>(p.zero);
-    parallel_for(static_cast<std::size_t>(batch * oh), 4, [&](std::size_t begin, std::size_t end) {
-      for (std::size_t r = begin; r < end; ++r) {
-        const std::int64_t b = static_cast<std::int64_t>(r) / oh, y = static_cast<std::int64_t>(r) % oh;
-        for (std::int64_t xo = 0; xo < ow; ++xo) {
-          std::uint8_t* row = st->rows.data() + ((b * oh + y) * ow + xo) * k;
-          for (std::int64_t ch = 0; ch < c; ++ch)
-            for (std::int64_t i = 0; i < win.kh; ++i) {
-              const std::int64_t iy = y * win.sh - win.ph + i * win.dh;
-              for (std::int64_t j = 0; j < win.kw; ++j) {
-                const std::int64_t ix = xo * win.sw - win.pw + j * win.dw;
-                *row++ = iy < 0 || iy >= h || ix < 0 || ix >= wd ? pad : q[((b * c + ch) * h + iy) * wd + ix];
-              }
-            }
-        }
-      }
-    });
-    st->multiply(p, bias ? in[3].f32() : nullptr, pixels->data());
-    // Pixels x channels -> N x O x OH x OW.
-    const std::int64_t plane = oh * ow;
-    float* y = out[0].f32();
-    parallel_for(static_cast<std::size_t>(batch * o), 4, [&](std::size_t begin, std::size_t end) {
-      for (std::size_t r = begin; r < end; ++r) {
-        const std::int64_t b = static_cast<std::int64_t>(r) / o, ch = static_cast<std::int64_t>(r) % o;
-        const float* src = pixels->data() + b * plane * o + ch;
-        float* dst = y + static_cast<std::int64_t>(r) * plane;
-        for (std::int64_t i = 0; i < plane; ++i) dst[i] = src[i * o];
-      }
-    });
+  onednn::Int8ConvSpec spec;
+  spec.shape = conv_shape(s, 3);
+  const onednn::ConvShape& c = spec.shape;
+  const Shape out = {c.batch, c.out_channels, c.out_height(), c.out_width()};
+  const bool bias = s.has(3), residual = s.has(4);
+  if (bias && s.inputs[3].dtype != DType::f32) s.fail("internal: the bias must be FLOAT");
+  if (residual && (s.inputs[4].dtype != DType::f32 || s.shape(4) != out))
+    s.fail("fused residual has shape " + shape_text(s.shape(4)) + ", expected " + shape_text(out));
+  spec.src_scale = s.node.get_float("cpudl.a_scale", 0.0f);
+  spec.src_zero = static_cast<std::int32_t>(s.node.get_int("cpudl.a_zero", 0));
+  spec.weight_scales = s.constant(2, "W scale").as_float();
+  spec.u8_output = s.node.has("cpudl.out_scale");
+  spec.dst_scale = s.node.get_float("cpudl.out_scale", 1.0f);
+  spec.dst_zero = static_cast<std::int32_t>(s.node.get_int("cpudl.out_zero", 0));
+  const FusedActivation act = fused_activation(s);
+  spec.activation = act.kind;
+  spec.clip_min = act.lo;
+  spec.clip_max = act.hi;
+  spec.residual = residual;
+  if (!c.dst_layout) spec.shape.dst_layout = c.layout;
+  if (!onednn::int8_convolution_exact(std::span(w.data<std::int8_t>(), static_cast<std::size_t>(w.numel()))))
+    s.fail("internal: 8-bit weights on a CPU without VNNI (the optimiser keeps such a Conv in float)");
+  s.set_output(0, spec.u8_output ? DType::u8 : DType::f32, out);
+  if (residual) s.in_place_input = 4;  // the sum lands on the residual where it dies here
+  // Planning's shape pass only needs the output; the primitive (a JIT and a weight reorder) is made
+  // for the plan, or on a first run should the shape pass ever fold a constant input.
+  struct State {
+    onednn::Int8ConvSpec spec;
+    std::unique_ptr<onednn::Int8Convolution> conv;
+    std::vector<std::uint8_t> quantized;  // an f32 X, quantised
+  };
+  auto st = std::make_shared<State>();
+  st->spec = spec;
+  if (!s.shape_pass) {
+    st->conv = std::make_unique<onednn::Int8Convolution>(
+        spec, w.data<std::int8_t>(), bias ? s.constant(3, "bias B").data<float>() : nullptr);
+    s.implementation = "onednn " + st->conv->implementation();
+  }
+  if (xt == DType::f32) st->quantized.resize(static_cast<std::size_t>(shape_numel(s.shape(0))));
+  return [st, bias, residual, xt](std::span<const TensorView> in, std::span<const TensorView> o) {
+    if (!st->conv)
+      st->conv = std::make_unique<onednn::Int8Convolution>(
+          st->spec, static_cast<const std::int8_t*>(in[1].data), bias ? in[3].f32() : nullptr);
+    const std::uint8_t* x = static_cast<const std::uint8_t*>(in[0].data);
+    if (xt == DType::f32) {
+      const std::size_t n = st->quantized.size();
+      std::uint8_t* q = st->quantized.data();
+      parallel_for(n, 1 << 16, [&](std::size_t b, std::size_t e) {
+        native().f32_quantize_u8.fn(in[0].f32() + b, e - b, st->spec.src_scale, st->spec.src_zero, q + b);
+      });
+      x = q;
+    }
+    st->conv->run(x, o[0].data, residual ? in[4].f32() : nullptr);
   };
 }
 
@@ -430,7 +436,11 @@ Kernel build_int8_conv(OpSetup& s) {
 
 std::string describe_int8_execution(const std::map<std::string, int>& ops) {
   std::string out;
-  if (ops.count(kInt8MatMulOp) || ops.count(kInt8ConvOp)) {
+  if (ops.count(kInt8ConvOp))
+    out +=
+        "int8 convolutions run on oneDNN's int8 kernels (implementations listed per node), activations "
+        "kept uint8 between them where only int8 convolutions read them; ";
+  if (ops.count(kInt8MatMulOp)) {
     const auto& k = native().u8s8_gemm;
     out += std::string("int8 products run on ") + k.name;
     if (k.level == IsaLevel::generic)
@@ -448,9 +458,7 @@ std::string describe_int8_execution(const std::map<std::string, int>& ops) {
            "MatMulInteger outside the dynamic pattern runs on plain loops";
   if (ops.count("QuantizeLinear") || ops.count("DequantizeLinear"))
     out += std::string(out.empty() ? "" : "; ") +
-           "QDQ pairs around float convolutions run as operators: int8 numbers at float speed (the int8 "
-           "convolution, "
-           "InferenceOptions::int8_convolutions or --int8-conv, is slower still on this path for now)";
+           "QDQ pairs left around float operators run as operators: int8 numbers at float speed";
   return out;
 }
 

@@ -1,10 +1,14 @@
-// The 2-D window of a Conv, ConvTranspose or pool node: kernel, strides, dilations and symmetric
-// pads, with auto_pad resolved for an input of h x w (defined in dense.cpp; the int8 convolution
-// of quantization.cpp reads the same attributes the same way).
+// What Conv-like nodes read from their attributes, defined once in dense.cpp for the float
+// convolutions there and the int8 one of quantization.cpp: the 2-D window (kernel, strides,
+// dilations, symmetric pads, auto_pad resolved), the whole convolution shape, and the activation
+// the optimiser fused.
 #pragma once
 
 #include <cstdint>
 
+#include <string>
+
+#include "dense/onednn/dense.h"
 #include "infer/op_registry.h"
 
 namespace cpudl::infer {
@@ -17,5 +21,18 @@ struct Window2d {
 
 // Throws naming the node on bad attributes or asymmetric padding (which cpudl does not support).
 Window2d window_2d(const OpSetup& s, std::int64_t h, std::int64_t w, std::int64_t kh, std::int64_t kw);
+
+// Input X (N x C x H x W) and weights W (O x C/group x kh x kw) with the node's window, group and
+// the layouts assign_layouts chose (cpudl.src_layout, cpudl.dst_layout); checks a bias B of O at
+// `bias_input`. Throws naming the node.
+onednn::ConvShape conv_shape(const OpSetup& s, std::size_t bias_input = 2);
+
+// The activation the optimiser fused into this node (attributes cpudl.activation, cpudl.clip_*).
+struct FusedActivation {
+  onednn::Activation kind = onednn::Activation::none;
+  float lo = 0.0f, hi = 0.0f;
+};
+// `prefix` "cpudl.dw_" reads a cpudl.ConvDepthwise node's second activation.
+FusedActivation fused_activation(const OpSetup& s, const std::string& prefix = "cpudl.");
 
 }  // namespace cpudl::infer
