@@ -9,7 +9,8 @@ CALIB random images (min-max). At batch 1 and 16, on 1 and 2 threads, back to ba
   ONNX Runtime  npm onnxruntime-node (bench/ort_time.js, as vs_onnx.py installs it) on the fp32 file
                 and on the same int8 file
   PyTorch       the fp32 model, and the model quantised by FX graph mode (prepare_fx/convert_fx,
-                the fbgemm qconfig) calibrated on the same images
+                the qconfig of the first quantized engine this torch has of x86, fbgemm, onednn;
+                Debian's 1.13 has onednn) calibrated on the same images
 Latency is the median of N runs after warm-up. Accuracy: top-1 agreement of cpudl's int8 run with
 its fp32 run on the CALIB calibration images, and on as many fresh images.
 Results go to stdout and, with --write-doc, into docs/BENCHMARKS.md between the quant-cnn markers.
@@ -51,12 +52,13 @@ def top1(path, xpath, out):
 def torch_int8(model, calib):
     from torch.ao.quantization import get_default_qconfig_mapping
     from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
-    torch.backends.quantized.engine = "fbgemm"
-    prepared = prepare_fx(model, get_default_qconfig_mapping("fbgemm"), example_inputs=(calib[:1],))
+    engine = next(e for e in ("x86", "fbgemm", "onednn", "qnnpack") if e in torch.backends.quantized.supported_engines)
+    torch.backends.quantized.engine = engine
+    prepared = prepare_fx(model, get_default_qconfig_mapping(engine), example_inputs=(calib[:1],))
     with torch.no_grad():
         for i in range(0, len(calib), 16):
             prepared(calib[i:i + 16])
-    return convert_fx(prepared)
+    return convert_fx(prepared), engine
 
 
 def main():
@@ -70,6 +72,7 @@ def main():
     ort = ort_dir()
     machine = cpu_model()
     bf16 = None
+    engine = "?"
     torch.manual_seed(0)
     makers = {"resnet18": torchvision.models.resnet18, "mobilenet_v2": torchvision.models.mobilenet_v2}
     rows, accuracy = [], []
@@ -94,7 +97,7 @@ def main():
         print(json.dumps(accuracy[-1]), flush=True)
         if bf16 is None:
             bf16 = subprocess.run([CPUDL, "info", fp32, "--precision", "bf16"], capture_output=True).returncode == 0
-        qmodel = torch_int8(model, calib[:64])
+        qmodel, engine = torch_int8(model, calib[:64])
         for batch in (1, 16):
             x = torch.randn(batch, 3, 224, 224)
             xpath = os.path.join(WORK, f"{name}_b{batch}.npy")
@@ -129,7 +132,7 @@ def main():
         write_section("bench-quant-cnn", f"Static int8 CNNs: cpudl vs ONNX Runtime vs PyTorch ({machine})",
                       f"Command: `make bench-quant` (bench/vs_quantized_cnn.py, {args.runs} runs at batch 1, {max(5, args.runs // 2)} "
                       f"at batch 16; `cpudl quantize --mode static` on {args.calib} random images, min-max; onnxruntime-node on the "
-                      f"same int8 file; torch {torch.__version__} FX static quantisation, fbgemm). Median latency; ratios below 1.00x "
+                      f"same int8 file; torch {torch.__version__} FX static quantisation, engine {engine}). Median latency; ratios below 1.00x "
                       f"mean cpudl is faster. Top-1 agreement of cpudl's int8 with its fp32: {agree}.\n\n" + table)
 
 

@@ -198,6 +198,7 @@ int run_quantize_onnx(const QuantizeOnnxOptions& o) {
                                            : o.calib.empty() ? "random"
                                                              : "calib"},
                                 {"activations", activations},
+                                {"folded_batch_norms", r.folded_batch_norms},
                                 {"max_abs_error", a.max_error},
                                 {"mean_abs_error", mean_error},
                                 {"output_scale", a.scale}};
@@ -218,6 +219,9 @@ int run_quantize_onnx(const QuantizeOnnxOptions& o) {
   std::printf("%s -> %s: %zd of %zu layers int8, %.2f MB -> %.2f MB\n", o.input.c_str(), o.output.c_str(),
               static_cast<std::ptrdiff_t>(quantized_layers), r.layers.size(),
               static_cast<double>(r.bytes_in) / 1e6, static_cast<double>(r.bytes_out) / 1e6);
+  if (r.folded_batch_norms > 0)
+    std::printf("%d BatchNormalization node(s) folded into the Conv before them, then quantised\n",
+                r.folded_batch_norms);
   if (!r.activations.empty())
     std::printf("%zu activations calibrated (%s observer) on %lld samples\n", r.activations.size(),
                 o.observer.c_str(), static_cast<long long>(a.samples));

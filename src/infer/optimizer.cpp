@@ -95,6 +95,24 @@ void remove_identities(Graph& g, OptimizerReport& report) {
 
 // BatchNormalization(Conv(x, W, B)) = Conv(x, W * s, (B - mean) * s + beta), s = gamma / sqrt(var + eps),
 // per output channel; likewise for a Gemm whose output columns are the channels.
+}  // namespace
+
+std::pair<HostTensor, HostTensor> fold_batch_norm(const HostTensor& w, const HostTensor* b,
+                                                  const HostTensor* const params[4], float epsilon) {
+  const std::int64_t channels = w.shape[0], per = w.numel() / channels;
+  HostTensor w2 = w;
+  HostTensor b2 = HostTensor::zeros(DType::f32, {channels});
+  for (std::int64_t c = 0; c < channels; ++c) {
+    const float scale = params[0]->data<float>()[c] / std::sqrt(params[3]->data<float>()[c] + epsilon);
+    for (std::int64_t k = 0; k < per; ++k) w2.data<float>()[c * per + k] *= scale;
+    const float bias = b ? b->data<float>()[c] : 0.0f;
+    b2.data<float>()[c] = (bias - params[2]->data<float>()[c]) * scale + params[1]->data<float>()[c];
+  }
+  return {std::move(w2), std::move(b2)};
+}
+
+namespace {
+
 void fold_batch_norms(Graph& g, OptimizerReport& report) {
   Uses uses(g);
   std::vector<bool> removed(g.nodes.size(), false);
@@ -125,19 +143,10 @@ void fold_batch_norms(Graph& g, OptimizerReport& report) {
       ok = params[k] && params[k]->dtype == DType::f32 && params[k]->shape == Shape{w->shape[0]};
     }
     if (!ok || (b && (b->dtype != DType::f32 || b->shape != Shape{w->shape[0]}))) continue;
-    const std::int64_t channels = w->shape[0], per = w->numel() / channels;
-    const float eps = bn.get_float("epsilon", 1e-5f);
-    auto w2 = std::make_shared<HostTensor>(*w);
-    auto b2 = std::make_shared<HostTensor>(HostTensor::zeros(DType::f32, {channels}));
-    for (std::int64_t c = 0; c < channels; ++c) {
-      const float scale = params[0]->data<float>()[c] / std::sqrt(params[3]->data<float>()[c] + eps);
-      for (std::int64_t k = 0; k < per; ++k) w2->data<float>()[c * per + k] *= scale;
-      const float bias = b ? b->data<float>()[c] : 0.0f;
-      b2->data<float>()[c] = (bias - params[2]->data<float>()[c]) * scale + params[1]->data<float>()[c];
-    }
+    auto [w2, b2] = fold_batch_norm(*w, b, params, bn.get_float("epsilon", 1e-5f));
     const std::string wn = conv.name + ".folded_weight", bname = conv.name + ".folded_bias";
-    g.constants[wn] = w2;
-    g.constants[bname] = b2;
+    g.constants[wn] = std::make_shared<HostTensor>(std::move(w2));
+    g.constants[bname] = std::make_shared<HostTensor>(std::move(b2));
     conv.inputs.resize(3);
     conv.inputs[1] = wn;
     conv.inputs[2] = bname;

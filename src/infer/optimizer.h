@@ -7,6 +7,7 @@
 
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "infer/graph.h"
@@ -27,6 +28,11 @@ struct OptimizerReport {
 struct OptimizeOptions {
   bool int8_convolutions = true;  // fuse QDQ convolutions into cpudl.Int8Conv (InferenceOptions)
 };
+// A BatchNormalization (scale, shift, mean, variance: params[0..3], one per output channel) folded
+// into the Conv or Gemm before it: its weights w (output channel first) and bias b (or null).
+// Shared by the optimiser and the static quantiser, which folds before quantising the weights.
+std::pair<HostTensor, HostTensor> fold_batch_norm(const HostTensor& w, const HostTensor* b,
+                                                  const HostTensor* const params[4], float epsilon);
 void optimize_graph(Graph& graph, OptimizerReport& report, const OptimizeOptions& options = {});
 // After fuse_with_shapes: an Int8Conv (without residual) whose output only Int8Convs read, all
 // with the same activation scale and zero point, writes that activation in uint8 directly

@@ -16,6 +16,7 @@
 #include "cpudl/error.h"
 #include "cpudl/io.h"
 #include "infer/onnx_loader.h"
+#include "infer/optimizer.h"
 #include "kernels/int8/int8.h"
 
 namespace cpudl::infer {
@@ -349,6 +350,71 @@ QuantizeResult quantize_onnx_dynamic(const std::filesystem::path& input, const s
   return result;
 }
 
+// BatchNormalization nodes right after a Conv with float weights (a model exported with BN
+// kept, as training-mode exports are) fold into the Conv first, as ONNX Runtime's quantisation
+// pre-processing does: the int8 weights then carry the normalisation, and the runtime can fuse
+// the Conv's residual Add and ReLU into its int8 convolution. New weights go to `initializers`
+// (and to e's constants, for the passes that follow); returns how many were folded.
+int fold_batch_norms_before_quantizing(Editable& e, std::vector<onnx::TensorProto>& initializers) {
+  onnx::GraphProto& g = *e.model.mutable_graph();
+  std::map<std::string, int> readers, producer;
+  for (int i = 0; i < g.node_size(); ++i) {
+    for (const auto& in : g.node(i).input()) ++readers[in];
+    for (const auto& out : g.node(i).output()) producer[out] = i;
+  }
+  for (const auto& o : g.output()) ++readers[o.name()];
+  Names names(g);
+  std::set<int> folded;
+  for (int i = 0; i < g.node_size(); ++i) {
+    const onnx::NodeProto& bn = g.node(i);
+    if (bn.op_type() != "BatchNormalization" || bn.input_size() != 5 || bn.output_size() != 1) continue;
+    float epsilon = 1e-5f;
+    bool training = false;
+    for (const auto& a : bn.attribute()) {
+      if (a.name() == "epsilon") epsilon = a.f();
+      if (a.name() == "training_mode") training = a.i() != 0;
+    }
+    const auto p = producer.find(bn.input(0));
+    if (training || p == producer.end() || readers[bn.input(0)] != 1) continue;
+    onnx::NodeProto& conv = *g.mutable_node(p->second);
+    if (conv.op_type() != "Conv" || conv.input_size() < 2) continue;
+    const HostTensor* w = e.constant(conv.input(1));
+    const bool has_bias = conv.input_size() > 2 && !conv.input(2).empty();
+    const HostTensor* b = has_bias ? e.constant(conv.input(2)) : nullptr;
+    if (!w || w->dtype != DType::f32 || w->shape.size() != 4 || (has_bias && (!b || b->dtype != DType::f32)))
+      continue;
+    const HostTensor* params[4];
+    bool ok = true;
+    for (int k = 0; k < 4 && ok; ++k) {
+      params[k] = e.constant(bn.input(k + 1));
+      ok = params[k] && params[k]->dtype == DType::f32 && params[k]->shape == Shape{w->shape[0]};
+    }
+    if (!ok) continue;
+    auto [w2, b2] = fold_batch_norm(*w, b, params, epsilon);
+    const std::string wn = names.fresh(conv.input(1) + "_bn_folded"),
+                      bname = names.fresh(bn.output(0) + "_bias");
+    initializers.push_back(
+        make_tensor(wn, onnx::TensorProto::FLOAT, w2.shape, w2.bytes.data(), w2.bytes.size()));
+    initializers.push_back(
+        make_tensor(bname, onnx::TensorProto::FLOAT, b2.shape, b2.bytes.data(), b2.bytes.size()));
+    e.aliases[wn] = std::make_shared<HostTensor>(std::move(w2));
+    e.aliases[bname] = std::make_shared<HostTensor>(std::move(b2));
+    conv.set_input(1, wn);
+    if (has_bias)
+      conv.set_input(2, bname);
+    else
+      conv.add_input(bname);
+    conv.set_output(0, bn.output(0));
+    folded.insert(i);
+  }
+  if (folded.empty()) return 0;
+  google::protobuf::RepeatedPtrField<onnx::NodeProto> kept;
+  for (int i = 0; i < g.node_size(); ++i)
+    if (!folded.count(i)) *kept.Add() = g.node(i);
+  g.mutable_node()->Swap(&kept);
+  return static_cast<int>(folded.size());
+}
+
 QuantizeResult quantize_onnx_static(const std::filesystem::path& input, const std::filesystem::path& output,
                                     const std::vector<Tensor>& calibration, const QuantizeOptions& options) {
   Editable e = open_for_edit(input, output);
@@ -358,6 +424,8 @@ QuantizeResult quantize_onnx_static(const std::filesystem::path& input, const st
   const float levels = options.reduce_range ? 63.0f : 127.0f;
   // Per-axis DequantizeLinear arrived in opset 13; older models get one scale per weight tensor.
   const bool per_channel = e.graph.opset >= 13;
+  std::vector<onnx::TensorProto> initializers;
+  result.folded_batch_norms = fold_batch_norms_before_quantizing(e, initializers);
 
   // Pass 1: which layers, and which activations feed them.
   std::map<int, Candidate> candidates;  // node index -> candidate
@@ -389,7 +457,6 @@ QuantizeResult quantize_onnx_static(const std::filesystem::path& input, const st
   std::map<std::string, std::string> dequantized;                     // activation -> its QDQ'd name
   std::map<std::string, std::pair<std::string, std::string>> params;  // activation -> its scale, zero point
   std::vector<onnx::NodeProto> nodes;
-  std::vector<onnx::TensorProto> initializers;
   for (const auto& x : activations) {
     const ActivationRange r = ranges.at(x);
     const kernels::U8QuantParams p = kernels::u8_quant_params(r.lo, r.hi);  // the runtime's rule

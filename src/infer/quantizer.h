@@ -51,6 +51,7 @@ struct QuantizeResult {
   std::vector<QuantizedLayer> layers;            // every candidate layer seen
   std::vector<QuantizedActivation> activations;  // static mode
   std::size_t bytes_in = 0, bytes_out = 0;       // the models' serialised sizes (weights inline)
+  int folded_batch_norms = 0;                    // static mode: BatchNormalization folded into Convs
 };
 
 // Read `input` (never modified), write `output` atomically. Throw Error naming the file when it

@@ -25,8 +25,9 @@ struct Case {
   std::int32_t dst_zero = 0;
 };
 
-ConvShape conv(std::int64_t n, std::int64_t c, std::int64_t hw, std::int64_t o, std::int64_t k, std::int64_t stride,
-               std::int64_t pad, std::int64_t groups = 1, ActivationLayout layout = ActivationLayout::nhwc) {
+ConvShape conv(std::int64_t n, std::int64_t c, std::int64_t hw, std::int64_t o, std::int64_t k,
+               std::int64_t stride, std::int64_t pad, std::int64_t groups = 1,
+               ActivationLayout layout = ActivationLayout::nhwc) {
   ConvShape s;
   s.batch = n;
   s.in_channels = c;
@@ -44,7 +45,8 @@ ConvShape conv(std::int64_t n, std::int64_t c, std::int64_t hw, std::int64_t o, 
 // NCHW index -> the layout's.
 std::size_t at(ActivationLayout layout, std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w,
                std::int64_t channels, std::int64_t height, std::int64_t width) {
-  if (layout == ActivationLayout::nhwc) return static_cast<std::size_t>(((n * height + h) * width + w) * channels + c);
+  if (layout == ActivationLayout::nhwc)
+    return static_cast<std::size_t>(((n * height + h) * width + w) * channels + c);
   return static_cast<std::size_t>(((n * channels + c) * height + h) * width + w);
 }
 
@@ -59,8 +61,8 @@ void check(const Case& c) {
   std::uniform_real_distribution<float> real(-1.0f, 1.0f);
   std::vector<std::uint8_t> x(static_cast<std::size_t>(s.batch * s.in_channels * s.height * s.width));
   for (auto& v : x) v = static_cast<std::uint8_t>(u8(gen));
-  std::vector<std::int8_t> w(static_cast<std::size_t>(s.out_channels * s.in_channels / s.groups * s.kernel_h *
-                                                      s.kernel_w));
+  std::vector<std::int8_t> w(
+      static_cast<std::size_t>(s.out_channels * s.in_channels / s.groups * s.kernel_h * s.kernel_w));
   for (auto& v : w) v = static_cast<std::int8_t>(s8(gen));
   std::vector<float> bias(static_cast<std::size_t>(s.out_channels));
   for (auto& v : bias) v = real(gen);
@@ -73,7 +75,8 @@ void check(const Case& c) {
   spec.src_scale = 0.02f;
   spec.src_zero = c.src_zero;
   spec.weight_scales.assign(c.per_channel ? static_cast<std::size_t>(s.out_channels) : 1u, 0.003f);
-  for (std::size_t i = 0; i < spec.weight_scales.size(); ++i) spec.weight_scales[i] *= 1.0f + 0.1f * static_cast<float>(i % 7);
+  for (std::size_t i = 0; i < spec.weight_scales.size(); ++i)
+    spec.weight_scales[i] *= 1.0f + 0.1f * static_cast<float>(i % 7);
   spec.u8_output = c.u8_output;
   spec.residual = c.residual;
   spec.activation = c.activation;
@@ -83,15 +86,15 @@ void check(const Case& c) {
 
   // The reference, in double; the output's real scale sets the u8 step so that it spans [0, 255].
   std::vector<double> want(outputs, 0.0);
-  reference::for_each_conv_tap(
-      s, [&](auto n, auto oc, auto h, auto wo, auto ic, auto icl, auto kh, auto kw, auto ih, auto iw) {
-        const double xv = (static_cast<double>(x[at(s.layout, n, ic, ih, iw, s.in_channels, s.height, s.width)]) -
-                           c.src_zero) *
-                          spec.src_scale;
-        const double ws = spec.weight_scales[spec.weight_scales.size() == 1 ? 0 : static_cast<std::size_t>(oc)];
-        want[at(ActivationLayout::nhwc, n, oc, h, wo, s.out_channels, oh, ow)] +=
-            xv * w[reference::weight_index(s, oc, icl, kh, kw)] * ws;
-      });
+  reference::for_each_conv_tap(s, [&](auto n, auto oc, auto h, auto wo, auto ic, auto icl, auto kh, auto kw,
+                                      auto ih, auto iw) {
+    const double xv =
+        (static_cast<double>(x[at(s.layout, n, ic, ih, iw, s.in_channels, s.height, s.width)]) - c.src_zero) *
+        spec.src_scale;
+    const double ws = spec.weight_scales[spec.weight_scales.size() == 1 ? 0 : static_cast<std::size_t>(oc)];
+    want[at(ActivationLayout::nhwc, n, oc, h, wo, s.out_channels, oh, ow)] +=
+        xv * w[reference::weight_index(s, oc, icl, kh, kw)] * ws;
+  });
   double hi = 0;
   for (std::size_t i = 0; i < outputs; ++i) {
     const std::size_t oc = i % static_cast<std::size_t>(s.out_channels);  // NHWC
@@ -124,11 +127,12 @@ void check(const Case& c) {
 
 TEST(Int8Convolution, MatchesTheQdqReferenceAcrossWindowsGroupsLayoutsAndZeroPoints) {
   const Case cases[] = {
-      {"3x3 u8 -> u8 relu (ResNet body)", conv(2, 32, 10, 48, 3, 1, 1), 0, true, true, false, Activation::relu},
+      {"3x3 u8 -> u8 relu (ResNet body)", conv(2, 32, 10, 48, 3, 1, 1), 0, true, true, false,
+       Activation::relu},
       {"3x3 stride 2 -> f32 + residual + relu", conv(2, 32, 9, 16, 3, 2, 1), 0, true, false, true,
        Activation::relu},
-      {"7x7 stride 2 NCHW source zero point (first layer)", conv(1, 3, 17, 16, 7, 2, 3, 1, ActivationLayout::nchw),
-       117, true, true, false, Activation::relu},
+      {"7x7 stride 2 NCHW source zero point (first layer)",
+       conv(1, 3, 17, 16, 7, 2, 3, 1, ActivationLayout::nchw), 117, true, true, false, Activation::relu},
       {"1x1 stride 2 per-tensor -> f32", conv(2, 16, 8, 32, 1, 2, 0), 0, false},
       {"depthwise 3x3 clip -> u8", conv(2, 24, 7, 24, 3, 1, 1, 24), 0, true, true, false, Activation::clip},
       {"1x1 -> u8 with a zero point (linear bottleneck)", conv(2, 24, 6, 16, 1, 1, 0), 0, true, true, false,

@@ -30,9 +30,7 @@ namespace {
 void validate(const Int8ConvSpec& spec) {
   const ConvShape& s = spec.shape;
   s.validate();
-  const auto fail = [&](const std::string& what) {
-    throw Error("int8 conv2d " + describe(s) + ": " + what);
-  };
+  const auto fail = [&](const std::string& what) { throw Error("int8 conv2d " + describe(s) + ": " + what); };
   if (!dense::plain_planes(s.layout) || !dense::plain_planes(s.dst_layout.value_or(s.layout)))
     fail("takes NCHW or NHWC activations in and out");
   if (!(spec.src_scale > 0.0f) || spec.src_zero < 0 || spec.src_zero > 255)
@@ -89,31 +87,30 @@ Int8Convolution::Int8Convolution(const Int8ConvSpec& spec, const std::int8_t* we
     ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_linear, 1.0f, static_cast<float>(spec.dst_zero));
   attr.set_post_ops(ops);
 
-  with_context(
-      [&] { return "int8 conv2d " + describe(s); },
-      [&] {
-        const ThreadScope openmp(0);  // oneDNN sizes a primitive by OpenMP's count: make it ours
-        const auto bias_md = retyped(g.bias, dt::f32, tag::x);
-        const auto desc = dnnl::convolution_forward::desc(
-            dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src, weights_any, bias_md,
-            dst, g.strides, g.dilates, g.pad_l, g.pad_r);
-        const dnnl::convolution_forward::primitive_desc pd(desc, attr, engine());
-        state_->implementation = pd.impl_info_str();
-        state_->exec.set_primitive(dnnl::convolution_forward(pd));
-        // Weights: the caller's OIHW, reordered once into what the kernel reads.
-        const dnnl::memory plain(weights_plain, engine(), const_cast<std::int8_t*>(weights));
-        state_->weights = dnnl::memory(pd.weights_desc(), engine());
-        reorder(plain, state_->weights);
-        state_->bias = dnnl::memory(bias_md, engine());
-        auto* b = static_cast<float*>(state_->bias.get_data_handle());
-        for (std::int64_t o = 0; o < oc; ++o)
-          b[o] = bias ? bias[o] / product[static_cast<std::size_t>(o)] : 0.0f;
-        state_->exec.bind(DNNL_ARG_SRC, src);
-        state_->exec.bind(DNNL_ARG_DST, dst);
-        state_->exec.bind_owned(DNNL_ARG_WEIGHTS, state_->weights);
-        state_->exec.bind_owned(DNNL_ARG_BIAS, state_->bias);
-        return 0;
-      });
+  with_context([&] { return "int8 conv2d " + describe(s); },
+               [&] {
+                 const ThreadScope openmp(0);  // oneDNN sizes a primitive by OpenMP's count: make it ours
+                 const auto bias_md = retyped(g.bias, dt::f32, tag::x);
+                 const auto desc = dnnl::convolution_forward::desc(
+                     dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src,
+                     weights_any, bias_md, dst, g.strides, g.dilates, g.pad_l, g.pad_r);
+                 const dnnl::convolution_forward::primitive_desc pd(desc, attr, engine());
+                 state_->implementation = pd.impl_info_str();
+                 state_->exec.set_primitive(dnnl::convolution_forward(pd));
+                 // Weights: the caller's OIHW, reordered once into what the kernel reads.
+                 const dnnl::memory plain(weights_plain, engine(), const_cast<std::int8_t*>(weights));
+                 state_->weights = dnnl::memory(pd.weights_desc(), engine());
+                 reorder(plain, state_->weights);
+                 state_->bias = dnnl::memory(bias_md, engine());
+                 auto* b = static_cast<float*>(state_->bias.get_data_handle());
+                 for (std::int64_t o = 0; o < oc; ++o)
+                   b[o] = bias ? bias[o] / product[static_cast<std::size_t>(o)] : 0.0f;
+                 state_->exec.bind(DNNL_ARG_SRC, src);
+                 state_->exec.bind(DNNL_ARG_DST, dst);
+                 state_->exec.bind_owned(DNNL_ARG_WEIGHTS, state_->weights);
+                 state_->exec.bind_owned(DNNL_ARG_BIAS, state_->bias);
+                 return 0;
+               });
   state_->residual = spec.residual;
   state_->dst_bytes = static_cast<std::size_t>(s.batch * s.out_channels * s.out_height() * s.out_width()) *
                       (spec.u8_output ? 1 : sizeof(float));
