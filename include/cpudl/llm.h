@@ -33,6 +33,9 @@ struct ModelConfig {
   // Weight bytes one generated token reads: every matrix of every layer and the output matrix
   // (the embedding gives one row). What generation's bandwidth share is computed from.
   std::uint64_t bytes_per_token = 0;
+  // Memory taken besides the mapping by weights repacked at load for the prompt products (AMX
+  // tile panels of Q8_0/Q4_0 matrices; 0 elsewhere, or with CPUDL_LLM_REPACK=off).
+  std::uint64_t repacked_bytes = 0;
   std::string tokenizer;  // tokenizer.ggml.model ("llama": SentencePiece, "gpt2": byte-level BPE), or ""
 };
 

@@ -91,7 +91,8 @@ int run_bench_llm(const BenchLlmOptions& o) {
                                                {"tokens_per_second", tg_rate},
                                                {"bytes_per_token", bytes_per_token},
                                                {"bandwidth_gbs", bandwidth / 1e9},
-                                               {"pct_bandwidth", pct}}
+                                               {"pct_bandwidth", pct},
+                                               {"repacked_bytes", c.repacked_bytes}}
                             .dump()
                             .c_str());
     return 0;
@@ -99,6 +100,11 @@ int run_bench_llm(const BenchLlmOptions& o) {
   std::printf("%s (%s, %.0fM parameters), %d threads:\n", c.name.c_str(), c.weight_type.c_str(),
               static_cast<double>(c.parameters) / 1e6, threads);
   std::printf("  prompt %d tokens: %8.1f tokens/s\n", o.prompt, pp_rate);
+  if (c.repacked_bytes > 0)
+    std::printf(
+        "  (prompt products on AMX tiles over weights repacked at load: %.1f MB besides the mapping; "
+        "CPUDL_LLM_REPACK=off skips it)\n",
+        static_cast<double>(c.repacked_bytes) / 1e6);
   if (o.parallel > 1) {
     std::printf(
         "  generate %d x %d sequences: %8.1f tokens/s in all (one pass per %d tokens: %.0f%% of the %.1f "

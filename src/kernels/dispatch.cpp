@@ -112,6 +112,22 @@ const std::vector<KernelVariant<Q8_0x8GemmFn>>& q8_0x8_q8a_gemm_variants() {
   return v;
 }
 
+// The AMX tile product (quant/amx.cpp) and its oracle; the packs run once per matrix at load and
+// are portable.
+const std::vector<KernelVariant<Q8_0x16GemmFn>>& q8_0x16_q8a_gemm_variants() {
+  static const std::vector<KernelVariant<Q8_0x16GemmFn>> v = {CPUDL_VARIANT(amx, q8_0x16_q8a_gemm__amx),
+                                                              CPUDL_VARIANT(generic, q8_0x16_q8a_gemm__ref)};
+  return v;
+}
+const std::vector<KernelVariant<PackQ8_0x16Fn>>& pack_q8_0x16_variants() {
+  static const std::vector<KernelVariant<PackQ8_0x16Fn>> v = {CPUDL_VARIANT(generic, pack_q8_0x16__ref)};
+  return v;
+}
+const std::vector<KernelVariant<PackQ8_0x16Fn>>& pack_q4_0x16_variants() {
+  static const std::vector<KernelVariant<PackQ8_0x16Fn>> v = {CPUDL_VARIANT(generic, pack_q4_0x16__ref)};
+  return v;
+}
+
 #define CPUDL_AVX2_VARIANTS(kernel, Fn)                                                      \
   const std::vector<KernelVariant<Fn>>& kernel##_variants() {                                \
     static const std::vector<KernelVariant<Fn>> v = {CPUDL_VARIANT(avx2, kernel##__avx2),    \

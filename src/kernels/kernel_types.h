@@ -147,6 +147,23 @@ using Q4_0x8GemmFn = void (*)(const Q4_0x8Block* panel, std::size_t k, const voi
 using Q8_0x8GemmFn = void (*)(const Q8_0x8Block* panel, std::size_t k, const void* x, std::size_t x_row_bytes,
                               std::size_t tokens, float* y, std::size_t ldy, int rows);
 
+// Sixteen Q8_0 or Q4_0 rows (Q4_0's nibbles minus 8) as AMX's TDPBSSD reads its B tile: per
+// block of 32 values, the rows' scales and 8 tile rows of 64 bytes, tile row j holding values
+// 4j..4j+3 of each of the 16 rows (q[j][r * 4 + c]). Signed bytes against the signed activation
+// bytes: no bias. One block is one TDPBSSD of K = 32: the blocks' scales differ, so each
+// block's int32 sums are scaled into the float accumulators before the next.
+struct Q8_0x16Block {
+  float d[16];
+  std::int8_t q[8][64];
+};
+// `rows` (<= 16) Q8_0 (or Q4_0) rows of k values into k / 32 blocks; missing rows are zeros.
+using PackQ8_0x16Fn = void (*)(const void* w, std::size_t w_row_bytes, int rows, std::size_t k,
+                               Q8_0x16Block* panel);
+// As Q8_0x8GemmFn, for rows <= 16.
+using Q8_0x16GemmFn = void (*)(const Q8_0x16Block* panel, std::size_t k, const void* x,
+                               std::size_t x_row_bytes, std::size_t tokens, float* y, std::size_t ldy,
+                               int rows);
+
 // Matrix products with LLM weights in GGUF block formats (kernels/quant/ggml_blocks.h):
 //   y[t * ldy + r] = sum_k W[r][k] * x[t][k]   for r < rows, t < tokens,
 // W rows w_row_bytes apart in the kernel's weight type, x rows x_row_bytes apart in its activation

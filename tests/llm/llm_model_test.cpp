@@ -12,6 +12,7 @@
 #include "cpudl/error.h"
 #include "cpudl/io.h"
 #include "cpudl/llm.h"
+#include "kernels/dispatch.h"
 #include "llm/gguf/gguf.h"
 
 namespace cpudl::llm {
@@ -262,7 +263,7 @@ TEST(WeightMatmul, MixedFormatsInOneCallMatchSeparateCalls) {
     const std::size_t rb = row_bytes(t, cols);
     auto& d = data.emplace_back(rows * rb);
     for (std::size_t r = 0; r < rows; ++r) quantize_row(t, w.data() + r * cols, d.data() + r * rb, cols);
-    matrices.push_back({"m", t, d.data(), rows, cols, rb});
+    matrices.push_back({"m", t, d.data(), rows, cols, rb, nullptr});
   }
   for (std::size_t tokens : {1, 3}) {
     std::vector<std::vector<float>> together(4, std::vector<float>(tokens * rows)), apart = together;
@@ -294,7 +295,7 @@ TEST(WeightMatmul, PromptAcrossTokenChunksMatchesTheDoubleProduct) {
       quantize_row(type, w.data() + r * cols, data.data() + r * rb, cols);
       dequantize_row(type, data.data() + r * rb, stored.data() + r * cols, cols);
     }
-    const WeightMatrix m{"m", type, data.data(), rows, cols, rb};
+    const WeightMatrix m{"m", type, data.data(), rows, cols, rb, nullptr};
     std::vector<float> y(tokens * rows, -1.0f);
     MatmulScratch scratch;
     weight_matmul(m, x.data(), tokens, cols, y.data(), rows, scratch, 2);
@@ -307,6 +308,44 @@ TEST(WeightMatmul, PromptAcrossTokenChunksMatchesTheDoubleProduct) {
         }
         ASSERT_NEAR(y[t * rows + r], want, 1e-5 * scale) << "token " << t << " row " << r;
       }
+  }
+}
+
+// On AMX, Q8_0 and Q4_0 matrices repacked at load (repack_for_prompts) take the tile product:
+// prompts and few-token batches, row ranges split by the threads inside 16-row groups, give what
+// the mapped rows give through the VNNI/AVX2 panels, within float rounding.
+TEST(WeightMatmul, AmxRepackedRowsMatchTheMappedRows) {
+  const std::size_t cols = 256, rows = 41;
+  std::vector<float> w(rows * cols), x(37 * cols);
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>((i * 7919) % 1999) / 999.0f - 1.0f;
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 104729) % 997) / 498.0f - 1.0f;
+  for (const GgmlType type : {GgmlType::q8_0, GgmlType::q4_0}) {
+    const std::size_t rb = row_bytes(type, cols);
+    std::vector<std::uint8_t> data(rows * rb);
+    for (std::size_t r = 0; r < rows; ++r)
+      quantize_row(type, w.data() + r * cols, data.data() + r * rb, cols);
+    const WeightMatrix mapped{"m", type, data.data(), rows, cols, rb, nullptr};
+    WeightMatrix repacked = mapped;
+    const std::uint64_t bytes = repack_for_prompts(repacked, 2);
+    if (kernels::kernel_table().q8_0x16_q8a_gemm.level < IsaLevel::amx) {
+      std::printf("note: skipped: no AMX here (nothing is repacked)\n");
+      EXPECT_EQ(bytes, 0u);
+      EXPECT_FALSE(repacked.tile_panels);
+      return;
+    }
+    EXPECT_EQ(bytes, (rows + 15) / 16 * (cols / 32) * sizeof(kernels::Q8_0x16Block));
+    for (const std::size_t tokens : {37, 3}) {
+      for (const int threads : {1, 2, 3}) {
+        std::vector<float> a(tokens * rows), b(tokens * rows);
+        MatmulScratch s1, s2;
+        weight_matmul(mapped, x.data(), tokens, cols, a.data(), rows, s1, threads);
+        weight_matmul(repacked, x.data(), tokens, cols, b.data(), rows, s2, threads);
+        for (std::size_t i = 0; i < a.size(); ++i)
+          ASSERT_NEAR(b[i], a[i], 1e-4 * (1.0 + std::fabs(a[i])))
+              << (type == GgmlType::q8_0 ? "Q8_0" : "Q4_0") << " tokens " << tokens << " threads " << threads
+              << " element " << i;
+      }
+    }
   }
 }
 

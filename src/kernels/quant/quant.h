@@ -51,6 +51,14 @@ void q8_0x8_q8a_gemm__ref(const Q8_0x8Block* panel, std::size_t k, const void* x
 void q8_0x8_q8a_gemm__avx512_vnni(const Q8_0x8Block* panel, std::size_t k, const void* x,
                                   std::size_t x_row_bytes, std::size_t tokens, float* y, std::size_t ldy,
                                   int rows);
+// The AMX tile product (kernel_types.h's Q8_0x16Block) and its oracle; its packs are portable
+// (run once per matrix at load).
+void pack_q8_0x16__ref(const void* w, std::size_t w_row_bytes, int rows, std::size_t k, Q8_0x16Block* panel);
+void pack_q4_0x16__ref(const void* w, std::size_t w_row_bytes, int rows, std::size_t k, Q8_0x16Block* panel);
+void q8_0x16_q8a_gemm__ref(const Q8_0x16Block* panel, std::size_t k, const void* x, std::size_t x_row_bytes,
+                           std::size_t tokens, float* y, std::size_t ldy, int rows);
+void q8_0x16_q8a_gemm__amx(const Q8_0x16Block* panel, std::size_t k, const void* x, std::size_t x_row_bytes,
+                           std::size_t tokens, float* y, std::size_t ldy, int rows);
 CPUDL_DECLARE_KQUANT(ref)
 CPUDL_DECLARE_KQUANT(avx2)
 #undef CPUDL_DECLARE_QUANT

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/half.h"
 #include "kernels/quant/ggml_blocks.h"
@@ -93,15 +94,17 @@ namespace {
 // value(in, c) gives it for a stored block (rows past `rows`: value(nullptr, c)).
 template <class Block, class Panel, class Value>
 void pack_x8_ref(const void* w, std::size_t w_row_bytes, int rows, std::size_t k, Panel* panel, Value value) {
+  constexpr int kRows = sizeof(Panel::d) / sizeof(float);  // 8, or 16 for the AMX panel
+  using Byte = std::remove_reference_t<decltype(panel->q[0][0])>;
   for (std::size_t b = 0; b < k / 32; ++b) {
     Panel& out = panel[b];
-    for (int r = 0; r < 8; ++r) {
+    for (int r = 0; r < kRows; ++r) {
       const Block* in = r < rows ? reinterpret_cast<const Block*>(static_cast<const char*>(w) +
                                                                   static_cast<std::size_t>(r) * w_row_bytes) +
                                        b
                                  : nullptr;
       out.d[r] = in ? fp16_to_f32(in->d) : 0.0f;
-      for (int c = 0; c < 32; ++c) out.q[c / 4][r * 4 + c % 4] = static_cast<std::uint8_t>(value(in, c));
+      for (int c = 0; c < 32; ++c) out.q[c / 4][r * 4 + c % 4] = static_cast<Byte>(value(in, c));
     }
   }
 }
@@ -135,6 +138,23 @@ void pack_q4_0x8__ref(const void* w, std::size_t w_row_bytes, int rows, std::siz
 void q4_0x8_q8a_gemm__ref(const Q4_0x8Block* panel, std::size_t k, const void* x, std::size_t x_row_bytes,
                           std::size_t tokens, float* y, std::size_t ldy, int rows) {
   x8_gemm_ref<Q4_0x8Block, 8>(panel, k, x, x_row_bytes, tokens, y, ldy, rows);
+}
+
+// The AMX panel: signed values, no bias (Q4_0's nibbles minus 8).
+void pack_q8_0x16__ref(const void* w, std::size_t w_row_bytes, int rows, std::size_t k, Q8_0x16Block* panel) {
+  pack_x8_ref<BlockQ8_0>(w, w_row_bytes, rows, k, panel,
+                         [](const BlockQ8_0* in, int c) { return in ? in->qs[c] : 0; });
+}
+
+void pack_q4_0x16__ref(const void* w, std::size_t w_row_bytes, int rows, std::size_t k, Q8_0x16Block* panel) {
+  pack_x8_ref<BlockQ4_0>(w, w_row_bytes, rows, k, panel, [](const BlockQ4_0* in, int c) {
+    return !in ? 0 : (c < 16 ? (in->qs[c] & 0xF) : (in->qs[c - 16] >> 4)) - 8;
+  });
+}
+
+void q8_0x16_q8a_gemm__ref(const Q8_0x16Block* panel, std::size_t k, const void* x, std::size_t x_row_bytes,
+                           std::size_t tokens, float* y, std::size_t ldy, int rows) {
+  x8_gemm_ref<Q8_0x16Block, 0>(panel, k, x, x_row_bytes, tokens, y, ldy, rows);
 }
 
 // Q8_0: the signed bytes biased by 128.

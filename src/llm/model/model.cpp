@@ -4,8 +4,10 @@
 #include <algorithm>
 
 #include "cpudl/error.h"
+#include "cpudl/runtime.h"
 #include "llm/gguf/quantize.h"
 #include "llm/model/model_impl.h"
+#include "llm/model/weight_matmul.h"
 
 namespace cpudl::llm {
 
@@ -29,7 +31,7 @@ WeightMatrix matrix(const GgufFile& f, const std::string& name, std::size_t rows
   if (!is_compute_type(t.type))
     throw Error(f.name() + ": tensor '" + name + "' has type " + type_name(t.type) +
                 ", which cpudl cannot compute with (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K)");
-  return {name, t.type, t.data, rows, cols, row_bytes(t.type, cols)};
+  return {name, t.type, t.data, rows, cols, row_bytes(t.type, cols), nullptr};
 }
 
 std::vector<float> vector_of(const GgufFile& f, const std::string& name, std::size_t n) {
@@ -129,6 +131,11 @@ Model Model::load(const std::filesystem::path& path) {
     }
     impl->layers.push_back(std::move(w));
   }
+  // The layers' matrices in the AMX tile layout for prompts, where that is the prompt product
+  // (weight_matmul.h); the output matrix serves one token per step and stays as mapped.
+  for (LayerWeights& l : impl->layers)
+    for (WeightMatrix* w : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
+      c.repacked_bytes += repack_for_prompts(*w, compute_threads());
   c.weight_type = type_name(impl->layers.empty() ? impl->output.type : impl->layers[0].q.type);
   for (const GgufTensor& t : f.tensors()) {
     c.parameters += t.elements();

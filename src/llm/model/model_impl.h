@@ -2,11 +2,13 @@
 // every weight matrix in place in the mapping (norm vectors and biases, small, copied as floats).
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "cpudl/llm.h"
+#include "kernels/kernel_types.h"
 #include "llm/gguf/gguf.h"
 #include "llm/tokenizer/tokenizer.h"
 
@@ -18,6 +20,9 @@ struct WeightMatrix {
   GgmlType type = GgmlType::f32;
   const std::uint8_t* data = nullptr;
   std::size_t rows = 0, cols = 0, row_bytes = 0;
+  // On AMX CPUs, Q8_0 and Q4_0 matrices repacked at load for the prompt products: sixteen rows
+  // at a time, cols / 32 blocks per group (weight_matmul.h: repack_for_prompts). Null otherwise.
+  std::shared_ptr<const kernels::Q8_0x16Block[]> tile_panels = nullptr;
 };
 
 struct LayerWeights {
