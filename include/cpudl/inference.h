@@ -33,6 +33,10 @@ struct InferenceOptions {
   // on oneDNN's AMX or AVX512-BF16 kernels; activations between layers stay f32 (channels-last).
   // The session throws when the CPU has neither unit.
   bool bf16 = false;
+  // A model whose Conv/Gemm/MatMul weights are stored in bfloat16 (`cpudl quantize --mode bf16`)
+  // computes in bf16 as `bf16` does where the CPU has AMX or AVX512-BF16, without asking; off, or
+  // on other CPUs, it computes what the file says (f32 arithmetic on the rounded weights).
+  bool follow_bf16_weights = true;
 };
 
 struct ModelValue {

@@ -37,8 +37,8 @@ const TargetType kTargets[] = {{"f32", GgmlType::f32, 0},    {"f16", GgmlType::f
 int run_quantize(QuantizeOptions& o) {
   if (ends_with(o.input, ".onnx")) {
     if (!o.type.empty())
-      throw UsageError("--type is for GGUF models; ONNX models take --mode dynamic|static");
-    if (o.onnx.mode.empty()) throw UsageError(o.input + ": give --mode dynamic|static");
+      throw UsageError("--type is for GGUF models; ONNX models take --mode dynamic|static|bf16");
+    if (o.onnx.mode.empty()) throw UsageError(o.input + ": give --mode dynamic|static|bf16");
     o.onnx.input = o.input;
     o.onnx.output = o.output;
     return run_quantize_onnx(o.onnx);
@@ -115,18 +115,19 @@ int run_quantize(QuantizeOptions& o) {
 
 void add_quantize_command(CLI::App& app, Action& action) {
   auto o = std::make_shared<QuantizeOptions>();
-  CLI::App* q =
-      app.add_subcommand("quantize",
-                         "Quantise a model: GGUF weights to q8_0, q4_0, q4_k, q6_k, f16, bf16, f32; "
-                         "ONNX models to dynamic int8 (MatMul/Gemm) or static int8 (QDQ Conv/Gemm/MatMul), "
-                         "with an accuracy report");
+  CLI::App* q = app.add_subcommand(
+      "quantize",
+      "Quantise a model: GGUF weights to q8_0, q4_0, q4_k, q6_k, f16, bf16, f32; "
+      "ONNX models to dynamic int8 (MatMul/Gemm), static int8 (QDQ Conv/Gemm/MatMul) or bf16, "
+      "with an accuracy report");
   q->add_option("input", o->input, "Input model (.gguf or .onnx); never modified")->required();
   q->add_option("output", o->output, "Output model (same format)")->required();
   q->add_option("--type", o->type, "GGUF: weight type of the output");
   q->add_option(
       "--mode", o->onnx.mode,
-      "ONNX: dynamic (int8 MatMul/Gemm, activations quantised per run) or static (QDQ Conv/Gemm/MatMul, "
-      "activations calibrated on --calib)");
+      "ONNX: dynamic (int8 MatMul/Gemm, activations quantised per run), static (QDQ Conv/Gemm/MatMul, "
+      "activations calibrated on --calib) or bf16 (Conv/Gemm/MatMul weights stored bfloat16; computed in "
+      "bf16 on AMX/AVX512-BF16)");
   q->add_option("--observer", o->onnx.observer, "ONNX static: minmax (default) or percentile");
   q->add_option("--percentile", o->onnx.percentile,
                 "ONNX static: the percentile observer's clip point (default 99.99)");

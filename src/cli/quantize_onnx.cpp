@@ -1,4 +1,4 @@
-// `cpudl quantize IN.onnx OUT.onnx --mode dynamic|static`: writes the int8 model
+// `cpudl quantize IN.onnx OUT.onnx --mode dynamic|static|bf16`: writes the int8 (or bf16) model
 // (infer/quantizer.h; static mode calibrates on --calib), then measures what it costs: both models
 // run on the calibration inputs (or, for dynamic mode without --calib, seeded random ones), and
 // the report gives top-1 agreement and the outputs' error, and top-1 accuracy of both when labels
@@ -13,6 +13,7 @@
 #include "cpudl/inference.h"
 #include "cpudl/io.h"
 #include "cpudl/runtime.h"
+#include "dense/onednn/dense.h"
 #include "infer/quantizer.h"
 
 namespace cpudl::cli {
@@ -75,11 +76,9 @@ struct Agreement {
 }  // namespace
 
 int run_quantize_onnx(const QuantizeOnnxOptions& o) {
-  if (o.mode != "dynamic" && o.mode != "static") {
-    if (o.mode == "bf16")
-      throw UsageError("--mode bf16 is not implemented yet for ONNX models (dynamic and static are)");
-    throw UsageError("--mode '" + o.mode + "': expected dynamic or static");
-  }
+  if (o.mode != "dynamic" && o.mode != "static" && o.mode != "bf16")
+    throw UsageError("--mode '" + o.mode + "': expected dynamic, static or bf16");
+  const std::string kind = o.mode == "bf16" ? "bf16" : "int8";
   if (!o.labels.empty() && o.calib.empty() && o.eval.empty())
     throw UsageError("--labels needs the inputs they label: give --eval (or --calib)");
   if (o.mode == "static" && o.calib.empty())
@@ -117,6 +116,8 @@ int run_quantize_onnx(const QuantizeOnnxOptions& o) {
   infer::QuantizeResult r;
   if (o.mode == "dynamic") {
     r = infer::quantize_onnx_dynamic(o.input, o.output, options);
+  } else if (o.mode == "bf16") {
+    r = infer::quantize_onnx_bf16(o.input, o.output, options);
   } else {
     std::vector<Tensor> calibration;
     for (const auto& [name, t] : calib) calibration.push_back(t);
@@ -205,7 +206,7 @@ int run_quantize_onnx(const QuantizeOnnxOptions& o) {
     if (a.classes) j["top1_agreement"] = static_cast<double>(a.agree) / static_cast<double>(a.samples);
     if (labels.defined()) {
       j["fp32_accuracy"] = static_cast<double>(a.correct_float) / static_cast<double>(a.samples);
-      j["int8_accuracy"] = static_cast<double>(a.correct_int8) / static_cast<double>(a.samples);
+      j[kind + "_accuracy"] = static_cast<double>(a.correct_int8) / static_cast<double>(a.samples);
     }
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
@@ -214,10 +215,10 @@ int run_quantize_onnx(const QuantizeOnnxOptions& o) {
   for (const auto& l : r.layers) {
     const std::string kn = std::to_string(l.k) + " x " + std::to_string(l.n);
     std::printf("%-32s %-7s %-14s %-13.5f %s\n", l.node.c_str(), l.op.c_str(), kn.c_str(), l.weight_error,
-                l.quantized ? "int8" : "float");
+                l.quantized ? kind.c_str() : "float");
   }
-  std::printf("%s -> %s: %zd of %zu layers int8, %.2f MB -> %.2f MB\n", o.input.c_str(), o.output.c_str(),
-              static_cast<std::ptrdiff_t>(quantized_layers), r.layers.size(),
+  std::printf("%s -> %s: %zd of %zu layers %s, %.2f MB -> %.2f MB\n", o.input.c_str(), o.output.c_str(),
+              static_cast<std::ptrdiff_t>(quantized_layers), r.layers.size(), kind.c_str(),
               static_cast<double>(r.bytes_in) / 1e6, static_cast<double>(r.bytes_out) / 1e6);
   if (r.folded_batch_norms > 0)
     std::printf("%d BatchNormalization node(s) folded into the Conv before them, then quantised\n",
@@ -225,6 +226,10 @@ int run_quantize_onnx(const QuantizeOnnxOptions& o) {
   if (!r.activations.empty())
     std::printf("%zu activations calibrated (%s observer) on %lld samples\n", r.activations.size(),
                 o.observer.c_str(), static_cast<long long>(a.samples));
+  if (o.mode == "bf16")
+    std::printf("%s\n", onednn::bf16_compute_available()
+                            ? "the bf16 model computes in bf16 here (AMX or AVX512-BF16), as cpudl run will"
+                            : "no bf16 units here: the bf16 model computes in f32 on its rounded weights");
   std::printf("on %lld samples of %s:\n", static_cast<long long>(a.samples), source.c_str());
   if (a.classes)
     std::printf("  top-1 agreement with the float model: %.2f%%\n",
@@ -234,7 +239,7 @@ int run_quantize_onnx(const QuantizeOnnxOptions& o) {
   if (labels.defined()) {
     const double f = 100.0 * static_cast<double>(a.correct_float) / static_cast<double>(a.samples);
     const double q = 100.0 * static_cast<double>(a.correct_int8) / static_cast<double>(a.samples);
-    std::printf("  top-1 accuracy: float %.2f%%, int8 %.2f%% (%+.2f points)\n", f, q, q - f);
+    std::printf("  top-1 accuracy: float %.2f%%, %s %.2f%% (%+.2f points)\n", f, kind.c_str(), q, q - f);
   }
   return 0;
 }

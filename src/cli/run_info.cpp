@@ -15,12 +15,24 @@
 namespace cpudl::cli {
 namespace {
 
-// --precision of run and info (InferenceOptions::bf16).
+// --precision of run and info (InferenceOptions::bf16 and follow_bf16_weights).
 void add_precision_option(CLI::App* app, std::string& precision) {
-  app->add_option("--precision", precision,
-                  "fp32 (default) or bf16: convolutions and matrix products in bf16 (f32 sums and outputs) "
-                  "on AMX or AVX512-BF16; an error on CPUs with neither")
-      ->check(CLI::IsMember({"fp32", "bf16"}));
+  app->add_option(
+         "--precision", precision,
+         "auto (default: bf16 for a model whose weights are stored bf16, on a CPU with AMX or "
+         "AVX512-BF16; else fp32), fp32, or bf16: convolutions and matrix products in bf16 (f32 sums "
+         "and outputs); bf16 is an error on CPUs with neither unit")
+      ->check(CLI::IsMember({"auto", "fp32", "bf16"}));
+}
+
+void apply_precision(const std::string& precision, InferenceOptions& options) {
+  options.bf16 = precision == "bf16";
+  options.follow_bf16_weights = precision == "auto";
+}
+
+// The precision a session computes in ("bf16" when its products were tagged bf16).
+std::string effective_precision(const ModelInfo& info) {
+  return info.rewrite_counts.count("bf16") ? "bf16" : "fp32";
 }
 
 // --int8-conv of run and info (InferenceOptions::int8_convolutions).
@@ -38,7 +50,7 @@ struct RunOptions {
   std::string governor;  // --governor; empty: CPUDL_GOVERNOR or on
   std::string bind = "none";
   std::int64_t batch = 0;
-  std::string precision = "fp32";
+  std::string precision = "auto";
   std::string int8_conv = "on";
   bool json = false;
 };
@@ -89,7 +101,7 @@ int run_model(const RunOptions& o) {
   }
   InferenceOptions options;
   options.int8_convolutions = o.int8_conv == "on";
-  options.bf16 = o.precision == "bf16";
+  apply_precision(o.precision, options);
   InferenceSession session(o.model, options);
   const auto& declared = session.inputs();
   std::vector<Tensor> inputs;
@@ -142,13 +154,14 @@ int run_model(const RunOptions& o) {
               {"p90_ms", p90},
               {"batch", batch},
               {"threads", compute_threads()},
-              {"precision", o.precision},
+              {"precision", effective_precision(info)},
               {"iterations", o.bench},
               {"gflops", info.flops / (median * 1e-3) / 1e9}};
     if (!o.json)
       std::printf("%s: batch %lld, %d threads, %s: median %.3f ms, p90 %.3f ms over %d runs (%.1f GFLOP/s)\n",
-                  o.model.c_str(), static_cast<long long>(batch), compute_threads(), o.precision.c_str(),
-                  median, p90, o.bench, info.flops / (median * 1e-3) / 1e9);
+                  o.model.c_str(), static_cast<long long>(batch), compute_threads(),
+                  effective_precision(info).c_str(), median, p90, o.bench,
+                  info.flops / (median * 1e-3) / 1e9);
   }
   for (std::size_t i = 0; i < o.outputs.size(); ++i) io::save_npy(o.outputs[i], results[i]);
   if (o.json) {
@@ -183,7 +196,7 @@ int run_model(const RunOptions& o) {
 struct InfoOptions {
   std::string model;
   std::int64_t batch = 1;
-  std::string precision = "fp32";
+  std::string precision = "auto";
   std::string int8_conv = "on";
   bool json = false;
 };
@@ -191,7 +204,7 @@ struct InfoOptions {
 int run_info(const InfoOptions& o) {
   InferenceOptions options;
   options.int8_convolutions = o.int8_conv == "on";
-  options.bf16 = o.precision == "bf16";
+  apply_precision(o.precision, options);
   InferenceSession session(o.model, options);
   std::vector<Shape> shapes;
   for (const auto& v : session.inputs()) shapes.push_back(concrete_shape(v, o.batch));

@@ -77,6 +77,8 @@ class Loader {
         return DType::i8;
       case onnx::TensorProto::UINT8:
         return DType::u8;
+      case onnx::TensorProto::BFLOAT16:
+        return DType::bf16;
       default:
         *ok = false;
         return DType::f32;
@@ -95,7 +97,7 @@ class Loader {
     const std::string name = what + " '" + t.name() + "'";
     if (!ok)
       fail(name + ": element type " + type_name(t.data_type()) +
-           " is not supported (FLOAT, INT64, INT32, INT8, UINT8, BOOL are)");
+           " is not supported (FLOAT, BFLOAT16, INT64, INT32, INT8, UINT8, BOOL are)");
     std::int64_t n = 1;
     for (std::int64_t d : t.dims()) {
       if (d < 0) fail(name + ": negative dimension " + std::to_string(d));
@@ -124,11 +126,13 @@ class Loader {
       if (static_cast<std::size_t>(t.int64_data_size()) * 8 != bytes) size_error(t.int64_data_size() * 8ull);
       out.bytes.resize(bytes);
       if (bytes) std::memcpy(out.bytes.data(), t.int64_data().data(), bytes);
-    } else {  // INT32, INT8, UINT8 and BOOL travel in int32_data, one element per entry
+    } else {  // INT32, INT8, UINT8, BOOL and BFLOAT16 (its bits) travel in int32_data, one per entry
       if (t.int32_data_size() != n) size_error(t.int32_data_size() * dtype_size(out.dtype));
       out.bytes.resize(bytes);
       for (std::int64_t i = 0; i < n; ++i) {
-        if (out.dtype == DType::i32)
+        if (out.dtype == DType::bf16)
+          out.data<std::uint16_t>()[i] = static_cast<std::uint16_t>(t.int32_data(static_cast<int>(i)));
+        else if (out.dtype == DType::i32)
           out.data<std::int32_t>()[i] = t.int32_data(static_cast<int>(i));
         else if (out.dtype == DType::u8)
           out.data<std::uint8_t>()[i] = static_cast<std::uint8_t>(t.int32_data(static_cast<int>(i)));

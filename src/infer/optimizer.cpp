@@ -550,6 +550,20 @@ void keep_activations_in_int8(Graph& g, std::map<std::string, ValueDesc>& descs,
                    "the int8 convolutions that read them");
 }
 
+bool weights_stored_bf16(const Graph& g) {
+  std::set<std::string> casts;  // outputs of Cast(BFLOAT16 constant, to = FLOAT)
+  for (const Node& n : g.nodes) {
+    if (n.op != "Cast" || n.inputs.size() != 1 || n.outputs.size() != 1 || n.get_int("to", 0) != 1) continue;
+    const HostTensor* c = constant_of(g, n.inputs[0]);
+    if (c && c->dtype == DType::bf16) casts.insert(n.outputs[0]);
+  }
+  for (const Node& n : g.nodes)
+    if ((n.op == "Conv" || n.op == "Gemm" || n.op == "MatMul") && n.inputs.size() > 1 &&
+        casts.count(n.inputs[1]))
+      return true;
+  return false;
+}
+
 void request_bf16(Graph& g, OptimizerReport& report) {
   int convs = 0, products = 0;
   for (Node& n : g.nodes) {

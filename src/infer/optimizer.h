@@ -43,6 +43,9 @@ void keep_activations_in_int8(Graph& graph, std::map<std::string, ValueDesc>& de
 // then compute in bf16, and assign_layouts keeps the convolutional region channels-last (what the
 // bf16 convolutions read and write) instead of blocked.
 void request_bf16(Graph& graph, OptimizerReport& report);
+// Whether some Conv, Gemm or MatMul reads its weights through a Cast to FLOAT of a BFLOAT16
+// constant (`cpudl quantize --mode bf16`): on the graph as loaded, before constants fold.
+bool weights_stored_bf16(const Graph& graph);
 void fuse_with_shapes(Graph& graph, const std::map<std::string, ValueDesc>& descs, OptimizerReport& report);
 // One layout for the convolutional part of the graph: Conv (and the pools and elementwise ops
 // that follow it) keep 4-D activations in oneDNN's blocked nChw8c/nChw16c, what its direct

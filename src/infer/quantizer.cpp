@@ -17,6 +17,7 @@
 #include "cpudl/io.h"
 #include "infer/onnx_loader.h"
 #include "infer/optimizer.h"
+#include "kernels/half.h"
 #include "kernels/int8/int8.h"
 
 namespace cpudl::infer {
@@ -413,6 +414,67 @@ int fold_batch_norms_before_quantizing(Editable& e, std::vector<onnx::TensorProt
     if (!folded.count(i)) *kept.Add() = g.node(i);
   g.mutable_node()->Swap(&kept);
   return static_cast<int>(folded.size());
+}
+
+QuantizeResult quantize_onnx_bf16(const std::filesystem::path& input, const std::filesystem::path& output,
+                                  const QuantizeOptions& options) {
+  Editable e = open_for_edit(input, output);
+  onnx::GraphProto& g = *e.model.mutable_graph();
+  QuantizeResult result;
+  result.bytes_in = e.model.ByteSizeLong();
+  Names names(g);
+  std::vector<onnx::NodeProto> nodes;
+  std::vector<onnx::TensorProto> initializers;
+  std::map<std::string, std::string> converted;  // float weight -> its Cast's output
+  for (const onnx::NodeProto& node : g.node()) {
+    if (node.op_type() != "Conv" && node.op_type() != "Gemm" && node.op_type() != "MatMul") {
+      nodes.push_back(node);
+      continue;
+    }
+    Candidate c = examine(e, node);
+    // Any float weight goes (bf16 has no K limit or Gemm restriction): only a non-constant one
+    // stays.
+    if (c.w && c.w->dtype == DType::f32) c.layer.reason.clear();
+    onnx::NodeProto rewritten = node;
+    if (c.layer.reason.empty() && e.constant(node.input(0))) c.layer.reason = "its input is a constant";
+    if (c.layer.reason.empty()) {
+      const std::string& w_name = node.input(1);
+      if (!converted.count(w_name)) {
+        const auto n = static_cast<std::size_t>(c.w->numel());
+        std::vector<std::uint16_t> bits(n);
+        double err = 0, norm = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+          const float v = c.w->data<float>()[i];
+          bits[i] = f32_to_bf16(v);
+          const double d = static_cast<double>(bf16_to_f32(bits[i])) - v;
+          err += d * d;
+          norm += static_cast<double>(v) * v;
+        }
+        c.layer.weight_error = norm > 0 ? std::sqrt(err / norm) : 0.0;
+        const std::string stored = names.fresh(w_name + "_bf16"), as_float = names.fresh(w_name + "_float");
+        initializers.push_back(
+            make_tensor(stored, onnx::TensorProto::BFLOAT16, c.w->shape, bits.data(), n * 2));
+        onnx::NodeProto cast = make_node("Cast", names.fresh(w_name + "_Cast"), {stored}, {as_float});
+        set_int_attribute(cast, "to", onnx::TensorProto::FLOAT);
+        nodes.push_back(cast);
+        converted[w_name] = as_float;
+      }
+      if (c.layer.weight_error > options.max_weight_error)
+        c.layer.reason = format_error(c.layer.weight_error, options.max_weight_error);
+      else
+        rewritten.set_input(1, converted[w_name]);
+    }
+    c.layer.quantized = c.layer.reason.empty();
+    result.layers.push_back(c.layer);
+    nodes.push_back(rewritten);
+  }
+  require_some_quantized(result, input, "bf16 mode stores the weights of Conv, Gemm and MatMul");
+  result.bytes_out =
+      write_edited(e, nodes, initializers,
+                   "bf16: the weights of Conv, Gemm and MatMul stored in bfloat16 (rounded to nearest "
+                   "even) behind a Cast to float",
+                   output);
+  return result;
 }
 
 QuantizeResult quantize_onnx_static(const std::filesystem::path& input, const std::filesystem::path& output,

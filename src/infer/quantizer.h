@@ -59,6 +59,12 @@ struct QuantizeResult {
 // be quantised; static mode also when the calibration batches do not fit.
 QuantizeResult quantize_onnx_dynamic(const std::filesystem::path& input, const std::filesystem::path& output,
                                      const QuantizeOptions& options = {});
+// bf16 mode: each Conv, Gemm and MatMul weight stored as a BFLOAT16 initializer (half the bytes)
+// behind a Cast to FLOAT; weight_error is bf16's rounding (relative RMS). cpudl runs such a file
+// in bf16 on AMX/AVX512-BF16 CPUs (InferenceOptions::follow_bf16_weights), elsewhere as the file
+// says: f32 arithmetic on the rounded weights.
+QuantizeResult quantize_onnx_bf16(const std::filesystem::path& input, const std::filesystem::path& output,
+                                  const QuantizeOptions& options = {});
 QuantizeResult quantize_onnx_static(const std::filesystem::path& input, const std::filesystem::path& output,
                                     const std::vector<Tensor>& calibration,
                                     const QuantizeOptions& options = {});

@@ -102,8 +102,10 @@ InferenceSession::InferenceSession(const std::filesystem::path& model, Inference
   impl_->threads = options.threads;
   impl_->profiling = options.profile || op_profiling_enabled();
   if (options.bf16) onednn::require_bf16_compute();
+  const bool bf16 = options.bf16 || (options.follow_bf16_weights && onednn::bf16_compute_available() &&
+                                     infer::weights_stored_bf16(impl_->loaded));
   if (options.optimize) infer::optimize_graph(impl_->graph, impl_->report, {options.int8_convolutions});
-  if (options.bf16) infer::request_bf16(impl_->graph, impl_->report);
+  if (bf16) infer::request_bf16(impl_->graph, impl_->report);
   for (const auto& v : impl_->loaded.inputs) impl_->inputs.push_back(ModelValue{v.name, v.dtype, v.shape});
   for (const auto& v : impl_->loaded.outputs) impl_->outputs.push_back(ModelValue{v.name, v.dtype, v.shape});
 }

@@ -275,12 +275,11 @@ TEST_F(QuantizeCli, DynamicMlpRunsFusedAndUnfusedCloseToPyTorch) {
 TEST_F(QuantizeCli, BadInputsAreNamedAndLeaveNothingBehind) {
   const std::string mlp = (kOnnx / "mlp_opset13.onnx").string();
   // Usage errors: exit 2.
-  EXPECT_EQ(run("quantize " + mlp + " " + path("o.onnx") + " --mode fancy").exit_code, 2);
+  cpudl::testing::CliResult r = run("quantize " + mlp + " " + path("o.onnx") + " --mode fancy");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("expected dynamic, static or bf16"), std::string::npos) << r.err;
   EXPECT_EQ(run("quantize " + mlp + " " + path("o.onnx")).exit_code, 2);
   EXPECT_EQ(run("quantize " + mlp + " " + path("o.onnx") + " --mode dynamic --type q8_0").exit_code, 2);
-  cpudl::testing::CliResult r = run("quantize " + mlp + " " + path("o.onnx") + " --mode bf16");
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("not implemented yet"), std::string::npos) << r.err;
   fs::create_directories(path("empty"));
   r = run("quantize " + mlp + " " + path("o.onnx") + " --mode dynamic --calib " + path("empty"));
   EXPECT_EQ(r.exit_code, 2);
@@ -435,6 +434,64 @@ TEST_F(QuantizeCli, StaticWritesQdqCalibratedOnTheInputs) {
                 .exit_code,
             2);
   EXPECT_FALSE(fs::exists(path("t.onnx")));
+}
+
+TEST_F(QuantizeCli, Bf16StoresHalfTheWeightBytesAndComputesInBf16WhereTheCpuCan) {
+  const fs::path in = kOnnx / "resnet18_opset13.onnx";
+  const infer::QuantizeResult r = infer::quantize_onnx_bf16(in, path("b.onnx"));
+  EXPECT_LT(r.bytes_out, r.bytes_in * 55 / 100);
+  ASSERT_EQ(r.layers.size(), 21u);  // 20 Conv and the Gemm
+  for (const auto& l : r.layers) {
+    EXPECT_TRUE(l.quantized) << l.node << ": " << l.reason;
+    EXPECT_GT(l.weight_error, 0.0);
+    EXPECT_LT(l.weight_error, 4e-3);  // bf16 keeps 8 bits of mantissa: about 2^-9 relative
+  }
+  // A standard file: the weights are BFLOAT16 initializers behind Casts to FLOAT.
+  onnx::ModelProto m;
+  ASSERT_TRUE(m.ParseFromString(io::read_file(path("b.onnx"))));
+  int bf16 = 0;
+  for (const auto& t : m.graph().initializer()) {
+    bf16 += t.data_type() == onnx::TensorProto::BFLOAT16;
+    EXPECT_FALSE(t.data_type() == onnx::TensorProto::FLOAT && t.dims_size() >= 2)
+        << "float weights left: " << t.name();
+  }
+  EXPECT_EQ(bf16, 21);
+  EXPECT_EQ(op_counts(path("b.onnx"))["Cast"], 21);
+  // Run: in bf16 where the CPU has the units (without asking), else f32 on the rounded weights;
+  // either way PyTorch's model within bf16's error, and --precision fp32 (follow_bf16_weights off)
+  // computes in f32.
+  const Tensor x = io::load_npy(kOnnx / "resnet18_opset13.input.npy");
+  const Tensor golden = io::load_npy(kOnnx / "resnet18_opset13.output.npy");
+  InferenceSession session(path("b.onnx"));
+  const Tensor y = session.run({x})[0];
+  double err = 0, scale = 0;
+  for (std::int64_t i = 0; i < y.numel(); ++i) {
+    err = std::max(err, std::fabs(static_cast<double>(y.data()[i]) - golden.data()[i]));
+    scale = std::max(scale, static_cast<double>(std::fabs(golden.data()[i])));
+  }
+  EXPECT_LT(err, 3e-2 * scale);
+  EXPECT_GT(err, 0.0);
+  const bool units = runtime().isa.active >= IsaLevel::avx512_bf16;
+  const ModelInfo info = session.info({x.shape()});
+  EXPECT_EQ(info.rewrite_counts.count("bf16"), units ? 1u : 0u);
+  if (units) {
+    for (const auto& impl : info.implementations)
+      if (impl.op == "Conv") {
+        EXPECT_NE(impl.implementation.find("bf16"), std::string::npos) << impl.node;
+      }
+  }
+  InferenceOptions fp32;
+  fp32.follow_bf16_weights = false;
+  EXPECT_EQ(InferenceSession(path("b.onnx"), fp32).info({x.shape()}).rewrite_counts.count("bf16"), 0u);
+  // The CLI: the report, and the same refusals as the other modes.
+  const cpudl::testing::CliResult cli =
+      run("quantize " + in.string() + " " + path("c.onnx") + " --mode bf16 --json --calib " +
+          (kOnnx / "resnet18_opset13.input.npy").string());
+  ASSERT_EQ(cli.exit_code, 0) << cli.err;
+  const auto report = nlohmann::json::parse(cli.out);
+  EXPECT_EQ(report["mode"], "bf16");
+  EXPECT_EQ(report["top1_agreement"], 1.0);
+  EXPECT_EQ(run("quantize " + in.string() + " " + in.string() + " --mode bf16").exit_code, 2);
 }
 
 TEST(Calibration, PercentileClipsAnOutlierThatMinMaxKeeps) {

@@ -7,6 +7,7 @@
 
 #include "infer/op_registry.h"
 #include "kernels/dispatch.h"
+#include "kernels/half.h"
 #include "runtime/parallel.h"
 
 namespace cpudl::infer {
@@ -309,8 +310,7 @@ Kernel build_cast(OpSetup& s) {
       s.fail("cast to ONNX type " + std::to_string(to) +
              " is not supported (FLOAT, UINT8, INT8, INT32, INT64, BOOL are)");
   }
-  const DType from = s.inputs[0].dtype;
-  if (from == DType::bf16) s.fail("cast from bf16 is not supported");
+  const DType from = s.inputs[0].dtype;  // bf16 too: weights `cpudl quantize --mode bf16` stores
   const bool to_bool = to == 9;
   s.set_output(0, t, s.shape(0));
   return [from, t, to_bool](std::span<const TensorView> in, std::span<const TensorView> out) {
@@ -325,6 +325,8 @@ Kernel build_cast(OpSetup& s) {
           return static_cast<const std::int32_t*>(in[0].data)[i];
         case DType::u8:
           return static_cast<const std::uint8_t*>(in[0].data)[i];
+        case DType::bf16:
+          return bf16_to_f32(static_cast<const std::uint16_t*>(in[0].data)[i]);
         default:
           return static_cast<const std::int8_t*>(in[0].data)[i];
       }

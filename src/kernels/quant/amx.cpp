@@ -45,8 +45,8 @@ void configure(int tokens) {
 // Adds block b's int32 sums (a 16 x 16 tile stored at `sums`), scaled by the two block scales,
 // into the float accumulators of `count` tokens.
 template <int kMax>
-inline void scale_into(__m512 (&acc)[kMax], const std::int32_t (*sums)[16], const float* dw_row, const char* a,
-                       std::size_t x_row_bytes, int count) {
+inline void scale_into(__m512 (&acc)[kMax], const std::int32_t (*sums)[16], const float* dw_row,
+                       const char* a, std::size_t x_row_bytes, int count) {
   const __m512 dw = _mm512_loadu_ps(dw_row);
   for (int m = 0; m < count; ++m) {
     const float da = reinterpret_cast<const BlockQ8A*>(a + static_cast<std::size_t>(m) * x_row_bytes)->d;
