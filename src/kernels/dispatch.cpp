@@ -119,6 +119,13 @@ const std::vector<KernelVariant<Q8_0x16GemmFn>>& q8_0x16_q8a_gemm_variants() {
                                                               CPUDL_VARIANT(generic, q8_0x16_q8a_gemm__ref)};
   return v;
 }
+// Generation over the same panels: VPDPBUSD on 512-bit rows of the panel (quant/avx512_vnni.cpp).
+const std::vector<KernelVariant<Q8_0x16GemvFn>>& q8_0x16_q8a_gemv_variants() {
+  static const std::vector<KernelVariant<Q8_0x16GemvFn>> v = {
+      CPUDL_VARIANT(avx512_vnni, q8_0x16_q8a_gemv__avx512_vnni),
+      CPUDL_VARIANT(generic, q8_0x16_q8a_gemv__ref)};
+  return v;
+}
 const std::vector<KernelVariant<PackQ8_0x16Fn>>& pack_q8_0x16_variants() {
   static const std::vector<KernelVariant<PackQ8_0x16Fn>> v = {CPUDL_VARIANT(generic, pack_q8_0x16__ref)};
   return v;

@@ -159,6 +159,10 @@ struct Q8_0x16Block {
 // `rows` (<= 16) Q8_0 (or Q4_0) rows of k values into k / 32 blocks; missing rows are zeros.
 using PackQ8_0x16Fn = void (*)(const void* w, std::size_t w_row_bytes, int rows, std::size_t k,
                                Q8_0x16Block* panel);
+// One token: y[r] = sum_k W[r][k] x[k] for r < rows, the panel holding (rows + 15) / 16 groups of
+// k / 32 blocks each, group after group; x one BlockQ8A row.
+using Q8_0x16GemvFn = void (*)(const Q8_0x16Block* panel, std::size_t k, const void* x, float* y,
+                               std::size_t rows);
 // As Q8_0x8GemmFn, for rows <= 16.
 using Q8_0x16GemmFn = void (*)(const Q8_0x16Block* panel, std::size_t k, const void* x,
                                std::size_t x_row_bytes, std::size_t tokens, float* y, std::size_t ldy,

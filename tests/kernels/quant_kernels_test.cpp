@@ -191,6 +191,39 @@ TEST(AmxPanel, Q8_0AndQ4_0TileProductsMatchTheDequantisedProduct) {
   check_panel<Q8_0x16Block>(GgmlType::q4_0, pack_q4_0x16_variants(), q8_0x16_q8a_gemm_variants());
 }
 
+// Generation over the tile panels: every gemv variant against the reference GEMM of one token, 1
+// to 5 row groups (the kernel's four-group streams and the single-group rest), partial last group.
+TEST(AmxPanel, Q8_0GemvMatchesTheReferenceProduct) {
+  const std::size_t k = 256;
+  for (const std::size_t rows : {16, 13, 64, 75}) {
+    const std::vector<float> w = gaussian(rows * k, 21);
+    const std::size_t w_row = llm::row_bytes(GgmlType::q8_0, k);
+    std::vector<std::uint8_t> wq(rows * w_row);
+    for (std::size_t r = 0; r < rows; ++r)
+      llm::quantize_row(GgmlType::q8_0, w.data() + r * k, wq.data() + r * w_row, k);
+    const std::size_t groups = (rows + 15) / 16;
+    std::vector<Q8_0x16Block> panel(groups * (k / 32));
+    for (std::size_t g = 0; g < groups; ++g)
+      pack_q8_0x16__ref(wq.data() + g * 16 * w_row, w_row,
+                        static_cast<int>(std::min<std::size_t>(16, rows - g * 16)), k,
+                        panel.data() + g * (k / 32));
+    const std::vector<float> x = gaussian(k, 22);
+    std::vector<BlockQ8A> xq(k / 32);
+    quantize_row_q8a__ref(x.data(), xq.data(), k);
+    std::vector<float> want(rows + 1, -1.0f);
+    q8_0x16_q8a_gemv__ref(panel.data(), k, xq.data(), want.data(), rows);
+    for (const auto& v : q8_0x16_q8a_gemv_variants()) {
+      if (v.level > kMachineLevel) continue;
+      SCOPED_TRACE(std::string(v.name) + ", rows " + std::to_string(rows));
+      std::vector<float> y(rows + 1, -1.0f);
+      v.fn(panel.data(), k, xq.data(), y.data(), rows);
+      for (std::size_t r = 0; r < rows; ++r)
+        ASSERT_NEAR(y[r], want[r], 1e-4 * (1.0 + std::fabs(want[r]))) << r;
+      EXPECT_EQ(y[rows], -1.0f) << "wrote past the rows";
+    }
+  }
+}
+
 TEST(QuantizeRow, Q8AVariantsAreBitExact) {
   for (std::size_t k : {32, 64, 4096}) {
     std::vector<float> x = gaussian(k, 5);

@@ -312,7 +312,8 @@ TEST(WeightMatmul, PromptAcrossTokenChunksMatchesTheDoubleProduct) {
 }
 
 // On AMX, Q8_0 and Q4_0 matrices repacked at load (repack_for_prompts) take the tile product:
-// prompts and few-token batches, row ranges split by the threads inside 16-row groups, give what
+// prompts, few-token batches and single tokens (Q8_0: the VNNI gemv over the panels), row ranges
+// split by the threads inside 16-row groups, give what
 // the mapped rows give through the VNNI/AVX2 panels, within float rounding.
 TEST(WeightMatmul, AmxRepackedRowsMatchTheMappedRows) {
   const std::size_t cols = 256, rows = 41;
@@ -334,7 +335,7 @@ TEST(WeightMatmul, AmxRepackedRowsMatchTheMappedRows) {
       return;
     }
     EXPECT_EQ(bytes, (rows + 15) / 16 * (cols / 32) * sizeof(kernels::Q8_0x16Block));
-    for (const std::size_t tokens : {37, 3}) {
+    for (const std::size_t tokens : {37, 3, 1}) {
       for (const int threads : {1, 2, 3}) {
         std::vector<float> a(tokens * rows), b(tokens * rows);
         MatmulScratch s1, s2;

@@ -157,6 +157,13 @@ void q8_0x16_q8a_gemm__ref(const Q8_0x16Block* panel, std::size_t k, const void*
   x8_gemm_ref<Q8_0x16Block, 0>(panel, k, x, x_row_bytes, tokens, y, ldy, rows);
 }
 
+void q8_0x16_q8a_gemv__ref(const Q8_0x16Block* panel, std::size_t k, const void* x, float* y,
+                           std::size_t rows) {
+  for (std::size_t g = 0; g * 16 < rows; ++g)
+    q8_0x16_q8a_gemm__ref(panel + g * (k / 32), k, x, 0, 1, y + g * 16, 16,
+                          static_cast<int>(std::min<std::size_t>(16, rows - g * 16)));
+}
+
 // Q8_0: the signed bytes biased by 128.
 void pack_q8_0x8__ref(const void* w, std::size_t w_row_bytes, int rows, std::size_t k, Q8_0x8Block* panel) {
   pack_x8_ref<BlockQ8_0>(w, w_row_bytes, rows, k, panel,

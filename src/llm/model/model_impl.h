@@ -20,8 +20,9 @@ struct WeightMatrix {
   GgmlType type = GgmlType::f32;
   const std::uint8_t* data = nullptr;
   std::size_t rows = 0, cols = 0, row_bytes = 0;
-  // On AMX CPUs, Q8_0 and Q4_0 matrices repacked at load for the prompt products: sixteen rows
-  // at a time, cols / 32 blocks per group (weight_matmul.h: repack_for_prompts). Null otherwise.
+  // On AMX CPUs, Q8_0 and Q4_0 matrices repacked at load for the prompt products (and Q8_0's
+  // generation): sixteen rows at a time, cols / 32 blocks per group (weight_matmul.h:
+  // repack_for_prompts). Null otherwise.
   std::shared_ptr<const kernels::Q8_0x16Block[]> tile_panels = nullptr;
 };
 

@@ -52,7 +52,8 @@ void weight_matmul(std::span<const MatmulTarget> targets, const float* x, std::s
 
 // On a CPU whose prompt product runs on AMX tiles, a Q8_0 or Q4_0 matrix gets its tile panels
 // (WeightMatrix::tile_panels), made once: 36 bytes per 32 values, about a Q8_0 matrix's size
-// again (twice a Q4_0 one's). Returns the bytes allocated (0: not this CPU or not this type).
+// again (twice a Q4_0 one's). Generation then reads a Q8_0 matrix's panels too (the VNNI gemv).
+// Returns the bytes allocated (0: not this CPU or not this type).
 std::uint64_t repack_for_prompts(WeightMatrix& w, int threads);
 
 // The activation format a weight type's kernel takes, and its kernel.
