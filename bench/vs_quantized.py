@@ -60,8 +60,8 @@ def exact_int8(path, x):
     return vals[m.graph.output[0].name]
 
 
-def cpudl_us(path, xpath, threads, runs):
-    out = subprocess.run([CPUDL, "run", path, "--input", xpath, "--bench", str(runs), "--threads", str(threads), "--json"],
+def cpudl_us(path, xpath, threads, runs, *extra):
+    out = subprocess.run([CPUDL, "run", path, "--input", xpath, "--bench", str(runs), "--threads", str(threads), "--json", *extra],
                          check=True, capture_output=True, text=True).stdout
     return 1e3 * json.loads(out)["median_ms"]
 

@@ -27,21 +27,17 @@ import torchvision
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from vs_onnx import CPUDL, ROOT, cpu_model, ort_dir, time_torch  # noqa: E402
+from vs_quantized import cpudl_us, ort_us  # noqa: E402
 
 WORK = os.path.join(ROOT, "build", "bench-quant")
 
 
 def cpudl_ms(path, xpath, threads, runs, *extra):
-    out = subprocess.run([CPUDL, "run", path, "--input", xpath, "--bench", str(runs), "--threads", str(threads), "--json", *extra],
-                         check=True, capture_output=True, text=True).stdout
-    return json.loads(out)["median_ms"]
+    return cpudl_us(path, xpath, threads, runs, *extra) / 1e3
 
 
 def ort_ms(ort, path, xpath, threads, runs):
-    cmd = ["node", os.path.join(ROOT, "bench", "ort_time.js"), path, xpath, str(threads), str(runs)]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True,
-                         env=dict(os.environ, NODE_PATH=os.path.join(ort, "node_modules"))).stdout
-    return json.loads(out)["median_ms"]
+    return ort_us(ort, path, xpath, threads, runs) / 1e3
 
 
 def top1(path, xpath, out):

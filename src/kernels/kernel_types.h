@@ -159,6 +159,19 @@ struct Q8_0x16Block {
 // `rows` (<= 16) Q8_0 (or Q4_0) rows of k values into k / 32 blocks; missing rows are zeros.
 using PackQ8_0x16Fn = void (*)(const void* w, std::size_t w_row_bytes, int rows, std::size_t k,
                                Q8_0x16Block* panel);
+// Sixteen Q4_0 rows for generation on AVX512-VNNI, keeping 4 bits a value: per block of 32, the
+// rows' scales (fp16, as stored) and 8 groups of 32 bytes; in group j, byte i holds value
+// 4j + i % 4 of row i / 4 in its low nibble and of row 8 + i / 4 in its high one, so that the
+// two nibble planes side by side are the 64-byte (row * 4 + column) layout of Q8_0x16Block.
+// Nibbles as stored (0-15): the offset of 8 comes back through the activation block's sum.
+struct Q4_0x16Block {
+  std::uint16_t d[16];
+  std::uint8_t q[8][32];
+};
+using PackQ4_0x16Fn = void (*)(const void* w, std::size_t w_row_bytes, int rows, std::size_t k,
+                               Q4_0x16Block* panel);
+using Q4_0x16GemvFn = void (*)(const Q4_0x16Block* panel, std::size_t k, const void* x, float* y,
+                               std::size_t rows);
 // One token: y[r] = sum_k W[r][k] x[k] for r < rows, the panel holding (rows + 15) / 16 groups of
 // k / 32 blocks each, group after group; x one BlockQ8A row.
 using Q8_0x16GemvFn = void (*)(const Q8_0x16Block* panel, std::size_t k, const void* x, float* y,

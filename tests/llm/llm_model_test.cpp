@@ -311,15 +311,19 @@ TEST(WeightMatmul, PromptAcrossTokenChunksMatchesTheDoubleProduct) {
   }
 }
 
-// On AMX, Q8_0 and Q4_0 matrices repacked at load (repack_for_prompts) take the tile product:
-// prompts, few-token batches and single tokens (Q8_0: the VNNI gemv over the panels), row ranges
-// split by the threads inside 16-row groups, give what
-// the mapped rows give through the VNNI/AVX2 panels, within float rounding.
-TEST(WeightMatmul, AmxRepackedRowsMatchTheMappedRows) {
+// Matrices repacked at load (repack_at_load): on AMX, Q8_0 and Q4_0 tile panels for prompts and
+// few-token batches, Q8_0's also for single tokens (the VNNI gemv); on VNNI CPUs, Q4_0's 4-bit
+// generation panels. Row ranges split by the threads inside 16-row groups give what the mapped
+// rows give, within float rounding; the bytes reported are the panels'.
+TEST(WeightMatmul, RepackedRowsMatchTheMappedRows) {
   const std::size_t cols = 256, rows = 41;
   std::vector<float> w(rows * cols), x(37 * cols);
   for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>((i * 7919) % 1999) / 999.0f - 1.0f;
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 104729) % 997) / 498.0f - 1.0f;
+  const bool amx = kernels::kernel_table().q8_0x16_q8a_gemm.level >= IsaLevel::amx;
+  const bool vnni = kernels::kernel_table().q4_0x16_q8a_gemv.level >= IsaLevel::avx512_vnni;
+  if (!amx) std::printf("note: no AMX here: no tile panels\n");
+  if (!vnni) std::printf("note: no AVX512-VNNI here: nothing is repacked\n");
   for (const GgmlType type : {GgmlType::q8_0, GgmlType::q4_0}) {
     const std::size_t rb = row_bytes(type, cols);
     std::vector<std::uint8_t> data(rows * rb);
@@ -327,14 +331,13 @@ TEST(WeightMatmul, AmxRepackedRowsMatchTheMappedRows) {
       quantize_row(type, w.data() + r * cols, data.data() + r * rb, cols);
     const WeightMatrix mapped{"m", type, data.data(), rows, cols, rb, nullptr};
     WeightMatrix repacked = mapped;
-    const std::uint64_t bytes = repack_for_prompts(repacked, 2);
-    if (kernels::kernel_table().q8_0x16_q8a_gemm.level < IsaLevel::amx) {
-      std::printf("note: skipped: no AMX here (nothing is repacked)\n");
-      EXPECT_EQ(bytes, 0u);
-      EXPECT_FALSE(repacked.tile_panels);
-      return;
-    }
-    EXPECT_EQ(bytes, (rows + 15) / 16 * (cols / 32) * sizeof(kernels::Q8_0x16Block));
+    const std::uint64_t bytes = repack_at_load(repacked, 2);
+    const std::size_t blocks = (rows + 15) / 16 * (cols / 32);
+    const bool gen = type == GgmlType::q4_0 && vnni;
+    EXPECT_EQ(bytes, (amx ? blocks * sizeof(kernels::Q8_0x16Block) : 0) +
+                         (gen ? blocks * sizeof(kernels::Q4_0x16Block) : 0));
+    EXPECT_EQ(static_cast<bool>(repacked.tile_panels), amx);
+    EXPECT_EQ(static_cast<bool>(repacked.gen_panels), gen);
     for (const std::size_t tokens : {37, 3, 1}) {
       for (const int threads : {1, 2, 3}) {
         std::vector<float> a(tokens * rows), b(tokens * rows);

@@ -50,7 +50,58 @@ void gemv_groups(const Q8_0x16Block* panel, std::size_t blocks, const BlockQ8A* 
   }
 }
 
+// Q4_0 (kernel_types.h's Q4_0x16Block): a 32-byte group's two nibble planes side by side are a
+// 64-byte panel row of unsigned values, which VPDPBUSD takes as they are against the signed
+// activation bytes; the offset of 8 comes back as 8 times the activation block's sum.
+template <int kGroups>
+void gemv_groups_q4(const Q4_0x16Block* panel, std::size_t blocks, const BlockQ8A* x, float* y,
+                    std::size_t rows) {
+  const __m256i low = _mm256_set1_epi8(0x0F);
+  __m512 acc[kGroups];
+  for (int g = 0; g < kGroups; ++g) acc[g] = _mm512_setzero_ps();
+  for (std::size_t b = 0; b < blocks; ++b) {
+    __m512i dot[kGroups];
+    for (int g = 0; g < kGroups; ++g) dot[g] = _mm512_setzero_si512();
+    for (int j = 0; j < 8; ++j) {
+      std::int32_t four;
+      std::memcpy(&four, x[b].qs + 4 * j, 4);
+      const __m512i xs = _mm512_set1_epi32(four);
+      for (int g = 0; g < kGroups; ++g) {
+        const __m256i v = _mm256_loadu_si256(
+            reinterpret_cast<const __m256i*>(panel[static_cast<std::size_t>(g) * blocks + b].q[j]));
+        const __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(v, low)),
+                                             _mm256_and_si256(_mm256_srli_epi16(v, 4), low), 1);
+        dot[g] = _mm512_dpbusd_epi32(dot[g], w, xs);
+      }
+    }
+    const __m512 dx = _mm512_set1_ps(x[b].d);
+    const __m512i offset = _mm512_set1_epi32(8 * x[b].sum);
+    for (int g = 0; g < kGroups; ++g) {
+      const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(
+          reinterpret_cast<const __m256i*>(panel[static_cast<std::size_t>(g) * blocks + b].d)));
+      acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(dot[g], offset)), _mm512_mul_ps(dw, dx),
+                               acc[g]);
+    }
+  }
+  for (int g = 0; g < kGroups; ++g) {
+    const std::size_t first = static_cast<std::size_t>(g) * 16;
+    if (first >= rows) break;
+    const std::size_t n = rows - first < 16 ? rows - first : 16;
+    _mm512_mask_storeu_ps(y + first, static_cast<__mmask16>((1u << n) - 1), acc[g]);
+  }
+}
+
 }  // namespace
+
+void q4_0x16_q8a_gemv__avx512_vnni(const Q4_0x16Block* panel, std::size_t k, const void* x, float* y,
+                                   std::size_t rows) {
+  const std::size_t blocks = k / 32, groups = (rows + 15) / 16;
+  const auto* xb = static_cast<const BlockQ8A*>(x);
+  std::size_t g = 0;
+  for (; g + 4 <= groups; g += 4)
+    gemv_groups_q4<4>(panel + g * blocks, blocks, xb, y + g * 16, rows - g * 16);
+  for (; g < groups; ++g) gemv_groups_q4<1>(panel + g * blocks, blocks, xb, y + g * 16, rows - g * 16);
+}
 
 void q8_0x16_q8a_gemv__avx512_vnni(const Q8_0x16Block* panel, std::size_t k, const void* x, float* y,
                                    std::size_t rows) {

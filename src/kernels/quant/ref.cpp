@@ -164,6 +164,49 @@ void q8_0x16_q8a_gemv__ref(const Q8_0x16Block* panel, std::size_t k, const void*
                           static_cast<int>(std::min<std::size_t>(16, rows - g * 16)));
 }
 
+void pack_q4_0x16_nibbles__ref(const void* w, std::size_t w_row_bytes, int rows, std::size_t k,
+                               Q4_0x16Block* panel) {
+  auto nibble = [&](int r, std::size_t b, int c) -> std::uint8_t {  // value c of row r's block b
+    if (r >= rows) return 0;
+    const auto* in = reinterpret_cast<const BlockQ4_0*>(static_cast<const char*>(w) +
+                                                        static_cast<std::size_t>(r) * w_row_bytes) +
+                     b;
+    return c < 16 ? (in->qs[c] & 0xF) : (in->qs[c - 16] >> 4);
+  };
+  for (std::size_t b = 0; b < k / 32; ++b) {
+    Q4_0x16Block& out = panel[b];
+    for (int r = 0; r < 16; ++r)
+      out.d[r] = r < rows ? reinterpret_cast<const BlockQ4_0*>(static_cast<const char*>(w) +
+                                                               static_cast<std::size_t>(r) * w_row_bytes)[b]
+                                .d
+                          : 0;
+    for (int j = 0; j < 8; ++j)
+      for (int i = 0; i < 32; ++i)
+        out.q[j][i] = static_cast<std::uint8_t>(nibble(i / 4, b, 4 * j + i % 4) |
+                                                (nibble(8 + i / 4, b, 4 * j + i % 4) << 4));
+  }
+}
+
+void q4_0x16_q8a_gemv__ref(const Q4_0x16Block* panel, std::size_t k, const void* x, float* y,
+                           std::size_t rows) {
+  const auto* xb = static_cast<const BlockQ8A*>(x);
+  const std::size_t blocks = k / 32;
+  for (std::size_t r = 0; r < rows; ++r) {
+    const Q4_0x16Block* p = panel + r / 16 * blocks;
+    const int row = static_cast<int>(r % 16);
+    double s = 0;
+    for (std::size_t b = 0; b < blocks; ++b) {
+      int sum = 0;
+      for (int c = 0; c < 32; ++c) {
+        const std::uint8_t byte = p[b].q[c / 4][(row % 8) * 4 + c % 4];
+        sum += (((row < 8) ? byte & 0xF : byte >> 4) - 8) * xb[b].qs[c];
+      }
+      s += static_cast<double>(fp16_to_f32(p[b].d[row])) * xb[b].d * sum;
+    }
+    y[r] = static_cast<float>(s);
+  }
+}
+
 // Q8_0: the signed bytes biased by 128.
 void pack_q8_0x8__ref(const void* w, std::size_t w_row_bytes, int rows, std::size_t k, Q8_0x8Block* panel) {
   pack_x8_ref<BlockQ8_0>(w, w_row_bytes, rows, k, panel,

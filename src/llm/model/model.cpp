@@ -131,14 +131,13 @@ Model Model::load(const std::filesystem::path& path) {
     }
     impl->layers.push_back(std::move(w));
   }
-  // The matrices in the AMX tile layout, where that is the prompt product (weight_matmul.h);
-  // generation reads Q8_0 ones there too (the output matrix included: it is a fifth of a small
-  // model's bytes per token).
+  // The matrices repacked where the CPU has a faster product over panels (weight_matmul.h:
+  // repack_at_load), the output matrix included: generation reads it every token, a fifth of a
+  // small model's bytes per token.
   for (LayerWeights& l : impl->layers)
     for (WeightMatrix* w : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
-      c.repacked_bytes += repack_for_prompts(*w, compute_threads());
-  if (impl->output.type == GgmlType::q8_0)
-    c.repacked_bytes += repack_for_prompts(impl->output, compute_threads());
+      c.repacked_bytes += repack_at_load(*w, compute_threads());
+  c.repacked_bytes += repack_at_load(impl->output, compute_threads());
   c.weight_type = type_name(impl->layers.empty() ? impl->output.type : impl->layers[0].q.type);
   for (const GgufTensor& t : f.tensors()) {
     c.parameters += t.elements();

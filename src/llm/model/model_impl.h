@@ -22,8 +22,11 @@ struct WeightMatrix {
   std::size_t rows = 0, cols = 0, row_bytes = 0;
   // On AMX CPUs, Q8_0 and Q4_0 matrices repacked at load for the prompt products (and Q8_0's
   // generation): sixteen rows at a time, cols / 32 blocks per group (weight_matmul.h:
-  // repack_for_prompts). Null otherwise.
+  // repack_at_load). Null otherwise.
   std::shared_ptr<const kernels::Q8_0x16Block[]> tile_panels = nullptr;
+  // On VNNI CPUs, a Q4_0 matrix's rows repacked at load for generation, 4 bits a value
+  // (kernel_types.h's Q4_0x16Block), in the same groups. Null otherwise.
+  std::shared_ptr<const kernels::Q4_0x16Block[]> gen_panels = nullptr;
 };
 
 struct LayerWeights {

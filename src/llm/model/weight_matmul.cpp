@@ -269,16 +269,22 @@ void generation_matmul(std::span<const MatmulTarget> targets, const float* x, st
           p.kernel.matmul({w.data + r0 * w.row_bytes, w.row_bytes, activations(p), p.act_row_bytes,
                            targets[i].y + r0, targets[i].ldy, r1 - r0, tokens, cols});
         };
-        // One token of a Q8_0 matrix with tile panels (AMX CPUs): whole 16-row groups over the
-        // panels (kernel_types.h's Q8_0x16GemvFn), any rows outside them as mapped. (Q4_0's panels
-        // hold a byte per value, twice its 4 bits: generation reads it as mapped, where the
-        // panels measured 20% slower.)
+        // One token: whole 16-row groups over the panels repacked at load -- a Q8_0 matrix's tile
+        // panels (AMX CPUs), a Q4_0 matrix's 4-bit generation panels (VNNI CPUs; its tile panels
+        // hold a byte per value and measured 20% slower than the mapped rows) -- and any rows
+        // outside whole groups as mapped.
         const std::size_t r0 = lo - base, r1 = hi - base;
         const std::size_t g0 = (r0 + 15) / 16 * 16, g1 = r1 == w.rows ? r1 : r1 / 16 * 16;
-        if (tokens == 1 && w.tile_panels && w.type == GgmlType::q8_0 && gemv_panels() && g0 < g1) {
+        const bool q8_panels = w.tile_panels && w.type == GgmlType::q8_0 && gemv_panels();
+        if (tokens == 1 && (q8_panels || w.gen_panels) && g0 < g1) {
           if (r0 < g0) rows_kernel(r0, g0);
-          kernels::kernel_table().q8_0x16_q8a_gemv.fn(w.tile_panels.get() + g0 / 16 * (cols / 32), cols,
-                                                      activations(p), targets[i].y + g0, g1 - g0);
+          const kernels::KernelTable& k = kernels::kernel_table();
+          if (w.gen_panels)
+            k.q4_0x16_q8a_gemv.fn(w.gen_panels.get() + g0 / 16 * (cols / 32), cols, activations(p),
+                                  targets[i].y + g0, g1 - g0);
+          else
+            k.q8_0x16_q8a_gemv.fn(w.tile_panels.get() + g0 / 16 * (cols / 32), cols, activations(p),
+                                  targets[i].y + g0, g1 - g0);
           if (g1 < r1) rows_kernel(g1, r1);
         } else {
           rows_kernel(r0, r1);
@@ -321,24 +327,42 @@ void weight_matmul(const WeightMatrix& w, const float* x, std::size_t tokens, st
   weight_matmul({&target, 1}, x, tokens, ldx, scratch, threads);
 }
 
-std::uint64_t repack_for_prompts(WeightMatrix& w, int threads) {
-  if (!amx_type(w.type) || w.cols % 32 != 0) return 0;
-  static const bool off = [] {
-    const char* v = std::getenv("CPUDL_LLM_REPACK");
-    return v && std::string_view(v) == "off";
-  }();
-  if (off) return 0;
-  const kernels::KernelTable& k = kernels::kernel_table();
-  const kernels::PackQ8_0x16Fn pack = (w.type == GgmlType::q4_0 ? k.pack_q4_0x16 : k.pack_q8_0x16).fn;
+namespace {
+
+// `pack` run over the matrix's 16-row groups on the threads, into a new array of Panel blocks.
+template <class Panel, class Pack>
+std::shared_ptr<const Panel[]> pack_groups(const WeightMatrix& w, Pack pack, int threads) {
   const std::size_t blocks = w.cols / 32, groups = (w.rows + 15) / 16;
-  auto panels = std::make_shared_for_overwrite<kernels::Q8_0x16Block[]>(groups * blocks);
+  auto panels = std::make_shared_for_overwrite<Panel[]>(groups * blocks);
   parallel_for(groups, 1, threads, [&](std::size_t first, std::size_t last) {
     for (std::size_t g = first; g < last; ++g)
       pack(w.data + g * 16 * w.row_bytes, w.row_bytes,
            static_cast<int>(std::min<std::size_t>(16, w.rows - g * 16)), w.cols, panels.get() + g * blocks);
   });
-  w.tile_panels = std::move(panels);
-  return groups * blocks * sizeof(kernels::Q8_0x16Block);
+  return panels;
+}
+
+}  // namespace
+
+std::uint64_t repack_at_load(WeightMatrix& w, int threads) {
+  static const bool off = [] {
+    const char* v = std::getenv("CPUDL_LLM_REPACK");
+    return v && std::string_view(v) == "off";
+  }();
+  if (off || w.cols % 32 != 0) return 0;
+  const kernels::KernelTable& k = kernels::kernel_table();
+  const std::size_t blocks = w.cols / 32, groups = (w.rows + 15) / 16;
+  std::uint64_t bytes = 0;
+  if (amx_type(w.type)) {
+    w.tile_panels = pack_groups<kernels::Q8_0x16Block>(
+        w, (w.type == GgmlType::q4_0 ? k.pack_q4_0x16 : k.pack_q8_0x16).fn, threads);
+    bytes += groups * blocks * sizeof(kernels::Q8_0x16Block);
+  }
+  if (w.type == GgmlType::q4_0 && k.q4_0x16_q8a_gemv.level >= IsaLevel::avx512_vnni) {
+    w.gen_panels = pack_groups<kernels::Q4_0x16Block>(w, k.pack_q4_0x16_nibbles.fn, threads);
+    bytes += groups * blocks * sizeof(kernels::Q4_0x16Block);
+  }
+  return bytes;
 }
 
 }  // namespace cpudl::llm
