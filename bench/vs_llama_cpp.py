@@ -14,6 +14,7 @@ Results go to stdout and, with --write-doc, into docs/BENCHMARKS.md between the 
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -99,7 +100,11 @@ def main():
         "Machine: %s %s (family %s model %s), %s; `cpudl doctor --json` has the rest." % (
             cpu.get("vendor", "?"), cpu.get("model_name", "?"), cpu.get("family", "?"), cpu.get("model", "?"), doctor.get("level", "?")),
         "Ratios are cpudl / llama.cpp (above 1: cpudl faster)." if llama_bin else
-        "No LLAMA_BIN: cpudl alone, against the bandwidth measured in the same run.", "", *lines])
+        "No LLAMA_BIN: cpudl alone, against the bandwidth measured in the same run.",
+        *(["Shares above 100%%: the weights (%s) fit the last-level cache this machine reports (%s), so "
+           "generation reads them from there, not from DRAM." % (
+               "with the panels repacked at load", "%.0f MiB of L3" % (doctor.get("caches", {}).get("l3_bytes", 0) / 2**20))] if any(re.search(r"\| 1[0-9][0-9]% of", l) for l in lines) else []),
+        "", *lines])
     print(body)
     if args.write_doc:
         write_section("llm", "LLM inference: cpudl vs llama.cpp (make bench-llm)", body)

@@ -72,6 +72,11 @@ bool amx_type(GgmlType type) {
          kernels::kernel_table().q8_0x16_q8a_gemm.level >= IsaLevel::amx;
 }
 
+// Below a full tile of tokens the AMX product loses to the VNNI panels (kernel_types.h's
+// Q8_0x8Block, packed per call): four sequences decoding together (Context::eval_batch), 134M
+// Q8_0 on 2 threads, made 549 tokens/s in all on the tiles against 685 on the VNNI panels.
+constexpr std::size_t kAmxMinTokens = 16;
+
 // Whether generation reads Q8_0 tile panels (where they exist) through the VNNI gemv.
 bool gemv_panels() { return kernels::kernel_table().q8_0x16_q8a_gemv.level >= IsaLevel::avx512_vnni; }
 
@@ -165,7 +170,7 @@ void prompt_matmul(std::span<const MatmulTarget> targets, const float* x, std::s
     for (const MatmulTarget& target : targets) {
       const WeightMatrix& w = *target.w;
       const std::size_t lo = std::max(begin, base), hi = std::min(end, base + w.rows);
-      if (lo < hi && w.tile_panels)
+      if (lo < hi && w.tile_panels && tokens >= kAmxMinTokens)
         amx_rows(w, lo - base, hi - base, scratch.activations.data(), q8_row_bytes, tokens, target.y,
                  target.ldy);
       else if (lo < hi && w.type == GgmlType::q4_0)
