@@ -30,9 +30,12 @@ void apply_precision(const std::string& precision, InferenceOptions& options) {
   options.follow_bf16_weights = precision == "auto";
 }
 
-// The precision a session computes in ("bf16" when its products were tagged bf16).
+// What a session computes in: "bf16" when its float products were tagged bf16, "int8" when int8
+// products run (a quantised model), both joined by "+", else "fp32".
 std::string effective_precision(const ModelInfo& info) {
-  return info.rewrite_counts.count("bf16") ? "bf16" : "fp32";
+  const bool int8 = info.ops_planned.count("cpudl.Int8Conv") || info.ops_planned.count("cpudl.Int8MatMul");
+  const bool bf16 = info.rewrite_counts.count("bf16") > 0;
+  return int8 && bf16 ? "int8+bf16" : int8 ? "int8" : bf16 ? "bf16" : "fp32";
 }
 
 // --int8-conv of run and info (InferenceOptions::int8_convolutions).

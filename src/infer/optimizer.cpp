@@ -643,8 +643,9 @@ void assign_layouts(Graph& g, std::map<std::string, ValueDesc>& descs, Optimizer
   for (Node& n : g.nodes) {
     Layout out = nchw;
     if (n.op == kInt8ConvOp) {
-      // An f32 input is quantised in its layout; a u8 one comes from an Int8Conv, already NHWC.
-      ensure(n.inputs[0], nhwc);
+      // An f32 input is quantised straight into NHWC from NCHW or NHWC (the image input needs no
+      // reorder of its own); a u8 one comes from an Int8Conv, already NHWC.
+      if (layout_of(n.inputs[0]) == blocked) ensure(n.inputs[0], nhwc);
       if (n.inputs.size() > 4) ensure(n.inputs[4], nhwc);
       set_int(n, "cpudl.src_layout", layout_of(n.inputs[0]));
       set_int(n, "cpudl.dst_layout", nhwc);

@@ -114,6 +114,9 @@ struct Int8ConvSpec {
   Activation activation = Activation::none;
   float clip_min = 0.0f, clip_max = 6.0f;
   bool residual = false;  // f32 output only: y = act(conv + bias + residual)
+  // The source arrives as f32 in shape.layout (NCHW or NHWC), quantised with src_scale/src_zero
+  // into an NHWC uint8 buffer the convolution owns by one oneDNN reorder (run_f32).
+  bool f32_source = false;
 };
 class Int8Convolution {
  public:
@@ -125,6 +128,7 @@ class Int8Convolution {
   // dst: u8 or f32 as the spec says; residual: dst's shape and layout, f32, added in place when it
   // is dst itself (copied into dst first otherwise).
   void run(const std::uint8_t* src, void* dst, const float* residual = nullptr);
+  void run_f32(const float* src, void* dst, const float* residual = nullptr);  // spec.f32_source
   // oneDNN's implementation, e.g. "brgconv:avx512_core_amx_int8".
   const std::string& implementation() const;
 

@@ -367,8 +367,8 @@ Kernel build_int8_matmul(OpSetup& s) {
 // O x C/group x kh x kw), W's scales (1 or O), an optional f32 bias of O, an optional f32
 // residual; the Conv's window and the layouts assign_layouts chose; the activation's fixed scale
 // and zero point (cpudl.a_scale, cpudl.a_zero). Output f32, or u8 at cpudl.out_scale/out_zero.
-// An f32 X is quantised in its layout into a buffer the kernel owns; then oneDNN's int8
-// convolution runs, its weights reordered once here.
+// An f32 X (NCHW or NHWC) is quantised by one oneDNN reorder into an NHWC buffer the convolution
+// owns; then oneDNN's int8 convolution runs, its weights reordered once here.
 Kernel build_int8_conv(OpSetup& s) {
   s.require_inputs(3, 5);
   const DType xt = s.inputs[0].dtype;
@@ -396,6 +396,7 @@ Kernel build_int8_conv(OpSetup& s) {
   spec.clip_max = act.hi;
   spec.residual = residual;
   if (!c.dst_layout) spec.shape.dst_layout = c.layout;
+  spec.f32_source = xt == DType::f32;
   if (!onednn::int8_convolution_exact(std::span(w.data<std::int8_t>(), static_cast<std::size_t>(w.numel()))))
     s.fail("internal: 8-bit weights on a CPU without VNNI (the optimiser keeps such a Conv in float)");
   s.set_output(0, spec.u8_output ? DType::u8 : DType::f32, out);
@@ -405,7 +406,6 @@ Kernel build_int8_conv(OpSetup& s) {
   struct State {
     onednn::Int8ConvSpec spec;
     std::unique_ptr<onednn::Int8Convolution> conv;
-    std::vector<std::uint8_t> quantized;  // an f32 X, quantised
   };
   auto st = std::make_shared<State>();
   st->spec = spec;
@@ -414,21 +414,15 @@ Kernel build_int8_conv(OpSetup& s) {
         spec, w.data<std::int8_t>(), bias ? s.constant(3, "bias B").data<float>() : nullptr);
     s.implementation = "onednn " + st->conv->implementation();
   }
-  if (xt == DType::f32) st->quantized.resize(static_cast<std::size_t>(shape_numel(s.shape(0))));
   return [st, bias, residual, xt](std::span<const TensorView> in, std::span<const TensorView> o) {
     if (!st->conv)
       st->conv = std::make_unique<onednn::Int8Convolution>(
           st->spec, static_cast<const std::int8_t*>(in[1].data), bias ? in[3].f32() : nullptr);
-    const std::uint8_t* x = static_cast<const std::uint8_t*>(in[0].data);
-    if (xt == DType::f32) {
-      const std::size_t n = st->quantized.size();
-      std::uint8_t* q = st->quantized.data();
-      parallel_for(n, 1 << 16, [&](std::size_t b, std::size_t e) {
-        native().f32_quantize_u8.fn(in[0].f32() + b, e - b, st->spec.src_scale, st->spec.src_zero, q + b);
-      });
-      x = q;
-    }
-    st->conv->run(x, o[0].data, residual ? in[4].f32() : nullptr);
+    const float* r = residual ? in[4].f32() : nullptr;
+    if (xt == DType::f32)
+      st->conv->run_f32(in[0].f32(), o[0].data, r);
+    else
+      st->conv->run(static_cast<const std::uint8_t*>(in[0].data), o[0].data, r);
   };
 }
 
