@@ -118,6 +118,8 @@ struct Int8ConvSpec {
   // into an NHWC uint8 buffer the convolution owns by one oneDNN reorder (run_f32).
   bool f32_source = false;
 };
+// Not reentrant: the f32 source's staging buffer is the object's own, so one caller at a time (an
+// inference plan's runs are serialised by its session).
 class Int8Convolution {
  public:
   // `weights`: OIHW int8 (grouped: G*O/G x I/G x KH x KW); `bias`: out_channels floats or null.
