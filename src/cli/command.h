@@ -57,6 +57,7 @@ void add_quantize_command(CLI::App& app, Action& action);
 void add_bench_llm_command(CLI::App& bench, Action& action);        // `cpudl bench llm`
 void add_bench_allreduce_command(CLI::App& bench, Action& action);  // `cpudl bench allreduce`
 void add_serve_command(CLI::App& app, Action& action);
+void add_detect_command(CLI::App& app, Action& action);
 
 // `cpudl quantize` on an ONNX model (quantize_onnx.cpp); quantize.cpp parses the flags.
 struct QuantizeOnnxOptions {

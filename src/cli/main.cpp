@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   cpudl::cli::add_predict_command(app, action);
   cpudl::cli::add_run_command(app, action);
   cpudl::cli::add_info_command(app, action);
+  cpudl::cli::add_detect_command(app, action);
   cpudl::cli::add_generate_command(app, action);
   cpudl::cli::add_tokenize_command(app, action);
   cpudl::cli::add_chat_command(app, action);

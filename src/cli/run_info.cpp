@@ -11,6 +11,7 @@
 #include "cpudl/inference.h"
 #include "cpudl/io.h"
 #include "cpudl/runtime.h"
+#include "infer/detector.h"
 
 namespace cpudl::cli {
 namespace {
@@ -218,6 +219,17 @@ int run_info(const InfoOptions& o) {
       a.push_back({{"name", v.name}, {"dtype", std::string(dtype_name(v.dtype))}, {"shape", v.shape}});
     return a;
   };
+  // A detector: which outputs hold its detections and where its post-processing runs.
+  std::string detector;
+  try {
+    detector = infer::detector_outputs(info.outputs, o.model).summary;
+    std::string data_dependent;
+    for (const char* op : {"NonZero", "NonMaxSuppression", "If", "TopK"})
+      if (info.ops_loaded.count(op)) data_dependent += std::string(data_dependent.empty() ? "" : ", ") + op;
+    if (!data_dependent.empty())
+      detector += "; in the graph: " + data_dependent + " (sizes follow the data, planned at their bound)";
+  } catch (const Error&) {
+  }
   if (o.json) {
     nlohmann::ordered_json j = {{"model", o.model},
                                 {"producer", info.producer},
@@ -233,7 +245,8 @@ int run_info(const InfoOptions& o) {
                                 {"unplanned_bytes", info.unplanned_bytes},
                                 {"rewrite_counts", info.rewrite_counts},
                                 {"rewrites", info.rewrites},
-                                {"int8_execution", info.int8_execution}};
+                                {"int8_execution", info.int8_execution},
+                                {"detector", detector}};
     nlohmann::ordered_json algorithms = nlohmann::ordered_json::array();
     for (const auto& n : info.implementations)
       algorithms.push_back({{"node", n.node}, {"op", n.op}, {"implementation", n.implementation}});
@@ -261,6 +274,7 @@ int run_info(const InfoOptions& o) {
   for (const auto& [kind, n] : info.rewrite_counts) std::printf(" %s x%d;", kind.c_str(), n);
   std::printf("\n");
   if (!info.int8_execution.empty()) std::printf("int8: %s\n", info.int8_execution.c_str());
+  if (!detector.empty()) std::printf("detector: %s\n", detector.c_str());
   // The algorithm of each node whose operator has several (CPUDL_CONV_IMPL forces one).
   if (!info.implementations.empty()) std::printf("algorithms:\n");
   for (const auto& n : info.implementations)

@@ -13,7 +13,8 @@
 namespace cpudl::dense {
 
 // clip: min(max(x, clip_min), clip_max), as ONNX Clip and ReLU6 (MobileNet) need.
-enum class Activation : int { none = 0, relu = 1, clip = 2 };
+// swish: x * sigmoid(x) (SiLU; YOLO's Conv-BN-SiLU), as oneDNN's eltwise_swish with alpha 1.
+enum class Activation : int { none = 0, relu = 1, clip = 2, swish = 3 };
 // blocked: oneDNN's nChw8c (AVX2) or nChw16c (AVX-512) -- channels in blocks of
 // blocked_layout_channels(), each block's H x W plane stored with the block innermost. It is what
 // oneDNN's direct convolutions compute in; it needs channels divisible by the block.

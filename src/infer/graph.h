@@ -38,8 +38,10 @@ struct HostTensor {
   std::vector<float> as_float() const;  // f32 (or integer) values as float
 };
 
+struct Graph;
+
 struct Attribute {
-  enum class Kind { none, i, f, s, t, ints, floats, strings } kind = Kind::none;
+  enum class Kind { none, i, f, s, t, ints, floats, strings, graph } kind = Kind::none;
   std::int64_t i = 0;
   float f = 0.0f;
   std::string s;
@@ -47,6 +49,9 @@ struct Attribute {
   std::vector<float> floats;
   std::vector<std::string> strings;
   std::shared_ptr<HostTensor> t;
+  // A subgraph (If's branches). The loader gives it one input per value it reads from the scopes
+  // around it, in the order the node lists them after its own inputs (see Graph::captures).
+  std::shared_ptr<const Graph> g;
 };
 
 struct Node {
@@ -76,6 +81,11 @@ struct Graph {
   std::vector<ValueInfo> inputs, outputs;  // inputs exclude initializers
   std::int64_t opset = 0;
   std::string producer;  // "pytorch 1.13.1"
+  // A subgraph's reads from the scopes around it (ONNX's outer-scope values). The node that owns
+  // the subgraph lists them as extra inputs after its own, and `inputs` holds them in that order
+  // (element types left to the plan), so the optimiser, which rewrites names in the outer graph,
+  // and the planner see every read as an ordinary edge.
+  std::size_t captures = 0;
 };
 
 }  // namespace cpudl::infer

@@ -44,6 +44,7 @@ class Loader {
     if (graph.opset < kMinOpset || graph.opset > kMaxOpset)
       fail("opset " + std::to_string(graph.opset) + " is not supported (cpudl runs opsets " +
            std::to_string(kMinOpset) + " to " + std::to_string(kMaxOpset) + ")");
+    opset_ = graph.opset;
     read_graph(model.graph(), graph);
     return graph;
   }
@@ -233,13 +234,27 @@ class Loader {
         out.kind = Attribute::Kind::strings;
         out.strings.assign(a.strings().begin(), a.strings().end());
         break;
+      case A::GRAPH: {
+        out.kind = Attribute::Kind::graph;
+        auto sub = std::make_shared<Graph>();
+        sub->opset = opset_;
+        std::set<std::string> captured;
+        read_graph(a.g(), *sub, &captured);
+        for (const auto& name : captured) sub->inputs.push_back(ValueInfo{name, DType::f32, {}});
+        sub->captures = captured.size();
+        out.g = std::move(sub);
+        break;
+      }
       default:
-        fail(node + ": attribute '" + a.name() + "' has an unsupported type (graphs, sparse tensors)");
+        fail(node + ": attribute '" + a.name() + "' has an unsupported type (sparse tensors, graph lists)");
     }
     return out;
   }
 
-  void read_graph(const onnx::GraphProto& g, Graph& graph) const {
+  // `captured` is null for the model's graph; for a subgraph, it collects the names its nodes read
+  // that it does not define (values of the scopes around it).
+  void read_graph(const onnx::GraphProto& g, Graph& graph, std::set<std::string>* captured = nullptr) const {
+    if (++depth_ > kMaxSubgraphDepth) fail("subgraphs nest deeper than " + std::to_string(kMaxSubgraphDepth));
     for (const auto& t : g.initializer()) {
       if (t.name().empty()) fail("an initializer has no name");
       if (graph.constants.count(t.name())) fail("initializer '" + t.name() + "' is defined twice");
@@ -268,6 +283,7 @@ class Loader {
         continue;
       }
       for (const auto& a : n.attribute()) node.attributes[a.name()] = read_attribute(a, node.label());
+      add_subgraph_captures(node);
       nodes.push_back(std::move(node));
     }
     if (!unsupported.empty()) {
@@ -276,11 +292,33 @@ class Loader {
       fail(std::to_string(unsupported.size()) + " unsupported operator(s) at opset " +
            std::to_string(graph.opset) + ": " + list);
     }
-    graph.nodes = topological_order(std::move(nodes), graph);
+    graph.nodes = topological_order(std::move(nodes), graph, captured);
+    --depth_;
+  }
+
+  // The union of what the node's subgraphs read from outside becomes the node's extra inputs, and
+  // every subgraph gets that same input list, so the branches of one If agree by position.
+  static void add_subgraph_captures(Node& node) {
+    std::set<std::string> names;
+    for (const auto& [_, a] : node.attributes)
+      if (a.kind == Attribute::Kind::graph)
+        for (std::size_t i = a.g->inputs.size() - a.g->captures; i < a.g->inputs.size(); ++i)
+          names.insert(a.g->inputs[i].name);
+    if (names.empty()) return;
+    for (auto& [_, a] : node.attributes) {
+      if (a.kind != Attribute::Kind::graph) continue;
+      auto sub = std::make_shared<Graph>(*a.g);
+      sub->inputs.resize(sub->inputs.size() - sub->captures);
+      for (const auto& name : names) sub->inputs.push_back(ValueInfo{name, DType::f32, {}});
+      sub->captures = names.size();
+      a.g = std::move(sub);
+    }
+    node.inputs.insert(node.inputs.end(), names.begin(), names.end());
   }
 
   // Kahn's algorithm over value names: reports undefined inputs and cycles by node.
-  std::vector<Node> topological_order(std::vector<Node> nodes, const Graph& graph) const {
+  std::vector<Node> topological_order(std::vector<Node> nodes, const Graph& graph,
+                                      std::set<std::string>* captured) const {
     std::unordered_map<std::string, std::size_t> producer;
     std::set<std::string> available;
     for (const auto& [name, _] : graph.constants) available.insert(name);
@@ -297,8 +335,13 @@ class Loader {
     for (std::size_t i = 0; i < nodes.size(); ++i) {
       for (const auto& in : nodes[i].inputs) {
         if (in.empty() || available.count(in)) continue;
-        if (!producer.count(in))
+        if (!producer.count(in)) {
+          if (captured) {  // a subgraph reading its enclosing scope
+            captured->insert(in);
+            continue;
+          }
           fail(nodes[i].label() + ": input '" + in + "' is not defined by any node, input or initializer");
+        }
         ++waiting[i];
         consumers[in].push_back(i);
       }
@@ -328,17 +371,24 @@ class Loader {
       for (std::size_t i = 0; i < nodes.size(); ++i)
         if (waiting[i] > 0) fail("the graph has a cycle through " + nodes[i].label());
     }
-    for (const auto& out : graph.outputs)
-      if (!producer.count(out.name) && !available.count(out.name))
+    for (const auto& out : graph.outputs) {
+      if (producer.count(out.name) || available.count(out.name)) continue;
+      if (captured)  // a branch may return an outer value as it is
+        captured->insert(out.name);
+      else
         fail("graph output '" + out.name + "' is not produced by any node");
+    }
     std::vector<Node> sorted;
     sorted.reserve(nodes.size());
     for (std::size_t i : order) sorted.push_back(std::move(nodes[i]));
     return sorted;
   }
 
+  static constexpr int kMaxSubgraphDepth = 16;  // a hostile file must not exhaust the stack
   std::string file_;
   std::filesystem::path dir_;
+  std::int64_t opset_ = 0;
+  mutable int depth_ = 0;
 };
 
 }  // namespace

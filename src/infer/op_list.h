@@ -12,7 +12,9 @@
   X(Reshape) X(Transpose) X(Squeeze) X(Unsqueeze) X(Concat) X(Split) X(Slice) X(Gather) X(Shape)     \
   X(Constant) X(ConstantOfShape) X(ReduceMean) X(Identity) X(Dropout) X(Cast) X(Where) X(Expand)     \
   X(Equal) X(Neg) X(Exp) X(Log) X(Pad) X(QuantizeLinear) X(DequantizeLinear) X(DynamicQuantizeLinear) \
-  X(MatMulInteger)
+  X(MatMulInteger) X(ReduceSum) X(ReduceMax) X(ReduceMin) X(ReduceProd) X(ArgMax) X(ArgMin) X(Greater)     \
+  X(Less) X(GreaterOrEqual) X(LessOrEqual) X(Ceil) X(Floor) X(HardSigmoid) X(HardSwish) X(Tile) X(Range)   \
+  X(Resize) X(NonZero) X(NonMaxSuppression) X(TopK) X(If)
 // clang-format on
 
 namespace cpudl::infer {

@@ -57,7 +57,8 @@ Shape broadcast_shapes(const OpSetup& setup, const Shape& a, const Shape& b) {
 BuildFn find_op(const std::string& op) {
   static const std::unordered_map<std::string, BuildFn> registry = [] {
     std::unordered_map<std::string, BuildFn> r;
-    for (auto table : {elementwise_ops(), dense_ops(), shape_ops(), normalization_ops(), quantization_ops()})
+    for (auto table : {elementwise_ops(), dense_ops(), shape_ops(), normalization_ops(), quantization_ops(),
+                       reduction_ops(), detection_ops(), control_flow_ops(), resize_ops()})
       for (const OpEntry& e : table) r.emplace(e.name, e.build);
         // Every operator the loader accepts must be executable.
 #define CPUDL_CHECK_OP(name) \

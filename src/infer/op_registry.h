@@ -20,6 +20,10 @@ struct ValueDesc {
   DType dtype = DType::f32;
   Shape shape;
   bool present = true;  // false for an omitted optional input
+  // The shape is an upper bound: the value depends on data-dependent sizes (the boxes a
+  // NonMaxSuppression keeps, the elements NonZero finds) and its run-time shape, no larger, is
+  // known only when it is computed. The plan reserves the bound (see plan.h).
+  bool bounded = false;
   std::int64_t numel() const { return shape_numel(shape); }
 };
 
@@ -28,6 +32,9 @@ struct TensorView {
   DType dtype = DType::f32;
   const Shape* shape = nullptr;
   void* data = nullptr;
+  // For the outputs of an operator whose output sizes depend on its input data
+  // (OpSetup::sets_output_shapes): where its kernel writes the shape it produced.
+  Shape* run_shape = nullptr;
   float* f32() const { return static_cast<float*>(data); }
 };
 
@@ -51,6 +58,12 @@ struct OpSetup {
   bool shape_pass = false;
   // Which algorithm the kernel runs, where an operator has several (`cpudl info` lists it).
   std::string implementation;
+  // The output sizes depend on the input data (NonZero, NonMaxSuppression, If): the build function
+  // sets each output to its bound (largest possible shape), and the kernel reads its inputs' actual
+  // shapes from their views and writes each output's actual shape to its view's run_shape. Such a
+  // kernel is built once; other operators whose inputs are bounded are rebuilt for the actual
+  // shapes when those change (plan.cpp).
+  bool sets_output_shapes = false;
 
   std::size_t count() const { return inputs.size(); }
   bool has(std::size_t i) const { return i < inputs.size() && inputs[i].present; }
@@ -82,6 +95,10 @@ std::span<const OpEntry> dense_ops();
 std::span<const OpEntry> shape_ops();
 std::span<const OpEntry> normalization_ops();
 std::span<const OpEntry> quantization_ops();
+std::span<const OpEntry> reduction_ops();
+std::span<const OpEntry> detection_ops();
+std::span<const OpEntry> control_flow_ops();
+std::span<const OpEntry> resize_ops();
 // For `cpudl info`: how this CPU runs the int8 operators among `planned_ops` (the kernel chosen,
 // whether it is exact without VNNI, what QDQ pairs cost), or "" when the plan has none.
 std::string describe_int8_execution(const std::map<std::string, int>& planned_ops);

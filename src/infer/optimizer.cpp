@@ -17,7 +17,7 @@ namespace cpudl::infer {
 namespace {
 
 Attribute int_attribute(std::int64_t value) {
-  return Attribute{Attribute::Kind::i, value, 0, "", {}, {}, {}, nullptr};
+  return Attribute{Attribute::Kind::i, value, 0, "", {}, {}, {}, nullptr, nullptr};
 }
 
 // Consumers of each value name, and the graph outputs.
@@ -382,7 +382,7 @@ void fuse_qdq_products(Graph& g, OptimizerReport& report, bool convolutions) {
     if (!bias.empty()) fused.inputs.push_back(bias);
     fused.outputs = {n.outputs[0]};
     fused.attributes["cpudl.a_scale"] =
-        Attribute{Attribute::Kind::f, 0, s->data<float>()[0], "", {}, {}, {}, nullptr};
+        Attribute{Attribute::Kind::f, 0, s->data<float>()[0], "", {}, {}, {}, nullptr, nullptr};
     fused.attributes["cpudl.a_zero"] = int_attribute(z->data<std::uint8_t>()[0]);
     n = std::move(fused);
     report.add(conv ? "fused QDQ int8 Conv" : "fused QDQ int8 MatMul",
@@ -417,7 +417,7 @@ void fuse_with_shapes(Graph& g, const std::map<std::string, ValueDesc>& descs, O
       if (c && !removed[*c] && g.nodes[*c].op == "Relu") {
         const std::string parts = g.nodes[i].label() + " + " + g.nodes[*c].label();
         g.nodes[i].attributes["cpudl.activation"] =
-            Attribute{Attribute::Kind::s, 0, 0, "Relu", {}, {}, {}, nullptr};
+            Attribute{Attribute::Kind::s, 0, 0, "Relu", {}, {}, {}, nullptr, nullptr};
         g.nodes[i].outputs[0] = g.nodes[*c].outputs[0];
         g.nodes[*c] = std::move(g.nodes[i]);
         removed[i] = true;
@@ -427,6 +427,9 @@ void fuse_with_shapes(Graph& g, const std::map<std::string, ValueDesc>& descs, O
     }
     const bool int8_conv = op == kInt8ConvOp;  // takes what a Conv takes: residual, Relu, Clip
     if (op != "Conv" && op != "Gemm" && op != "MatMul" && !int8_conv) continue;
+    // A node fused earlier in this loop is met again at its new slot: a bias or residual after its
+    // activation is not what its epilogue computes (they come before it).
+    if (g.nodes[i].has("cpudl.activation")) continue;
     const ValueDesc* out = desc(g.nodes[i].outputs[0]);
     if (!out || out->dtype != DType::f32 || out->shape.empty()) continue;
     {
@@ -489,7 +492,7 @@ void fuse_with_shapes(Graph& g, const std::map<std::string, ValueDesc>& descs, O
     // + Relu, or Clip with constant bounds.
     if (const auto c = consumer("Relu")) {
       g.nodes[at].attributes["cpudl.activation"] =
-          Attribute{Attribute::Kind::s, 0, 0, "Relu", {}, {}, {}, nullptr};
+          Attribute{Attribute::Kind::s, 0, 0, "Relu", {}, {}, {}, nullptr, nullptr};
       absorb(*c);
     } else if (const auto c = consumer("Clip")) {
       const Node& act = g.nodes[*c];
@@ -503,10 +506,35 @@ void fuse_with_shapes(Graph& g, const std::map<std::string, ValueDesc>& descs, O
       }
       if (known) {
         Node& n = g.nodes[at];
-        n.attributes["cpudl.activation"] = Attribute{Attribute::Kind::s, 0, 0, "Clip", {}, {}, {}, nullptr};
-        n.attributes["cpudl.clip_min"] = Attribute{Attribute::Kind::f, 0, lo, "", {}, {}, {}, nullptr};
-        n.attributes["cpudl.clip_max"] = Attribute{Attribute::Kind::f, 0, hi, "", {}, {}, {}, nullptr};
+        n.attributes["cpudl.activation"] =
+            Attribute{Attribute::Kind::s, 0, 0, "Clip", {}, {}, {}, nullptr, nullptr};
+        n.attributes["cpudl.clip_min"] =
+            Attribute{Attribute::Kind::f, 0, lo, "", {}, {}, {}, nullptr, nullptr};
+        n.attributes["cpudl.clip_max"] =
+            Attribute{Attribute::Kind::f, 0, hi, "", {}, {}, {}, nullptr, nullptr};
         absorb(*c);
+      }
+    } else if (!int8_conv) {
+      // + SiLU as exporters write it: x * Sigmoid(x), x read by exactly those two nodes.
+      const Uses uses(g);
+      const std::string& x = g.nodes[at].outputs[0];
+      const auto it = uses.consumers.find(x);
+      if (!uses.outputs.count(x) && it != uses.consumers.end() && it->second.size() == 2) {
+        std::size_t sig = it->second[0], mul = it->second[1];
+        if (g.nodes[sig].op != "Sigmoid") std::swap(sig, mul);
+        const Node& s = g.nodes[sig];
+        const Node& m = g.nodes[mul];
+        const bool silu = !removed[sig] && !removed[mul] && s.op == "Sigmoid" && m.op == "Mul" &&
+                          m.inputs.size() == 2 && uses.only_consumer(s.outputs[0]) == mul &&
+                          ((m.inputs[0] == x && m.inputs[1] == s.outputs[0]) ||
+                           (m.inputs[1] == x && m.inputs[0] == s.outputs[0]));
+        if (silu) {
+          g.nodes[at].attributes["cpudl.activation"] =
+              Attribute{Attribute::Kind::s, 0, 0, "Silu", {}, {}, {}, nullptr, nullptr};
+          parts += " + " + s.label();
+          removed[sig] = true;
+          absorb(mul);
+        }
       }
     }
     if (at != i) report.add("fused " + op + " epilogue", "fused " + parts);
@@ -538,7 +566,7 @@ void keep_activations_in_int8(Graph& g, std::map<std::string, ValueDesc>& descs,
     }
     if (!all || !params) continue;
     n.attributes["cpudl.out_scale"] =
-        Attribute{Attribute::Kind::f, 0, params->first, "", {}, {}, {}, nullptr};
+        Attribute{Attribute::Kind::f, 0, params->first, "", {}, {}, {}, nullptr, nullptr};
     n.attributes["cpudl.out_zero"] = int_attribute(params->second);
     descs.at(v).dtype = DType::u8;
     ++kept;
@@ -667,6 +695,24 @@ void assign_layouts(Graph& g, std::map<std::string, ValueDesc>& descs, Optimizer
     } else if (n.op == "GlobalAveragePool" && layout_of(n.inputs[0]) != nchw) {
       set_int(n, "cpudl.layout",
               layout_of(n.inputs[0]));  // its N x C x 1 x 1 output is plain in every layout
+    } else if (n.op == "Concat" && n.outputs.size() == 1 && is_4d_f32(n.outputs[0]) &&
+               (n.get_int("axis", 0) == 1 || n.get_int("axis", 0) == -3) &&
+               std::all_of(n.inputs.begin(), n.inputs.end(), is_4d_f32) &&
+               std::any_of(n.inputs.begin(), n.inputs.end(),
+                           [&](const std::string& v) { return layout_of(v) != nchw; }) &&
+               (region == nhwc || std::all_of(n.inputs.begin(), n.inputs.end(), [&](const std::string& v) {
+                  return channels(v) % block == 0;
+                }))) {
+      // Channels concatenate in NHWC (innermost) and in channel blocks that are all full.
+      for (auto& in : n.inputs) ensure(in, region);
+      set_int(n, "cpudl.layout", region);
+      out = region;
+    } else if (n.op == "Resize" && !n.inputs.empty() && n.outputs.size() == 1 && is_4d_f32(n.inputs[0]) &&
+               layout_of(n.inputs[0]) != nchw && is_4d_f32(n.outputs[0]) &&
+               descs.at(n.outputs[0]).shape[0] == descs.at(n.inputs[0]).shape[0] &&
+               descs.at(n.outputs[0]).shape[1] == descs.at(n.inputs[0]).shape[1]) {
+      out = layout_of(n.inputs[0]);  // it resizes H and W wherever they are stored
+      set_int(n, "cpudl.layout", out);
     } else if (unary.count(n.op) && !n.inputs.empty()) {
       out = layout_of(n.inputs[0]);
       for (std::size_t k = 1; k < n.inputs.size(); ++k) ensure(n.inputs[k], nchw);

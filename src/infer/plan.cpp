@@ -21,8 +21,12 @@ std::size_t round_up(std::size_t n) { return (n + kAlignment - 1) / kAlignment *
 
 std::size_t bytes_of(const ValueDesc& d) { return static_cast<std::size_t>(d.numel()) * dtype_size(d.dtype); }
 
+using ConstantMap = std::map<std::string, std::shared_ptr<const HostTensor>>;
+
+// `provisional`: for an operator that reads bounded values, the small integer values computed at
+// the bounds (a Reshape's target from a Shape of a bounded value): what it is planned for.
 OpSetup make_setup(const Node& node, std::int64_t opset, const std::map<std::string, ValueDesc>& descs,
-                   const std::map<std::string, std::shared_ptr<const HostTensor>>& known) {
+                   const ConstantMap& known, const ConstantMap* provisional = nullptr) {
   OpSetup s{node, opset, {}, {}, {}, false, std::nullopt, false, {}};
   for (const auto& in : node.inputs) {
     if (in.empty()) {
@@ -33,10 +37,27 @@ OpSetup make_setup(const Node& node, std::int64_t opset, const std::map<std::str
     const auto d = descs.find(in);
     if (d == descs.end()) throw Error(node.label() + ": input '" + in + "' has no known shape");
     s.inputs.push_back(d->second);
-    const auto k = known.find(in);
+    auto k = known.find(in);
+    if (k == known.end() && provisional) {
+      k = provisional->find(in);
+      if (k == provisional->end()) k = known.end();
+    }
     s.constants.push_back(k == known.end() ? nullptr : k->second.get());
   }
   return s;
+}
+
+bool reads_bounded(const Node& node, const std::map<std::string, ValueDesc>& descs) {
+  for (const auto& in : node.inputs)
+    if (const auto d = in.empty() ? descs.end() : descs.find(in); d != descs.end() && d->second.bounded)
+      return true;
+  return false;
+}
+
+// Integer values small enough to be shape arguments: a rebuilt step is given them as constants.
+constexpr std::int64_t kMaxShapeArgument = 64;
+bool shape_argument(DType t, const Shape& shape) {
+  return (t == DType::i64 || t == DType::i32) && shape_numel(shape) <= kMaxShapeArgument;
 }
 
 Kernel build(OpSetup& s) {
@@ -97,7 +118,7 @@ double node_flops(const Node& node, const std::vector<ValueDesc>& in, const std:
 }
 
 Plan::Plan(const Graph& session_graph, const std::vector<Shape>& input_shapes, OptimizerReport& report,
-           bool fuse) {
+           bool fuse, const std::vector<bool>& bounded_inputs) {
   Graph g = session_graph;
   if (input_shapes.size() != g.inputs.size())
     throw Error("the model has " + std::to_string(g.inputs.size()) + " input(s), " +
@@ -105,30 +126,43 @@ Plan::Plan(const Graph& session_graph, const std::vector<Shape>& input_shapes, O
   std::map<std::string, ValueDesc> descs;
   std::map<std::string, std::shared_ptr<const HostTensor>> known = g.constants;
   for (std::size_t i = 0; i < g.inputs.size(); ++i) {
-    check_input_shape(g.inputs[i], input_shapes[i]);
-    descs[g.inputs[i].name] = ValueDesc{g.inputs[i].dtype, input_shapes[i], true};
+    if (bounded_inputs.empty()) check_input_shape(g.inputs[i], input_shapes[i]);  // a model's, not a branch's
+    descs[g.inputs[i].name] =
+        ValueDesc{g.inputs[i].dtype, input_shapes[i], true, i < bounded_inputs.size() && bounded_inputs[i]};
   }
   for (const auto& [name, t] : known) descs[name] = ValueDesc{t->dtype, t->shape, true};
 
   // Pass 1: every shape, and every value computable before the run (constants, and Shape of
   // anything) folded by running its kernel now.
   std::vector<Node> remaining;
+  ConstantMap provisional;  // small integer values computed at the bounds (make_setup)
   for (const Node& node : g.nodes) {
-    OpSetup s = make_setup(node, g.opset, descs, known);
+    const bool bounded_inputs = reads_bounded(node, descs);
+    OpSetup s = make_setup(node, g.opset, descs, known, bounded_inputs ? &provisional : nullptr);
     s.shape_pass = true;
     Kernel kernel = build(s);
-    for (std::size_t o = 0; o < node.outputs.size() && o < s.outputs.size(); ++o)
-      if (!node.outputs[o].empty()) descs[node.outputs[o]] = s.outputs[o];
-    bool foldable = node.op == "Shape";
-    if (!foldable) {
-      foldable = true;
-      for (std::size_t k = 0; k < s.inputs.size(); ++k)
-        foldable = foldable && (!s.inputs[k].present || s.constants[k]);
+    bool all_known = true, all_available = true;
+    for (std::size_t k = 0; k < s.inputs.size(); ++k) {
+      if (!s.inputs[k].present) continue;
+      all_known = all_known && known.count(node.inputs[k]);
+      all_available = all_available && s.constants[k];
     }
-    if (!foldable) {
-      remaining.push_back(node);
-      continue;
+    bool foldable = !bounded_inputs && (node.op == "Shape" || all_known);
+    for (std::size_t o = 0; o < node.outputs.size() && o < s.outputs.size(); ++o) {
+      if (node.outputs[o].empty()) continue;
+      ValueDesc d = s.outputs[o];
+      d.bounded = !foldable && (d.bounded || bounded_inputs || s.sets_output_shapes);
+      descs[node.outputs[o]] = d;
     }
+    // A small integer result computed from the bounds (Shape of a bounded value, and what is
+    // computed from it): kept for planning the bounded operators that read it, never folded.
+    bool evaluate = foldable;
+    if (!foldable && bounded_inputs && !s.sets_output_shapes && (all_available || node.op == "Shape")) {
+      evaluate = !s.outputs.empty();
+      for (const auto& d : s.outputs) evaluate = evaluate && shape_argument(d.dtype, d.shape);
+    }
+    if (!foldable) remaining.push_back(node);
+    if (!evaluate) continue;
     std::vector<TensorView> in_views, out_views;
     for (std::size_t k = 0; k < s.inputs.size(); ++k)
       in_views.push_back(
@@ -138,13 +172,22 @@ Plan::Plan(const Graph& session_graph, const std::vector<Shape>& input_shapes, O
     for (const auto& d : s.outputs)
       results.push_back(std::make_shared<HostTensor>(HostTensor::zeros(d.dtype, d.shape)));
     for (std::size_t o = 0; o < results.size(); ++o)
-      out_views.push_back(TensorView{results[o]->dtype, &results[o]->shape, results[o]->bytes.data()});
+      out_views.push_back(TensorView{results[o]->dtype, &results[o]->shape, results[o]->bytes.data(),
+                                     s.sets_output_shapes ? &results[o]->shape : nullptr});
     if (s.output_aliases_input && !results[0]->bytes.empty())
       std::memcpy(results[0]->bytes.data(), s.constants[0]->bytes.data(), results[0]->bytes.size());
     else if (!s.output_aliases_input)
       kernel(in_views, out_views);
-    for (std::size_t o = 0; o < node.outputs.size() && o < results.size(); ++o)
-      if (!node.outputs[o].empty()) known[node.outputs[o]] = results[o];
+    for (std::size_t o = 0; o < node.outputs.size() && o < results.size(); ++o) {
+      if (node.outputs[o].empty()) continue;
+      results[o]->bytes.resize(static_cast<std::size_t>(results[o]->numel()) * dtype_size(results[o]->dtype));
+      if (foldable) {
+        descs[node.outputs[o]].shape = results[o]->shape;  // a data-dependent size, now known
+        known[node.outputs[o]] = results[o];
+      } else {
+        provisional[node.outputs[o]] = results[o];
+      }
+    }
   }
   g.nodes = std::move(remaining);
   g.constants = known;
@@ -167,6 +210,7 @@ Plan::Plan(const Graph& session_graph, const std::vector<Shape>& input_shapes, O
     if (const auto k = g.constants.find(name); k != g.constants.end()) {
       v.storage = Storage::constant;
       v.constant = k->second->bytes.data();
+      v.host = k->second.get();
       constants_.push_back(k->second);
     }
     values_.push_back(v);
@@ -177,6 +221,7 @@ Plan::Plan(const Graph& session_graph, const std::vector<Shape>& input_shapes, O
     const std::size_t v = value_of(g.inputs[i].name);
     values_[v].storage = Storage::input;
     values_[v].index = i;
+    input_values_.push_back(v);
   }
   std::vector<std::size_t> buffer_bytes;
   std::vector<std::pair<std::size_t, std::size_t>> lifetime;  // per buffer: first, last step
@@ -187,9 +232,13 @@ Plan::Plan(const Graph& session_graph, const std::vector<Shape>& input_shapes, O
   for (const auto& out : g.outputs) last_reader[out.name] = g.nodes.size();
   std::vector<int> values_per_buffer;
   for (const Node& node : g.nodes) {
-    OpSetup s = make_setup(node, g.opset, descs, g.constants);
+    const bool bounded_inputs = reads_bounded(node, descs);
+    OpSetup s = make_setup(node, g.opset, descs, g.constants, bounded_inputs ? &provisional : nullptr);
     Step step;
     step.kernel = build(s);
+    step.sets_output_shapes = s.sets_output_shapes;
+    step.bounded = bounded_inputs || s.sets_output_shapes;
+    if (step.bounded) step.node = std::make_shared<const Node>(node);
     const std::size_t at = steps_.size();
     for (const auto& in : node.inputs) {
       const std::size_t v = value_of(in);
@@ -202,6 +251,7 @@ Plan::Plan(const Graph& session_graph, const std::vector<Shape>& input_shapes, O
       step.outputs.push_back(v);
       if (v == kNone) continue;
       values_[v].desc = s.outputs.at(o);
+      values_[v].desc.bounded = values_[v].desc.bounded || step.bounded;
       if (o == 0 && s.output_aliases_input) {
         const Value& src = values_[step.inputs[0]];
         values_[v].storage = src.storage;
@@ -281,6 +331,80 @@ Plan::Plan(const Graph& session_graph, const std::vector<Shape>& input_shapes, O
   for (const Step& s : steps_) widest = std::max({widest, s.inputs.size(), s.outputs.size()});
   scratch_in_.resize(widest);
   scratch_out_.resize(widest);
+  for (const Value& v : values_) run_shapes_.push_back(v.desc.shape);
+  buffer_bytes_ = std::move(buffer_bytes);
+  opset_ = g.opset;
+}
+
+bool Plan::has_bounded_outputs() const {
+  for (const auto& d : output_descs_)
+    if (d.bounded) return true;
+  return false;
+}
+
+void Plan::copy_output(std::size_t o, void* destination) const {
+  const std::size_t v = output_values_.at(o);
+  const std::size_t bytes =
+      static_cast<std::size_t>(shape_numel(run_shapes_[v])) * dtype_size(values_[v].desc.dtype);
+  if (bytes > 0) std::memcpy(destination, address(v, run_inputs_), bytes);
+}
+
+void Plan::rebuild_if_changed(Step& step, std::span<const TensorView> inputs) {
+  signature_.clear();
+  for (const std::size_t v : step.inputs) {
+    if (v == kNone) {
+      signature_.push_back(-1);
+      continue;
+    }
+    const Shape& shape = run_shapes_[v];
+    signature_.push_back(static_cast<std::int64_t>(shape.size()));
+    signature_.insert(signature_.end(), shape.begin(), shape.end());
+    if (values_[v].storage != Storage::constant && shape_argument(values_[v].desc.dtype, shape)) {
+      const std::int64_t n = shape_numel(shape);
+      const void* data = address(v, inputs);
+      for (std::int64_t i = 0; i < n; ++i)
+        signature_.push_back(values_[v].desc.dtype == DType::i64 ? static_cast<const std::int64_t*>(data)[i]
+                                                                 : static_cast<const std::int32_t*>(data)[i]);
+    }
+  }
+  if (signature_ == step.built_for) return;
+  const Node& node = *step.node;
+  OpSetup s{node, opset_, {}, {}, {}, false, std::nullopt, false, {}};
+  std::vector<std::shared_ptr<HostTensor>> run_values;
+  for (const std::size_t v : step.inputs) {
+    if (v == kNone) {
+      s.inputs.push_back(ValueDesc{DType::f32, {}, false});
+      s.constants.push_back(nullptr);
+      continue;
+    }
+    ValueDesc d = values_[v].desc;
+    d.shape = run_shapes_[v];
+    s.inputs.push_back(d);
+    if (values_[v].storage == Storage::constant) {
+      s.constants.push_back(values_[v].host);
+    } else if (shape_argument(d.dtype, d.shape)) {
+      auto t = std::make_shared<HostTensor>(HostTensor::zeros(d.dtype, d.shape));
+      if (!t->bytes.empty()) std::memcpy(t->bytes.data(), address(v, inputs), t->bytes.size());
+      s.constants.push_back(t.get());
+      run_values.push_back(std::move(t));
+    } else {
+      s.constants.push_back(nullptr);
+    }
+  }
+  Kernel kernel = build(s);
+  for (std::size_t o = 0; o < step.outputs.size() && o < s.outputs.size(); ++o) {
+    const std::size_t v = step.outputs[o];
+    if (v == kNone) continue;
+    const std::size_t need = bytes_of(s.outputs[o]), bound = bytes_of(values_[v].desc);
+    if (need > bound)
+      throw Error(node.label() + ": output '" + node.outputs[o] + "' has shape " +
+                  shape_text(s.outputs[o].shape) + " in this run, larger than the " +
+                  shape_text(values_[v].desc.shape) + " it was planned for");
+    run_shapes_[v] = s.outputs[o].shape;
+  }
+  step.kernel = std::move(kernel);
+  step.run_values = std::move(run_values);
+  step.built_for = signature_;
 }
 
 void* Plan::address(std::size_t v, std::span<const TensorView> inputs) const {
@@ -297,19 +421,23 @@ void* Plan::address(std::size_t v, std::span<const TensorView> inputs) const {
 }
 
 void Plan::run(std::span<const TensorView> inputs, std::span<const TensorView> outputs) {
+  run_inputs_.assign(inputs.begin(), inputs.end());
+  for (std::size_t i = 0; i < input_values_.size();
+       ++i)  // (views of an input share its storage, not its shape)
+    if (values_[input_values_[i]].desc.bounded) run_shapes_[input_values_[i]] = *inputs[i].shape;
   for (std::size_t i = 0; i < steps_.size(); ++i) {
-    const Step& step = steps_[i];
+    Step& step = steps_[i];
+    if (step.bounded && !step.sets_output_shapes) rebuild_if_changed(step, inputs);
     for (std::size_t k = 0; k < step.inputs.size(); ++k) {
       const std::size_t v = step.inputs[k];
-      scratch_in_[k] = v == kNone
-                           ? TensorView{}
-                           : TensorView{values_[v].desc.dtype, &values_[v].desc.shape, address(v, inputs)};
+      scratch_in_[k] =
+          v == kNone ? TensorView{} : TensorView{values_[v].desc.dtype, &run_shapes_[v], address(v, inputs)};
     }
     for (std::size_t k = 0; k < step.outputs.size(); ++k) {
       const std::size_t v = step.outputs[k];
-      scratch_out_[k] = v == kNone
-                            ? TensorView{}
-                            : TensorView{values_[v].desc.dtype, &values_[v].desc.shape, address(v, inputs)};
+      scratch_out_[k] = v == kNone ? TensorView{}
+                                   : TensorView{values_[v].desc.dtype, &run_shapes_[v], address(v, inputs),
+                                                step.sets_output_shapes ? &run_shapes_[v] : nullptr};
     }
     const std::span<const TensorView> in(scratch_in_.data(), step.inputs.size());
     const std::span<const TensorView> out(scratch_out_.data(), step.outputs.size());
@@ -322,9 +450,8 @@ void Plan::run(std::span<const TensorView> inputs, std::span<const TensorView> o
       step.kernel(in, out);
     }
   }
-  for (std::size_t o = 0; o < output_values_.size(); ++o)
-    if (const std::size_t bytes = bytes_of(values_[output_values_[o]].desc); bytes > 0)
-      std::memcpy(outputs[o].data, address(output_values_[o], inputs), bytes);
+  for (std::size_t o = 0; o < output_values_.size() && o < outputs.size(); ++o)
+    copy_output(o, outputs[o].data);
 }
 
 }  // namespace cpudl::infer

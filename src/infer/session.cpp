@@ -1,4 +1,5 @@
 // InferenceSession: the loaded graph, optimised once, and a plan per input shape.
+#include <functional>
 #include <mutex>
 
 #include "cpudl/error.h"
@@ -68,6 +69,9 @@ struct InferenceSession::Impl {
                   std::to_string(descs.size()));
     out_views.resize(descs.size());
     for (std::size_t o = 0; o < descs.size(); ++o) {
+      if (descs[o].bounded)
+        throw Error("run_into: output '" + this->outputs.at(o).name +
+                    "' has a data-dependent shape (at most " + shape_text(descs[o].shape) + "): use run()");
       const Tensor& t = outputs[o];
       if (!t.defined() || !t.is_contiguous() || t.dtype() != descs[o].dtype || t.shape() != descs[o].shape)
         throw Error("run_into: output " + std::to_string(o) + " must be a contiguous " +
@@ -125,8 +129,21 @@ std::vector<Tensor> InferenceSession::run(const std::vector<Tensor>& inputs) {
   for (const auto& t : inputs) contiguous.push_back(t.is_contiguous() ? t : t.contiguous());
   infer::Plan& plan = impl_->plan_for_inputs(contiguous);
   std::vector<Tensor> results;
-  for (const auto& d : plan.output_descs()) results.push_back(Tensor::empty(d.shape, d.dtype));
-  impl_->execute(plan, contiguous, results);
+  if (!plan.has_bounded_outputs()) {
+    for (const auto& d : plan.output_descs()) results.push_back(Tensor::empty(d.shape, d.dtype));
+    impl_->execute(plan, contiguous, results);
+    return results;
+  }
+  // Data-dependent output sizes (a detector's boxes): allocated once the run has told them.
+  impl_->in_views.resize(contiguous.size());
+  for (std::size_t i = 0; i < contiguous.size(); ++i)
+    impl_->in_views[i] =
+        infer::TensorView{contiguous[i].dtype(), &contiguous[i].shape(), contiguous[i].raw_data()};
+  plan.run(impl_->in_views, {});
+  for (std::size_t o = 0; o < plan.output_descs().size(); ++o) {
+    results.push_back(Tensor::empty(plan.output_shape(o), plan.output_descs()[o].dtype));
+    plan.copy_output(o, results.back().raw_data());
+  }
   return results;
 }
 
@@ -149,7 +166,15 @@ ModelInfo InferenceSession::info(const std::vector<Shape>& input_shapes) {
   info.opset = impl_->loaded.opset;
   info.inputs = impl_->inputs;
   info.outputs = impl_->outputs;
-  for (const auto& n : impl_->loaded.nodes) ++info.ops_loaded[n.op];
+  // Every node of the file, those of If branches included.
+  const std::function<void(const infer::Graph&)> count = [&](const infer::Graph& g) {
+    for (const auto& n : g.nodes) {
+      ++info.ops_loaded[n.op];
+      for (const auto& [_, a] : n.attributes)
+        if (a.kind == infer::Attribute::Kind::graph) count(*a.g);
+    }
+  };
+  count(impl_->loaded);
   for (const auto& [name, t] : impl_->loaded.constants)
     if (t->dtype == DType::f32 || t->dtype == DType::bf16 || t->dtype == DType::i8 || t->dtype == DType::u8)
       info.parameters += t->numel();  // weights, float or quantised (not shape arguments)

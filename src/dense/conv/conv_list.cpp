@@ -102,7 +102,9 @@ std::optional<WinogradConvShape> winograd_of(const ConvShape& s, ConvPass pass) 
   }
   return w;
 }
-bool winograd_runs(const ConvShape& s, ConvPass pass, const ConvContext&) {
+bool winograd_runs(const ConvShape& s, ConvPass pass, const ConvContext& c) {
+  if (pass == ConvPass::forward && c.activation == Activation::swish)
+    return false;  // it clamps, nothing else
   return winograd_of(s, pass).has_value();
 }
 // Inference (constant weights): the blocked layout's forward pass, the weights transformed once.

@@ -75,6 +75,8 @@ void reference_forward(const dense::ConvShape& s, const float* x, const float* w
           if (epilogue.activation == dense::Activation::relu) v = std::max(v, 0.0f);
           if (epilogue.activation == dense::Activation::clip)
             v = std::min(std::max(v, epilogue.clip_min), epilogue.clip_max);
+          if (epilogue.activation == dense::Activation::swish)
+            v = static_cast<float>(static_cast<double>(v) / (1.0 + std::exp(-static_cast<double>(v))));
           y[at] = v;
         }
     }

@@ -2,6 +2,7 @@
 #include "dense/matmul/matmul_list.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <mutex>
 #include <set>
@@ -32,6 +33,7 @@ void cblas_run(const MatmulShape& s, const float* a, const float* b, float* c, c
         if (e.bias) v += e.bias[j];
         if (e.activation == Activation::relu) v = std::max(0.0f, v);
         if (e.activation == Activation::clip) v = std::min(std::max(v, e.clip_min), e.clip_max);
+        if (e.activation == Activation::swish) v = v / (1.0f + std::exp(-v));
       }
   }
 }

@@ -93,10 +93,11 @@ inline dnnl::memory::desc plain_desc(const dnnl::memory::dims& dims, dnnl::memor
   return dnnl::memory::desc(dims, dnnl::memory::data_type::f32, tag);
 }
 
-// Appends the activation (Activation from dense.h, as an int: 0 none, 1 relu, 2 clip).
+// Appends the activation (Activation from dense.h, as an int: 0 none, 1 relu, 2 clip, 3 swish).
 inline void append_activation(dnnl::post_ops& ops, int activation, float clip_min, float clip_max) {
   if (activation == 1) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
   if (activation == 2) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip, clip_min, clip_max);
+  if (activation == 3) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_swish, 1.0f, 0.0f);
 }
 
 inline dnnl::post_ops make_post_ops(int activation, float clip_min, float clip_max, bool sum) {

@@ -107,6 +107,7 @@ FusedActivation fused_activation(const OpSetup& s, const std::string& prefix) {
   FusedActivation a;
   const std::string act = s.node.get_string(prefix + "activation", "");
   if (act == "Relu") a.kind = onednn::Activation::relu;
+  if (act == "Silu") a.kind = onednn::Activation::swish;
   if (act == "Clip") {
     a.kind = onednn::Activation::clip;
     a.lo = s.node.get_float(prefix + "clip_min", -INFINITY);

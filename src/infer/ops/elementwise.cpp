@@ -1,7 +1,9 @@
-// Elementwise operators: NumPy-broadcasting binary ops (Add, Sub, Mul, Div, Pow, Equal), Where,
+// Elementwise operators: NumPy-broadcasting binary ops (Add, Sub, Mul, Div, Pow and the
+// comparisons Equal, Greater, Less, GreaterOrEqual, LessOrEqual), Where,
 // the activations (through the native kernel table where one exists), and Cast. Broadcasting is
 // planned once per shape: dimensions are merged, and each run walks precomputed offsets of
 // contiguous inner blocks, so the inner loop is a native kernel or a scalar-broadcast loop.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -93,6 +95,7 @@ void run_broadcast(const BroadcastPlan& p, const T* a, const T* b, R* out, Op op
                    void (*vector_kernel)(const float*, const float*, float*, std::size_t)) {
   const std::int64_t inner = p.inner;
   const std::size_t outer = p.a_offsets.size();
+  if (inner == 0) return;  // an empty value
   parallel_for(outer, std::max<std::size_t>(1, kGrain / static_cast<std::size_t>(inner)),
                [&](std::size_t begin, std::size_t end) {
                  for (std::size_t o = begin; o < end; ++o) {
@@ -121,7 +124,19 @@ void run_broadcast(const BroadcastPlan& p, const T* a, const T* b, R* out, Op op
                });
 }
 
-enum class Binary { add, sub, mul, div, pow, equal };
+enum class Binary { add, sub, mul, div, pow, equal, greater, less, greater_equal, less_equal };
+
+// The comparisons write BOOL (int8 0/1).
+constexpr bool is_comparison(Binary kind) { return kind >= Binary::equal; }
+
+template <Binary kind, class T>
+bool compare(T x, T y) {
+  if constexpr (kind == Binary::equal) return x == y;
+  if constexpr (kind == Binary::greater) return x > y;
+  if constexpr (kind == Binary::less) return x < y;
+  if constexpr (kind == Binary::greater_equal) return x >= y;
+  return x <= y;
+}
 
 template <Binary kind>
 Kernel build_binary(OpSetup& s) {
@@ -134,7 +149,7 @@ Kernel build_binary(OpSetup& s) {
     s.fail("element type " + std::string(dtype_name(t)) + " is not supported");
   if (kind == Binary::pow && t != DType::f32) s.fail("Pow needs float inputs");
   const Shape out = broadcast_shapes(s, s.shape(0), s.shape(1));
-  s.set_output(0, kind == Binary::equal ? DType::i8 : t, out);
+  s.set_output(0, is_comparison(kind) ? DType::i8 : t, out);
   auto plan = std::make_shared<BroadcastPlan>(plan_broadcast(out, s.shape(0), s.shape(1)));
   auto op = [](auto x, auto y) {
     using V = decltype(x);
@@ -149,7 +164,7 @@ Kernel build_binary(OpSetup& s) {
     else if constexpr (kind == Binary::pow)
       return static_cast<V>(std::pow(x, y));
     else
-      return static_cast<V>(x == y);
+      return static_cast<V>(compare<kind>(x, y));
   };
   void (*vector_kernel)(const float*, const float*, float*, std::size_t) = nullptr;
   if constexpr (kind == Binary::add) vector_kernel = native().f32_add.fn;
@@ -161,10 +176,10 @@ Kernel build_binary(OpSetup& s) {
       using T = decltype(tag);
       const T* a = static_cast<const T*>(in[0].data);
       const T* b = static_cast<const T*>(in[1].data);
-      if constexpr (kind == Binary::equal) {
+      if constexpr (is_comparison(kind)) {
         run_broadcast(
             *plan, a, b, static_cast<std::int8_t*>(out[0].data),
-            [](T x, T y) { return static_cast<std::int8_t>(x == y); }, nullptr);
+            [](T x, T y) { return static_cast<std::int8_t>(compare<kind>(x, y)); }, nullptr);
       } else {
         run_broadcast(*plan, a, b, static_cast<T*>(out[0].data), op, vector_kernel);
       }
@@ -266,6 +281,21 @@ Kernel build_gelu(OpSetup& s) {
   if (approximate != "none") s.fail("approximate='" + approximate + "' is not 'none' or 'tanh'");
   return unary(s, native().f32_gelu.fn, nullptr);
 }
+Kernel build_ceil(OpSetup& s) {
+  return unary(s, nullptr, [](float x, const float*) { return std::ceil(x); });
+}
+Kernel build_floor(OpSetup& s) {
+  return unary(s, nullptr, [](float x, const float*) { return std::floor(x); });
+}
+Kernel build_hard_sigmoid(OpSetup& s) {
+  const float alpha = s.node.get_float("alpha", 0.2f), beta = s.node.get_float("beta", 0.5f);
+  return unary(s, nullptr, [](float x, const float* p) { return std::clamp(p[0] * x + p[1], 0.0f, 1.0f); },
+               {alpha, beta});
+}
+// x * HardSigmoid(x) with alpha 1/6, beta 1/2 (ONNX's definition; torch.nn.Hardswish exports it)
+Kernel build_hard_swish(OpSetup& s) {
+  return unary(s, nullptr, [](float x, const float*) { return x * std::clamp(x / 6.0f + 0.5f, 0.0f, 1.0f); });
+}
 Kernel build_leaky_relu(OpSetup& s) {
   const float alpha = s.node.get_float("alpha", 0.01f);
   return unary(s, nullptr, [](float x, const float* p) { return x >= 0 ? x : x * p[0]; }, {alpha, 0});
@@ -366,6 +396,14 @@ const OpEntry kOps[] = {
     {"Div", build_binary<Binary::div>},
     {"Pow", build_binary<Binary::pow>},
     {"Equal", build_binary<Binary::equal>},
+    {"Greater", build_binary<Binary::greater>},
+    {"Less", build_binary<Binary::less>},
+    {"GreaterOrEqual", build_binary<Binary::greater_equal>},
+    {"LessOrEqual", build_binary<Binary::less_equal>},
+    {"Ceil", build_ceil},
+    {"Floor", build_floor},
+    {"HardSigmoid", build_hard_sigmoid},
+    {"HardSwish", build_hard_swish},
     {"Where", build_where},
     {"Relu", build_relu},
     {"LeakyRelu", build_leaky_relu},

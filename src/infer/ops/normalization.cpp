@@ -1,5 +1,5 @@
-// Normalisations and reductions: BatchNormalization (inference statistics; usually folded into
-// the preceding Conv by the optimiser), LayerNormalization, Softmax, LogSoftmax and ReduceMean.
+// Normalisations: BatchNormalization (inference statistics; usually folded into the preceding Conv
+// by the optimiser), LayerNormalization, Softmax and LogSoftmax.
 // Batch norm runs on oneDNN; row-wise work goes through the native kernel table (layer norm, softmax).
 #include <cmath>
 #include <cstring>
@@ -121,61 +121,11 @@ Kernel build_softmax(OpSetup& s) {
   };
 }
 
-Kernel build_reduce_mean(OpSetup& s) {
-  s.require_inputs(1, 2);
-  s.require_f32(0);
-  const Shape& x = s.shape(0);
-  const auto rank = static_cast<std::int64_t>(x.size());
-  std::vector<std::int64_t> axes = s.has(1) ? s.constant(1, "axes").as_int64() : s.node.get_ints("axes");
-  const bool keep = s.node.get_int("keepdims", 1) != 0;
-  std::vector<bool> reduced(x.size(), axes.empty() && s.node.get_int("noop_with_empty_axes", 0) == 0);
-  for (std::int64_t a : axes) reduced[static_cast<std::size_t>(normalize_axis(s, a, rank, "axes"))] = true;
-  Shape out;
-  for (std::size_t d = 0; d < x.size(); ++d) {
-    if (!reduced[d])
-      out.push_back(x[d]);
-    else if (keep)
-      out.push_back(1);
-  }
-  s.set_output(0, DType::f32, out);
-  // Each output element's inputs: the reduced dims enumerated once as offsets, the kept dims as
-  // the base offset of each output element.
-  std::vector<std::int64_t> strides(x.size(), 1);
-  for (std::size_t d = x.size(); d-- > 1;) strides[d - 1] = strides[d] * x[d];
-  auto enumerate = [&](bool want_reduced) {
-    std::vector<std::int64_t> offsets = {0};
-    for (std::size_t d = 0; d < x.size(); ++d) {
-      if (reduced[d] != want_reduced) continue;
-      std::vector<std::int64_t> next;
-      next.reserve(offsets.size() * static_cast<std::size_t>(x[d]));
-      for (std::int64_t base : offsets)
-        for (std::int64_t i = 0; i < x[d]; ++i) next.push_back(base + i * strides[d]);
-      offsets.swap(next);
-    }
-    return offsets;
-  };
-  auto inner = std::make_shared<std::vector<std::int64_t>>(enumerate(true));
-  auto bases = std::make_shared<std::vector<std::int64_t>>(enumerate(false));
-  return [inner, bases](std::span<const TensorView> in, std::span<const TensorView> o) {
-    const float* src = in[0].f32();
-    float* dst = o[0].f32();
-    const float scale = 1.0f / static_cast<float>(inner->size());
-    parallel_for(bases->size(), std::max<std::size_t>(1, 16384 / inner->size()),
-                 [&](std::size_t b, std::size_t e) {
-                   for (std::size_t i = b; i < e; ++i) {
-                     const float* p = src + (*bases)[i];
-                     float sum = 0.0f;
-                     for (std::int64_t off : *inner) sum += p[off];
-                     dst[i] = sum * scale;
-                   }
-                 });
-  };
-}
-
 const OpEntry kOps[] = {
-    {"BatchNormalization", build_batch_norm}, {"LayerNormalization", build_layer_norm},
-    {"Softmax", build_softmax<false>},        {"LogSoftmax", build_softmax<true>},
-    {"ReduceMean", build_reduce_mean},
+    {"BatchNormalization", build_batch_norm},
+    {"LayerNormalization", build_layer_norm},
+    {"Softmax", build_softmax<false>},
+    {"LogSoftmax", build_softmax<true>},
 };
 
 }  // namespace

@@ -1,9 +1,11 @@
 // Operators that move data without arithmetic: Reshape, Flatten, Squeeze, Unsqueeze, Identity and
-// Dropout (views: the output shares the input's memory), Transpose, Slice and Expand (one strided
-// copy each), Concat, Split, Gather, and the shape producers Shape, Constant, ConstantOfShape.
+// Dropout (views: the output shares the input's memory), Transpose, Slice, Expand and Tile (one
+// strided copy each), Concat, Split, Gather, and the shape producers Shape, Constant,
+// ConstantOfShape, Range.
 // Shape arguments (Reshape's shape, Slice's starts...) must be known when the plan is built: with
 // the input shapes fixed, the Shape/Gather/Concat chains exporters emit fold to constants first.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "dense/onednn/dense.h"
@@ -27,6 +29,7 @@ struct StridedCopy {
   StridedCopy(const Shape& out, const std::vector<std::int64_t>& in_strides, std::int64_t offset,
               std::size_t element_bytes)
       : element(element_bytes), in_offset(offset) {
+    if (shape_numel(out) == 0) return;  // an empty value (no detections): no blocks to copy
     Shape dims;
     std::vector<std::int64_t> strides;
     for (std::size_t i = 0; i < out.size(); ++i) {
@@ -62,6 +65,7 @@ struct StridedCopy {
   }
 
   void run(const void* src, void* dst) const {
+    if (block_offsets.empty()) return;
     const auto* in = static_cast<const std::byte*>(src) + in_offset * static_cast<std::int64_t>(element);
     auto* out = static_cast<std::byte*>(dst);
     const auto e = static_cast<std::int64_t>(element);
@@ -243,6 +247,68 @@ Kernel build_expand(OpSetup& s) {
   return strided_copy(s, out, strides, 0);
 }
 
+// Tile: the output, seen as [r0, x0, r1, x1, ...] (repeat, then the input's dimension), is one
+// strided copy whose repeat dimensions have stride 0.
+Kernel build_tile(OpSetup& s) {
+  s.require_inputs(2, 2);
+  const Shape& x = s.shape(0);
+  const std::vector<std::int64_t> repeats = s.constant(1, "repeats").as_int64();
+  if (repeats.size() != x.size())
+    s.fail("repeats has " + std::to_string(repeats.size()) + " entries for an input of rank " +
+           std::to_string(x.size()));
+  const auto in_strides = contiguous_strides(x);
+  Shape split, out;
+  std::vector<std::int64_t> strides;
+  for (std::size_t d = 0; d < x.size(); ++d) {
+    if (repeats[d] < 0)
+      s.fail("repeats[" + std::to_string(d) + "] = " + std::to_string(repeats[d]) + " is negative");
+    split.insert(split.end(), {repeats[d], x[d]});
+    strides.insert(strides.end(), {0, in_strides[d]});
+    out.push_back(repeats[d] * x[d]);
+  }
+  Kernel k = strided_copy(s, split, strides, 0);
+  s.set_output(0, s.inputs[0].dtype, out);
+  return k;
+}
+
+// Range: start, start + delta, ... while below limit (above, for a negative delta).
+Kernel build_range(OpSetup& s) {
+  s.require_inputs(3, 3);
+  const DType t = s.inputs[0].dtype;
+  if (t != DType::f32 && t != DType::i64 && t != DType::i32)
+    s.fail("element type " + std::string(dtype_name(t)) + " is not supported (FLOAT, INT64, INT32 are)");
+  const double start = s.constant(0, "start").as_float().at(0),
+               limit = s.constant(1, "limit").as_float().at(0),
+               delta = s.constant(2, "delta").as_float().at(0);
+  if (delta == 0) s.fail("delta is 0");
+  std::int64_t n = 0;
+  if (t == DType::f32) {
+    n = std::max<std::int64_t>(static_cast<std::int64_t>(std::ceil((limit - start) / delta)), 0);
+  } else {  // exact integer arithmetic
+    const std::int64_t a = s.constant(0, "start").as_int64().at(0),
+                       b = s.constant(1, "limit").as_int64().at(0),
+                       d = s.constant(2, "delta").as_int64().at(0);
+    const std::int64_t span = b - a;
+    n = std::max<std::int64_t>(d > 0 ? (span + d - 1) / d : (span + d + 1) / d, 0);
+  }
+  s.set_output(0, t, {n});
+  return [t, n](std::span<const TensorView> in, std::span<const TensorView> out) {
+    if (t == DType::f32) {
+      const float a = *in[0].f32(), d = *in[2].f32();
+      for (std::int64_t i = 0; i < n; ++i) out[0].f32()[i] = a + static_cast<float>(i) * d;
+    } else if (t == DType::i64) {
+      const auto a = *static_cast<const std::int64_t*>(in[0].data),
+                 d = *static_cast<const std::int64_t*>(in[2].data);
+      for (std::int64_t i = 0; i < n; ++i) static_cast<std::int64_t*>(out[0].data)[i] = a + i * d;
+    } else {
+      const auto a = *static_cast<const std::int32_t*>(in[0].data),
+                 d = *static_cast<const std::int32_t*>(in[2].data);
+      for (std::int64_t i = 0; i < n; ++i)
+        static_cast<std::int32_t*>(out[0].data)[i] = static_cast<std::int32_t>(a + i * d);
+    }
+  };
+}
+
 Kernel build_slice(OpSetup& s) {
   s.require_inputs(1, 5);
   const Shape& x = s.shape(0);
@@ -319,6 +385,15 @@ Kernel build_concat(OpSetup& s) {
   std::int64_t outer = 1, inner = static_cast<std::int64_t>(dtype_size(t));
   for (std::int64_t d = 0; d < axis; ++d) outer *= first[static_cast<std::size_t>(d)];
   for (std::int64_t d = axis + 1; d < rank; ++d) inner *= first[static_cast<std::size_t>(d)];
+  // The optimiser's channels-last region (optimizer.h's assign_layouts): channels are innermost,
+  // one run per pixel. (In channel blocks, all full, each image's channels are contiguous as in
+  // NCHW: the plain concatenation is already right.)
+  if (s.node.get_int("cpudl.layout", 0) == static_cast<std::int64_t>(onednn::ActivationLayout::nhwc)) {
+    if (rank != 4 || axis != 1)
+      s.fail("concatenates channels-last values on an axis other than the channels");
+    outer = first[0] * first[2] * first[3];
+    inner = static_cast<std::int64_t>(dtype_size(t));
+  }
   for (std::size_t i = 0; i < s.count(); ++i)
     widths.push_back(s.shape(i)[static_cast<std::size_t>(axis)] * inner);
   s.set_output(0, t, out);
@@ -623,6 +698,8 @@ const OpEntry kOps[] = {
     {"Unsqueeze", build_unsqueeze},
     {"Transpose", build_transpose},
     {"Expand", build_expand},
+    {"Tile", build_tile},
+    {"Range", build_range},
     {"Slice", build_slice},
     {"Concat", build_concat},
     {"Split", build_split},
