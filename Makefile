@@ -44,10 +44,13 @@ bench: build
 	@bench/run-benchmarks.sh
 
 # cpudl vs ONNX Runtime (npm onnxruntime-node, into build/bench-onnx/) vs PyTorch on resnet18 and
-# mobilenet_v2 ONNX files; writes the table into docs/BENCHMARKS.md.
+# mobilenet_v2 ONNX files, then cpudl vs ONNX Runtime on a YOLOv5s-style detector (320 and 640,
+# raw and with NMS in the graph) and NonMaxSuppression alone; writes the tables into
+# docs/BENCHMARKS.md.
 bench-onnx: build
 	@scripts/install-deps.sh --bench
 	@/usr/bin/python3 bench/vs_onnx.py --write-doc
+	@/usr/bin/python3 bench/vs_detect.py --write-doc
 
 # fp32 vs dynamic int8 (cpudl quantize --mode dynamic) on an MLP: cpudl, ONNX Runtime (on cpudl's
 # int8 file) and PyTorch's quantize_dynamic; fp32 vs bf16 vs static int8 on resnet18 and

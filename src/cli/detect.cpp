@@ -22,21 +22,33 @@ namespace {
 
 // The 80 COCO classes in the order YOLOv5 and torchvision's detection heads number them, for a
 // model with 80 classes and no --labels.
-const char* const kCocoNames[80] = {
-    "person",        "bicycle",      "car",           "motorcycle",    "airplane",     "bus",
-    "train",         "truck",        "boat",          "traffic light", "fire hydrant", "stop sign",
-    "parking meter", "bench",        "bird",          "cat",           "dog",          "horse",
-    "sheep",         "cow",          "elephant",      "bear",          "zebra",        "giraffe",
-    "backpack",      "umbrella",     "handbag",       "tie",           "suitcase",     "frisbee",
-    "skis",          "snowboard",    "sports ball",   "kite",          "baseball bat", "baseball glove",
-    "skateboard",    "surfboard",    "tennis racket", "bottle",        "wine glass",   "cup",
-    "fork",          "knife",        "spoon",         "bowl",          "banana",       "apple",
-    "sandwich",      "orange",       "broccoli",      "carrot",        "hot dog",      "pizza",
-    "donut",         "cake",         "chair",         "couch",         "potted plant", "bed",
-    "dining table",  "toilet",       "tv",            "laptop",        "mouse",        "remote",
-    "keyboard",      "cell phone",   "microwave",     "oven",          "toaster",      "sink",
-    "refrigerator",  "book",         "clock",         "vase",          "scissors",     "teddy bear",
-    "hair drier",    "toothbrush"};
+const char* const kCocoNames[80] = {"person",        "bicycle",      "car",
+                                    "motorcycle",    "airplane",     "bus",
+                                    "train",         "truck",        "boat",
+                                    "traffic light", "fire hydrant", "stop sign",
+                                    "parking meter", "bench",        "bird",
+                                    "cat",           "dog",          "horse",
+                                    "sheep",         "cow",          "elephant",
+                                    "bear",          "zebra",        "giraffe",
+                                    "backpack",      "umbrella",     "handbag",
+                                    "tie",           "suitcase",     "frisbee",
+                                    "skis",          "snowboard",    "sports ball",
+                                    "kite",          "baseball bat", "baseball glove",
+                                    "skateboard",    "surfboard",    "tennis racket",
+                                    "bottle",        "wine glass",   "cup",
+                                    "fork",          "knife",        "spoon",
+                                    "bowl",          "banana",       "apple",
+                                    "sandwich",      "orange",       "broccoli",
+                                    "carrot",        "hot dog",      "pizza",
+                                    "donut",         "cake",         "chair",
+                                    "couch",         "potted plant", "bed",
+                                    "dining table",  "toilet",       "tv",
+                                    "laptop",        "mouse",        "remote",
+                                    "keyboard",      "cell phone",   "microwave",
+                                    "oven",          "toaster",      "sink",
+                                    "refrigerator",  "book",         "clock",
+                                    "vase",          "scissors",     "teddy bear",
+                                    "hair drier",    "toothbrush"};
 
 struct DetectOptions {
   std::string model, image, labels, out, draw;
@@ -64,12 +76,23 @@ void class_color(std::int64_t label, std::uint8_t out[3]) {
   const double v = 0.95, s = 0.85, p = v * (1 - s), q = v * (1 - s * f), t = v * (1 - s * (1 - f));
   double r = v, g = t, b = p;
   switch (static_cast<int>(h)) {
-    case 1: r = q, g = v, b = p; break;
-    case 2: r = p, g = v, b = t; break;
-    case 3: r = p, g = q, b = v; break;
-    case 4: r = t, g = p, b = v; break;
-    case 5: r = v, g = p, b = q; break;
-    default: break;
+    case 1:
+      r = q, g = v, b = p;
+      break;
+    case 2:
+      r = p, g = v, b = t;
+      break;
+    case 3:
+      r = p, g = q, b = v;
+      break;
+    case 4:
+      r = t, g = p, b = v;
+      break;
+    case 5:
+      r = v, g = p, b = q;
+      break;
+    default:
+      break;
   }
   out[0] = static_cast<std::uint8_t>(r * 255), out[1] = static_cast<std::uint8_t>(g * 255),
   out[2] = static_cast<std::uint8_t>(b * 255);
@@ -86,17 +109,21 @@ void draw(const data::DecodedImage& image, const std::vector<infer::Detection>& 
     const infer::Detection& d = *it;
     std::uint8_t color[3];
     class_color(d.label, color);
-    const auto x1 = static_cast<std::int64_t>(std::floor(d.box[0])), y1 = static_cast<std::int64_t>(std::floor(d.box[1]));
-    const auto x2 = static_cast<std::int64_t>(std::ceil(d.box[2])), y2 = static_cast<std::int64_t>(std::ceil(d.box[3]));
+    const auto x1 = static_cast<std::int64_t>(std::floor(d.box[0])),
+               y1 = static_cast<std::int64_t>(std::floor(d.box[1]));
+    const auto x2 = static_cast<std::int64_t>(std::ceil(d.box[2])),
+               y2 = static_cast<std::int64_t>(std::ceil(d.box[3]));
     picture.outline(x1, y1, x2, y2, thickness, color);
     char score[16];
     std::snprintf(score, sizeof score, " %.2f", static_cast<double>(d.score));
     const std::string text = names[static_cast<std::size_t>(d.label)] + score;
-    const std::int64_t h = data::text_height(scale) + 2 * scale, w = data::text_width(text, scale) + 2 * scale;
+    const std::int64_t h = data::text_height(scale) + 2 * scale,
+                       w = data::text_width(text, scale) + 2 * scale;
     const std::int64_t top = y1 - h >= 0 ? y1 - h : y1;  // above the box, or inside it at the top
     picture.fill_rect(x1, top, x1 + w - 1, top + h - 1, color);
     const bool light = color[0] * 299 + color[1] * 587 + color[2] * 114 > 150000;
-    const std::uint8_t ink[3] = {static_cast<std::uint8_t>(light ? 0 : 255), static_cast<std::uint8_t>(light ? 0 : 255),
+    const std::uint8_t ink[3] = {static_cast<std::uint8_t>(light ? 0 : 255),
+                                 static_cast<std::uint8_t>(light ? 0 : 255),
                                  static_cast<std::uint8_t>(light ? 0 : 255)};
     picture.text(x1 + 2 * scale, top + 2 * scale, text, scale, ink);
   }
@@ -119,21 +146,24 @@ int run_detect(const DetectOptions& o) {
     throw Error(o.model + ": input '" + input.name + "' is " + std::string(dtype_name(input.dtype)) + " " +
                 shape_text(input.shape) + ", expected float [batch, 3, height, width]");
   // A free height or width (a dynamic export) gets YOLOv5's default 640.
-  const std::int64_t height = input.shape[2] > 0 ? input.shape[2] : 640, width = input.shape[3] > 0 ? input.shape[3] : 640;
+  const std::int64_t height = input.shape[2] > 0 ? input.shape[2] : 640,
+                     width = input.shape[3] > 0 ? input.shape[3] : 640;
   const data::Letterbox box = data::letterbox(image, width, height);
   const Tensor x = Tensor::from_vector(box.values, {1, 3, height, width});
 
   const auto start = std::chrono::steady_clock::now();
   const std::vector<Tensor> outputs = session.run({x});
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   std::vector<infer::Detection> detections;
   if (layout.kind == infer::DetectorOutputs::Kind::yolo_raw) {
     const Tensor rows = outputs[0].contiguous();
-    detections = infer::yolo_detections(static_cast<const float*>(rows.raw_data()), rows.shape()[1], layout.classes,
-                                        o.threshold, o.iou, o.max_det);
+    detections = infer::yolo_detections(static_cast<const float*>(rows.raw_data()), rows.shape()[1],
+                                        layout.classes, o.threshold, o.iou, o.max_det);
   } else {
     detections = infer::post_processed_detections(outputs, layout, o.threshold);
-    if (detections.size() > static_cast<std::size_t>(o.max_det)) detections.resize(static_cast<std::size_t>(o.max_det));
+    if (detections.size() > static_cast<std::size_t>(o.max_det))
+      detections.resize(static_cast<std::size_t>(o.max_det));
   }
 
   std::vector<std::string> names;
@@ -146,7 +176,8 @@ int run_detect(const DetectOptions& o) {
       d.box[k] = std::clamp((d.box[k] - pad) / box.gain, 0.0f, limit);
     }
     if (d.label < 0) throw Error(o.model + ": negative class " + std::to_string(d.label) + " in its output");
-    while (static_cast<std::size_t>(d.label) >= names.size()) names.push_back("class " + std::to_string(names.size()));
+    while (static_cast<std::size_t>(d.label) >= names.size())
+      names.push_back("class " + std::to_string(names.size()));
   }
 
   nlohmann::json result;
@@ -169,7 +200,8 @@ int run_detect(const DetectOptions& o) {
     return 0;
   }
   std::printf("%s: %zu object(s) in %lldx%lld, model %.1f ms; %s\n", o.image.c_str(), detections.size(),
-              static_cast<long long>(image.width), static_cast<long long>(image.height), ms, layout.summary.c_str());
+              static_cast<long long>(image.width), static_cast<long long>(image.height), ms,
+              layout.summary.c_str());
   for (const auto& d : detections)
     std::printf("  %-16s %.3f  [%.1f, %.1f, %.1f, %.1f]\n", names[static_cast<std::size_t>(d.label)].c_str(),
                 static_cast<double>(d.score), static_cast<double>(d.box[0]), static_cast<double>(d.box[1]),
@@ -183,16 +215,19 @@ int run_detect(const DetectOptions& o) {
 void add_detect_command(CLI::App& app, Action& action) {
   auto o = std::make_shared<DetectOptions>();
   CLI::App* c = app.add_subcommand(
-      "detect", "Objects in an image: boxes, labels and scores from an ONNX detector (YOLOv5-style, with or without "
-                "its NMS in the graph), printed, written as JSON, drawn");
+      "detect",
+      "Objects in an image: boxes, labels and scores from an ONNX detector (YOLOv5-style, with or without "
+      "its NMS in the graph), printed, written as JSON, drawn");
   c->add_option("model", o->model, "Detector (.onnx)")->required();
   c->add_option("image", o->image, "Image (PNG or PGM), letterboxed to the model's input")->required();
-  c->add_option("--threshold", o->threshold, "Lowest score kept (default 0.25)")->check(CLI::Range(0.0f, 1.0f));
+  c->add_option("--threshold", o->threshold, "Lowest score kept (default 0.25)")
+      ->check(CLI::Range(0.0f, 1.0f));
   c->add_option("--iou", o->iou,
                 "Overlap (intersection over union) above which NMS drops the lower-scoring box of a class "
                 "(default 0.45; a model with NMS inside keeps its own)")
       ->check(CLI::Range(0.0f, 1.0f));
-  c->add_option("--max-det", o->max_det, "At most this many detections (default 300)")->check(CLI::Range(1, 100000));
+  c->add_option("--max-det", o->max_det, "At most this many detections (default 300)")
+      ->check(CLI::Range(1, 100000));
   c->add_option("--labels", o->labels,
                 "Class names, one per line in class order (default: COCO's 80 for a model with 80 classes, "
                 "else 'class N')");

@@ -18,7 +18,8 @@ struct Picture {
 
   // From decoded values in [0, 1] (grey is repeated into the three channels).
   static Picture from_image(const DecodedImage& image);
-  void fill_rect(std::int64_t x1, std::int64_t y1, std::int64_t x2, std::int64_t y2, const std::uint8_t color[3]);
+  void fill_rect(std::int64_t x1, std::int64_t y1, std::int64_t x2, std::int64_t y2,
+                 const std::uint8_t color[3]);
   // A rectangle's outline `thickness` pixels wide, inside [x1, x2] x [y1, y2] (clipped to the picture).
   void outline(std::int64_t x1, std::int64_t y1, std::int64_t x2, std::int64_t y2, int thickness,
                const std::uint8_t color[3]);

@@ -23,7 +23,8 @@ DetectorOutputs detector_outputs(const std::vector<ModelValue>& outputs, const s
     d.kind = DetectorOutputs::Kind::yolo_raw;
     d.classes = outputs[0].shape[2] - 5;
     d.summary = "YOLO-style raw output '" + outputs[0].name + "' " + shape_text(outputs[0].shape) + " (" +
-                std::to_string(d.classes) + " classes): the score filter and NMS run in cpudl, not in the model";
+                std::to_string(d.classes) +
+                " classes): the score filter and NMS run in cpudl, not in the model";
     return d;
   }
   int boxes = -1, scores = -1, labels = -1;
@@ -40,17 +41,19 @@ DetectorOutputs detector_outputs(const std::vector<ModelValue>& outputs, const s
     d.kind = DetectorOutputs::Kind::post_processed;
     d.boxes = static_cast<std::size_t>(boxes), d.scores = static_cast<std::size_t>(scores),
     d.labels = static_cast<std::size_t>(labels);
-    d.summary = "post-processed outputs: boxes '" + outputs[d.boxes].name + "', scores '" + outputs[d.scores].name +
-                "', labels '" + outputs[d.labels].name + "' (score filter and NMS inside the model)";
+    d.summary = "post-processed outputs: boxes '" + outputs[d.boxes].name + "', scores '" +
+                outputs[d.scores].name + "', labels '" + outputs[d.labels].name +
+                "' (score filter and NMS inside the model)";
     return d;
   }
-  throw Error(model + ": not a detector's outputs: expected one [batch, boxes, 5 + classes] tensor (YOLOv5 "
-                      "without post-processing) or boxes [n, 4], scores [n] and labels [n] (int64); found " +
+  throw Error(model +
+              ": not a detector's outputs: expected one [batch, boxes, 5 + classes] tensor (YOLOv5 "
+              "without post-processing) or boxes [n, 4], scores [n] and labels [n] (int64); found " +
               found());
 }
 
-std::vector<Detection> yolo_detections(const float* rows, std::int64_t count, std::int64_t classes, float threshold,
-                                       float iou, std::int64_t max_det) {
+std::vector<Detection> yolo_detections(const float* rows, std::int64_t count, std::int64_t classes,
+                                       float threshold, float iou, std::int64_t max_det) {
   const std::int64_t width = 5 + classes;
   // Candidates by class: the row's corners and its score, rows in order.
   std::map<std::int64_t, std::vector<std::int64_t>> by_class;
@@ -97,7 +100,8 @@ std::vector<Detection> yolo_detections(const float* rows, std::int64_t count, st
     return a.first.score > b.first.score || (a.first.score == b.first.score && a.second < b.second);
   });
   std::vector<Detection> out;
-  for (std::size_t i = 0; i < kept.size() && static_cast<std::int64_t>(i) < max_det; ++i) out.push_back(kept[i].first);
+  for (std::size_t i = 0; i < kept.size() && static_cast<std::int64_t>(i) < max_det; ++i)
+    out.push_back(kept[i].first);
   return out;
 }
 
@@ -119,7 +123,8 @@ std::vector<Detection> post_processed_detections(const std::vector<Tensor>& outp
     for (int k = 0; k < 4; ++k) det.box[k] = static_cast<const float*>(boxes.raw_data())[i * 4 + k];
     out.push_back(det);
   }
-  std::stable_sort(out.begin(), out.end(), [](const Detection& a, const Detection& b) { return a.score > b.score; });
+  std::stable_sort(out.begin(), out.end(),
+                   [](const Detection& a, const Detection& b) { return a.score > b.score; });
   return out;
 }
 

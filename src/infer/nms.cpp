@@ -1,9 +1,13 @@
 // Non-maximum suppression: boxes normalised to ordered corners once per image, candidates filtered
 // by score in blocks (most blocks of a detector's 25,200 x 80 scores hold none above the
-// threshold, and a block is skipped after one vectorisable test), sorted, then kept greedily.
+// threshold, and a block is skipped after one vectorisable count), sorted, then kept greedily,
+// each candidate tested against every kept box at once.
 #include "infer/nms.h"
 
 #include <algorithm>
+#include <cstring>
+
+#include "kernels/dispatch.h"
 
 namespace cpudl::infer {
 
@@ -35,17 +39,25 @@ void nms_prepare_boxes(const float* boxes, std::int64_t count, bool center_point
 
 namespace {
 
-bool overlaps_too_much(const NmsScratch& s, std::int32_t a, std::int32_t b, float threshold) {
-  const float* p = s.corners.data() + static_cast<std::int64_t>(a) * 4;
-  const float* q = s.corners.data() + static_cast<std::int64_t>(b) * 4;
-  const float w = std::min(p[2], q[2]) - std::max(p[0], q[0]);
-  const float h = std::min(p[3], q[3]) - std::max(p[1], q[1]);
-  if (w <= 0 || h <= 0) return false;
-  const float intersection = w * h;
-  const float area_a = s.areas[static_cast<std::size_t>(a)], area_b = s.areas[static_cast<std::size_t>(b)];
-  const float union_area = area_a + area_b - intersection;
-  if (area_a <= 0 || area_b <= 0 || union_area <= 0) return false;
-  return intersection / union_area > threshold;
+// Whether box `c` overlaps any kept box by more than `threshold` (IoU, strictly; boxes of no area
+// overlap nothing). Every kept box is tested, with no early exit, so that the loop vectorises:
+// a class keeps at most a few hundred boxes.
+bool suppressed(const NmsScratch& s, std::size_t kept, std::int32_t c, float threshold) {
+  const float* q = s.corners.data() + static_cast<std::int64_t>(c) * 4;
+  const float qx1 = q[0], qy1 = q[1], qx2 = q[2], qy2 = q[3], area = s.areas[static_cast<std::size_t>(c)];
+  if (!(area > 0)) return false;
+  const float *x1 = s.kept_x1.data(), *y1 = s.kept_y1.data(), *x2 = s.kept_x2.data(), *y2 = s.kept_y2.data(),
+              *areas = s.kept_area.data();
+  int hits = 0;
+  for (std::size_t k = 0; k < kept; ++k) {
+    const float w = std::min(x2[k], qx2) - std::max(x1[k], qx1);
+    const float h = std::min(y2[k], qy2) - std::max(y1[k], qy1);
+    const float intersection = w * h;
+    const float union_area = areas[k] + area - intersection;
+    hits |= static_cast<int>(w > 0) & static_cast<int>(h > 0) & static_cast<int>(areas[k] > 0) &
+            static_cast<int>(union_area > 0) & static_cast<int>(intersection / union_area > threshold);
+  }
+  return hits != 0;
 }
 
 }  // namespace
@@ -53,41 +65,41 @@ bool overlaps_too_much(const NmsScratch& s, std::int32_t a, std::int32_t b, floa
 void nms_one_class(const float* scores, std::int64_t count, const NmsOptions& o, NmsScratch& s,
                    std::vector<std::int32_t>& kept) {
   if (o.max_per_class <= 0 || count == 0) return;
+  // Candidates as 64-bit keys that sort best first: the score's bits made order-preserving and
+  // inverted above, the box index below (equal scores: the lower index first). One integer sort,
+  // no indirect loads in the comparisons.
+  auto key = [scores](std::int64_t i) {
+    std::uint32_t bits;
+    std::memcpy(&bits, &scores[i], sizeof bits);
+    bits = (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;  // float order as unsigned order
+    return (static_cast<std::uint64_t>(~bits) << 32) | static_cast<std::uint32_t>(i);
+  };
   auto& candidates = s.candidates;
   candidates.clear();
   if (o.score_threshold) {
-    const float threshold = *o.score_threshold;
-    constexpr std::int64_t kBlock = 16;
-    std::int64_t i = 0;
-    for (; i + kBlock <= count; i += kBlock) {
-      bool any = false;
-      for (std::int64_t j = 0; j < kBlock; ++j) any |= scores[i + j] > threshold;
-      if (!any) continue;
-      for (std::int64_t j = 0; j < kBlock; ++j)
-        if (scores[i + j] > threshold) candidates.push_back(static_cast<std::int32_t>(i + j));
-    }
-    for (; i < count; ++i)
-      if (scores[i] > threshold) candidates.push_back(static_cast<std::int32_t>(i));
+    auto& above = s.above;
+    if (above.size() < static_cast<std::size_t>(count)) above.resize(static_cast<std::size_t>(count));
+    const std::size_t n = kernels::kernel_table().f32_indices_above.fn(
+        scores, static_cast<std::size_t>(count), *o.score_threshold, above.data());
+    for (std::size_t i = 0; i < n; ++i) candidates.push_back(key(above[i]));
   } else {
     candidates.resize(static_cast<std::size_t>(count));
-    for (std::int64_t i = 0; i < count; ++i) candidates[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i);
+    for (std::int64_t i = 0; i < count; ++i) candidates[static_cast<std::size_t>(i)] = key(i);
   }
-  std::sort(candidates.begin(), candidates.end(), [scores](std::int32_t a, std::int32_t b) {
-    return scores[a] > scores[b] || (scores[a] == scores[b] && a < b);
-  });
-  auto& mine = s.kept;
-  mine.clear();
-  for (const std::int32_t c : candidates) {
-    bool keep = true;
-    for (const std::int32_t k : mine)
-      if (overlaps_too_much(s, k, c, o.iou_threshold)) {
-        keep = false;
-        break;
-      }
-    if (!keep) continue;
-    mine.push_back(c);
+  std::sort(candidates.begin(), candidates.end());
+  const auto most = static_cast<std::size_t>(std::min<std::int64_t>(o.max_per_class, count));
+  for (auto* v : {&s.kept_x1, &s.kept_y1, &s.kept_x2, &s.kept_y2, &s.kept_area})
+    if (v->size() < std::min(most, candidates.size())) v->resize(std::min(most, candidates.size()));
+  std::size_t n = 0;
+  for (const std::uint64_t k : candidates) {
+    const auto c = static_cast<std::int32_t>(k & 0xFFFFFFFFu);
+    if (suppressed(s, n, c, o.iou_threshold)) continue;
+    const float* q = s.corners.data() + static_cast<std::int64_t>(c) * 4;
+    s.kept_x1[n] = q[0], s.kept_y1[n] = q[1], s.kept_x2[n] = q[2], s.kept_y2[n] = q[3];
+    s.kept_area[n] = s.areas[static_cast<std::size_t>(c)];
+    ++n;
     kept.push_back(c);
-    if (static_cast<std::int64_t>(mine.size()) >= o.max_per_class) break;
+    if (n >= most) break;
   }
 }
 

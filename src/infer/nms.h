@@ -15,17 +15,20 @@
 namespace cpudl::infer {
 
 struct NmsOptions {
-  bool center_point_box = false;          // boxes as [x_center, y_center, width, height]; else two corners
-  std::int64_t max_per_class = 0;         // 0 keeps nothing (ONNX's default)
+  bool center_point_box = false;   // boxes as [x_center, y_center, width, height]; else two corners
+  std::int64_t max_per_class = 0;  // 0 keeps nothing (ONNX's default)
   float iou_threshold = 0;
-  std::optional<float> score_threshold;   // none: every box is a candidate
+  std::optional<float> score_threshold;  // none: every box is a candidate
 };
 
 // Reused buffers, so that a detector's steady run does not allocate.
 struct NmsScratch {
-  std::vector<float> corners, areas;  // per box: x1, y1, x2, y2 (ordered), and its area
-  std::vector<std::int32_t> candidates;
-  std::vector<std::int32_t> kept;
+  std::vector<float> corners, areas;      // per box: x1, y1, x2, y2 (ordered), and its area
+  std::vector<std::uint64_t> candidates;  // sort keys: score (descending), then box index
+  std::vector<std::int32_t> above;        // the positions above the score threshold
+  // The boxes kept so far in this class, one array per coordinate, so that one candidate is tested
+  // against all of them in a loop the compiler vectorises.
+  std::vector<float> kept_x1, kept_y1, kept_x2, kept_y2, kept_area;
 };
 
 // Boxes of one image, `count` x 4; prepares them for any number of classes.

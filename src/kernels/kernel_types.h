@@ -17,6 +17,8 @@ using F32UnaryBackwardFn = void (*)(const float* saved, const float* dy, float* 
 using F32ReduceFn = float (*)(const float* x, std::size_t n);
 // Index of the first maximum (inputs without NaN).
 using F32ArgmaxFn = std::size_t (*)(const float* x, std::size_t n);
+// out: room for n positions.
+using F32IndicesAboveFn = std::size_t (*)(const float* x, std::size_t n, float threshold, std::int32_t* out);
 
 // Row-wise over `rows` rows of `cols` floats, rows `ld_in` / `ld_out` floats apart.
 using F32RowwiseFn = void (*)(const float* x, float* y, std::size_t rows, std::size_t cols, std::size_t ld_in,

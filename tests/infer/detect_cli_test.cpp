@@ -48,7 +48,8 @@ void expect_same_detections(const nlohmann::json& detections, const Expected& e,
 }
 
 TEST_F(DetectCli, RawOutputsPostProcessedAsPyTorchDoes) {
-  const auto r = run("detect " + kDetect + "yolo_tiny_raw_opset17.onnx " + kDetect + "image.png --threshold 0.3 --json");
+  const auto r =
+      run("detect " + kDetect + "yolo_tiny_raw_opset17.onnx " + kDetect + "image.png --threshold 0.3 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["post_processing"], "cpudl");
@@ -82,7 +83,8 @@ TEST_F(DetectCli, ModelWithNmsInsideAndBoxesMappedBackThroughTheLetterbox) {
   ASSERT_EQ(drawn.width, 256);
   ASSERT_EQ(drawn.height, 256);
   std::size_t changed = 0;
-  for (std::size_t i = 0; i < drawn.values.size(); ++i) changed += std::fabs(drawn.values[i] - big.values[i]) > 0.01f;
+  for (std::size_t i = 0; i < drawn.values.size(); ++i)
+    changed += std::fabs(drawn.values[i] - big.values[i]) > 0.01f;
   EXPECT_GT(changed, 256u * 3) << "no box drawn";
   EXPECT_LT(changed, drawn.values.size()) << "the image is gone";
 }
@@ -92,16 +94,19 @@ TEST_F(DetectCli, BadInputsAreNamed) {
   auto r = run("detect " + kDetect + "yolo_tiny_raw_opset17.onnx " + path("photo.jpg"));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("photo.jpg"), std::string::npos) << r.err;
-  r = run("detect " + std::string(CPUDL_FIXTURES_DIR) + "/../onnx/lenet5_opset13.onnx " + kDetect + "image.png");
+  r = run("detect " + std::string(CPUDL_FIXTURES_DIR) + "/../onnx/lenet5_opset13.onnx " + kDetect +
+          "image.png");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("not a detector's outputs"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("found 'output' f32"), std::string::npos) << r.err;
   r = run("detect " + kDetect + "yolo_tiny_raw_opset17.onnx " + kDetect + "image.png --threshold 2");
   EXPECT_EQ(r.exit_code, 2);
-  r = run("detect " + kDetect + "yolo_tiny_raw_opset17.onnx " + kDetect + "image.png --out " + kDetect + "image.png");
+  r = run("detect " + kDetect + "yolo_tiny_raw_opset17.onnx " + kDetect + "image.png --out " + kDetect +
+          "image.png");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--out"), std::string::npos) << r.err;
-  r = run("detect " + kDetect + "yolo_tiny_raw_opset17.onnx " + kDetect + "image.png --labels " + path("none.txt"));
+  r = run("detect " + kDetect + "yolo_tiny_raw_opset17.onnx " + kDetect + "image.png --labels " +
+          path("none.txt"));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("none.txt"), std::string::npos) << r.err;
 }
@@ -113,7 +118,8 @@ TEST_F(DetectCli, InfoSaysWherePostProcessingRuns) {
   EXPECT_NE(r.out.find("NonMaxSuppression 1"), std::string::npos) << r.out;  // inside the If's branch
   r = run("info " + kDetect + "yolo_tiny_raw_opset17.onnx --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(nlohmann::json::parse(r.out)["detector"].get<std::string>().find("run in cpudl"), std::string::npos);
+  EXPECT_NE(nlohmann::json::parse(r.out)["detector"].get<std::string>().find("run in cpudl"),
+            std::string::npos);
   r = run("info " + std::string(CPUDL_FIXTURES_DIR) + "/../onnx/lenet5_opset13.onnx --json");
   EXPECT_EQ(nlohmann::json::parse(r.out)["detector"], "");
 }
@@ -133,7 +139,7 @@ TEST(Picture, PngRoundTripsThroughTheDecoder) {
       for (int c = 0; c < 3; ++c)
         EXPECT_EQ(std::lround(d.values[static_cast<std::size_t>((c * 5 + y) * 7 + x)] * 255),
                   p.rgb[static_cast<std::size_t>((y * 7 + x) * 3 + c)]);
-  EXPECT_EQ(p.rgb[(1 * 7 + 1) * 3], 255);  // the outline's corner
+  EXPECT_EQ(p.rgb[(1 * 7 + 1) * 3], 255);                                   // the outline's corner
   EXPECT_EQ(p.rgb[(2 * 7 + 2) * 3 + 1], ((2 * 7 + 2) * 3 + 1) * 37 % 256);  // inside it: untouched
 }
 

@@ -73,21 +73,21 @@ TEST_P(DetectorMatchesPyTorch, OptimisedAndUnoptimised) {
       ASSERT_EQ(y[k].shape(), expected[k].shape()) << stem << " output " << k;
       ASSERT_EQ(y[k].dtype(), expected[k].dtype()) << stem << " output " << k;
       if (y[k].dtype() == cpudl::DType::i64)
-        EXPECT_EQ(values(y[k]), values(expected[k]))
-            << stem << " labels";
+        EXPECT_EQ(values(y[k]), values(expected[k])) << stem << " labels";
       else
-        EXPECT_LT(relative_error(y[k], expected[k]), 1e-4) << stem << " output " << k << (optimize ? " optimised" : "");
+        EXPECT_LT(relative_error(y[k], expected[k]), 1e-4)
+            << stem << " output " << k << (optimize ? " optimised" : "");
     }
     // A second run reuses the plan (and its kernels rebuilt for this run's sizes).
     const auto again = session.run({x});
-    for (std::size_t k = 0; k < y.size(); ++k)
-      EXPECT_EQ(values(again[k]), values(y[k]));
+    for (std::size_t k = 0; k < y.size(); ++k) EXPECT_EQ(values(again[k]), values(y[k]));
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, DetectorMatchesPyTorch,
-                         ::testing::Values("yolo_tiny_raw_opset17", "yolo_tiny_nms_opset11", "yolo_tiny_nms_opset17",
-                                           "detect_ops_opset11", "detect_ops_opset17", "neck_opset17"));
+                         ::testing::Values("yolo_tiny_raw_opset17", "yolo_tiny_nms_opset11",
+                                           "yolo_tiny_nms_opset17", "detect_ops_opset11",
+                                           "detect_ops_opset17", "neck_opset17"));
 
 TEST(Detection, SiluFusesIntoTheConvolutionsAndConcatResizeStayInTheRegion) {
   cpudl::InferenceSession session(kDetect / "yolo_tiny_raw_opset17.onnx");
@@ -154,8 +154,7 @@ TEST(Detection, NoDetectionsGiveEmptyOutputsAndTheNextRunItsOwn) {
     EXPECT_EQ(values(flipped[k]), values(flipped_fresh[k]));
   }
   const auto back = session.run({x});
-  for (std::size_t k = 0; k < 3; ++k)
-    EXPECT_EQ(values(back[k]), values(first[k]));
+  for (std::size_t k = 0; k < 3; ++k) EXPECT_EQ(values(back[k]), values(first[k]));
 
   // run_into needs outputs of known shape: a bounded one is named.
   std::vector<cpudl::Tensor> outputs = first;
@@ -171,12 +170,12 @@ TEST(Detection, NoDetectionsGiveEmptyOutputsAndTheNextRunItsOwn) {
 // through the shared function the operator and `cpudl detect` call.
 
 struct NmsCase {
-  std::vector<float> boxes;               // count x 4
+  std::vector<float> boxes;                // count x 4
   std::vector<std::vector<float>> scores;  // per class
 };
 
-const std::vector<float> kCornerBoxes = {0, 0, 1, 1,  0, 0.1f, 1, 1.1f,  0, -0.1f, 1, 0.9f,
-                                         0, 10, 1, 11, 0, 10.1f, 1, 11.1f, 0, 100, 1, 101};
+const std::vector<float> kCornerBoxes = {0, 0,  1, 1,  0, 0.1f,  1, 1.1f,  0, -0.1f, 1, 0.9f,
+                                         0, 10, 1, 11, 0, 10.1f, 1, 11.1f, 0, 100,   1, 101};
 const std::vector<float> kScores = {0.9f, 0.75f, 0.6f, 0.95f, 0.5f, 0.3f};
 
 std::vector<std::int32_t> nms(const std::vector<float>& boxes, const std::vector<float>& scores,
@@ -196,14 +195,14 @@ TEST(NonMaxSuppression, TheOnnxSpecificationCases) {
   o.score_threshold = 0.0f;
   EXPECT_EQ(nms(kCornerBoxes, kScores, o), (std::vector<std::int32_t>{3, 0, 5}));  // suppress_by_IOU
   // center_point_box: the same boxes as centres and sizes
-  const std::vector<float> centred = {0.5f, 0.5f, 1, 1, 0.5f, 0.6f, 1, 1, 0.5f, 0.4f, 1, 1,
+  const std::vector<float> centred = {0.5f, 0.5f,  1, 1, 0.5f, 0.6f,  1, 1, 0.5f, 0.4f,   1, 1,
                                       0.5f, 10.5f, 1, 1, 0.5f, 10.6f, 1, 1, 0.5f, 100.5f, 1, 1};
   auto c = o;
   c.center_point_box = true;
   EXPECT_EQ(nms(centred, kScores, c), (std::vector<std::int32_t>{3, 0, 5}));
   // flipped corners: any diagonal pair
-  const std::vector<float> flipped = {1, 1, 0, 0, 0, 0.1f, 1, 1.1f, 0, 0.9f, 1, -0.1f,
-                                      0, 10, 1, 11, 1, 10.1f, 0, 11.1f, 1, 101, 0, 100};
+  const std::vector<float> flipped = {1, 1,  0, 0,  0, 0.1f,  1, 1.1f,  0, 0.9f, 1, -0.1f,
+                                      0, 10, 1, 11, 1, 10.1f, 0, 11.1f, 1, 101,  0, 100};
   EXPECT_EQ(nms(flipped, kScores, o), (std::vector<std::int32_t>{3, 0, 5}));
   // limit_output_size: 2 per class
   auto two = o;
@@ -237,7 +236,8 @@ TEST(NonMaxSuppression, MatchesABruteForceReference) {
   for (std::int64_t count : {1, 15, 16, 17, 100, 1000}) {
     std::vector<float> boxes, scores;
     for (std::int64_t i = 0; i < count; ++i) {
-      const float cx = std::floor(u(rng) * 8) * 10 + u(rng) * 3, cy = std::floor(u(rng) * 8) * 10 + u(rng) * 3;
+      const float cx = std::floor(u(rng) * 8) * 10 + u(rng) * 3,
+                  cy = std::floor(u(rng) * 8) * 10 + u(rng) * 3;
       const float w = 2 + u(rng) * 6, h = 2 + u(rng) * 6;
       boxes.insert(boxes.end(), {cy - h / 2, cx - w / 2, cy + h / 2, cx + w / 2});
       scores.push_back(u(rng));
@@ -250,7 +250,8 @@ TEST(NonMaxSuppression, MatchesABruteForceReference) {
     std::vector<std::int32_t> order;
     for (std::int64_t i = 0; i < count; ++i)
       if (scores[static_cast<std::size_t>(i)] > 0.2f) order.push_back(static_cast<std::int32_t>(i));
-    std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) { return scores[a] > scores[b]; });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::int32_t a, std::int32_t b) { return scores[a] > scores[b]; });
     auto iou = [&](std::int32_t a, std::int32_t b) {
       const float* p = &boxes[static_cast<std::size_t>(a) * 4];
       const float* q = &boxes[static_cast<std::size_t>(b) * 4];
@@ -319,9 +320,9 @@ TEST(Detection, BoundedValuesFollowTheirDataDownToNone) {
   std::ofstream(path, std::ios::binary) << nonzero_model().SerializeAsString();
   cpudl::InferenceSession session(path);
   EXPECT_EQ(session.info({{8}}).ops_planned.at("NonZero"), 1);
-  for (const std::vector<float>& x : {std::vector<float>{1, -2, 3, -4, 5, -6, 7, -8},
-                                      std::vector<float>{-1, -2, -3, -4, -5, -6, -7, -8},
-                                      std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8}, std::vector<float>{0, 0, 0, 0, 0, 0, 0, 9}}) {
+  for (const std::vector<float>& x :
+       {std::vector<float>{1, -2, 3, -4, 5, -6, 7, -8}, std::vector<float>{-1, -2, -3, -4, -5, -6, -7, -8},
+        std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8}, std::vector<float>{0, 0, 0, 0, 0, 0, 0, 9}}) {
     std::vector<float> expected;
     for (float v : x)
       if (v > 0) expected.push_back(v);

@@ -993,6 +993,22 @@ TEST(Kernels, ReductionsMatchReference) {
       EXPECT_EQ(fn(x.data(), n), n / 2) << "n=" << n;
     }
   });
+  const auto above_ref = f32_indices_above_variants().back().fn;
+  for_each_runnable(f32_indices_above_variants(), [&](F32IndicesAboveFn fn) {
+    for (std::size_t n : kSizes) {
+      auto x = spread(n, -50, 50, 13);
+      if (n > 3) x[n / 3] = std::numeric_limits<float>::quiet_NaN();  // never above anything
+      for (float threshold : {-100.0f, 0.0f, 20.0f, 49.0f, 100.0f}) {
+        std::vector<std::int32_t> got(n + 1, -1), want(n + 1, -1);
+        const std::size_t count = fn(x.data(), n, threshold, got.data());
+        ASSERT_EQ(count, above_ref(x.data(), n, threshold, want.data())) << "n=" << n << " t=" << threshold;
+        EXPECT_EQ(got, want) << "n=" << n << " t=" << threshold;
+        std::size_t expected = 0;  // the reference against a plain count
+        for (std::size_t i = 0; i < n; ++i) expected += x[i] > threshold;
+        EXPECT_EQ(count, expected);
+      }
+    }
+  });
   const float ones[5] = {1, 1, 1, 1, 1};
   EXPECT_EQ(sum_ref(ones, 5), 5.0f);
 }

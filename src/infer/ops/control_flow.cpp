@@ -71,8 +71,9 @@ Kernel build_if(OpSetup& s) {
     for (const Branch& b : branches) {
       const ValueDesc& other = b.plan->output_descs().at(o);
       if (other.dtype != d.dtype || other.shape.size() != d.shape.size())
-        s.fail("its branches give output " + std::to_string(o) + " as " + std::string(dtype_name(d.dtype)) + " " +
-               shape_text(d.shape) + " and " + std::string(dtype_name(other.dtype)) + " " + shape_text(other.shape));
+        s.fail("its branches give output " + std::to_string(o) + " as " + std::string(dtype_name(d.dtype)) +
+               " " + shape_text(d.shape) + " and " + std::string(dtype_name(other.dtype)) + " " +
+               shape_text(other.shape));
       for (std::size_t k = 0; k < d.shape.size(); ++k) {
         bounded = bounded || other.bounded || other.shape[k] != d.shape[k];
         d.shape[k] = std::max(d.shape[k], other.shape[k]);
@@ -81,13 +82,14 @@ Kernel build_if(OpSetup& s) {
     s.set_output(o, d.dtype, d.shape);
     bound_elements.push_back(d.numel());
   }
-  if (branches[0].plan->output_descs().size() != (fixed ? first.size() : branches[1].plan->output_descs().size()))
+  if (branches[0].plan->output_descs().size() !=
+      (fixed ? first.size() : branches[1].plan->output_descs().size()))
     s.fail("its branches have different numbers of outputs");
   s.sets_output_shapes = bounded;
   const std::string label = s.node.label();
   auto views = std::make_shared<std::vector<TensorView>>();
   return [branches, fixed = fixed != nullptr, bound_elements, label, views](std::span<const TensorView> in,
-                                                                             std::span<const TensorView> out) {
+                                                                            std::span<const TensorView> out) {
     const bool cond = fixed || *static_cast<const std::int8_t*>(in[0].data) != 0;
     const Branch& b = branches[fixed || cond ? 0 : 1];
     views->clear();

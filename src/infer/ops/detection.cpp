@@ -22,7 +22,8 @@ Kernel build_nonzero(OpSetup& s) {
   s.sets_output_shapes = true;
   return [t](std::span<const TensorView> in, std::span<const TensorView> out) {
     const Shape& x = *in[0].shape;
-    const std::int64_t n = shape_numel(x), rank = std::max<std::int64_t>(static_cast<std::int64_t>(x.size()), 1);
+    const std::int64_t n = shape_numel(x),
+                       rank = std::max<std::int64_t>(static_cast<std::int64_t>(x.size()), 1);
     auto nonzero = [&](std::int64_t i) {
       switch (t) {
         case DType::f32:
@@ -61,7 +62,8 @@ Kernel build_non_max_suppression(OpSetup& s) {
   s.require_f32(1);
   const Shape& boxes = s.shape(0);
   const Shape& scores = s.shape(1);
-  if (boxes.size() != 3 || boxes[2] != 4) s.fail("boxes must be [batches, boxes, 4], got " + shape_text(boxes));
+  if (boxes.size() != 3 || boxes[2] != 4)
+    s.fail("boxes must be [batches, boxes, 4], got " + shape_text(boxes));
   if (scores.size() != 3 || scores[0] != boxes[0] || scores[2] != boxes[1])
     s.fail("scores must be [batches, classes, boxes] = [" + std::to_string(boxes[0]) + ", C, " +
            std::to_string(boxes[1]) + "] for boxes " + shape_text(boxes) + ", got " + shape_text(scores));
@@ -109,7 +111,8 @@ Kernel build_non_max_suppression(OpSetup& s) {
 Kernel build_topk(OpSetup& s) {
   s.require_inputs(2, 2);
   const DType t = s.inputs[0].dtype;
-  if (t != DType::f32 && t != DType::i64) s.fail("element type " + std::string(dtype_name(t)) + " is not supported");
+  if (t != DType::f32 && t != DType::i64)
+    s.fail("element type " + std::string(dtype_name(t)) + " is not supported");
   const Shape& x = s.shape(0);
   const auto rank = static_cast<std::int64_t>(x.size());
   const auto axis = static_cast<std::size_t>(normalize_axis(s, s.node.get_int("axis", -1), rank, "axis"));
@@ -127,33 +130,35 @@ Kernel build_topk(OpSetup& s) {
   for (std::size_t d = axis + 1; d < x.size(); ++d) inner *= x[d];
   const std::int64_t n = x[axis];
   auto order = std::make_shared<std::vector<std::int64_t>>();
-  return [t, outer, inner, n, k, largest, order](std::span<const TensorView> in, std::span<const TensorView> o) {
-    auto run = [&](auto tag) {
-      using T = decltype(tag);
-      const T* src = static_cast<const T*>(in[0].data);
-      T* values = static_cast<T*>(o[0].data);
-      auto* indices = static_cast<std::int64_t*>(o[1].data);
-      order->resize(static_cast<std::size_t>(n));
-      for (std::int64_t r = 0; r < outer; ++r)
-        for (std::int64_t i = 0; i < inner; ++i) {
-          const T* p = src + r * n * inner + i;
-          for (std::int64_t j = 0; j < n; ++j) (*order)[static_cast<std::size_t>(j)] = j;
-          std::partial_sort(order->begin(), order->begin() + k, order->end(), [&](std::int64_t a, std::int64_t b) {
-            const T va = p[a * inner], vb = p[b * inner];
-            return (largest ? va > vb : va < vb) || (va == vb && a < b);
-          });
-          for (std::int64_t j = 0; j < k; ++j) {
-            const std::int64_t at = (r * k + j) * inner + i, from = (*order)[static_cast<std::size_t>(j)];
-            values[at] = p[from * inner];
-            indices[at] = from;
-          }
-        }
-    };
-    if (t == DType::f32)
-      run(float{});
-    else
-      run(std::int64_t{});
-  };
+  return
+      [t, outer, inner, n, k, largest, order](std::span<const TensorView> in, std::span<const TensorView> o) {
+        auto run = [&](auto tag) {
+          using T = decltype(tag);
+          const T* src = static_cast<const T*>(in[0].data);
+          T* values = static_cast<T*>(o[0].data);
+          auto* indices = static_cast<std::int64_t*>(o[1].data);
+          order->resize(static_cast<std::size_t>(n));
+          for (std::int64_t r = 0; r < outer; ++r)
+            for (std::int64_t i = 0; i < inner; ++i) {
+              const T* p = src + r * n * inner + i;
+              for (std::int64_t j = 0; j < n; ++j) (*order)[static_cast<std::size_t>(j)] = j;
+              std::partial_sort(order->begin(), order->begin() + k, order->end(),
+                                [&](std::int64_t a, std::int64_t b) {
+                                  const T va = p[a * inner], vb = p[b * inner];
+                                  return (largest ? va > vb : va < vb) || (va == vb && a < b);
+                                });
+              for (std::int64_t j = 0; j < k; ++j) {
+                const std::int64_t at = (r * k + j) * inner + i, from = (*order)[static_cast<std::size_t>(j)];
+                values[at] = p[from * inner];
+                indices[at] = from;
+              }
+            }
+        };
+        if (t == DType::f32)
+          run(float{});
+        else
+          run(std::int64_t{});
+      };
 }
 
 const OpEntry kOps[] = {

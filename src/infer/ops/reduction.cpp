@@ -66,7 +66,8 @@ Kernel build_reduce(OpSetup& s) {
   if (kind == Reduce::max || kind == Reduce::min)
     for (std::size_t d = 0; d < x.size(); ++d)
       if (reduced[d] && x[d] == 0 && !s.shape_pass)
-        s.fail("reduces an empty axis " + std::to_string(d) + " of " + shape_text(x) + " (no maximum or minimum)");
+        s.fail("reduces an empty axis " + std::to_string(d) + " of " + shape_text(x) +
+               " (no maximum or minimum)");
   return [plan, t](std::span<const TensorView> in, std::span<const TensorView> out) {
     auto run = [&](auto tag) {
       using T = decltype(tag);
@@ -74,11 +75,12 @@ Kernel build_reduce(OpSetup& s) {
       const T* src = static_cast<const T*>(in[0].data);
       T* dst = static_cast<T*>(out[0].data);
       const auto& inner = plan->inner;
-      parallel_for(plan->bases.size(), std::max<std::size_t>(1, 16384 / std::max<std::size_t>(1, inner.size())),
+      parallel_for(plan->bases.size(),
+                   std::max<std::size_t>(1, 16384 / std::max<std::size_t>(1, inner.size())),
                    [&](std::size_t b, std::size_t e) {
                      for (std::size_t i = b; i < e; ++i) {
                        const T* p = src + plan->bases[i];
-                       Acc acc = kind == Reduce::prod ? Acc(1)
+                       Acc acc = kind == Reduce::prod  ? Acc(1)
                                  : kind == Reduce::max ? std::numeric_limits<Acc>::lowest()
                                  : kind == Reduce::min ? std::numeric_limits<Acc>::max()
                                                        : Acc(0);
@@ -122,7 +124,8 @@ Kernel build_arg_extreme(OpSetup& s) {
   std::vector<bool> reduced(x.size(), false);
   reduced[axis] = true;
   s.set_output(0, DType::i64, reduced_shape(x, reduced, keep));
-  if (x[axis] == 0 && !s.shape_pass) s.fail("axis " + std::to_string(axis) + " of " + shape_text(x) + " is empty");
+  if (x[axis] == 0 && !s.shape_pass)
+    s.fail("axis " + std::to_string(axis) + " of " + shape_text(x) + " is empty");
   std::int64_t outer = 1, inner = 1;
   for (std::size_t d = 0; d < axis; ++d) outer *= x[d];
   for (std::size_t d = axis + 1; d < x.size(); ++d) inner *= x[d];

@@ -17,15 +17,17 @@ namespace {
 struct AxisPass {
   std::size_t axis = 0;
   std::int64_t outer = 1, in = 1, out = 1, inner = 1;  // the input seen as [outer, in, inner]
-  std::vector<std::int64_t> first, second;           // per output index: the input indices read
-  std::vector<float> weight;                          // of `second` (linear); 0 for nearest
+  std::vector<std::int64_t> first, second;             // per output index: the input indices read
+  std::vector<float> weight;                           // of `second` (linear); 0 for nearest
 };
 
-double source_coordinate(const std::string& mode, std::int64_t x, double scale, std::int64_t in, std::int64_t out) {
+double source_coordinate(const std::string& mode, std::int64_t x, double scale, std::int64_t in,
+                         std::int64_t out) {
   const double xd = static_cast<double>(x);
   if (mode == "half_pixel") return (xd + 0.5) / scale - 0.5;
   if (mode == "pytorch_half_pixel") return out > 1 ? (xd + 0.5) / scale - 0.5 : 0.0;
-  if (mode == "align_corners") return out == 1 ? 0.0 : xd * static_cast<double>(in - 1) / static_cast<double>(out - 1);
+  if (mode == "align_corners")
+    return out == 1 ? 0.0 : xd * static_cast<double>(in - 1) / static_cast<double>(out - 1);
   if (mode == "asymmetric") return xd / scale;
   return (xd + 0.5) / scale;  // tf_half_pixel_for_nn
 }
@@ -50,12 +52,13 @@ Kernel build_resize(OpSetup& s) {
   const std::string mode = s.node.get_string("mode", "nearest");
   const std::string transform = s.node.get_string("coordinate_transformation_mode", "half_pixel");
   const std::string nearest_mode = s.node.get_string("nearest_mode", "round_prefer_floor");
-  if (mode != "nearest" && mode != "linear") s.fail("mode '" + mode + "' is not supported (nearest, linear are)");
+  if (mode != "nearest" && mode != "linear")
+    s.fail("mode '" + mode + "' is not supported (nearest, linear are)");
   if (transform != "half_pixel" && transform != "pytorch_half_pixel" && transform != "align_corners" &&
       transform != "asymmetric" && transform != "tf_half_pixel_for_nn")
     s.fail("coordinate_transformation_mode '" + transform + "' is not supported");
-  if (nearest_mode != "round_prefer_floor" && nearest_mode != "round_prefer_ceil" && nearest_mode != "floor" &&
-      nearest_mode != "ceil")
+  if (nearest_mode != "round_prefer_floor" && nearest_mode != "round_prefer_ceil" &&
+      nearest_mode != "floor" && nearest_mode != "ceil")
     s.fail("nearest_mode '" + nearest_mode + "' is not supported");
   std::vector<float> scales;
   std::vector<std::int64_t> sizes;
@@ -66,12 +69,16 @@ Kernel build_resize(OpSetup& s) {
   std::vector<double> scale(x.size(), 1.0);
   for (std::size_t d = 0; d < x.size(); ++d) {
     if (!sizes.empty()) {
-      if (sizes.size() != x.size()) s.fail("sizes has " + std::to_string(sizes.size()) + " entries for rank " + std::to_string(x.size()));
+      if (sizes.size() != x.size())
+        s.fail("sizes has " + std::to_string(sizes.size()) + " entries for rank " + std::to_string(x.size()));
       out[d] = sizes[d];
       scale[d] = x[d] > 0 ? static_cast<double>(sizes[d]) / static_cast<double>(x[d]) : 1.0;
     } else {
-      if (scales.size() != x.size()) s.fail("scales has " + std::to_string(scales.size()) + " entries for rank " + std::to_string(x.size()));
-      if (!(scales[d] > 0)) s.fail("scales[" + std::to_string(d) + "] = " + std::to_string(scales[d]) + " is not positive");
+      if (scales.size() != x.size())
+        s.fail("scales has " + std::to_string(scales.size()) + " entries for rank " +
+               std::to_string(x.size()));
+      if (!(scales[d] > 0))
+        s.fail("scales[" + std::to_string(d) + "] = " + std::to_string(scales[d]) + " is not positive");
       scale[d] = scales[d];
       out[d] = static_cast<std::int64_t>(std::floor(static_cast<double>(x[d]) * scales[d]));
     }
@@ -140,7 +147,8 @@ Kernel build_resize(OpSetup& s) {
   const std::int64_t elements = shape_numel(out);
   return [passes, buffers, linear, elements](std::span<const TensorView> in, std::span<const TensorView> o) {
     if (passes->empty()) {
-      if (elements > 0) std::memcpy(o[0].f32(), in[0].f32(), static_cast<std::size_t>(elements) * sizeof(float));
+      if (elements > 0)
+        std::memcpy(o[0].f32(), in[0].f32(), static_cast<std::size_t>(elements) * sizeof(float));
       return;
     }
     const float* src = in[0].f32();

@@ -14,6 +14,24 @@ float CPUDL_KERNEL(f32_sum)(const float* x, std::size_t n) {
 
 float CPUDL_KERNEL(f32_max)(const float* x, std::size_t n) { return reduce_max<V>(x, n); }
 
+// One compare per vector; most vectors of a detector's scores hold nothing above the threshold and
+// cost only that, the others write their lanes' positions bit by bit.
+std::size_t CPUDL_KERNEL(f32_indices_above)(const float* x, std::size_t n, float threshold,
+                                            std::int32_t* out) {
+  const V::F t = V::set1(threshold);
+  std::size_t count = 0, i = 0;
+  for (; i + V::kWidth <= n; i += V::kWidth) {
+    unsigned bits = V::mask_bits(V::greater(V::load(x + i), t));
+    while (bits != 0) {
+      out[count++] = static_cast<std::int32_t>(i + static_cast<std::size_t>(__builtin_ctz(bits)));
+      bits &= bits - 1;
+    }
+  }
+  for (; i < n; ++i)
+    if (x[i] > threshold) out[count++] = static_cast<std::int32_t>(i);
+  return count;
+}
+
 // Two passes, each at load speed: the maximum, then the first position holding it.
 std::size_t CPUDL_KERNEL(f32_argmax)(const float* x, std::size_t n) {
   if (n == 0) return 0;

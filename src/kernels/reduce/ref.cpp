@@ -17,6 +17,14 @@ float f32_max__ref(const float* x, std::size_t n) {
   return best;
 }
 
+// out receives i for every x[i] > threshold (NaN never), in order; returns how many.
+std::size_t f32_indices_above__ref(const float* x, std::size_t n, float threshold, std::int32_t* out) {
+  std::size_t count = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    if (x[i] > threshold) out[count++] = static_cast<std::int32_t>(i);
+  return count;
+}
+
 std::size_t f32_argmax__ref(const float* x, std::size_t n) {
   std::size_t best = 0;
   for (std::size_t i = 1; i < n; ++i)

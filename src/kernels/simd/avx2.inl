@@ -82,6 +82,7 @@ struct Avx2 {
   static bool any(M m) { return _mm256_movemask_ps(m) != 0; }
   static bool all(M m) { return _mm256_movemask_ps(m) == 0xff; }
   static int first_set(M m) { return __builtin_ctz(static_cast<unsigned>(_mm256_movemask_ps(m))); }
+  static unsigned mask_bits(M m) { return static_cast<unsigned>(_mm256_movemask_ps(m)); }  // lane i in bit i
   static float reduce_add(F v) {
     __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     h = _mm_add_ps(h, _mm_movehl_ps(h, h));

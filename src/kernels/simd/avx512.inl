@@ -77,6 +77,7 @@ struct Avx512 {
   static bool any(M m) { return m != 0; }
   static bool all(M m) { return m == 0xffff; }
   static int first_set(M m) { return __builtin_ctz(static_cast<unsigned>(m)); }
+  static unsigned mask_bits(M m) { return static_cast<unsigned>(m); }  // lane i in bit i
   static float reduce_add(F v) {
     const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v),
                                    _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
