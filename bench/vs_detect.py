@@ -10,7 +10,9 @@ and a NonMaxSuppression-only model at YOLOv5s 640's size: 25,200 boxes (a consta
 x 80 classes (the input), score threshold 0.25, IoU 0.45, at most 100 per class, with scores of two
 densities: about 1,000 of the 2M above the threshold (the order of what a trained detector finds
 in a busy picture) and about 14,000 (ten times that, a stress case for the greedy pass).
-Each engine on 1 and 2 threads, back to back:
+Each engine on 1 and 2 threads, back to back; for the raw models at batch 1 also cpudl in bf16
+(`--precision bf16`, where the CPU has AMX or AVX512-BF16) and in int8 (`cpudl quantize --mode
+static` calibrated on four variants of the input picture), beside ONNX Runtime in fp32:
   cpudl         build/cpudl run MODEL --input X.npy --bench N --threads T --json
   ONNX Runtime  npm onnxruntime-node (bench/ort_time.js), as vs_onnx.py installs it
 NMS time is also taken from cpudl's own profile of the post-processed models (CPUDL_PROFILE=1:
@@ -98,6 +100,23 @@ def time_cpudl(model, x, threads, runs, profile=False):
     return json.loads(r.stdout)["median_ms"], r.stderr
 
 
+def bf16_available():
+    doctor = subprocess.run([CPUDL, "doctor", "--json"], capture_output=True, text=True).stdout
+    isa = json.loads(doctor).get("isa", {})
+    return bool(isa.get("avx512_bf16") or isa.get("amx_bf16"))
+
+
+def quantized(model, size):
+    path = model.replace(".onnx", "_int8.onnx")
+    if not os.path.exists(path):
+        x = picture(size, 1).numpy()
+        calib = os.path.join(OUT, f"calib_{size}.npy")
+        np.save(calib, np.concatenate([x, x[:, :, ::-1], x[:, :, :, ::-1], x * 0.8]).astype(np.float32))
+        subprocess.run([CPUDL, "quantize", model, path, "--mode", "static", "--calib", calib], check=True,
+                       capture_output=True)
+    return path
+
+
 def time_ort(model, x, threads, runs):
     out = subprocess.run(["node", os.path.join(ROOT, "bench", "ort_time.js"), model, x, str(threads), str(runs)],
                          check=True, capture_output=True, text=True, cwd=ort_dir(),
@@ -124,7 +143,7 @@ def main():
     ap.add_argument("--write-doc", action="store_true")
     args = ap.parse_args()
     files = export_models()
-    rows = []
+    rows, low_rows = [], []
     for kind, size, batch in (("nms", 320, 1), ("nms", 640, 1), ("raw", 320, 1), ("raw", 640, 1), ("raw", 320, 8),
                               ("raw", 640, 8)):
         x = os.path.join(OUT, f"x_{size}_{batch}.npy")
@@ -137,6 +156,17 @@ def main():
             post = profiled_ms(stderr, ("If", "NonZero")) if kind == "nms" else None
             rows.append((f"yolov5s-style {'+ NMS' if kind == 'nms' else 'raw'}", size, batch, threads, ours_plain, theirs, post))
             print(rows[-1], file=sys.stderr)
+            if kind == "raw" and batch == 1:
+                low = []
+                if bf16_available():
+                    r = subprocess.run([CPUDL, "run", files[(kind, size)], "--input", x, "--bench", str(runs), "--threads",
+                                        str(threads), "--precision", "bf16", "--json"], check=True, capture_output=True,
+                                       text=True, env=dict(os.environ, CPUDL_GOVERNOR="off"))
+                    low.append(("bf16", json.loads(r.stdout)["median_ms"]))
+                int8_ms, _ = time_cpudl(quantized(files[(kind, size)], size), x, threads, runs)
+                low.append(("int8", int8_ms))
+                low_rows.append((size, threads, theirs, low))
+                print(low_rows[-1], file=sys.stderr)
     nms_rows = []
     for power in (2800, 200):
         nms_path, scores, candidates = nms_model(power)
@@ -154,6 +184,11 @@ def main():
     for name, size, batch, threads, ours, theirs, post in rows:
         lines.append(f"| {name} | {size} | {batch} | {threads} | {ours:.2f} | {theirs:.2f} | {ours / theirs:.2f} | "
                      f"{'' if post is None else f'{post:.3f}'} |")
+    lines += ["", "Low precision, raw model, batch 1: cpudl in bf16 and static int8 against ONNX Runtime in fp32 "
+              "(ratio = cpudl / ORT):", "", "| size | threads | ORT fp32 ms | cpudl | ms | ratio |", "|---|---|---|---|---|---|"]
+    for size, threads, theirs, low in low_rows:
+        for precision, ms in low:
+            lines.append(f"| {size} | {threads} | {theirs:.2f} | {precision} | {ms:.2f} | {ms / theirs:.2f} |")
     lines += ["", "NonMaxSuppression alone (`cpudl run --bench` of a one-node model), 25,200 boxes x 80 classes, "
               "score threshold 0.25, IoU 0.45, at most 100 per class:", "",
               "| scores above 0.25 | threads | cpudl ms | ORT ms | ratio |", "|---|---|---|---|---|"]

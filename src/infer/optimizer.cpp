@@ -514,7 +514,7 @@ void fuse_with_shapes(Graph& g, const std::map<std::string, ValueDesc>& descs, O
             Attribute{Attribute::Kind::f, 0, hi, "", {}, {}, {}, nullptr, nullptr};
         absorb(*c);
       }
-    } else if (!int8_conv) {
+    } else {
       // + SiLU as exporters write it: x * Sigmoid(x), x read by exactly those two nodes.
       const Uses uses(g);
       const std::string& x = g.nodes[at].outputs[0];

@@ -101,6 +101,7 @@ void check(const Case& c) {
     want[i] += bias[oc] + (c.residual ? residual[i] : 0.0);
     if (c.activation == Activation::relu) want[i] = std::max(want[i], 0.0);
     if (c.activation == Activation::clip) want[i] = std::clamp(want[i], 0.0, 6.0);
+    if (c.activation == Activation::swish) want[i] = want[i] / (1.0 + std::exp(-want[i]));
     hi = std::max(hi, std::fabs(want[i]));
   }
   spec.dst_scale = static_cast<float>(hi / 200.0);
@@ -114,7 +115,8 @@ void check(const Case& c) {
     for (std::size_t i = 0; i < outputs; ++i) {
       const double q = std::clamp(std::nearbyint(want[i] / spec.dst_scale) + spec.dst_zero, 0.0, 255.0);
       // float sums differ from double ones only at a rounding boundary: one step, rarely
-      ASSERT_LE(std::fabs(y[i] - q), 1.0) << i;
+      ASSERT_LE(std::fabs(y[i] - q), 1.0)
+          << c.name << ": element " << i << " is " << int(y[i]) << ", expected " << q;
       off_by_one += y[i] != q;
     }
     EXPECT_LE(off_by_one, static_cast<int>(outputs / 100 + 1));
@@ -138,6 +140,9 @@ TEST(Int8Convolution, MatchesTheQdqReferenceAcrossWindowsGroupsLayoutsAndZeroPoi
       {"1x1 -> u8 with a zero point (linear bottleneck)", conv(2, 24, 6, 16, 1, 1, 0), 0, true, true, false,
        Activation::none, 128},
       {"3x3 zero-point source with padding -> f32", conv(1, 8, 5, 8, 3, 1, 1), 200, true, false},
+      {"3x3 SiLU -> u8 with a zero point (YOLO's Conv-BN-SiLU)", conv(2, 16, 8, 32, 3, 1, 1), 0, true, true,
+       false, Activation::swish, 20},
+      {"1x1 SiLU -> f32", conv(2, 16, 6, 16, 1, 1, 0), 0, true, false, false, Activation::swish},
   };
   for (const Case& c : cases) check(c);
 }

@@ -86,7 +86,12 @@ Int8Convolution::Int8Convolution(const Int8ConvSpec& spec, const std::int8_t* we
   // In a u8 output's units the activation's bounds divide by its scale, and the zero point is
   // added last (eltwise_linear), before oneDNN's rounding and saturation: QuantizeLinear exactly.
   const float unit = spec.u8_output ? spec.dst_scale : 1.0f;
-  append_activation(ops, static_cast<int>(spec.activation), spec.clip_min / unit, spec.clip_max / unit);
+  // SiLU is not scale-invariant: in units of `unit`, SiLU(y) / unit = t * sigmoid(unit * t) for
+  // t = y / unit, which is oneDNN's swish with alpha = unit.
+  if (spec.activation == Activation::swish)
+    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_swish, unit, 0.0f);
+  else
+    append_activation(ops, static_cast<int>(spec.activation), spec.clip_min / unit, spec.clip_max / unit);
   if (spec.u8_output && spec.dst_zero != 0)
     ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_linear, 1.0f, static_cast<float>(spec.dst_zero));
   attr.set_post_ops(ops);
