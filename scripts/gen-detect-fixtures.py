@@ -18,6 +18,16 @@ stores them compressed:
                               linear with each coordinate mode PyTorch exports, TopK, ReduceMax/
                               Min/Prod/Sum, ArgMax, HardSigmoid, HardSwish, Ceil, Floor, Greater,
                               Less, Tile, Range), dynamic batch: .input.npy, .output.npy
+  detect_ops2_opset11.onnx    the operators torchvision's detectors add: Max, Min, Mod, And, Or, Xor,
+                              Not, Reciprocal, Abs, ScatterElements, RoiAlign (two inputs: .input.npy,
+                              .input1.npy). Opset 11 only: torchvision 0.14 writes RoiAlign without
+                              coordinate_transformation_mode at every opset, and from opset 16 ONNX's
+                              default for it is half_pixel, not the aligned=False that PyTorch
+                              computes (ONNX Runtime and cpudl follow the standard).
+  ssdlite_opset11.onnx        torchvision's SSDlite (ssdlite320_mobilenet_v3_large's architecture:
+                              its head, anchors, box coder and post-processing) on a MobileNetV3-
+                              Large backbone at width 0.25, 20 classes, random weights spread so
+                              that no two scores tie: boxes, scores, labels
   neck_opset17.onnx           an upsample + concat neck whose channels all fill AVX-512's blocks of
                               16, so that cpudl keeps Resize and Concat in its blocked layout
 """
@@ -106,6 +116,67 @@ class DetectOps(torch.nn.Module):
         return torch.cat([p.reshape(n, -1) for p in pieces], 1)
 
 
+class DetectOps2(torch.nn.Module):
+    def forward(self, x, boxes):  # x: 2 x 4 x 8 x 8, boxes: 5 x 4 (corners inside the map)
+        import torchvision
+        n = x.shape[0]
+        flat = x.reshape(n, -1)
+        mask = flat > 0.2
+        idx = torch.tensor([[0, 3], [1, 2], [0, 1]])
+        scattered = torch.zeros(n, 256).scatter(1, torch.tensor([[3, 1, 7], [0, 2, 9]]), flat[:, :3])
+        put = torch.zeros(4, 3).index_put((torch.tensor([2, 0]),), torch.ones(2, 3))
+        rois = torch.cat((torch.tensor([[0.0], [1.0], [0.0], [1.0], [0.0]]), boxes), 1)
+        pieces = [
+            torch.maximum(flat, flat.flip(1)), torch.minimum(flat, torch.tensor(0.3)),
+            torch.fmod(flat * 7, 2.5), torch.remainder(torch.arange(-6, 6), 4).float().expand(n, -1),
+            (mask & flat.flip(1).gt(0)).float(), (mask | flat.lt(-0.5)).float(), torch.logical_xor(mask, flat.lt(0.5)).float(),
+            (~mask).float(), torch.reciprocal(flat.abs() + 1),
+            x[:, 1, 2:4].reshape(n, -1), x.reshape(n, 4, -1)[idx[:, 0], idx[:, 1]].reshape(1, -1).expand(n, -1),
+            scattered, put.reshape(1, -1).expand(n, -1),
+            torchvision.ops.roi_align(x, rois, output_size=(3, 2), spatial_scale=0.5, sampling_ratio=2).reshape(1, -1).expand(n, -1),
+            torchvision.ops.roi_align(x, rois, output_size=2, spatial_scale=1.0, sampling_ratio=0).reshape(1, -1).expand(n, -1),
+        ]
+        return torch.cat([p.reshape(n, -1) for p in pieces], 1)
+
+
+def spread_weights(model, seed):
+    """Random weights and BatchNorm statistics that make a detector's scores distinct (torchvision's
+    own initialisation gives many equal scores, whose NMS order no engine defines)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, torch.nn.Conv2d):
+                fan_in = m.in_channels // m.groups * m.kernel_size[0] * m.kernel_size[1]
+                m.weight.copy_(torch.randn(m.weight.shape, generator=g) * (2.0 / fan_in) ** 0.5)
+                if m.bias is not None:
+                    m.bias.copy_(torch.randn(m.bias.shape, generator=g) * 0.3)
+            elif isinstance(m, torch.nn.BatchNorm2d):
+                m.weight.copy_(1 + 0.1 * torch.randn(m.weight.shape, generator=g))
+                m.bias.copy_(0.1 * torch.randn(m.bias.shape, generator=g))
+                m.running_mean.copy_(0.1 * torch.randn(m.running_mean.shape, generator=g))
+                m.running_var.copy_(1 + 0.2 * torch.rand(m.running_var.shape, generator=g))
+    return model.eval()
+
+
+def ssdlite():
+    """ssdlite320_mobilenet_v3_large as torchvision builds it, on a narrower backbone."""
+    from functools import partial
+    import torchvision
+    from torchvision.models.detection import _utils as det_utils
+    from torchvision.models.detection.anchor_utils import DefaultBoxGenerator
+    from torchvision.models.detection.ssd import SSD
+    from torchvision.models.detection.ssdlite import SSDLiteHead, _mobilenet_extractor
+    norm = partial(torch.nn.BatchNorm2d, eps=0.001, momentum=0.03)
+    backbone = torchvision.models.mobilenet_v3_large(weights=None, norm_layer=norm, reduced_tail=True, width_mult=0.25)
+    backbone = _mobilenet_extractor(backbone, 6, norm)
+    anchors = DefaultBoxGenerator([[2, 3] for _ in range(6)], min_ratio=0.2, max_ratio=0.95)
+    channels = det_utils.retrieve_out_channels(backbone, (320, 320))
+    model = SSD(backbone, anchors, (320, 320), 20, head=SSDLiteHead(channels, anchors.num_anchors_per_location(), 20, norm),
+                score_thresh=0.001, nms_thresh=0.55, detections_per_img=300, topk_candidates=300,
+                image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5])
+    return spread_weights(model, 3)
+
+
 class Neck(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -139,6 +210,28 @@ def main():
     torch.onnx.export(neck, neck_input, base + ".onnx", opset_version=17, input_names=["input"], output_names=["output"])
     np.save(base + ".input.npy", neck_input.numpy())
     np.save(base + ".output.npy", neck(neck_input).detach().numpy())
+    ops2 = (torch.randn(2, 4, 8, 8), torch.tensor([[0.5, 1.0, 6.0, 5.5], [2.0, 0.0, 7.5, 7.0], [1.0, 1.0, 1.5, 2.0],
+                                                   [3.3, 2.1, 5.9, 7.7], [0.0, 0.0, 12.0, 12.0]]))
+    for opset in (11,):
+        base = os.path.join(OUT, f"detect_ops2_opset{opset}")
+        torch.onnx.export(DetectOps2(), ops2, base + ".onnx", opset_version=opset, input_names=["input", "boxes"],
+                          output_names=["output"])
+        np.save(base + ".input.npy", ops2[0].numpy())
+        np.save(base + ".input1.npy", ops2[1].numpy())
+        np.save(base + ".output.npy", DetectOps2()(*ops2).numpy())
+    model = ssdlite()
+    snap(model)
+    picture = image(320)[0]
+    with torch.no_grad():
+        out = model([picture])[0]
+    base = os.path.join(OUT, "ssdlite_opset11")
+    torch.onnx.export(model, ([picture],), base + ".onnx", opset_version=11, input_names=["image"],
+                      output_names=["boxes", "scores", "labels"])
+    np.save(base + ".input.npy", picture.numpy())
+    for k, key in enumerate(["boxes", "scores", "labels"]):
+        np.save(f"{base}.output{k}.npy", out[key].numpy())
+    scores = out["scores"].numpy()
+    print(f"ssdlite: {len(scores)} detections, closest scores {np.diff(np.sort(scores)).min():.2e} apart")
     ops_input = torch.randn(3, 4, 6, 6)
     for opset in (11, 17):
         base = os.path.join(OUT, f"detect_ops_opset{opset}")

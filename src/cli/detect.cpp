@@ -1,8 +1,8 @@
 // `cpudl detect`: an object detector on one image. The image is letterboxed to the model's input
-// as YOLOv5 does, the model run, its detections taken from whichever layout its outputs have
-// (infer/detector.h: raw YOLO rows, post-processed here, or boxes/scores/labels from a model with
-// its NMS inside), mapped back to the image's pixels, printed, and optionally written as JSON and
-// drawn onto a copy of the image.
+// as YOLOv5 does (or stretched to a torchvision detector's fixed size), the model run, its detections taken
+// from whichever layout its outputs have (infer/detector.h: raw YOLO rows, post-processed here, or
+// boxes/scores/labels from a model with its NMS inside), mapped back to the image's pixels, printed, and
+// optionally written as JSON and drawn onto a copy of the image.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -142,14 +142,20 @@ int run_detect(const DetectOptions& o) {
     throw Error(o.model + ": a detector takes one image input, this model takes " +
                 std::to_string(session.inputs().size()));
   const ModelValue& input = session.inputs()[0];
-  if (input.dtype != DType::f32 || input.shape.size() != 4 || (input.shape[1] != 3 && input.shape[1] != -1))
+  // [batch, 3, H, W] (YOLOv5: letterboxed) or [3, H, W] (torchvision's detectors, which take a list
+  // of images and resize and normalise inside: stretched to the export's size).
+  const bool single = input.shape.size() == 3;
+  const std::size_t c = single ? 0 : 1;
+  if (input.dtype != DType::f32 || (input.shape.size() != 4 && !single) ||
+      (input.shape[c] != 3 && input.shape[c] != -1))
     throw Error(o.model + ": input '" + input.name + "' is " + std::string(dtype_name(input.dtype)) + " " +
-                shape_text(input.shape) + ", expected float [batch, 3, height, width]");
+                shape_text(input.shape) + ", expected float [batch, 3, height, width] or [3, height, width]");
   // A free height or width (a dynamic export) gets YOLOv5's default 640.
-  const std::int64_t height = input.shape[2] > 0 ? input.shape[2] : 640,
-                     width = input.shape[3] > 0 ? input.shape[3] : 640;
-  const data::Letterbox box = data::letterbox(image, width, height);
-  const Tensor x = Tensor::from_vector(box.values, {1, 3, height, width});
+  const std::int64_t height = input.shape[c + 1] > 0 ? input.shape[c + 1] : 640,
+                     width = input.shape[c + 2] > 0 ? input.shape[c + 2] : 640;
+  const data::Letterbox box = data::letterbox(image, width, height, single);
+  const Shape shape = single ? Shape{3, height, width} : Shape{1, 3, height, width};
+  const Tensor x = Tensor::from_vector(box.values, shape);
 
   const auto start = std::chrono::steady_clock::now();
   const std::vector<Tensor> outputs = session.run({x});
@@ -171,9 +177,9 @@ int run_detect(const DetectOptions& o) {
   if (names.empty() && layout.classes == 80) names.assign(std::begin(kCocoNames), std::end(kCocoNames));
   for (auto& d : detections) {  // back to the image's pixels
     for (int k = 0; k < 4; ++k) {
-      const float pad = k % 2 == 0 ? box.pad_x : box.pad_y;
+      const float pad = k % 2 == 0 ? box.pad_x : box.pad_y, gain = k % 2 == 0 ? box.gain_x : box.gain_y;
       const auto limit = static_cast<float>(k % 2 == 0 ? image.width : image.height);
-      d.box[k] = std::clamp((d.box[k] - pad) / box.gain, 0.0f, limit);
+      d.box[k] = std::clamp((d.box[k] - pad) / gain, 0.0f, limit);
     }
     if (d.label < 0) throw Error(o.model + ": negative class " + std::to_string(d.label) + " in its output");
     while (static_cast<std::size_t>(d.label) >= names.size())

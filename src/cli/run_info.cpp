@@ -63,7 +63,7 @@ struct RunOptions {
 Shape concrete_shape(const ModelValue& v, std::int64_t batch) {
   Shape s = v.shape;
   for (std::size_t i = 0; i < s.size(); ++i)
-    if (s[i] < 0) s[i] = i == 0 ? batch : 1;
+    if (s[i] < 0) s[i] = i == 0 && batch > 0 ? batch : 1;
   if (!s.empty() && batch > 0) s[0] = batch;
   return s;
 }
@@ -199,7 +199,7 @@ int run_model(const RunOptions& o) {
 
 struct InfoOptions {
   std::string model;
-  std::int64_t batch = 1;
+  std::int64_t batch = 0;  // 0: the model's own first dimension (1 when free)
   std::string precision = "auto";
   std::string int8_conv = "on";
   bool json = false;
@@ -213,6 +213,7 @@ int run_info(const InfoOptions& o) {
   std::vector<Shape> shapes;
   for (const auto& v : session.inputs()) shapes.push_back(concrete_shape(v, o.batch));
   const ModelInfo info = session.info(shapes);
+  const std::int64_t batch = shapes.empty() || shapes[0].empty() ? 1 : shapes[0][0];
   auto value_json = [](const std::vector<ModelValue>& values) {
     nlohmann::ordered_json a = nlohmann::ordered_json::array();
     for (const auto& v : values)
@@ -238,7 +239,7 @@ int run_info(const InfoOptions& o) {
                                 {"outputs", value_json(info.outputs)},
                                 {"parameters", info.parameters},
                                 {"ops", info.ops_loaded},
-                                {"batch", o.batch},
+                                {"batch", batch},
                                 {"flops", info.flops},
                                 {"planned_ops", info.ops_planned},
                                 {"arena_bytes", info.arena_bytes},
@@ -264,7 +265,7 @@ int run_info(const InfoOptions& o) {
                 shape_text(v.shape).c_str());
   std::printf("parameters: %lld\nops in the file:", static_cast<long long>(info.parameters));
   for (const auto& [op, n] : info.ops_loaded) std::printf(" %s %d", op.c_str(), n);
-  std::printf("\nat batch %lld: %.3f GFLOP per inference; kernels run:", static_cast<long long>(o.batch),
+  std::printf("\nat batch %lld: %.3f GFLOP per inference; kernels run:", static_cast<long long>(batch),
               info.flops / 1e9);
   for (const auto& [op, n] : info.ops_planned) std::printf(" %s %d", op.c_str(), n);
   std::printf("\nmemory plan: %.2f MiB for all intermediate values (%.2f MiB without reuse)\noptimiser:",
@@ -314,7 +315,8 @@ void add_info_command(CLI::App& app, Action& action) {
   CLI::App* i =
       app.add_subcommand("info", "What an ONNX model holds, and what cpudl's optimiser makes of it");
   i->add_option("model", o->model, "Model file (.onnx)")->required();
-  i->add_option("--batch", o->batch, "Batch size of the plan to describe (default 1)")
+  i->add_option("--batch", o->batch,
+                "Batch size of the plan to describe (default: the model's first dimension, 1 when free)")
       ->check(CLI::Range(1, 1 << 20));
   i->add_flag("--json", o->json, "One JSON object");
   add_precision_option(i, o->precision);

@@ -163,14 +163,18 @@ std::string Picture::png() const {
   return out;
 }
 
-Letterbox letterbox(const DecodedImage& image, std::int64_t width, std::int64_t height) {
+Letterbox letterbox(const DecodedImage& image, std::int64_t width, std::int64_t height, bool stretch) {
   Letterbox box;
-  box.gain = std::min(static_cast<float>(width) / static_cast<float>(image.width),
-                      static_cast<float>(height) / static_cast<float>(image.height));
+  const float gx = static_cast<float>(width) / static_cast<float>(image.width),
+              gy = static_cast<float>(height) / static_cast<float>(image.height);
+  box.gain_x = box.gain_y = std::min(gx, gy);
+  if (stretch) box.gain_x = gx, box.gain_y = gy;
   const auto scaled_w =
-      std::clamp<std::int64_t>(std::lround(static_cast<float>(image.width) * box.gain), 1, width);
-  const auto scaled_h =
-      std::clamp<std::int64_t>(std::lround(static_cast<float>(image.height) * box.gain), 1, height);
+      stretch ? width
+              : std::clamp<std::int64_t>(std::lround(static_cast<float>(image.width) * box.gain_x), 1, width);
+  const auto scaled_h = stretch ? height
+                                : std::clamp<std::int64_t>(
+                                      std::lround(static_cast<float>(image.height) * box.gain_y), 1, height);
   // As YOLOv5: the padding split in two, the odd pixel to the right and bottom.
   const std::int64_t left = std::lround(static_cast<float>(width - scaled_w) / 2 - 0.1f);
   const std::int64_t top = std::lround(static_cast<float>(height - scaled_h) / 2 - 0.1f);

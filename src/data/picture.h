@@ -34,12 +34,13 @@ std::int64_t text_width(const std::string& text, int scale);
 inline std::int64_t text_height(int scale) { return 8 * scale; }
 
 // YOLOv5's letterbox: the image scaled by one factor to fit `width` x `height`, centred, the rest
-// grey (114/255). `values` returns [3][height][width] in [0, 1]; gain and pad map a box back:
-// image x = (x - pad_x) / gain.
+// grey (114/255); with `stretch`, scaled to fill it (torchvision's detectors at a fixed export
+// size, which resize and normalise inside). `values` returns [3][height][width] in [0, 1]; gains
+// and pads map a box back: image x = (x - pad_x) / gain_x.
 struct Letterbox {
   std::vector<float> values;
-  float gain = 1, pad_x = 0, pad_y = 0;
+  float gain_x = 1, gain_y = 1, pad_x = 0, pad_y = 0;
 };
-Letterbox letterbox(const DecodedImage& image, std::int64_t width, std::int64_t height);
+Letterbox letterbox(const DecodedImage& image, std::int64_t width, std::int64_t height, bool stretch = false);
 
 }  // namespace cpudl::data

@@ -58,7 +58,8 @@ BuildFn find_op(const std::string& op) {
   static const std::unordered_map<std::string, BuildFn> registry = [] {
     std::unordered_map<std::string, BuildFn> r;
     for (auto table : {elementwise_ops(), dense_ops(), shape_ops(), normalization_ops(), quantization_ops(),
-                       reduction_ops(), detection_ops(), control_flow_ops(), resize_ops()})
+                       reduction_ops(), detection_ops(), control_flow_ops(), resize_ops(),
+                       elementwise_nary_ops(), indexing_ops(), roi_align_ops()})
       for (const OpEntry& e : table) r.emplace(e.name, e.build);
         // Every operator the loader accepts must be executable.
 #define CPUDL_CHECK_OP(name) \

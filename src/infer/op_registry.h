@@ -99,6 +99,9 @@ std::span<const OpEntry> reduction_ops();
 std::span<const OpEntry> detection_ops();
 std::span<const OpEntry> control_flow_ops();
 std::span<const OpEntry> resize_ops();
+std::span<const OpEntry> elementwise_nary_ops();
+std::span<const OpEntry> indexing_ops();
+std::span<const OpEntry> roi_align_ops();
 // For `cpudl info`: how this CPU runs the int8 operators among `planned_ops` (the kernel chosen,
 // whether it is exact without VNNI, what QDQ pairs cost), or "" when the plan has none.
 std::string describe_int8_execution(const std::map<std::string, int>& planned_ops);

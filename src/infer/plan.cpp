@@ -56,8 +56,14 @@ bool reads_bounded(const Node& node, const std::map<std::string, ValueDesc>& des
 
 // Integer values small enough to be shape arguments: a rebuilt step is given them as constants.
 constexpr std::int64_t kMaxShapeArgument = 64;
-bool shape_argument(DType t, const Shape& shape) {
-  return (t == DType::i64 || t == DType::i32) && shape_numel(shape) <= kMaxShapeArgument;
+bool shape_argument(DType t, const Shape& shape) {  // int64, int32, or BOOL masks between them
+  return (t == DType::i64 || t == DType::i32 || t == DType::i8) && shape_numel(shape) <= kMaxShapeArgument;
+}
+
+std::int64_t integer_at(DType t, const void* data, std::int64_t i) {
+  if (t == DType::i64) return static_cast<const std::int64_t*>(data)[i];
+  if (t == DType::i32) return static_cast<const std::int32_t*>(data)[i];
+  return static_cast<const std::int8_t*>(data)[i];
 }
 
 Kernel build(OpSetup& s) {
@@ -362,9 +368,7 @@ void Plan::rebuild_if_changed(Step& step, std::span<const TensorView> inputs) {
     if (values_[v].storage != Storage::constant && shape_argument(values_[v].desc.dtype, shape)) {
       const std::int64_t n = shape_numel(shape);
       const void* data = address(v, inputs);
-      for (std::int64_t i = 0; i < n; ++i)
-        signature_.push_back(values_[v].desc.dtype == DType::i64 ? static_cast<const std::int64_t*>(data)[i]
-                                                                 : static_cast<const std::int32_t*>(data)[i]);
+      for (std::int64_t i = 0; i < n; ++i) signature_.push_back(integer_at(values_[v].desc.dtype, data, i));
     }
   }
   if (signature_ == step.built_for) return;

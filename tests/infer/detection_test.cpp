@@ -63,11 +63,13 @@ class DetectorMatchesPyTorch : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(DetectorMatchesPyTorch, OptimisedAndUnoptimised) {
   const std::string stem = GetParam();
-  const cpudl::Tensor x = cpudl::io::load_npy(kDetect / (stem + ".input.npy"));
+  std::vector<cpudl::Tensor> x = {cpudl::io::load_npy(kDetect / (stem + ".input.npy"))};
+  if (fs::exists(kDetect / (stem + ".input1.npy")))
+    x.push_back(cpudl::io::load_npy(kDetect / (stem + ".input1.npy")));
   const auto expected = expected_outputs(stem);
   for (bool optimize : {true, false}) {
     cpudl::InferenceSession session(kDetect / (stem + ".onnx"), {optimize, false});
-    const auto y = session.run({x});
+    const auto y = session.run(x);
     ASSERT_EQ(y.size(), expected.size());
     for (std::size_t k = 0; k < y.size(); ++k) {
       ASSERT_EQ(y[k].shape(), expected[k].shape()) << stem << " output " << k;
@@ -79,7 +81,7 @@ TEST_P(DetectorMatchesPyTorch, OptimisedAndUnoptimised) {
             << stem << " output " << k << (optimize ? " optimised" : "");
     }
     // A second run reuses the plan (and its kernels rebuilt for this run's sizes).
-    const auto again = session.run({x});
+    const auto again = session.run(x);
     for (std::size_t k = 0; k < y.size(); ++k) EXPECT_EQ(values(again[k]), values(y[k]));
   }
 }
@@ -87,7 +89,8 @@ TEST_P(DetectorMatchesPyTorch, OptimisedAndUnoptimised) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, DetectorMatchesPyTorch,
                          ::testing::Values("yolo_tiny_raw_opset17", "yolo_tiny_nms_opset11",
                                            "yolo_tiny_nms_opset17", "detect_ops_opset11",
-                                           "detect_ops_opset17", "neck_opset17"));
+                                           "detect_ops_opset17", "neck_opset17", "detect_ops2_opset11",
+                                           "ssdlite_opset11"));
 
 TEST(Detection, SiluFusesIntoTheConvolutionsAndConcatResizeStayInTheRegion) {
   cpudl::InferenceSession session(kDetect / "yolo_tiny_raw_opset17.onnx");
@@ -332,6 +335,79 @@ TEST(Detection, BoundedValuesFollowTheirDataDownToNone) {
     EXPECT_EQ(y[0].to_vector(), expected);
   }
   fs::remove(path);
+}
+
+// ---- ScatterND and GatherND on the ONNX specification's own examples, through one-node models.
+cpudl::Tensor one_node(const char* op, const std::vector<std::pair<std::string, cpudl::Tensor>>& inputs,
+                       const std::vector<std::pair<std::string, std::int64_t>>& attributes = {}) {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(13);
+  auto* g = m.mutable_graph();
+  auto* n = g->add_node();
+  n->set_op_type(op);
+  n->set_name("node");
+  for (const auto& [name, t] : inputs) {
+    auto* init = g->add_initializer();  // the node computes at plan time: constants fold
+    init->set_name(name);
+    init->set_data_type(t.dtype() == cpudl::DType::i64 ? onnx::TensorProto::INT64 : onnx::TensorProto::FLOAT);
+    for (std::int64_t d : t.shape()) init->add_dims(d);
+    init->set_raw_data(
+        t.raw_data(), static_cast<std::size_t>(cpudl::shape_numel(t.shape())) * cpudl::dtype_size(t.dtype()));
+    n->add_input(name);
+  }
+  for (const auto& [name, value] : attributes) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::INT);
+    a->set_i(value);
+  }
+  n->add_output("y");
+  g->add_output()->set_name("y");
+  const fs::path path = fs::path(::testing::TempDir()) / (std::string("cpudl_") + op + ".onnx");
+  std::ofstream(path, std::ios::binary) << m.SerializeAsString();
+  cpudl::InferenceSession session(path);
+  auto y = session.run({});
+  fs::remove(path);
+  return y.at(0);
+}
+
+cpudl::Tensor i64(const std::vector<std::int64_t>& v, const cpudl::Shape& shape) {
+  return cpudl::Tensor::from_buffer(v.data(), shape, cpudl::DType::i64);
+}
+
+TEST(Detection, ScatterAndGatherNdAsTheOnnxSpecificationShows) {
+  // ScatterND, example 1: data [1..8], indices [[4], [3], [1], [7]], updates [9, 10, 11, 12]
+  auto y = one_node("ScatterND", {{"data", cpudl::Tensor::from_vector({1, 2, 3, 4, 5, 6, 7, 8}, {8})},
+                                  {"indices", i64({4, 3, 1, 7}, {4, 1})},
+                                  {"updates", cpudl::Tensor::from_vector({9, 10, 11, 12}, {4})}});
+  EXPECT_EQ(y.to_vector(), (std::vector<float>{1, 11, 3, 10, 9, 6, 7, 12}));
+  // GatherND, batch_dims 0: data [[[0,1],[2,3]],[[4,5],[6,7]]], indices [[0,1],[1,0]] -> [[2,3],[4,5]]
+  y = one_node("GatherND", {{"data", cpudl::Tensor::from_vector({0, 1, 2, 3, 4, 5, 6, 7}, {2, 2, 2})},
+                            {"indices", i64({0, 1, 1, 0}, {2, 2})}});
+  EXPECT_EQ(y.shape(), (cpudl::Shape{2, 2}));
+  EXPECT_EQ(y.to_vector(), (std::vector<float>{2, 3, 4, 5}));
+  // GatherND, batch_dims 1: indices [[1], [0]] -> [[2,3],[4,5]]
+  y = one_node("GatherND",
+               {{"data", cpudl::Tensor::from_vector({0, 1, 2, 3, 4, 5, 6, 7}, {2, 2, 2})},
+                {"indices", i64({1, 0}, {2, 1})}},
+               {{"batch_dims", 1}});
+  EXPECT_EQ(y.to_vector(), (std::vector<float>{2, 3, 4, 5}));
+  // ScatterElements with axis 1: data [[1,2,3,4,5]], indices [[1,3]], updates [[1.1,2.1]]
+  y = one_node("ScatterElements",
+               {{"data", cpudl::Tensor::from_vector({1, 2, 3, 4, 5}, {1, 5})},
+                {"indices", i64({1, 3}, {1, 2})},
+                {"updates", cpudl::Tensor::from_vector({1.1f, 2.1f}, {1, 2})}},
+               {{"axis", 1}});
+  EXPECT_EQ(y.to_vector(), (std::vector<float>{1, 1.1f, 3, 2.1f, 5}));
+  // An index out of range is named, never read past the data.
+  try {
+    one_node("GatherND",
+             {{"data", cpudl::Tensor::from_vector({0, 1, 2, 3}, {2, 2})}, {"indices", i64({2}, {1, 1})}});
+    FAIL() << "ran";
+  } catch (const cpudl::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("index 2 is out of range [0, 2)"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -70,14 +70,17 @@ Kernel build_if(OpSetup& s) {
     ValueDesc d = first[o];
     for (const Branch& b : branches) {
       const ValueDesc& other = b.plan->output_descs().at(o);
-      if (other.dtype != d.dtype || other.shape.size() != d.shape.size())
+      if (other.dtype != d.dtype)
         s.fail("its branches give output " + std::to_string(o) + " as " + std::string(dtype_name(d.dtype)) +
-               " " + shape_text(d.shape) + " and " + std::string(dtype_name(other.dtype)) + " " +
-               shape_text(other.shape));
-      for (std::size_t k = 0; k < d.shape.size(); ++k) {
-        bounded = bounded || other.bounded || other.shape[k] != d.shape[k];
-        d.shape[k] = std::max(d.shape[k], other.shape[k]);
+               " and " + std::string(dtype_name(other.dtype)));
+      bounded = bounded || other.bounded || other.shape != d.shape;
+      if (other.shape.size() != d.shape.size()) {
+        // Ranks differ (torchvision's RoI pooling returns [n] or [n, 1]): planned as the larger,
+        // and what reads it is rebuilt for the shape that ran.
+        if (other.numel() > d.numel()) d.shape = other.shape;
+        continue;
       }
+      for (std::size_t k = 0; k < d.shape.size(); ++k) d.shape[k] = std::max(d.shape[k], other.shape[k]);
     }
     s.set_output(o, d.dtype, d.shape);
     bound_elements.push_back(d.numel());

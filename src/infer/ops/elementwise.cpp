@@ -281,6 +281,12 @@ Kernel build_gelu(OpSetup& s) {
   if (approximate != "none") s.fail("approximate='" + approximate + "' is not 'none' or 'tanh'");
   return unary(s, native().f32_gelu.fn, nullptr);
 }
+Kernel build_abs(OpSetup& s) {
+  return unary(s, nullptr, [](float x, const float*) { return std::fabs(x); });
+}
+Kernel build_reciprocal(OpSetup& s) {
+  return unary(s, nullptr, [](float x, const float*) { return 1.0f / x; });
+}
 Kernel build_ceil(OpSetup& s) {
   return unary(s, nullptr, [](float x, const float*) { return std::ceil(x); });
 }
@@ -401,6 +407,8 @@ const OpEntry kOps[] = {
     {"GreaterOrEqual", build_binary<Binary::greater_equal>},
     {"LessOrEqual", build_binary<Binary::less_equal>},
     {"Ceil", build_ceil},
+    {"Reciprocal", build_reciprocal},
+    {"Abs", build_abs},
     {"Floor", build_floor},
     {"HardSigmoid", build_hard_sigmoid},
     {"HardSwish", build_hard_swish},

@@ -365,23 +365,32 @@ Kernel build_slice(OpSetup& s) {
 Kernel build_concat(OpSetup& s) {
   if (s.count() < 1) s.fail("needs at least one input");
   const DType t = s.inputs[0].dtype;
-  const Shape& first = s.shape(0);
+  // An empty input that does not fit the others is left out, as torch.cat does (exported
+  // post-processing concatenates onto empty starts, [0] or [0, 0]).
+  std::size_t reference = 0;
+  while (reference + 1 < s.count() && s.inputs[reference].numel() == 0) ++reference;
+  const Shape& first = s.shape(reference);
   const auto rank = static_cast<std::int64_t>(first.size());
   const std::int64_t axis = normalize_axis(s, s.node.get_int("axis", 0), rank, "axis");
   Shape out = first;
   out[static_cast<std::size_t>(axis)] = 0;
-  std::vector<std::int64_t> widths;  // bytes of each input per outer index
+  std::vector<bool> skipped(s.count(), false);
   for (std::size_t i = 0; i < s.count(); ++i) {
     const Shape& x = s.shape(i);
     if (s.inputs[i].dtype != t) s.fail("inputs have different element types");
     bool fits = x.size() == first.size();
     for (std::size_t d = 0; fits && d < x.size(); ++d)
       fits = static_cast<std::int64_t>(d) == axis || x[d] == first[d];
+    if (!fits && s.inputs[i].numel() == 0) {
+      skipped[i] = true;
+      continue;
+    }
     if (!fits)
       s.fail("input " + std::to_string(i) + " has shape " + shape_text(x) +
              ", which does not concatenate with " + shape_text(first) + " on axis " + std::to_string(axis));
     out[static_cast<std::size_t>(axis)] += x[static_cast<std::size_t>(axis)];
   }
+  std::vector<std::int64_t> widths;  // bytes of each input per outer index
   std::int64_t outer = 1, inner = static_cast<std::int64_t>(dtype_size(t));
   for (std::int64_t d = 0; d < axis; ++d) outer *= first[static_cast<std::size_t>(d)];
   for (std::int64_t d = axis + 1; d < rank; ++d) inner *= first[static_cast<std::size_t>(d)];
@@ -395,7 +404,7 @@ Kernel build_concat(OpSetup& s) {
     inner = static_cast<std::int64_t>(dtype_size(t));
   }
   for (std::size_t i = 0; i < s.count(); ++i)
-    widths.push_back(s.shape(i)[static_cast<std::size_t>(axis)] * inner);
+    widths.push_back(skipped[i] ? 0 : s.shape(i)[static_cast<std::size_t>(axis)] * inner);
   s.set_output(0, t, out);
   return [outer, widths](std::span<const TensorView> in, std::span<const TensorView> o) {
     std::int64_t total = 0;
