@@ -28,6 +28,10 @@ stores them compressed:
                               its head, anchors, box coder and post-processing) on a MobileNetV3-
                               Large backbone at width 0.25, 20 classes, random weights spread so
                               that no two scores tie: boxes, scores, labels
+  fasterrcnn_opset11.onnx     torchvision's Faster R-CNN (the mobilenet_v3_large_320_fpn recipe: FPN
+                              backbone, RPN with its NMS, MultiScaleRoIAlign, box head and per-class
+                              NMS) on a width-0.25 MobileNetV3 with a 64-wide box head, 20 classes:
+                              boxes, labels, scores
   neck_opset17.onnx           an upsample + concat neck whose channels all fill AVX-512's blocks of
                               16, so that cpudl keeps Resize and Concat in its blocked layout
 """
@@ -177,6 +181,50 @@ def ssdlite():
     return spread_weights(model, 3)
 
 
+def fasterrcnn():
+    """fasterrcnn_mobilenet_v3_large_320_fpn as torchvision builds it, narrower."""
+    from functools import partial
+    import torchvision
+    from torchvision.models.detection import FasterRCNN
+    from torchvision.models.detection.anchor_utils import AnchorGenerator
+    from torchvision.models.detection.backbone_utils import _mobilenet_extractor
+    from torchvision.models.detection.faster_rcnn import FastRCNNPredictor, TwoMLPHead
+    backbone = torchvision.models.mobilenet_v3_large(weights=None, norm_layer=partial(torch.nn.BatchNorm2d, eps=0.001),
+                                                     width_mult=0.25)
+    backbone = _mobilenet_extractor(backbone, True, 6)
+    sizes = ((32, 64, 128, 256, 512),) * 3
+    model = FasterRCNN(backbone, None, rpn_anchor_generator=AnchorGenerator(sizes, ((0.5, 1.0, 2.0),) * 3),
+                       min_size=320, max_size=320, rpn_pre_nms_top_n_test=150, rpn_post_nms_top_n_test=150,
+                       rpn_score_thresh=0.05, box_head=TwoMLPHead(256 * 7 * 7, 64),
+                       box_predictor=FastRCNNPredictor(64, 20), box_score_thresh=0.05)
+    spread_weights(model, 4)
+    with torch.no_grad():
+        g = torch.Generator().manual_seed(5)
+        for m in model.modules():
+            if isinstance(m, torch.nn.Linear):
+                m.weight.copy_(torch.randn(m.weight.shape, generator=g) * (1.0 / m.in_features) ** 0.5)
+                m.bias.copy_(torch.randn(m.bias.shape, generator=g) * 0.3)
+        # Box deltas as a trained model predicts them, small: the box coder's exp() would otherwise
+        # turn float rounding into visible box differences (in every engine).
+        for layer in (model.rpn.head.bbox_pred, model.roi_heads.box_predictor.bbox_pred):
+            layer.weight.mul_(0.05)
+            layer.bias.mul_(0.05)
+    return model.eval()
+
+
+def export_torchvision(name, model, picture, keys):
+    snap(model)
+    with torch.no_grad():
+        out = model([picture])[0]
+    base = os.path.join(OUT, f"{name}_opset11")
+    torch.onnx.export(model, ([picture],), base + ".onnx", opset_version=11, input_names=["image"], output_names=keys)
+    np.save(base + ".input.npy", picture.numpy())
+    for k, key in enumerate(keys):
+        np.save(f"{base}.output{k}.npy", out[key].numpy())
+    scores = out["scores"].numpy()
+    print(f"{name}: {len(scores)} detections, closest scores {np.diff(np.sort(scores)).min():.2e} apart")
+
+
 class Neck(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -219,20 +267,9 @@ def main():
         np.save(base + ".input.npy", ops2[0].numpy())
         np.save(base + ".input1.npy", ops2[1].numpy())
         np.save(base + ".output.npy", DetectOps2()(*ops2).numpy())
-    model = ssdlite()
-    snap(model)
-    picture = image(320)[0]
-    with torch.no_grad():
-        out = model([picture])[0]
-    base = os.path.join(OUT, "ssdlite_opset11")
-    torch.onnx.export(model, ([picture],), base + ".onnx", opset_version=11, input_names=["image"],
-                      output_names=["boxes", "scores", "labels"])
-    np.save(base + ".input.npy", picture.numpy())
-    for k, key in enumerate(["boxes", "scores", "labels"]):
-        np.save(f"{base}.output{k}.npy", out[key].numpy())
-    scores = out["scores"].numpy()
-    print(f"ssdlite: {len(scores)} detections, closest scores {np.diff(np.sort(scores)).min():.2e} apart")
-    ops_input = torch.randn(3, 4, 6, 6)
+    export_torchvision("ssdlite", ssdlite(), image(320)[0], ["boxes", "scores", "labels"])
+    export_torchvision("fasterrcnn", fasterrcnn(), image(320)[0], ["boxes", "labels", "scores"])
+    ops_input = torch.randn(3, 4, 6, 6, generator=torch.Generator().manual_seed(11))
     for opset in (11, 17):
         base = os.path.join(OUT, f"detect_ops_opset{opset}")
         torch.onnx.export(DetectOps(), ops_input, base + ".onnx", opset_version=opset, input_names=["input"],

@@ -117,14 +117,18 @@ Kernel build_not(OpSetup& s) {
   return [](std::span<const TensorView> in, std::span<const TensorView> o) {
     const std::int64_t n = shape_numel(*in[0].shape);
     for (std::int64_t i = 0; i < n; ++i)
-      static_cast<std::int8_t*>(o[0].data)[i] = static_cast<std::int8_t>(static_cast<const std::int8_t*>(in[0].data)[i] == 0);
+      static_cast<std::int8_t*>(o[0].data)[i] =
+          static_cast<std::int8_t>(static_cast<const std::int8_t*>(in[0].data)[i] == 0);
   };
 }
 
 const OpEntry kOps[] = {
-    {"Max", build_nary<Nary::max>},         {"Min", build_nary<Nary::min>},
-    {"Mod", build_nary<Nary::mod>},         {"And", build_nary<Nary::logical_and>},
-    {"Or", build_nary<Nary::logical_or>},   {"Xor", build_nary<Nary::logical_xor>},
+    {"Max", build_nary<Nary::max>},
+    {"Min", build_nary<Nary::min>},
+    {"Mod", build_nary<Nary::mod>},
+    {"And", build_nary<Nary::logical_and>},
+    {"Or", build_nary<Nary::logical_or>},
+    {"Xor", build_nary<Nary::logical_xor>},
     {"Not", build_not},
 };
 

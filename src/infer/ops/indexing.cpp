@@ -9,17 +9,20 @@ namespace cpudl::infer {
 namespace {
 
 std::int64_t read_index(const TensorView& v, std::int64_t i) {
-  return v.dtype == DType::i64 ? static_cast<const std::int64_t*>(v.data)[i] : static_cast<const std::int32_t*>(v.data)[i];
+  return v.dtype == DType::i64 ? static_cast<const std::int64_t*>(v.data)[i]
+                               : static_cast<const std::int32_t*>(v.data)[i];
 }
 
 void require_indices(const OpSetup& s, std::size_t i) {
-  if (s.inputs[i].dtype != DType::i64 && s.inputs[i].dtype != DType::i32) s.fail("indices must be INT64 or INT32");
+  if (s.inputs[i].dtype != DType::i64 && s.inputs[i].dtype != DType::i32)
+    s.fail("indices must be INT64 or INT32");
 }
 
 std::int64_t checked(const std::string& label, std::int64_t index, std::int64_t dim) {
   if (index < 0) index += dim;
   if (index < 0 || index >= dim)
-    throw Error(label + ": index " + std::to_string(index) + " is out of range [0, " + std::to_string(dim) + ")");
+    throw Error(label + ": index " + std::to_string(index) + " is out of range [0, " + std::to_string(dim) +
+                ")");
   return index;
 }
 
@@ -31,9 +34,11 @@ Kernel build_gather_nd(OpSetup& s) {
   const Shape& d = s.shape(0);
   const Shape& idx = s.shape(1);
   const auto b = static_cast<std::size_t>(s.node.get_int("batch_dims", 0));
-  if (idx.empty() || idx.size() <= b || d.size() < b) s.fail("indices " + shape_text(idx) + " and batch_dims disagree");
+  if (idx.empty() || idx.size() <= b || d.size() < b)
+    s.fail("indices " + shape_text(idx) + " and batch_dims disagree");
   const auto k = static_cast<std::size_t>(idx.back());
-  if (b + k > d.size()) s.fail("indices address " + std::to_string(k) + " dimensions of data " + shape_text(d));
+  if (b + k > d.size())
+    s.fail("indices address " + std::to_string(k) + " dimensions of data " + shape_text(d));
   for (std::size_t i = 0; i < b; ++i)
     if (d[i] != idx[i]) s.fail("batch dimension " + std::to_string(i) + " differs between data and indices");
   Shape out(idx.begin(), idx.end() - 1);
@@ -43,7 +48,8 @@ Kernel build_gather_nd(OpSetup& s) {
   for (std::size_t i = 0; i < b; ++i) batches *= d[i];
   for (std::size_t i = b; i + 1 < idx.size(); ++i) per_batch *= idx[i];
   for (std::size_t i = b + k; i < d.size(); ++i) slice *= d[i];
-  std::vector<std::int64_t> dims(d.begin() + static_cast<std::ptrdiff_t>(b), d.begin() + static_cast<std::ptrdiff_t>(b + k)),
+  std::vector<std::int64_t> dims(d.begin() + static_cast<std::ptrdiff_t>(b),
+                                 d.begin() + static_cast<std::ptrdiff_t>(b + k)),
       strides(k, slice);
   for (std::size_t t = k; t-- > 1;) strides[t - 1] = strides[t] * dims[t];
   const std::int64_t batch_bytes = k > 0 ? strides[0] * dims[0] : slice;
@@ -102,10 +108,13 @@ Kernel build_scatter_elements(OpSetup& s) {
   const Shape& d = s.shape(0);
   const Shape& idx = s.shape(1);
   const DType t = s.inputs[0].dtype;
-  if (t != DType::f32 && t != DType::i64 && t != DType::i32 && t != DType::i8) s.fail("element type is not supported");
+  if (t != DType::f32 && t != DType::i64 && t != DType::i32 && t != DType::i8)
+    s.fail("element type is not supported");
   if (s.inputs[2].dtype != t) s.fail("updates and data have different element types");
-  if (s.shape(2) != idx || idx.size() != d.size()) s.fail("indices and updates must have one shape, of data's rank");
-  const auto axis = static_cast<std::size_t>(normalize_axis(s, s.node.get_int("axis", 0), static_cast<std::int64_t>(d.size()), "axis"));
+  if (s.shape(2) != idx || idx.size() != d.size())
+    s.fail("indices and updates must have one shape, of data's rank");
+  const auto axis = static_cast<std::size_t>(
+      normalize_axis(s, s.node.get_int("axis", 0), static_cast<std::int64_t>(d.size()), "axis"));
   const Reduction r = reduction_of(s);
   s.set_output(0, t, d);
   const std::string label = s.node.label();
@@ -120,7 +129,8 @@ Kernel build_scatter_elements(OpSetup& s) {
       for (std::int64_t e = 0; e < m; ++e) {
         std::int64_t at = 0;
         for (std::size_t dd = 0; dd < data.size(); ++dd) {
-          const std::int64_t coordinate = dd == axis ? checked(label, read_index(in[1], e), data[dd]) : pos[dd];
+          const std::int64_t coordinate =
+              dd == axis ? checked(label, read_index(in[1], e), data[dd]) : pos[dd];
           at = at * data[dd] + coordinate;
         }
         combine(out[at], static_cast<const T*>(in[2].data)[e], r);
@@ -141,14 +151,16 @@ Kernel build_scatter_nd(OpSetup& s) {
   const Shape& d = s.shape(0);
   const Shape& idx = s.shape(1);
   const DType t = s.inputs[0].dtype;
-  if (t != DType::f32 && t != DType::i64 && t != DType::i32 && t != DType::i8) s.fail("element type is not supported");
+  if (t != DType::f32 && t != DType::i64 && t != DType::i32 && t != DType::i8)
+    s.fail("element type is not supported");
   if (s.inputs[2].dtype != t) s.fail("updates and data have different element types");
   if (idx.empty()) s.fail("indices must have rank 1 or more");
   const auto k = static_cast<std::size_t>(idx.back());
   if (k > d.size()) s.fail("indices address " + std::to_string(k) + " dimensions of data " + shape_text(d));
   Shape want(idx.begin(), idx.end() - 1);
   want.insert(want.end(), d.begin() + static_cast<std::ptrdiff_t>(k), d.end());
-  if (s.shape(2) != want) s.fail("updates have shape " + shape_text(s.shape(2)) + ", expected " + shape_text(want));
+  if (s.shape(2) != want)
+    s.fail("updates have shape " + shape_text(s.shape(2)) + ", expected " + shape_text(want));
   const Reduction r = reduction_of(s);
   s.set_output(0, t, d);
   std::int64_t slice = 1, tuples = 1;
@@ -167,7 +179,9 @@ Kernel build_scatter_nd(OpSetup& s) {
       for (std::int64_t j = 0; j < tuples; ++j) {
         std::int64_t at = 0;
         for (std::size_t i = 0; i < k; ++i)
-          at += checked(label, read_index(in[1], j * static_cast<std::int64_t>(k) + static_cast<std::int64_t>(i)), dims[i]) *
+          at += checked(label,
+                        read_index(in[1], j * static_cast<std::int64_t>(k) + static_cast<std::int64_t>(i)),
+                        dims[i]) *
                 strides[i];
         for (std::int64_t e = 0; e < slice; ++e) combine(out[at + e], updates[j * slice + e], r);
       }

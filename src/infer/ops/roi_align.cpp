@@ -19,7 +19,8 @@ Kernel build_roi_align(OpSetup& s) {
   const Shape& rois = s.shape(1);
   if (x.size() != 4) s.fail("X must be [N, C, H, W], got " + shape_text(x));
   if (rois.size() != 2 || rois[1] != 4) s.fail("rois must be [num_rois, 4], got " + shape_text(rois));
-  if (s.inputs[2].dtype != DType::i64 && s.inputs[2].dtype != DType::i32) s.fail("batch_indices must be INT64");
+  if (s.inputs[2].dtype != DType::i64 && s.inputs[2].dtype != DType::i32)
+    s.fail("batch_indices must be INT64");
   if (s.shape(2) != Shape{rois[0]}) s.fail("batch_indices must be [" + std::to_string(rois[0]) + "]");
   const std::string mode = s.node.get_string("mode", "avg");
   if (mode != "avg" && mode != "max") s.fail("mode '" + mode + "' is not 'avg' or 'max'");
@@ -30,7 +31,8 @@ Kernel build_roi_align(OpSetup& s) {
       s.node.get_string("coordinate_transformation_mode", s.opset >= 16 ? "half_pixel" : "output_half_pixel");
   if (transform != "half_pixel" && transform != "output_half_pixel")
     s.fail("coordinate_transformation_mode '" + transform + "' is not supported");
-  if (oh < 1 || ow < 1 || sampling < 0) s.fail("output_height, output_width must be positive, sampling_ratio >= 0");
+  if (oh < 1 || ow < 1 || sampling < 0)
+    s.fail("output_height, output_width must be positive, sampling_ratio >= 0");
   s.set_output(0, DType::f32, {rois[0], x[1], oh, ow});
   const bool half_pixel = transform == "half_pixel", average = mode == "avg";
   const std::int64_t batch = x[0], channels = x[1], height = x[2], width = x[3];
@@ -44,11 +46,13 @@ Kernel build_roi_align(OpSetup& s) {
       const std::int64_t b = in[2].dtype == DType::i64 ? static_cast<const std::int64_t*>(in[2].data)[r]
                                                        : static_cast<const std::int32_t*>(in[2].data)[r];
       if (b < 0 || b >= batch)
-        throw Error(label + ": batch index " + std::to_string(b) + " is out of range [0, " + std::to_string(batch) + ")");
+        throw Error(label + ": batch index " + std::to_string(b) + " is out of range [0, " +
+                    std::to_string(batch) + ")");
     }
     parallel_for(static_cast<std::size_t>(count * channels), 1, [&](std::size_t begin, std::size_t end) {
       for (std::size_t job = begin; job < end; ++job) {
-        const auto r = static_cast<std::int64_t>(job) / channels, c = static_cast<std::int64_t>(job) % channels;
+        const auto r = static_cast<std::int64_t>(job) / channels,
+                   c = static_cast<std::int64_t>(job) % channels;
         const std::int64_t b = in[2].dtype == DType::i64 ? static_cast<const std::int64_t*>(in[2].data)[r]
                                                          : static_cast<const std::int32_t*>(in[2].data)[r];
         const float* plane = features + (b * channels + c) * height * width;
@@ -58,8 +62,10 @@ Kernel build_roi_align(OpSetup& s) {
         float roi_w = x2 - x1, roi_h = y2 - y1;
         if (!half_pixel) roi_w = std::max(roi_w, 1.0f), roi_h = std::max(roi_h, 1.0f);
         const float bin_h = roi_h / static_cast<float>(oh), bin_w = roi_w / static_cast<float>(ow);
-        const std::int64_t grid_h = sampling > 0 ? sampling : static_cast<std::int64_t>(std::ceil(roi_h / static_cast<float>(oh)));
-        const std::int64_t grid_w = sampling > 0 ? sampling : static_cast<std::int64_t>(std::ceil(roi_w / static_cast<float>(ow)));
+        const std::int64_t grid_h =
+            sampling > 0 ? sampling : static_cast<std::int64_t>(std::ceil(roi_h / static_cast<float>(oh)));
+        const std::int64_t grid_w =
+            sampling > 0 ? sampling : static_cast<std::int64_t>(std::ceil(roi_w / static_cast<float>(ow)));
         const float samples = static_cast<float>(std::max<std::int64_t>(grid_h * grid_w, 1));
         float* dst = out + (r * channels + c) * oh * ow;
         for (std::int64_t ph = 0; ph < oh; ++ph)
@@ -73,7 +79,8 @@ Kernel build_roi_align(OpSetup& s) {
                 float xx = x1 + static_cast<float>(pw) * bin_w +
                            (static_cast<float>(ix) + 0.5f) * bin_w / static_cast<float>(grid_w);
                 float v = 0.0f;
-                if (!(y < -1.0f || y > static_cast<float>(height) || xx < -1.0f || xx > static_cast<float>(width))) {
+                if (!(y < -1.0f || y > static_cast<float>(height) || xx < -1.0f ||
+                      xx > static_cast<float>(width))) {
                   float yy = std::max(y, 0.0f);
                   xx = std::max(xx, 0.0f);
                   auto y_low = static_cast<std::int64_t>(yy), x_low = static_cast<std::int64_t>(xx);
@@ -92,8 +99,10 @@ Kernel build_roi_align(OpSetup& s) {
                   }
                   const float ly = yy - static_cast<float>(y_low), lx = xx - static_cast<float>(x_low);
                   const float hy = 1.0f - ly, hx = 1.0f - lx;
-                  const float a = hy * hx * plane[y_low * width + x_low], bb = hy * lx * plane[y_low * width + x_high];
-                  const float cc = ly * hx * plane[y_high * width + x_low], d = ly * lx * plane[y_high * width + x_high];
+                  const float a = hy * hx * plane[y_low * width + x_low],
+                              bb = hy * lx * plane[y_low * width + x_high];
+                  const float cc = ly * hx * plane[y_high * width + x_low],
+                              d = ly * lx * plane[y_high * width + x_high];
                   v = average ? a + bb + cc + d : std::max({a, bb, cc, d});
                 }
                 if (average)
