@@ -101,16 +101,23 @@ void by_type(DType t, Fn fn) {
     fn(std::int8_t{});
 }
 
-// ScatterElements: out = data; out[... indices[p] (on axis) ...] (op)= updates[p].
-Kernel build_scatter_elements(OpSetup& s) {
+// Data, indices and updates of a scatter: data and updates of one supported type.
+void require_scatter_inputs(const OpSetup& s) {
   s.require_inputs(3, 3);
   require_indices(s, 1);
+  const DType t = s.inputs[0].dtype;
+  if (t != DType::f32 && t != DType::i64 && t != DType::i32 && t != DType::i8)
+    s.fail("element type " + std::string(dtype_name(t)) +
+           " is not supported (FLOAT, INT64, INT32, BOOL are)");
+  if (s.inputs[2].dtype != t) s.fail("updates and data have different element types");
+}
+
+// ScatterElements: out = data; out[... indices[p] (on axis) ...] (op)= updates[p].
+Kernel build_scatter_elements(OpSetup& s) {
+  require_scatter_inputs(s);
   const Shape& d = s.shape(0);
   const Shape& idx = s.shape(1);
   const DType t = s.inputs[0].dtype;
-  if (t != DType::f32 && t != DType::i64 && t != DType::i32 && t != DType::i8)
-    s.fail("element type is not supported");
-  if (s.inputs[2].dtype != t) s.fail("updates and data have different element types");
   if (s.shape(2) != idx || idx.size() != d.size())
     s.fail("indices and updates must have one shape, of data's rank");
   const auto axis = static_cast<std::size_t>(
@@ -146,14 +153,10 @@ Kernel build_scatter_elements(OpSetup& s) {
 // ScatterND: out = data; for each index tuple of indices [..., k], the addressed slice of out
 // (op)= the matching slice of updates.
 Kernel build_scatter_nd(OpSetup& s) {
-  s.require_inputs(3, 3);
-  require_indices(s, 1);
+  require_scatter_inputs(s);
   const Shape& d = s.shape(0);
   const Shape& idx = s.shape(1);
   const DType t = s.inputs[0].dtype;
-  if (t != DType::f32 && t != DType::i64 && t != DType::i32 && t != DType::i8)
-    s.fail("element type is not supported");
-  if (s.inputs[2].dtype != t) s.fail("updates and data have different element types");
   if (idx.empty()) s.fail("indices must have rank 1 or more");
   const auto k = static_cast<std::size_t>(idx.back());
   if (k > d.size()) s.fail("indices address " + std::to_string(k) + " dimensions of data " + shape_text(d));

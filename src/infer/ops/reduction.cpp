@@ -46,12 +46,18 @@ Shape reduced_shape(const Shape& x, const std::vector<bool>& reduced, bool keep)
   return out;
 }
 
-template <Reduce kind>
-Kernel build_reduce(OpSetup& s) {
-  s.require_inputs(1, 2);
+// The input's element type, when one a reduction runs on.
+DType require_numeric(const OpSetup& s) {
   const DType t = s.inputs[0].dtype;
   if (t != DType::f32 && t != DType::i64 && t != DType::i32)
     s.fail("element type " + std::string(dtype_name(t)) + " is not supported (FLOAT, INT64, INT32 are)");
+  return t;
+}
+
+template <Reduce kind>
+Kernel build_reduce(OpSetup& s) {
+  s.require_inputs(1, 2);
+  const DType t = require_numeric(s);
   if (kind == Reduce::mean && t != DType::f32) s.fail("ReduceMean needs a FLOAT input");
   const Shape& x = s.shape(0);
   const auto rank = static_cast<std::int64_t>(x.size());
@@ -114,9 +120,7 @@ Kernel build_reduce(OpSetup& s) {
 template <bool max>
 Kernel build_arg_extreme(OpSetup& s) {
   s.require_inputs(1, 1);
-  const DType t = s.inputs[0].dtype;
-  if (t != DType::f32 && t != DType::i64 && t != DType::i32)
-    s.fail("element type " + std::string(dtype_name(t)) + " is not supported (FLOAT, INT64, INT32 are)");
+  const DType t = require_numeric(s);
   const Shape& x = s.shape(0);
   const auto rank = static_cast<std::int64_t>(x.size());
   const auto axis = static_cast<std::size_t>(normalize_axis(s, s.node.get_int("axis", 0), rank, "axis"));
