@@ -131,7 +131,7 @@ Kernel build_scatter_elements(OpSetup& s) {
       using T = decltype(tag);
       const std::int64_t n = shape_numel(data), m = shape_numel(index_shape);
       T* out = static_cast<T*>(o[0].data);
-      if (out != in[0].data) std::memcpy(out, in[0].data, static_cast<std::size_t>(n) * sizeof(T));
+      if (out != in[0].data && n > 0) std::memcpy(out, in[0].data, static_cast<std::size_t>(n) * sizeof(T));
       std::vector<std::int64_t> pos(index_shape.size(), 0);
       for (std::int64_t e = 0; e < m; ++e) {
         std::int64_t at = 0;
@@ -177,7 +177,7 @@ Kernel build_scatter_nd(OpSetup& s) {
     by_type(t, [&](auto tag) {
       using T = decltype(tag);
       T* out = static_cast<T*>(o[0].data);
-      if (out != in[0].data) std::memcpy(out, in[0].data, static_cast<std::size_t>(n) * sizeof(T));
+      if (out != in[0].data && n > 0) std::memcpy(out, in[0].data, static_cast<std::size_t>(n) * sizeof(T));
       const T* updates = static_cast<const T*>(in[2].data);
       for (std::int64_t j = 0; j < tuples; ++j) {
         std::int64_t at = 0;

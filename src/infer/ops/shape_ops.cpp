@@ -413,6 +413,7 @@ Kernel build_concat(OpSetup& s) {
     for (std::int64_t r = 0; r < outer; ++r) {
       std::int64_t at = r * total;
       for (std::size_t i = 0; i < widths.size(); ++i) {
+        if (widths[i] == 0) continue;  // an empty input: its data may be no pointer at all
         std::memcpy(dst + at, static_cast<const std::byte*>(in[i].data) + r * widths[i],
                     static_cast<std::size_t>(widths[i]));
         at += widths[i];
