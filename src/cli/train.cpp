@@ -154,7 +154,8 @@ int run_train(TrainOptions& o) {
                                                {"parameters", s.parameters},
                                                {"threads", compute_threads()},
                                                {"ranks", s.ranks},
-                                               {"out", o.out}}
+                                               {"out", o.out},
+                                               {"checkpoint", s.checkpoint_kept.string()}}
                             .dump()
                             .c_str());
   } else {
@@ -166,6 +167,7 @@ int run_train(TrainOptions& o) {
         s.ranks > 1 ? (std::to_string(s.ranks) + " ranks x ").c_str() : "", compute_threads(),
         s.seconds_per_epoch, s.images_per_second, 100 * s.test_accuracy,
         static_cast<double>(s.peak_memory_bytes) / (1 << 20), o.out.c_str());
+    if (!s.checkpoint_kept.empty()) std::printf("kept the checkpoint %s\n", s.checkpoint_kept.c_str());
   }
   if (profile_asked) print_op_profile(0, 0.0);  // training and evaluation passes together
   return 0;
@@ -209,6 +211,8 @@ void add_train_command(CLI::App& app, Action& action) {
   t->add_flag("--no-shuffle", o->no_shuffle, "Keep the training data in file order");
   t->add_option("--resume", o->resume, "Continue from a checkpoint");
   t->add_option("--checkpoint", o->checkpoint, "Checkpoint file (default: --out with .ckpt appended)");
+  t->add_flag("--keep-checkpoint", o->config.keep_checkpoint,
+              "Keep the checkpoint after a successful run (default: removed once the model is saved)");
   t->add_option("--checkpoint-every", o->config.checkpoint_every, "Also checkpoint every N steps")
       ->check(CLI::NonNegativeNumber);
   t->add_option("--stop-after", o->config.stop_after, "Testing: act as if SIGTERM arrived after N steps")

@@ -170,8 +170,14 @@ ModelFile load_model_file(const std::filesystem::path& path) {
   const std::int64_t features = shape_numel(m.input_shape);
   const bool cifar_stem = m.input_shape.size() == 3 && m.input_shape[1] <= 64;
   m.model = nn::make_model(arch, m.classes, m.input_shape[0], cifar_stem, features);
+  // A checkpoint holds the model too (its tensors under "model.", beside the optimiser's state):
+  // eval, predict and serve take it as they take the model file the run ends with.
+  const auto format = f.metadata.find("format");
+  const nn::NamedTensors weights = format != f.metadata.end() && format->second == "cpudl-checkpoint-1"
+                                       ? with_prefix(f.tensors, "model.")
+                                       : f.tensors;
   try {
-    m.model->load_state_dict(f.tensors);
+    m.model->load_state_dict(weights);
   } catch (const Error& e) {
     throw Error(path.string() + ": " + e.what());
   }
@@ -427,6 +433,7 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
   }
   (void)images;
 
+  bool checkpoint_announced = false;
   auto write_checkpoint = [&](int epoch, std::int64_t step_in_epoch) {
     nn::NamedTensors tensors = prefixed("model.", model->state_dict());
     const nn::NamedTensors opt_state = prefixed("optimizer.", opt->state_dict());
@@ -449,6 +456,16 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
     md["step_in_epoch"] = std::to_string(step_in_epoch);
     md["global_step"] = std::to_string(global_step);
     io::save_safetensors(c.checkpoint, tensors, md);
+    if (!checkpoint_announced && cb.info) {  // once: where it is and what it costs on disk
+      checkpoint_announced = true;
+      std::error_code ec;
+      const auto bytes = std::filesystem::file_size(c.checkpoint, ec);
+      char size[32];
+      std::snprintf(size, sizeof size, "%.1f MB", ec ? 0.0 : static_cast<double>(bytes) / 1e6);
+      cb.info("checkpoint " + c.checkpoint.string() + " (" + size +
+              (c.keep_checkpoint ? ", kept" : ", removed") + " when the run ends well" +
+              (c.keep_checkpoint ? ")" : "; --keep-checkpoint keeps it)"));
+    }
   };
 
   summary.parameters = model->parameter_count();
@@ -562,7 +579,16 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
   summary.images_per_second = total_images / std::max(total_seconds, 1e-9);
   summary.seconds_per_epoch = total_seconds / std::max(summary.epochs_run, 1);
   summary.peak_memory_bytes = peak_resident_bytes();
-  if (leader) io::save_safetensors(c.out, model->state_dict(), model_metadata);
+  if (leader) {
+    io::save_safetensors(c.out, model->state_dict(), model_metadata);
+    // The model file is complete: the checkpoint (as large as the model and the optimiser's
+    // state, 3x the model with Adam) has done its job.
+    std::error_code ec;
+    if (c.keep_checkpoint)
+      summary.checkpoint_kept = c.checkpoint;
+    else
+      std::filesystem::remove(c.checkpoint, ec);
+  }
   return 0;
 }
 

@@ -32,6 +32,7 @@ struct TrainConfig {
   std::uint64_t seed = 0;
   bool shuffle = true;
   std::int64_t checkpoint_every = 0;  // steps; 0 = only at epoch ends and on signals
+  bool keep_checkpoint = false;       // false: removed once the model file is written
   int workers = 1;                    // data-loading threads
   std::int64_t stop_after = -1;       // testing: raise SIGTERM after this many steps
   // Data-parallel over MPI: on whenever mpirun started more than one rank; `distributed` demands
@@ -81,8 +82,9 @@ struct Summary {
   double test_accuracy = 0, images_per_second = 0, seconds_per_epoch = 0;
   std::int64_t peak_memory_bytes = 0, parameters = 0;
   int epochs_run = 0;
-  int ranks = 1;       // MPI ranks that trained together
-  bool leader = true;  // this process reports and writes files (rank 0)
+  int ranks = 1;                          // MPI ranks that trained together
+  bool leader = true;                     // this process reports and writes files (rank 0)
+  std::filesystem::path checkpoint_kept;  // empty: none left behind
 };
 
 struct Callbacks {

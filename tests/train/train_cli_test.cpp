@@ -74,11 +74,19 @@ TEST_F(TrainCli, ResumeAfterSigtermGivesTheUninterruptedResult) {
     EXPECT_NE(refused.err.find(expected), std::string::npos) << flags << ": " << refused.err;
     EXPECT_FALSE(fs::exists(path("x.safetensors")));
   }
+  // The checkpoint holds the model as of step 13: eval takes it as a model file (it printed a
+  // state-dict diff), and its answer is that of the model at step 13.
+  const Result judged = run("eval --json --model " + path("resumed.safetensors.ckpt") + " --data " + kTiny);
+  ASSERT_EQ(judged.exit_code, 0) << judged.err;
+  const double accuracy_at_13 = nlohmann::json::parse(judged.out)["accuracy"].get<double>();
+  EXPECT_GT(accuracy_at_13, 0.3);  // 13 steps of SGD on lenet5 get well above chance (0.1)
   // --resume alone continues the run to its own --epochs (2), repeating a setting is fine.
   const Result resumed = run("train --data " + kTiny + " --lr 0.05 --resume " +
                              path("resumed.safetensors.ckpt") + " --out " + path("resumed.safetensors"));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
   EXPECT_NE(resumed.out.find("trained lenet5 ("), std::string::npos) << resumed.out;  // not the default
+  EXPECT_FALSE(fs::exists(path("resumed.safetensors.ckpt")))
+      << "a run that ended well removes its checkpoint";
   const auto a = cpudl::io::load_safetensors(path("full.safetensors")),
              b = cpudl::io::load_safetensors(path("resumed.safetensors"));
   ASSERT_EQ(a.tensors.size(), b.tensors.size());
@@ -91,6 +99,43 @@ TEST_F(TrainCli, ResumeAfterSigtermGivesTheUninterruptedResult) {
     for (std::size_t k = 0; k < va.size(); ++k)
       ASSERT_NEAR(va[k], vb[k], 1e-6) << a.tensors[i].first << " element " << k;
   }
+}
+
+// The first checkpoint names its file and size; --keep-checkpoint keeps it after the run, and the
+// kept checkpoint is, for eval and predict, the model the run saved.
+TEST_F(TrainCli, KeptCheckpointIsTheSavedModelForEvalAndPredict) {
+  const Result r = run("train --model lenet5 --data " + kTiny +
+                       " --epochs 1 --batch 64 --keep-checkpoint --out " + path("m.safetensors"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string ckpt = path("m.safetensors.ckpt");
+  ASSERT_TRUE(fs::exists(ckpt));
+  char size[32];
+  std::snprintf(size, sizeof size, "%.1f MB", static_cast<double>(fs::file_size(ckpt)) / 1e6);
+  EXPECT_NE(r.err.find("checkpoint " + ckpt + " (" + size + ", kept when the run ends well)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.out.find("kept the checkpoint " + ckpt), std::string::npos) << r.out;
+  const Result of_model = run("eval --json --model " + path("m.safetensors") + " --data " + kTiny),
+               of_ckpt = run("eval --json --model " + ckpt + " --data " + kTiny);
+  ASSERT_EQ(of_model.exit_code, 0) << of_model.err;
+  ASSERT_EQ(of_ckpt.exit_code, 0) << of_ckpt.err;
+  EXPECT_EQ(of_ckpt.out, of_model.out);  // accuracy, loss and confusion, digit for digit
+  const std::string sample = " idx:" + kTiny + "/t10k-images-idx3-ubyte:7";
+  const Result p_model = run("predict --json --top 10 --model " + path("m.safetensors") + sample),
+               p_ckpt = run("predict --json --top 10 --model " + ckpt + sample);
+  ASSERT_EQ(p_ckpt.exit_code, 0) << p_ckpt.err;
+  EXPECT_EQ(p_ckpt.out, p_model.out);
+  // Without the flag, the announcement says it goes, and it does.
+  const Result plain = run("train --model lenet5 --data " + kTiny + " --epochs 1 --batch 64 --json --out " +
+                           path("n.safetensors"));
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_NE(plain.out.find("removed when the run ends well; --keep-checkpoint keeps it"), std::string::npos)
+      << plain.out;
+  EXPECT_FALSE(fs::exists(path("n.safetensors.ckpt")));
+  std::istringstream lines(plain.out);
+  std::string last, line;
+  while (std::getline(lines, line)) last = line;
+  EXPECT_EQ(nlohmann::json::parse(last)["checkpoint"], "") << last;
 }
 
 TEST_F(TrainCli, BadInputGivesOneClearLineAndKeepsPreviousFiles) {
