@@ -300,7 +300,15 @@ struct MeasuredPeaks {
   // one-core and all-threads phases; nullopt where /proc/stat cannot be read. A roof measured under
   // steal is low.
   std::optional<double> steal_share;
+  // The share of the all-threads phase's `threads` x wall time this process spent on a CPU: near 1
+  // on an idle machine; well below it (and above what steal explains) when other processes took
+  // the CPUs, and the roofs read low. nullopt where the process clock cannot be read.
+  std::optional<double> cpu_share;
+  std::optional<double> load_average;  // /proc/loadavg's one-minute figure, before the probes
 };
+// A warning when other processes competed for the CPUs during measure_peaks (its cpu_share falls
+// short by more than the steal explains); empty otherwise.
+std::string competition_warning(const MeasuredPeaks& peaks);
 // Takes about `seconds` in total (split between the FMA and bandwidth probes).
 MeasuredPeaks measure_peaks(double seconds = 1.5);
 

@@ -102,6 +102,13 @@ void print_text(const Json& j) {
       std::printf(
           "  hypervisor steal %.0f%% of the probing threads' time (above a few %%, the roofs read low)\n",
           m["steal_pct"].get<double>());
+    if (!m["cpu_share_pct"].is_null()) {
+      std::printf("  CPU time        the probes ran %.0f%% of %d threads' time",
+                  m["cpu_share_pct"].get<double>(), m["threads"].get<int>());
+      if (!m["load_average"].is_null())
+        std::printf(" (load average %.2f before)", m["load_average"].get<double>());
+      std::printf("\n");
+    }
     std::printf("  matmul %s    ", m["matmul"]["shape"].get<std::string>().c_str());
     for (const auto& [backend, gflops] : m["matmul"]["gflops"].items())
       std::printf(" %s %.1f GFLOP/s;", backend.c_str(), gflops.get<double>());

@@ -122,7 +122,10 @@ Json doctor_json(const Runtime& rt, const std::optional<MeasuredPeaks>& peaks) {
                      {"fma_kernel", peaks->fma_kernel},
                      {"bandwidth_kernel", peaks->bandwidth_kernel},
                      {"steal_pct", peaks->steal_share ? Json(100.0 * *peaks->steal_share) : Json(nullptr)},
+                     {"cpu_share_pct", peaks->cpu_share ? Json(100.0 * *peaks->cpu_share) : Json(nullptr)},
+                     {"load_average", optional_json(peaks->load_average)},
                      {"matmul", measure_matmul_paths(peaks->threads)}};
+    if (std::string w = competition_warning(*peaks); !w.empty()) j["warnings"].push_back(std::move(w));
   }
   return j;
 }

@@ -1,14 +1,17 @@
 // Measures the roofs that speed claims are judged against: compute throughput (fp32 FMA, int8
 // and bf16 dot products) and memory read bandwidth, with the kernels the table chose.
 #include <omp.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <vector>
 
 #include "kernels/dispatch.h"
 #include "runtime/parallel.h"
+#include "runtime/read_text.h"
 
 namespace cpudl {
 namespace {
@@ -17,6 +20,20 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+double process_cpu_seconds() {
+  timespec t{};
+  if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t) != 0) return -1;
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
+std::optional<double> one_minute_load_average() {
+  const auto text = read_text("/proc/loadavg");
+  if (!text) return std::nullopt;
+  char* end = nullptr;
+  const double v = std::strtod(text->c_str(), &end);
+  return end != text->c_str() ? std::optional<double>(v) : std::nullopt;
 }
 
 [[maybe_unused]] volatile float g_observed;  // the probes' results must be observable, or they vanish
@@ -116,18 +133,43 @@ MeasuredPeaks measure_peaks(double seconds) {
   peaks.threads = compute_threads();
   peaks.fma_kernel = kernels::kernel_table().f32_fma_probe.name;
   peaks.bandwidth_kernel = kernels::kernel_table().f32_sum.name;
+  peaks.load_average = one_minute_load_average();
   // One core's roofs, then all threads': the steal of each phase over its own busy threads, and
   // the larger of the two reported.
   const StealMeter one_core(1);
   peaks.fp32_gflops_one_core = measure_compute_roof(ComputeRoof::fp32_fma, 1, seconds / 4).gops;
   peaks.bandwidth_gbs_one_core = measure_read_bandwidth(1, seconds / 4);
   const auto one_core_steal = one_core.share();
+  // Other processes leave no steal: what shows them is the CPU time this process got while all
+  // its threads wanted a CPU (the phase's one-thread calibration costs a few per cent of it).
   const StealMeter all_threads(peaks.threads);
+  const double cpu_before = process_cpu_seconds();
+  const auto wall_before = Clock::now();
   peaks.fp32_gflops_all_cores = measure_compute_roof(ComputeRoof::fp32_fma, peaks.threads, seconds / 4).gops;
   peaks.bandwidth_gbs_all_cores = measure_read_bandwidth(peaks.threads, seconds / 4);
+  const double cpu_after = process_cpu_seconds(), wall = seconds_since(wall_before);
+  if (cpu_before >= 0 && cpu_after >= 0 && wall > 0)
+    peaks.cpu_share = std::clamp((cpu_after - cpu_before) / (wall * peaks.threads), 0.0, 1.0);
   if (const auto all_steal = all_threads.share(); one_core_steal && all_steal)
     peaks.steal_share = std::max(*one_core_steal, *all_steal);
   return peaks;
+}
+
+std::string competition_warning(const MeasuredPeaks& peaks) {
+  if (!peaks.cpu_share) return {};
+  // 80%: below the probes' own single-threaded moments; the steal is the hypervisor's, not another
+  // process's, and is reported on its own line.
+  const double missing = 1 - *peaks.cpu_share, steal = peaks.steal_share.value_or(0.0);
+  if (*peaks.cpu_share >= 0.8 || missing < steal + 0.1) return {};
+  char load[48] = "";
+  if (peaks.load_average) std::snprintf(load, sizeof load, ", load average %.2f before", *peaks.load_average);
+  char text[320];
+  std::snprintf(
+      text, sizeof text,
+      "other processes competed for the CPUs during --measure: the probes ran %.0f%% of %d threads' "
+      "time (hypervisor steal %.0f%%%s): the measured roofs read low; measure on an idle machine",
+      100 * *peaks.cpu_share, peaks.threads, 100 * steal, load);
+  return text;
 }
 
 }  // namespace cpudl

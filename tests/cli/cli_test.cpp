@@ -1,11 +1,13 @@
 // The cpudl binary end to end: exit codes, usage on bad input, and the doctor report.
 #include <gtest/gtest.h>
 
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <map>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -219,6 +221,52 @@ TEST(Cli, DoctorMeasureReportsPositiveRoofs) {
   EXPECT_LE(m["steal_pct"].get<double>(), 100.0);
   EXPECT_GT(m["matmul"]["gflops"]["onednn"].get<double>(), 0.5);
   EXPECT_FALSE(m["matmul"]["fastest"].get<std::string>().empty());
+}
+
+// Other processes on the CPUs leave no steal: doctor --measure tells them by the CPU time its probes
+// got, and warns instead of printing halved roofs as the machine's (issue 43).
+TEST(Cli, DoctorMeasureWarnsWhenOtherProcessesTakeTheCpus) {
+  const std::string pids =
+      std::filesystem::temp_directory_path() / ("cpudl_hogs_" + std::to_string(getpid()));
+  // Twice as many busy loops as the probes' threads: the probes get about a third of their time.
+  ASSERT_EQ(std::system(("for i in 1 2 3 4; do timeout 120 sh -c 'while :; do :; done' & echo $! >> " + pids +
+                         "; done")
+                            .c_str()),
+            0);
+  const Result r = run("doctor --json --measure", "CPUDL_THREADS=2");
+  std::ifstream in(pids);
+  for (int pid; in >> pid;) kill(pid, SIGTERM);
+  std::filesystem::remove(pids);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(j["measured"]["cpu_share_pct"].is_number()) << r.out;
+  EXPECT_LT(j["measured"]["cpu_share_pct"].get<double>(), 80.0);
+  EXPECT_TRUE(j["measured"]["load_average"].is_number());
+  bool warned = false;
+  for (const auto& w : j["warnings"])
+    warned |=
+        w.get<std::string>().find("other processes competed for the CPUs during --measure: the probes ran") !=
+        std::string::npos;
+  EXPECT_TRUE(warned) << j["warnings"].dump();
+}
+
+TEST(Cli, CompetitionWarningIsForOtherProcessesNotSteal) {
+  cpudl::MeasuredPeaks p;
+  p.threads = 2;
+  EXPECT_EQ(cpudl::competition_warning(p), "");  // no process clock: nothing said
+  p.cpu_share = 0.96;
+  p.steal_share = 0.0;
+  EXPECT_EQ(cpudl::competition_warning(p), "");  // an idle machine
+  p.cpu_share = 0.55;
+  p.steal_share = 0.42;
+  EXPECT_EQ(cpudl::competition_warning(p), "");  // the hypervisor took it: steal's own line says so
+  p.steal_share = 0.05;
+  p.load_average = 4.25;
+  EXPECT_EQ(
+      cpudl::competition_warning(p),
+      "other processes competed for the CPUs during --measure: the probes ran 55% of 2 threads' time "
+      "(hypervisor steal 5%, load average 4.25 before): the measured roofs read low; measure on an idle "
+      "machine");
 }
 
 TEST(Cli, MissingBlasLibraryNamesThePackage) {
