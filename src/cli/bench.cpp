@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "cli/command.h"
+#include "cli/usage_errors.h"
 #include "cpudl/error.h"
 #include "cpudl/runtime.h"
 #include "dense/blas/blas.h"
@@ -333,7 +334,7 @@ void add_bench_command(CLI::App& app, Action& action) {
     sub->add_flag("--json", options->json, "One JSON object per measurement, one per line");
     sub->add_option("--threads", options->threads, "Comma-separated thread counts (default 1..N)");
     sub->add_option("--min-time", options->min_time, "Seconds to time each measurement (default 0.25)")
-        ->check(CLI::Range(0.001, 60.0));
+        ->check(in_range(0.001, 60.0));
   };
   CLI::App* peak =
       bench->add_subcommand("peak", "fp32 FMA, bf16 and int8 dot-product throughput, memory bandwidth");
@@ -351,7 +352,7 @@ void add_bench_command(CLI::App& app, Action& action) {
   common(conv);
   conv->add_option("--model", options->model, "resnet18, lenet5, simplecnn or all (default)");
   conv->add_option("--batch", options->batch, "Batch size (default: 16 for resnet18, 256 for MNIST models)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   conv->callback([&action, options] { action = [options] { return run_conv(*options); }; });
   add_bench_model_command(*bench, action);
   add_bench_llm_command(*bench, action);

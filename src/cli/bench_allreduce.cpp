@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "cli/usage_errors.h"
 #include "train/distributed.h"
 
 namespace cpudl::cli {
@@ -80,9 +81,9 @@ void add_bench_allreduce_command(CLI::App& bench, Action& action) {
   auto o = std::make_shared<BenchAllreduceOptions>();
   CLI::App* sub = bench.add_subcommand(
       "allreduce", "MPI_Allreduce of 4 KiB to 64 MiB across mpirun's ranks: time, bandwidth, latency fit");
-  sub->add_option("--max-mib", o->max_mib, "Largest message in MiB (default 64)")->check(CLI::Range(1, 4096));
+  sub->add_option("--max-mib", o->max_mib, "Largest message in MiB (default 64)")->check(in_range(1, 4096));
   sub->add_option("--min-time", o->min_time, "Seconds to time each size (default 0.25)")
-      ->check(CLI::Range(0.001, 60.0));
+      ->check(in_range(0.001, 60.0));
   sub->add_flag("--json", o->json, "One JSON object per size, then the fit");
   sub->callback([&action, o] { action = [o] { return run_bench_allreduce(*o); }; });
 }

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "cli/command.h"
+#include "cli/usage_errors.h"
 #include "cpudl/llm.h"
 #include "cpudl/runtime.h"
 
@@ -126,13 +127,13 @@ void add_bench_llm_command(CLI::App& bench, Action& action) {
   CLI::App* b =
       bench.add_subcommand("llm", "Prompt and generation tokens/s of a GGUF model, vs memory bandwidth");
   b->add_option("-m,--model", o->model, "Model file (.gguf)")->required();
-  b->add_option("--prompt", o->prompt, "Prompt tokens (default 64)")->check(CLI::Range(0, 1 << 16));
-  b->add_option("--gen", o->gen, "Generated tokens (default 32)")->check(CLI::Range(0, 1 << 16));
+  b->add_option("--prompt", o->prompt, "Prompt tokens (default 64)")->check(in_range(0, 1 << 16));
+  b->add_option("--gen", o->gen, "Generated tokens (default 32)")->check(in_range(0, 1 << 16));
   b->add_option("--repetitions", o->repetitions, "Runs of each test; the median is reported (default 3)")
-      ->check(CLI::Range(1, 1000));
+      ->check(in_range(1, 1000));
   b->add_option("--parallel", o->parallel,
                 "Sequences generated at once, their tokens in one forward pass (default 1)")
-      ->check(CLI::Range(1, 256));
+      ->check(in_range(1, 256));
   add_threads_option(b, o->threads);
   b->add_option("--cache-type", o->cache_type, "KV cache type: f16 (default), f32 or q8_0");
   b->add_flag("--json", o->json, "One JSON object");

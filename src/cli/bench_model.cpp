@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "cli/command.h"
+#include "cli/usage_errors.h"
 #include "cpudl/autograd.h"
 #include "cpudl/error.h"
 #include "cpudl/nn.h"
@@ -141,7 +142,7 @@ void add_bench_model_command(CLI::App& bench, Action& action) {
   CLI::App* m =
       bench.add_subcommand("model", "A zoo model's inference or training step: images/s, GFLOP/s, % of peak");
   m->add_option("--model", o->model, "simplecnn, lenet5, mlp or resnet18 (default simplecnn)");
-  m->add_option("--batch", o->batch, "Batch size (default 64)")->check(CLI::Range(1, 1 << 16));
+  m->add_option("--batch", o->batch, "Batch size (default 64)")->check(in_range(1, 1 << 16));
   m->add_flag("--train", o->train,
               "Time a training step (forward, backward, optimiser) instead of inference");
   m->add_option("--optimizer", o->optimizer, "adam (default) or sgd (momentum 0.9) for --train");
@@ -151,12 +152,11 @@ void add_bench_model_command(CLI::App& bench, Action& action) {
   m->add_flag("--checkpoint-activations", o->checkpoint_activations,
               "With --train: recompute each residual block's activations in backward instead of keeping them "
               "(resnet18)");
-  m->add_option("--image-size", o->image_size, "resnet18 input size (default 32)")
-      ->check(CLI::Range(8, 1024));
+  m->add_option("--image-size", o->image_size, "resnet18 input size (default 32)")->check(in_range(8, 1024));
   m->add_flag("--cifar-stem", o->cifar_stem, "resnet18 with a 3x3 stride-1 first conv and no max pooling");
-  m->add_option("--classes", o->classes, "Output classes (default 10)")->check(CLI::Range(2, 100000));
+  m->add_option("--classes", o->classes, "Output classes (default 10)")->check(in_range(2, 100000));
   m->add_option("--steps", o->steps, "Timed steps after two warm-up steps (default 20)")
-      ->check(CLI::Range(1, 100000));
+      ->check(in_range(1, 100000));
   add_threads_option(m, o->threads);
   m->add_flag("--json", o->json, "One JSON object");
   m->callback([&action, o] {

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/usage_errors.h"
 #include "cpudl/error.h"
 #include "cpudl/inference.h"
 #include "cpudl/io.h"
@@ -226,14 +227,13 @@ void add_detect_command(CLI::App& app, Action& action) {
       "its NMS in the graph), printed, written as JSON, drawn");
   c->add_option("model", o->model, "Detector (.onnx)")->required();
   c->add_option("image", o->image, "Image (PNG or PGM), letterboxed to the model's input")->required();
-  c->add_option("--threshold", o->threshold, "Lowest score kept (default 0.25)")
-      ->check(CLI::Range(0.0f, 1.0f));
+  c->add_option("--threshold", o->threshold, "Lowest score kept (default 0.25)")->check(in_range(0.0f, 1.0f));
   c->add_option("--iou", o->iou,
                 "Overlap (intersection over union) above which NMS drops the lower-scoring box of a class "
                 "(default 0.45; a model with NMS inside keeps its own)")
-      ->check(CLI::Range(0.0f, 1.0f));
+      ->check(in_range(0.0f, 1.0f));
   c->add_option("--max-det", o->max_det, "At most this many detections (default 300)")
-      ->check(CLI::Range(1, 100000));
+      ->check(in_range(1, 100000));
   c->add_option("--labels", o->labels,
                 "Class names, one per line in class order (default: COCO's 80 for a model with 80 classes, "
                 "else 'class N')");

@@ -6,6 +6,7 @@
 
 #include "cli/command.h"
 #include "cli/train_monitor.h"
+#include "cli/usage_errors.h"
 #include "cpudl/autograd.h"
 #include "cpudl/data.h"
 #include "cpudl/error.h"
@@ -154,7 +155,7 @@ void add_predict_command(CLI::App& app, Action& action) {
   CLI::App* p = app.add_subcommand("predict", "Top classes of images (PGM, PNG, or idx:FILE:INDEX)");
   p->add_option("--model", o->model, "Model file written by cpudl train")->required();
   p->add_option("inputs", o->inputs, "Images: PGM/PNG files or idx:FILE:INDEX")->required();
-  p->add_option("--top", o->top, "Classes to show (default 3)")->check(CLI::Range(1, 1000));
+  p->add_option("--top", o->top, "Classes to show (default 3)")->check(in_range(1, 1000));
   p->add_flag("--ascii", o->ascii, "Draw each grey image as ASCII art beside its prediction");
   p->add_flag("--json", o->json, "One JSON array");
   add_threads_option(p, o->threads);

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "cli/command.h"
+#include "cli/usage_errors.h"
 #include "cpudl/error.h"
 #include "cpudl/io.h"
 #include "cpudl/llm.h"
@@ -39,23 +40,22 @@ void add_model_flags(CLI::App* c, ModelFlags& m) {
   add_governor_option(c, m.governor);
   add_bind_option(c, m.bind);
   c->add_option("--ctx", m.ctx, "Context length (default: the model's, at most 4096)")
-      ->check(CLI::Range(1, 1 << 24));
+      ->check(in_range(1, 1 << 24));
   c->add_option("--cache-type", m.cache_type, "KV cache type: f16 (default), f32 or q8_0");
 }
 
 void add_sampling_flags(CLI::App* c, SamplingFlags& s) {
-  c->add_option("--temp", s.temperature, "Temperature (0: greedy; default 0.8)")
-      ->check(CLI::Range(0.0, 100.0));
+  c->add_option("--temp", s.temperature, "Temperature (0: greedy; default 0.8)")->check(in_range(0.0, 100.0));
   c->add_option("--top-k", s.top_k, "Keep the K most likely tokens (0: off; default 40)")
-      ->check(CLI::Range(0, 1 << 24));
+      ->check(in_range(0, 1 << 24));
   c->add_option("--top-p", s.top_p, "Nucleus sampling threshold (1: off; default 0.95)")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(in_range(0.0, 1.0));
   c->add_option("--min-p", s.min_p, "Drop tokens below min-p times the top probability (default 0.05)")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(in_range(0.0, 1.0));
   c->add_option("--repeat-penalty", s.repeat_penalty, "Penalty for recent tokens (1: off; default 1)")
-      ->check(CLI::Range(0.0, 100.0));
+      ->check(in_range(0.0, 100.0));
   c->add_option("--repeat-last-n", s.repeat_last_n, "How many recent tokens the penalty covers (default 64)")
-      ->check(CLI::Range(0, 1 << 24));
+      ->check(in_range(0, 1 << 24));
   c->add_option("--seed", s.seed, "Random seed (default 0)");
 }
 
@@ -234,7 +234,7 @@ void add_generate_command(CLI::App& app, Action& action) {
   add_model_flags(g, o->model);
   g->add_option("-p,--prompt", o->prompt, "Prompt text");
   g->add_option("--tokens", o->tokens, "Prompt as token ids, comma-separated (instead of -p)");
-  g->add_option("-n,--n-predict", o->n, "Tokens to generate (default 128)")->check(CLI::Range(0, 1 << 24));
+  g->add_option("-n,--n-predict", o->n, "Tokens to generate (default 128)")->check(in_range(0, 1 << 24));
   add_sampling_flags(g, o->sampling);
   g->add_option("--stop", o->stops, "Stop when the output contains this text (repeatable)");
   g->add_option("--dump-logits", o->dump_logits,
@@ -270,7 +270,7 @@ void add_chat_command(CLI::App& app, Action& action) {
   c->add_option("--template", o->format,
                 "Chat format: chatml, llama2, llama3 or phi3 (default: from the model)");
   c->add_option("-n,--n-predict", o->n, "At most this many tokens per reply (default 512)")
-      ->check(CLI::Range(1, 1 << 24));
+      ->check(in_range(1, 1 << 24));
   c->callback([&action, o] {
     action = [o] {
       use_threads(o->model.threads);  // 0: the default

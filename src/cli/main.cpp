@@ -5,19 +5,9 @@
 #include <exception>
 
 #include "cli/command.h"
+#include "cli/usage_errors.h"
 #include "cpudl/error.h"
 #include "train/distributed.h"
-
-namespace {
-
-void print_usage(const CLI::App& app) {
-  std::fprintf(stderr, "Usage: cpudl [--help] [--version] <command> [options]\nCommands:");
-  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))
-    std::fprintf(stderr, " %s", sub->get_name().c_str());
-  std::fprintf(stderr, "\nRun 'cpudl <command> --help' for a command's options.\n");
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"cpudl: train and run neural networks on the CPU you have, at the speed it can do."};
@@ -42,18 +32,11 @@ int main(int argc, char** argv) {
   const auto subcommands = app.get_subcommands([](const CLI::App*) { return true; });
   const bool known = argc > 1 && std::any_of(subcommands.begin(), subcommands.end(),
                                              [&](const CLI::App* sub) { return sub->check_name(argv[1]); });
-  if (argc > 1 && argv[1][0] != '-' && !known) {
-    std::fprintf(stderr, "cpudl: error: unknown command '%s'\n", argv[1]);
-    print_usage(app);
-    return 2;
-  }
+  if (argc > 1 && argv[1][0] != '-' && !known) return cpudl::cli::report_unknown_command(app, argv[1]);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
-    std::fprintf(stderr, "cpudl: error: %s\n", e.what());
-    print_usage(app);
-    return 2;
+    return cpudl::cli::report_parse_error(app, e, argc, argv);
   }
 
   try {

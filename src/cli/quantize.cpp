@@ -6,6 +6,7 @@
 #include <map>
 
 #include "cli/command.h"
+#include "cli/usage_errors.h"
 #include "cpudl/error.h"
 #include "cpudl/io.h"
 #include "llm/gguf/gguf.h"
@@ -140,7 +141,7 @@ void add_quantize_command(CLI::App& app, Action& action) {
                 "ONNX: .npy of int labels for the report's rows (--eval, else --calib): top-1 accuracy");
   q->add_option("--max-weight-error", o->onnx.max_weight_error,
                 "ONNX: keep a layer in float when its weights' relative RMS error exceeds this")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   q->add_flag("--reduce-range", o->onnx.reduce_range,
               "ONNX: 7-bit weights, the int8 product's fastest exact path on CPUs without VNNI (one bit less "
               "precision)");

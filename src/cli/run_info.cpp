@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/usage_errors.h"
 #include "cpudl/error.h"
 #include "cpudl/inference.h"
 #include "cpudl/io.h"
@@ -292,9 +293,9 @@ void add_run_command(CLI::App& app, Action& action) {
   r->add_option("--input", o->inputs, "Input .npy file, one per model input in order");
   r->add_option("--output", o->outputs, "Write each output to this .npy file (one per model output)");
   r->add_option("--bench", o->bench, "Time N runs after warm-up: median and p90 latency")
-      ->check(CLI::Range(1, 1000000));
+      ->check(in_range(1, 1000000));
   r->add_option("--batch", o->batch, "Batch size: repeat or cut the input's samples (or random inputs) to B")
-      ->check(CLI::Range(1, 1 << 20));
+      ->check(in_range(1, 1 << 20));
   add_threads_option(r, o->threads);
   add_governor_option(r, o->governor);
   add_bind_option(r, o->bind);
@@ -317,7 +318,7 @@ void add_info_command(CLI::App& app, Action& action) {
   i->add_option("model", o->model, "Model file (.onnx)")->required();
   i->add_option("--batch", o->batch,
                 "Batch size of the plan to describe (default: the model's first dimension, 1 when free)")
-      ->check(CLI::Range(1, 1 << 20));
+      ->check(in_range(1, 1 << 20));
   i->add_flag("--json", o->json, "One JSON object");
   add_precision_option(i, o->precision);
   add_int8_conv_option(i, o->int8_conv);

@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "cli/command.h"
+#include "cli/usage_errors.h"
 #include "cpudl/error.h"
 #include "cpudl/runtime.h"
 
@@ -10,7 +11,7 @@ namespace cpudl::cli {
 
 CLI::Option* add_threads_option(CLI::App* app, int& threads) {
   return app->add_option("-t,--threads", threads, "Compute threads (default: usable physical cores)")
-      ->check(CLI::Range(1, 4096));
+      ->check(in_range(1, 4096));
 }
 
 void use_threads(int threads) {

@@ -9,6 +9,7 @@
 
 #include "cli/command.h"
 #include "cli/train_monitor.h"
+#include "cli/usage_errors.h"
 #include "cpudl/error.h"
 #include "cpudl/io.h"
 #include "cpudl/ops.h"
@@ -182,25 +183,25 @@ void add_train_command(CLI::App& app, Action& action) {
   t->add_option("--model", o->config.model, "simplecnn, lenet5, mlp or resnet18 (default simplecnn)")
       ->check(CLI::IsMember({"simplecnn", "lenet5", "mlp", "resnet18"}));
   t->add_option("--data", o->data, "Directory with MNIST IDX files, CIFAR-10 batches, or train.csv/test.csv");
-  t->add_option("--epochs", o->config.epochs, "Epochs (default 5)")->check(CLI::Range(1, 100000));
-  t->add_option("--batch", o->config.batch, "Batch size (default 256)")->check(CLI::Range(1, 1 << 20));
+  t->add_option("--epochs", o->config.epochs, "Epochs (default 5)")->check(in_range(1, 100000));
+  t->add_option("--batch", o->config.batch, "Batch size (default 256)")->check(in_range(1, 1 << 20));
   t->add_option("--optimizer", o->config.optimizer, "adam, adamw or sgd (default adam)")
       ->check(CLI::IsMember({"adam", "adamw", "sgd"}));
-  t->add_option("--lr", o->config.lr, "Learning rate (default 1e-3)")->check(CLI::PositiveNumber);
-  t->add_option("--momentum", o->config.momentum, "SGD momentum (default 0)")->check(CLI::Range(0.0, 1.0));
+  t->add_option("--lr", o->config.lr, "Learning rate (default 1e-3)")->check(positive_number());
+  t->add_option("--momentum", o->config.momentum, "SGD momentum (default 0)")->check(in_range(0.0, 1.0));
   t->add_option("--weight-decay", o->config.weight_decay, "Weight decay (default 0; AdamW 0.01)")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(in_range(0.0, 1.0));
   t->add_option("--workers", o->config.workers,
                 "Data-loading threads (default 1: a batch is gathered far faster than it trains, and more "
                 "would compete with the compute threads)")
-      ->check(CLI::Range(1, 64));
+      ->check(in_range(1, 64));
   add_threads_option(t, o->threads);
   add_governor_option(t, o->governor);
   add_bind_option(t, o->bind);
   t->add_option("--metrics-port", o->metrics_port,
                 "Serve Prometheus metrics of the run (loss, images/s, step time, governor) on "
                 "http://127.0.0.1:P/metrics while it trains (0: any free port, printed)")
-      ->check(CLI::Range(0, 65535));
+      ->check(in_range(0, 65535));
   t->add_option("--report", o->report,
                 "Write one self-contained HTML page at the end: loss and accuracy, images/s with the "
                 "governor's decisions, the confusion matrix, time per op, the machine");
@@ -214,15 +215,15 @@ void add_train_command(CLI::App& app, Action& action) {
   t->add_flag("--keep-checkpoint", o->config.keep_checkpoint,
               "Keep the checkpoint after a successful run (default: removed once the model is saved)");
   t->add_option("--checkpoint-every", o->config.checkpoint_every, "Also checkpoint every N steps")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   t->add_option("--stop-after", o->config.stop_after, "Testing: act as if SIGTERM arrived after N steps")
       ->group("");
   t->add_option("--log-every", o->log_every, "Also report the loss every N steps")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   t->add_flag("--json", o->json, "One JSON object per epoch and a final summary, on stdout");
   t->add_option("--accumulate", o->config.accumulate,
                 "Gradient accumulation: K micro-batches of batch/K, one optimiser step (default 1)")
-      ->check(CLI::Range(1, 1 << 20));
+      ->check(in_range(1, 1 << 20));
   t->add_option(
        "--precision", o->config.precision,
        "fp32 (default) or bf16: convolutions and linear layers in bf16 as torch.autocast, weights f32")
@@ -237,11 +238,11 @@ void add_train_command(CLI::App& app, Action& action) {
   t->add_option("--bucket-mb", o->config.bucket_mb,
                 "Data-parallel: sum gradients over the ranks in buckets of this many MiB, 0 for one sum per "
                 "gradient (default 4)")
-      ->check(CLI::Range(0.0, 1024.0));
+      ->check(in_range(0.0, 1024.0));
   t->add_option("--rank-timeout", o->config.rank_timeout,
                 "Data-parallel: end the job when a rank waits this many seconds for the others within a step "
                 "(a rank hung or cut off; 0: wait for ever; default 300)")
-      ->check(CLI::Range(0.0, 1e6));
+      ->check(in_range(0.0, 1e6));
   t->add_flag("--distributed", o->config.distributed,
               "Data-parallel over MPI (on by itself under mpirun with several ranks; this makes it an error "
               "elsewhere). --batch stays the global batch");

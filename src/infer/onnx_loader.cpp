@@ -14,6 +14,7 @@
 #include "cpudl/error.h"
 #include "cpudl/io.h"
 #include "infer/op_list.h"
+#include "io/file_kind.h"
 
 namespace cpudl::infer {
 namespace {
@@ -28,7 +29,11 @@ class Loader {
     onnx::ModelProto model;
     if (bytes.size() > static_cast<std::size_t>(std::numeric_limits<int>::max()))
       fail("larger than 2 GiB: store the weights as external data");
-    if (const char* other = other_format(bytes)) fail(std::string(other) + ", not an ONNX model");
+    // Another format cpudl reads, told by its first bytes: a user who passes one to `run` or
+    // `info` learns which command takes it instead of reading a protobuf error.
+    if (const io::FileKind kind = io::file_kind(std::string_view(bytes).substr(0, 16), bytes.size());
+        kind != io::FileKind::unknown && kind != io::FileKind::onnx)
+      fail(io::file_kind_description(kind) + ", not an ONNX model");
     if (!model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
       fail("not a valid ONNX model (protobuf parsing failed: truncated or corrupted file?)");
     if (!model.has_graph()) fail("the model has no graph");
@@ -51,18 +56,6 @@ class Loader {
 
  private:
   [[noreturn]] void fail(const std::string& what) const { throw Error(file_ + ": " + what); }
-
-  // Another model format cpudl reads, told by its first bytes, and what takes it: a user who
-  // passes one to `run` or `info` learns where it goes instead of reading a protobuf error.
-  static const char* other_format(const std::string& bytes) {
-    if (bytes.size() >= 4 && bytes.compare(0, 4, "GGUF") == 0)
-      return "a GGUF language model (cpudl generate, chat, bench llm and serve take it)";
-    std::uint64_t header = 0;  // safetensors: the JSON header's length, little-endian, then the header
-    if (bytes.size() > 9) std::memcpy(&header, bytes.data(), sizeof header);
-    if (header >= 2 && header <= bytes.size() - 8 && bytes[8] == '{')
-      return "a safetensors model, as cpudl train writes (cpudl eval, predict and serve take it)";
-    return nullptr;
-  }
 
   static DType element_type(int onnx_type, bool* ok) {
     *ok = true;

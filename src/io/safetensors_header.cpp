@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "cpudl/error.h"
+#include "io/file_kind.h"
 
 namespace cpudl::io {
 
@@ -26,9 +27,12 @@ SafetensorsHeader parse_safetensors_header(std::string_view bytes, const std::st
   std::uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i)
     header_len = (header_len << 8) | static_cast<unsigned char>(bytes[static_cast<std::size_t>(i)]);
-  if (header_len > kMaxHeaderBytes || header_len > bytes.size() - 8)
+  if (header_len > kMaxHeaderBytes || header_len > bytes.size() - 8) {
+    if (const FileKind kind = file_kind(bytes.substr(0, 16), bytes.size()); kind != FileKind::unknown)
+      fail(file_kind_description(kind) + ", not a safetensors file");
     fail("header length " + std::to_string(header_len) + " exceeds the file (" +
          std::to_string(bytes.size()) + " bytes): truncated or not safetensors");
+  }
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(bytes.substr(8, static_cast<std::size_t>(header_len)));

@@ -15,6 +15,7 @@
 
 #include "cpudl/error.h"
 #include "cpudl/io.h"
+#include "io/file_kind.h"
 
 namespace cpudl::llm {
 
@@ -200,8 +201,13 @@ GgufFile GgufFile::parse(std::span<const std::uint8_t> bytes, const std::string&
   file.name_ = name;
   file.bytes_ = bytes;
   Reader r(bytes, file.name_);
-  if (bytes.size() < 4 || r.read<std::uint32_t>("the magic") != kMagic)
+  if (bytes.size() < 4 || r.read<std::uint32_t>("the magic") != kMagic) {
+    const std::string_view head(reinterpret_cast<const char*>(bytes.data()),
+                                std::min<std::size_t>(bytes.size(), 16));
+    if (const io::FileKind kind = io::file_kind(head, bytes.size()); kind != io::FileKind::unknown)
+      r.fail(io::file_kind_description(kind) + ", not a GGUF file");
     r.fail("not a GGUF file (the first 4 bytes are not \"GGUF\")");
+  }
   file.version_ = r.read<std::uint32_t>("the version");
   if (file.version_ != 2 && file.version_ != 3)
     r.fail("GGUF version " + std::to_string(file.version_) + " is not supported (expected 2 or 3)");
