@@ -1,4 +1,5 @@
 // `cpudl generate` (text from a GGUF model, streamed), `cpudl tokenize` and `cpudl chat`.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -39,13 +40,14 @@ void add_model_flags(CLI::App* c, ModelFlags& m) {
   add_threads_option(c, m.threads);
   add_governor_option(c, m.governor);
   add_bind_option(c, m.bind);
-  c->add_option("--ctx", m.ctx, "Context length (default: the model's, at most 4096)")
+  c->add_option("-c,--ctx,--ctx-size", m.ctx, "Context length (default: the model's, at most 4096)")
       ->check(in_range(1, 1 << 24));
   c->add_option("--cache-type", m.cache_type, "KV cache type: f16 (default), f32 or q8_0");
 }
 
 void add_sampling_flags(CLI::App* c, SamplingFlags& s) {
-  c->add_option("--temp", s.temperature, "Temperature (0: greedy; default 0.8)")->check(in_range(0.0, 100.0));
+  c->add_option("--temp,--temperature", s.temperature, "Temperature (0: greedy; default 0.8)")
+      ->check(in_range(0.0, 100.0));
   c->add_option("--top-k", s.top_k, "Keep the K most likely tokens (0: off; default 40)")
       ->check(in_range(0, 1 << 24));
   c->add_option("--top-p", s.top_p, "Nucleus sampling threshold (1: off; default 0.95)")
@@ -56,14 +58,14 @@ void add_sampling_flags(CLI::App* c, SamplingFlags& s) {
       ->check(in_range(0.0, 100.0));
   c->add_option("--repeat-last-n", s.repeat_last_n, "How many recent tokens the penalty covers (default 64)")
       ->check(in_range(0, 1 << 24));
-  c->add_option("--seed", s.seed, "Random seed (default 0)");
+  c->add_option("-s,--seed", s.seed, "Random seed (default 0)");
 }
 
 llm::ContextOptions context_options(const ModelFlags& m) {
   return {m.ctx, llm::parse_cache_type(m.cache_type), m.threads, 256};
 }
 
-std::vector<std::int32_t> parse_token_list(const std::string& list) {
+std::vector<std::int32_t> parse_token_list(const std::string& list, const std::string& what = "--tokens") {
   std::vector<std::int32_t> ids;
   std::stringstream ss(list);
   for (std::string item; std::getline(ss, item, ',');) {
@@ -75,26 +77,42 @@ std::vector<std::int32_t> parse_token_list(const std::string& list) {
       used = 0;
     }
     if (used == 0 || used != item.size() || v < 0 || v > INT32_MAX)
-      throw UsageError("--tokens: '" + item +
+      throw UsageError(what + ": '" + item +
                        "' is not a token id (expected comma-separated non-negative integers)");
     ids.push_back(static_cast<std::int32_t>(v));
   }
-  if (ids.empty()) throw UsageError("--tokens: no token ids");
+  if (ids.empty()) throw UsageError(what + ": no token ids");
   return ids;
 }
 
 struct GenerateOptions {
   ModelFlags model;
   SamplingFlags sampling;
-  std::string prompt, tokens, dump_logits;
+  std::string prompt, file, tokens, dump_logits;
   std::vector<std::string> stops;
   int n = 128;
   bool json = false, no_bos = false;
 };
 
-int run_generate(const GenerateOptions& o) {
-  if (o.prompt.empty() == o.tokens.empty())
-    throw UsageError("give the prompt as -p TEXT or as --tokens ID,ID,... (exactly one of them)");
+// -f FILE: the text of a file, or of standard input for "-" (llama.cpp's habit).
+std::string read_prompt_file(const std::string& file) {
+  if (file == "-") {
+    std::ostringstream text;
+    text << std::cin.rdbuf();
+    return text.str();
+  }
+  return io::read_file(file);
+}
+
+int run_generate(GenerateOptions o) {
+  if (!o.prompt.empty() + !o.file.empty() + !o.tokens.empty() != 1)
+    throw UsageError(
+        "give the prompt as -p TEXT, -f FILE (- for standard input) or --tokens ID,ID,... (exactly one of "
+        "them)");
+  if (!o.file.empty()) {
+    o.prompt = read_prompt_file(o.file);
+    if (o.prompt.empty()) throw UsageError("-f " + o.file + ": the prompt file is empty");
+  }
   io::require_output_is_not_an_input(o.dump_logits, {o.model.model}, "--dump-logits");
   const llm::Model model = llm::Model::load(o.model.model);
   llm::Context ctx(model, context_options(o.model));
@@ -142,6 +160,7 @@ int run_generate(const GenerateOptions& o) {
     j["tokens"] = generated.size();
     j["token_ids"] = generated;
     j["text"] = text;
+    j["stop_reason"] = llm::stop_reason_name(g);
     j["prompt_tokens_per_second"] = static_cast<double>(prompt.size()) / std::max(prompt_seconds, 1e-9);
     j["tokens_per_second"] =
         generated.empty() ? 0.0 : static_cast<double>(generated.size()) / std::max(gen_seconds, 1e-9);
@@ -158,16 +177,48 @@ int run_generate(const GenerateOptions& o) {
 }
 
 struct TokenizeOptions {
-  std::string model, text;
-  bool no_bos = false;
+  std::string model, text, file;
+  bool no_bos = false, json = false;
 };
 
-int run_tokenize(const TokenizeOptions& o) {
+int run_tokenize(TokenizeOptions o) {
+  if (o.text.empty() == o.file.empty())
+    throw UsageError(
+        "give the text as an argument or as -f FILE (- for standard input), exactly one of them");
+  if (!o.file.empty()) o.text = read_prompt_file(o.file);
   const llm::Model model = llm::Model::load(o.model);
   const auto ids = model.tokenize(o.text, !o.no_bos);
+  if (o.json) {  // each token with the bytes it stands for (a piece can end inside a character)
+    nlohmann::json all = nlohmann::json::array();
+    for (const auto id : ids) all.push_back({{"id", id}, {"piece", model.token_text(id)}});
+    std::printf("%s\n", all.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    return 0;
+  }
   std::string line;
   for (const auto id : ids) line += (line.empty() ? "" : " ") + std::to_string(id);
   std::printf("%s\n", line.c_str());
+  return 0;
+}
+
+struct DetokenizeOptions {
+  std::string model;
+  std::vector<std::string> ids;
+};
+
+// Token ids, as `tokenize` prints them (spaces) or comma-separated, back to text.
+int run_detokenize(const DetokenizeOptions& o) {
+  std::string list;
+  for (const std::string& item : o.ids) list += (list.empty() ? "" : ",") + item;
+  std::replace(list.begin(), list.end(), ' ', ',');
+  const std::vector<std::int32_t> ids = parse_token_list(list, "detokenize");
+  const llm::Model model = llm::Model::load(o.model);
+  for (const std::int32_t id : ids)
+    if (id >= model.config().vocab)
+      throw UsageError("detokenize: id " + std::to_string(id) + " is outside the vocabulary of " +
+                       std::to_string(model.config().vocab));
+  const std::string text = model.detokenize(ids);
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::printf("\n");
   return 0;
 }
 
@@ -233,6 +284,7 @@ void add_generate_command(CLI::App& app, Action& action) {
   CLI::App* g = app.add_subcommand("generate", "Generate text with a Llama-family GGUF model");
   add_model_flags(g, o->model);
   g->add_option("-p,--prompt", o->prompt, "Prompt text");
+  g->add_option("-f,--file", o->file, "Prompt from this file (- reads standard input)");
   g->add_option("--tokens", o->tokens, "Prompt as token ids, comma-separated (instead of -p)");
   g->add_option("-n,--n-predict", o->n, "Tokens to generate (default 128)")->check(in_range(0, 1 << 24));
   add_sampling_flags(g, o->sampling);
@@ -255,9 +307,20 @@ void add_tokenize_command(CLI::App& app, Action& action) {
   CLI::App* t =
       app.add_subcommand("tokenize", "Print the token ids of a text, with a GGUF model's tokenizer");
   t->add_option("-m,--model", o->model, "Model file (.gguf)")->required();
-  t->add_option("text", o->text, "Text to tokenize")->required();
+  t->add_option("text", o->text, "Text to tokenize (or -f)");
+  t->add_option("-f,--file", o->file, "Tokenize this file's text (- reads standard input)");
   t->add_flag("--no-bos", o->no_bos, "Do not add the BOS token");
+  t->add_flag("--json", o->json, "One JSON array of {id, piece} (the bytes each token stands for)");
   t->callback([&action, o] { action = [o] { return run_tokenize(*o); }; });
+}
+
+void add_detokenize_command(CLI::App& app, Action& action) {
+  auto o = std::make_shared<DetokenizeOptions>();
+  CLI::App* d =
+      app.add_subcommand("detokenize", "Print the text of token ids, with a GGUF model's tokenizer");
+  d->add_option("-m,--model", o->model, "Model file (.gguf)")->required();
+  d->add_option("ids", o->ids, "Token ids, space- or comma-separated (as tokenize prints them)")->required();
+  d->callback([&action, o] { action = [o] { return run_detokenize(*o); }; });
 }
 
 void add_chat_command(CLI::App& app, Action& action) {

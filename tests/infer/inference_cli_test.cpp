@@ -140,7 +140,8 @@ TEST_F(InferenceCli, BadInputsGetOneLineAndTheRightExitCode) {
   }
   r = run("run " + path("model.bin") + " --input " + kOnnx + "lenet5_opset13.input.npy");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find("model.bin: a safetensors file (a model cpudl train wrote"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("model.bin: a safetensors file (a model cpudl train wrote"), std::string::npos)
+      << r.err;
   // A .npy that is not one.
   std::ofstream(path("junk.npy")) << "junk";
   r = run("run " + kOnnx + "lenet5_opset13.onnx --input " + path("junk.npy"));

@@ -1,6 +1,7 @@
 // `cpudl generate`, `tokenize`, `chat`, `quantize` and `bench llm` end to end, on the generated
 // tiny models: outputs checked against the NumPy reference and the tokenizer, and every kind of
 // bad input answered with one line and a non-zero exit.
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "cli_sandbox.h"
@@ -70,6 +71,62 @@ TEST_F(LlmCli, StopStringEndsGenerationWithoutPrintingIt) {
   ASSERT_EQ(cut.exit_code, 0) << cut.err;
   const std::string cut_text = nlohmann::json::parse(cut.out)["text"];
   EXPECT_EQ(cut_text, text.substr(0, text.find(stop)));
+  EXPECT_EQ(nlohmann::json::parse(cut.out)["stop_reason"], "stop");
+  EXPECT_EQ(nlohmann::json::parse(full.out)["stop_reason"], "length");
+}
+
+// llama.cpp's habits: -f FILE (- for stdin), -c, -s, --temperature, tokenize --json, detokenize,
+// and the stop reason "context" when the context fills before the budget.
+TEST_F(LlmCli, LlamaCppFlagsAndTokenTools) {
+  const std::string m = " -m " + kDir + "/tiny-llama-q8_0.gguf";
+  std::ofstream(path("prompt.txt")) << "Once upon a time";
+  const auto inline_prompt = run("generate" + m + " -p 'Once upon a time' -n 6 --temp 0 --json"),
+             from_file = run("generate" + m + " -f " + path("prompt.txt") + " -n 6 --temp 0 --json"),
+             from_stdin = run("generate" + m + " -f - -n 6 --temp 0 --json < " + path("prompt.txt"));
+  ASSERT_EQ(inline_prompt.exit_code, 0) << inline_prompt.err;
+  ASSERT_EQ(from_file.exit_code, 0) << from_file.err;
+  ASSERT_EQ(from_stdin.exit_code, 0) << from_stdin.err;
+  const auto want = nlohmann::json::parse(inline_prompt.out);
+  EXPECT_EQ(nlohmann::json::parse(from_file.out)["token_ids"], want["token_ids"]);
+  EXPECT_EQ(nlohmann::json::parse(from_stdin.out)["token_ids"], want["token_ids"]);
+  EXPECT_EQ(nlohmann::json::parse(from_file.out)["prompt_tokens"], want["prompt_tokens"]);
+  EXPECT_EQ(run("generate" + m + " -p hi -f " + path("prompt.txt")).exit_code, 2);  // two prompts
+
+  // The short names and aliases are the long flags: same sampled text.
+  const std::string q4 = " -m " + kDir + "/tiny-llama-q4_0.gguf -p Hello -n 8 --top-k 0 --min-p 0 --top-p 1";
+  const auto long_names = run("generate" + q4 + " --seed 5 --temp 50 --ctx 64"),
+             short_names = run("generate" + q4 + " -s 5 --temperature 50 -c 64"),
+             other_seed = run("generate" + q4 + " -s 6 --temperature 50 -c 64");
+  ASSERT_EQ(short_names.exit_code, 0) << short_names.err;
+  EXPECT_EQ(short_names.out, long_names.out);
+  EXPECT_NE(other_seed.out, long_names.out);  // -s reaches the sampler
+
+  // A context of 8 fills before 100 tokens: the reason says so.
+  const auto full = run("generate" + m + " -p hi -n 100 -c 8 --temp 0 --json");
+  ASSERT_EQ(full.exit_code, 0) << full.err;
+  const auto j = nlohmann::json::parse(full.out);
+  EXPECT_EQ(j["stop_reason"], "context");
+  EXPECT_EQ(j["prompt_tokens"].get<int>() + j["tokens"].get<int>(),
+            9);  // the last sampled token is not evaluated
+
+  // tokenize --json: Llama 2's ids with the bytes each stands for; detokenize inverts tokenize.
+  const auto pieces = run("tokenize --json" + m + " 'Hello world'");
+  ASSERT_EQ(pieces.exit_code, 0) << pieces.err;
+  EXPECT_EQ(nlohmann::json::parse(pieces.out),
+            nlohmann::json::parse(
+                R"([{"id":1,"piece":""},{"id":15043,"piece":" Hello"},{"id":3186,"piece":" world"}])"));
+  std::ofstream(path("text.txt")) << "The tokenizer's round trip, with punctuation: 42!";
+  const auto ids = run("tokenize" + m + " --no-bos -f " + path("text.txt"));
+  ASSERT_EQ(ids.exit_code, 0) << ids.err;
+  const std::string spaced = ids.out.substr(0, ids.out.find('\n'));
+  const auto back = run("detokenize" + m + " " + spaced);
+  ASSERT_EQ(back.exit_code, 0) << back.err;
+  EXPECT_EQ(back.out, "The tokenizer's round trip, with punctuation: 42!\n");
+  std::string commas = spaced;
+  std::replace(commas.begin(), commas.end(), ' ', ',');
+  EXPECT_EQ(run("detokenize" + m + " " + commas).out, back.out);
+  EXPECT_EQ(run("detokenize" + m + " 1,x").exit_code, 2);
+  EXPECT_EQ(run("detokenize" + m + " 32000").exit_code, 2);  // one past the vocabulary
 }
 
 TEST_F(LlmCli, TokenizePrintsTheLlama2Ids) {

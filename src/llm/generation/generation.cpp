@@ -46,6 +46,18 @@ const char* finish_reason_name(FinishReason reason) {
   return "length";
 }
 
+const char* stop_reason_name(const Generation& g) {
+  switch (g.finish) {
+    case FinishReason::stop:
+      return g.end_token ? "eos" : "stop";
+    case FinishReason::cancelled:
+      return "cancelled";
+    case FinishReason::length:
+      break;
+  }
+  return g.context_full ? "context" : "length";
+}
+
 Generation generate(const Model& model, Context& ctx, std::span<const std::int32_t> prompt,
                     const GenerationOptions& options, const TextSink& on_text,
                     const std::function<void(const Context&)>& after_prompt) {
@@ -75,6 +87,7 @@ Generation generate(const Model& model, Context& ctx, std::span<const std::int32
     const std::int32_t next = sampler.sample(logits, ctx.vocab_size(), history);
     if (model.is_end_of_generation(next)) {
       g.finish = FinishReason::stop;
+      g.end_token = true;
       break;
     }
     g.tokens.push_back(next);
@@ -85,7 +98,11 @@ Generation generate(const Model& model, Context& ctx, std::span<const std::int32
       break;
     }
     if (cancelled) break;
-    if (i + 1 == options.max_tokens || ctx.n_past() >= ctx.n_ctx()) break;  // budget or context full
+    if (i + 1 == options.max_tokens) break;
+    if (ctx.n_past() >= ctx.n_ctx()) {
+      g.context_full = true;
+      break;
+    }
     eval(std::span(&next, 1), false);
     logits = ctx.logits();
   }

@@ -53,8 +53,15 @@ struct Generation {
   std::vector<std::int32_t> tokens;
   std::string text;
   FinishReason finish = FinishReason::length;
+  bool end_token = false;     // stop: an end-of-generation token (else a stop string)
+  bool context_full = false;  // length: the context filled before the budget ran out
   double prompt_seconds = 0, generation_seconds = 0;
 };
+
+// Why the generation ended, finer than FinishReason (llama.cpp's stop types): "eos" (an
+// end-of-generation token), "stop" (a stop string), "length" (the token budget), "context" (the
+// context filled), "cancelled".
+const char* stop_reason_name(const Generation& g);
 
 // Text as it becomes final (stop strings held back); returning false cancels the generation.
 using TextSink = std::function<bool(std::string_view piece)>;
