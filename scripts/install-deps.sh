@@ -30,6 +30,7 @@ packages=(
   chromium                              # headless: the tests that open cpudl serve's page and train --report
   pybind11-dev python3-dev python3-pytest  # the Python module (build/python/cpudl) and its pytest suite,
   python3-torch                         # which checks gradients and DLPack exchange against PyTorch 1.13
+  python3-onnx                          # the onnx package's checker, run on the files cpudl export writes
   libdlpack-dev                         # the DLPack ABI (dlpack.h) the module exchanges tensors through
   python3-venv python3-pip python3-setuptools python3-wheel  # make python-install, pip install . (offline)
 )

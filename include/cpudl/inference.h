@@ -91,6 +91,9 @@ class InferenceSession {
 
   const std::vector<ModelValue>& inputs() const;
   const std::vector<ModelValue>& outputs() const;
+  // The file's metadata_props (cpudl export writes cpudl.architecture, cpudl.normalization_mean,
+  // cpudl.normalization_std and cpudl.classes).
+  const std::map<std::string, std::string>& metadata() const;
   // Compiles (or reuses) the plan for these input shapes and describes it.
   ModelInfo info(const std::vector<Shape>& input_shapes);
   // Accumulated per-operator time since the last reset (profiling on).

@@ -59,6 +59,7 @@ void add_bench_llm_command(CLI::App& bench, Action& action);        // `cpudl be
 void add_bench_allreduce_command(CLI::App& bench, Action& action);  // `cpudl bench allreduce`
 void add_serve_command(CLI::App& app, Action& action);
 void add_detect_command(CLI::App& app, Action& action);
+void add_export_command(CLI::App& app, Action& action);
 
 // `cpudl quantize` on an ONNX model (quantize_onnx.cpp); quantize.cpp parses the flags.
 struct QuantizeOnnxOptions {

@@ -80,7 +80,8 @@ struct Graph {
   std::map<std::string, std::shared_ptr<const HostTensor>> constants;
   std::vector<ValueInfo> inputs, outputs;  // inputs exclude initializers
   std::int64_t opset = 0;
-  std::string producer;  // "pytorch 1.13.1"
+  std::string producer;                         // "pytorch 1.13.1"
+  std::map<std::string, std::string> metadata;  // the model's metadata_props
   // A subgraph's reads from the scopes around it (ONNX's outer-scope values). The node that owns
   // the subgraph lists them as extra inputs after its own, and `inputs` holds them in that order
   // (element types left to the plan), so the optimiser, which rewrites names in the outer graph,

@@ -40,6 +40,7 @@ class Loader {
     if (model.ir_version() < 3)
       fail("ir_version " + std::to_string(model.ir_version()) + " is not supported (need 3 or later)");
     Graph graph;
+    for (const auto& p : model.metadata_props()) graph.metadata[p.key()] = p.value();
     graph.producer =
         model.producer_name() + (model.producer_version().empty() ? "" : " " + model.producer_version());
     for (const auto& import : model.opset_import()) {

@@ -15,6 +15,7 @@
 
 #include "cpudl/error.h"
 #include "cpudl/io.h"
+#include "infer/onnx_build.h"
 #include "infer/onnx_loader.h"
 #include "infer/optimizer.h"
 #include "kernels/half.h"
@@ -162,33 +163,6 @@ HostTensor as_k_by_n(const HostTensor& w, bool transposed) {
   for (std::int64_t i = 0; i < k; ++i)
     for (std::int64_t j = 0; j < n; ++j) t.data<float>()[i * n + j] = w.data<float>()[j * k + i];
   return t;
-}
-
-onnx::TensorProto make_tensor(const std::string& name, int type, const std::vector<std::int64_t>& dims,
-                              const void* data, std::size_t bytes) {
-  onnx::TensorProto t;
-  t.set_name(name);
-  t.set_data_type(type);
-  for (std::int64_t d : dims) t.add_dims(d);
-  t.set_raw_data(std::string(static_cast<const char*>(data), bytes));
-  return t;
-}
-
-onnx::NodeProto make_node(const std::string& op, const std::string& name, std::vector<std::string> inputs,
-                          std::vector<std::string> outputs) {
-  onnx::NodeProto n;
-  n.set_op_type(op);
-  n.set_name(name);
-  for (auto& i : inputs) n.add_input(i);
-  for (auto& o : outputs) n.add_output(o);
-  return n;
-}
-
-void set_int_attribute(onnx::NodeProto& n, const char* name, std::int64_t value) {
-  auto* a = n.add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto::INT);
-  a->set_i(value);
 }
 
 // Names unused anywhere in the graph, derived from a base.

@@ -121,6 +121,10 @@ InferenceSession& InferenceSession::operator=(InferenceSession&&) noexcept = def
 const std::vector<ModelValue>& InferenceSession::inputs() const { return impl_->inputs; }
 const std::vector<ModelValue>& InferenceSession::outputs() const { return impl_->outputs; }
 
+const std::map<std::string, std::string>& InferenceSession::metadata() const {
+  return impl_->loaded.metadata;
+}
+
 std::vector<Tensor> InferenceSession::run(const std::vector<Tensor>& inputs) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   const ThreadScope scope(impl_->threads);

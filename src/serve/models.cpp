@@ -9,6 +9,7 @@
 #include "cpudl/error.h"
 #include "cpudl/ops.h"
 #include "cpudl/runtime.h"
+#include "io/file_kind.h"
 
 namespace cpudl::serve {
 
@@ -65,27 +66,64 @@ Tensor take_rows(const Tensor& t, std::int64_t first, std::int64_t count) {
 
 TensorSpec spec_of(const ModelValue& v) { return {v.name, v.dtype, v.shape}; }
 
+std::vector<float> float_list(const std::string& text) {
+  std::vector<float> values;
+  const char* p = text.c_str();
+  for (char* end = nullptr;; p = end + (*end == ',' ? 1 : 0)) {
+    const float v = std::strtof(p, &end);
+    if (end == p) break;
+    values.push_back(v);
+    if (*end != ',') break;
+  }
+  return values;
+}
+
+// An ONNX file cpudl export wrote says how its images were normalised (metadata_props), and its
+// one input [batch, C, H, W] their size: classify can take it as it takes the cpudl model.
+std::optional<TensorModel::ImageInput> exported_image_input(const InferenceSession& s) {
+  const auto& md = s.metadata();
+  const auto mean = md.find("cpudl.normalization_mean"), stdev = md.find("cpudl.normalization_std");
+  if (mean == md.end() || stdev == md.end() || s.inputs().size() != 1) return std::nullopt;
+  const ModelValue& in = s.inputs()[0];
+  if (in.dtype != DType::f32 || in.shape.size() != 4 || in.shape[1] <= 0 || in.shape[2] <= 0 ||
+      in.shape[3] <= 0)
+    return std::nullopt;
+  TensorModel::ImageInput image{
+      {in.shape[1], in.shape[2], in.shape[3]}, float_list(mean->second), float_list(stdev->second)};
+  if (image.mean.empty() || image.stdev.empty()) return std::nullopt;
+  return image;
+}
+
 }  // namespace
 
 TensorModel::TensorModel(std::string name, const std::filesystem::path& path, const BatchOptions& options,
                          Metrics& metrics)
     : name_(std::move(name)), options_(options), metrics_(metrics) {
   const std::string file = path.string();
-  if (ends_with(file, ".onnx")) {
+  if (std::error_code ec; !std::filesystem::is_regular_file(path, ec))
+    throw Error(file + ": cannot open (" +
+                (std::filesystem::exists(path, ec) ? "not a regular file" : "No such file or directory") +
+                ")");
+  const io::FileKind kind = io::file_kind(path);  // by content: a checkpoint or a renamed file serves too
+  if (kind == io::FileKind::onnx || (kind == io::FileKind::unknown && ends_with(file, ".onnx"))) {
     InferenceOptions o;
     o.threads = options.governor != nullptr ? 0 : options.threads;  // governed: the caller's scope
     onnx_.emplace(path, o);
     for (const auto& v : onnx_->inputs()) inputs_.push_back(spec_of(v));
     for (const auto& v : onnx_->outputs()) outputs_.push_back(spec_of(v));
+    image_input_ = exported_image_input(*onnx_);
     warm_up();
-  } else if (ends_with(file, ".safetensors")) {
+  } else if (kind == io::FileKind::safetensors) {
     own_.emplace(train::load_model_file(path));
     Shape in = {-1};
     in.insert(in.end(), own_->input_shape.begin(), own_->input_shape.end());
     inputs_ = {{"input", DType::f32, in}};
     outputs_ = {{"output", DType::f32, {-1, own_->classes}}};
+    image_input_ = ImageInput{own_->input_shape, own_->mean, own_->std};
   } else {
-    throw Error(file + ": expected an .onnx, .safetensors or .gguf model");
+    const std::string what = io::file_kind_description(kind);
+    throw Error(file + ": " + (what.empty() ? "not" : what + ", not") +
+                " an ONNX, cpudl (safetensors) or GGUF model");
   }
   worker_ = std::thread([this] { work(); });
 }
@@ -273,15 +311,17 @@ std::vector<Tensor> TensorModel::infer(std::vector<Tensor> inputs, Clock::time_p
 
 std::vector<std::pair<int, float>> TensorModel::classify(const std::string& image, int top,
                                                          Clock::time_point deadline) {
-  if (!own_)
-    throw RequestError(400, "model '" + name_ +
-                                "' is an ONNX file, whose preprocessing cpudl does not know: "
-                                "send tensors to /v2/models/" +
-                                name_ + "/infer");
+  if (!image_input_)
+    throw RequestError(400,
+                       "model '" + name_ +
+                           "' is an ONNX file that does not say how its images are normalised (cpudl export "
+                           "writes it in metadata_props): send tensors to /v2/models/" +
+                           name_ + "/infer");
   Arrival arrival(*this);
   Tensor x;
   try {
-    x = train::prepare_image(*own_, data::decode_image(image, "the body"), "the body");
+    x = train::prepare_image(image_input_->shape, image_input_->mean, image_input_->stdev,
+                             data::decode_image(image, "the body"), "the body");
   } catch (const Error& e) {
     throw RequestError(400, e.what());
   }

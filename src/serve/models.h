@@ -68,8 +68,15 @@ class TensorModel {
   // full, 504 when the deadline passes first (the rows are then dropped when their batch ends).
   std::vector<Tensor> infer(std::vector<Tensor> inputs, Clock::time_point deadline,
                             Arrival* arrival = nullptr);
-  // A cpudl model's top classes for an image file's bytes (as `cpudl predict`): 400 for ONNX
-  // models, whose preprocessing the file does not say, and for a body that is not an image.
+  // One image sample's shape and normalisation: a cpudl model's, or an ONNX file's that cpudl
+  // export wrote (metadata_props).
+  struct ImageInput {
+    Shape shape;  // [C, H, W]
+    std::vector<float> mean, stdev;
+  };
+  // The top classes for an image file's bytes (as `cpudl predict`) of a cpudl model or an ONNX
+  // file cpudl export wrote: 400 for other ONNX models, whose preprocessing the file does not say,
+  // and for a body that is not an image.
   std::vector<std::pair<int, float>> classify(const std::string& image, int top, Clock::time_point deadline);
   int waiting() const;
   // RequestError 429 when as many requests wait as --queue allows.
@@ -90,6 +97,7 @@ class TensorModel {
   Metrics& metrics_;
   std::optional<InferenceSession> onnx_;
   std::optional<train::ModelFile> own_;
+  std::optional<ImageInput> image_input_;  // what classify needs; none for a plain ONNX file
   std::vector<TensorSpec> inputs_, outputs_;
   mutable std::mutex mutex_;
   std::condition_variable wake_;

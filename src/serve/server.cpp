@@ -1,5 +1,6 @@
 // The HTTP server of `cpudl serve` (server.h): routes, admission, metrics, signals and drain.
 #include "serve/server.h"
+#include "io/file_kind.h"
 
 #include <httplib.h>
 #include <signal.h>
@@ -162,7 +163,7 @@ class Service {
         if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.')
           throw UsageError("--model " + spec + ": a name of letters, digits, '-', '_' and '.'");
       if (tensors_.count(name) || llms_.count(name)) throw UsageError("--model " + name + ": given twice");
-      if (path.size() > 5 && path.compare(path.size() - 5, 5, ".gguf") == 0) {
+      if (io::file_kind(path) == io::FileKind::gguf) {  // by content, whatever the name
         auto m = std::make_unique<LanguageModel>(name, path, llm, metrics_);
         metrics_.set("cpudl_model_info", 1, {name, "gguf", m->model().config().weight_type});
         llms_.emplace(name, std::move(m));

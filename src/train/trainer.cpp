@@ -185,24 +185,25 @@ ModelFile load_model_file(const std::filesystem::path& path) {
   return m;
 }
 
-Tensor prepare_image(const ModelFile& m, Tensor img, const std::string& what) {
-  if (img.dim() == 3 && img.size(0) == 3 && m.input_shape[0] == 1) {  // colour into a grey model: luminance
+Tensor prepare_image(const Shape& input_shape, const std::vector<float>& mean,
+                     const std::vector<float>& stdev, Tensor img, const std::string& what) {
+  if (img.dim() == 3 && img.size(0) == 3 && input_shape[0] == 1) {  // colour into a grey model: luminance
     Tensor grey = Tensor::empty({1, img.size(1), img.size(2)});
     const std::int64_t n = img.size(1) * img.size(2);
     for (std::int64_t i = 0; i < n; ++i)
       grey.data()[i] = 0.299f * img.data()[i] + 0.587f * img.data()[n + i] + 0.114f * img.data()[2 * n + i];
     img = grey;
   }
-  if (img.shape() != m.input_shape)
+  if (img.shape() != input_shape)
     throw Error(what + ": image of " + shape_text(img.shape()) +
-                " (channels, height, width), the model takes " + shape_text(m.input_shape));
+                " (channels, height, width), the model takes " + shape_text(input_shape));
   Tensor x = Tensor::empty(img.shape());
   const std::int64_t plane = img.size(1) * img.size(2);
   for (std::int64_t c = 0; c < img.size(0); ++c)
     for (std::int64_t i = 0; i < plane; ++i)
       x.data()[c * plane + i] =
-          (img.data()[c * plane + i] - m.mean[static_cast<std::size_t>(c) % m.mean.size()]) /
-          m.std[static_cast<std::size_t>(c) % m.std.size()];
+          (img.data()[c * plane + i] - mean[static_cast<std::size_t>(c) % mean.size()]) /
+          stdev[static_cast<std::size_t>(c) % stdev.size()];
   return x;
 }
 

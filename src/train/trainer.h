@@ -113,7 +113,11 @@ ModelFile load_model_file(const std::filesystem::path& path);
 // An image ([C, H, W] in [0, 1], data::read_image) as the model's input sample: colour turned to
 // grey (luminance) for a grey model, then normalised by the file's mean and std. Error naming
 // `what` when its shape is not the model's.
-Tensor prepare_image(const ModelFile& m, Tensor image, const std::string& what);
+Tensor prepare_image(const Shape& input_shape, const std::vector<float>& mean,
+                     const std::vector<float>& stdev, Tensor image, const std::string& what);
+inline Tensor prepare_image(const ModelFile& m, Tensor image, const std::string& what) {
+  return prepare_image(m.input_shape, m.mean, m.std, std::move(image), what);
+}
 
 // Evaluation of a model on a dataset (eval mode, no graph): accuracy, mean loss, confusion matrix.
 struct Mistake {
