@@ -12,7 +12,7 @@ clang++ "${flags[@]}" -DONNX_NAMESPACE=onnx -DONNX_ML=1 "$src/fuzz/onnx_fuzz.cpp
 clang++ "${flags[@]}" "$src/fuzz/gguf_fuzz.cpp" "$src/src/llm/gguf/gguf.cpp" "$src/src/llm/gguf/ggml_types.cpp" \
   "$src/src/io/atomic_file.cpp" "$src/src/io/file_kind.cpp" -o "$out/gguf_fuzz"
 clang++ "${flags[@]}" "$src/fuzz/serve_request_fuzz.cpp" "$src/src/serve/tensor_json.cpp" "$src/src/data/image_decode.cpp" \
-  "$src/src/tensor/storage.cpp" "$src/src/runtime/block_cache.cpp" -lz -lsimdjson -o "$out/serve_request_fuzz"
+  "$src/src/tensor/storage.cpp" "$src/src/runtime/block_cache.cpp" -lz -lsimdjson -lpng16 -lturbojpeg -o "$out/serve_request_fuzz"
 for target in idx safetensors onnx gguf serve_request; do
   corpus="$out/corpus_$target"
   mkdir -p "$corpus"

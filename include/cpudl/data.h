@@ -43,11 +43,16 @@ Dataset load_csv(const std::filesystem::path& path, std::int64_t classes = 0);
 // Whichever of MNIST, CIFAR-10 or train.csv/test.csv the directory holds.
 Dataset load_dataset(const std::filesystem::path& dir, bool train);
 
-// An image file as [channels, height, width] floats in [0, 1]: binary or ASCII PGM (P5/P2), or
-// PNG (8-bit grey, grey+alpha, RGB, RGBA; not interlaced). Alpha is dropped.
+// An image file as [channels, height, width] floats in [0, 1]: binary or ASCII PGM (P5/P2), PNG
+// (any colour type and bit depth, interlaced or not; 16-bit as value / 65535) or JPEG. Grey files
+// give 1 channel, colour ones (palette PNGs included) RGB; alpha is dropped.
 Tensor read_image(const std::filesystem::path& path);
 // The same from the file's bytes (an HTTP request body); `name` is what errors call it.
 Tensor decode_image(const std::string& bytes, const std::string& name);
+// An image [C, H, W] resized to height x width: bilinear, antialiased when it shrinks (PIL's and
+// torchvision's interpolate(..., antialias=True), align_corners false). Returns the image itself
+// when the size is already that.
+Tensor resize_image(const Tensor& image, std::int64_t height, std::int64_t width);
 
 // Batches of a dataset in a seeded order, assembled on background threads while the previous
 // batch trains. Augmentation (images only): random crop after zero-padding, horizontal flip.

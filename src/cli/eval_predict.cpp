@@ -2,6 +2,7 @@
 // `cpudl predict` (top-k classes of images), both from the model file's own metadata.
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
@@ -60,9 +61,26 @@ struct PredictOptions {
   std::string model;
   std::vector<std::string> inputs;
   int top = 3;
-  bool json = false, ascii = false;
+  bool json = false, ascii = false, invert = false;
   int threads = 0;
 };
+
+// A grey image whose brightness is on the other side of the middle from the training images'
+// (metadata pixel_mean): most likely a digit drawn dark on light for a model of light on dark.
+void warn_if_polarity_differs(const train::ModelFile& m, const Tensor& image, const std::string& what) {
+  const auto it = m.metadata.find("pixel_mean");
+  if (it == m.metadata.end() || image.size(0) != 1) return;
+  const double trained = std::atof(it->second.c_str());
+  double sum = 0;
+  for (std::int64_t i = 0; i < image.numel(); ++i) sum += image.data()[i];
+  const double mean = sum / static_cast<double>(image.numel());
+  if ((mean < 0.5) == (trained < 0.5)) return;
+  std::fprintf(
+      stderr,
+      "cpudl: warning: %s is mostly %s (mean %.2f), the model's training images mostly %s (mean %.2f): "
+      "if it is drawn the other way round, --invert\n",
+      what.c_str(), mean < 0.5 ? "dark" : "light", mean, trained < 0.5 ? "dark" : "light", trained);
+}
 
 // An input as [C, H, W] in [0, 1]: an image file, or idx:FILE:INDEX (one sample of an IDX file).
 Tensor read_input(const std::string& spec) {
@@ -103,8 +121,25 @@ int run_predict(const PredictOptions& o) {
   train::ModelFile m = train::load_model_file(o.model);
   NoGradGuard no_grad;
   nlohmann::ordered_json all = nlohmann::ordered_json::array();
+  int failed = 0;
   for (const std::string& spec : o.inputs) {
-    const Tensor x = train::prepare_image(m, read_input(spec), spec);
+    // One bad file is reported and the others still predicted; the exit code says some failed.
+    Tensor x;
+    try {
+      Tensor image = read_input(spec);
+      if (o.invert)
+        for (std::int64_t i = 0; i < image.numel(); ++i) image.data()[i] = 1.0f - image.data()[i];
+      else
+        warn_if_polarity_differs(m, image, spec);
+      x = train::prepare_image(m, image, spec);
+    } catch (const UsageError&) {
+      throw;
+    } catch (const Error& e) {
+      std::fprintf(stderr, "cpudl: error: %s\n", e.what());
+      ++failed;
+      if (o.json) all.push_back({{"input", spec}, {"error", e.what()}});
+      continue;
+    }
     const Tensor probs = softmax(m.model->forward(x.unsqueeze(0)), 1);
     std::vector<std::pair<float, int>> ranked;
     for (int k = 0; k < probs.size(1); ++k) ranked.emplace_back(probs.at({0, k}), k);
@@ -126,6 +161,10 @@ int run_predict(const PredictOptions& o) {
     std::printf("\n");
   }
   if (o.json) std::printf("%s\n", all.dump().c_str());
+  if (failed > 0) {
+    std::fprintf(stderr, "cpudl: error: %d of %zu inputs could not be predicted\n", failed, o.inputs.size());
+    return 1;
+  }
   return 0;
 }
 
@@ -152,11 +191,14 @@ void add_eval_command(CLI::App& app, Action& action) {
 
 void add_predict_command(CLI::App& app, Action& action) {
   auto o = std::make_shared<PredictOptions>();
-  CLI::App* p = app.add_subcommand("predict", "Top classes of images (PGM, PNG, or idx:FILE:INDEX)");
+  CLI::App* p = app.add_subcommand("predict", "Top classes of images (PNG, JPEG, PGM, or idx:FILE:INDEX)");
   p->add_option("--model", o->model, "Model file written by cpudl train")->required();
-  p->add_option("inputs", o->inputs, "Images: PGM/PNG files or idx:FILE:INDEX")->required();
+  p->add_option("inputs", o->inputs, "Images: PNG, JPEG or PGM files (any size: resized), or idx:FILE:INDEX")
+      ->required();
   p->add_option("--top", o->top, "Classes to show (default 3)")->check(in_range(1, 1000));
   p->add_flag("--ascii", o->ascii, "Draw each grey image as ASCII art beside its prediction");
+  p->add_flag("--invert", o->invert,
+              "Invert grey levels first (a digit drawn dark on light for a model of light on dark)");
   p->add_flag("--json", o->json, "One JSON array");
   add_threads_option(p, o->threads);
   p->callback([&action, o] {

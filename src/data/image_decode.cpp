@@ -1,8 +1,10 @@
-// PGM and PNG decoding (image_decode.h). PNG is written here on zlib (a page of code: chunks,
-// inflate, the five row filters) rather than pulling in libpng for 8-bit images.
+// PGM, PNG and JPEG decoding (image_decode.h). PGM is a page of parsing; PNG and JPEG come in
+// every variant people save (palette, 16-bit, interlaced; progressive, CMYK), which libpng and
+// libjpeg-turbo decode and a hand-written decoder would not.
 #include "data/image_decode.h"
 
-#include <zlib.h>
+#include <png.h>
+#include <turbojpeg.h>
 
 #include <cstring>
 
@@ -51,89 +53,77 @@ DecodedImage read_pgm(const std::string& bytes, const std::string& name) {
   return t;
 }
 
-std::uint32_t be32(const unsigned char* p) {
-  return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) | p[3];
+constexpr std::int64_t kMaxSide = 16384;
+
+// Every PNG (grey, grey+alpha, RGB, RGBA, palette, 1 to 16 bits, interlaced) through libpng's
+// simplified API, as 8-bit sRGB values; alpha is dropped, as PIL's convert("RGB") drops it.
+DecodedImage read_png(const std::string& bytes, const std::string& name) {
+  png_image image;
+  std::memset(&image, 0, sizeof image);
+  image.version = PNG_IMAGE_VERSION;
+  if (!png_image_begin_read_from_memory(&image, bytes.data(), bytes.size()))
+    throw Error(name + ": corrupt PNG (" + image.message + ")");
+  const bool colour = (image.format & PNG_FORMAT_FLAG_COLOR) != 0;
+  // 16-bit files come out as their 16-bit values (libpng's linear formats: no gamma applied to a
+  // file without gAMA, so value / 65535 as PIL and OpenCV read them; alpha composited on black);
+  // 8-bit ones with their alpha, so that none is composited in, and the alpha then dropped.
+  const bool sixteen = (image.format & PNG_FORMAT_FLAG_LINEAR) != 0;
+  const int channels = sixteen ? (colour ? 3 : 1) : (colour ? 4 : 2);
+  image.format = sixteen ? (colour ? PNG_FORMAT_LINEAR_RGB : PNG_FORMAT_LINEAR_Y)
+                         : (colour ? PNG_FORMAT_RGBA : PNG_FORMAT_GA);
+  if (image.width < 1 || image.height < 1 || image.width > kMaxSide || image.height > kMaxSide) {
+    png_image_free(&image);
+    throw Error(name + ": PNG of " + std::to_string(image.width) + "x" + std::to_string(image.height) +
+                " (at most " + std::to_string(kMaxSide) + " on a side)");
+  }
+  std::vector<unsigned char> pixels(PNG_IMAGE_SIZE(image));
+  if (!png_image_finish_read(&image, nullptr, pixels.data(), 0, nullptr))
+    throw Error(name + ": corrupt PNG image data (" + image.message + ")");
+  const int kept = colour ? 3 : 1;
+  const std::size_t plane = static_cast<std::size_t>(image.width) * image.height;
+  DecodedImage t{kept, image.height, image.width, std::vector<float>(kept * plane)};
+  for (int ch = 0; ch < kept; ++ch)
+    for (std::size_t i = 0; i < plane; ++i) {
+      const std::size_t at = i * channels + static_cast<std::size_t>(ch);
+      std::uint16_t wide = 0;
+      if (sixteen) std::memcpy(&wide, pixels.data() + 2 * at, 2);
+      t.values[ch * plane + i] = sixteen ? wide / 65535.0f : pixels[at] / 255.0f;
+    }
+  return t;
 }
 
-DecodedImage read_png(const std::string& bytes, const std::string& name) {
-  const auto* b = reinterpret_cast<const unsigned char*>(bytes.data());
-  std::size_t pos = 8;
-  std::uint32_t width = 0, height = 0;
-  int channels = 0;
-  std::string idat;
-  bool header = false, end = false;
-  while (!end) {
-    if (pos + 12 > bytes.size()) throw Error(name + ": truncated PNG (no IEND chunk)");
-    const std::uint32_t len = be32(b + pos);
-    const std::string type(bytes.data() + pos + 4, 4);
-    if (len > bytes.size() - pos - 12) throw Error(name + ": truncated PNG chunk " + type);
-    const unsigned char* data = b + pos + 8;
-    if (type == "IHDR") {
-      if (len != 13) throw Error(name + ": malformed IHDR");
-      width = be32(data), height = be32(data + 4);
-      const int depth = data[8], color = data[9], interlace = data[12];
-      channels = color == 0 ? 1 : color == 2 ? 3 : color == 4 ? 2 : color == 6 ? 4 : 0;
-      if (depth != 8 || channels == 0 || interlace != 0)
-        throw Error(name + ": PNG with bit depth " + std::to_string(depth) + ", colour type " +
-                    std::to_string(color) + ", interlace " + std::to_string(interlace) +
-                    " (supported: 8-bit grey, grey+alpha, RGB, RGBA, not interlaced)");
-      if (width < 1 || height < 1 || width > 16384 || height > 16384)
-        throw Error(name + ": PNG of " + std::to_string(width) + "x" + std::to_string(height));
-      header = true;
-    } else if (type == "IDAT") {
-      idat.append(reinterpret_cast<const char*>(data), len);
-    } else if (type == "IEND") {
-      end = true;
-    }
-    pos += 12 + len;
+// JPEG (baseline and progressive, grey, YCbCr, CMYK) through TurboJPEG, into grey for grey files
+// and RGB otherwise.
+DecodedImage read_jpeg(const std::string& bytes, const std::string& name) {
+  const tjhandle tj = tjInitDecompress();
+  if (!tj) throw Error(name + ": cannot start the JPEG decoder");
+  int width = 0, height = 0, subsampling = 0, colourspace = 0;
+  const auto* data = reinterpret_cast<const unsigned char*>(bytes.data());
+  const auto size = static_cast<unsigned long>(bytes.size());
+  auto fail = [&](const std::string& what) {
+    const std::string message = name + ": " + what + " (" + tjGetErrorStr2(tj) + ")";
+    tjDestroy(tj);
+    throw Error(message);
+  };
+  if (tjDecompressHeader3(tj, data, size, &width, &height, &subsampling, &colourspace) != 0)
+    fail("corrupt JPEG header");
+  if (width < 1 || height < 1 || width > kMaxSide || height > kMaxSide) {
+    tjDestroy(tj);
+    throw Error(name + ": JPEG of " + std::to_string(width) + "x" + std::to_string(height) + " (at most " +
+                std::to_string(kMaxSide) + " on a side)");
   }
-  if (!header) throw Error(name + ": PNG without IHDR");
-  const std::size_t stride = static_cast<std::size_t>(width) * static_cast<std::size_t>(channels);
-  std::vector<unsigned char> raw((stride + 1) * height);
-  uLongf raw_len = raw.size();
-  if (uncompress(raw.data(), &raw_len, reinterpret_cast<const Bytef*>(idat.data()), idat.size()) != Z_OK ||
-      raw_len != raw.size())
-    throw Error(name + ": corrupt PNG image data");
-  std::vector<unsigned char> pixels(stride * height), prev(stride, 0);
-  const std::size_t bpp = static_cast<std::size_t>(channels);
-  for (std::uint32_t y = 0; y < height; ++y) {
-    const unsigned char filter = raw[y * (stride + 1)];
-    const unsigned char* in = &raw[y * (stride + 1) + 1];
-    unsigned char* out = &pixels[y * stride];
-    for (std::size_t x = 0; x < stride; ++x) {
-      const int a = x >= bpp ? out[x - bpp] : 0, up = prev[x], c = x >= bpp ? prev[x - bpp] : 0;
-      int v = in[x];
-      switch (filter) {
-        case 0:
-          break;
-        case 1:
-          v += a;
-          break;
-        case 2:
-          v += up;
-          break;
-        case 3:
-          v += (a + up) / 2;
-          break;
-        case 4: {
-          const int p = a + up - c, pa = std::abs(p - a), pb = std::abs(p - up), pc = std::abs(p - c);
-          v += (pa <= pb && pa <= pc) ? a : (pb <= pc ? up : c);
-          break;
-        }
-        default:
-          throw Error(name + ": unknown PNG row filter " + std::to_string(filter));
-      }
-      out[x] = static_cast<unsigned char>(v);
-    }
-    std::memcpy(prev.data(), out, stride);
-  }
-  const int colour = channels >= 3 ? 3 : 1;  // alpha dropped
-  DecodedImage t{colour, static_cast<std::int64_t>(height), static_cast<std::int64_t>(width),
-                 std::vector<float>(static_cast<std::size_t>(colour) * width * height)};
-  for (int ch = 0; ch < colour; ++ch)
-    for (std::size_t i = 0; i < static_cast<std::size_t>(width) * height; ++i)
-      t.values[static_cast<std::size_t>(ch) * width * height + i] =
-          pixels[i * bpp + static_cast<std::size_t>(ch)] / 255.0f;
+  const bool grey = colourspace == TJCS_GRAY;
+  const int channels = grey ? 1 : 3;
+  std::vector<unsigned char> pixels(static_cast<std::size_t>(width) * height * channels);
+  // A truncated file decodes with a warning (the rest grey), as libjpeg does: refused here.
+  if (tjDecompress2(tj, data, size, pixels.data(), width, 0, height, grey ? TJPF_GRAY : TJPF_RGB,
+                    TJFLAG_ACCURATEDCT | TJFLAG_STOPONWARNING) != 0)
+    fail("corrupt or truncated JPEG data");
+  tjDestroy(tj);
+  const std::size_t plane = static_cast<std::size_t>(width) * height;
+  DecodedImage t{channels, height, width, std::vector<float>(channels * plane)};
+  for (int ch = 0; ch < channels; ++ch)
+    for (std::size_t i = 0; i < plane; ++i) t.values[ch * plane + i] = pixels[i * channels + ch] / 255.0f;
   return t;
 }
 
@@ -144,7 +134,8 @@ DecodedImage decode_image_values(const std::string& bytes, const std::string& na
     return read_png(bytes, name);
   if (bytes.size() >= 2 && bytes[0] == 'P' && (bytes[1] == '5' || bytes[1] == '2'))
     return read_pgm(bytes, name);
-  throw Error(name + ": not a PGM (P5/P2) or PNG image");
+  if (bytes.size() >= 3 && std::memcmp(bytes.data(), "\xff\xd8\xff", 3) == 0) return read_jpeg(bytes, name);
+  throw Error(name + ": not a PGM (P5/P2), PNG or JPEG image");
 }
 
 }  // namespace cpudl::data

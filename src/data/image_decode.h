@@ -1,7 +1,8 @@
-// PGM (P5/P2) and PNG (8-bit grey, grey+alpha, RGB, RGBA; not interlaced; alpha dropped) decoded
-// from their bytes into plain values, with no tensor made: what data::read_image and
-// data::decode_image build on, and what the request fuzz target (fuzz/serve_request_fuzz.cpp)
-// reaches without the tensor library. Errors name the file (or `name`) and what is wrong.
+// PGM (P5/P2), PNG (every colour type and bit depth, interlaced or not; alpha dropped) and JPEG
+// (grey or colour) decoded from their bytes into plain values (grey: 1 channel, else RGB), with no tensor
+// made: what data::read_image and data::decode_image build on, and what the request fuzz target
+// (fuzz/serve_request_fuzz.cpp) reaches without the tensor library. Errors name the file (or `name`) and what
+// is wrong.
 #pragma once
 
 #include <cstdint>

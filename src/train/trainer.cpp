@@ -194,6 +194,14 @@ Tensor prepare_image(const Shape& input_shape, const std::vector<float>& mean,
       grey.data()[i] = 0.299f * img.data()[i] + 0.587f * img.data()[n + i] + 0.114f * img.data()[2 * n + i];
     img = grey;
   }
+  if (img.dim() == 3 && img.size(0) == 1 && input_shape.size() == 3 &&
+      input_shape[0] == 3)  // grey into colour
+    img = concat({img, img, img}, 0);
+  // Another size is resized to the model's (stretched, as torchvision's Resize((h, w)) does):
+  // antialiased bilinear, which keeps a large photo of a digit legible at 28 x 28.
+  if (img.dim() == 3 && input_shape.size() == 3 && img.size(0) == input_shape[0] &&
+      (img.size(1) != input_shape[1] || img.size(2) != input_shape[2]))
+    img = data::resize_image(img, input_shape[1], input_shape[2]);
   if (img.shape() != input_shape)
     throw Error(what + ": image of " + shape_text(img.shape()) +
                 " (channels, height, width), the model takes " + shape_text(input_shape));
@@ -431,6 +439,16 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
     Shape s(train_set.images.shape().begin() + 1, train_set.images.shape().end());
     std::vector<float> f(s.begin(), s.end());
     model_metadata["input_shape"] = join(f);
+  }
+  // The training images' mean brightness in [0, 1] (before normalisation): predict warns when an
+  // image's polarity is the opposite (a digit drawn dark on white for a model of MNIST's white on
+  // black).
+  if (train_set.images.dim() == 4 && train_set.images.size(1) == 1 && !train_set.mean.empty()) {
+    double sum = 0;
+    const float* p = train_set.images.data();
+    for (std::int64_t i = 0; i < train_set.images.numel(); ++i) sum += p[i];
+    const double mean = sum / static_cast<double>(std::max<std::int64_t>(train_set.images.numel(), 1));
+    model_metadata["pixel_mean"] = std::to_string(mean * train_set.std[0] + train_set.mean[0]);
   }
   (void)images;
 

@@ -487,7 +487,7 @@ TEST_F(Serve, CpudlModelsClassifyImagesAsPredictDoes) {
   r = c.Post("/v1/models/digits/classify", "GIF89a", "image/gif");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400);
-  EXPECT_NE(r->body.find("not a PGM (P5/P2) or PNG image"), std::string::npos) << r->body;
+  EXPECT_NE(r->body.find("not a PGM (P5/P2), PNG or JPEG image"), std::string::npos) << r->body;
   EXPECT_EQ(c.Post("/v1/models/digits/classify", "P5\n4 4\n255\n" + std::string(16, '\x10'),
                    "image/x-portable-graymap")
                 ->status,

@@ -11,10 +11,13 @@
 #include <sstream>
 
 #include "cli_sandbox.h"
+#include "cpudl/autograd.h"
+#include "cpudl/data.h"
 #include "cpudl/error.h"
 #include "cpudl/io.h"
 #include "cpudl/ops.h"
 #include "named_tensors.h"
+#include "train/trainer.h"
 
 namespace {
 
@@ -243,9 +246,69 @@ TEST_F(TrainCli, EvalAndPredictReadTheModelFileAlone) {
     EXPECT_NEAR(pr["top"][0]["probability"].get<double>(), preds[0]["top"][0]["probability"].get<double>(),
                 1e-2);
   }
+  // Images of other sizes are resized (antialiased bilinear, ImageResize.MatchesPyTorchs...): the
+  // digit at twice the size, in colour, gets the 28 x 28 grey digit's class.
+  std::vector<unsigned char> big;
+  for (int y = 0; y < 56; ++y)
+    for (int x = 0; x < 56; ++x)
+      big.insert(big.end(), 3, pixels[static_cast<std::size_t>(y / 2 * 28 + x / 2)]);
+  std::ofstream(path("big.png"), std::ios::binary) << png(56, 56, 3, big);
+  const Result resized =
+      run("predict --json --top 10 --model " + path("m.safetensors") + " " + path("big.png"));
+  ASSERT_EQ(resized.exit_code, 0) << resized.err;
+  const auto r = nlohmann::json::parse(resized.out)[0]["top"];
+  EXPECT_EQ(r[0]["class"], preds[0]["top"][0]["class"]) << r.dump();
+  {  // what the CLI computed is the model on resize_image's 28 x 28 (luminance of equal RGB: the grey)
+    const cpudl::train::ModelFile m = cpudl::train::load_model_file(path("m.safetensors"));
+    const cpudl::Tensor x =
+        cpudl::train::prepare_image(m, cpudl::data::read_image(path("big.png")), "big.png");
+    cpudl::NoGradGuard no_grad;
+    const cpudl::Tensor probs = cpudl::softmax(m.model->forward(x.unsqueeze(0)), 1);
+    for (const auto& entry : r)
+      EXPECT_NEAR(entry["probability"].get<double>(), probs.at({0, entry["class"].get<std::int64_t>()}),
+                  1e-6);
+    const cpudl::Tensor small_grey =
+        cpudl::data::resize_image(cpudl::data::read_image(path("big.png")), 28, 28);
+    EXPECT_EQ(small_grey.shape(), (cpudl::Shape{3, 28, 28}));
+  }
   const Result small = run("predict --model " + path("m.safetensors") + " " + path("small.pgm"));
-  EXPECT_EQ(small.exit_code, 1);
-  EXPECT_NE(small.err.find("image of [1, 4, 4]"), std::string::npos) << small.err;
+  EXPECT_EQ(small.exit_code, 0) << small.err;  // 4 x 4, enlarged
+
+  // Several inputs: a missing and a corrupt file are reported, the others still predicted, and the
+  // exit code says something failed.
+  std::ofstream(path("broken.png"), std::ios::binary) << png(28, 28, 1, pixels).substr(0, 60);
+  const Result some = run("predict --json --model " + path("m.safetensors") + " " + path("a.png") + " " +
+                          path("missing.png") + " " + path("broken.png") + " " + path("a.pgm"));
+  EXPECT_EQ(some.exit_code, 1);
+  EXPECT_NE(some.err.find("missing.png: cannot open"), std::string::npos) << some.err;
+  EXPECT_NE(some.err.find("broken.png: corrupt PNG"), std::string::npos) << some.err;
+  EXPECT_NE(some.err.find("2 of 4 inputs could not be predicted"), std::string::npos) << some.err;
+  const auto partial = nlohmann::json::parse(some.out);
+  ASSERT_EQ(partial.size(), 4u);
+  EXPECT_EQ(partial[0]["top"], preds[2]["top"]);
+  EXPECT_TRUE(partial[1].contains("error"));
+  EXPECT_TRUE(partial[2].contains("error"));
+  EXPECT_EQ(partial[3]["top"], preds[1]["top"]);
+
+  // A digit drawn dark on light: a warning names the polarity; --invert gives the original's answer.
+  std::vector<unsigned char> negative;
+  for (unsigned char v : pixels) negative.push_back(static_cast<unsigned char>(255 - v));
+  std::ofstream(path("negative.png"), std::ios::binary) << png(28, 28, 1, negative);
+  const Result warned = run("predict --json --model " + path("m.safetensors") + " " + path("negative.png"));
+  ASSERT_EQ(warned.exit_code, 0) << warned.err;
+  EXPECT_NE(warned.err.find("negative.png is mostly light"), std::string::npos) << warned.err;
+  EXPECT_NE(warned.err.find("--invert"), std::string::npos) << warned.err;
+  EXPECT_EQ(run("predict --model " + path("m.safetensors") + " " + path("a.png")).err, "");  // no warning
+  const Result inverted =
+      run("predict --json --top 10 --model " + path("m.safetensors") + " --invert " + path("negative.png"));
+  ASSERT_EQ(inverted.exit_code, 0) << inverted.err;
+  EXPECT_EQ(inverted.err, "");
+  const auto inv = nlohmann::json::parse(inverted.out)[0]["top"];
+  const auto orig = nlohmann::json::parse(
+      run("predict --json --top 10 --model " + path("m.safetensors") + " " + path("a.png")).out)[0]["top"];
+  ASSERT_EQ(inv.size(), orig.size());
+  for (std::size_t k = 0; k < inv.size(); ++k)
+    EXPECT_NEAR(inv[k]["probability"].get<double>(), orig[k]["probability"].get<double>(), 1e-5);
 }
 
 TEST_F(TrainCli, CsvAndCifarDirectoriesTrain) {
