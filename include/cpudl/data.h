@@ -29,6 +29,7 @@ struct Dataset {
   std::string kind;              // "mnist", "cifar10", "csv"
   std::vector<float> mean, std;  // the per-channel normalisation applied (empty for CSV)
   std::int64_t classes = 10;
+  std::vector<std::string> class_names;  // an image folder's (its class directories); else empty
 };
 // MNIST from DIR/{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz], normalised as the popular
 // tutorial does (mean 0.5, std 0.5). Labels must lie in 0..9 and match the image count.
@@ -40,8 +41,9 @@ Dataset load_cifar10(const std::filesystem::path& dir, bool train);
 // CSV: one sample per line, numeric features then an integer label in the last column; a first
 // line that does not parse as numbers is a header. Errors name the file, line and column.
 Dataset load_csv(const std::filesystem::path& path, std::int64_t classes = 0);
-// Whichever of MNIST, CIFAR-10 or train.csv/test.csv the directory holds.
-Dataset load_dataset(const std::filesystem::path& dir, bool train);
+// Whichever of MNIST, CIFAR-10, train.csv/test.csv or an image folder the directory holds; an
+// image folder's samples take `sample_shape` when given (a model's input).
+Dataset load_dataset(const std::filesystem::path& dir, bool train, const Shape& sample_shape = {});
 
 // An image file as [channels, height, width] floats in [0, 1]: binary or ASCII PGM (P5/P2), PNG
 // (any colour type and bit depth, interlaced or not; 16-bit as value / 65535) or JPEG. Grey files
@@ -53,6 +55,19 @@ Tensor decode_image(const std::string& bytes, const std::string& name);
 // torchvision's interpolate(..., antialias=True), align_corners false). Returns the image itself
 // when the size is already that.
 Tensor resize_image(const Tensor& image, std::int64_t height, std::int64_t width);
+// An image [C, H, W] with `channels` channels: RGB to grey by luminance (PIL's convert("L")), grey
+// to RGB by repetition; the image itself when it has them already.
+Tensor convert_channels(const Tensor& image, std::int64_t channels);
+
+// torchvision's ImageFolder: DIR/CLASS/*.png|jpg|jpeg|pgm, classes in sorted name order
+// (class_names), split by DIR/train and DIR/test (or val) when those exist. Every sample is
+// brought to `sample_shape` ([C, H, W]; empty: the first training image's size, colour if any
+// training image is) by convert_channels and resize_image, and normalised with mean 0.5, std 0.5.
+// A folder without a test split gives all its images for either split (train's --val-split
+// carves one out; has_test_split says which).
+Dataset load_image_folder(const std::filesystem::path& dir, bool train, const Shape& sample_shape = {});
+bool is_image_folder(const std::filesystem::path& dir);
+bool has_test_split(const std::filesystem::path& dir);
 
 // Batches of a dataset in a seeded order, assembled on background threads while the previous
 // batch trains. Augmentation (images only): random crop after zero-padding, horizontal flip.

@@ -1,8 +1,11 @@
 // `cpudl eval` (accuracy, loss, confusion matrix of a model file on a dataset) and
 // `cpudl predict` (top-k classes of images), both from the model file's own metadata.
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
@@ -26,7 +29,13 @@ struct EvalOptions {
 int run_eval(const EvalOptions& o) {
   if (!o.report.empty()) check_report_path(o.report);  // before the work, not after it
   train::ModelFile m = train::load_model_file(o.model);
-  const data::Dataset test = data::load_dataset(o.data, false);
+  const data::Dataset test = data::load_dataset(o.data, false, m.input_shape);  // image folders: resized
+  if (!test.class_names.empty() && test.class_names != m.labels) {
+    std::string names;
+    for (const std::string& n : m.labels) names += (names.empty() ? "" : ", ") + n;
+    throw Error(o.data + ": its class folders are not the classes " + o.model + " was trained on (" + names +
+                ")");
+  }
   Shape sample(test.images.shape().begin() + 1, test.images.shape().end());
   if (sample != m.input_shape)
     throw Error(o.data + ": samples are " + shape_text(sample) + ", the model " + o.model + " takes " +
@@ -117,12 +126,37 @@ void print_ascii(const Tensor& img) {
   }
 }
 
+// The inputs with each directory replaced by the images under it (an image folder's class
+// folders included), in sorted order.
+std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs) {
+  std::vector<std::string> out;
+  for (const std::string& spec : inputs) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(spec, ec)) {
+      out.push_back(spec);
+      continue;
+    }
+    std::vector<std::string> found;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(spec, ec)) {
+      std::string ext = e.path().extension().string();
+      std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+      if (e.is_regular_file() && (ext == ".png" || ext == ".jpg" || ext == ".jpeg" || ext == ".pgm"))
+        found.push_back(e.path().string());
+    }
+    if (found.empty()) throw Error(spec + ": a directory with no images (.png, .jpg, .jpeg, .pgm) in it");
+    std::sort(found.begin(), found.end());
+    out.insert(out.end(), found.begin(), found.end());
+  }
+  return out;
+}
+
 int run_predict(const PredictOptions& o) {
   train::ModelFile m = train::load_model_file(o.model);
   NoGradGuard no_grad;
   nlohmann::ordered_json all = nlohmann::ordered_json::array();
   int failed = 0;
-  for (const std::string& spec : o.inputs) {
+  const std::vector<std::string> inputs = expand_inputs(o.inputs);
+  for (const std::string& spec : inputs) {
     // One bad file is reported and the others still predicted; the exit code says some failed.
     Tensor x;
     try {
@@ -147,7 +181,8 @@ int run_predict(const PredictOptions& o) {
     ranked.resize(static_cast<std::size_t>(std::min<int>(o.top, static_cast<int>(ranked.size()))));
     if (o.json) {
       nlohmann::ordered_json top = nlohmann::ordered_json::array();
-      for (auto [p, k] : ranked) top.push_back({{"class", k}, {"probability", p}});
+      for (auto [p, k] : ranked)
+        top.push_back({{"class", k}, {"label", m.labels[static_cast<std::size_t>(k)]}, {"probability", p}});
       all.push_back({{"input", spec}, {"top", top}});
       continue;
     }
@@ -157,12 +192,13 @@ int run_predict(const PredictOptions& o) {
       print_ascii(img);
     }
     std::printf("%s:", spec.c_str());
-    for (auto [p, k] : ranked) std::printf("  %d (%.1f%%)", k, 100 * p);
+    for (auto [p, k] : ranked)
+      std::printf("  %s (%.1f%%)", m.labels[static_cast<std::size_t>(k)].c_str(), 100 * p);
     std::printf("\n");
   }
   if (o.json) std::printf("%s\n", all.dump().c_str());
   if (failed > 0) {
-    std::fprintf(stderr, "cpudl: error: %d of %zu inputs could not be predicted\n", failed, o.inputs.size());
+    std::fprintf(stderr, "cpudl: error: %d of %zu inputs could not be predicted\n", failed, inputs.size());
     return 1;
   }
   return 0;

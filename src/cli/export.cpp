@@ -70,6 +70,8 @@ int run_export(const ExportOptions& o) {
                 {"classes", std::to_string(m.classes)},
                 {"normalization_mean", join(m.mean)},
                 {"normalization_std", join(m.std)}};
+  if (const auto names = m.metadata.find("class_names"); names != m.metadata.end())
+    z.metadata["class_names"] = names->second;
   const std::string bytes = infer::export_zoo_onnx(z, CPUDL_VERSION);
   // Written beside the output, checked, then renamed into place: a file that fails the check is
   // removed and the output left as it was.

@@ -182,7 +182,13 @@ void add_train_command(CLI::App& app, Action& action) {
       app.add_subcommand("train", "Train a zoo model (defaults: the PyTorch CPU tutorial's settings)");
   t->add_option("--model", o->config.model, "simplecnn, lenet5, mlp or resnet18 (default simplecnn)")
       ->check(CLI::IsMember({"simplecnn", "lenet5", "mlp", "resnet18"}));
-  t->add_option("--data", o->data, "Directory with MNIST IDX files, CIFAR-10 batches, or train.csv/test.csv");
+  t->add_option(
+      "--data", o->data,
+      "Directory with MNIST IDX files, CIFAR-10 batches, train.csv/test.csv, or images in class folders "
+      "(CLASS/*.png|jpg, torchvision's ImageFolder; train/ and test/ or val/ above them, or --val-split)");
+  t->add_option("--val-split", o->config.val_split,
+                "Hold out this share of the training data as the test split (default 0: the data's own)")
+      ->check(in_range(0.0, 0.9));
   t->add_option("--epochs", o->config.epochs, "Epochs (default 5)")->check(in_range(1, 100000));
   t->add_option("--batch", o->config.batch, "Batch size (default 256)")->check(in_range(1, 1 << 20));
   t->add_option("--optimizer", o->config.optimizer, "adam, adamw or sgd (default adam)")
@@ -248,8 +254,9 @@ void add_train_command(CLI::App& app, Action& action) {
               "elsewhere). --batch stays the global batch");
   t->callback([&action, o, t] {
     // Which settings were given, so that a resumed run can tell a repeated flag from a default.
-    for (const char* flag : {"--model", "--epochs", "--batch", "--optimizer", "--lr", "--momentum",
-                             "--weight-decay", "--seed", "--no-shuffle", "--accumulate", "--precision"})
+    for (const char* flag :
+         {"--model", "--epochs", "--batch", "--optimizer", "--lr", "--momentum", "--weight-decay", "--seed",
+          "--no-shuffle", "--accumulate", "--precision", "--val-split"})
       if (t->count(flag) > 0) o->config.given.insert(flag);
     action = [o] { return run_train(*o); };
   });

@@ -24,8 +24,13 @@ Dataset load_cifar10(const std::filesystem::path& dir, bool train) {
     bytes += part;
   }
   const auto n = static_cast<std::int64_t>(bytes.size() / kRecord);
-  Dataset ds{Tensor::empty({n, 3, 32, 32}), Tensor::empty({n}, DType::i64), "cifar10",
-             {0.4914f, 0.4822f, 0.4465f},   {0.2470f, 0.2435f, 0.2616f},    10};
+  Dataset ds{Tensor::empty({n, 3, 32, 32}),
+             Tensor::empty({n}, DType::i64),
+             "cifar10",
+             {0.4914f, 0.4822f, 0.4465f},
+             {0.2470f, 0.2435f, 0.2616f},
+             10,
+             {}};
   float* px = ds.images.data();
   auto* lab = ds.labels.data_as<std::int64_t>();
   for (std::int64_t i = 0; i < n; ++i) {
@@ -92,14 +97,15 @@ Dataset load_csv(const std::filesystem::path& path, std::int64_t classes) {
              "csv",
              {},
              {},
-             0};
+             0,
+             {}};
   std::int64_t max_label = 0;
   for (auto l : labels) max_label = std::max(max_label, l);
   ds.classes = classes > 0 ? classes : max_label + 1;
   return ds;
 }
 
-Dataset load_dataset(const std::filesystem::path& dir, bool train) {
+Dataset load_dataset(const std::filesystem::path& dir, bool train, const Shape& sample_shape) {
   if (!std::filesystem::is_directory(dir)) throw Error(dir.string() + ": no such data directory");
   auto exists = [&](const std::string& name) {
     return std::filesystem::exists(dir / name) || std::filesystem::exists(dir / (name + ".gz"));
@@ -114,7 +120,10 @@ Dataset load_dataset(const std::filesystem::path& dir, bool train) {
     const std::int64_t classes = load_csv(dir / "train.csv").classes;
     return load_csv(dir / (train ? "train.csv" : "test.csv"), classes);
   }
-  throw Error(dir.string() + ": holds no MNIST IDX files, CIFAR-10 batches or train.csv/test.csv");
+  if (is_image_folder(dir)) return load_image_folder(dir, train, sample_shape);
+  throw Error(
+      dir.string() +
+      ": holds no MNIST IDX files, CIFAR-10 batches, train.csv/test.csv or image folder (CLASS/IMAGE.png)");
 }
 
 }  // namespace cpudl::data

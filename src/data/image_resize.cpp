@@ -42,6 +42,23 @@ AxisWeights axis_weights(std::int64_t in, std::int64_t out) {
 
 }  // namespace
 
+Tensor convert_channels(const Tensor& image, std::int64_t channels) {
+  if (image.dim() != 3 || image.size(0) == channels) return image;
+  const Tensor src = image.contiguous();
+  const std::int64_t n = src.size(1) * src.size(2);
+  Tensor out = Tensor::empty({channels, src.size(1), src.size(2)});
+  if (src.size(0) == 3 && channels == 1) {  // ITU-R 601 luminance, as PIL's convert("L")
+    for (std::int64_t k = 0; k < n; ++k)
+      out.data()[k] = 0.299f * src.data()[k] + 0.587f * src.data()[n + k] + 0.114f * src.data()[2 * n + k];
+  } else if (src.size(0) == 1 && channels == 3) {
+    for (std::int64_t c = 0; c < 3; ++c) std::copy(src.data(), src.data() + n, out.data() + c * n);
+  } else {
+    throw Error("an image of " + std::to_string(src.size(0)) + " channels cannot become " +
+                std::to_string(channels));
+  }
+  return out;
+}
+
 Tensor resize_image(const Tensor& image, std::int64_t height, std::int64_t width) {
   if (image.dim() != 3)
     throw Error("resize_image: expected [channels, height, width], got " + shape_text(image.shape()));

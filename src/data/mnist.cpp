@@ -24,7 +24,7 @@ Dataset load_mnist(const std::filesystem::path& dir, bool train, float mean, flo
     throw Error(image_path.string() + " holds " + std::to_string(images.dims[0]) + " images but " +
                 label_path.string() + " holds " + std::to_string(labels.dims[0]) + " labels");
   const std::int64_t n = images.dims[0], h = images.dims[1], w = images.dims[2];
-  Dataset ds{Tensor::empty({n, 1, h, w}), Tensor::empty({n}, DType::i64), "mnist", {mean}, {std}, 10};
+  Dataset ds{Tensor::empty({n, 1, h, w}), Tensor::empty({n}, DType::i64), "mnist", {mean}, {std}, 10, {}};
   float* px = ds.images.data();
   for (std::size_t i = 0; i < images.values.size(); ++i)
     px[i] = (static_cast<float>(images.values[i]) / 255.0f - mean) / std;

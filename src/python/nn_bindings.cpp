@@ -110,7 +110,10 @@ void bind_nn(py::module_& m) {
         return data::load_mnist(dir, train, mean, std);
       },
       ReleaseGil());
-  m.def("_load_dataset", &data::load_dataset, ReleaseGil());
+  m.def(
+      "_load_dataset",
+      [](const std::filesystem::path& dir, bool train) { return data::load_dataset(dir, train); },
+      ReleaseGil());
   py::class_<data::DataLoader>(m, "_DataLoader")
       .def(py::init([](const data::Dataset& d, std::int64_t batch, bool shuffle, bool drop_last,
                        std::uint64_t seed, int workers) {

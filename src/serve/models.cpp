@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <nlohmann/json.hpp>
 
 #include "cpudl/autograd.h"
 #include "cpudl/data.h"
@@ -89,8 +90,13 @@ std::optional<TensorModel::ImageInput> exported_image_input(const InferenceSessi
       in.shape[3] <= 0)
     return std::nullopt;
   TensorModel::ImageInput image{
-      {in.shape[1], in.shape[2], in.shape[3]}, float_list(mean->second), float_list(stdev->second)};
+      {in.shape[1], in.shape[2], in.shape[3]}, float_list(mean->second), float_list(stdev->second), {}};
   if (image.mean.empty() || image.stdev.empty()) return std::nullopt;
+  if (const auto names = md.find("cpudl.class_names"); names != md.end()) {
+    const auto parsed = nlohmann::json::parse(names->second, nullptr, false);
+    if (parsed.is_array())
+      for (const auto& n : parsed) image.labels.push_back(n.is_string() ? n.get<std::string>() : n.dump());
+  }
   return image;
 }
 
@@ -119,7 +125,7 @@ TensorModel::TensorModel(std::string name, const std::filesystem::path& path, co
     in.insert(in.end(), own_->input_shape.begin(), own_->input_shape.end());
     inputs_ = {{"input", DType::f32, in}};
     outputs_ = {{"output", DType::f32, {-1, own_->classes}}};
-    image_input_ = ImageInput{own_->input_shape, own_->mean, own_->std};
+    image_input_ = ImageInput{own_->input_shape, own_->mean, own_->std, own_->labels};
   } else {
     const std::string what = io::file_kind_description(kind);
     throw Error(file + ": " + (what.empty() ? "not" : what + ", not") +

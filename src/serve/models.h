@@ -73,7 +73,14 @@ class TensorModel {
   struct ImageInput {
     Shape shape;  // [C, H, W]
     std::vector<float> mean, stdev;
+    std::vector<std::string> labels;  // class names (an image folder's), else empty: the index
   };
+  // What classify calls class k.
+  std::string label(int k) const {
+    return image_input_ && k < static_cast<int>(image_input_->labels.size())
+               ? image_input_->labels[static_cast<std::size_t>(k)]
+               : std::to_string(k);
+  }
   // The top classes for an image file's bytes (as `cpudl predict`) of a cpudl model or an ONNX
   // file cpudl export wrote: 400 for other ONNX models, whose preprocessing the file does not say,
   // and for a body that is not an image.

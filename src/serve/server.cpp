@@ -503,7 +503,7 @@ void Service::routes(httplib::Server& svr) {
     TensorModel& m = tensor_model(req.matches[1]);
     json top = json::array();
     for (const auto& [k, p] : m.classify(req.body, 5, deadline()))
-      top.push_back({{"label", std::to_string(k)}, {"probability", p}});
+      top.push_back({{"label", m.label(k)}, {"probability", p}});
     res.set_content(json{{"model", m.name()}, {"top", top}}.dump(), "application/json");
   });
   svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {

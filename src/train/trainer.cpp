@@ -6,7 +6,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <nlohmann/json.hpp>
+#include <numeric>
 #include <optional>
+#include <random>
 #include <sstream>
 
 #include "cpudl/autograd.h"
@@ -90,6 +93,51 @@ nn::NamedTensors with_prefix(const nn::NamedTensors& t, const std::string& prefi
   return out;
 }
 
+// Rows `rows` of a dataset (images and labels), in that order.
+data::Dataset subset(const data::Dataset& d, const std::vector<std::int64_t>& rows) {
+  data::Dataset s = d;
+  Shape shape = d.images.shape();
+  shape[0] = static_cast<std::int64_t>(rows.size());
+  s.images = Tensor::empty(shape);
+  s.labels = Tensor::empty({shape[0]}, DType::i64);
+  const std::int64_t sample = d.images.numel() / std::max<std::int64_t>(d.images.size(0), 1);
+  const Tensor images = d.images.contiguous(), labels = d.labels.contiguous();
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    std::copy(images.data() + rows[i] * sample, images.data() + (rows[i] + 1) * sample,
+              s.images.data() + static_cast<std::int64_t>(i) * sample);
+    s.labels.data_as<std::int64_t>()[i] = labels.data_as<std::int64_t>()[rows[i]];
+  }
+  return s;
+}
+
+// The training and test splits: the directory's own, or with --val-split a seeded share of the
+// training data held out (the same rows for the same seed, so a resumed run sees the same split).
+std::pair<data::Dataset, data::Dataset> load_splits(const TrainConfig& c) {
+  data::Dataset train = data::load_dataset(c.data, true);
+  if (c.val_split > 0) {
+    const std::int64_t n = train.images.size(0);
+    const auto held = static_cast<std::int64_t>(std::ceil(c.val_split * static_cast<double>(n)));
+    if (held < 1 || held >= n)
+      throw UsageError("--val-split " + std::to_string(c.val_split) + " of " + std::to_string(n) +
+                       " samples leaves no training or no validation sample");
+    std::vector<std::int64_t> order(static_cast<std::size_t>(n));
+    std::iota(order.begin(), order.end(), 0);
+    std::mt19937_64 rng(c.seed ^ 0x5eedf00dULL);
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<std::int64_t> kept(order.begin(), order.end() - held), val(order.end() - held, order.end());
+    std::sort(kept.begin(), kept.end());
+    std::sort(val.begin(), val.end());
+    return {subset(train, kept), subset(train, val)};
+  }
+  if (!data::has_test_split(c.data))
+    throw UsageError(
+        c.data.string() +
+        ": an image folder without test/ or val/: give --val-split 0.1 to hold out a tenth of it");
+  const Shape sample(train.images.shape().begin() + 1, train.images.shape().end());
+  data::Dataset test = data::load_dataset(c.data, false, sample);
+  return {std::move(train), std::move(test)};
+}
+
 void check_writable(const std::filesystem::path& path, const char* flag) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
@@ -164,6 +212,18 @@ ModelFile load_model_file(const std::filesystem::path& path) {
   for (float v : split_floats(get("input_shape"), path.string(), "input_shape"))
     m.input_shape.push_back(static_cast<std::int64_t>(v));
   m.classes = static_cast<std::int64_t>(std::stoll(get("classes")));
+  if (const auto names = f.metadata.find("class_names"); names != f.metadata.end()) {
+    try {
+      m.labels = nlohmann::json::parse(names->second).get<std::vector<std::string>>();
+    } catch (const nlohmann::json::exception&) {
+      throw Error(path.string() + ": metadata class_names is not a JSON array of strings");
+    }
+    if (static_cast<std::int64_t>(m.labels.size()) != m.classes)
+      throw Error(path.string() + ": metadata class_names has " + std::to_string(m.labels.size()) +
+                  " names for " + std::to_string(m.classes) + " classes");
+  }
+  for (std::int64_t k = static_cast<std::int64_t>(m.labels.size()); k < m.classes; ++k)
+    m.labels.push_back(std::to_string(k));
   m.mean = split_floats(get("normalization_mean"), path.string(), "normalization_mean");
   m.std = split_floats(get("normalization_std"), path.string(), "normalization_std");
   if (m.input_shape.empty()) throw Error(path.string() + ": empty input_shape");
@@ -187,16 +247,9 @@ ModelFile load_model_file(const std::filesystem::path& path) {
 
 Tensor prepare_image(const Shape& input_shape, const std::vector<float>& mean,
                      const std::vector<float>& stdev, Tensor img, const std::string& what) {
-  if (img.dim() == 3 && img.size(0) == 3 && input_shape[0] == 1) {  // colour into a grey model: luminance
-    Tensor grey = Tensor::empty({1, img.size(1), img.size(2)});
-    const std::int64_t n = img.size(1) * img.size(2);
-    for (std::int64_t i = 0; i < n; ++i)
-      grey.data()[i] = 0.299f * img.data()[i] + 0.587f * img.data()[n + i] + 0.114f * img.data()[2 * n + i];
-    img = grey;
-  }
-  if (img.dim() == 3 && img.size(0) == 1 && input_shape.size() == 3 &&
-      input_shape[0] == 3)  // grey into colour
-    img = concat({img, img, img}, 0);
+  if (img.dim() == 3 && input_shape.size() == 3 && (img.size(0) == 1 || img.size(0) == 3) &&
+      (input_shape[0] == 1 || input_shape[0] == 3))
+    img = data::convert_channels(img, input_shape[0]);  // colour into a grey model: luminance; and back
   // Another size is resized to the model's (stretched, as torchvision's Resize((h, w)) does):
   // antialiased bilinear, which keeps a large photo of a digit legible at 28 x 28.
   if (img.dim() == 3 && input_shape.size() == 3 && img.size(0) == input_shape[0] &&
@@ -264,6 +317,7 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
     ckpt = io::load_safetensors(c.resume);
     ckpt.metadata.emplace("accumulate", "1");  // checkpoints from before these settings
     ckpt.metadata.emplace("precision", "fp32");
+    ckpt.metadata.emplace("val_split", std::to_string(0.0f));
     const auto& md = ckpt.metadata;
     auto need = [&](const char* key) {
       const auto it = md.find(key);
@@ -288,7 +342,8 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
                     {"--seed", "seed", std::to_string(c.seed)},
                     {"--no-shuffle", "shuffle", c.shuffle ? "1" : "0"},
                     {"--accumulate", "accumulate", std::to_string(c.accumulate)},
-                    {"--precision", "precision", c.precision}};
+                    {"--precision", "precision", c.precision},
+                    {"--val-split", "val_split", std::to_string(c.val_split)}};
     for (const auto& s : settings)
       if (c.given.count(s.flag) && need(s.key) != s.value)
         throw UsageError(std::string(s.flag) + " " + s.value + " differs from the checkpoint's " +
@@ -304,6 +359,7 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
     c.shuffle = need("shuffle") == "1";
     c.accumulate = std::stoll(need("accumulate"));
     c.precision = need("precision");
+    c.val_split = std::stof(need("val_split"));
     start_epoch = std::stoi(need("epoch"));
     start_step = std::stoll(need("step_in_epoch"));
     global_step = std::stoll(need("global_step"));
@@ -317,8 +373,7 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
                        " or more to continue");
   }
 
-  const data::Dataset train_set = data::load_dataset(c.data, true),
-                      test_set = data::load_dataset(c.data, false);
+  const auto [train_set, test_set] = load_splits(c);
   if (test_set.images.dim() != train_set.images.dim() ||
       test_set.images.numel() / std::max<std::int64_t>(1, test_set.images.size(0)) !=
           train_set.images.numel() / train_set.images.size(0))
@@ -435,6 +490,8 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
       {"normalization_mean", join(train_set.mean)},
       {"normalization_std", join(train_set.std)},
   };
+  if (!train_set.class_names.empty())
+    model_metadata["class_names"] = nlohmann::json(train_set.class_names).dump();
   {
     Shape s(train_set.images.shape().begin() + 1, train_set.images.shape().end());
     std::vector<float> f(s.begin(), s.end());
@@ -470,6 +527,7 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
     md["shuffle"] = c.shuffle ? "1" : "0";
     md["accumulate"] = std::to_string(c.accumulate);
     md["precision"] = c.precision;
+    md["val_split"] = std::to_string(c.val_split);
     md["epoch"] = std::to_string(epoch);
     md["epochs"] = std::to_string(c.epochs);
     md["step_in_epoch"] = std::to_string(step_in_epoch);

@@ -33,6 +33,7 @@ struct TrainConfig {
   bool shuffle = true;
   std::int64_t checkpoint_every = 0;  // steps; 0 = only at epoch ends and on signals
   bool keep_checkpoint = false;       // false: removed once the model file is written
+  float val_split = 0;                // > 0: this share of the training data held out as the test split
   int workers = 1;                    // data-loading threads
   std::int64_t stop_after = -1;       // testing: raise SIGTERM after this many steps
   // Data-parallel over MPI: on whenever mpirun started more than one rank; `distributed` demands
@@ -108,6 +109,8 @@ struct ModelFile {
   std::vector<float> mean, std;
   Shape input_shape;  // per sample, e.g. [1, 28, 28]
   std::int64_t classes = 10;
+  // The class names an image-folder model was trained on (metadata class_names); else "0", "1", ...
+  std::vector<std::string> labels;
 };
 ModelFile load_model_file(const std::filesystem::path& path);
 // An image ([C, H, W] in [0, 1], data::read_image) as the model's input sample: colour turned to

@@ -109,7 +109,7 @@ namespace cpudl::data {
 namespace {
 
 Dataset numbered(std::int64_t n) {
-  Dataset d{Tensor::empty({n, 1, 4, 4}), Tensor::empty({n}, DType::i64), "test", {}, {}, 10};
+  Dataset d{Tensor::empty({n, 1, 4, 4}), Tensor::empty({n}, DType::i64), "test", {}, {}, 10, {}};
   for (std::int64_t i = 0; i < n; ++i) {
     for (int p = 0; p < 16; ++p) d.images.data()[i * 16 + p] = static_cast<float>(i * 100 + p);
     d.labels.data_as<std::int64_t>()[i] = i;
