@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "cpudl/nn.h"
@@ -126,6 +127,24 @@ class LinearWarmup : public LrScheduler {
   std::int64_t warmup_;
   float start_factor_;
 };
+
+// The learning rate of optimiser step `step` (0-based) of a run, as a pure function of the step, so
+// that a resumed run continues the schedule exactly (`cpudl train --lr-schedule`):
+//   constant  base_lr
+//   step      base_lr * gamma^(epoch / step_size_epochs)             (torch StepLR, per epoch)
+//   cosine    base_lr * (1 + cos(pi * t / (total - warmup))) / 2     (torch CosineAnnealingLR per step)
+//   onecycle  torch OneCycleLR's learning rate with its defaults (max_lr = base_lr, pct_start 0.3,
+//             cosine annealing, div_factor 25, final_div_factor 1e4); momentum is not cycled
+// with, for constant, step and cosine, a linear warm-up over the first warmup_steps (the factor
+// step / warmup_steps, as Hugging Face's get_*_schedule_with_warmup; t counts from its end).
+struct LrSchedule {
+  std::string kind = "constant";
+  float base_lr = 1e-3f;
+  std::int64_t total_steps = 1, steps_per_epoch = 1, warmup_steps = 0;
+  std::int64_t step_size_epochs = 1;
+  float gamma = 0.1f;
+};
+float scheduled_lr(const LrSchedule& schedule, std::int64_t step);
 
 // Scales all gradients so that their global L2 norm is at most max_norm; returns the norm before.
 float clip_grad_norm(const std::vector<Tensor>& params, float max_norm);

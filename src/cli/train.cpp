@@ -2,9 +2,12 @@
 // otherwise, or JSON lines; checkpoints on SIGINT/SIGTERM and resumes to the same result.
 #include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
@@ -28,7 +31,58 @@ struct TrainOptions {
   bool json = false, no_shuffle = false;
   std::string out, data, init, resume, checkpoint;
   int metrics_port = -1;  // -1: none
-  std::string report;
+  std::string report, log_csv;
+};
+
+// --log-csv: one row per step, per --val-every evaluation and per epoch, flushed as written (a
+// log read while the run goes on, or after a crash), appended to when the run is resumed.
+class CsvLog {
+ public:
+  CsvLog(const std::string& path, bool append) {
+    if (path.empty()) return;
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec))
+      throw UsageError("--log-csv " + path + " is a directory: give the file to write");
+    const bool fresh =
+        !append || !std::filesystem::exists(path, ec) || std::filesystem::file_size(path, ec) == 0;
+    file_ = std::fopen(path.c_str(), fresh ? "w" : "a");
+    if (!file_) throw Error("--log-csv " + path + ": cannot write (" + std::strerror(errno) + ")");
+    if (fresh) row("kind,epoch,step,global_step,loss,lr,images_per_second,seconds,test_loss,test_accuracy");
+  }
+  ~CsvLog() {
+    if (file_) std::fclose(file_);
+  }
+  CsvLog(const CsvLog&) = delete;
+  CsvLog& operator=(const CsvLog&) = delete;
+  void step(const train::StepProgress& p) {
+    if (!file_) return;
+    char line[256];
+    std::snprintf(line, sizeof line, "step,%d,%lld,%lld,%.7g,%.7g,%.1f,%.4f,,", p.epoch,
+                  static_cast<long long>(p.step), static_cast<long long>(p.global_step), p.loss, p.lr,
+                  p.images_per_second, p.seconds);
+    row(line);
+  }
+  void validation(const train::ValidationReport& v) {
+    if (!file_) return;
+    char line[256];
+    std::snprintf(line, sizeof line, "val,%d,,%lld,,,,,%.7g,%.7g", v.epoch,
+                  static_cast<long long>(v.global_step), v.test_loss, v.test_accuracy);
+    row(line);
+  }
+  void epoch(const train::EpochReport& e) {
+    if (!file_) return;
+    char line[256];
+    std::snprintf(line, sizeof line, "epoch,%d,,,%.7g,,%.1f,%.4f,%.7g,%.7g", e.epoch, e.loss,
+                  e.images_per_second, e.seconds, e.test_loss, e.test_accuracy);
+    row(line);
+  }
+
+ private:
+  void row(const char* text) {
+    std::fprintf(file_, "%s\n", text);
+    std::fflush(file_);
+  }
+  std::FILE* file_ = nullptr;
 };
 
 void on_signal(int signal) { train::g_stop_signal = signal; }
@@ -62,6 +116,7 @@ int run_train(TrainOptions& o) {
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
 
+  CsvLog csv(o.log_csv, !o.resume.empty());           // before any work: a run must not end unable to log
   const bool profile_asked = op_profiling_enabled();  // CPUDL_PROFILE=1: the table on stderr
   if (!o.report.empty()) {  // checked before any work: a run must not end unable to write it
     check_report_path(o.report);
@@ -85,7 +140,23 @@ int run_train(TrainOptions& o) {
       std::fprintf(stderr, "%s%s\n", tty ? "\r\033[K" : "", text.c_str());
     std::fflush(stdout);
   };
+  cb.validation = [&](const train::ValidationReport& v) {
+    csv.validation(v);
+    if (o.json)
+      std::printf("%s\n", nlohmann::ordered_json{{"validation", true},
+                                                 {"epoch", v.epoch},
+                                                 {"global_step", v.global_step},
+                                                 {"test_loss", v.test_loss},
+                                                 {"test_accuracy", v.test_accuracy}}
+                              .dump()
+                              .c_str());
+    else
+      std::printf("%sepoch %d, step %lld: test loss %.4f, test accuracy %.2f%%\n", tty ? "\r\033[K" : "",
+                  v.epoch, static_cast<long long>(v.global_step), v.test_loss, 100 * v.test_accuracy);
+    std::fflush(stdout);
+  };
   cb.step = [&](const train::StepProgress& p) {
+    csv.step(p);
     if (monitor) monitor->step(p);
     if (o.log_every > 0 && p.step % o.log_every == 0) {
       if (o.json)
@@ -110,6 +181,7 @@ int run_train(TrainOptions& o) {
   // Under CPUDL_PROFILE=1, each epoch's counters (training and its evaluation) on stderr.
   CounterReading epoch_counters = profile_asked ? read_thread_counters() : CounterReading{};
   cb.epoch = [&](const train::EpochReport& e) {
+    csv.epoch(e);
     if (monitor) monitor->epoch(e);
     if (profile_asked) {
       const CounterReading now = read_thread_counters();
@@ -186,6 +258,24 @@ void add_train_command(CLI::App& app, Action& action) {
       "--data", o->data,
       "Directory with MNIST IDX files, CIFAR-10 batches, train.csv/test.csv, or images in class folders "
       "(CLASS/*.png|jpg, torchvision's ImageFolder; train/ and test/ or val/ above them, or --val-split)");
+  t->add_option(
+       "--lr-schedule", o->config.lr_schedule,
+       "constant (default), step (x --lr-gamma every --lr-step-size epochs), cosine (to 0 over the run, per "
+       "step) or onecycle (PyTorch's OneCycleLR with max_lr --lr)")
+      ->check(CLI::IsMember({"constant", "step", "cosine", "onecycle"}));
+  t->add_option("--warmup", o->config.warmup,
+                "Steps of linear warm-up from 0 to --lr (constant, step, cosine)")
+      ->check(in_range(0, 1 << 30));
+  t->add_option("--lr-step-size", o->config.lr_step_size,
+                "Epochs between --lr-schedule step's decays (default: a third of the run)")
+      ->check(in_range(1, 100000));
+  t->add_option("--lr-gamma", o->config.lr_gamma, "Factor of each step decay (default 0.1)")
+      ->check(in_range(0.0, 1.0));
+  t->add_option("--val-every", o->config.val_every, "Also evaluate on the test split every N steps")
+      ->check(in_range(1, 1 << 30));
+  t->add_option("--log-csv", o->log_csv,
+                "Write one CSV row per step, evaluation and epoch (kind, epoch, step, global_step, loss, lr, "
+                "images_per_second, seconds, test_loss, test_accuracy)");
   t->add_option("--val-split", o->config.val_split,
                 "Hold out this share of the training data as the test split (default 0: the data's own)")
       ->check(in_range(0.0, 0.9));
@@ -254,9 +344,9 @@ void add_train_command(CLI::App& app, Action& action) {
               "elsewhere). --batch stays the global batch");
   t->callback([&action, o, t] {
     // Which settings were given, so that a resumed run can tell a repeated flag from a default.
-    for (const char* flag :
-         {"--model", "--epochs", "--batch", "--optimizer", "--lr", "--momentum", "--weight-decay", "--seed",
-          "--no-shuffle", "--accumulate", "--precision", "--val-split"})
+    for (const char* flag : {"--model", "--epochs", "--batch", "--optimizer", "--lr", "--momentum",
+                             "--weight-decay", "--seed", "--no-shuffle", "--accumulate", "--precision",
+                             "--val-split", "--lr-schedule", "--warmup", "--lr-step-size", "--lr-gamma"})
       if (t->count(flag) > 0) o->config.given.insert(flag);
     action = [o] { return run_train(*o); };
   });

@@ -178,6 +178,34 @@ float LinearWarmup::lr_at(std::int64_t step) const {
   return base_lr_ * f;
 }
 
+float scheduled_lr(const LrSchedule& s, std::int64_t step) {
+  const double base = s.base_lr;
+  if (s.kind == "onecycle") {  // torch.optim.lr_scheduler.OneCycleLR, two phases
+    const double initial = base / 25.0, minimum = initial / 1e4;
+    const double up_end = 0.3 * static_cast<double>(s.total_steps) - 1,
+                 down_end = static_cast<double>(s.total_steps - 1);
+    const auto anneal = [](double from, double to, double pct) {
+      return to + (from - to) / 2 * (std::cos(M_PI * pct) + 1);
+    };
+    const auto k = static_cast<double>(step);
+    if (k <= up_end) return static_cast<float>(anneal(initial, base, k / up_end));
+    return static_cast<float>(anneal(base, minimum, (k - up_end) / (down_end - up_end)));
+  }
+  if (step < s.warmup_steps)
+    return static_cast<float>(base * static_cast<double>(step) / static_cast<double>(s.warmup_steps));
+  if (s.kind == "step") {
+    const std::int64_t epoch = step / std::max<std::int64_t>(s.steps_per_epoch, 1);
+    return static_cast<float>(
+        base * std::pow(s.gamma, static_cast<double>(epoch / std::max<std::int64_t>(s.step_size_epochs, 1))));
+  }
+  if (s.kind == "cosine") {
+    const double t = static_cast<double>(step - s.warmup_steps),
+                 span = static_cast<double>(std::max<std::int64_t>(s.total_steps - s.warmup_steps, 1));
+    return static_cast<float>(base * (1 + std::cos(M_PI * std::min(t, span) / span)) / 2);
+  }
+  return s.base_lr;
+}
+
 float clip_grad_norm(const std::vector<Tensor>& params, float max_norm) {
   double total = 0;
   for (const Tensor& p : params) {

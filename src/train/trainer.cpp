@@ -274,6 +274,11 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
   if (c.batch < 1) throw UsageError("--batch must be at least 1");
   if (!(c.lr > 0)) throw UsageError("--lr must be positive");
   if (c.out.empty()) throw UsageError("--out FILE is required");
+  if (c.lr_schedule != "constant" && c.lr_schedule != "step" && c.lr_schedule != "cosine" &&
+      c.lr_schedule != "onecycle")
+    throw UsageError("--lr-schedule " + c.lr_schedule + ": expected constant, step, cosine or onecycle");
+  if (c.lr_schedule == "onecycle" && c.warmup > 0)
+    throw UsageError("--warmup with --lr-schedule onecycle: onecycle warms up by itself (its first 30%)");
   if (c.accumulate < 1 || c.batch % c.accumulate != 0)
     throw UsageError("--accumulate " + std::to_string(c.accumulate) + " does not divide --batch " +
                      std::to_string(c.batch) + " into equal micro-batches");
@@ -318,6 +323,10 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
     ckpt.metadata.emplace("accumulate", "1");  // checkpoints from before these settings
     ckpt.metadata.emplace("precision", "fp32");
     ckpt.metadata.emplace("val_split", std::to_string(0.0f));
+    ckpt.metadata.emplace("lr_schedule", "constant");
+    ckpt.metadata.emplace("warmup", "0");
+    ckpt.metadata.emplace("lr_step_size", "0");
+    ckpt.metadata.emplace("lr_gamma", std::to_string(0.1f));
     const auto& md = ckpt.metadata;
     auto need = [&](const char* key) {
       const auto it = md.find(key);
@@ -343,7 +352,11 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
                     {"--no-shuffle", "shuffle", c.shuffle ? "1" : "0"},
                     {"--accumulate", "accumulate", std::to_string(c.accumulate)},
                     {"--precision", "precision", c.precision},
-                    {"--val-split", "val_split", std::to_string(c.val_split)}};
+                    {"--val-split", "val_split", std::to_string(c.val_split)},
+                    {"--lr-schedule", "lr_schedule", c.lr_schedule},
+                    {"--warmup", "warmup", std::to_string(c.warmup)},
+                    {"--lr-step-size", "lr_step_size", std::to_string(c.lr_step_size)},
+                    {"--lr-gamma", "lr_gamma", std::to_string(c.lr_gamma)}};
     for (const auto& s : settings)
       if (c.given.count(s.flag) && need(s.key) != s.value)
         throw UsageError(std::string(s.flag) + " " + s.value + " differs from the checkpoint's " +
@@ -360,6 +373,10 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
     c.accumulate = std::stoll(need("accumulate"));
     c.precision = need("precision");
     c.val_split = std::stof(need("val_split"));
+    c.lr_schedule = need("lr_schedule");
+    c.warmup = std::stoll(need("warmup"));
+    c.lr_step_size = std::stoll(need("lr_step_size"));
+    c.lr_gamma = std::stof(need("lr_gamma"));
     start_epoch = std::stoi(need("epoch"));
     start_step = std::stoll(need("step_in_epoch"));
     global_step = std::stoll(need("global_step"));
@@ -482,6 +499,14 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
     lo.crop_padding = 4, lo.horizontal_flip = true;  // standard CIFAR augmentation
   data::DataLoader loader(train_set, lo);
   const std::int64_t steps_per_epoch = loader.batches_per_epoch();
+  optim::LrSchedule schedule;
+  schedule.kind = c.lr_schedule;
+  schedule.base_lr = c.lr;
+  schedule.steps_per_epoch = steps_per_epoch;
+  schedule.total_steps = steps_per_epoch * c.epochs;
+  schedule.warmup_steps = c.warmup;
+  schedule.step_size_epochs = c.lr_step_size > 0 ? c.lr_step_size : std::max(1, c.epochs / 3);
+  schedule.gamma = c.lr_gamma;
 
   std::map<std::string, std::string> model_metadata = {
       {"architecture", c.model},
@@ -528,6 +553,10 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
     md["accumulate"] = std::to_string(c.accumulate);
     md["precision"] = c.precision;
     md["val_split"] = std::to_string(c.val_split);
+    md["lr_schedule"] = c.lr_schedule;
+    md["warmup"] = std::to_string(c.warmup);
+    md["lr_step_size"] = std::to_string(c.lr_step_size);
+    md["lr_gamma"] = std::to_string(c.lr_gamma);
     md["epoch"] = std::to_string(epoch);
     md["epochs"] = std::to_string(c.epochs);
     md["step_in_epoch"] = std::to_string(step_in_epoch);
@@ -610,6 +639,8 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
         l = shared[0];
         stop = shared[1] > 0;
       }
+      const float lr = optim::scheduled_lr(schedule, global_step);
+      opt->set_lr(lr);
       opt->step();
       ++global_step;
       if (comm && global_step % std::max<std::int64_t>(c.weight_check_every, 1) == 0)
@@ -622,7 +653,16 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
       const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
       if (cb.step)
         cb.step({epoch, c.epochs, step + 1, steps_per_epoch, static_cast<float>(l),
-                 images_seen / std::max(seconds, 1e-9), seconds, x.size(0), compute_threads()});
+                 images_seen / std::max(seconds, 1e-9), seconds, x.size(0), compute_threads(), lr,
+                 global_step});
+      if (c.val_every > 0 && global_step % c.val_every == 0 && step + 1 < steps_per_epoch) {
+        // Between epochs' ends (the end of one evaluates anyway); rank 0's, like those.
+        if (leader) {
+          const Evaluation ev = evaluate(*model, test_set, train_set.classes, eval_batch);
+          if (cb.validation) cb.validation({epoch, global_step, ev.loss, ev.accuracy});
+        }
+        model->train();
+      }
       if (c.stop_after >= 0 && global_step == c.stop_after) std::raise(SIGTERM);
       if (g_stop_signal) stop = true;
       if (comm && stop && !g_stop_signal) g_stop_signal = SIGTERM;  // another rank's signal

@@ -34,8 +34,15 @@ struct TrainConfig {
   std::int64_t checkpoint_every = 0;  // steps; 0 = only at epoch ends and on signals
   bool keep_checkpoint = false;       // false: removed once the model file is written
   float val_split = 0;                // > 0: this share of the training data held out as the test split
-  int workers = 1;                    // data-loading threads
-  std::int64_t stop_after = -1;       // testing: raise SIGTERM after this many steps
+  // The learning rate per step (optim::LrSchedule): constant, step, cosine or onecycle, with a
+  // linear warm-up over `warmup` steps (not for onecycle); step: x lr_gamma every lr_step_size
+  // epochs (0: a third of the run).
+  std::string lr_schedule = "constant";
+  std::int64_t warmup = 0, lr_step_size = 0;
+  float lr_gamma = 0.1f;
+  std::int64_t val_every = 0;    // > 0: also evaluate on the test split every this many steps
+  int workers = 1;               // data-loading threads
+  std::int64_t stop_after = -1;  // testing: raise SIGTERM after this many steps
   // Data-parallel over MPI: on whenever mpirun started more than one rank; `distributed` demands
   // it (an error outside MPI). `batch` stays the global batch, each rank taking a shard of it.
   bool distributed = false;
@@ -67,6 +74,15 @@ struct StepProgress {
   double images_per_second, seconds;  // over the epoch so far
   std::int64_t images;                // this step's batch
   int threads;                        // what the step ran on
+  float lr = 0;                       // the step's learning rate
+  std::int64_t global_step = 0;       // steps of the run so far, this one included
+};
+
+// A --val-every evaluation, between epochs' ends.
+struct ValidationReport {
+  int epoch;
+  std::int64_t global_step;
+  double test_loss, test_accuracy;
 };
 
 struct EpochReport {
@@ -92,6 +108,7 @@ struct Callbacks {
   std::function<void(const std::string&)> info;  // one-line notes (resume, checkpoint written)
   std::function<void(const StepProgress&)> step;
   std::function<void(const EpochReport&)> epoch;
+  std::function<void(const ValidationReport&)> validation;
 };
 
 // Set by SIGINT/SIGTERM handlers: the loop checkpoints at the next step boundary and returns.
