@@ -53,6 +53,7 @@ void add_info_command(CLI::App& app, Action& action);
 void add_generate_command(CLI::App& app, Action& action);
 void add_tokenize_command(CLI::App& app, Action& action);
 void add_detokenize_command(CLI::App& app, Action& action);
+void add_perplexity_command(CLI::App& app, Action& action);
 void add_chat_command(CLI::App& app, Action& action);
 void add_quantize_command(CLI::App& app, Action& action);
 void add_bench_llm_command(CLI::App& bench, Action& action);        // `cpudl bench llm`

@@ -14,6 +14,7 @@
 #include "cpudl/runtime.h"
 #include "llm/chat/chat_template.h"
 #include "llm/generation/generation.h"
+#include "llm/generation/perplexity.h"
 
 namespace cpudl::cli {
 namespace {
@@ -200,6 +201,53 @@ int run_tokenize(TokenizeOptions o) {
   return 0;
 }
 
+struct PerplexityOptions {
+  ModelFlags model;
+  std::string file, tokens;
+  bool json = false;
+};
+
+int run_perplexity(PerplexityOptions o) {
+  if (o.file.empty() == o.tokens.empty())
+    throw UsageError(
+        "give the text as -f FILE (- for standard input) or its ids as --tokens ID,ID,... (exactly one)");
+  const llm::Model model = llm::Model::load(o.model.model);
+  // llama.cpp's default context for perplexity, within the model's own
+  if (o.model.ctx == 0) o.model.ctx = std::min(512, static_cast<int>(model.config().context_length));
+  llm::Context ctx(model, context_options(o.model));
+  const bool from_text = !o.file.empty();
+  const std::vector<std::int32_t> tokens =
+      from_text ? model.tokenize(read_prompt_file(o.file), true, false) : parse_token_list(o.tokens);
+  for (const std::int32_t t : tokens)
+    if (t >= model.config().vocab)
+      throw UsageError("--tokens: id " + std::to_string(t) + " is outside the vocabulary of " +
+                       std::to_string(model.config().vocab));
+  const auto start = std::chrono::steady_clock::now();
+  const llm::Perplexity p = llm::perplexity(
+      model, ctx, tokens, ctx.n_ctx(), from_text, [&](std::size_t c, std::size_t chunks, double ppl) {
+        if (o.json) return;
+        std::fprintf(stderr, "%s[%zu/%zu]%.6g", c == 0 ? "" : ",", c + 1, chunks, ppl);
+        if (c + 1 == chunks) std::fprintf(stderr, "\n");
+      });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (o.json) {
+    std::printf("%s\n", nlohmann::ordered_json{{"ppl", p.ppl},
+                                               {"ppl_error", p.ppl_error},
+                                               {"mean_nll", p.mean_nll},
+                                               {"tokens", tokens.size()},
+                                               {"scored", p.scored},
+                                               {"ctx", ctx.n_ctx()},
+                                               {"chunks", p.running},
+                                               {"seconds", seconds}}
+                            .dump()
+                            .c_str());
+  } else {
+    std::printf("Final estimate: PPL = %.6g +/- %.4g (%lld tokens scored in %zu chunks of %d, %.1f s)\n",
+                p.ppl, p.ppl_error, static_cast<long long>(p.scored), p.running.size(), ctx.n_ctx(), seconds);
+  }
+  return 0;
+}
+
 struct DetokenizeOptions {
   std::string model;
   std::vector<std::string> ids;
@@ -312,6 +360,25 @@ void add_tokenize_command(CLI::App& app, Action& action) {
   t->add_flag("--no-bos", o->no_bos, "Do not add the BOS token");
   t->add_flag("--json", o->json, "One JSON array of {id, piece} (the bytes each token stands for)");
   t->callback([&action, o] { action = [o] { return run_tokenize(*o); }; });
+}
+
+void add_perplexity_command(CLI::App& app, Action& action) {
+  auto o = std::make_shared<PerplexityOptions>();
+  CLI::App* p = app.add_subcommand(
+      "perplexity", "Perplexity of a text under a GGUF model, computed as llama.cpp's perplexity tool does");
+  add_model_flags(p, o->model);
+  p->add_option("-f,--file", o->file, "The text (- reads standard input)");
+  p->add_option("--tokens", o->tokens,
+                "The text as token ids, comma-separated (instead of -f; no BOS put in)");
+  p->add_flag("--json", o->json,
+              "One JSON object: ppl, ppl_error, mean_nll, tokens, scored, ctx, chunks, seconds");
+  p->callback([&action, o] {
+    action = [o] {
+      use_threads(o->model.threads);
+      apply_bind(o->model.bind);
+      return run_perplexity(*o);
+    };
+  });
 }
 
 void add_detokenize_command(CLI::App& app, Action& action) {

@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   cpudl::cli::add_generate_command(app, action);
   cpudl::cli::add_tokenize_command(app, action);
   cpudl::cli::add_detokenize_command(app, action);
+  cpudl::cli::add_perplexity_command(app, action);
   cpudl::cli::add_chat_command(app, action);
   cpudl::cli::add_export_command(app, action);
   cpudl::cli::add_quantize_command(app, action);

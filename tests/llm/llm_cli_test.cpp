@@ -2,7 +2,9 @@
 // tiny models: outputs checked against the NumPy reference and the tokenizer, and every kind of
 // bad input answered with one line and a non-zero exit.
 #include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "cli_sandbox.h"
 #include "cpudl/io.h"
@@ -127,6 +129,50 @@ TEST_F(LlmCli, LlamaCppFlagsAndTokenTools) {
   EXPECT_EQ(run("detokenize" + m + " " + commas).out, back.out);
   EXPECT_EQ(run("detokenize" + m + " 1,x").exit_code, 2);
   EXPECT_EQ(run("detokenize" + m + " 32000").exit_code, 2);  // one past the vocabulary
+}
+
+// perplexity over the fixture's tokens in one chunk: llama.cpp's scoring (the chunk's second half)
+// of the NumPy reference's float64 logits, and a text in several chunks.
+TEST_F(LlmCli, PerplexityScoresTheSecondHalfOfEachChunkAsTheReferenceDoes) {
+  const std::string ids = token_list("tiny-llama");
+  const std::size_t n = static_cast<std::size_t>(std::count(ids.begin(), ids.end(), ',') + 1);
+  const auto r = run("perplexity --json -m " + kDir + "/tiny-llama-f32.gguf --cache-type f32 --tokens " +
+                     ids + " -c " + std::to_string(n));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  const Tensor logits = io::load_npy(kDir + "/tiny-llama-f32.logits.npy");  // [n, vocab]: NumPy, in float64
+  std::vector<std::int64_t> tokens;
+  std::stringstream ss(ids);
+  for (std::string t; std::getline(ss, t, ',');) tokens.push_back(std::stoll(t));
+  const std::int64_t vocab = logits.size(1);
+  double nll = 0;
+  int scored = 0;
+  for (std::size_t i = n / 2; i + 1 < n; ++i) {
+    const float* row = logits.data() + static_cast<std::int64_t>(i) * vocab;
+    double top = row[0], sum = 0;
+    for (std::int64_t v = 0; v < vocab; ++v) top = std::max(top, static_cast<double>(row[v]));
+    for (std::int64_t v = 0; v < vocab; ++v) sum += std::exp(row[v] - top);
+    nll += std::log(sum) + top - row[tokens[i + 1]];
+    ++scored;
+  }
+  EXPECT_EQ(j["scored"], scored);
+  EXPECT_NEAR(j["mean_nll"].get<double>(), nll / scored, 1e-3 * std::fabs(nll / scored));
+  EXPECT_EQ(j["ctx"], n);
+
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += "The quick brown fox jumps over the lazy dog. ";
+  std::ofstream(path("text.txt")) << text;
+  const auto t =
+      run("perplexity --json -m " + kDir + "/tiny-llama-q8_0.gguf -f " + path("text.txt") + " -c 64");
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  const auto k = nlohmann::json::parse(t.out);
+  EXPECT_EQ(k["chunks"].size(), k["tokens"].get<std::size_t>() / 64);
+  EXPECT_EQ(k["scored"], k["chunks"].size() * 31);  // tokens 33..63 of each chunk
+  EXPECT_NEAR(k["ppl"].get<double>(), std::exp(k["mean_nll"].get<double>()), 1e-9 * k["ppl"].get<double>());
+  EXPECT_EQ(k["chunks"].back(), k["ppl"]);
+  const auto short_text = run("perplexity -m " + kDir + "/tiny-llama-q8_0.gguf --tokens 1,2,3 -c 64");
+  EXPECT_EQ(short_text.exit_code, 2);
+  EXPECT_NE(short_text.err.find("do not fill one chunk"), std::string::npos) << short_text.err;
 }
 
 TEST_F(LlmCli, TokenizePrintsTheLlama2Ids) {
