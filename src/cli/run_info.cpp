@@ -138,16 +138,22 @@ int run_model(const RunOptions& o) {
     const std::unique_ptr<Governor> governor = start_governor(o.governor);
     for (int i = 0; i < 3; ++i) session.run(inputs);  // warm-up beyond the first (plan) run
     std::vector<double> ms;
+    const auto bench_start = Clock::now();
     for (int i = 0; i < o.bench; ++i) {
       const GovernedScope threads(governor.get());  // each run on the count of the moment
       const auto t0 = Clock::now();
       session.run(inputs);
       ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
     }
+    const double wall = std::chrono::duration<double>(Clock::now() - bench_start).count();
     std::sort(ms.begin(), ms.end());
-    const double median = ms[ms.size() / 2];
-    const double p90 = ms[std::min(
-        ms.size() - 1, static_cast<std::size_t>(std::ceil(0.9 * static_cast<double>(ms.size()))) - 1)];
+    // Nearest-rank percentiles (the smallest run time at or above that share of the runs).
+    const auto percentile = [&](double q) {
+      return ms[std::min(
+          ms.size() - 1,
+          static_cast<std::size_t>(std::max(1.0, std::ceil(q * static_cast<double>(ms.size())))) - 1)];
+    };
+    const double median = ms[ms.size() / 2], p90 = percentile(0.9), p99 = percentile(0.99);
     const ModelInfo info = session.info([&] {
       std::vector<Shape> shapes;
       for (const auto& t : inputs) shapes.push_back(t.shape());
@@ -157,16 +163,23 @@ int run_model(const RunOptions& o) {
     report = {{"model", o.model},
               {"median_ms", median},
               {"p90_ms", p90},
+              {"p99_ms", p99},
+              {"min_ms", ms.front()},
+              {"max_ms", ms.back()},
+              {"samples_per_second", static_cast<double>(batch) * o.bench / std::max(wall, 1e-9)},
               {"batch", batch},
               {"threads", compute_threads()},
               {"precision", effective_precision(info)},
               {"iterations", o.bench},
               {"gflops", info.flops / (median * 1e-3) / 1e9}};
     if (!o.json)
-      std::printf("%s: batch %lld, %d threads, %s: median %.3f ms, p90 %.3f ms over %d runs (%.1f GFLOP/s)\n",
-                  o.model.c_str(), static_cast<long long>(batch), compute_threads(),
-                  effective_precision(info).c_str(), median, p90, o.bench,
-                  info.flops / (median * 1e-3) / 1e9);
+      std::printf(
+          "%s: batch %lld, %d threads, %s: median %.3f ms, p90 %.3f ms, p99 %.3f ms over %d runs; %.1f "
+          "samples/s "
+          "(%.1f GFLOP/s)\n",
+          o.model.c_str(), static_cast<long long>(batch), compute_threads(),
+          effective_precision(info).c_str(), median, p90, p99, o.bench,
+          static_cast<double>(batch) * o.bench / std::max(wall, 1e-9), info.flops / (median * 1e-3) / 1e9);
   }
   for (std::size_t i = 0; i < o.outputs.size(); ++i) io::save_npy(o.outputs[i], results[i]);
   if (o.json) {
@@ -292,7 +305,7 @@ void add_run_command(CLI::App& app, Action& action) {
   r->add_option("model", o->model, "Model file (.onnx)")->required();
   r->add_option("--input", o->inputs, "Input .npy file, one per model input in order");
   r->add_option("--output", o->outputs, "Write each output to this .npy file (one per model output)");
-  r->add_option("--bench", o->bench, "Time N runs after warm-up: median and p90 latency")
+  r->add_option("--bench", o->bench, "Time N runs after warm-up: median, p90 and p99 latency, throughput")
       ->check(in_range(1, 1000000));
   r->add_option("--batch", o->batch, "Batch size: repeat or cut the input's samples (or random inputs) to B")
       ->check(in_range(1, 1 << 20));

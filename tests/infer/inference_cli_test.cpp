@@ -23,14 +23,22 @@ TEST_F(InferenceCli, RunWritesPyTorchsOutputAsNpy) {
 }
 
 TEST_F(InferenceCli, BenchReportsMedianAndP90AsJson) {
-  const auto r = run("run " + kOnnx + "mobilenet_v2_opset17.onnx --bench 3 --batch 2 --threads 1 --json");
+  const auto r = run("run " + kOnnx + "mobilenet_v2_opset17.onnx --bench 12 --batch 2 --threads 1 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
-  for (const char* key : {"median_ms", "p90_ms", "batch", "threads"}) EXPECT_TRUE(j.contains(key)) << key;
+  for (const char* key :
+       {"median_ms", "p90_ms", "p99_ms", "min_ms", "max_ms", "samples_per_second", "batch", "threads"})
+    EXPECT_TRUE(j.contains(key)) << key;
   EXPECT_EQ(j["batch"], 2);
   EXPECT_EQ(j["threads"], 1);
-  EXPECT_GT(j["median_ms"].get<double>(), 0);
+  EXPECT_GT(j["min_ms"].get<double>(), 0);
+  EXPECT_GE(j["median_ms"].get<double>(), j["min_ms"].get<double>());
   EXPECT_GE(j["p90_ms"].get<double>(), j["median_ms"].get<double>());
+  EXPECT_GE(j["p99_ms"].get<double>(), j["p90_ms"].get<double>());
+  EXPECT_EQ(j["p99_ms"], j["max_ms"]);  // of 12 runs, the 99th percentile is the slowest
+  // Throughput over the timed runs: at most the batch over the fastest run, at least over the slowest.
+  EXPECT_LE(j["samples_per_second"].get<double>(), 2 / (j["min_ms"].get<double>() * 1e-3) * 1.0001);
+  EXPECT_GE(j["samples_per_second"].get<double>(), 2 / (j["max_ms"].get<double>() * 1e-3) * 0.9);
   EXPECT_EQ(j["outputs"][0]["shape"], (std::vector<int>{2, 1000}));
 }
 
