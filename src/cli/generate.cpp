@@ -1,6 +1,7 @@
 // `cpudl generate` (text from a GGUF model, streamed), `cpudl tokenize` and `cpudl chat`.
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -275,7 +276,15 @@ struct ChatOptions {
   SamplingFlags sampling;
   std::string system, format;
   int n = 512;
+  int interrupt_after = 0;  // testing: raise SIGINT after this many tokens of the first reply
 };
+
+volatile std::sig_atomic_t g_chat_interrupted = 0;
+void on_chat_interrupt(int) { g_chat_interrupted = 1; }
+
+const char* const kChatHelp =
+    "commands: /help (this list), /reset (forget the conversation), /save FILE (the conversation as JSON); "
+    "Ctrl-C stops the reply being written, Ctrl-D (end of input) ends the chat";
 
 int run_chat(const ChatOptions& o) {
   const llm::Model model = llm::Model::load(o.model.model);
@@ -283,26 +292,90 @@ int run_chat(const ChatOptions& o) {
   const bool spm = model.config().tokenizer == "llama";
   const llm::ChatFormat format = o.format.empty() ? llm::detect_chat_format(model.chat_template(), spm)
                                                   : llm::parse_chat_format(o.format);
-  std::fprintf(stderr, "cpudl: chat with %s (%s template); end with Ctrl-D\n", model.config().name.c_str(),
-               llm::chat_format_name(format));
+  std::fprintf(stderr, "cpudl: chat with %s (%s template); /help for commands, end with Ctrl-D\n",
+               model.config().name.c_str(), llm::chat_format_name(format));
   llm::Sampler sampler(o.sampling.options());
   const std::unique_ptr<Governor> governor = start_governor(o.model.governor, o.model.threads);
+  // Ctrl-C while a reply is written stops that reply only; at the prompt it ends the read (the
+  // handler does not restart it), so it ends the chat as end of input does.
+  struct sigaction action {};
+  action.sa_handler = on_chat_interrupt;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+
+  std::vector<llm::ChatMessage> messages;  // the conversation, for /save and to rebuild the context
+  if (!o.system.empty()) messages.push_back({"system", o.system});
   std::vector<std::int32_t> history;
   bool first = true;
+  const auto forget = [&] {
+    messages.resize(o.system.empty() ? 0 : 1);
+    ctx.reset();
+    history.clear();
+    first = true;
+  };
   for (std::string line; (std::fputs("> ", stderr), std::getline(std::cin, line));) {
     if (line.empty()) continue;
+    if (line[0] == '/') {
+      const std::string command = line.substr(0, line.find(' '));
+      const std::string argument = line.find(' ') == std::string::npos ? "" : line.substr(line.find(' ') + 1);
+      if (command == "/help") {
+        std::fprintf(stderr, "%s\n", kChatHelp);
+      } else if (command == "/reset") {
+        forget();
+        std::fprintf(stderr, "cpudl: conversation forgotten\n");
+      } else if (command == "/save" && !argument.empty()) {
+        nlohmann::json all = nlohmann::json::array();
+        for (const auto& m : messages) all.push_back({{"role", m.role}, {"content", m.content}});
+        try {
+          io::write_file_atomically(argument, nlohmann::json{{"messages", all}}.dump(1) + "\n");
+          std::fprintf(stderr, "cpudl: saved %zu messages to %s\n", messages.size(), argument.c_str());
+        } catch (const Error& e) {
+          std::fprintf(stderr, "cpudl: error: %s\n", e.what());
+        }
+      } else {
+        std::fprintf(stderr, "cpudl: unknown command %s; %s\n", line.c_str(), kChatHelp);
+      }
+      continue;
+    }
+    messages.push_back({"user", line});
     std::vector<std::int32_t> turn =
         model.tokenize(llm::format_user_turn(format, o.system, line, first), first);
-    first = false;
-    if (ctx.n_past() + static_cast<int>(turn.size()) + 1 >= ctx.n_ctx()) {
-      std::fprintf(stderr, "cpudl: the context of %d tokens is full; start a new chat (--ctx to enlarge)\n",
-                   ctx.n_ctx());
-      break;
+    // Room for the turn and a reply: when the context cannot hold them, the oldest exchanges go
+    // (the system prompt stays) until the conversation takes at most half of it, and the context
+    // is rebuilt from what remains, as llama.cpp's context shift keeps a chat going.
+    const int room = std::min(o.n, ctx.n_ctx() / 4);
+    if (ctx.n_past() + static_cast<int>(turn.size()) + room >= ctx.n_ctx()) {
+      std::size_t dropped = 0;
+      std::vector<std::int32_t> rebuilt;
+      for (;;) {
+        rebuilt = model.tokenize(llm::format_conversation(format, messages), true);
+        const std::size_t oldest = o.system.empty() ? 0 : 1;
+        if (static_cast<int>(rebuilt.size()) <= ctx.n_ctx() / 2 || messages.size() <= oldest + 1) break;
+        messages.erase(messages.begin() + static_cast<std::ptrdiff_t>(oldest));  // the oldest user message
+        if (messages.size() > oldest + 1 && messages[oldest].role == "assistant")
+          messages.erase(messages.begin() + static_cast<std::ptrdiff_t>(oldest));  // and its reply
+        ++dropped;
+      }
+      if (static_cast<int>(rebuilt.size()) + 1 >= ctx.n_ctx()) {
+        messages.pop_back();
+        std::fprintf(stderr,
+                     "cpudl: that message takes %zu tokens, the whole context of %d (--ctx to enlarge)\n",
+                     rebuilt.size(), ctx.n_ctx());
+        continue;
+      }
+      std::fprintf(stderr, "cpudl: the context of %d tokens was full: dropped the %zu oldest exchange%s\n",
+                   ctx.n_ctx(), dropped, dropped == 1 ? "" : "s");
+      ctx.reset();
+      history.clear();
+      turn = std::move(rebuilt);
     }
+    first = false;
     ctx.eval(turn);
     history.insert(history.end(), turn.begin(), turn.end());
     bool ended = false;
-    for (int i = 0; i < o.n && ctx.n_past() < ctx.n_ctx(); ++i) {
+    std::string reply;
+    g_chat_interrupted = 0;
+    for (int i = 0; i < o.n && ctx.n_past() < ctx.n_ctx() && !g_chat_interrupted; ++i) {
       const std::int32_t next = sampler.sample(ctx.logits(), ctx.vocab_size(), history);
       history.push_back(next);
       if (governor) ctx.set_threads(governor->threads());
@@ -311,12 +384,17 @@ int run_chat(const ChatOptions& o) {
         ended = true;
         break;
       }
+      if (o.interrupt_after > 0 && i + 1 == o.interrupt_after && messages.size() <= 2) std::raise(SIGINT);
       const std::string piece = model.token_text(next);
+      reply += piece;
       std::fwrite(piece.data(), 1, piece.size(), stdout);
       std::fflush(stdout);
     }
+    if (g_chat_interrupted) std::fprintf(stderr, "\ncpudl: reply stopped (Ctrl-C)\n");
+    g_chat_interrupted = 0;
     std::printf("\n");
     std::fflush(stdout);
+    messages.push_back({"assistant", reply});
     if (!ended) {  // cut short: close the reply in the history as the template expects
       const auto close = model.tokenize(llm::format_assistant_end(format), false);
       if (ctx.n_past() + static_cast<int>(close.size()) < ctx.n_ctx()) ctx.eval(close);
@@ -399,6 +477,9 @@ void add_chat_command(CLI::App& app, Action& action) {
   c->add_option("--system", o->system, "System prompt");
   c->add_option("--template", o->format,
                 "Chat format: chatml, llama2, llama3 or phi3 (default: from the model)");
+  c->add_option("--interrupt-after", o->interrupt_after,
+                "Testing: act as if Ctrl-C came after N tokens of the first reply")
+      ->check(in_range(1, 1 << 24));
   c->add_option("-n,--n-predict", o->n, "At most this many tokens per reply (default 512)")
       ->check(in_range(1, 1 << 24));
   c->callback([&action, o] {

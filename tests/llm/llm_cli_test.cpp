@@ -14,6 +14,7 @@ namespace cpudl {
 namespace {
 
 using testing::CliSandbox;
+using testing::slurp;
 const std::string kDir = CPUDL_LLM_FIXTURES_DIR;
 
 std::string token_list(const std::string& model) {
@@ -187,6 +188,60 @@ TEST_F(LlmCli, ChatAnswersEachLineWithTheModelsTemplate) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("chatml template"), std::string::npos) << r.err;  // byte-level BPE without a template
   EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 2) << r.out;
+}
+
+// /reset forgets (the same greedy reply again), /save writes the conversation, /help and unknown
+// commands answer on stderr; a full context drops the oldest exchanges and the chat goes on.
+TEST_F(LlmCli, ChatCommandsAndContextShift) {
+  const std::string m = " -m " + kDir + "/tiny-qwen2-q4_0.gguf --temp 0";
+  std::ofstream(path("in.txt")) << "Hello\n/help\n/save " << path("conv.json") << "\n/reset\nHello\n/bogus\n";
+  const auto r = run("chat" + m + " -n 6 < " + path("in.txt"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::istringstream out(r.out);
+  std::string first, second;
+  std::getline(out, first);
+  std::getline(out, second);
+  EXPECT_FALSE(first.empty());
+  EXPECT_EQ(first, second) << "after /reset the same message gets the same greedy reply";
+  EXPECT_NE(r.err.find("/reset (forget the conversation)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("unknown command /bogus"), std::string::npos) << r.err;
+  const auto saved = nlohmann::json::parse(slurp(path("conv.json")))["messages"];
+  ASSERT_EQ(saved.size(), 2u);
+  EXPECT_EQ(saved[0]["role"], "user");
+  EXPECT_EQ(saved[0]["content"], "Hello");
+  EXPECT_EQ(saved[1]["role"], "assistant");
+  EXPECT_EQ(saved[1]["content"], first);
+
+  // A context of 64 tokens holds two or three exchanges: the chat answers all six lines.
+  std::ofstream(path("long.txt")) << "one two three four five\nsix seven eight nine ten\neleven twelve\n"
+                                     "thirteen fourteen\nfifteen\nsixteen\n"
+                                  << std::string(300, 'x') << "\nseventeen\n";
+  const auto shifted = run("chat" + m + " -n 20 -c 64 < " + path("long.txt"));
+  ASSERT_EQ(shifted.exit_code, 0) << shifted.err;
+  EXPECT_EQ(std::count(shifted.out.begin(), shifted.out.end(), '\n'), 7)
+      << shifted.out;  // 8 lines, one too long
+  EXPECT_NE(shifted.err.find("was full: dropped the"), std::string::npos) << shifted.err;
+  EXPECT_NE(shifted.err.find("the whole context of 64"), std::string::npos) << shifted.err;
+}
+
+// Ctrl-C while a reply is written stops that reply (the real SIGINT handler: --interrupt-after
+// raises the signal after N tokens); the next message is still answered, in full.
+TEST_F(LlmCli, CtrlCStopsOnlyTheCurrentReply) {
+  const std::string m = " -m " + kDir + "/tiny-llama-q8_0.gguf --temp 0 --repeat-penalty 1 -n 40";
+  std::ofstream(path("in.txt")) << "Hello\nHello\n";
+  const auto plain = run("chat" + m + " < " + path("in.txt"));
+  const auto stopped = run("chat" + m + " --interrupt-after 5 < " + path("in.txt"));
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  ASSERT_EQ(stopped.exit_code, 0) << stopped.err;
+  EXPECT_NE(stopped.err.find("cpudl: reply stopped (Ctrl-C)"), std::string::npos) << stopped.err;
+  std::istringstream a(plain.out), b(stopped.out);
+  std::string a1, b1, b2;
+  std::getline(a, a1);
+  std::getline(b, b1);
+  std::getline(b, b2);
+  EXPECT_LT(b1.size(), a1.size());             // the first reply was cut short ...
+  EXPECT_EQ(a1.compare(0, b1.size(), b1), 0);  // ... after its first tokens
+  EXPECT_FALSE(b2.empty()) << "the next message was answered";
 }
 
 TEST_F(LlmCli, QuantizeWritesAModelThatStillAgreesWithTheReference) {
