@@ -62,9 +62,28 @@ void add_serve_command(CLI::App& app, Action& action);
 void add_detect_command(CLI::App& app, Action& action);
 void add_export_command(CLI::App& app, Action& action);
 
+// A model file as an ONNX file to load (run, info, quantize): an ONNX file itself, or for a model
+// cpudl train wrote (or its checkpoint, told by content) its export (export.cpp) in a temporary
+// file, removed with this object.
+class OnnxInput {
+ public:
+  explicit OnnxInput(const std::string& model);
+  ~OnnxInput();
+  OnnxInput(const OnnxInput&) = delete;
+  OnnxInput& operator=(const OnnxInput&) = delete;
+  const std::string& path() const { return path_; }
+  bool exported() const { return exported_; }
+
+ private:
+  std::string path_;
+  bool exported_ = false;
+};
+
 // `cpudl quantize` on an ONNX model (quantize_onnx.cpp); quantize.cpp parses the flags.
 struct QuantizeOnnxOptions {
   std::string input, output, mode, calib, eval, labels, observer = "minmax";
+  std::string
+      shown_input;  // what reports call the input (a cpudl model's name, not its export's); empty: input
   double max_weight_error = 0.02, percentile = 99.99;
   bool reduce_range = false;
   int threads = 0;

@@ -2,6 +2,8 @@
 // file, checked before it is put in place: the file is loaded back by cpudl's ONNX runtime and
 // must compute what the model computes on random inputs (torch.onnx.export leaves that check to
 // the user; here a wrong file never lands).
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -14,6 +16,7 @@
 #include "cpudl/inference.h"
 #include "cpudl/io.h"
 #include "infer/onnx_export.h"
+#include "io/file_kind.h"
 #include "train/trainer.h"
 
 namespace cpudl::cli {
@@ -56,11 +59,7 @@ double exported_difference(const train::ModelFile& m, const std::filesystem::pat
   return diff / scale;
 }
 
-int run_export(const ExportOptions& o) {
-  io::require_output_is_not_an_input(o.output, {o.model}, "output");
-  if (std::filesystem::is_directory(o.output))
-    throw UsageError(o.output + " is a directory: give the .onnx file to write");
-  const train::ModelFile m = train::load_model_file(o.model);
+infer::ZooModel zoo_model(const train::ModelFile& m) {
   infer::ZooModel z;
   z.architecture = m.metadata.at("architecture");
   z.weights = m.model->state_dict();
@@ -72,6 +71,15 @@ int run_export(const ExportOptions& o) {
                 {"normalization_std", join(m.std)}};
   if (const auto names = m.metadata.find("class_names"); names != m.metadata.end())
     z.metadata["class_names"] = names->second;
+  return z;
+}
+
+int run_export(const ExportOptions& o) {
+  io::require_output_is_not_an_input(o.output, {o.model}, "output");
+  if (std::filesystem::is_directory(o.output))
+    throw UsageError(o.output + " is a directory: give the .onnx file to write");
+  const train::ModelFile m = train::load_model_file(o.model);
+  const infer::ZooModel z = zoo_model(m);
   const std::string bytes = infer::export_zoo_onnx(z, CPUDL_VERSION);
   // Written beside the output, checked, then renamed into place: a file that fails the check is
   // removed and the output left as it was.
@@ -119,6 +127,23 @@ int run_export(const ExportOptions& o) {
 }
 
 }  // namespace
+
+OnnxInput::OnnxInput(const std::string& model) : path_(model) {
+  if (io::file_kind(model) != io::FileKind::safetensors) return;  // ONNX, or the loader's error
+  const train::ModelFile m = train::load_model_file(model);
+  const std::string bytes = infer::export_zoo_onnx(zoo_model(m), CPUDL_VERSION);
+  path_ = (std::filesystem::temp_directory_path() / ("cpudl-export-" + std::to_string(getpid()) + "-" +
+                                                     std::filesystem::path(model).stem().string() + ".onnx"))
+              .string();
+  io::write_file_atomically(path_, bytes);
+  exported_ = true;
+}
+
+OnnxInput::~OnnxInput() {
+  if (!exported_) return;
+  std::error_code ec;
+  std::filesystem::remove(path_, ec);
+}
 
 void add_export_command(CLI::App& app, Action& action) {
   auto o = std::make_shared<ExportOptions>();

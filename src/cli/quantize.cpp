@@ -9,6 +9,7 @@
 #include "cli/usage_errors.h"
 #include "cpudl/error.h"
 #include "cpudl/io.h"
+#include "io/file_kind.h"
 #include "llm/gguf/gguf.h"
 #include "llm/gguf/quantize.h"
 
@@ -36,18 +37,25 @@ const TargetType kTargets[] = {{"f32", GgmlType::f32, 0},    {"f16", GgmlType::f
                                {"q6_k", GgmlType::q6_k, 18}};
 
 int run_quantize(QuantizeOptions& o) {
-  if (ends_with(o.input, ".onnx")) {
+  // The format by content (a renamed file too); a cpudl model is quantised as its ONNX export.
+  const io::FileKind kind = io::file_kind(o.input);
+  if (kind == io::FileKind::onnx || kind == io::FileKind::safetensors ||
+      (kind == io::FileKind::unknown && ends_with(o.input, ".onnx"))) {
     if (!o.type.empty())
-      throw UsageError("--type is for GGUF models; ONNX models take --mode dynamic|static|bf16");
+      throw UsageError("--type is for GGUF models; ONNX and cpudl models take --mode dynamic|static|bf16");
     if (o.onnx.mode.empty()) throw UsageError(o.input + ": give --mode dynamic|static|bf16");
-    o.onnx.input = o.input;
+    io::require_output_is_not_an_input(o.output, {o.input}, "output");
+    const OnnxInput file(o.input);
+    o.onnx.input = file.path();
+    o.onnx.shown_input = o.input;
     o.onnx.output = o.output;
     return run_quantize_onnx(o.onnx);
   }
-  if (!ends_with(o.input, ".gguf"))
-    throw UsageError(
-        o.input +
-        ": expected a .gguf or .onnx model (cpudl's own .safetensors models cannot be quantised yet)");
+  if (kind != io::FileKind::gguf && !(kind == io::FileKind::unknown && ends_with(o.input, ".gguf"))) {
+    const std::string what = io::file_kind_description(kind);
+    throw UsageError(o.input + ": " + (what.empty() ? "not" : what + ", not") +
+                     " a model quantize takes (GGUF, ONNX, or a cpudl .safetensors model)");
+  }
   if (!o.onnx.mode.empty() || !o.onnx.calib.empty())
     throw UsageError("--mode and --calib are for ONNX models; GGUF models take --type");
   if (o.type.empty()) throw UsageError(o.input + ": give --type q8_0|q4_0|q4_k|q6_k|f16|bf16|f32");

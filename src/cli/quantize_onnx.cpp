@@ -87,6 +87,7 @@ int run_quantize_onnx(const QuantizeOnnxOptions& o) {
     throw UsageError("--observer '" + o.observer + "': expected minmax or percentile");
   if (!(o.percentile > 50.0 && o.percentile <= 100.0)) throw UsageError("--percentile must lie in (50, 100]");
   io::require_output_is_not_an_input(o.output, {o.input, o.calib, o.eval, o.labels}, "output");
+  const std::string& shown = o.shown_input.empty() ? o.input : o.shown_input;
   use_threads(o.threads);
   infer::QuantizeOptions options;
   options.max_weight_error = o.max_weight_error;
@@ -95,7 +96,7 @@ int run_quantize_onnx(const QuantizeOnnxOptions& o) {
   options.percentile = o.percentile;
 
   InferenceSession reference(o.input);
-  if (reference.inputs().size() != 1) throw Error(o.input + ": cpudl quantize needs a model with one input");
+  if (reference.inputs().size() != 1) throw Error(shown + ": cpudl quantize needs a model with one input");
   const auto calib = input_batches("--calib", o.calib, reference.inputs()[0]);
   // The report runs on --eval when given (held-out data, say), else on the calibration inputs.
   const auto batches = o.eval.empty() ? calib : input_batches("--eval", o.eval, reference.inputs()[0]);
@@ -188,7 +189,7 @@ int run_quantize_onnx(const QuantizeOnnxOptions& o) {
     for (const auto& v : r.activations)
       activations.push_back(
           {{"value", v.value}, {"lo", v.lo}, {"hi", v.hi}, {"scale", v.scale}, {"zero_point", v.zero_point}});
-    nlohmann::ordered_json j = {{"input", o.input},
+    nlohmann::ordered_json j = {{"input", shown},
                                 {"output", o.output},
                                 {"mode", o.mode},
                                 {"layers", layers},
@@ -217,7 +218,7 @@ int run_quantize_onnx(const QuantizeOnnxOptions& o) {
     std::printf("%-32s %-7s %-14s %-13.5f %s\n", l.node.c_str(), l.op.c_str(), kn.c_str(), l.weight_error,
                 l.quantized ? kind.c_str() : "float");
   }
-  std::printf("%s -> %s: %zd of %zu layers %s, %.2f MB -> %.2f MB\n", o.input.c_str(), o.output.c_str(),
+  std::printf("%s -> %s: %zd of %zu layers %s, %.2f MB -> %.2f MB\n", shown.c_str(), o.output.c_str(),
               static_cast<std::ptrdiff_t>(quantized_layers), r.layers.size(), kind.c_str(),
               static_cast<double>(r.bytes_in) / 1e6, static_cast<double>(r.bytes_out) / 1e6);
   if (r.folded_batch_norms > 0)

@@ -107,7 +107,8 @@ int run_model(const RunOptions& o) {
   InferenceOptions options;
   options.int8_convolutions = o.int8_conv == "on";
   apply_precision(o.precision, options);
-  InferenceSession session(o.model, options);
+  const OnnxInput file(o.model);  // a cpudl model runs as its ONNX export
+  InferenceSession session(file.path(), options);
   const auto& declared = session.inputs();
   std::vector<Tensor> inputs;
   if (o.inputs.empty()) {
@@ -223,7 +224,10 @@ int run_info(const InfoOptions& o) {
   InferenceOptions options;
   options.int8_convolutions = o.int8_conv == "on";
   apply_precision(o.precision, options);
-  InferenceSession session(o.model, options);
+  const OnnxInput file(o.model);  // a cpudl model is described as its ONNX export
+  if (file.exported())
+    std::fprintf(stderr, "cpudl: %s is a cpudl model: described as its ONNX export\n", o.model.c_str());
+  InferenceSession session(file.path(), options);
   std::vector<Shape> shapes;
   for (const auto& v : session.inputs()) shapes.push_back(concrete_shape(v, o.batch));
   const ModelInfo info = session.info(shapes);

@@ -171,7 +171,10 @@ int run_train(TrainOptions& o) {
     if (!tty || (p.seconds - last_draw < 0.1 && p.step != p.steps)) return;
     last_draw = p.seconds;
     const int width = 30, filled = static_cast<int>(width * p.step / std::max<std::int64_t>(p.steps, 1));
-    const double eta = p.seconds / static_cast<double>(p.step) * static_cast<double>(p.steps - p.step);
+    // The whole run's: this epoch's steps left and every later epoch's, at this epoch's pace.
+    const double left =
+        static_cast<double>(p.steps - p.step) + static_cast<double>(p.epochs - p.epoch) * p.steps;
+    const double eta = p.seconds / static_cast<double>(p.step) * left;
     std::fprintf(stderr, "\r\033[Kepoch %d/%d [%.*s%*s] %lld/%lld  %.0f img/s  loss %.4f  ETA %s", p.epoch,
                  p.epochs, filled, "==============================", width - filled, "",
                  static_cast<long long>(p.step), static_cast<long long>(p.steps), p.images_per_second, p.loss,
