@@ -3,6 +3,7 @@
 // `IN.onnx OUT.onnx --mode dynamic` (quantize_onnx.cpp). The input is only read; the output is
 // written to a temporary file and renamed into place.
 #include <cstdio>
+#include <filesystem>
 #include <map>
 
 #include "cli/command.h"
@@ -38,12 +39,20 @@ const TargetType kTargets[] = {{"f32", GgmlType::f32, 0},    {"f16", GgmlType::f
 
 int run_quantize(QuantizeOptions& o) {
   // The format by content (a renamed file too); a cpudl model is quantised as its ONNX export.
-  const io::FileKind kind = io::file_kind(o.input);
+  std::error_code ec;
+  const bool readable = std::filesystem::is_regular_file(o.input, ec);
+  const auto cannot_open = [&] {
+    return Error(o.input + ": cannot open (" +
+                 (std::filesystem::exists(o.input, ec) ? "not a regular file" : "No such file or directory") +
+                 ")");
+  };
+  const io::FileKind kind = readable ? io::file_kind(o.input) : io::FileKind::unknown;
   if (kind == io::FileKind::onnx || kind == io::FileKind::safetensors ||
       (kind == io::FileKind::unknown && ends_with(o.input, ".onnx"))) {
     if (!o.type.empty())
       throw UsageError("--type is for GGUF models; ONNX and cpudl models take --mode dynamic|static|bf16");
     if (o.onnx.mode.empty()) throw UsageError(o.input + ": give --mode dynamic|static|bf16");
+    if (!readable) throw cannot_open();
     io::require_output_is_not_an_input(o.output, {o.input}, "output");
     const OnnxInput file(o.input);
     o.onnx.input = file.path();
@@ -52,6 +61,7 @@ int run_quantize(QuantizeOptions& o) {
     return run_quantize_onnx(o.onnx);
   }
   if (kind != io::FileKind::gguf && !(kind == io::FileKind::unknown && ends_with(o.input, ".gguf"))) {
+    if (!readable) throw cannot_open();
     const std::string what = io::file_kind_description(kind);
     throw UsageError(o.input + ": " + (what.empty() ? "not" : what + ", not") +
                      " a model quantize takes (GGUF, ONNX, or a cpudl .safetensors model)");

@@ -335,7 +335,7 @@ TEST_F(LlmCli, BadInputsGetOneClearLine) {
       {"generate -m " + m + " -p hi --ctx 100000", "exceeds the model's context length", 2},
       {"quantize " + m + " " + path("o.gguf") + " --type q3", "--type 'q3'", 2},
       {"quantize model.onnx " + path("o.gguf") + " --type q8_0", "--type is for GGUF models", 2},
-      {"quantize model.safetensors " + path("o.gguf") + " --type q8_0", "expected a .gguf or .onnx model", 2},
+      {"quantize " + path("missing.safetensors") + " " + path("o.gguf") + " --type q8_0", "cannot open", 1},
       {"generate -p hi", "--model is required", 2},
       {"generate -m " + std::string(CPUDL_LLM_VOCAB_DIR) + "/ggml-vocab-falcon.gguf -p hi",
        "architecture 'falcon' is not supported", 1},
