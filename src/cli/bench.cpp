@@ -37,27 +37,13 @@ struct BenchOptions {
   std::int64_t batch = 0;
 };
 
-std::vector<std::int64_t> parse_list(const std::string& text, const char* flag) {
-  std::vector<std::int64_t> out;
-  std::stringstream in(text);
-  for (std::string item; std::getline(in, item, ',');) {
-    char* end = nullptr;
-    const long long v = std::strtoll(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || v < 1)
-      throw UsageError(std::string(flag) + " " + text +
-                       ": expected a comma-separated list of positive integers");
-    out.push_back(v);
-  }
-  return out;
-}
-
 std::vector<int> thread_counts(const BenchOptions& o) {
   // Each row runs inside a ThreadScope of its count, so nothing started later can undo it.
   std::vector<int> out;
   if (o.threads.empty()) {
     for (int t = 1; t <= compute_threads(); ++t) out.push_back(t);
   } else {
-    for (std::int64_t t : parse_list(o.threads, "--threads")) {
+    for (std::int64_t t : parse_int_list(o.threads, "--threads")) {
       check_thread_request(static_cast<int>(std::min<std::int64_t>(t, 1 << 20)), "--threads");
       out.push_back(static_cast<int>(t));
     }
@@ -162,7 +148,7 @@ int run_peak(const BenchOptions& o) {
 
 int run_gemm(const BenchOptions& o) {
   const std::vector<int> threads = thread_counts(o);  // bad lists fail before anything is printed
-  const auto workloads = bench::gemm_workloads(parse_list(o.sizes, "--sizes"));
+  const auto workloads = bench::gemm_workloads(parse_int_list(o.sizes, "--sizes"));
   (void)
       blas::active_backend();  // a malformed CPUDL_BLAS is a usage error even though rows name their backend
   std::vector<blas::Backend> backends;

@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "cpudl/error.h"
+
 namespace cpudl::cli {
 namespace {
 
@@ -95,6 +97,28 @@ CLI::Validator in_range(double lo, double hi, bool whole) {
         return {};
       },
       "in " + bounds);
+}
+
+std::vector<std::int64_t> parse_int_list(const std::string& text, const char* flag, std::int64_t lowest,
+                                         std::int64_t highest) {
+  std::vector<std::int64_t> out;
+  std::size_t at = 0;
+  for (;;) {
+    const std::size_t comma = text.find(',', at);
+    const std::string item = text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    char* end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || errno == ERANGE || v < lowest || v > highest)
+      throw UsageError(
+          std::string(flag) + " " + text + ": expected a comma-separated list of " +
+          (lowest == 1 ? std::string("positive integers") : "integers from " + std::to_string(lowest)) +
+          (highest < (std::int64_t{1} << 40) ? " up to " + std::to_string(highest) : ""));
+    out.push_back(v);
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  return out;
 }
 
 CLI::Validator positive_number() {

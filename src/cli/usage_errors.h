@@ -17,7 +17,10 @@ template <class T>
 CLI::Validator in_range(T lo, T hi) {
   return in_range(static_cast<double>(lo), static_cast<double>(hi), std::is_integral_v<T>);
 }
-CLI::Validator positive_number();      // > 0
+CLI::Validator positive_number();  // > 0
+// A comma-separated list of integers in [lowest, highest] ("64,512"): UsageError naming `flag`.
+std::vector<std::int64_t> parse_int_list(const std::string& text, const char* flag, std::int64_t lowest = 1,
+                                         std::int64_t highest = std::int64_t{1} << 40);
 CLI::Validator non_negative_number();  // >= 0
 
 // Optimal string alignment distance (insertions, deletions, substitutions, adjacent swaps).

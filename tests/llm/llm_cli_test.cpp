@@ -313,6 +313,37 @@ TEST_F(LlmCli, BenchLlmReportsRatesAndBandwidthShare) {
   EXPECT_EQ(run("bench llm -m " + kDir + "/tiny-llama-q4_0.gguf --parallel 0").exit_code, 2);
 }
 
+// Lists, as llama-bench takes them: one row per threads x test, the mean and standard deviation of
+// the repetitions' rates.
+TEST_F(LlmCli, BenchLlmListsGiveOneRowPerThreadsAndTest) {
+  const auto r = run("bench llm -m " + kDir +
+                     "/tiny-llama-q4_0.gguf --prompt 8,16 --gen 4,0 -t 1,2 --repetitions 3 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto rows = nlohmann::json::parse(r.out);
+  ASSERT_EQ(rows.size(), 6u);  // (pp8, pp16, tg4) x (1, 2 threads); gen 0 is no test
+  const std::vector<std::pair<int, std::string>> want = {{1, "pp8"}, {1, "pp16"}, {1, "tg4"},
+                                                         {2, "pp8"}, {2, "pp16"}, {2, "tg4"}};
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(rows[i]["threads"], want[i].first);
+    EXPECT_EQ(rows[i]["test"], want[i].second);
+    const auto samples = rows[i]["samples"].get<std::vector<double>>();
+    ASSERT_EQ(samples.size(), 3u);
+    double mean = 0, ss = 0;
+    for (double v : samples) mean += v / 3;
+    for (double v : samples) ss += (v - mean) * (v - mean);
+    EXPECT_NEAR(rows[i]["tokens_per_second"].get<double>(), mean, 1e-9 * mean);
+    EXPECT_NEAR(rows[i]["stddev"].get<double>(), std::sqrt(ss / 2), 1e-9 * mean);
+  }
+  const auto table =
+      run("bench llm -m " + kDir + "/tiny-llama-q4_0.gguf --prompt 8 --gen 4,8 --repetitions 1");
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("| model | size | params | threads | test | t/s |"), std::string::npos)
+      << table.out;
+  EXPECT_NE(table.out.find(" | tg8 | "), std::string::npos) << table.out;
+  EXPECT_EQ(run("bench llm -m " + kDir + "/tiny-llama-q4_0.gguf --prompt 8,x").exit_code, 2);
+  EXPECT_EQ(run("bench llm -m " + kDir + "/tiny-llama-q4_0.gguf -t 1,0").exit_code, 2);
+}
+
 TEST_F(LlmCli, BadInputsGetOneClearLine) {
   const std::string m = kDir + "/tiny-llama-q8_0.gguf";
   struct Case {

@@ -54,19 +54,6 @@ class Serve : public cpudl::testing::CliSandbox {
   }
 };
 
-// A loopback port nobody listens on now (bound to port 0, read back, closed).
-int free_port() {
-  const int sock = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t size = sizeof addr;
-  bind(sock, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  getsockname(sock, reinterpret_cast<sockaddr*>(&addr), &size);
-  close(sock);
-  return ntohs(addr.sin_port);
-}
-
 // The KServe v2 body for rows [first, first + rows) of LeNet-5's fixture input.
 json lenet_request(std::int64_t first, std::int64_t rows) {
   const cpudl::Tensor x = cpudl::io::load_npy(kOnnx + "lenet5_opset17.input.npy");
@@ -603,7 +590,7 @@ TEST_F(Serve, MetricsPassPromtoolAndARealPrometheusScrapesThem) {
       << "global:\n  scrape_interval: 200ms\nscrape_configs:\n  - job_name: cpudl\n"
          "    static_configs:\n      - targets: ['127.0.0.1:"
       << s->port() << "']\n";
-  const int prom_port = free_port();
+  const int prom_port = cpudl::testing::free_port();
   const std::string cmd = "prometheus --config.file=" + path("prometheus.yml") +
                           " --storage.tsdb.path=" + path("tsdb") +
                           " --web.listen-address=127.0.0.1:" + std::to_string(prom_port) + " > " +

@@ -2,9 +2,12 @@
 // (the port it prints), spoken to over HTTP, stopped with a signal and its exit code checked.
 #pragma once
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <algorithm>
@@ -21,6 +24,19 @@
 extern char** environ;
 
 namespace cpudl::testing {
+
+// A loopback port nobody listens on now (bound to port 0, read back, closed); -1 if none.
+inline int free_port() {
+  const int sock = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t size = sizeof addr;
+  const bool bound = bind(sock, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+                     getsockname(sock, reinterpret_cast<sockaddr*>(&addr), &size) == 0;
+  close(sock);
+  return bound ? ntohs(addr.sin_port) : -1;
+}
 
 class ServerProcess {
  public:

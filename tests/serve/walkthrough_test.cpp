@@ -2,10 +2,7 @@
 // curl. Only the data directory (the tiny MNIST set instead of make demo's), the binary's path and
 // the port are substituted. The answer curl prints must be what `cpudl run` computes with the
 // same quantised file on the same image, normalised as the trained model says.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +14,7 @@
 #include "cpudl/data.h"
 #include "cpudl/io.h"
 #include "cpudl/ops.h"
+#include "serve/server_process.h"
 #include "train/trainer.h"
 
 namespace {
@@ -26,21 +24,6 @@ using Walkthrough = cpudl::testing::CliSandbox;
 
 const std::string kRoot = std::string(CPUDL_FIXTURES_DIR) + "/../..";
 const std::string kTiny = std::string(CPUDL_FIXTURES_DIR) + "/../golden/mnist_tiny";
-
-int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    close(fd);
-    return -1;
-  }
-  close(fd);
-  return ntohs(a.sin_port);
-}
 
 void replace_all(std::string& s, const std::string& from, const std::string& to) {
   for (std::size_t at = 0; (at = s.find(from, at)) != std::string::npos; at += to.size())
@@ -55,7 +38,7 @@ TEST_F(Walkthrough, ReadmeCommandsTrainExportQuantizeServeAndClassify) {
   ASSERT_NE(begin, std::string::npos) << "README.md has no walkthrough block";
   ASSERT_NE(end, std::string::npos);
   std::string script = readme.substr(begin + open.size(), end - begin - open.size());
-  const int port = free_port();
+  const int port = cpudl::testing::free_port();
   ASSERT_GT(port, 0);
   replace_all(script, "build/cpudl", CPUDL_BINARY);
   replace_all(script, "data/mnist", kTiny);
