@@ -28,7 +28,7 @@ struct EvalOptions {
 
 int run_eval(const EvalOptions& o) {
   if (!o.report.empty()) check_report_path(o.report);  // before the work, not after it
-  train::ModelFile m = train::load_model_file(o.model);
+  train::ModelFile m = load_classifier(o.model);       // a cpudl model or its ONNX export
   const data::Dataset test = data::load_dataset(o.data, false, m.input_shape);  // image folders: resized
   if (!test.class_names.empty() && test.class_names != m.labels) {
     std::string names;
@@ -151,7 +151,7 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs) {
 }
 
 int run_predict(const PredictOptions& o) {
-  train::ModelFile m = train::load_model_file(o.model);
+  train::ModelFile m = load_classifier(o.model);  // a cpudl model or its ONNX export
   NoGradGuard no_grad;
   nlohmann::ordered_json all = nlohmann::ordered_json::array();
   int failed = 0;

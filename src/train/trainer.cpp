@@ -197,6 +197,24 @@ Evaluation evaluate(nn::Module& model, const data::Dataset& d, std::int64_t clas
   return e;
 }
 
+std::vector<std::string> class_labels(const std::map<std::string, std::string>& metadata,
+                                      std::int64_t classes, const std::string& what) {
+  std::vector<std::string> labels;
+  if (const auto names = metadata.find("class_names"); names != metadata.end()) {
+    try {
+      labels = nlohmann::json::parse(names->second).get<std::vector<std::string>>();
+    } catch (const nlohmann::json::exception&) {
+      throw Error(what + ": metadata class_names is not a JSON array of strings");
+    }
+    if (static_cast<std::int64_t>(labels.size()) != classes)
+      throw Error(what + ": metadata class_names has " + std::to_string(labels.size()) + " names for " +
+                  std::to_string(classes) + " classes");
+  }
+  for (std::int64_t k = static_cast<std::int64_t>(labels.size()); k < classes; ++k)
+    labels.push_back(std::to_string(k));
+  return labels;
+}
+
 ModelFile load_model_file(const std::filesystem::path& path) {
   const io::SafetensorsFile f = io::load_safetensors(path);
   ModelFile m;
@@ -212,18 +230,7 @@ ModelFile load_model_file(const std::filesystem::path& path) {
   for (float v : split_floats(get("input_shape"), path.string(), "input_shape"))
     m.input_shape.push_back(static_cast<std::int64_t>(v));
   m.classes = static_cast<std::int64_t>(std::stoll(get("classes")));
-  if (const auto names = f.metadata.find("class_names"); names != f.metadata.end()) {
-    try {
-      m.labels = nlohmann::json::parse(names->second).get<std::vector<std::string>>();
-    } catch (const nlohmann::json::exception&) {
-      throw Error(path.string() + ": metadata class_names is not a JSON array of strings");
-    }
-    if (static_cast<std::int64_t>(m.labels.size()) != m.classes)
-      throw Error(path.string() + ": metadata class_names has " + std::to_string(m.labels.size()) +
-                  " names for " + std::to_string(m.classes) + " classes");
-  }
-  for (std::int64_t k = static_cast<std::int64_t>(m.labels.size()); k < m.classes; ++k)
-    m.labels.push_back(std::to_string(k));
+  m.labels = class_labels(f.metadata, m.classes, path.string());
   m.mean = split_floats(get("normalization_mean"), path.string(), "normalization_mean");
   m.std = split_floats(get("normalization_std"), path.string(), "normalization_std");
   if (m.input_shape.empty()) throw Error(path.string() + ": empty input_shape");

@@ -130,6 +130,10 @@ struct ModelFile {
   std::vector<std::string> labels;
 };
 ModelFile load_model_file(const std::filesystem::path& path);
+// The names of the classes: metadata class_names (a JSON array of `classes` strings), else "0",
+// "1", ...; Error naming `what` when malformed.
+std::vector<std::string> class_labels(const std::map<std::string, std::string>& metadata,
+                                      std::int64_t classes, const std::string& what);
 // An image ([C, H, W] in [0, 1], data::read_image) as the model's input sample: colour turned to
 // grey (luminance) for a grey model, then normalised by the file's mean and std. Error naming
 // `what` when its shape is not the model's.

@@ -170,6 +170,33 @@ TEST_F(ExportCli, TrainedModelExportsRunsAndKeepsItsNormalisation) {
   EXPECT_EQ(info.exit_code, 0) << info.err;
   EXPECT_NE(info.out.find("cpudl"), std::string::npos) << info.out;  // the producer
 
+  // eval and predict take the exported file as they take the model (its metadata_props carry the
+  // normalisation), and answer the same within float rounding.
+  const auto eval_model = run("eval --json --model " + path("m.safetensors") + " --data " + kTiny),
+             eval_onnx = run("eval --json --model " + path("m.onnx") + " --data " + kTiny);
+  ASSERT_EQ(eval_onnx.exit_code, 0) << eval_onnx.err;
+  const auto em = nlohmann::json::parse(eval_model.out), eo = nlohmann::json::parse(eval_onnx.out);
+  EXPECT_EQ(eo["samples"], em["samples"]);
+  EXPECT_NEAR(eo["loss"].get<double>(), em["loss"].get<double>(), 1e-5);
+  EXPECT_NEAR(eo["accuracy"].get<double>(), em["accuracy"].get<double>(), 1.5 / em["samples"].get<double>());
+  const std::string digit = " idx:" + kTiny + "/t10k-images-idx3-ubyte:3";
+  const auto pm = nlohmann::json::parse(
+                 run("predict --json --top 10 --model " + path("m.safetensors") + digit).out),
+             po = nlohmann::json::parse(run("predict --json --top 10 --model " + path("m.onnx") + digit).out);
+  ASSERT_EQ(po[0]["top"].size(), 10u);
+  for (std::size_t k = 0; k < 10; ++k) {
+    const auto cls = po[0]["top"][k]["class"].get<int>();
+    for (const auto& entry : pm[0]["top"]) {
+      if (entry["class"] == cls) {
+        EXPECT_NEAR(po[0]["top"][k]["probability"].get<double>(), entry["probability"].get<double>(), 1e-5);
+      }
+    }
+  }
+  const std::string foreign = std::string(CPUDL_FIXTURES_DIR) + "/../onnx/lenet5_opset17.onnx";  // PyTorch's
+  const auto refused = run("predict --model " + foreign + digit);
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_NE(refused.err.find("does not say how its inputs are normalised"), std::string::npos) << refused.err;
+
   // run, info and quantize take the cpudl model itself, through its export.
   const auto direct =
       run("run " + path("m.safetensors") + " --input " + path("x.npy") + " --output " + path("z.npy"));
