@@ -102,10 +102,10 @@ TEST_F(WrongInvocations, EachGetsOneClearLineTheRightExitCodeAndNoLibraryText) {
        "a GGUF language model (cpudl generate, chat, bench llm, quantize and serve take it), not an "
        "ONNX model",
        1},
-      {"eval --model" + m + " --data " + kTiny,
-       "an ONNX model (cpudl run, info, detect, quantize and serve take it), "
-       "not a safetensors file",
-       1},
+      {"eval --model" + m + " --data " + kTiny,  // PyTorch's export: no cpudl metadata_props
+       "an ONNX model that does not say how its inputs are normalised", 1},
+      {"export" + m + " " + path("o.onnx"),
+       "an ONNX model (cpudl run, info, detect, quantize and serve take it), not a safetensors file", 1},
       {"eval --model " + path("missing.safetensors") + " --data " + kTiny, "missing.safetensors: cannot open",
        1},
       {"eval --model " + kStateDict + " --data " + kTiny,
