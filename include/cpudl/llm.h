@@ -121,6 +121,9 @@ struct SamplerOptions {
   float repeat_penalty = 1.0f;  // 1: off; divides positive logits of recent tokens, multiplies negative ones
   int repeat_last_n = 64;
   std::uint64_t seed = 0;
+  // Added to a token's logit before anything else (-inf forbids the token), as llama.cpp's
+  // --logit-bias; ids outside the vocabulary are the caller's to refuse.
+  std::vector<std::pair<std::int32_t, float>> logit_bias = {};
 };
 
 class Sampler {

@@ -1,6 +1,7 @@
 // `cpudl generate` (text from a GGUF model, streamed), `cpudl tokenize` and `cpudl chat`.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -24,10 +25,41 @@ struct SamplingFlags {
   float temperature = 0.8f, top_p = 0.95f, min_p = 0.05f, repeat_penalty = 1.0f;
   int top_k = 40, repeat_last_n = 64;
   std::uint64_t seed = 0;
-  llm::SamplerOptions options() const {
-    return {temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed};
-  }
+  std::vector<std::string> logit_bias;  // llama.cpp's TOKEN_ID(+|-)BIAS
+  bool ignore_eos = false;
+  llm::SamplerOptions options(const llm::Model& model) const;
 };
+
+// --logit-bias 15043+1.5, 15043-1 or 2-inf (llama.cpp's spelling), checked against the model's
+// vocabulary; --ignore-eos forbids every end-of-generation token as llama.cpp's flag does.
+llm::SamplerOptions SamplingFlags::options(const llm::Model& model) const {
+  llm::SamplerOptions s{temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed};
+  const int vocab = model.config().vocab;
+  for (const std::string& item : logit_bias) {
+    const std::size_t sign = item.find_first_of("+-", 1);
+    std::size_t used = 0;
+    long long token = -1;
+    float bias = 0;
+    try {
+      token = std::stoll(item.substr(0, sign), &used);
+      if (used != sign) throw std::invalid_argument("id");
+      const std::string value = item.substr(sign + 1);
+      bias = value == "inf" ? INFINITY : std::stof(value, &used);
+      if (value != "inf" && used != value.size()) throw std::invalid_argument("bias");
+    } catch (const std::exception&) {
+      throw UsageError("--logit-bias " + item +
+                       ": expected TOKEN_ID+BIAS or TOKEN_ID-BIAS (e.g. 15043+1, 2-inf)");
+    }
+    if (token < 0 || token >= vocab)
+      throw UsageError("--logit-bias " + item + ": token " + std::to_string(token) +
+                       " is outside the model's vocabulary of " + std::to_string(vocab));
+    s.logit_bias.emplace_back(static_cast<std::int32_t>(token), item[sign] == '-' ? -bias : bias);
+  }
+  if (ignore_eos)
+    for (std::int32_t t = 0; t < vocab; ++t)
+      if (model.is_end_of_generation(t)) s.logit_bias.emplace_back(t, -INFINITY);
+  return s;
+}
 
 struct ModelFlags {
   std::string model;
@@ -61,6 +93,9 @@ void add_sampling_flags(CLI::App* c, SamplingFlags& s) {
   c->add_option("--repeat-last-n", s.repeat_last_n, "How many recent tokens the penalty covers (default 64)")
       ->check(in_range(0, 1 << 24));
   c->add_option("-s,--seed", s.seed, "Random seed (default 0)");
+  c->add_option("-l,--logit-bias", s.logit_bias,
+                "Add BIAS to a token's logit: TOKEN_ID+BIAS or TOKEN_ID-BIAS, -inf forbids it (repeatable)");
+  c->add_flag("--ignore-eos", s.ignore_eos, "Never end at an end-of-generation token");
 }
 
 llm::ContextOptions context_options(const ModelFlags& m) {
@@ -131,7 +166,7 @@ int run_generate(GenerateOptions o) {
   const bool dump = !o.dump_logits.empty();
   llm::GenerationOptions options;
   options.max_tokens = o.n;
-  options.sampling = o.sampling.options();
+  options.sampling = o.sampling.options(model);
   options.stops = o.stops;
   options.all_prompt_logits = dump;
   const auto dump_logits = [&](const llm::Context& c) {
@@ -294,7 +329,7 @@ int run_chat(const ChatOptions& o) {
                                                   : llm::parse_chat_format(o.format);
   std::fprintf(stderr, "cpudl: chat with %s (%s template); /help for commands, end with Ctrl-D\n",
                model.config().name.c_str(), llm::chat_format_name(format));
-  llm::Sampler sampler(o.sampling.options());
+  llm::Sampler sampler(o.sampling.options(model));
   const std::unique_ptr<Governor> governor = start_governor(o.model.governor, o.model.threads);
   // Ctrl-C while a reply is written stops that reply only; at the prompt it ends the read (the
   // handler does not restart it), so it ends the chat as end of input does.

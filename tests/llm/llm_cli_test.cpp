@@ -78,6 +78,36 @@ TEST_F(LlmCli, StopStringEndsGenerationWithoutPrintingIt) {
   EXPECT_EQ(nlohmann::json::parse(full.out)["stop_reason"], "length");
 }
 
+// The stop reason "eos": a logit bias that makes the end token certain ends at once, and
+// --ignore-eos forbids it so the budget is spent. Bad biases are usage errors.
+TEST_F(LlmCli, EndTokenStopsAndLogitBiasSteers) {
+  const std::string file = kDir + "/tiny-llama-q8_0.gguf";
+  const std::string eos = std::to_string(llm::GgufFile::open(file).get_int("tokenizer.ggml.eos_token_id"));
+  const std::string m = " -m " + file + " -p Hi -n 12 --temp 0 --json";
+  const auto ended = run("generate" + m + " --logit-bias " + eos + "+1000");
+  ASSERT_EQ(ended.exit_code, 0) << ended.err;
+  auto j = nlohmann::json::parse(ended.out);
+  EXPECT_EQ(j["stop_reason"], "eos");
+  EXPECT_EQ(j["tokens"], 0);  // the end token is not part of the reply
+  EXPECT_EQ(j["text"], "");
+  const auto ignored = run("generate" + m + " -l " + eos + "+1000 --ignore-eos");
+  ASSERT_EQ(ignored.exit_code, 0) << ignored.err;
+  j = nlohmann::json::parse(ignored.out);
+  EXPECT_EQ(j["stop_reason"], "length");
+  EXPECT_EQ(j["tokens"], 12);
+  // A bias steers greedy decoding: forbid the first greedy token and another one comes first.
+  const auto plain = nlohmann::json::parse(run("generate" + m).out);
+  const int first = plain["token_ids"][0];
+  const auto steered = run("generate" + m + " --logit-bias " + std::to_string(first) + "-inf");
+  ASSERT_EQ(steered.exit_code, 0) << steered.err;
+  EXPECT_NE(nlohmann::json::parse(steered.out)["token_ids"][0], first);
+  for (const std::string bad : {"abc", "5", "5*2", "99999999+1", "-3+1", "5+x"}) {
+    const auto r = run("generate" + m + " --logit-bias " + bad);
+    EXPECT_EQ(r.exit_code, 2) << bad;
+    EXPECT_NE(r.err.find("--logit-bias " + bad), std::string::npos) << r.err;
+  }
+}
+
 // llama.cpp's habits: -f FILE (- for stdin), -c, -s, --temperature, tokenize --json, detokenize,
 // and the stop reason "context" when the context fills before the budget.
 TEST_F(LlmCli, LlamaCppFlagsAndTokenTools) {

@@ -12,6 +12,8 @@ Sampler::Sampler(const SamplerOptions& options) : options_(options), rng_(option
 std::int32_t Sampler::sample(const float* logits, int vocab, std::span<const std::int32_t> recent) {
   candidates_.resize(static_cast<std::size_t>(vocab));
   for (int i = 0; i < vocab; ++i) candidates_[static_cast<std::size_t>(i)] = {logits[i], i};
+  for (const auto& [token, bias] : options_.logit_bias)
+    if (token >= 0 && token < vocab) candidates_[static_cast<std::size_t>(token)].first += bias;
   if (options_.repeat_penalty != 1.0f && options_.repeat_last_n != 0) {
     const std::size_t n = options_.repeat_last_n < 0
                               ? recent.size()
