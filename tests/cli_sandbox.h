@@ -3,20 +3,31 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <pty.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace cpudl::testing {
 
 struct CliResult {
   int exit_code = -1;
   std::string out, err;
+};
+
+// One exchange with a program on a terminal: once its output shows `expect` (after the previous
+// step's match), `send` is typed.
+struct TerminalStep {
+  std::string expect, send;
 };
 
 inline std::string slurp(const std::filesystem::path& p) {
@@ -37,16 +48,67 @@ class CliSandbox : public ::testing::Test {
   void TearDown() override { std::filesystem::remove_all(dir); }
   // `env`: extra VAR=value assignments, space-separated. The thread governor is off (results that
   // tests compare across runs must not depend on the load of the machine) unless `env` turns it on.
+  static std::string command_line(const std::string& args, const std::string& env) {
+    return "env -u CPUDL_ISA -u CPUDL_PROFILE -u CPUDL_CONV_IMPL -u CPUDL_VERBOSE CPUDL_THREADS=2 "
+           "CPUDL_GOVERNOR=off " +
+           env + " " + std::string(CPUDL_BINARY) + " " + args;
+  }
   CliResult run(const std::string& args, const std::string& env = "") {
     const std::string command =
-        "env -u CPUDL_ISA -u CPUDL_PROFILE -u CPUDL_CONV_IMPL -u CPUDL_VERBOSE CPUDL_THREADS=2 "
-        "CPUDL_GOVERNOR=off " +
-        env + " " + std::string(CPUDL_BINARY) + " " + args + " >" + (dir / "out.txt").string() + " 2>" +
-        (dir / "err.txt").string();
+        command_line(args, env) + " >" + (dir / "out.txt").string() + " 2>" + (dir / "err.txt").string();
     const int status = std::system(command.c_str());
     return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(dir / "out.txt"), slurp(dir / "err.txt")};
   }
   std::string path(const std::string& name) const { return (dir / name).string(); }
+
+  // Runs cpudl on a real pseudo-terminal (stdin, stdout and stderr all on it, TERM=xterm, 100
+  // columns), typing each step's `send` once its `expect` shows: what a user at a terminal sees
+  // (progress bars, line editing) comes back in `out`, as the terminal got it ("\r\n" line ends).
+  // A run past `timeout_seconds` is killed (exit code -1).
+  CliResult run_on_terminal(const std::string& args, const std::vector<TerminalStep>& steps = {},
+                            const std::string& env = "", int timeout_seconds = 120) {
+    const std::string command = "exec " + command_line(args, "TERM=xterm " + env);
+    winsize size{};
+    size.ws_row = 40, size.ws_col = 100;
+    int terminal = -1;
+    const pid_t pid = forkpty(&terminal, nullptr, nullptr, &size);
+    if (pid < 0) return {-1, "forkpty failed", ""};
+    if (pid == 0) {
+      if (chdir(dir.c_str()) != 0) _exit(126);
+      execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    CliResult result;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_seconds);
+    std::size_t step = 0, from = 0;
+    bool killed = false;
+    for (;;) {
+      pollfd p{terminal, POLLIN, 0};
+      if (poll(&p, 1, 100) > 0) {
+        char buffer[4096];
+        const ssize_t n = read(terminal, buffer, sizeof buffer);
+        if (n <= 0) break;  // EIO: the program closed the terminal
+        result.out.append(buffer, static_cast<std::size_t>(n));
+      }
+      while (step < steps.size()) {
+        const std::size_t at = result.out.find(steps[step].expect, from);
+        if (at == std::string::npos) break;
+        from = at + steps[step].expect.size();
+        if (write(terminal, steps[step].send.data(), steps[step].send.size()) < 0) break;
+        ++step;
+      }
+      if (std::chrono::steady_clock::now() > deadline) {
+        kill(pid, SIGKILL);
+        killed = true;
+        break;
+      }
+    }
+    close(terminal);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    result.exit_code = !killed && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return result;
+  }
 };
 
 }  // namespace cpudl::testing

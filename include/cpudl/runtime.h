@@ -309,8 +309,10 @@ struct MeasuredPeaks {
 // A warning when other processes competed for the CPUs during measure_peaks (its cpu_share falls
 // short by more than the steal explains); empty otherwise.
 std::string competition_warning(const MeasuredPeaks& peaks);
-// Takes about `seconds` in total (split between the FMA and bandwidth probes).
-MeasuredPeaks measure_peaks(double seconds = 1.5);
+// Takes about `seconds` in total (split between the FMA and bandwidth probes). `on_probe`, when
+// given, hears each of the four probes start (its index, 4, its name): a progress bar.
+MeasuredPeaks measure_peaks(
+    double seconds = 1.5, const std::function<void(int probe, int probes, const char* name)>& on_probe = {});
 
 // One compute roof on `threads` threads, measured for about `seconds` with the active level's
 // probe. `native` is false when the level has no instruction for it (the scalar reference ran).

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "cli/command.h"
+#include "cli/progress.h"
 #include "cli/usage_errors.h"
 #include "cpudl/error.h"
 #include "cpudl/runtime.h"
@@ -51,14 +52,21 @@ std::vector<int> thread_counts(const BenchOptions& o) {
   return out;
 }
 
-// Prints each record as it is measured: a JSON line, or a table row.
+// Prints each record as it is measured: a JSON line, or a table row. On a terminal, a status
+// line under the table names the row being measured (with a bar and ETA when the row count is
+// known): rows of some benches take seconds each.
 class Report {
  public:
-  explicit Report(bool json) : json_(json) {}
+  explicit Report(bool json, const char* bench, std::int64_t rows = 0)
+      : json_(json), status_(std::string("bench ") + bench, rows, !json) {}
   void header(const char* title, const char* columns) {
     if (!json_) std::printf("\n%s\n%s\n", title, columns);
+    std::fflush(stdout);
   }
+  void measuring(const std::string& what) { status_.update(done_, what); }
   void record(const Json& r, const std::string& row) {
+    status_.clear();
+    ++done_;
     if (json_)
       std::printf("%s\n", r.dump().c_str());
     else
@@ -68,6 +76,8 @@ class Report {
 
  private:
   bool json_;
+  Progress status_;
+  std::int64_t done_ = 0;
 };
 
 std::string format(const char* fmt, auto... args) {
@@ -113,7 +123,7 @@ bench::CacheLineFloats random_buffer(std::size_t n, unsigned seed) {
 
 int run_peak(const BenchOptions& o) {
   const std::vector<int> threads = thread_counts(o);  // a bad list fails before anything is printed
-  Report report(o.json);
+  Report report(o.json, "peak", static_cast<std::int64_t>(threads.size()) * 4);
   report.header("Roofs measured on this machine (steal: the share of the threads' time the hypervisor took)",
                 "roof                 threads   throughput      steal  kernel");
   const struct {
@@ -124,6 +134,7 @@ int run_peak(const BenchOptions& o) {
                {ComputeRoof::int8_dot, "int8_dot"}};
   for (int t : threads) {
     for (const auto& r : roofs) {
+      report.measuring(std::string(r.name) + ", " + std::to_string(t) + " threads");
       const StealMeter meter(t);
       const RoofMeasurement m = measure_compute_roof(r.roof, t, o.min_time * 2);
       const Json steal = steal_percent(meter.share());
@@ -137,6 +148,7 @@ int run_peak(const BenchOptions& o) {
                     format("%-20s %7d %9.1f GOP/s   %s  %s%s", r.name, t, m.gops, steal_text(steal).c_str(),
                            m.kernel.c_str(), m.native ? "" : "  (no native instruction: scalar reference)"));
     }
+    report.measuring("memory_read, " + std::to_string(t) + " threads");
     const StealMeter meter(t);
     const double gbs = measure_read_bandwidth(t, o.min_time * 2);
     const Json steal = steal_percent(meter.share());
@@ -163,7 +175,8 @@ int run_gemm(const BenchOptions& o) {
       backends.push_back(b);
     }
   }
-  Report report(o.json);
+  Report report(o.json, "gemm",
+                static_cast<std::int64_t>(threads.size() * workloads.size() * backends.size()));
   std::string libraries;
   for (blas::Backend b : backends)
     libraries += "\n  " + std::string(blas::backend_name(b)) + ": " + blas::describe(b);
@@ -185,6 +198,8 @@ int run_gemm(const BenchOptions& o) {
           else
             blas::cblas_sgemm(backend, false, false, w.m, w.n, w.k, a.data(), b.data(), c.data(), false, t);
         };
+        report.measuring(std::string(blas::backend_name(backend)) + " " + w.label + ", " + std::to_string(t) +
+                         " threads");
         const auto [timing, roof, steal] = time_against_roof(call, o.min_time, t);
         const double gflops = 2.0 * static_cast<double>(w.m * w.n * w.k) / timing.median_seconds * 1e-9;
         Json j = {{"op", "gemm"},      {"backend", blas::backend_name(backend)},
@@ -207,7 +222,7 @@ int run_gemm(const BenchOptions& o) {
 int run_conv(const BenchOptions& o) {
   const std::vector<int> threads = thread_counts(o);  // a bad list fails before anything is printed
   const auto workloads = bench::conv_workloads(o.model, o.batch);
-  Report report(o.json);
+  Report report(o.json, "conv");
   report.header(
       "Convolutions on every implementation that can run them (dense/conv/conv_list.h), each pass as "
       "training runs it (channels-last; the input needs a gradient except in a model's first layer) and "
@@ -271,6 +286,8 @@ int run_conv(const BenchOptions& o) {
           std::shared_ptr<const conv::ConvPrepared> prepared;
           if (c.context.constant_weights && impl.prepare) prepared = impl.prepare(s, c.pass, wt.data());
           a.prepared = prepared.get();
+          report.measuring(w.model + " " + w.layer + " " + c.label + " " + std::string(impl.name) + ", " +
+                           std::to_string(t) + " threads");
           const auto [timing, roof, steal] =
               time_against_roof([&] { impl.run(s, c.pass, a); }, o.min_time, t);
           const double gflops = s.flops() / timing.median_seconds * 1e-9;

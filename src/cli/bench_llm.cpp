@@ -12,6 +12,7 @@
 #include <random>
 
 #include "cli/command.h"
+#include "cli/progress.h"
 #include "cli/usage_errors.h"
 #include "cpudl/llm.h"
 #include "cpudl/runtime.h"
@@ -47,8 +48,9 @@ struct Rates {
   std::vector<double> pp, tg;
 };
 
+// `after_repetition`, when given, hears each repetition's end (a progress bar).
 Rates measure(const llm::Model& model, const BenchLlmOptions& o, int threads, int prompt_tokens,
-              int gen_tokens) {
+              int gen_tokens, const std::function<void()>& after_repetition = {}) {
   const auto& c = model.config();
   const llm::ContextOptions options{prompt_tokens + gen_tokens + 1, llm::parse_cache_type(o.cache_type),
                                     threads, std::max({prompt_tokens, o.parallel, 1})};
@@ -91,6 +93,7 @@ Rates measure(const llm::Model& model, const BenchLlmOptions& o, int threads, in
                        }
                      }));
     }
+    if (after_repetition) after_repetition();
   }
   return r;
 }
@@ -110,8 +113,15 @@ int run_bench_llm_table(const llm::Model& model, const BenchLlmOptions& o, const
     std::printf("| model | size | params | threads | test | t/s |\n|---|---:|---:|---:|---:|---:|\n");
     std::fflush(stdout);
   }
+  const auto tests = std::count_if(prompts.begin(), prompts.end(), [](int p) { return p > 0; }) +
+                     std::count_if(gens.begin(), gens.end(), [](int g) { return g > 0; });
+  Progress progress("bench llm", static_cast<std::int64_t>(threads.size()) * tests * o.repetitions, !o.json);
+  std::int64_t done = 0;
+  std::string measuring;
+  const auto tick = [&] { progress.update(++done, measuring); };
   for (const int t : threads) {
     const auto row = [&](const std::string& test, const std::vector<double>& rates) {
+      progress.clear();
       const auto [mean, spread] = mean_and_spread(rates);
       if (o.json) {
         rows.push_back({{"model", o.model},
@@ -129,12 +139,16 @@ int run_bench_llm_table(const llm::Model& model, const BenchLlmOptions& o, const
                   static_cast<double>(c.parameters) / 1e6, t, test.c_str(), mean, spread);
       std::fflush(stdout);
     };
-    for (const int p : prompts)
-      if (p > 0) row("pp" + std::to_string(p), measure(model, o, t, p, 0).pp);
-    for (const int g : gens)
+    for (const int p : prompts) {
+      measuring = "pp" + std::to_string(p) + ", " + std::to_string(t) + " threads";
+      if (p > 0) row("pp" + std::to_string(p), measure(model, o, t, p, 0, tick).pp);
+    }
+    for (const int g : gens) {
+      measuring = "tg" + std::to_string(g) + ", " + std::to_string(t) + " threads";
       if (g > 0)
         row("tg" + std::to_string(g) + (o.parallel > 1 ? "x" + std::to_string(o.parallel) : ""),
-            measure(model, o, t, 0, g).tg);
+            measure(model, o, t, 0, g, tick).tg);
+    }
   }
   if (o.json) std::printf("%s\n", rows.dump().c_str());
   return 0;
@@ -150,7 +164,10 @@ int run_bench_llm(const BenchLlmOptions& o) {
     return run_bench_llm_table(model, o, threads, prompts, gens);
   const auto& c = model.config();
   const int t = threads[0], prompt = prompts[0], gen = gens[0];
-  const Rates rates = measure(model, o, t, prompt, gen);
+  Progress progress("bench llm", o.repetitions, !o.json);
+  int done = 0;
+  const Rates rates = measure(model, o, t, prompt, gen, [&] { progress.update(++done); });
+  progress.clear();
   const auto bytes_per_token = static_cast<double>(c.bytes_per_token);
   const double bandwidth = measure_read_bandwidth(t, 0.5) * 1e9;
   const double pp_rate = rates.pp.empty() ? 0 : median(rates.pp),

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "cli/command.h"
+#include "cli/progress.h"
 #include "cli/usage_errors.h"
 #include "cpudl/autograd.h"
 #include "cpudl/error.h"
@@ -92,10 +93,14 @@ int run_model_bench(const ModelBenchOptions& o) {
   step();
   reset_op_profile();  // the profile covers the timed steps only
   std::vector<double> seconds;
-  for (int i = 0; i < o.steps; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    step();
-    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  {
+    Progress progress("bench model " + o.model, o.steps, !o.json);
+    for (int i = 0; i < o.steps; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      step();
+      seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      progress.update(i + 1, "steps");
+    }
   }
   std::sort(seconds.begin(), seconds.end());
   const double median = seconds[seconds.size() / 2];

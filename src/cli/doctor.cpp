@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/progress.h"
 #include "cpudl/runtime.h"
 #include "measure/doctor_report.h"
 
@@ -131,7 +132,10 @@ void add_doctor_command(CLI::App& app, Action& action) {
     action = [json, measure] {
       const Runtime& rt = runtime();
       std::optional<MeasuredPeaks> peaks;
-      if (*measure) peaks = measure_peaks();
+      if (*measure) {
+        Progress progress("doctor --measure", 4, !*json);
+        peaks = measure_peaks(1.5, [&](int done, int, const char* name) { progress.update(done, name); });
+      }
       const Json report = doctor_json(rt, peaks);
       if (*json)
         std::printf("%s\n", report.dump(2).c_str());

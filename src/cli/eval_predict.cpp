@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/progress.h"
 #include "cli/train_monitor.h"
 #include "cli/usage_errors.h"
 #include "cpudl/autograd.h"
@@ -40,7 +41,11 @@ int run_eval(const EvalOptions& o) {
   if (sample != m.input_shape)
     throw Error(o.data + ": samples are " + shape_text(sample) + ", the model " + o.model + " takes " +
                 shape_text(m.input_shape));
-  const train::Evaluation e = train::evaluate(*m.model, test, m.classes, 1000, o.report.empty() ? 0 : 16);
+  Progress progress("eval " + o.data, test.images.size(0), !o.json);
+  const train::Evaluation e =
+      train::evaluate(*m.model, test, m.classes, 250, o.report.empty() ? 0 : 16,
+                      [&](std::int64_t done, std::int64_t) { progress.update(done); });
+  progress.clear();
   if (!o.report.empty())
     io::write_file_atomically(o.report, evaluation_report_html(o.model + " on " + o.data, test, e));
   if (o.json) {

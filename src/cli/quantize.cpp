@@ -7,6 +7,7 @@
 #include <map>
 
 #include "cli/command.h"
+#include "cli/progress.h"
 #include "cli/usage_errors.h"
 #include "cpudl/error.h"
 #include "cpudl/io.h"
@@ -92,7 +93,9 @@ int run_quantize(QuantizeOptions& o) {
   std::map<std::string, int> counts;
   std::uint64_t bytes_in = 0, bytes_out = 0;
   buffers.reserve(in.tensors().size());
+  Progress progress("quantize " + o.input + " to " + o.type, static_cast<std::int64_t>(in.tensors().size()));
   for (const llm::GgufTensor& t : in.tensors()) {
+    progress.update(static_cast<std::int64_t>(tensors.size()), t.name);
     bytes_in += t.bytes;
     GgmlType to = t.dims.size() >= 2 ? target->type : t.type;
     const std::uint32_t block = llm::ggml_type_info(static_cast<std::uint32_t>(to))->block_size;
@@ -120,6 +123,7 @@ int run_quantize(QuantizeOptions& o) {
     bytes_out += out.size();
     ++counts[llm::ggml_type_info(static_cast<std::uint32_t>(to))->name];
   }
+  progress.clear();
   llm::write_gguf(o.output, metadata, tensors, in.alignment());
   std::string summary;
   for (const auto& [type, n] : counts)

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/progress.h"
 #include "cpudl/error.h"
 #include "cpudl/inference.h"
 #include "cpudl/io.h"
@@ -114,6 +115,11 @@ int run_quantize_onnx(const QuantizeOnnxOptions& o) {
       throw Error(o.labels + ": holds " + std::to_string(labels.numel()) + " labels for " +
                   std::to_string(rows) + " input rows");
   }
+  Progress calibrating("quantize: calibrating", 1, !o.json);  // the total comes with the first batch
+  options.on_calibration_batch = [&](std::size_t done, std::size_t total) {
+    calibrating.set_total(static_cast<std::int64_t>(total));
+    calibrating.update(static_cast<std::int64_t>(done));
+  };
   infer::QuantizeResult r;
   if (o.mode == "dynamic") {
     r = infer::quantize_onnx_dynamic(o.input, o.output, options);
@@ -124,9 +130,14 @@ int run_quantize_onnx(const QuantizeOnnxOptions& o) {
     for (const auto& [name, t] : calib) calibration.push_back(t);
     r = infer::quantize_onnx_static(o.input, o.output, calibration, options);
   }
+  calibrating.clear();
   InferenceSession quantized(o.output);
   Agreement a;
+  Progress comparing("quantize: comparing with the float model", static_cast<std::int64_t>(batches.size()),
+                     !o.json);
+  std::int64_t compared = 0;
   for (const auto& [name, x] : batches) {
+    comparing.update(compared++);
     std::vector<Tensor> y0, y1;
     try {
       y0 = reference.run({x});
@@ -164,6 +175,7 @@ int run_quantize_onnx(const QuantizeOnnxOptions& o) {
     }
     a.samples += rows;
   }
+  comparing.clear();
 
   const auto quantized_layers =
       std::count_if(r.layers.begin(), r.layers.end(), [](const auto& l) { return l.quantized; });

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/progress.h"
 #include "cli/train_monitor.h"
 #include "cli/usage_errors.h"
 #include "cpudl/error.h"
@@ -87,16 +88,6 @@ class CsvLog {
 
 void on_signal(int signal) { train::g_stop_signal = signal; }
 
-std::string eta_text(double seconds) {
-  char b[32];
-  if (seconds >= 3600)
-    std::snprintf(b, sizeof b, "%dh%02dm", static_cast<int>(seconds / 3600),
-                  static_cast<int>(seconds / 60) % 60);
-  else
-    std::snprintf(b, sizeof b, "%dm%02ds", static_cast<int>(seconds / 60), static_cast<int>(seconds) % 60);
-  return b;
-}
-
 int run_train(TrainOptions& o) {
   // --threads sizes the pool: set before anything starts the runtime.
   use_threads(o.threads);
@@ -130,7 +121,7 @@ int run_train(TrainOptions& o) {
       std::fprintf(stderr, "cpudl: metrics on http://127.0.0.1:%d/metrics\n", *monitor->port());
   }
 
-  const bool tty = !o.json && isatty(STDERR_FILENO);
+  const bool tty = !o.json && stderr_is_terminal();
   double last_draw = -1;
   train::Callbacks cb;
   cb.info = [&](const std::string& text) {
@@ -171,10 +162,7 @@ int run_train(TrainOptions& o) {
     if (!tty || (p.seconds - last_draw < 0.1 && p.step != p.steps)) return;
     last_draw = p.seconds;
     const int width = 30, filled = static_cast<int>(width * p.step / std::max<std::int64_t>(p.steps, 1));
-    // The whole run's: this epoch's steps left and every later epoch's, at this epoch's pace.
-    const double left =
-        static_cast<double>(p.steps - p.step) + static_cast<double>(p.epochs - p.epoch) * p.steps;
-    const double eta = p.seconds / static_cast<double>(p.step) * left;
+    const double eta = p.remaining_seconds();
     std::fprintf(stderr, "\r\033[Kepoch %d/%d [%.*s%*s] %lld/%lld  %.0f img/s  loss %.4f  ETA %s", p.epoch,
                  p.epochs, filled, "==============================", width - filled, "",
                  static_cast<long long>(p.step), static_cast<long long>(p.steps), p.images_per_second, p.loss,

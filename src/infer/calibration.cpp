@@ -16,7 +16,8 @@ constexpr int kBins = 4096;
 
 // Runs `g` (whose outputs are the calibrated values) on each batch, handing each output to `visit`.
 template <class Visit>
-void for_each_output(const Graph& g, const std::vector<Tensor>& batches, Visit visit) {
+void for_each_output(const Graph& g, const std::vector<Tensor>& batches, Visit visit,
+                     const std::function<void()>& after_batch) {
   std::map<Shape, std::unique_ptr<Plan>> plans;
   for (std::size_t b = 0; b < batches.size(); ++b) {
     const Tensor x = batches[b].is_contiguous() ? batches[b] : batches[b].contiguous();
@@ -37,6 +38,7 @@ void for_each_output(const Graph& g, const std::vector<Tensor>& batches, Visit v
     const TensorView in{x.dtype(), &x.shape(), x.raw_data()};
     plan->run(std::span(&in, 1), outs);
     for (std::size_t o = 0; o < buffers.size(); ++o) visit(o, buffers[o]);
+    after_batch();
   }
 }
 
@@ -44,7 +46,7 @@ void for_each_output(const Graph& g, const std::vector<Tensor>& batches, Visit v
 
 std::map<std::string, ActivationRange> calibrate(const Graph& graph, const std::vector<std::string>& values,
                                                  const std::vector<Tensor>& batches, Observer observer,
-                                                 double percentile) {
+                                                 double percentile, const CalibrationProgress& on_batch) {
   if (batches.empty()) throw Error("calibration needs at least one batch");
   if (graph.inputs.size() != 1) throw Error("calibration needs a model with one input");
   Graph g = graph;
@@ -54,29 +56,40 @@ std::map<std::string, ActivationRange> calibrate(const Graph& graph, const std::
   OptimizerReport report;
   optimize_graph(g, report);
 
+  const std::size_t total = batches.size() * (observer == Observer::percentile ? 2 : 1);
+  std::size_t done = 0;
+  const std::function<void()> after_batch = [&] {
+    if (on_batch) on_batch(++done, total);
+  };
   std::vector<ActivationRange> ranges(values.size());
   std::vector<bool> seen(values.size(), false);
-  for_each_output(g, batches, [&](std::size_t o, const std::vector<float>& data) {
-    for (float v : data) {  // infinities and NaN (a diverged model) say nothing about the range
-      if (!std::isfinite(v)) continue;
-      if (!seen[o]) ranges[o] = {v, v};
-      ranges[o].lo = std::min(ranges[o].lo, v);
-      ranges[o].hi = std::max(ranges[o].hi, v);
-      seen[o] = true;
-    }
-  });
+  for_each_output(
+      g, batches,
+      [&](std::size_t o, const std::vector<float>& data) {
+        for (float v : data) {  // infinities and NaN (a diverged model) say nothing about the range
+          if (!std::isfinite(v)) continue;
+          if (!seen[o]) ranges[o] = {v, v};
+          ranges[o].lo = std::min(ranges[o].lo, v);
+          ranges[o].hi = std::max(ranges[o].hi, v);
+          seen[o] = true;
+        }
+      },
+      after_batch);
   if (observer == Observer::percentile) {
     std::vector<std::vector<double>> histograms(values.size(), std::vector<double>(kBins, 0.0));
-    for_each_output(g, batches, [&](std::size_t o, const std::vector<float>& data) {
-      const double lo = ranges[o].lo, width = (static_cast<double>(ranges[o].hi) - lo) / kBins;
-      if (!(width > 0)) return;
-      for (float v : data) {
-        if (!std::isfinite(v)) continue;
-        const auto bin =
-            static_cast<std::size_t>(std::clamp((static_cast<double>(v) - lo) / width, 0.0, kBins - 1.0));
-        histograms[o][bin] += 1;
-      }
-    });
+    for_each_output(
+        g, batches,
+        [&](std::size_t o, const std::vector<float>& data) {
+          const double lo = ranges[o].lo, width = (static_cast<double>(ranges[o].hi) - lo) / kBins;
+          if (!(width > 0)) return;
+          for (float v : data) {
+            if (!std::isfinite(v)) continue;
+            const auto bin =
+                static_cast<std::size_t>(std::clamp((static_cast<double>(v) - lo) / width, 0.0, kBins - 1.0));
+            histograms[o][bin] += 1;
+          }
+        },
+        after_batch);
     for (std::size_t o = 0; o < values.size(); ++o) {
       const auto& h = histograms[o];
       double total = 0;

@@ -488,7 +488,8 @@ QuantizeResult quantize_onnx_static(const std::filesystem::path& input, const st
   require_some_quantized(probe, input, "static mode quantises Conv, Gemm and MatMul");
 
   // Pass 2: calibration fixes each activation's uint8 scale and zero point.
-  const auto ranges = calibrate(e.graph, activations, calibration, options.observer, options.percentile);
+  const auto ranges = calibrate(e.graph, activations, calibration, options.observer, options.percentile,
+                                options.on_calibration_batch);
   Names names(g);
   std::map<std::string, std::string> dequantized;                     // activation -> its QDQ'd name
   std::map<std::string, std::pair<std::string, std::string>> params;  // activation -> its scale, zero point

@@ -31,6 +31,7 @@ struct QuantizeOptions {
   // Static mode: how calibration turns observed activations into ranges.
   Observer observer = Observer::min_max;
   double percentile = 99.99;
+  CalibrationProgress on_calibration_batch = {};  // static mode: each calibration batch run
 };
 
 struct QuantizedLayer {

@@ -128,7 +128,11 @@ double measure_read_bandwidth(int threads, double seconds) {
   return ReadBandwidthProbe(threads).measure(seconds);
 }
 
-MeasuredPeaks measure_peaks(double seconds) {
+MeasuredPeaks measure_peaks(double seconds,
+                            const std::function<void(int probe, int probes, const char* name)>& on_probe) {
+  const auto probe = [&](int index, const char* name) {
+    if (on_probe) on_probe(index, 4, name);
+  };
   MeasuredPeaks peaks;
   peaks.threads = compute_threads();
   peaks.fma_kernel = kernels::kernel_table().f32_fma_probe.name;
@@ -137,7 +141,9 @@ MeasuredPeaks measure_peaks(double seconds) {
   // One core's roofs, then all threads': the steal of each phase over its own busy threads, and
   // the larger of the two reported.
   const StealMeter one_core(1);
+  probe(0, "FMA peak, one core");
   peaks.fp32_gflops_one_core = measure_compute_roof(ComputeRoof::fp32_fma, 1, seconds / 4).gops;
+  probe(1, "bandwidth, one core");
   peaks.bandwidth_gbs_one_core = measure_read_bandwidth(1, seconds / 4);
   const auto one_core_steal = one_core.share();
   // Other processes leave no steal: what shows them is the CPU time this process got while all
@@ -145,7 +151,9 @@ MeasuredPeaks measure_peaks(double seconds) {
   const StealMeter all_threads(peaks.threads);
   const double cpu_before = process_cpu_seconds();
   const auto wall_before = Clock::now();
+  probe(2, "FMA peak, all threads");
   peaks.fp32_gflops_all_cores = measure_compute_roof(ComputeRoof::fp32_fma, peaks.threads, seconds / 4).gops;
+  probe(3, "bandwidth, all threads");
   peaks.bandwidth_gbs_all_cores = measure_read_bandwidth(peaks.threads, seconds / 4);
   const double cpu_after = process_cpu_seconds(), wall = seconds_since(wall_before);
   if (cpu_before >= 0 && cpu_after >= 0 && wall > 0)

@@ -150,7 +150,8 @@ void check_writable(const std::filesystem::path& path, const char* flag) {
 }  // namespace
 
 Evaluation evaluate(nn::Module& model, const data::Dataset& d, std::int64_t classes, std::int64_t batch,
-                    std::int64_t keep_worst) {
+                    std::int64_t keep_worst,
+                    const std::function<void(std::int64_t, std::int64_t)>& on_batch) {
   NoGradGuard no_grad;
   model.eval();
   Evaluation e;
@@ -187,6 +188,7 @@ Evaluation evaluate(nn::Module& model, const data::Dataset& d, std::int64_t clas
         e.worst.resize(static_cast<std::size_t>(keep_worst));
       }
     }
+    if (on_batch) on_batch(i + x.size(0), n);
   }
   std::sort(e.worst.begin(), e.worst.end(),
             [](const Mistake& a, const Mistake& b) { return a.loss > b.loss; });
@@ -195,6 +197,13 @@ Evaluation evaluate(nn::Module& model, const data::Dataset& d, std::int64_t clas
   e.accuracy = static_cast<double>(correct) / static_cast<double>(n);
   e.loss = loss / static_cast<double>(n);
   return e;
+}
+
+double StepProgress::remaining_seconds() const {
+  if (step <= 0) return 0;
+  const double left =
+      static_cast<double>(steps - step) + static_cast<double>(epochs - epoch) * static_cast<double>(steps);
+  return seconds / static_cast<double>(step) * left;
 }
 
 std::vector<std::string> class_labels(const std::map<std::string, std::string>& metadata,

@@ -76,6 +76,9 @@ struct StepProgress {
   int threads;                        // what the step ran on
   float lr = 0;                       // the step's learning rate
   std::int64_t global_step = 0;       // steps of the run so far, this one included
+
+  // The whole run's time left: this epoch's steps and every later epoch's, at this epoch's pace.
+  double remaining_seconds() const;
 };
 
 // A --val-every evaluation, between epochs' ends.
@@ -153,8 +156,10 @@ struct Evaluation {
   std::vector<std::vector<std::int64_t>> confusion;  // [true][predicted]
   std::vector<Mistake> worst;  // the misclassified samples of highest loss, highest first
 };
-// `keep_worst`: how many of the worst-classified samples to keep (0: none).
+// `keep_worst`: how many of the worst-classified samples to keep (0: none); `on_batch`, when
+// given, hears the samples done after each batch (a progress bar).
 Evaluation evaluate(nn::Module& model, const data::Dataset& data, std::int64_t classes,
-                    std::int64_t batch = 1000, std::int64_t keep_worst = 0);
+                    std::int64_t batch = 1000, std::int64_t keep_worst = 0,
+                    const std::function<void(std::int64_t done, std::int64_t total)>& on_batch = {});
 
 }  // namespace cpudl::train
