@@ -25,6 +25,7 @@ packages=(
   libcpp-httplib-dev pkg-config         # cpudl serve's HTTP server (and the tests' client)
   libsimdjson-dev                       # cpudl serve's tensor requests: 150K-number JSON bodies in ms
   libpng-dev libturbojpeg0-dev          # images as people save them: every PNG variant, JPEG
+  libedit-dev                           # cpudl chat: line editing and history (BSD licence, unlike readline)
   libopenmpi-dev openmpi-bin            # data-parallel training (cpudl train under mpirun) and its tests
   iproute2                              # ip netns: the two-host data-parallel test over TCP
   prometheus                            # promtool check metrics, and the test that scrapes cpudl serve

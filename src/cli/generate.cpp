@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "cli/command.h"
+#include "cli/line_reader.h"
 #include "cli/usage_errors.h"
 #include "cpudl/error.h"
 #include "cpudl/io.h"
@@ -309,7 +310,8 @@ int run_detokenize(const DetokenizeOptions& o) {
 struct ChatOptions {
   ModelFlags model;
   SamplingFlags sampling;
-  std::string system, format;
+  std::string system, format, history;
+  bool no_history = false;
   int n = 512;
   int interrupt_after = 0;  // testing: raise SIGINT after this many tokens of the first reply
 };
@@ -348,7 +350,9 @@ int run_chat(const ChatOptions& o) {
     history.clear();
     first = true;
   };
-  for (std::string line; (std::fputs("> ", stderr), std::getline(std::cin, line));) {
+  LineReader reader("> ", o.no_history ? "" : o.history.empty() ? default_chat_history_file() : o.history);
+  for (std::optional<std::string> typed; (typed = reader.read());) {
+    const std::string& line = *typed;
     if (line.empty()) continue;
     if (line[0] == '/') {
       const std::string command = line.substr(0, line.find(' '));
@@ -512,6 +516,10 @@ void add_chat_command(CLI::App& app, Action& action) {
   c->add_option("--system", o->system, "System prompt");
   c->add_option("--template", o->format,
                 "Chat format: chatml, llama2, llama3 or phi3 (default: from the model)");
+  c->add_option(
+      "--history", o->history,
+      "At a terminal, keep the typed lines in this file (default ~/.local/state/cpudl/chat_history)");
+  c->add_flag("--no-history", o->no_history, "Keep no history file");
   c->add_option("--interrupt-after", o->interrupt_after,
                 "Testing: act as if Ctrl-C came after N tokens of the first reply")
       ->check(in_range(1, 1 << 24));

@@ -52,5 +52,39 @@ TEST_F(TerminalCli, TrainDrawsItsBarWithAnEta) {
   EXPECT_EQ(piped.out.find('\033'), std::string::npos) << piped.out;
 }
 
+// chat at a terminal edits lines (emacs keys: Ctrl-A goes to the start, where "/" is put before
+// "help"), recalls them (the up arrow brings "/help" back) and keeps them for the next chat in the
+// history file; Ctrl-D or Ctrl-C at the prompt ends the chat.
+TEST_F(TerminalCli, ChatEditsLinesAndRemembersThemAcrossSessions) {
+  const std::string chat = "chat -m " + std::string(CPUDL_LLM_FIXTURES_DIR) +
+                           "/tiny-llama-q8_0.gguf --temp 0 -n 4 --history " + path("history");
+  const std::string help = "commands: /help";
+  auto r = run_on_terminal(
+      chat, {{"> ", "help\x01/\r"}, {help, ""}, {"> ", "\x1b[A\r"}, {help, ""}, {"> ", "\x04"}}, "", 30);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  std::size_t shown = 0;
+  for (std::size_t at = r.out.find(help); at != std::string::npos; at = r.out.find(help, at + 1)) ++shown;
+  EXPECT_EQ(shown, 2u) << r.out;  // typed once with an edit, recalled once
+  EXPECT_EQ(testing::slurp(path("history")), "/help\n/help\n");
+
+  // The next chat recalls the last session's line with the up arrow.
+  r = run_on_terminal(chat, {{"> ", "\x1b[A\r"}, {help, ""}, {"> ", "\x04"}}, "", 30);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find(help), std::string::npos) << r.out;
+
+  // Ctrl-C at the prompt ends the chat as Ctrl-D does (the half-typed line is dropped).
+  r = run_on_terminal(chat, {{"> ", "abc"}, {"abc", "\x03"}}, "", 30);
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(testing::slurp(path("history")), "/help\n/help\n/help\n");
+
+  // Piped input is read as plain lines: "help\x01/" is a message for the model, not /help.
+  r = run(chat + " < /dev/null");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  std::ofstream(path("typed")) << "help\x01/\n";
+  r = run(chat + " --no-history < " + path("typed"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find(help), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace cpudl
