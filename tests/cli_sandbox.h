@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <pty.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -25,9 +26,12 @@ struct CliResult {
 };
 
 // One exchange with a program on a terminal: once its output shows `expect` (after the previous
-// step's match), `send` is typed.
+// step's match), `send` is typed; with `line_editor`, only once the program has also put the
+// terminal in raw mode (a line editor reading keys): typed before, the keys would be taken as a
+// cooked line.
 struct TerminalStep {
   std::string expect, send;
+  bool line_editor = false;
 };
 
 inline std::string slurp(const std::filesystem::path& p) {
@@ -93,6 +97,8 @@ class CliSandbox : public ::testing::Test {
       while (step < steps.size()) {
         const std::size_t at = result.out.find(steps[step].expect, from);
         if (at == std::string::npos) break;
+        termios mode{};  // Linux: the master reports the terminal's (the slave's) settings
+        if (steps[step].line_editor && (tcgetattr(terminal, &mode) != 0 || (mode.c_lflag & ICANON))) break;
         from = at + steps[step].expect.size();
         if (write(terminal, steps[step].send.data(), steps[step].send.size()) < 0) break;
         ++step;

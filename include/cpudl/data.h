@@ -67,6 +67,8 @@ Tensor convert_channels(const Tensor& image, std::int64_t channels);
 // carves one out; has_test_split says which).
 Dataset load_image_folder(const std::filesystem::path& dir, bool train, const Shape& sample_shape = {});
 bool is_image_folder(const std::filesystem::path& dir);
+// Whether a file's name says it is an image read_image decodes (.png, .jpg, .jpeg, .pgm, any case).
+bool is_image_file(const std::filesystem::path& file);
 bool has_test_split(const std::filesystem::path& dir);
 
 // Batches of a dataset in a seeded order, assembled on background threads while the previous

@@ -63,10 +63,6 @@ void add_serve_command(CLI::App& app, Action& action);
 void add_detect_command(CLI::App& app, Action& action);
 void add_export_command(CLI::App& app, Action& action);
 
-// The classifier eval and predict run: a model cpudl train wrote (or its checkpoint), or an ONNX
-// file cpudl export wrote (normalisation and class names from its metadata_props), told by content.
-train::ModelFile load_classifier(const std::string& path);
-
 // A model file as an ONNX file to load (run, info, quantize): an ONNX file itself, or for a model
 // cpudl train wrote (or its checkpoint, told by content) its export (export.cpp) in a temporary
 // file, removed with this object.

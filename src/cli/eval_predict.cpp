@@ -16,6 +16,7 @@
 #include "cpudl/data.h"
 #include "cpudl/error.h"
 #include "cpudl/io.h"
+#include "train/exported_classifier.h"
 #include "train/trainer.h"
 
 namespace cpudl::cli {
@@ -28,8 +29,8 @@ struct EvalOptions {
 };
 
 int run_eval(const EvalOptions& o) {
-  if (!o.report.empty()) check_report_path(o.report);  // before the work, not after it
-  train::ModelFile m = load_classifier(o.model);       // a cpudl model or its ONNX export
+  if (!o.report.empty()) check_report_path(o.report);    // before the work, not after it
+  train::ModelFile m = train::load_classifier(o.model);  // a cpudl model or its ONNX export
   const data::Dataset test = data::load_dataset(o.data, false, m.input_shape);  // image folders: resized
   if (!test.class_names.empty() && test.class_names != m.labels) {
     std::string names;
@@ -142,12 +143,8 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs) {
       continue;
     }
     std::vector<std::string> found;
-    for (const auto& e : std::filesystem::recursive_directory_iterator(spec, ec)) {
-      std::string ext = e.path().extension().string();
-      std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
-      if (e.is_regular_file() && (ext == ".png" || ext == ".jpg" || ext == ".jpeg" || ext == ".pgm"))
-        found.push_back(e.path().string());
-    }
+    for (const auto& e : std::filesystem::recursive_directory_iterator(spec, ec))
+      if (e.is_regular_file() && data::is_image_file(e.path())) found.push_back(e.path().string());
     if (found.empty()) throw Error(spec + ": a directory with no images (.png, .jpg, .jpeg, .pgm) in it");
     std::sort(found.begin(), found.end());
     out.insert(out.end(), found.begin(), found.end());
@@ -156,7 +153,7 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs) {
 }
 
 int run_predict(const PredictOptions& o) {
-  train::ModelFile m = load_classifier(o.model);  // a cpudl model or its ONNX export
+  train::ModelFile m = train::load_classifier(o.model);  // a cpudl model or its ONNX export
   NoGradGuard no_grad;
   nlohmann::ordered_json all = nlohmann::ordered_json::array();
   int failed = 0;

@@ -14,16 +14,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-bool is_image(const fs::path& p) {
-  std::string ext = p.extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
-  return ext == ".png" || ext == ".jpg" || ext == ".jpeg" || ext == ".pgm";
-}
-
 std::vector<fs::path> sorted_entries(const fs::path& dir, bool directories) {
   std::vector<fs::path> out;
   for (const auto& e : fs::directory_iterator(dir))
-    if (directories ? e.is_directory() : (e.is_regular_file() && is_image(e.path()))) out.push_back(e.path());
+    if (directories ? e.is_directory() : (e.is_regular_file() && is_image_file(e.path())))
+      out.push_back(e.path());
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -38,6 +33,12 @@ fs::path split_root(const fs::path& dir, bool train) {
 }
 
 }  // namespace
+
+bool is_image_file(const std::filesystem::path& p) {
+  std::string ext = p.extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  return ext == ".png" || ext == ".jpg" || ext == ".jpeg" || ext == ".pgm";
+}
 
 bool is_image_folder(const std::filesystem::path& dir) {
   const fs::path root = split_root(dir, true);

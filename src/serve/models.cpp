@@ -11,6 +11,7 @@
 #include "cpudl/ops.h"
 #include "cpudl/runtime.h"
 #include "io/file_kind.h"
+#include "train/exported_classifier.h"
 
 namespace cpudl::serve {
 
@@ -67,37 +68,17 @@ Tensor take_rows(const Tensor& t, std::int64_t first, std::int64_t count) {
 
 TensorSpec spec_of(const ModelValue& v) { return {v.name, v.dtype, v.shape}; }
 
-std::vector<float> float_list(const std::string& text) {
-  std::vector<float> values;
-  const char* p = text.c_str();
-  for (char* end = nullptr;; p = end + (*end == ',' ? 1 : 0)) {
-    const float v = std::strtof(p, &end);
-    if (end == p) break;
-    values.push_back(v);
-    if (*end != ',') break;
-  }
-  return values;
-}
-
-// An ONNX file cpudl export wrote says how its images were normalised (metadata_props), and its
-// one input [batch, C, H, W] their size: classify can take it as it takes the cpudl model.
-std::optional<TensorModel::ImageInput> exported_image_input(const InferenceSession& s) {
-  const auto& md = s.metadata();
-  const auto mean = md.find("cpudl.normalization_mean"), stdev = md.find("cpudl.normalization_std");
-  if (mean == md.end() || stdev == md.end() || s.inputs().size() != 1) return std::nullopt;
+// An ONNX file cpudl export wrote of an image classifier ([batch, C, H, W] input): classify takes
+// it as it takes the cpudl model (train/exported_classifier.h reads its metadata).
+std::optional<TensorModel::ImageInput> exported_image_input(const InferenceSession& s,
+                                                            const std::string& file) {
+  if (!train::is_exported_classifier(s) || s.inputs().size() != 1) return std::nullopt;
   const ModelValue& in = s.inputs()[0];
   if (in.dtype != DType::f32 || in.shape.size() != 4 || in.shape[1] <= 0 || in.shape[2] <= 0 ||
       in.shape[3] <= 0)
     return std::nullopt;
-  TensorModel::ImageInput image{
-      {in.shape[1], in.shape[2], in.shape[3]}, float_list(mean->second), float_list(stdev->second), {}};
-  if (image.mean.empty() || image.stdev.empty()) return std::nullopt;
-  if (const auto names = md.find("cpudl.class_names"); names != md.end()) {
-    const auto parsed = nlohmann::json::parse(names->second, nullptr, false);
-    if (parsed.is_array())
-      for (const auto& n : parsed) image.labels.push_back(n.is_string() ? n.get<std::string>() : n.dump());
-  }
-  return image;
+  const train::ModelFile m = train::exported_classifier_info(s, file);
+  return TensorModel::ImageInput{m.input_shape, m.mean, m.std, m.labels};
 }
 
 }  // namespace
@@ -117,7 +98,7 @@ TensorModel::TensorModel(std::string name, const std::filesystem::path& path, co
     onnx_.emplace(path, o);
     for (const auto& v : onnx_->inputs()) inputs_.push_back(spec_of(v));
     for (const auto& v : onnx_->outputs()) outputs_.push_back(spec_of(v));
-    image_input_ = exported_image_input(*onnx_);
+    image_input_ = exported_image_input(*onnx_, file);
     warm_up();
   } else if (kind == io::FileKind::safetensors) {
     own_.emplace(train::load_model_file(path));

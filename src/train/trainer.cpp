@@ -16,6 +16,7 @@
 #include "cpudl/error.h"
 #include "cpudl/io.h"
 #include "cpudl/optim.h"
+#include "io/metadata_lists.h"
 #include "train/distributed.h"
 #include "train/memory_guard.h"
 
@@ -26,26 +27,6 @@ volatile std::sig_atomic_t g_stop_signal = 0;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::string join(const std::vector<float>& v) {
-  std::ostringstream s;
-  s.precision(9);
-  for (std::size_t i = 0; i < v.size(); ++i) s << (i ? "," : "") << v[i];
-  return s.str();
-}
-
-std::vector<float> split_floats(const std::string& text, const std::string& file, const char* key) {
-  std::vector<float> out;
-  std::stringstream in(text);
-  for (std::string item; std::getline(in, item, ',');) {
-    char* end = nullptr;
-    const float v = std::strtof(item.c_str(), &end);
-    if (item.empty() || *end)
-      throw Error(file + ": metadata " + key + " = '" + text + "' is not a list of numbers");
-    out.push_back(v);
-  }
-  return out;
-}
 
 // The model a dataset needs: input channels / features and classes from the data.
 nn::ModulePtr build_model(const std::string& name, const data::Dataset& d) {
@@ -236,12 +217,12 @@ ModelFile load_model_file(const std::filesystem::path& path) {
     return it->second;
   };
   const std::string arch = get("architecture");
-  for (float v : split_floats(get("input_shape"), path.string(), "input_shape"))
+  for (float v : io::parse_floats(get("input_shape"), path.string() + ": metadata input_shape"))
     m.input_shape.push_back(static_cast<std::int64_t>(v));
   m.classes = static_cast<std::int64_t>(std::stoll(get("classes")));
   m.labels = class_labels(f.metadata, m.classes, path.string());
-  m.mean = split_floats(get("normalization_mean"), path.string(), "normalization_mean");
-  m.std = split_floats(get("normalization_std"), path.string(), "normalization_std");
+  m.mean = io::parse_floats(get("normalization_mean"), path.string() + ": metadata normalization_mean");
+  m.std = io::parse_floats(get("normalization_std"), path.string() + ": metadata normalization_std");
   if (m.input_shape.empty()) throw Error(path.string() + ": empty input_shape");
   const std::int64_t features = shape_numel(m.input_shape);
   const bool cifar_stem = m.input_shape.size() == 3 && m.input_shape[1] <= 64;
@@ -528,15 +509,15 @@ int run(const TrainConfig& config_in, const Callbacks& callbacks, Summary& summa
       {"architecture", c.model},
       {"classes", std::to_string(train_set.classes)},
       {"dataset", train_set.kind},
-      {"normalization_mean", join(train_set.mean)},
-      {"normalization_std", join(train_set.std)},
+      {"normalization_mean", io::join_floats(train_set.mean)},
+      {"normalization_std", io::join_floats(train_set.std)},
   };
   if (!train_set.class_names.empty())
     model_metadata["class_names"] = nlohmann::json(train_set.class_names).dump();
   {
     Shape s(train_set.images.shape().begin() + 1, train_set.images.shape().end());
     std::vector<float> f(s.begin(), s.end());
-    model_metadata["input_shape"] = join(f);
+    model_metadata["input_shape"] = io::join_floats(f);
   }
   // The training images' mean brightness in [0, 1] (before normalisation): predict warns when an
   // image's polarity is the opposite (a digit drawn dark on white for a model of MNIST's white on

@@ -60,7 +60,9 @@ TEST_F(TerminalCli, ChatEditsLinesAndRemembersThemAcrossSessions) {
                            "/tiny-llama-q8_0.gguf --temp 0 -n 4 --history " + path("history");
   const std::string help = "commands: /help";
   auto r = run_on_terminal(
-      chat, {{"> ", "help\x01/\r"}, {help, ""}, {"> ", "\x1b[A\r"}, {help, ""}, {"> ", "\x04"}}, "", 30);
+      chat,
+      {{"> ", "help\x01/\r", true}, {help, ""}, {"> ", "\x1b[A\r", true}, {help, ""}, {"> ", "\x04", true}},
+      "", 30);
   ASSERT_EQ(r.exit_code, 0) << r.out;
   std::size_t shown = 0;
   for (std::size_t at = r.out.find(help); at != std::string::npos; at = r.out.find(help, at + 1)) ++shown;
@@ -68,12 +70,12 @@ TEST_F(TerminalCli, ChatEditsLinesAndRemembersThemAcrossSessions) {
   EXPECT_EQ(testing::slurp(path("history")), "/help\n/help\n");
 
   // The next chat recalls the last session's line with the up arrow.
-  r = run_on_terminal(chat, {{"> ", "\x1b[A\r"}, {help, ""}, {"> ", "\x04"}}, "", 30);
+  r = run_on_terminal(chat, {{"> ", "\x1b[A\r", true}, {help, ""}, {"> ", "\x04", true}}, "", 30);
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find(help), std::string::npos) << r.out;
 
   // Ctrl-C at the prompt ends the chat as Ctrl-D does (the half-typed line is dropped).
-  r = run_on_terminal(chat, {{"> ", "abc"}, {"abc", "\x03"}}, "", 30);
+  r = run_on_terminal(chat, {{"> ", "abc", true}, {"abc", "\x03", true}}, "", 30);
   EXPECT_EQ(r.exit_code, 0) << r.out;
   EXPECT_EQ(testing::slurp(path("history")), "/help\n/help\n/help\n");
 
