@@ -1,7 +1,7 @@
-// Pictures (picture.h): drawing, a 5x7 font, PNG encoding on zlib, and the letterbox.
+// Pictures (picture.h): drawing, a 5x7 font, PNG encoding by libpng, and the letterbox.
 #include "data/picture.h"
 
-#include <zlib.h>
+#include <png.h>
 
 #include <algorithm>
 #include <array>
@@ -75,18 +75,6 @@ const std::array<std::uint8_t, 7>& glyph(char c) {
   return kMissing;
 }
 
-void put_u32(std::string& out, std::uint32_t v) {
-  for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<char>((v >> shift) & 0xFF));
-}
-
-void chunk(std::string& out, const char type[4], const std::string& data) {
-  put_u32(out, static_cast<std::uint32_t>(data.size()));
-  const std::string body = std::string(type, 4) + data;
-  out += body;
-  put_u32(out, static_cast<std::uint32_t>(
-                   crc32(0, reinterpret_cast<const Bytef*>(body.data()), static_cast<uInt>(body.size()))));
-}
-
 }  // namespace
 
 Picture Picture::from_image(const DecodedImage& image) {
@@ -139,27 +127,19 @@ std::int64_t text_width(const std::string& text, int scale) {
 std::string Picture::png() const {
   if (width < 1 || height < 1 || width > 0x7FFFFFFF || height > 0x7FFFFFFF)
     throw Error("cannot encode an empty picture");
-  std::string raw;  // each row: filter type 0 (none), then its RGB bytes
-  raw.reserve(static_cast<std::size_t>(height * (width * 3 + 1)));
-  for (std::int64_t y = 0; y < height; ++y) {
-    raw.push_back('\0');
-    raw.append(reinterpret_cast<const char*>(rgb.data() + y * width * 3),
-               static_cast<std::size_t>(width * 3));
-  }
-  uLongf size = compressBound(static_cast<uLong>(raw.size()));
-  std::string packed(size, '\0');
-  if (compress2(reinterpret_cast<Bytef*>(packed.data()), &size, reinterpret_cast<const Bytef*>(raw.data()),
-                static_cast<uLong>(raw.size()), 6) != Z_OK)
-    throw Error("PNG: zlib could not compress the picture");
-  packed.resize(size);
-  std::string out = "\x89PNG\r\n\x1a\n";
-  std::string header;
-  put_u32(header, static_cast<std::uint32_t>(width));
-  put_u32(header, static_cast<std::uint32_t>(height));
-  header += std::string("\x08\x02\x00\x00\x00", 5);  // 8 bits, RGB, deflate, no filter method, no interlace
-  chunk(out, "IHDR", header);
-  chunk(out, "IDAT", packed);
-  chunk(out, "IEND", "");
+  // libpng's simplified API: the size first, then the file into a buffer of that size.
+  png_image image{};
+  image.version = PNG_IMAGE_VERSION;
+  image.width = static_cast<png_uint_32>(width);
+  image.height = static_cast<png_uint_32>(height);
+  image.format = PNG_FORMAT_RGB;
+  png_alloc_size_t size = 0;
+  if (!png_image_write_to_memory(&image, nullptr, &size, 0, rgb.data(), 0, nullptr))
+    throw Error(std::string("PNG: cannot encode the picture: ") + image.message);
+  std::string out(size, '\0');
+  if (!png_image_write_to_memory(&image, out.data(), &size, 0, rgb.data(), 0, nullptr))
+    throw Error(std::string("PNG: cannot encode the picture: ") + image.message);
+  out.resize(size);
   return out;
 }
 

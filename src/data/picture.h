@@ -1,7 +1,6 @@
 // A picture to look at: 8-bit RGB pixels, drawn on (rectangles, text in a built-in 5x7 font) and
-// written as PNG; plus the letterbox geometry detectors use. What `cpudl detect --draw` writes.
-// PNG is encoded here on zlib (chunks, one filter, deflate), as image_decode.cpp decodes it,
-// rather than adding libpng for 8-bit RGB.
+// written as PNG (libpng, as image_decode.cpp reads it); plus the letterbox geometry detectors
+// use. What `cpudl detect --draw` writes.
 #pragma once
 
 #include <cstdint>
