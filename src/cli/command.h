@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "runtime/governor.h"
@@ -81,8 +82,18 @@ class OnnxInput {
 };
 
 // `cpudl quantize` on an ONNX model (quantize_onnx.cpp); quantize.cpp parses the flags.
+// Calibration and report inputs taken from a dataset directory (a cpudl model's --calib DATA_DIR),
+// already normalised as the model's training data was, with the report's labels.
+struct QuantizeDataset {
+  std::vector<std::pair<std::string, Tensor>> calib, eval;
+  Tensor labels;                          // [rows of eval] i64
+  std::string calib_source, eval_source;  // what the report calls them
+};
+
 struct QuantizeOnnxOptions {
   std::string input, output, mode, calib, eval, labels, observer = "minmax";
+  std::optional<QuantizeDataset> dataset;  // set: instead of the .npy inputs of calib/eval/labels
+  std::int64_t calib_samples = 256;
   std::string
       shown_input;  // what reports call the input (a cpudl model's name, not its export's); empty: input
   double max_weight_error = 0.02, percentile = 99.99;

@@ -98,12 +98,14 @@ int run_quantize_onnx(const QuantizeOnnxOptions& o) {
 
   InferenceSession reference(o.input);
   if (reference.inputs().size() != 1) throw Error(shown + ": cpudl quantize needs a model with one input");
-  const auto calib = input_batches("--calib", o.calib, reference.inputs()[0]);
+  const auto calib = o.dataset ? o.dataset->calib : input_batches("--calib", o.calib, reference.inputs()[0]);
   // The report runs on --eval when given (held-out data, say), else on the calibration inputs.
-  const auto batches = o.eval.empty() ? calib : input_batches("--eval", o.eval, reference.inputs()[0]);
+  const auto batches = o.dataset        ? o.dataset->eval
+                       : o.eval.empty() ? calib
+                                        : input_batches("--eval", o.eval, reference.inputs()[0]);
   // Everything the report needs is checked before the model is written: a bad label file must
   // not leave a quantised model behind.
-  Tensor labels;
+  Tensor labels = o.dataset ? o.dataset->labels : Tensor();
   if (!o.labels.empty()) {
     labels = io::load_npy(o.labels);
     if (labels.dtype() != DType::i64 && labels.dtype() != DType::i32)
@@ -184,7 +186,8 @@ int run_quantize_onnx(const QuantizeOnnxOptions& o) {
       std::fprintf(stderr, "warning: %s '%s' kept in float: %s\n", l.op.c_str(), l.node.c_str(),
                    l.reason.c_str());
   const double mean_error = a.values > 0 ? a.sum_error / a.values : 0;
-  const std::string source = !o.eval.empty()   ? "the --eval inputs"
+  const std::string source = o.dataset         ? o.dataset->eval_source
+                             : !o.eval.empty() ? "the --eval inputs"
                              : o.calib.empty() ? "seeded random N(0, 1) inputs (no --calib given)"
                                                : "the --calib inputs";
   if (o.json) {
@@ -208,7 +211,8 @@ int run_quantize_onnx(const QuantizeOnnxOptions& o) {
                                 {"bytes_in", r.bytes_in},
                                 {"bytes_out", r.bytes_out},
                                 {"samples", a.samples},
-                                {"inputs", !o.eval.empty()   ? "eval"
+                                {"inputs", o.dataset         ? "dataset"
+                                           : !o.eval.empty() ? "eval"
                                            : o.calib.empty() ? "random"
                                                              : "calib"},
                                 {"activations", activations},
@@ -236,9 +240,13 @@ int run_quantize_onnx(const QuantizeOnnxOptions& o) {
   if (r.folded_batch_norms > 0)
     std::printf("%d BatchNormalization node(s) folded into the Conv before them, then quantised\n",
                 r.folded_batch_norms);
-  if (!r.activations.empty())
-    std::printf("%zu activations calibrated (%s observer) on %lld samples\n", r.activations.size(),
-                o.observer.c_str(), static_cast<long long>(a.samples));
+  if (!r.activations.empty()) {
+    std::int64_t calibrated = 0;
+    for (const auto& [name, x] : calib) calibrated += x.dim() >= 1 ? x.shape()[0] : 1;
+    std::printf("%zu activations calibrated (%s observer) on %lld samples%s\n", r.activations.size(),
+                o.observer.c_str(), static_cast<long long>(calibrated),
+                o.dataset ? (" of " + o.dataset->calib_source).c_str() : "");
+  }
   if (o.mode == "bf16")
     std::printf("%s\n", onednn::bf16_compute_available()
                             ? "the bf16 model computes in bf16 here (AMX or AVX512-BF16), as cpudl run will"

@@ -237,4 +237,37 @@ TEST_F(ExportCli, TrainedModelExportsRunsAndKeepsItsNormalisation) {
   EXPECT_EQ(cpudl::testing::slurp(path("keep.onnx")), "previous");
 }
 
+// quantize --calib DATA_DIR for a cpudl model: the training split calibrates, the test split and
+// its labels make the report, whose float and int8 accuracies are what eval says of the float
+// model and of the quantised file.
+TEST_F(ExportCli, QuantizeCalibratesOnADatasetAndReportsHeldOutAccuracy) {
+  ASSERT_EQ(
+      run("train --model lenet5 --data " + kTiny + " --epochs 2 --batch 32 --out " + path("m.safetensors"))
+          .exit_code,
+      0);
+  const auto q = run("quantize " + path("m.safetensors") + " " + path("q.onnx") +
+                     " --mode static --calib-samples 40 --json --calib " + kTiny);
+  ASSERT_EQ(q.exit_code, 0) << q.err;
+  const auto report = nlohmann::json::parse(q.out);
+  EXPECT_EQ(report["inputs"], "dataset");
+  const auto float_eval = run("eval --json --model " + path("m.safetensors") + " --data " + kTiny),
+             int8_eval = run("eval --json --model " + path("q.onnx") + " --data " + kTiny);
+  ASSERT_EQ(int8_eval.exit_code, 0) << int8_eval.err;
+  const auto fe = nlohmann::json::parse(float_eval.out), ie = nlohmann::json::parse(int8_eval.out);
+  EXPECT_EQ(report["samples"], fe["samples"]);  // the whole test split
+  EXPECT_DOUBLE_EQ(report["fp32_accuracy"].get<double>(), fe["accuracy"].get<double>());
+  EXPECT_DOUBLE_EQ(report["int8_accuracy"].get<double>(), ie["accuracy"].get<double>());
+  const auto text = run("quantize " + path("m.safetensors") + " " + path("q2.onnx") +
+                        " --mode static --calib-samples 40 --calib " + kTiny);
+  EXPECT_NE(text.out.find("calibrated (minmax observer) on 40 samples of " + kTiny + "'s training split"),
+            std::string::npos)
+      << text.out;
+  // A dataset makes its own report: .npy report inputs beside it are a usage error.
+  const auto both = run("quantize " + path("m.safetensors") + " " + path("q3.onnx") +
+                        " --mode static --calib " + kTiny + " --labels " + path("l.npy"));
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_NE(both.err.find("is a dataset"), std::string::npos) << both.err;
+  EXPECT_FALSE(fs::exists(path("q3.onnx")));
+}
+
 }  // namespace
