@@ -1,9 +1,12 @@
-// `cpudl bench model`: a zoo model's inference or training step on random data, as images/s,
+// `cpudl bench model`: a zoo model's inference or training step (or a model file's inference) on
+// random data, as images/s,
 // ms/step, GFLOP/s and % of the fp32 FMA roof measured in the same run, so a user sees what
 // their own CPU does with a whole network rather than with one kernel.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -12,10 +15,13 @@
 #include "cli/usage_errors.h"
 #include "cpudl/autograd.h"
 #include "cpudl/error.h"
+#include "cpudl/inference.h"
 #include "cpudl/nn.h"
 #include "cpudl/ops.h"
 #include "cpudl/optim.h"
 #include "cpudl/runtime.h"
+#include "io/file_kind.h"
+#include "train/trainer.h"
 
 namespace cpudl::cli {
 namespace {
@@ -28,12 +34,118 @@ struct ModelBenchOptions {
   int steps = 20, threads = 0;
 };
 
+// Timed steps after two warm-up steps: their sorted durations (the median is the figure).
+std::vector<double> time_steps(const ModelBenchOptions& o, const std::function<void()>& step) {
+  std::vector<double> seconds;
+  Progress progress("bench model " + o.model, o.steps, !o.json);
+  for (int i = 0; i < o.steps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    step();
+    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    progress.update(i + 1, "steps");
+  }
+  std::sort(seconds.begin(), seconds.end());
+  return seconds;
+}
+
+// --model FILE: inference of a model file on random inputs of its sample shape, as the zoo
+// models are timed: a cpudl model or checkpoint on the eager engine, an ONNX file (cpudl export's
+// or quantize's, or any with one input of fixed sample shape) on the ONNX runtime, as cpudl run
+// and eval run them. GFLOP/s counts an int8 model's multiply-adds as a float model's.
+int run_file_bench(const ModelBenchOptions& o) {
+  if (o.train)
+    throw UsageError("--train: a model file is timed for inference; training takes a zoo model name");
+  if (o.checkpoint_activations || o.cifar_stem || o.image_size > 0)
+    throw UsageError(o.model +
+                     ": a model file has its own input size and layers (--image-size, --cifar-stem and "
+                     "--checkpoint-activations are for zoo models)");
+  const bool onnx = io::file_kind(o.model) == io::FileKind::onnx;
+  if (onnx && o.precision != "fp32")
+    throw UsageError("--precision " + o.precision +
+                     ": an ONNX file runs as stored (cpudl quantize --mode bf16 "
+                     "makes a bf16 one)");
+  std::optional<Bf16Autocast> autocast;
+  if (o.precision == "bf16") autocast.emplace();
+  Shape shape{o.batch};
+  double flops = 0;
+  std::int64_t parameters = 0;
+  std::function<void(const Tensor&)> forward;
+  std::unique_ptr<InferenceSession> session;
+  nn::ModulePtr model;
+  if (onnx) {
+    session = std::make_unique<InferenceSession>(o.model);
+    if (session->inputs().size() != 1) throw Error(o.model + ": bench model times models with one input");
+    const Shape& in = session->inputs()[0].shape;
+    for (std::size_t d = 1; d < in.size(); ++d) {
+      if (in[d] <= 0)
+        throw Error(o.model + ": input '" + session->inputs()[0].name + "' " + shape_text(in) +
+                    " has a free dimension besides the batch: time it with cpudl run --bench");
+      shape.push_back(in[d]);
+    }
+    const ModelInfo info = session->info({shape});
+    flops = info.flops;
+    parameters = info.parameters;
+    forward = [&](const Tensor& x) { (void)session->run({x}); };
+  } else {
+    const train::ModelFile m = train::load_model_file(o.model);
+    shape.insert(shape.end(), m.input_shape.begin(), m.input_shape.end());
+    model = m.model;
+    model->train(false);
+    parameters = model->parameter_count();
+    forward = [&](const Tensor& x) {
+      NoGradGuard no_grad;
+      model->forward(x);
+    };
+  }
+  Generator gen(0);
+  const Tensor x = Tensor::rand(shape, gen);
+  reset_forward_flops();
+  forward(x);  // warm-up: the plan, primitives, caches, page faults
+  if (!onnx) flops = forward_flops();
+  forward(x);
+  const std::vector<double> seconds = time_steps(o, [&] { forward(x); });
+  const double median = seconds[seconds.size() / 2];
+  const int threads = compute_threads();
+  const double roof = measure_compute_roof(ComputeRoof::fp32_fma, threads, 0.3).gops;
+  const double gflops = flops / median / 1e9;
+  const char* engine = onnx ? "ONNX runtime" : "eager engine";
+  if (o.json) {
+    std::printf("%s\n", nlohmann::ordered_json{{"model", o.model},
+                                               {"engine", engine},
+                                               {"mode", "inference"},
+                                               {"precision", o.precision},
+                                               {"batch", o.batch},
+                                               {"input_shape", shape},
+                                               {"parameters", parameters},
+                                               {"threads", threads},
+                                               {"images_per_second", static_cast<double>(o.batch) / median},
+                                               {"ms_per_step", median * 1e3},
+                                               {"gflop_per_step", flops / 1e9},
+                                               {"gflops", gflops},
+                                               {"peak_gflops", roof},
+                                               {"pct_peak", 100 * gflops / roof}}
+                            .dump()
+                            .c_str());
+    return 0;
+  }
+  std::printf(
+      "%s (%s) inference%s, input %s, %d threads: %.0f images/s, %.2f ms/step, %.2f GFLOP/step, %.1f GFLOP/s "
+      "= "
+      "%.0f%% of the fp32 FMA roof (%.0f GFLOP/s measured now)\n",
+      o.model.c_str(), engine, autocast ? " (bf16 autocast)" : "", shape_text(shape).c_str(), threads,
+      static_cast<double>(o.batch) / median, median * 1e3, flops / 1e9, gflops, 100 * gflops / roof, roof);
+  return 0;
+}
+
 int run_model_bench(const ModelBenchOptions& o) {
   const auto names = nn::model_names();
+  if (std::error_code ec; std::find(names.begin(), names.end(), o.model) == names.end() &&
+                          std::filesystem::is_regular_file(o.model, ec))
+    return run_file_bench(o);
   if (std::find(names.begin(), names.end(), o.model) == names.end()) {
     std::string list;
     for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
-    throw UsageError("--model " + o.model + ": not a zoo model (" + list + ")");
+    throw UsageError("--model " + o.model + ": not a zoo model (" + list + ") nor a model file");
   }
   if (o.optimizer != "adam" && o.optimizer != "sgd") throw UsageError("--optimizer must be adam or sgd");
   if (o.precision != "fp32" && o.precision != "bf16") throw UsageError("--precision must be fp32 or bf16");
@@ -92,17 +204,7 @@ int run_model_bench(const ModelBenchOptions& o) {
   const double flops = o.train ? 3 * forward : forward;
   step();
   reset_op_profile();  // the profile covers the timed steps only
-  std::vector<double> seconds;
-  {
-    Progress progress("bench model " + o.model, o.steps, !o.json);
-    for (int i = 0; i < o.steps; ++i) {
-      const auto t0 = std::chrono::steady_clock::now();
-      step();
-      seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      progress.update(i + 1, "steps");
-    }
-  }
-  std::sort(seconds.begin(), seconds.end());
+  const std::vector<double> seconds = time_steps(o, step);
   const double median = seconds[seconds.size() / 2];
   const int threads = compute_threads();
   const double roof = measure_compute_roof(ComputeRoof::fp32_fma, threads, 0.3).gops;
@@ -146,7 +248,9 @@ void add_bench_model_command(CLI::App& bench, Action& action) {
   auto o = std::make_shared<ModelBenchOptions>();
   CLI::App* m =
       bench.add_subcommand("model", "A zoo model's inference or training step: images/s, GFLOP/s, % of peak");
-  m->add_option("--model", o->model, "simplecnn, lenet5, mlp or resnet18 (default simplecnn)");
+  m->add_option("--model", o->model,
+                "simplecnn, lenet5, mlp or resnet18 (default simplecnn), or a model file: a cpudl model or "
+                "checkpoint, or an ONNX file (cpudl export's or quantize's), timed for inference");
   m->add_option("--batch", o->batch, "Batch size (default 64)")->check(in_range(1, 1 << 16));
   m->add_flag("--train", o->train,
               "Time a training step (forward, backward, optimiser) instead of inference");

@@ -262,6 +262,21 @@ TEST_F(ExportCli, QuantizeCalibratesOnADatasetAndReportsHeldOutAccuracy) {
   EXPECT_NE(text.out.find("calibrated (minmax observer) on 40 samples of " + kTiny + "'s training split"),
             std::string::npos)
       << text.out;
+  // bench model times the float file on the eager engine and the int8 file on the ONNX runtime; the
+  // two count the same multiply-adds (the eager op counter vs the ONNX plan's count).
+  const auto bench_float = run("bench model --json --steps 2 --batch 8 --model " + path("m.safetensors")),
+             bench_int8 = run("bench model --json --steps 2 --batch 8 --model " + path("q.onnx"));
+  ASSERT_EQ(bench_int8.exit_code, 0) << bench_int8.err;
+  ASSERT_EQ(bench_float.exit_code, 0) << bench_float.err;
+  const auto bf = nlohmann::json::parse(bench_float.out), bi = nlohmann::json::parse(bench_int8.out);
+  EXPECT_EQ(bf["engine"], "eager engine");
+  EXPECT_EQ(bi["engine"], "ONNX runtime");
+  EXPECT_EQ(bi["input_shape"], nlohmann::json::parse("[8, 1, 28, 28]"));
+  EXPECT_GT(bi["images_per_second"].get<double>(), 0);
+  EXPECT_NEAR(bi["gflop_per_step"].get<double>(), bf["gflop_per_step"].get<double>(),
+              0.02 * bf["gflop_per_step"].get<double>());
+  EXPECT_EQ(run("bench model --train --model " + path("q.onnx")).exit_code, 2);
+
   // A dataset makes its own report: .npy report inputs beside it are a usage error.
   const auto both = run("quantize " + path("m.safetensors") + " " + path("q3.onnx") +
                         " --mode static --calib " + kTiny + " --labels " + path("l.npy"));
