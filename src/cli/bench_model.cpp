@@ -48,6 +48,27 @@ std::vector<double> time_steps(const ModelBenchOptions& o, const std::function<v
   return seconds;
 }
 
+// What both kinds of run report: the median step against the fp32 FMA roof measured right after.
+struct StepFigures {
+  double median, flops, roof, gflops;
+  int threads;
+  void add_to(nlohmann::ordered_json& j, std::int64_t batch) const {
+    j["threads"] = threads;
+    j["images_per_second"] = static_cast<double>(batch) / median;
+    j["ms_per_step"] = median * 1e3;
+    j["gflop_per_step"] = flops / 1e9;
+    j["gflops"] = gflops;
+    j["peak_gflops"] = roof;
+    j["pct_peak"] = 100 * gflops / roof;
+  }
+};
+StepFigures step_figures(const std::vector<double>& sorted_seconds, double flops) {
+  const double median = sorted_seconds[sorted_seconds.size() / 2];
+  const int threads = compute_threads();
+  const double roof = measure_compute_roof(ComputeRoof::fp32_fma, threads, 0.3).gops;
+  return {median, flops, roof, flops / median / 1e9, threads};
+}
+
 // --model FILE: inference of a model file on random inputs of its sample shape, as the zoo
 // models are timed: a cpudl model or checkpoint on the eager engine, an ONNX file (cpudl export's
 // or quantize's, or any with one input of fixed sample shape) on the ONNX runtime, as cpudl run
@@ -103,37 +124,23 @@ int run_file_bench(const ModelBenchOptions& o) {
   forward(x);  // warm-up: the plan, primitives, caches, page faults
   if (!onnx) flops = forward_flops();
   forward(x);
-  const std::vector<double> seconds = time_steps(o, [&] { forward(x); });
-  const double median = seconds[seconds.size() / 2];
-  const int threads = compute_threads();
-  const double roof = measure_compute_roof(ComputeRoof::fp32_fma, threads, 0.3).gops;
-  const double gflops = flops / median / 1e9;
+  const StepFigures f = step_figures(time_steps(o, [&] { forward(x); }), flops);
   const char* engine = onnx ? "ONNX runtime" : "eager engine";
   if (o.json) {
-    std::printf("%s\n", nlohmann::ordered_json{{"model", o.model},
-                                               {"engine", engine},
-                                               {"mode", "inference"},
-                                               {"precision", o.precision},
-                                               {"batch", o.batch},
-                                               {"input_shape", shape},
-                                               {"parameters", parameters},
-                                               {"threads", threads},
-                                               {"images_per_second", static_cast<double>(o.batch) / median},
-                                               {"ms_per_step", median * 1e3},
-                                               {"gflop_per_step", flops / 1e9},
-                                               {"gflops", gflops},
-                                               {"peak_gflops", roof},
-                                               {"pct_peak", 100 * gflops / roof}}
-                            .dump()
-                            .c_str());
+    nlohmann::ordered_json j{{"model", o.model},         {"engine", engine}, {"mode", "inference"},
+                             {"precision", o.precision}, {"batch", o.batch}, {"input_shape", shape},
+                             {"parameters", parameters}};
+    f.add_to(j, o.batch);
+    std::printf("%s\n", j.dump().c_str());
     return 0;
   }
   std::printf(
       "%s (%s) inference%s, input %s, %d threads: %.0f images/s, %.2f ms/step, %.2f GFLOP/step, %.1f GFLOP/s "
       "= "
       "%.0f%% of the fp32 FMA roof (%.0f GFLOP/s measured now)\n",
-      o.model.c_str(), engine, autocast ? " (bf16 autocast)" : "", shape_text(shape).c_str(), threads,
-      static_cast<double>(o.batch) / median, median * 1e3, flops / 1e9, gflops, 100 * gflops / roof, roof);
+      o.model.c_str(), engine, autocast ? " (bf16 autocast)" : "", shape_text(shape).c_str(), f.threads,
+      static_cast<double>(o.batch) / f.median, f.median * 1e3, flops / 1e9, f.gflops, 100 * f.gflops / f.roof,
+      f.roof);
   return 0;
 }
 
@@ -204,32 +211,21 @@ int run_model_bench(const ModelBenchOptions& o) {
   const double flops = o.train ? 3 * forward : forward;
   step();
   reset_op_profile();  // the profile covers the timed steps only
-  const std::vector<double> seconds = time_steps(o, step);
-  const double median = seconds[seconds.size() / 2];
-  const int threads = compute_threads();
-  const double roof = measure_compute_roof(ComputeRoof::fp32_fma, threads, 0.3).gops;
-  const double gflops = flops / median / 1e9;
-  if (op_profiling_enabled()) print_op_profile(o.steps, roof);
+  const StepFigures f = step_figures(time_steps(o, step), flops);
+  if (op_profiling_enabled()) print_op_profile(o.steps, f.roof);
   if (o.json) {
-    std::printf("%s\n", nlohmann::ordered_json{{"model", o.model},
-                                               {"mode", o.train ? "train" : "inference"},
-                                               {"precision", o.precision},
-                                               {"checkpoint_activations", o.checkpoint_activations},
-                                               {"optimizer", o.train ? o.optimizer : ""},
-                                               {"batch", o.batch},
-                                               {"image_size", size},
-                                               {"parameters", model->parameter_count()},
-                                               {"threads", threads},
-                                               {"images_per_second", static_cast<double>(o.batch) / median},
-                                               {"ms_per_step", median * 1e3},
-                                               {"gflop_per_step", flops / 1e9},
-                                               {"gflops", gflops},
-                                               {"peak_gflops", roof},
-                                               {"pct_peak", 100 * gflops / roof},
-                                               {"peak_memory_bytes", peak_resident_bytes()},
-                                               {"peak_tensor_bytes", peak_tensor_bytes()}}
-                            .dump()
-                            .c_str());
+    nlohmann::ordered_json j{{"model", o.model},
+                             {"mode", o.train ? "train" : "inference"},
+                             {"precision", o.precision},
+                             {"checkpoint_activations", o.checkpoint_activations},
+                             {"optimizer", o.train ? o.optimizer : ""},
+                             {"batch", o.batch},
+                             {"image_size", size},
+                             {"parameters", model->parameter_count()}};
+    f.add_to(j, o.batch);
+    j["peak_memory_bytes"] = peak_resident_bytes();
+    j["peak_tensor_bytes"] = peak_tensor_bytes();
+    std::printf("%s\n", j.dump().c_str());
     return 0;
   }
   std::printf(
@@ -237,8 +233,9 @@ int run_model_bench(const ModelBenchOptions& o) {
       "%.1f GFLOP/s = %.0f%% of the fp32 FMA roof (%.0f GFLOP/s measured now)\n",
       o.model.c_str(), o.train ? ("training (" + o.optimizer + ")").c_str() : "inference",
       bf16 ? " (bf16 autocast)" : "", o.checkpoint_activations ? " (activation checkpointing)" : "",
-      static_cast<long long>(o.batch), static_cast<long long>(size), static_cast<long long>(size), threads,
-      static_cast<double>(o.batch) / median, median * 1e3, flops / 1e9, gflops, 100 * gflops / roof, roof);
+      static_cast<long long>(o.batch), static_cast<long long>(size), static_cast<long long>(size), f.threads,
+      static_cast<double>(o.batch) / f.median, f.median * 1e3, flops / 1e9, f.gflops, 100 * f.gflops / f.roof,
+      f.roof);
   return 0;
 }
 
