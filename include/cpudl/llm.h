@@ -34,16 +34,23 @@ struct ModelConfig {
   // (the embedding gives one row). What generation's bandwidth share is computed from.
   std::uint64_t bytes_per_token = 0;
   // Memory taken besides the mapping by weights repacked at load for the prompt products (AMX
-  // tile panels of Q8_0/Q4_0 matrices; 0 elsewhere, or with CPUDL_LLM_REPACK=off).
+  // tile panels of Q8_0/Q4_0 matrices; 0 elsewhere, or loaded without repacking).
   std::uint64_t repacked_bytes = 0;
   std::string tokenizer;  // tokenizer.ggml.model ("llama": SentencePiece, "gpt2": byte-level BPE), or ""
+};
+
+struct ModelLoadOptions {
+  // Repack Q8_0/Q4_0 matrices at load into the panels the CPU's fastest products read (AMX
+  // tiles, VNNI generation panels; weight_matmul.h): memory besides the mapping for speed. Off
+  // for a model that computes nothing (tokenize) or to save that memory (llama.cpp's --no-repack).
+  bool repack = true;
 };
 
 class Model {
  public:
   // Maps and validates the file: metadata, every tensor's presence, type and shape. Errors name
   // the file and the key or tensor.
-  static Model load(const std::filesystem::path& path);
+  static Model load(const std::filesystem::path& path, const ModelLoadOptions& options = {});
   ~Model();
   Model(Model&&) noexcept;
   Model& operator=(Model&&) noexcept;

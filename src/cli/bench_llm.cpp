@@ -24,7 +24,7 @@ struct BenchLlmOptions {
   std::string model, cache_type = "f16";
   std::string prompt = "64", gen = "32", threads;  // comma-separated lists, as llama-bench's -p -n -t
   int repetitions = 3, parallel = 1;
-  bool json = false;
+  bool json = false, no_repack = false;
 };
 
 double median(std::vector<double> v) {
@@ -159,7 +159,7 @@ int run_bench_llm(const BenchLlmOptions& o) {
   std::vector<int> threads =
       o.threads.empty() ? std::vector<int>{compute_threads()} : int_list(o.threads, "--threads", 1);
   for (const int t : threads) check_thread_request(t, "--threads");
-  const llm::Model model = llm::Model::load(o.model);
+  const llm::Model model = llm::Model::load(o.model, {repack_wanted(o.no_repack)});
   if (prompts.size() > 1 || gens.size() > 1 || threads.size() > 1)
     return run_bench_llm_table(model, o, threads, prompts, gens);
   const auto& c = model.config();
@@ -238,6 +238,7 @@ void add_bench_llm_command(CLI::App& bench, Action& action) {
       ->type_name("LIST");
   b->add_option("--cache-type", o->cache_type, "KV cache type: f16 (default), f32 or q8_0");
   b->add_flag("--json", o->json, "One JSON object (with lists: an array, one object per row)");
+  add_no_repack_flag(b, o->no_repack);
   b->callback([&action, o] { action = [o] { return run_bench_llm(*o); }; });
 }
 

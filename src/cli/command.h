@@ -29,6 +29,11 @@ void apply_bind(const std::string& mode);
 // Not given (""), CPUDL_GOVERNOR decides, else on.
 CLI::Option* add_governor_option(CLI::App* app, std::string& mode);
 bool governor_wanted(const std::string& flag);
+
+// --no-repack (generate, chat, perplexity, bench llm, serve): load GGUF models without the panels
+// made at load (llama.cpp's flag; llm::ModelLoadOptions). Not given: CPUDL_LLM_REPACK=off does it.
+CLI::Option* add_no_repack_flag(CLI::App* app, bool& no_repack);
+bool repack_wanted(bool no_repack);
 // The governor of runtime/governor.h, logging to stderr, with `ceiling` threads at most (0: the
 // count in effect; call after use_threads); nullptr for "off". `on_sample` feeds metrics.
 std::unique_ptr<Governor> start_governor(const std::string& mode, int ceiling = 0,

@@ -68,6 +68,8 @@ struct ModelFlags {
   std::string cache_type = "f16";
   std::string governor;  // --governor; empty: CPUDL_GOVERNOR or on
   std::string bind = "none";
+  bool no_repack = false;
+  llm::ModelLoadOptions load_options() const { return {repack_wanted(no_repack)}; }
 };
 
 void add_model_flags(CLI::App* c, ModelFlags& m) {
@@ -78,6 +80,7 @@ void add_model_flags(CLI::App* c, ModelFlags& m) {
   c->add_option("-c,--ctx,--ctx-size", m.ctx, "Context length (default: the model's, at most 4096)")
       ->check(in_range(1, 1 << 24));
   c->add_option("--cache-type", m.cache_type, "KV cache type: f16 (default), f32 or q8_0");
+  add_no_repack_flag(c, m.no_repack);
 }
 
 void add_sampling_flags(CLI::App* c, SamplingFlags& s) {
@@ -152,7 +155,7 @@ int run_generate(GenerateOptions o) {
     if (o.prompt.empty()) throw UsageError("-f " + o.file + ": the prompt file is empty");
   }
   io::require_output_is_not_an_input(o.dump_logits, {o.model.model}, "--dump-logits");
-  const llm::Model model = llm::Model::load(o.model.model);
+  const llm::Model model = llm::Model::load(o.model.model, o.model.load_options());
   llm::Context ctx(model, context_options(o.model));
   const std::vector<std::int32_t> prompt =
       o.tokens.empty() ? model.tokenize(o.prompt, !o.no_bos) : parse_token_list(o.tokens);
@@ -224,7 +227,7 @@ int run_tokenize(TokenizeOptions o) {
     throw UsageError(
         "give the text as an argument or as -f FILE (- for standard input), exactly one of them");
   if (!o.file.empty()) o.text = read_prompt_file(o.file);
-  const llm::Model model = llm::Model::load(o.model);
+  const llm::Model model = llm::Model::load(o.model, {false});  // tokenizer only: no panels
   const auto ids = model.tokenize(o.text, !o.no_bos);
   if (o.json) {  // each token with the bytes it stands for (a piece can end inside a character)
     nlohmann::json all = nlohmann::json::array();
@@ -248,7 +251,7 @@ int run_perplexity(PerplexityOptions o) {
   if (o.file.empty() == o.tokens.empty())
     throw UsageError(
         "give the text as -f FILE (- for standard input) or its ids as --tokens ID,ID,... (exactly one)");
-  const llm::Model model = llm::Model::load(o.model.model);
+  const llm::Model model = llm::Model::load(o.model.model, o.model.load_options());
   // llama.cpp's default context for perplexity, within the model's own
   if (o.model.ctx == 0) o.model.ctx = std::min(512, static_cast<int>(model.config().context_length));
   llm::Context ctx(model, context_options(o.model));
@@ -296,7 +299,7 @@ int run_detokenize(const DetokenizeOptions& o) {
   for (const std::string& item : o.ids) list += (list.empty() ? "" : ",") + item;
   std::replace(list.begin(), list.end(), ' ', ',');
   const std::vector<std::int32_t> ids = parse_token_list(list, "detokenize");
-  const llm::Model model = llm::Model::load(o.model);
+  const llm::Model model = llm::Model::load(o.model, {false});  // tokenizer only: no panels
   for (const std::int32_t id : ids)
     if (id >= model.config().vocab)
       throw UsageError("detokenize: id " + std::to_string(id) + " is outside the vocabulary of " +
@@ -324,7 +327,7 @@ const char* const kChatHelp =
     "Ctrl-C stops the reply being written, Ctrl-D (end of input) ends the chat";
 
 int run_chat(const ChatOptions& o) {
-  const llm::Model model = llm::Model::load(o.model.model);
+  const llm::Model model = llm::Model::load(o.model.model, o.model.load_options());
   llm::Context ctx(model, context_options(o.model));
   const bool spm = model.config().tokenizer == "llama";
   const llm::ChatFormat format = o.format.empty() ? llm::detect_chat_format(model.chat_template(), spm)

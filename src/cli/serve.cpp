@@ -9,6 +9,7 @@ namespace cpudl::cli {
 void add_serve_command(CLI::App& app, Action& action) {
   auto o = std::make_shared<serve::ServeOptions>();
   auto governor = std::make_shared<std::string>();
+  auto no_repack = std::make_shared<bool>(false);
   CLI::App* s = app.add_subcommand(
       "serve", "Serve ONNX, cpudl and GGUF models over HTTP (KServe v2, OpenAI API, Prometheus metrics)");
   s->add_option("--model", o->models, "NAME=PATH of an .onnx, .safetensors or .gguf model (repeatable)")
@@ -18,6 +19,7 @@ void add_serve_command(CLI::App& app, Action& action) {
       ->check(in_range(0, 65535));
   add_threads_option(s, o->threads);
   add_governor_option(s, *governor);
+  add_no_repack_flag(s, *no_repack);
   s->add_option("--max-batch", o->max_batch, "Samples per run of a tensor model (default 16)")
       ->check(in_range(1, 4096));
   s->add_option("--batch-timeout-ms", o->batch_timeout_ms,
@@ -38,9 +40,10 @@ void add_serve_command(CLI::App& app, Action& action) {
   s->add_option("--drain-timeout-s", o->drain_timeout_s,
                 "On SIGTERM/SIGINT, how long requests in flight may finish (default 30)")
       ->check(in_range(0.0, 86400.0));
-  s->callback([&action, o, governor] {
-    action = [o, governor] {
+  s->callback([&action, o, governor, no_repack] {
+    action = [o, governor, no_repack] {
       o->governor = governor_wanted(*governor);
+      o->repack = repack_wanted(*no_repack);
       if (o->threads > 0) check_thread_request(o->threads, "--threads");
       return serve::serve(*o);
     };

@@ -29,6 +29,21 @@ bool governor_wanted(const std::string& flag) {
   return value == "on";
 }
 
+CLI::Option* add_no_repack_flag(CLI::App* app, bool& no_repack) {
+  return app->add_flag("--no-repack", no_repack,
+                       "Keep a Q8_0/Q4_0 model's weights only as mapped: no AMX/VNNI panels made at load "
+                       "(saves that memory, at the speed of the mapped rows)");
+}
+
+bool repack_wanted(bool no_repack) {
+  if (no_repack) return false;
+  const char* variable = std::getenv("CPUDL_LLM_REPACK");
+  if (variable == nullptr || *variable == '\0') return true;
+  const std::string value = variable;
+  if (value != "on" && value != "off") throw UsageError("CPUDL_LLM_REPACK=" + value + ": expected on or off");
+  return value == "on";
+}
+
 CLI::Option* add_governor_option(CLI::App* app, std::string& mode) {
   return app
       ->add_option("--governor", mode,

@@ -323,7 +323,10 @@ std::vector<std::pair<int, float>> TensorModel::classify(const std::string& imag
 
 LanguageModel::LanguageModel(std::string name, const std::filesystem::path& path, const LlmOptions& options,
                              Metrics& metrics)
-    : name_(std::move(name)), options_(options), metrics_(metrics), model_(llm::Model::load(path)) {
+    : name_(std::move(name)),
+      options_(options),
+      metrics_(metrics),
+      model_(llm::Model::load(path, {options.repack})) {
   const int parallel = std::max(1, options.parallel);
   llm::ContextOptions c;
   c.n_ctx = options.ctx;

@@ -120,6 +120,7 @@ struct LlmOptions {
   int queue = 64;    // requests waiting for a slot, beyond which 429
   int threads = 0;   // compute threads of the model's forward passes (0: the process default)
   const Governor* governor = nullptr;  // when set, each pass takes its count (threads is the ceiling)
+  bool repack = true;                  // llm::ModelLoadOptions::repack
 };
 
 // A GGUF model with `parallel` contexts. A request holds one slot (its context, reset) for its

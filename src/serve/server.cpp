@@ -153,7 +153,7 @@ class Service {
       record_governor_status(metrics_, governor_->status());
     }
     BatchOptions batch{o.max_batch, o.batch_timeout_ms, o.queue, o.threads, governor_.get()};
-    LlmOptions llm{o.parallel, o.ctx, o.queue, o.threads, governor_.get()};
+    LlmOptions llm{o.parallel, o.ctx, o.queue, o.threads, governor_.get(), o.repack};
     for (const std::string& spec : o.models) {
       const auto eq = spec.find('=');
       if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())

@@ -15,6 +15,7 @@ struct ServeOptions {
   int port = 8080;       // 0: any free port (printed)
   int threads = 0;       // compute threads per run (0: the process default); the governor's ceiling
   bool governor = true;  // runtime/governor.h: fewer threads under contention, 503 when too hot
+  bool repack = true;    // GGUF models: llm::ModelLoadOptions::repack
   int max_batch = 16;
   double batch_timeout_ms = 2;
   int queue = 64;

@@ -343,6 +343,29 @@ TEST_F(LlmCli, BenchLlmReportsRatesAndBandwidthShare) {
   EXPECT_EQ(run("bench llm -m " + kDir + "/tiny-llama-q4_0.gguf --parallel 0").exit_code, 2);
 }
 
+// --no-repack (llama.cpp's flag) and CPUDL_LLM_REPACK=off load the model without the panels made
+// at load: none of their memory, and the same greedy text from the mapped rows.
+TEST_F(LlmCli, NoRepackKeepsOnlyTheMapping) {
+  const std::string m = " -m " + kDir + "/tiny-llama-q8_0.gguf";
+  const auto packed = run("bench llm" + m + " --prompt 16 --gen 2 --repetitions 1 --json"),
+             flag = run("bench llm" + m + " --prompt 16 --gen 2 --repetitions 1 --json --no-repack"),
+             env =
+                 run("bench llm" + m + " --prompt 16 --gen 2 --repetitions 1 --json", "CPUDL_LLM_REPACK=off");
+  ASSERT_EQ(flag.exit_code, 0) << flag.err;
+  ASSERT_EQ(env.exit_code, 0) << env.err;
+  EXPECT_EQ(nlohmann::json::parse(flag.out)["repacked_bytes"], 0);
+  EXPECT_EQ(nlohmann::json::parse(env.out)["repacked_bytes"], 0);
+  if (nlohmann::json::parse(packed.out)["repacked_bytes"].get<std::uint64_t>() == 0)
+    std::printf("repacking makes no panels on this CPU (no AVX512-VNNI or AMX): only the flag is checked\n");
+  const auto a = run("generate" + m + " -p 'Once upon a time' -n 8 --temp 0 --json"),
+             b = run("generate" + m + " -p 'Once upon a time' -n 8 --temp 0 --json --no-repack");
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  EXPECT_EQ(nlohmann::json::parse(a.out)["token_ids"], nlohmann::json::parse(b.out)["token_ids"]);
+  const auto bad = run("generate" + m + " -p hi -n 1", "CPUDL_LLM_REPACK=maybe");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("CPUDL_LLM_REPACK=maybe: expected on or off"), std::string::npos) << bad.err;
+}
+
 // Lists, as llama-bench takes them: one row per threads x test, the mean and standard deviation of
 // the repetitions' rates.
 TEST_F(LlmCli, BenchLlmListsGiveOneRowPerThreadsAndTest) {

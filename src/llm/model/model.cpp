@@ -53,7 +53,7 @@ Model::Model(Model&&) noexcept = default;
 Model& Model::operator=(Model&&) noexcept = default;
 const ModelConfig& Model::config() const { return impl_->config; }
 
-Model Model::load(const std::filesystem::path& path) {
+Model Model::load(const std::filesystem::path& path, const ModelLoadOptions& options) {
   auto impl = std::make_unique<Impl>();
   impl->file = GgufFile::open(path);
   const GgufFile& f = impl->file;
@@ -134,10 +134,12 @@ Model Model::load(const std::filesystem::path& path) {
   // The matrices repacked where the CPU has a faster product over panels (weight_matmul.h:
   // repack_at_load), the output matrix included: generation reads it every token, a fifth of a
   // small model's bytes per token.
-  for (LayerWeights& l : impl->layers)
-    for (WeightMatrix* w : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
-      c.repacked_bytes += repack_at_load(*w, compute_threads());
-  c.repacked_bytes += repack_at_load(impl->output, compute_threads());
+  if (options.repack) {
+    for (LayerWeights& l : impl->layers)
+      for (WeightMatrix* w : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
+        c.repacked_bytes += repack_at_load(*w, compute_threads());
+    c.repacked_bytes += repack_at_load(impl->output, compute_threads());
+  }
   c.weight_type = type_name(impl->layers.empty() ? impl->output.type : impl->layers[0].q.type);
   for (const GgufTensor& t : f.tensors()) {
     c.parameters += t.elements();

@@ -350,11 +350,7 @@ std::shared_ptr<const Panel[]> pack_groups(const WeightMatrix& w, Pack pack, int
 }  // namespace
 
 std::uint64_t repack_at_load(WeightMatrix& w, int threads) {
-  static const bool off = [] {
-    const char* v = std::getenv("CPUDL_LLM_REPACK");
-    return v && std::string_view(v) == "off";
-  }();
-  if (off || w.cols % 32 != 0) return 0;
+  if (w.cols % 32 != 0) return 0;
   const kernels::KernelTable& k = kernels::kernel_table();
   const std::size_t blocks = w.cols / 32, groups = (w.rows + 15) / 16;
   std::uint64_t bytes = 0;

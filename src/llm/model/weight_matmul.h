@@ -14,7 +14,7 @@
 //   AVX2 its product would need a sign fix-up and an int32 widening per 4 columns, which costs as
 //   much as the f32 FMAs it would replace, so there Q8_0 stays on the f32 path. On AMX CPUs both
 //   types take the tile product (Q8_0x16Block) over panels repacked once at load
-//   (repack_at_load), unless CPUDL_LLM_REPACK=off.
+//   (repack_at_load), unless the model is loaded without repacking (ModelLoadOptions).
 // - A few tokens (2 to 7: several sequences decoding at once, Context::eval_batch): the int8
 //   panels already pay (each weight block unpacked once for every token), the float prompt path
 //   does not (its slivers are 16 tokens wide), so each matrix takes the path of its type.
@@ -50,7 +50,7 @@ struct MatmulTarget {
 void weight_matmul(std::span<const MatmulTarget> targets, const float* x, std::size_t tokens, std::size_t ldx,
                    MatmulScratch& scratch, int threads);
 
-// Panels made once at load, besides the mapping, unless CPUDL_LLM_REPACK=off. On a CPU whose
+// Panels made once at load, besides the mapping, unless ModelLoadOptions::repack is off. On a CPU whose
 // prompt product runs on AMX tiles, a Q8_0 or Q4_0 matrix gets its tile panels
 // (WeightMatrix::tile_panels): 36 bytes per 32 values, about a Q8_0 matrix's size again (twice a
 // Q4_0 one's); generation reads a Q8_0 matrix's tile panels too (the VNNI gemv). On a VNNI CPU a
