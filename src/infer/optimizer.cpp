@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <optional>
 #include <set>
 #include <unordered_map>
@@ -668,10 +669,10 @@ void assign_layouts(Graph& g, std::map<std::string, ValueDesc>& descs, Optimizer
   static const std::set<std::string> unary = {"Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "Erf",
                                               "Gelu", "Sqrt",      "Exp",  "Log",     "Neg"};
   // A Flatten of a channels-last or blocked value whose every reader is a Gemm with constant
-  // weights (a CNN's classifier head): each sample's values are contiguous in any layout, so the
-  // Flatten stays a view of them and the Gemms' weight columns are permuted once into the
-  // layout's order, instead of reordering the activations on every run (for SimpleCNN's
-  // 32 x 26 x 26 map at batch 64, a 5.5 MB copy that took half the inference).
+  // weights, float or int8 (a CNN's classifier head): each sample's values are contiguous in any layout, so
+  // the Flatten stays a view of them and the Gemms' weight columns are permuted once into the layout's order,
+  // instead of reordering the activations on every run (for SimpleCNN's 32 x 26 x 26 map at batch 64, a 5.5
+  // MB copy that took half the inference).
   std::map<std::string, std::vector<Node*>> readers;
   for (Node& n : g.nodes)
     for (const auto& in : n.inputs) readers[in].push_back(&n);
@@ -685,11 +686,13 @@ void assign_layouts(Graph& g, std::map<std::string, ValueDesc>& descs, Optimizer
     const Shape& x = descs.at(f.inputs[0]).shape;
     const std::int64_t k = x[1] * x[2] * x[3];
     for (const Node* r : readers[f.outputs[0]]) {
-      if (r->op != "Gemm" || r->inputs.size() < 2 || r->inputs[0] != f.outputs[0] ||
+      const bool int8 = r->op == kInt8MatMulOp;  // its W: int8, K x N
+      if ((r->op != "Gemm" && !int8) || r->inputs.size() < 2 || r->inputs[0] != f.outputs[0] ||
           r->inputs[1] == f.outputs[0] || r->get_int("transA", 0) != 0 || !g.constants.count(r->inputs[1]))
         return false;
       const HostTensor& w = *g.constants.at(r->inputs[1]);
-      if (w.dtype != DType::f32 || w.shape.size() != 2 || w.shape[r->get_int("transB", 0) != 0 ? 1 : 0] != k)
+      if (w.dtype != (int8 ? DType::i8 : DType::f32) || w.shape.size() != 2 ||
+          w.shape[!int8 && r->get_int("transB", 0) != 0 ? 1 : 0] != k)
         return false;
     }
     return true;
@@ -705,19 +708,20 @@ void assign_layouts(Graph& g, std::map<std::string, ValueDesc>& descs, Optimizer
     static const char* names[] = {"nchw", "nhwc", "blocked"};
     for (Node* r : readers[f.outputs[0]]) {
       const HostTensor& w = *g.constants.at(r->inputs[1]);
-      const bool trans_b = r->get_int("transB", 0) != 0;
+      const bool trans_b = r->op == "Gemm" && r->get_int("transB", 0) != 0;  // N x K, else K x N
       const std::int64_t n = trans_b ? w.shape[0] : w.shape[1];
-      auto permuted = std::make_shared<HostTensor>(HostTensor::zeros(DType::f32, w.shape));
-      const float* src = w.data<float>();
-      float* dst = permuted->data<float>();
+      const auto e = static_cast<std::int64_t>(dtype_size(w.dtype));
+      auto permuted = std::make_shared<HostTensor>(HostTensor::zeros(w.dtype, w.shape));
+      const std::byte* src = w.bytes.data();
+      std::byte* dst = permuted->bytes.data();
       for (std::int64_t kk = 0; kk < k; ++kk) {
         const std::int64_t p = position[static_cast<std::size_t>(kk)];
-        for (std::int64_t j = 0; j < n; ++j) {
-          if (trans_b)
-            dst[j * k + p] = src[j * k + kk];
-          else
-            dst[p * n + j] = src[kk * n + j];
+        if (!trans_b) {  // a row of N
+          std::memcpy(dst + p * n * e, src + kk * n * e, static_cast<std::size_t>(n * e));
+          continue;
         }
+        for (std::int64_t j = 0; j < n; ++j)
+          std::memcpy(dst + (j * k + p) * e, src + (j * k + kk) * e, static_cast<std::size_t>(e));
       }
       const std::string name = r->inputs[1] + ".for_" + names[from];
       if (descs.count(r->inputs[1])) descs[name] = descs.at(r->inputs[1]);
