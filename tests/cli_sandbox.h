@@ -27,8 +27,8 @@ struct CliResult {
 
 // One exchange with a program on a terminal: once its output shows `expect` (after the previous
 // step's match), `send` is typed; with `line_editor`, only once the program has also put the
-// terminal in raw mode (a line editor reading keys): typed before, the keys would be taken as a
-// cooked line.
+// terminal in raw mode and waits in read(2) (a line editor waiting for a key): typed before, keys
+// would be taken as a cooked line, and a Ctrl-C could come between two reads.
 struct TerminalStep {
   std::string expect, send;
   bool line_editor = false;
@@ -65,6 +65,15 @@ class CliSandbox : public ::testing::Test {
   }
   std::string path(const std::string& name) const { return (dir / name).string(); }
 
+  // Whether the process's main thread waits in read(2) (x86-64 syscall 0): a line editor between
+  // keys. A key typed while it is still busy with the last one is fine, but a signal (Ctrl-C)
+  // sent then would not interrupt the read it has yet to start.
+  static bool blocked_in_read(pid_t pid) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/syscall");
+    std::string number;
+    return in >> number && number == "0";
+  }
+
   // Runs cpudl on a real pseudo-terminal (stdin, stdout and stderr all on it, TERM=xterm, 100
   // columns), typing each step's `send` once its `expect` shows: what a user at a terminal sees
   // (progress bars, line editing) comes back in `out`, as the terminal got it ("\r\n" line ends).
@@ -98,7 +107,9 @@ class CliSandbox : public ::testing::Test {
         const std::size_t at = result.out.find(steps[step].expect, from);
         if (at == std::string::npos) break;
         termios mode{};  // Linux: the master reports the terminal's (the slave's) settings
-        if (steps[step].line_editor && (tcgetattr(terminal, &mode) != 0 || (mode.c_lflag & ICANON))) break;
+        if (steps[step].line_editor &&
+            (tcgetattr(terminal, &mode) != 0 || (mode.c_lflag & ICANON) || !blocked_in_read(pid)))
+          break;
         from = at + steps[step].expect.size();
         if (write(terminal, steps[step].send.data(), steps[step].send.size()) < 0) break;
         ++step;
