@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/progress.h"
 #include "cli/usage_errors.h"
 #include "cpudl/error.h"
 #include "cpudl/inference.h"
@@ -140,12 +141,15 @@ int run_model(const RunOptions& o) {
     for (int i = 0; i < 3; ++i) session.run(inputs);  // warm-up beyond the first (plan) run
     std::vector<double> ms;
     const auto bench_start = Clock::now();
+    Progress progress("run --bench", o.bench, !o.json);
     for (int i = 0; i < o.bench; ++i) {
       const GovernedScope threads(governor.get());  // each run on the count of the moment
       const auto t0 = Clock::now();
       session.run(inputs);
       ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      progress.update(i + 1, "runs");
     }
+    progress.clear();
     const double wall = std::chrono::duration<double>(Clock::now() - bench_start).count();
     std::sort(ms.begin(), ms.end());
     // Nearest-rank percentiles (the smallest run time at or above that share of the runs).
