@@ -93,6 +93,9 @@ struct PoolShape {
   std::int64_t kernel_h = 0, kernel_w = 0, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
   PoolKind kind = PoolKind::max;
   ActivationLayout layout = ActivationLayout::nchw;
+  // No backward pass will follow (the inference runtime): no argmax workspace is kept, and the
+  // implementation list may choose differently (pool_list.cpp).
+  bool forward_only = false;
   std::int64_t out_height() const { return (height + 2 * pad_h - kernel_h) / stride_h + 1; }
   std::int64_t out_width() const { return (width + 2 * pad_w - kernel_w) / stride_w + 1; }
   void validate() const;

@@ -449,6 +449,7 @@ Kernel build_pool(OpSetup& s, onednn::PoolKind kind) {
   if (p.out_height() < 1 || p.out_width() < 1)
     s.fail("the window does not fit the padded input " + shape_text(x));
   p.layout = static_cast<onednn::ActivationLayout>(s.node.get_int("cpudl.layout", 0));
+  p.forward_only = true;
   s.set_output(0, DType::f32, {p.batch, p.channels, p.out_height(), p.out_width()});
   if (s.node.outputs.size() > 1 && !s.node.outputs[1].empty())
     s.fail("the Indices output of MaxPool is not supported");
