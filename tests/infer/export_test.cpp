@@ -197,25 +197,27 @@ TEST_F(ExportCli, TrainedModelExportsRunsAndKeepsItsNormalisation) {
   EXPECT_EQ(refused.exit_code, 1);
   EXPECT_NE(refused.err.find("does not say how its inputs are normalised"), std::string::npos) << refused.err;
 
-  // run, info and quantize take the cpudl model itself, through its export.
+  // run, info and quantize take the cpudl model itself, through its export: a temporary file in
+  // TMPDIR (a private one here, as ctest runs other tests that export an m.safetensors at once).
+  std::filesystem::create_directories(path("tmp"));
+  const std::string private_tmp = "TMPDIR=" + path("tmp");
   const auto direct =
-      run("run " + path("m.safetensors") + " --input " + path("x.npy") + " --output " + path("z.npy"));
+      run("run " + path("m.safetensors") + " --input " + path("x.npy") + " --output " + path("z.npy"),
+          private_tmp);
   ASSERT_EQ(direct.exit_code, 0) << direct.err;
   EXPECT_EQ(relative_difference(cpudl::io::load_npy(path("z.npy")), cpudl::io::load_npy(path("y.npy"))), 0.0);
-  const auto described = run("info " + path("m.safetensors"));
+  const auto described = run("info " + path("m.safetensors"), private_tmp);
   EXPECT_EQ(described.exit_code, 0) << described.err;
   EXPECT_NE(described.err.find("is a cpudl model: described as its ONNX export"), std::string::npos)
       << described.err;
   EXPECT_NE(described.out.find("input f32 [?, 1, 28, 28]"), std::string::npos) << described.out;
   const auto quantized =
-      run("quantize " + path("m.safetensors") + " " + path("q.onnx") + " --mode dynamic --json");
+      run("quantize " + path("m.safetensors") + " " + path("q.onnx") + " --mode dynamic --json", private_tmp);
   ASSERT_EQ(quantized.exit_code, 0) << quantized.err;
   EXPECT_EQ(nlohmann::json::parse(quantized.out)["input"], path("m.safetensors"));
   EXPECT_EQ(run("run " + path("q.onnx") + " --input " + path("x.npy")).exit_code, 0);
-  for (const auto& e : fs::directory_iterator(fs::temp_directory_path())) {  // cpudl-export-PID-m.onnx
-    const std::string name = e.path().filename().string();
-    EXPECT_FALSE(name.rfind("cpudl-export-", 0) == 0 && name.ends_with("-m.onnx")) << "left behind: " << name;
-  }
+  for (const auto& e : fs::directory_iterator(path("tmp")))  // cpudl-export-PID-m.onnx
+    ADD_FAILURE() << "left behind: " << e.path().filename().string();
 
   // The run ended at the checkpoint's step: the checkpoint exports the same graph and weights.
   ASSERT_EQ(run("export " + path("m.safetensors.ckpt") + " " + path("c.onnx")).exit_code, 0);
