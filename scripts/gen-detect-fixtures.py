@@ -34,6 +34,14 @@ stores them compressed:
                               boxes, labels, scores
   neck_opset17.onnx           an upsample + concat neck whose channels all fill AVX-512's blocks of
                               16, so that cpudl keeps Resize and Concat in its blocked layout
+  loops_opset13.onnx          scripted code with loops (TorchScript -> ONNX Loop): a for loop over
+                              a dynamic dimension (trip count from Shape, the rows read through an
+                              outer-scope value) and a while loop on a condition computed in its
+                              body (an If inside the Loop): inputs x (rows x 3 x 4) and n (int64);
+                              three cases, .case<C>.input<I>.npy and .case<C>.output<K>.npy
+
+`--only NAME[,NAME]` writes only those fixtures (yolo, neck, ops2, ssdlite, fasterrcnn, ops, loops),
+leaving the others' files as they are.
 """
 import os
 import sys
@@ -239,43 +247,88 @@ class Neck(torch.nn.Module):
         return self.mix(torch.cat((self.up(b) + c, a), 1))
 
 
+class Loops(torch.nn.Module):
+    """Loops as scripted code writes them: TorchScript keeps them, and the export makes ONNX Loops."""
+
+    def forward(self, x, n):
+        h = torch.zeros_like(x[0])
+        for i in range(x.size(0)):  # the trip count: a dynamic dimension
+            h = torch.tanh(h * 0.5 + x[i] * float(i + 1))
+        k = n - n  # (zeros_like(n) exports as a float ConstantOfShape)
+        while bool(k < n) and bool(h.sum() > -100.0):  # a condition computed in the body
+            h = h * 0.9 + 0.1
+            k = k + 1
+        return h, k
+
+
+def loops():
+    base = os.path.join(OUT, "loops_opset13")
+    model = torch.jit.script(Loops())
+    g = torch.Generator().manual_seed(13)
+    cases = [(torch.randn(5, 3, 4, generator=g), 3), (torch.randn(7, 3, 4, generator=g), 0),
+             (torch.randn(2, 3, 4, generator=g), 40)]
+    torch.onnx.export(model, (cases[0][0], torch.tensor(cases[0][1])), base + ".onnx", opset_version=13,
+                      input_names=["x", "n"], output_names=["h", "k"], dynamic_axes={"x": {0: "rows"}})
+    for c, (x, n) in enumerate(cases):
+        n = torch.tensor(n)
+        for i, t in enumerate((x, n)):
+            np.save(f"{base}.case{c}.input{i}.npy", t.numpy())
+        for k, t in enumerate(model(x, n)):
+            np.save(f"{base}.case{c}.output{k}.npy", t.numpy())
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
+    only = None
+    if len(sys.argv) == 3 and sys.argv[1] == "--only":
+        only = set(sys.argv[2].split(","))
+    elif len(sys.argv) != 1:
+        sys.exit("usage: gen-detect-fixtures.py [--only NAME[,NAME]]")
+    wanted = lambda name: only is None or name in only  # noqa: E731
     torch.manual_seed(0)
     x = image(128)
-    write_png(os.path.join(OUT, "image.png"), x)
-    raw = randomize(YoloStyle(nc=80, width=0.0625), seed=1)
-    snap(raw)
-    export("yolo_tiny_raw_opset17", raw, x, 17)
-    nms = YoloStyle(nc=80, width=0.0625, nms=True, conf=0.3, iou=0.45, max_det=300)
-    nms.load_state_dict(raw.state_dict())
-    nms.eval()
-    for opset in (11, 17):
-        export(f"yolo_tiny_nms_opset{opset}", nms, x, opset)
-    neck = randomize(Neck(), seed=2)
-    base = os.path.join(OUT, "neck_opset17")
-    neck_input = torch.rand(2, 3, 16, 16)
-    torch.onnx.export(neck, neck_input, base + ".onnx", opset_version=17, input_names=["input"], output_names=["output"])
-    np.save(base + ".input.npy", neck_input.numpy())
-    np.save(base + ".output.npy", neck(neck_input).detach().numpy())
-    ops2 = (torch.randn(2, 4, 8, 8), torch.tensor([[0.5, 1.0, 6.0, 5.5], [2.0, 0.0, 7.5, 7.0], [1.0, 1.0, 1.5, 2.0],
-                                                   [3.3, 2.1, 5.9, 7.7], [0.0, 0.0, 12.0, 12.0]]))
-    for opset in (11,):
-        base = os.path.join(OUT, f"detect_ops2_opset{opset}")
-        torch.onnx.export(DetectOps2(), ops2, base + ".onnx", opset_version=opset, input_names=["input", "boxes"],
+    if wanted("yolo"):
+        write_png(os.path.join(OUT, "image.png"), x)
+        raw = randomize(YoloStyle(nc=80, width=0.0625), seed=1)
+        snap(raw)
+        export("yolo_tiny_raw_opset17", raw, x, 17)
+        nms = YoloStyle(nc=80, width=0.0625, nms=True, conf=0.3, iou=0.45, max_det=300)
+        nms.load_state_dict(raw.state_dict())
+        nms.eval()
+        for opset in (11, 17):
+            export(f"yolo_tiny_nms_opset{opset}", nms, x, opset)
+    if wanted("neck"):
+        neck = randomize(Neck(), seed=2)
+        base = os.path.join(OUT, "neck_opset17")
+        neck_input = torch.rand(2, 3, 16, 16)
+        torch.onnx.export(neck, neck_input, base + ".onnx", opset_version=17, input_names=["input"],
                           output_names=["output"])
-        np.save(base + ".input.npy", ops2[0].numpy())
-        np.save(base + ".input1.npy", ops2[1].numpy())
-        np.save(base + ".output.npy", DetectOps2()(*ops2).numpy())
-    export_torchvision("ssdlite", ssdlite(), image(320)[0], ["boxes", "scores", "labels"])
-    export_torchvision("fasterrcnn", fasterrcnn(), image(320)[0], ["boxes", "labels", "scores"])
-    ops_input = torch.randn(3, 4, 6, 6, generator=torch.Generator().manual_seed(11))
-    for opset in (11, 17):
-        base = os.path.join(OUT, f"detect_ops_opset{opset}")
-        torch.onnx.export(DetectOps(), ops_input, base + ".onnx", opset_version=opset, input_names=["input"],
-                          output_names=["output"], dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}})
-        np.save(base + ".input.npy", ops_input.numpy())
-        np.save(base + ".output.npy", DetectOps()(ops_input).numpy())
+        np.save(base + ".input.npy", neck_input.numpy())
+        np.save(base + ".output.npy", neck(neck_input).detach().numpy())
+    if wanted("ops2"):
+        ops2 = (torch.randn(2, 4, 8, 8), torch.tensor([[0.5, 1.0, 6.0, 5.5], [2.0, 0.0, 7.5, 7.0], [1.0, 1.0, 1.5, 2.0],
+                                                       [3.3, 2.1, 5.9, 7.7], [0.0, 0.0, 12.0, 12.0]]))
+        for opset in (11,):
+            base = os.path.join(OUT, f"detect_ops2_opset{opset}")
+            torch.onnx.export(DetectOps2(), ops2, base + ".onnx", opset_version=opset, input_names=["input", "boxes"],
+                              output_names=["output"])
+            np.save(base + ".input.npy", ops2[0].numpy())
+            np.save(base + ".input1.npy", ops2[1].numpy())
+            np.save(base + ".output.npy", DetectOps2()(*ops2).numpy())
+    if wanted("ssdlite"):
+        export_torchvision("ssdlite", ssdlite(), image(320)[0], ["boxes", "scores", "labels"])
+    if wanted("fasterrcnn"):
+        export_torchvision("fasterrcnn", fasterrcnn(), image(320)[0], ["boxes", "labels", "scores"])
+    if wanted("ops"):
+        ops_input = torch.randn(3, 4, 6, 6, generator=torch.Generator().manual_seed(11))
+        for opset in (11, 17):
+            base = os.path.join(OUT, f"detect_ops_opset{opset}")
+            torch.onnx.export(DetectOps(), ops_input, base + ".onnx", opset_version=opset, input_names=["input"],
+                              output_names=["output"], dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}})
+            np.save(base + ".input.npy", ops_input.numpy())
+            np.save(base + ".output.npy", DetectOps()(ops_input).numpy())
+    if wanted("loops"):
+        loops()
 
 
 if __name__ == "__main__":

@@ -37,6 +37,10 @@ struct InferenceOptions {
   // computes in bf16 as `bf16` does where the CPU has AMX or AVX512-BF16, without asking; off, or
   // on other CPUs, it computes what the file says (f32 arithmetic on the rounded weights).
   bool follow_bf16_weights = true;
+  // The most iterations an ONNX Loop may run: a loop that would run more fails with an error
+  // naming its node (a loop whose condition never turns false ends instead of hanging). Loops
+  // that end on a condition have their scan outputs planned for this many iterations.
+  std::int64_t max_loop_iterations = 10000;
 };
 
 struct ModelValue {

@@ -20,6 +20,10 @@ CLI::Option* add_threads_option(CLI::App* app, int& threads);
 // bench model), warning once when it is above the usable cores. 0 (not given) keeps the default.
 void use_threads(int threads);
 
+// --max-loop-iterations N (run, info, detect): InferenceOptions::max_loop_iterations, the bound
+// on an ONNX Loop's iterations (1 to 10^9; default 10,000).
+CLI::Option* add_max_loop_iterations_option(CLI::App* app, std::int64_t& iterations);
+
 // --bind cores|none (train, run, generate, chat): pins the calling thread's compute pool as
 // plan_placement says and prints where (call after use_threads); "none" does nothing.
 CLI::Option* add_bind_option(CLI::App* app, std::string& mode);

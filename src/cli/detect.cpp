@@ -55,6 +55,7 @@ struct DetectOptions {
   std::string model, image, labels, out, draw;
   float threshold = 0.25f, iou = 0.45f;
   int max_det = 300, threads = 0;
+  std::int64_t max_loop_iterations = InferenceOptions{}.max_loop_iterations;
   bool json = false;
 };
 
@@ -137,7 +138,9 @@ int run_detect(const DetectOptions& o) {
       io::require_output_is_not_an_input(*out, {o.model, o.image}, out == &o.out ? "--out" : "--draw");
   use_threads(o.threads);
   const data::DecodedImage image = data::decode_image_values(io::read_file(o.image), o.image);
-  InferenceSession session(o.model);
+  InferenceOptions options;
+  options.max_loop_iterations = o.max_loop_iterations;
+  InferenceSession session(o.model, options);
   const infer::DetectorOutputs layout = infer::detector_outputs(session.outputs(), o.model);
   if (session.inputs().size() != 1)
     throw Error(o.model + ": a detector takes one image input, this model takes " +
@@ -240,6 +243,7 @@ void add_detect_command(CLI::App& app, Action& action) {
   c->add_option("--out", o->out, "Write the detections as JSON to this file");
   c->add_option("--draw", o->draw, "Write the image with the boxes and labels drawn on it to this PNG file");
   add_threads_option(c, o->threads);
+  add_max_loop_iterations_option(c, o->max_loop_iterations);
   c->add_flag("--json", o->json, "Print the detections as one JSON object");
   c->callback([&action, o] { action = [o] { return run_detect(*o); }; });
 }

@@ -58,6 +58,7 @@ struct RunOptions {
   std::int64_t batch = 0;
   std::string precision = "auto";
   std::string int8_conv = "on";
+  std::int64_t max_loop_iterations = InferenceOptions{}.max_loop_iterations;
   bool json = false;
 };
 
@@ -107,6 +108,7 @@ int run_model(const RunOptions& o) {
   }
   InferenceOptions options;
   options.int8_convolutions = o.int8_conv == "on";
+  options.max_loop_iterations = o.max_loop_iterations;
   apply_precision(o.precision, options);
   const OnnxInput file(o.model);  // a cpudl model runs as its ONNX export
   InferenceSession session(file.path(), options);
@@ -221,12 +223,14 @@ struct InfoOptions {
   std::int64_t batch = 0;  // 0: the model's own first dimension (1 when free)
   std::string precision = "auto";
   std::string int8_conv = "on";
+  std::int64_t max_loop_iterations = InferenceOptions{}.max_loop_iterations;
   bool json = false;
 };
 
 int run_info(const InfoOptions& o) {
   InferenceOptions options;
   options.int8_convolutions = o.int8_conv == "on";
+  options.max_loop_iterations = o.max_loop_iterations;
   apply_precision(o.precision, options);
   const OnnxInput file(o.model);  // a cpudl model is described as its ONNX export
   if (file.exported())
@@ -247,7 +251,7 @@ int run_info(const InfoOptions& o) {
   try {
     detector = infer::detector_outputs(info.outputs, o.model).summary;
     std::string data_dependent;
-    for (const char* op : {"NonZero", "NonMaxSuppression", "If", "TopK"})
+    for (const char* op : {"NonZero", "NonMaxSuppression", "If", "Loop", "TopK"})
       if (info.ops_loaded.count(op)) data_dependent += std::string(data_dependent.empty() ? "" : ", ") + op;
     if (!data_dependent.empty())
       detector += "; in the graph: " + data_dependent + " (sizes follow the data, planned at their bound)";
@@ -323,6 +327,7 @@ void add_run_command(CLI::App& app, Action& action) {
   r->add_flag("--json", o->json, "One JSON object");
   add_precision_option(r, o->precision);
   add_int8_conv_option(r, o->int8_conv);
+  add_max_loop_iterations_option(r, o->max_loop_iterations);
   r->callback([&action, o] {
     action = [o] {
       use_threads(o->threads);
@@ -343,6 +348,7 @@ void add_info_command(CLI::App& app, Action& action) {
   i->add_flag("--json", o->json, "One JSON object");
   add_precision_option(i, o->precision);
   add_int8_conv_option(i, o->int8_conv);
+  add_max_loop_iterations_option(i, o->max_loop_iterations);
   i->callback([&action, o] { action = [o] { return run_info(*o); }; });
 }
 

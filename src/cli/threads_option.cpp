@@ -14,6 +14,15 @@ CLI::Option* add_threads_option(CLI::App* app, int& threads) {
       ->check(in_range(1, 4096));
 }
 
+CLI::Option* add_max_loop_iterations_option(CLI::App* app, std::int64_t& iterations) {
+  return app
+      ->add_option(
+          "--max-loop-iterations", iterations,
+          "Most iterations an ONNX Loop may run before the run fails (default 10000); loops that end "
+          "on a condition have their scan outputs planned for this many")
+      ->check(in_range<std::int64_t>(1, 1000000000));
+}
+
 void use_threads(int threads) {
   if (threads <= 0) return;
   check_thread_request(threads, "--threads");

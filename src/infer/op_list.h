@@ -14,7 +14,7 @@
   X(Equal) X(Neg) X(Exp) X(Log) X(Pad) X(QuantizeLinear) X(DequantizeLinear) X(DynamicQuantizeLinear) \
   X(MatMulInteger) X(ReduceSum) X(ReduceMax) X(ReduceMin) X(ReduceProd) X(ArgMax) X(ArgMin) X(Greater)     \
   X(Less) X(GreaterOrEqual) X(LessOrEqual) X(Ceil) X(Floor) X(HardSigmoid) X(HardSwish) X(Tile) X(Range)   \
-  X(Resize) X(NonZero) X(NonMaxSuppression) X(TopK) X(If) X(Max) X(Min) X(Mod) X(And) X(Or) X(Xor) X(Not)   \
+  X(Resize) X(NonZero) X(NonMaxSuppression) X(TopK) X(If) X(Loop) X(Max) X(Min) X(Mod) X(And) X(Or) X(Xor) X(Not)   \
   X(Reciprocal) X(Abs) X(GatherND) X(ScatterElements) X(ScatterND) X(RoiAlign)
 // clang-format on
 

@@ -25,9 +25,9 @@ using ConstantMap = std::map<std::string, std::shared_ptr<const HostTensor>>;
 
 // `provisional`: for an operator that reads bounded values, the small integer values computed at
 // the bounds (a Reshape's target from a Shape of a bounded value): what it is planned for.
-OpSetup make_setup(const Node& node, std::int64_t opset, const std::map<std::string, ValueDesc>& descs,
+OpSetup make_setup(const Node& node, const Graph& g, const std::map<std::string, ValueDesc>& descs,
                    const ConstantMap& known, const ConstantMap* provisional = nullptr) {
-  OpSetup s{node, opset, {}, {}, {}, false, std::nullopt, false, {}};
+  OpSetup s{node, g.opset, {}, {}, {}, false, std::nullopt, false, {}, false, g.max_loop_iterations};
   for (const auto& in : node.inputs) {
     if (in.empty()) {
       s.inputs.push_back(ValueDesc{DType::f32, {}, false});
@@ -144,7 +144,7 @@ Plan::Plan(const Graph& session_graph, const std::vector<Shape>& input_shapes, O
   ConstantMap provisional;  // small integer values computed at the bounds (make_setup)
   for (const Node& node : g.nodes) {
     const bool bounded_inputs = reads_bounded(node, descs);
-    OpSetup s = make_setup(node, g.opset, descs, known, bounded_inputs ? &provisional : nullptr);
+    OpSetup s = make_setup(node, g, descs, known, bounded_inputs ? &provisional : nullptr);
     s.shape_pass = true;
     Kernel kernel = build(s);
     bool all_known = true, all_available = true;
@@ -239,7 +239,7 @@ Plan::Plan(const Graph& session_graph, const std::vector<Shape>& input_shapes, O
   std::vector<int> values_per_buffer;
   for (const Node& node : g.nodes) {
     const bool bounded_inputs = reads_bounded(node, descs);
-    OpSetup s = make_setup(node, g.opset, descs, g.constants, bounded_inputs ? &provisional : nullptr);
+    OpSetup s = make_setup(node, g, descs, g.constants, bounded_inputs ? &provisional : nullptr);
     Step step;
     step.kernel = build(s);
     step.sets_output_shapes = s.sets_output_shapes;
@@ -340,6 +340,7 @@ Plan::Plan(const Graph& session_graph, const std::vector<Shape>& input_shapes, O
   for (const Value& v : values_) run_shapes_.push_back(v.desc.shape);
   buffer_bytes_ = std::move(buffer_bytes);
   opset_ = g.opset;
+  max_loop_iterations_ = g.max_loop_iterations;
 }
 
 bool Plan::has_bounded_outputs() const {
@@ -373,7 +374,7 @@ void Plan::rebuild_if_changed(Step& step, std::span<const TensorView> inputs) {
   }
   if (signature_ == step.built_for) return;
   const Node& node = *step.node;
-  OpSetup s{node, opset_, {}, {}, {}, false, std::nullopt, false, {}};
+  OpSetup s{node, opset_, {}, {}, {}, false, std::nullopt, false, {}, false, max_loop_iterations_};
   std::vector<std::shared_ptr<HostTensor>> run_values;
   for (const std::size_t v : step.inputs) {
     if (v == kNone) {

@@ -101,7 +101,7 @@ class Plan {
   std::vector<std::size_t> buffer_bytes_;  // per arena buffer: what it holds at most
   std::vector<TensorView> run_inputs_;     // the current run's inputs (copy_output)
   std::vector<std::size_t> input_values_;  // the graph inputs' values, in order
-  std::int64_t opset_ = 0;
+  std::int64_t opset_ = 0, max_loop_iterations_ = 0;
   std::vector<std::int64_t> signature_;  // scratch: a bounded step's current signature
   PlanStats stats_;
   bool profiling_ = false;

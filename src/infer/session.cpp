@@ -104,6 +104,10 @@ InferenceSession::InferenceSession(const std::filesystem::path& model, Inference
     throw UsageError("InferenceOptions::threads " + std::to_string(options.threads) +
                      ": expected 0 (the default) to 4096");
   impl_->threads = options.threads;
+  if (options.max_loop_iterations < 1)
+    throw UsageError("InferenceOptions::max_loop_iterations " + std::to_string(options.max_loop_iterations) +
+                     ": expected at least 1");
+  impl_->graph.max_loop_iterations = options.max_loop_iterations;
   impl_->profiling = options.profile || op_profiling_enabled();
   if (options.bf16) onednn::require_bf16_compute();
   const bool bf16 = options.bf16 || (options.follow_bf16_weights && onednn::bf16_compute_available() &&

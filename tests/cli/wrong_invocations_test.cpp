@@ -67,6 +67,7 @@ TEST_F(WrongInvocations, EachGetsOneClearLineTheRightExitCodeAndNoLibraryText) {
       {"run" + m, "give --input FILE.npy", 2},
       {"run" + m + in + " --batch 0", "--batch: 0 is outside", 2},
       {"run" + m + in + " --precision fp8", "--precision: fp8 not in {auto,fp32,bf16}", 2},
+      {"run" + m + in + " --max-loop-iterations 0", "--max-loop-iterations: 0 is outside 1..1000000000", 2},
       {"info", "info: missing MODEL", 2},
       {"serve", "serve: --model is required", 2},
       {"serve --model x", "--model x: expected NAME=PATH", 2},
