@@ -32,6 +32,11 @@ stores them compressed:
                               backbone, RPN with its NMS, MultiScaleRoIAlign, box head and per-class
                               NMS) on a width-0.25 MobileNetV3 with a 64-wide box head, 20 classes:
                               boxes, labels, scores
+  retinanet_opset11.onnx      torchvision's RetinaNet (the retinanet_resnet50_fpn recipe: ResNet-50's
+                              Bottleneck stages, FrozenBatchNorm, FPN on C3-C5 with P6/P7, the
+                              classification and regression heads, 9 anchors per place, per-level
+                              top-k and batched NMS) at 1/8 width with one block per stage and a
+                              32-channel FPN, 20 classes: boxes, scores, labels
   neck_opset17.onnx           an upsample + concat neck whose channels all fill AVX-512's blocks of
                               16, so that cpudl keeps Resize and Concat in its blocked layout
   loops_opset13.onnx          scripted code with loops (TorchScript -> ONNX Loop): a for loop over
@@ -40,8 +45,9 @@ stores them compressed:
                               body (an If inside the Loop): inputs x (rows x 3 x 4) and n (int64);
                               three cases, .case<C>.input<I>.npy and .case<C>.output<K>.npy
 
-`--only NAME[,NAME]` writes only those fixtures (yolo, neck, ops2, ssdlite, fasterrcnn, ops, loops),
-leaving the others' files as they are.
+`--only NAME[,NAME]` writes only those fixtures (yolo, neck, ops2, ssdlite, fasterrcnn,
+retinanet, ops, loops),
+leaving the others' files as they are (retinanet included).
 """
 import os
 import sys
@@ -220,6 +226,61 @@ def fasterrcnn():
     return model.eval()
 
 
+def narrow_resnet50(base=8, blocks=(1, 1, 1, 1)):
+    """ResNet-50's structure (stem, four stages of Bottleneck blocks of expansion 4, frozen batch
+    norm as torchvision's detection backbones use) at `base` channels instead of 64."""
+    from collections import OrderedDict
+    from torchvision.models.resnet import Bottleneck
+    from torchvision.ops.misc import FrozenBatchNorm2d
+    layers = OrderedDict(conv1=torch.nn.Conv2d(3, base, 7, 2, 3, bias=False), bn1=FrozenBatchNorm2d(base),
+                         relu=torch.nn.ReLU(inplace=True), maxpool=torch.nn.MaxPool2d(3, 2, 1))
+    inplanes = base
+    for i, n in enumerate(blocks):
+        planes, stride = base * 2 ** i, 1 if i == 0 else 2
+        down = torch.nn.Sequential(torch.nn.Conv2d(inplanes, planes * 4, 1, stride, bias=False),
+                                   FrozenBatchNorm2d(planes * 4))
+        stage = [Bottleneck(inplanes, planes, stride, down, norm_layer=FrozenBatchNorm2d)]
+        inplanes = planes * 4
+        stage += [Bottleneck(inplanes, planes, norm_layer=FrozenBatchNorm2d) for _ in range(n - 1)]
+        layers[f"layer{i + 1}"] = torch.nn.Sequential(*stage)
+    return torch.nn.Sequential(layers), [base * 4 * 2 ** i for i in range(4)]
+
+
+def retinanet():
+    """retinanet_resnet50_fpn as torchvision builds it, on a narrow ResNet-50."""
+    from torchvision.models.detection import RetinaNet
+    from torchvision.models.detection.backbone_utils import BackboneWithFPN
+    from torchvision.ops.feature_pyramid_network import LastLevelP6P7
+    from torchvision.ops.misc import FrozenBatchNorm2d
+    body, widths = narrow_resnet50()
+    fpn = 32
+    backbone = BackboneWithFPN(body, {"layer2": "0", "layer3": "1", "layer4": "2"}, widths[1:], fpn,
+                               extra_blocks=LastLevelP6P7(fpn, fpn))
+    model = RetinaNet(backbone, 20, min_size=320, max_size=320, score_thresh=0.05, nms_thresh=0.5,
+                      detections_per_img=100, topk_candidates=200)
+    g = torch.Generator().manual_seed(6)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, torch.nn.Conv2d):
+                fan_in = m.in_channels // m.groups * m.kernel_size[0] * m.kernel_size[1]
+                m.weight.copy_(torch.randn(m.weight.shape, generator=g) * (2.0 / fan_in) ** 0.5)
+                if m.bias is not None:
+                    m.bias.copy_(torch.randn(m.bias.shape, generator=g) * 0.3)
+            elif isinstance(m, FrozenBatchNorm2d):
+                m.weight.copy_(1 + 0.1 * torch.randn(m.weight.shape, generator=g))
+                m.bias.copy_(0.1 * torch.randn(m.bias.shape, generator=g))
+                m.running_mean.copy_(0.1 * torch.randn(m.running_mean.shape, generator=g))
+                m.running_var.copy_(1 + 0.2 * torch.rand(m.running_var.shape, generator=g))
+        # Small box deltas (as for Faster R-CNN), and class logits below zero as RetinaNet's prior
+        # sets them: large random logits saturate the sigmoid at 1.0, and equal scores have no
+        # defined NMS order.
+        model.head.regression_head.bbox_reg.weight.mul_(0.05)
+        model.head.regression_head.bbox_reg.bias.mul_(0.05)
+        model.head.classification_head.cls_logits.weight.mul_(0.03)
+        model.head.classification_head.cls_logits.bias.sub_(2.0)
+    return model.eval()
+
+
 def export_torchvision(name, model, picture, keys):
     snap(model)
     with torch.no_grad():
@@ -319,6 +380,8 @@ def main():
         export_torchvision("ssdlite", ssdlite(), image(320)[0], ["boxes", "scores", "labels"])
     if wanted("fasterrcnn"):
         export_torchvision("fasterrcnn", fasterrcnn(), image(320)[0], ["boxes", "labels", "scores"])
+    if wanted("retinanet"):
+        export_torchvision("retinanet", retinanet(), image(320)[0], ["boxes", "scores", "labels"])
     if wanted("ops"):
         ops_input = torch.randn(3, 4, 6, 6, generator=torch.Generator().manual_seed(11))
         for opset in (11, 17):

@@ -90,7 +90,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, DetectorMatchesPyTorch,
                          ::testing::Values("yolo_tiny_raw_opset17", "yolo_tiny_nms_opset11",
                                            "yolo_tiny_nms_opset17", "detect_ops_opset11",
                                            "detect_ops_opset17", "neck_opset17", "detect_ops2_opset11",
-                                           "ssdlite_opset11", "fasterrcnn_opset11"));
+                                           "ssdlite_opset11", "fasterrcnn_opset11", "retinanet_opset11"));
 
 TEST(Detection, SiluFusesIntoTheConvolutionsAndConcatResizeStayInTheRegion) {
   cpudl::InferenceSession session(kDetect / "yolo_tiny_raw_opset17.onnx");
