@@ -1,7 +1,7 @@
 // Non-maximum suppression: boxes normalised to ordered corners once per image, candidates filtered
 // by score in blocks (most blocks of a detector's 25,200 x 80 scores hold none above the
 // threshold, and a block is skipped after one vectorisable count), sorted, then kept greedily,
-// each candidate tested against every kept box at once.
+// each candidate tested against the kept boxes by a SIMD kernel (kernels' box_overlaps_any).
 #include "infer/nms.h"
 
 #include <algorithm>
@@ -37,31 +37,6 @@ void nms_prepare_boxes(const float* boxes, std::int64_t count, bool center_point
   }
 }
 
-namespace {
-
-// Whether box `c` overlaps any kept box by more than `threshold` (IoU, strictly; boxes of no area
-// overlap nothing). Every kept box is tested, with no early exit, so that the loop vectorises:
-// a class keeps at most a few hundred boxes.
-bool suppressed(const NmsScratch& s, std::size_t kept, std::int32_t c, float threshold) {
-  const float* q = s.corners.data() + static_cast<std::int64_t>(c) * 4;
-  const float qx1 = q[0], qy1 = q[1], qx2 = q[2], qy2 = q[3], area = s.areas[static_cast<std::size_t>(c)];
-  if (!(area > 0)) return false;
-  const float *x1 = s.kept_x1.data(), *y1 = s.kept_y1.data(), *x2 = s.kept_x2.data(), *y2 = s.kept_y2.data(),
-              *areas = s.kept_area.data();
-  int hits = 0;
-  for (std::size_t k = 0; k < kept; ++k) {
-    const float w = std::min(x2[k], qx2) - std::max(x1[k], qx1);
-    const float h = std::min(y2[k], qy2) - std::max(y1[k], qy1);
-    const float intersection = w * h;
-    const float union_area = areas[k] + area - intersection;
-    hits |= static_cast<int>(w > 0) & static_cast<int>(h > 0) & static_cast<int>(areas[k] > 0) &
-            static_cast<int>(union_area > 0) & static_cast<int>(intersection / union_area > threshold);
-  }
-  return hits != 0;
-}
-
-}  // namespace
-
 void nms_one_class(const float* scores, std::int64_t count, const NmsOptions& o, NmsScratch& s,
                    std::vector<std::int32_t>& kept) {
   if (o.max_per_class <= 0 || count == 0) return;
@@ -91,10 +66,15 @@ void nms_one_class(const float* scores, std::int64_t count, const NmsOptions& o,
   for (auto* v : {&s.kept_x1, &s.kept_y1, &s.kept_x2, &s.kept_y2, &s.kept_area})
     if (v->size() < std::min(most, candidates.size())) v->resize(std::min(most, candidates.size()));
   std::size_t n = 0;
+  const kernels::BoxOverlapsAnyFn overlaps = kernels::kernel_table().box_overlaps_any.fn;
+  const kernels::BoxColumns kept_boxes{s.kept_x1.data(), s.kept_y1.data(), s.kept_x2.data(), s.kept_y2.data(),
+                                       s.kept_area.data()};
   for (const std::uint64_t k : candidates) {
     const auto c = static_cast<std::int32_t>(k & 0xFFFFFFFFu);
-    if (suppressed(s, n, c, o.iou_threshold)) continue;
     const float* q = s.corners.data() + static_cast<std::int64_t>(c) * 4;
+    const float query[5] = {q[0], q[1], q[2], q[3], s.areas[static_cast<std::size_t>(c)]};
+    // A box of no area overlaps nothing (and is kept); else it goes if it overlaps a kept box.
+    if (query[4] > 0 && overlaps(kept_boxes, n, query, o.iou_threshold)) continue;
     s.kept_x1[n] = q[0], s.kept_y1[n] = q[1], s.kept_x2[n] = q[2], s.kept_y2[n] = q[3];
     s.kept_area[n] = s.areas[static_cast<std::size_t>(c)];
     ++n;

@@ -39,6 +39,7 @@ namespace cpudl::kernels {
   X(f32_max, F32ReduceFn)                                              \
   X(f32_argmax, F32ArgmaxFn)                                           \
   X(f32_indices_above, F32IndicesAboveFn)                              \
+  X(box_overlaps_any, BoxOverlapsAnyFn)                                \
   X(f32_softmax, F32RowwiseFn)                                         \
   X(f32_log_softmax, F32RowwiseFn)                                     \
   X(f32_cross_entropy, CrossEntropyFn)                                 \

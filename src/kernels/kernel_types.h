@@ -19,6 +19,15 @@ using F32ReduceFn = float (*)(const float* x, std::size_t n);
 using F32ArgmaxFn = std::size_t (*)(const float* x, std::size_t n);
 // out: room for n positions.
 using F32IndicesAboveFn = std::size_t (*)(const float* x, std::size_t n, float threshold, std::int32_t* out);
+// NMS's test: whether `query` overlaps any of n boxes by an intersection over union above
+// `threshold`. Boxes as ordered corners; the n boxes column by column, the query as {x1, y1, x2,
+// y2, area}. A box overlaps when width and height of the intersection are positive, its area and
+// the union are positive, and intersection / union > threshold (ONNX Runtime's division).
+struct BoxColumns {
+  const float *x1, *y1, *x2, *y2, *area;
+};
+using BoxOverlapsAnyFn = bool (*)(const BoxColumns& boxes, std::size_t n, const float* query,
+                                  float threshold);
 
 // Row-wise over `rows` rows of `cols` floats, rows `ld_in` / `ld_out` floats apart.
 using F32RowwiseFn = void (*)(const float* x, float* y, std::size_t rows, std::size_t cols, std::size_t ld_in,

@@ -1009,6 +1009,51 @@ TEST(Kernels, ReductionsMatchReference) {
       }
     }
   });
+  // NMS's overlap test, against the reference and against a direct IoU in double: random boxes
+  // (a few of no area), queries near and far, each hit placed at every position (tail lanes, the
+  // first and last block).
+  const auto overlaps_ref = box_overlaps_any_variants().back().fn;
+  for_each_runnable(box_overlaps_any_variants(), [&](BoxOverlapsAnyFn fn) {
+    for (std::size_t n : kSizes) {
+      const auto a = spread(n, 0, 100, 17), b = spread(n, 0, 100, 18), w = spread(n, 1, 20, 19),
+                 h = spread(n, 1, 20, 20);
+      std::vector<float> x1(n), y1(n), x2(n), y2(n), area(n);
+      for (std::size_t k = 0; k < n; ++k) {
+        x1[k] = a[k], y1[k] = b[k], x2[k] = a[k] + w[k], y2[k] = b[k] + (k % 11 == 5 ? 0.0f : h[k]);
+        area[k] = (x2[k] - x1[k]) * (y2[k] - y1[k]);
+      }
+      const BoxColumns boxes{x1.data(), y1.data(), x2.data(), y2.data(), area.data()};
+      auto direct = [&](const float* q, float threshold) {
+        for (std::size_t k = 0; k < n; ++k) {
+          const double iw = std::min<double>(x2[k], q[2]) - std::max<double>(x1[k], q[0]),
+                       ih = std::min<double>(y2[k], q[3]) - std::max<double>(y1[k], q[1]);
+          if (iw > 0 && ih > 0 && area[k] > 0 && iw * ih / (area[k] + q[4] - iw * ih) > threshold + 1e-4)
+            return true;
+        }
+        return false;
+      };
+      for (float threshold : {0.0f, 0.3f, 0.5f, 0.9f}) {
+        for (int trial = 0; trial < 20; ++trial) {
+          const float qx = static_cast<float>(trial * 7 % 100), qy = static_cast<float>(trial * 13 % 100);
+          const float qw = 2.0f + static_cast<float>(trial % 5) * 4.0f;
+          const float q[5] = {qx, qy, qx + qw, qy + qw, qw * qw};
+          const bool got = fn(boxes, n, q, threshold);
+          EXPECT_EQ(got, overlaps_ref(boxes, n, q, threshold)) << "n=" << n << " t=" << threshold;
+          if (direct(q, threshold)) {
+            EXPECT_TRUE(got) << "n=" << n << " t=" << threshold;
+          }
+        }
+        for (std::size_t at = 0; at < n; ++at) {  // the query equal to box `at`: a hit there only
+          if (!(area[at] > 0)) continue;
+          const float q[5] = {x1[at], y1[at], x2[at], y2[at], area[at]};
+          EXPECT_TRUE(fn(boxes, n, q, threshold)) << "n=" << n << " at=" << at;
+          EXPECT_FALSE(fn(boxes, at, q, 1.0f)) << "n=" << n << " at=" << at;  // IoU is never above 1
+        }
+      }
+      const float far[5] = {500, 500, 510, 510, 100};
+      EXPECT_FALSE(fn(boxes, n, far, 0.0f)) << "n=" << n;
+    }
+  });
   const float ones[5] = {1, 1, 1, 1, 1};
   EXPECT_EQ(sum_ref(ones, 5), 5.0f);
 }
