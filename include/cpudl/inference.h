@@ -40,7 +40,8 @@ struct InferenceOptions {
   // The most iterations an ONNX Loop may run: a loop that would run more fails with an error
   // naming its node (a loop whose condition never turns false ends instead of hanging). Loops
   // that end on a condition have their scan outputs planned for this many iterations.
-  std::int64_t max_loop_iterations = 10000;
+  std::int64_t max_loop_iterations = kDefaultMaxLoopIterations;
+  static constexpr std::int64_t kDefaultMaxLoopIterations = 10000;
 };
 
 struct ModelValue {

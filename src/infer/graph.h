@@ -87,11 +87,6 @@ struct Graph {
   // (element types left to the plan), so the optimiser, which rewrites names in the outer graph,
   // and the planner see every read as an ordinary edge.
   std::size_t captures = 0;
-  // The most iterations a Loop node may run before the run fails (InferenceOptions): a bound for
-  // loops that end on a condition, and what their scan outputs are planned for. Subgraphs' plans
-  // inherit it.
-  std::int64_t max_loop_iterations = kDefaultMaxLoopIterations;
-  static constexpr std::int64_t kDefaultMaxLoopIterations = 10000;
 };
 
 }  // namespace cpudl::infer

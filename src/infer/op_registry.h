@@ -64,7 +64,7 @@ struct OpSetup {
   // kernel is built once; other operators whose inputs are bounded are rebuilt for the actual
   // shapes when those change (plan.cpp).
   bool sets_output_shapes = false;
-  // Graph::max_loop_iterations of the graph being planned (Loop's bound).
+  // PlanOptions::max_loop_iterations of the plan being made (Loop's bound).
   std::int64_t max_loop_iterations = 0;
 
   std::size_t count() const { return inputs.size(); }

@@ -25,9 +25,10 @@ using ConstantMap = std::map<std::string, std::shared_ptr<const HostTensor>>;
 
 // `provisional`: for an operator that reads bounded values, the small integer values computed at
 // the bounds (a Reshape's target from a Shape of a bounded value): what it is planned for.
-OpSetup make_setup(const Node& node, const Graph& g, const std::map<std::string, ValueDesc>& descs,
-                   const ConstantMap& known, const ConstantMap* provisional = nullptr) {
-  OpSetup s{node, g.opset, {}, {}, {}, false, std::nullopt, false, {}, false, g.max_loop_iterations};
+OpSetup make_setup(const Node& node, const Graph& g, const PlanOptions& options,
+                   const std::map<std::string, ValueDesc>& descs, const ConstantMap& known,
+                   const ConstantMap* provisional = nullptr) {
+  OpSetup s{node, g.opset, {}, {}, {}, false, std::nullopt, false, {}, false, options.max_loop_iterations};
   for (const auto& in : node.inputs) {
     if (in.empty()) {
       s.inputs.push_back(ValueDesc{DType::f32, {}, false});
@@ -124,7 +125,8 @@ double node_flops(const Node& node, const std::vector<ValueDesc>& in, const std:
 }
 
 Plan::Plan(const Graph& session_graph, const std::vector<Shape>& input_shapes, OptimizerReport& report,
-           bool fuse, const std::vector<bool>& bounded_inputs) {
+           const PlanOptions& options, const std::vector<bool>& bounded_inputs)
+    : options_(options) {
   Graph g = session_graph;
   if (input_shapes.size() != g.inputs.size())
     throw Error("the model has " + std::to_string(g.inputs.size()) + " input(s), " +
@@ -144,7 +146,7 @@ Plan::Plan(const Graph& session_graph, const std::vector<Shape>& input_shapes, O
   ConstantMap provisional;  // small integer values computed at the bounds (make_setup)
   for (const Node& node : g.nodes) {
     const bool bounded_inputs = reads_bounded(node, descs);
-    OpSetup s = make_setup(node, g, descs, known, bounded_inputs ? &provisional : nullptr);
+    OpSetup s = make_setup(node, g, options, descs, known, bounded_inputs ? &provisional : nullptr);
     s.shape_pass = true;
     Kernel kernel = build(s);
     bool all_known = true, all_available = true;
@@ -197,9 +199,9 @@ Plan::Plan(const Graph& session_graph, const std::vector<Shape>& input_shapes, O
   }
   g.nodes = std::move(remaining);
   g.constants = known;
-  if (fuse) fuse_with_shapes(g, descs, report);
+  if (options.fuse) fuse_with_shapes(g, descs, report);
   remove_dead_nodes(g);
-  if (fuse) {
+  if (options.fuse) {
     keep_activations_in_int8(g, descs, report);
     assign_layouts(g, descs, report);
     fuse_depthwise(g, descs, report);
@@ -239,7 +241,7 @@ Plan::Plan(const Graph& session_graph, const std::vector<Shape>& input_shapes, O
   std::vector<int> values_per_buffer;
   for (const Node& node : g.nodes) {
     const bool bounded_inputs = reads_bounded(node, descs);
-    OpSetup s = make_setup(node, g, descs, g.constants, bounded_inputs ? &provisional : nullptr);
+    OpSetup s = make_setup(node, g, options, descs, g.constants, bounded_inputs ? &provisional : nullptr);
     Step step;
     step.kernel = build(s);
     step.sets_output_shapes = s.sets_output_shapes;
@@ -340,7 +342,6 @@ Plan::Plan(const Graph& session_graph, const std::vector<Shape>& input_shapes, O
   for (const Value& v : values_) run_shapes_.push_back(v.desc.shape);
   buffer_bytes_ = std::move(buffer_bytes);
   opset_ = g.opset;
-  max_loop_iterations_ = g.max_loop_iterations;
 }
 
 bool Plan::has_bounded_outputs() const {
@@ -374,7 +375,7 @@ void Plan::rebuild_if_changed(Step& step, std::span<const TensorView> inputs) {
   }
   if (signature_ == step.built_for) return;
   const Node& node = *step.node;
-  OpSetup s{node, opset_, {}, {}, {}, false, std::nullopt, false, {}, false, max_loop_iterations_};
+  OpSetup s{node, opset_, {}, {}, {}, false, std::nullopt, false, {}, false, options_.max_loop_iterations};
   std::vector<std::shared_ptr<HostTensor>> run_values;
   for (const std::size_t v : step.inputs) {
     if (v == kNone) {

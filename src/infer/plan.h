@@ -43,14 +43,21 @@ struct StepProfile {
   std::int64_t calls = 0;
 };
 
+// The session's choices a plan is made with; a subgraph's plan (If, Loop) takes its node's.
+struct PlanOptions {
+  bool fuse = true;  // apply the shape-dependent fusions (off only to measure what they bring)
+  // The most iterations a Loop node may run before the run fails: a bound for loops that end on a
+  // condition, and what their scan outputs are planned for.
+  std::int64_t max_loop_iterations = InferenceOptions::kDefaultMaxLoopIterations;
+};
+
 class Plan {
  public:
   // `graph` is the session's optimised graph; `input_shapes` in graph.inputs order.
-  // `fuse`: apply the shape-dependent fusions (off only to measure what they bring).
   // `bounded_inputs` (by input, may be empty): inputs given at run time with shapes no larger than
   // `input_shapes` (a subgraph reading its If's bounded values).
-  Plan(const Graph& graph, const std::vector<Shape>& input_shapes, OptimizerReport& report, bool fuse = true,
-       const std::vector<bool>& bounded_inputs = {});
+  Plan(const Graph& graph, const std::vector<Shape>& input_shapes, OptimizerReport& report,
+       const PlanOptions& options = {}, const std::vector<bool>& bounded_inputs = {});
   Plan(const Plan&) = delete;
   Plan& operator=(const Plan&) = delete;
 
@@ -101,7 +108,8 @@ class Plan {
   std::vector<std::size_t> buffer_bytes_;  // per arena buffer: what it holds at most
   std::vector<TensorView> run_inputs_;     // the current run's inputs (copy_output)
   std::vector<std::size_t> input_values_;  // the graph inputs' values, in order
-  std::int64_t opset_ = 0, max_loop_iterations_ = 0;
+  std::int64_t opset_ = 0;
+  PlanOptions options_;
   std::vector<std::int64_t> signature_;  // scratch: a bounded step's current signature
   PlanStats stats_;
   bool profiling_ = false;

@@ -24,6 +24,7 @@ struct InferenceSession::Impl {
   std::map<std::pair<int, std::vector<Shape>>, std::unique_ptr<infer::Plan>> plans;
   std::map<std::vector<Shape>, infer::OptimizerReport> plan_reports;
   bool optimize = true, profiling = false;
+  std::int64_t max_loop_iterations = InferenceOptions::kDefaultMaxLoopIterations;
   int threads = 0;  // 0: the caller's compute_threads()
   std::mutex mutex;
   // The last plan used and its input shapes: repeated runs of one shape skip the lookup (and the
@@ -87,7 +88,7 @@ struct InferenceSession::Impl {
     auto it = plans.find(key);
     if (it != plans.end()) return *it->second;
     infer::OptimizerReport r;
-    it = plans.emplace(key, std::make_unique<infer::Plan>(graph, shapes, r, optimize)).first;
+    it = plans.emplace(key, std::make_unique<infer::Plan>(graph, shapes, r, infer::PlanOptions{optimize, max_loop_iterations})).first;
     plan_reports[shapes] = r;
     it->second->set_profiling(profiling);
     return *it->second;
@@ -107,7 +108,7 @@ InferenceSession::InferenceSession(const std::filesystem::path& model, Inference
   if (options.max_loop_iterations < 1)
     throw UsageError("InferenceOptions::max_loop_iterations " + std::to_string(options.max_loop_iterations) +
                      ": expected at least 1");
-  impl_->graph.max_loop_iterations = options.max_loop_iterations;
+  impl_->max_loop_iterations = options.max_loop_iterations;
   impl_->profiling = options.profile || op_profiling_enabled();
   if (options.bf16) onednn::require_bf16_compute();
   const bool bf16 = options.bf16 || (options.follow_bf16_weights && onednn::bf16_compute_available() &&

@@ -21,52 +21,65 @@
 namespace cpudl::infer {
 namespace {
 
-struct Branch {
+// A subgraph planned for its node's input shapes. Its first inputs are the ones the node feeds
+// itself (`leading`: a Loop's iteration number, condition and carried values; none for an If); the
+// rest are its outer-scope reads, subgraph input i being node input i + `offset`: those known at
+// plan time are baked in as constants, the others stay plan inputs.
+struct Subgraph {
   std::shared_ptr<Plan> plan;
-  std::vector<std::size_t> inputs;  // which If inputs feed the plan's inputs, in order
+  std::vector<std::size_t> captures;  // node inputs that feed the plan's inputs after the leading ones
 };
 
-Branch compile_branch(OpSetup& s, const char* name) {
+Subgraph compile_subgraph(OpSetup& s, const Graph& sub, std::span<const ValueDesc> leading, std::size_t offset,
+                          const std::string& what) {
+  Graph g = sub;
+  g.inputs.clear();
+  Subgraph b;
+  std::vector<Shape> shapes;
+  std::vector<bool> bounded;
+  for (std::size_t i = 0; i < leading.size(); ++i) {
+    g.inputs.push_back(ValueInfo{sub.inputs[i].name, leading[i].dtype, {}});
+    shapes.push_back(leading[i].shape);
+    bounded.push_back(leading[i].bounded);
+  }
+  for (std::size_t i = leading.size(); i < sub.inputs.size(); ++i) {
+    const ValueDesc& d = s.inputs[i + offset];
+    const HostTensor* known = s.constants[i + offset];
+    if (known && !d.bounded) {  // a value fixed at plan time (not one computed at a bound)
+      g.constants[sub.inputs[i].name] = std::make_shared<HostTensor>(*known);
+      continue;
+    }
+    g.inputs.push_back(ValueInfo{sub.inputs[i].name, d.dtype, {}});
+    shapes.push_back(d.shape);
+    bounded.push_back(d.bounded);
+    b.captures.push_back(i + offset);
+  }
+  OptimizerReport report;
+  try {
+    b.plan = std::make_shared<Plan>(g, shapes, report, PlanOptions{true, s.max_loop_iterations}, bounded);
+  } catch (const Error& e) {
+    s.fail(what + ": " + e.what());
+  }
+  return b;
+}
+
+// Node inputs: [cond, captures x C]; branch inputs: [captures x C].
+Subgraph compile_branch(OpSetup& s, const char* name) {
   const auto it = s.node.attributes.find(name);
   if (it == s.node.attributes.end() || it->second.kind != Attribute::Kind::graph)
     s.fail(std::string("has no '") + name + "' subgraph");
   const Graph& branch = *it->second.g;
-  const std::size_t captured = branch.inputs.size();
-  if (captured + 1 != s.count())
-    s.fail(std::string(name) + " reads " + std::to_string(captured) + " outer value(s), the node passes " +
-           std::to_string(s.count() - 1));
-  Graph g = branch;
-  g.inputs.clear();
-  g.max_loop_iterations = s.max_loop_iterations;
-  Branch b;
-  std::vector<Shape> shapes;
-  std::vector<bool> bounded;
-  for (std::size_t i = 0; i < captured; ++i) {
-    const ValueDesc& d = s.inputs[i + 1];
-    const HostTensor* known = s.constants[i + 1];
-    if (known && !d.bounded) {  // a value fixed at plan time (not one computed at a bound)
-      g.constants[branch.inputs[i].name] = std::make_shared<HostTensor>(*known);
-      continue;
-    }
-    g.inputs.push_back(ValueInfo{branch.inputs[i].name, d.dtype, {}});
-    shapes.push_back(d.shape);
-    bounded.push_back(d.bounded);
-    b.inputs.push_back(i + 1);
-  }
-  OptimizerReport report;
-  try {
-    b.plan = std::make_shared<Plan>(g, shapes, report, true, bounded);
-  } catch (const Error& e) {
-    s.fail(std::string(name) + ": " + e.what());
-  }
-  return b;
+  if (branch.inputs.size() + 1 != s.count())
+    s.fail(std::string(name) + " reads " + std::to_string(branch.inputs.size()) +
+           " outer value(s), the node passes " + std::to_string(s.count() - 1));
+  return compile_subgraph(s, branch, {}, 1, name);
 }
 
 Kernel build_if(OpSetup& s) {
   if (s.count() < 1 || !s.has(0)) s.fail("has no condition input");
   if (s.inputs[0].numel() != 1) s.fail("the condition must hold one element, got " + shape_text(s.shape(0)));
   const HostTensor* fixed = s.inputs[0].bounded ? nullptr : s.constants[0];
-  std::vector<Branch> branches;  // [then, else], or the one a fixed condition picks
+  std::vector<Subgraph> branches;  // [then, else], or the one a fixed condition picks
   if (fixed) {
     branches.push_back(compile_branch(s, fixed->as_int64().at(0) != 0 ? "then_branch" : "else_branch"));
   } else {
@@ -78,7 +91,7 @@ Kernel build_if(OpSetup& s) {
   std::vector<std::int64_t> bound_elements;
   for (std::size_t o = 0; o < first.size(); ++o) {
     ValueDesc d = first[o];
-    for (const Branch& b : branches) {
+    for (const Subgraph& b : branches) {
       const ValueDesc& other = b.plan->output_descs().at(o);
       if (other.dtype != d.dtype)
         s.fail("its branches give output " + std::to_string(o) + " as " + std::string(dtype_name(d.dtype)) +
@@ -104,9 +117,9 @@ Kernel build_if(OpSetup& s) {
   return [branches, fixed = fixed != nullptr, bound_elements, label, views](std::span<const TensorView> in,
                                                                             std::span<const TensorView> out) {
     const bool cond = fixed || *static_cast<const std::int8_t*>(in[0].data) != 0;
-    const Branch& b = branches[fixed || cond ? 0 : 1];
+    const Subgraph& b = branches[fixed || cond ? 0 : 1];
     views->clear();
-    for (const std::size_t i : b.inputs) views->push_back(in[i]);
+    for (const std::size_t i : b.captures) views->push_back(in[i]);
     b.plan->run(*views, {});
     for (std::size_t o = 0; o < out.size(); ++o) {
       if (!out[o].data) continue;  // an output nobody reads
@@ -124,46 +137,13 @@ Kernel build_if(OpSetup& s) {
 
 // Node inputs: [M, cond, v_initial x N, captures x C]; body inputs: [iteration, cond, v x N,
 // captures x C]; body outputs: [cond, v x N, scan x K]; node outputs: [v_final x N, scan x K].
-struct LoopBody {
-  std::shared_ptr<Plan> plan;
-  std::vector<std::size_t> captures;  // node inputs that feed the body's inputs after the carried ones
-};
-
-LoopBody compile_body(OpSetup& s, const Graph& body, std::size_t carried) {
-  Graph g = body;
-  g.inputs.clear();
-  g.max_loop_iterations = s.max_loop_iterations;
-  LoopBody b;
-  std::vector<Shape> shapes{{}, {}};
-  std::vector<bool> bounded{false, false};
-  g.inputs.push_back(ValueInfo{body.inputs[0].name, DType::i64, {}});
-  g.inputs.push_back(ValueInfo{body.inputs[1].name, DType::i8, {}});
+Subgraph compile_body(OpSetup& s, const Graph& body, std::size_t carried) {
+  std::vector<ValueDesc> leading{ValueDesc{DType::i64, {}}, ValueDesc{DType::i8, {}}};
   for (std::size_t j = 0; j < carried; ++j) {
-    const ValueDesc& d = s.inputs[2 + j];
-    if (!d.present) s.fail("loop-carried value " + std::to_string(j) + " has no initial value");
-    g.inputs.push_back(ValueInfo{body.inputs[2 + j].name, d.dtype, {}});
-    shapes.push_back(d.shape);
-    bounded.push_back(d.bounded);
+    if (!s.inputs[2 + j].present) s.fail("loop-carried value " + std::to_string(j) + " has no initial value");
+    leading.push_back(s.inputs[2 + j]);
   }
-  for (std::size_t i = 2 + carried; i < body.inputs.size(); ++i) {
-    const ValueDesc& d = s.inputs[i];
-    const HostTensor* known = s.constants[i];
-    if (known && !d.bounded) {
-      g.constants[body.inputs[i].name] = std::make_shared<HostTensor>(*known);
-      continue;
-    }
-    g.inputs.push_back(ValueInfo{body.inputs[i].name, d.dtype, {}});
-    shapes.push_back(d.shape);
-    bounded.push_back(d.bounded);
-    b.captures.push_back(i);
-  }
-  OptimizerReport report;
-  try {
-    b.plan = std::make_shared<Plan>(g, shapes, report, true, bounded);
-  } catch (const Error& e) {
-    s.fail(std::string("body: ") + e.what());
-  }
-  return b;
+  return compile_subgraph(s, body, leading, 0, "body");
 }
 
 // What one Loop node keeps between runs: the carried values' two buffer sets and the body's
@@ -218,7 +198,7 @@ Kernel build_loop(OpSetup& s) {
   // A loop of a constant trip count and no condition runs exactly that many times.
   const bool exact = fixed_trip && !has_condition;
 
-  LoopBody b = compile_body(s, body, carried);
+  Subgraph b = compile_body(s, body, carried);
   const auto& descs = b.plan->output_descs();
   if (descs[0].numel() != 1 || descs[0].dtype != DType::i8)
     s.fail("its body's condition output must be one BOOL, got " + std::string(dtype_name(descs[0].dtype)) +
