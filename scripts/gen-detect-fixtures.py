@@ -159,7 +159,9 @@ class DetectOps2(torch.nn.Module):
 
 def spread_weights(model, seed):
     """Random weights and BatchNorm statistics that make a detector's scores distinct (torchvision's
-    own initialisation gives many equal scores, whose NMS order no engine defines)."""
+    own initialisation gives many equal scores, whose NMS order no engine defines). Batch norm
+    statistics are drawn for trainable and frozen layers (torchvision's detection ResNets)."""
+    from torchvision.ops.misc import FrozenBatchNorm2d
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for m in model.modules():
@@ -168,7 +170,7 @@ def spread_weights(model, seed):
                 m.weight.copy_(torch.randn(m.weight.shape, generator=g) * (2.0 / fan_in) ** 0.5)
                 if m.bias is not None:
                     m.bias.copy_(torch.randn(m.bias.shape, generator=g) * 0.3)
-            elif isinstance(m, torch.nn.BatchNorm2d):
+            elif isinstance(m, (torch.nn.BatchNorm2d, FrozenBatchNorm2d)):
                 m.weight.copy_(1 + 0.1 * torch.randn(m.weight.shape, generator=g))
                 m.bias.copy_(0.1 * torch.randn(m.bias.shape, generator=g))
                 m.running_mean.copy_(0.1 * torch.randn(m.running_mean.shape, generator=g))
@@ -251,26 +253,14 @@ def retinanet():
     from torchvision.models.detection import RetinaNet
     from torchvision.models.detection.backbone_utils import BackboneWithFPN
     from torchvision.ops.feature_pyramid_network import LastLevelP6P7
-    from torchvision.ops.misc import FrozenBatchNorm2d
     body, widths = narrow_resnet50()
     fpn = 32
     backbone = BackboneWithFPN(body, {"layer2": "0", "layer3": "1", "layer4": "2"}, widths[1:], fpn,
                                extra_blocks=LastLevelP6P7(fpn, fpn))
     model = RetinaNet(backbone, 20, min_size=320, max_size=320, score_thresh=0.05, nms_thresh=0.5,
                       detections_per_img=100, topk_candidates=200)
-    g = torch.Generator().manual_seed(6)
+    spread_weights(model, 6)
     with torch.no_grad():
-        for m in model.modules():
-            if isinstance(m, torch.nn.Conv2d):
-                fan_in = m.in_channels // m.groups * m.kernel_size[0] * m.kernel_size[1]
-                m.weight.copy_(torch.randn(m.weight.shape, generator=g) * (2.0 / fan_in) ** 0.5)
-                if m.bias is not None:
-                    m.bias.copy_(torch.randn(m.bias.shape, generator=g) * 0.3)
-            elif isinstance(m, FrozenBatchNorm2d):
-                m.weight.copy_(1 + 0.1 * torch.randn(m.weight.shape, generator=g))
-                m.bias.copy_(0.1 * torch.randn(m.bias.shape, generator=g))
-                m.running_mean.copy_(0.1 * torch.randn(m.running_mean.shape, generator=g))
-                m.running_var.copy_(1 + 0.2 * torch.rand(m.running_var.shape, generator=g))
         # Small box deltas (as for Faster R-CNN), and class logits below zero as RetinaNet's prior
         # sets them: large random logits saturate the sigmoid at 1.0, and equal scores have no
         # defined NMS order.
