@@ -88,7 +88,8 @@ struct InferenceSession::Impl {
     auto it = plans.find(key);
     if (it != plans.end()) return *it->second;
     infer::OptimizerReport r;
-    it = plans.emplace(key, std::make_unique<infer::Plan>(graph, shapes, r, infer::PlanOptions{optimize, max_loop_iterations})).first;
+    const infer::PlanOptions options{optimize, max_loop_iterations};
+    it = plans.emplace(key, std::make_unique<infer::Plan>(graph, shapes, r, options)).first;
     plan_reports[shapes] = r;
     it->second->set_profiling(profiling);
     return *it->second;

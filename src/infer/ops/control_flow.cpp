@@ -30,8 +30,8 @@ struct Subgraph {
   std::vector<std::size_t> captures;  // node inputs that feed the plan's inputs after the leading ones
 };
 
-Subgraph compile_subgraph(OpSetup& s, const Graph& sub, std::span<const ValueDesc> leading, std::size_t offset,
-                          const std::string& what) {
+Subgraph compile_subgraph(OpSetup& s, const Graph& sub, std::span<const ValueDesc> leading,
+                          std::size_t offset, const std::string& what) {
   Graph g = sub;
   g.inputs.clear();
   Subgraph b;
