@@ -121,6 +121,20 @@ const std::vector<KernelVariant<Q8_0x16GemmFn>>& q8_0x16_q8a_gemm_variants() {
                                                               CPUDL_VARIANT(generic, q8_0x16_q8a_gemm__ref)};
   return v;
 }
+// Several tokens over the same panels on VPDPBUSD (quant/avx512_vnni.cpp): CPUs without AMX, and
+// fewer tokens than a tile.
+const std::vector<KernelVariant<Q8_0x16GemmFn>>& q8_0x16_q8a_dot_gemm_variants() {
+  static const std::vector<KernelVariant<Q8_0x16GemmFn>> v = {
+      CPUDL_VARIANT(avx512_vnni, q8_0x16_q8a_dot_gemm__avx512_vnni),
+      CPUDL_VARIANT(generic, q8_0x16_q8a_gemm__ref)};
+  return v;
+}
+const std::vector<KernelVariant<Q4_0x16GemmFn>>& q4_0x16_q8a_gemm_variants() {
+  static const std::vector<KernelVariant<Q4_0x16GemmFn>> v = {
+      CPUDL_VARIANT(avx512_vnni, q4_0x16_q8a_gemm__avx512_vnni),
+      CPUDL_VARIANT(generic, q4_0x16_q8a_gemm__ref)};
+  return v;
+}
 // Generation over the same panels: VPDPBUSD on 512-bit rows of the panel (quant/avx512_vnni.cpp).
 const std::vector<KernelVariant<Q8_0x16GemvFn>>& q8_0x16_q8a_gemv_variants() {
   static const std::vector<KernelVariant<Q8_0x16GemvFn>> v = {

@@ -62,9 +62,11 @@ namespace cpudl::kernels {
   X(pack_q8_0x16, PackQ8_0x16Fn)                                       \
   X(pack_q4_0x16, PackQ8_0x16Fn)                                       \
   X(q8_0x16_q8a_gemm, Q8_0x16GemmFn)                                   \
+  X(q8_0x16_q8a_dot_gemm, Q8_0x16GemmFn)                               \
   X(q8_0x16_q8a_gemv, Q8_0x16GemvFn)                                   \
   X(pack_q4_0x16_nibbles, PackQ4_0x16Fn)                               \
   X(q4_0x16_q8a_gemv, Q4_0x16GemvFn)                                   \
+  X(q4_0x16_q8a_gemm, Q4_0x16GemmFn)                                   \
   X(q4_k_q8_k_matmul, WeightMatmulFn)                                  \
   X(q6_k_q8_k_matmul, WeightMatmulFn)                                  \
   X(quantize_row_q8a, QuantizeRowFn)                                   \

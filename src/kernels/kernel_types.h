@@ -187,8 +187,13 @@ using Q4_0x16GemvFn = void (*)(const Q4_0x16Block* panel, std::size_t k, const v
 // k / 32 blocks each, group after group; x one BlockQ8A row.
 using Q8_0x16GemvFn = void (*)(const Q8_0x16Block* panel, std::size_t k, const void* x, float* y,
                                std::size_t rows);
-// As Q8_0x8GemmFn, for rows <= 16.
+// As Q8_0x8GemmFn, for rows <= 16: the tile product (q8_0x16_q8a_gemm, AMX) and the dot-product
+// one (q8_0x16_q8a_dot_gemm, VPDPBUSD: CPUs without tiles, and fewer tokens than a tile holds).
 using Q8_0x16GemmFn = void (*)(const Q8_0x16Block* panel, std::size_t k, const void* x,
+                               std::size_t x_row_bytes, std::size_t tokens, float* y, std::size_t ldy,
+                               int rows);
+// The same over Q4_0's generation panels (several tokens: prompts, sequences decoding together).
+using Q4_0x16GemmFn = void (*)(const Q4_0x16Block* panel, std::size_t k, const void* x,
                                std::size_t x_row_bytes, std::size_t tokens, float* y, std::size_t ldy,
                                int rows);
 

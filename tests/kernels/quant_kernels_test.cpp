@@ -116,7 +116,7 @@ INSTANTIATE_TEST_SUITE_P(AllWeightTypes, WeightMatmul,
 template <class Panel, class PackVariants, class GemmVariants>
 void check_panel(GgmlType type, const PackVariants& packs, const GemmVariants& gemms) {
   const std::size_t k = 256;
-  constexpr int kRows = sizeof(Panel::d) / sizeof(float);  // 8, or 16 for the AMX panel
+  constexpr int kRows = sizeof(Panel::d) / sizeof(Panel::d[0]);  // 8, or 16 for the sixteen-row panels
   for (const int rows : {kRows, kRows - 1, 3}) {
     const std::vector<float> w = gaussian(static_cast<std::size_t>(rows) * k, 11);
     const std::size_t w_row = llm::row_bytes(type, k);
@@ -127,7 +127,7 @@ void check_panel(GgmlType type, const PackVariants& packs, const GemmVariants& g
       llm::dequantize_row(type, wq.data() + r * w_row, w_deq.data() + static_cast<std::size_t>(r) * k, k);
     }
     // 16 and 33: AMX's full tiles of 16 tokens, then a tail of 1.
-    for (const std::size_t tokens : {1, 4, 6, 9, 16, 33}) {
+    for (const std::size_t tokens : {1, 2, 3, 4, 5, 6, 7, 9, 16, 33}) {
       SCOPED_TRACE("rows " + std::to_string(rows) + " tokens " + std::to_string(tokens));
       const std::vector<float> x = gaussian(tokens * k, 12 + static_cast<unsigned>(tokens));
       const std::size_t x_row = k / 32 * sizeof(BlockQ8A);
@@ -194,6 +194,16 @@ TEST(AmxPanel, Q8_0AndQ4_0TileProductsMatchTheDequantisedProduct) {
         "note: skipped the AMX tile product: no AMX here (or no OS permission); the reference runs\n");
   check_panel<Q8_0x16Block>(GgmlType::q8_0, pack_q8_0x16_variants(), q8_0x16_q8a_gemm_variants());
   check_panel<Q8_0x16Block>(GgmlType::q4_0, pack_q4_0x16_variants(), q8_0x16_q8a_gemm_variants());
+}
+
+// The tile panels and Q4_0's generation panels through the dot-product kernels (VPDPBUSD) for
+// several tokens: CPUs without AMX, and fewer tokens than a tile.
+TEST(DotPanel, Q8_0Q4_0TileAndQ4_0GenerationPanelsMatchTheDequantisedProduct) {
+  if (kMachineLevel < IsaLevel::avx512_vnni)
+    std::printf("note: no AVX512-VNNI here: only the reference products of the sixteen-row panels run\n");
+  check_panel<Q8_0x16Block>(GgmlType::q8_0, pack_q8_0x16_variants(), q8_0x16_q8a_dot_gemm_variants());
+  check_panel<Q8_0x16Block>(GgmlType::q4_0, pack_q4_0x16_variants(), q8_0x16_q8a_dot_gemm_variants());
+  check_panel<Q4_0x16Block>(GgmlType::q4_0, pack_q4_0x16_nibbles_variants(), q4_0x16_q8a_gemm_variants());
 }
 
 // Generation over the tile panels: every gemv variant against the reference GEMM of one token, 1

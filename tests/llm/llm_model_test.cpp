@@ -311,10 +311,11 @@ TEST(WeightMatmul, PromptAcrossTokenChunksMatchesTheDoubleProduct) {
   }
 }
 
-// Matrices repacked at load (repack_at_load): on AMX, Q8_0 and Q4_0 tile panels for prompts and
-// few-token batches, Q8_0's also for single tokens (the VNNI gemv); on VNNI CPUs, Q4_0's 4-bit
-// generation panels. Row ranges split by the threads inside 16-row groups give what the mapped
-// rows give, within float rounding; the bytes reported are the panels'.
+// Matrices repacked at load (repack_at_load): on AMX, Q8_0 and Q4_0 tile panels for prompts,
+// Q8_0's also for single tokens (the VNNI gemv); on VNNI CPUs, Q4_0's 4-bit generation panels
+// (single tokens, and several on the dot-product kernel) and, without AMX, Q8_0's tile panels for
+// several tokens. Row ranges split by the threads inside 16-row groups give what the mapped rows
+// give, within float rounding; the bytes reported are the panels'.
 TEST(WeightMatmul, RepackedRowsMatchTheMappedRows) {
   const std::size_t cols = 256, rows = 41;
   std::vector<float> w(rows * cols), x(37 * cols);
@@ -334,11 +335,12 @@ TEST(WeightMatmul, RepackedRowsMatchTheMappedRows) {
     const std::uint64_t bytes = repack_at_load(repacked, 2);
     const std::size_t blocks = (rows + 15) / 16 * (cols / 32);
     const bool gen = type == GgmlType::q4_0 && vnni;
-    EXPECT_EQ(bytes, (amx ? blocks * sizeof(kernels::Q8_0x16Block) : 0) +
+    const bool tiles = amx || (type == GgmlType::q8_0 && vnni);
+    EXPECT_EQ(bytes, (tiles ? blocks * sizeof(kernels::Q8_0x16Block) : 0) +
                          (gen ? blocks * sizeof(kernels::Q4_0x16Block) : 0));
-    EXPECT_EQ(static_cast<bool>(repacked.tile_panels), amx);
+    EXPECT_EQ(static_cast<bool>(repacked.tile_panels), tiles);
     EXPECT_EQ(static_cast<bool>(repacked.gen_panels), gen);
-    for (const std::size_t tokens : {37, 3, 1}) {
+    for (const std::size_t tokens : {37, 9, 3, 1}) {
       for (const int threads : {1, 2, 3}) {
         std::vector<float> a(tokens * rows), b(tokens * rows);
         MatmulScratch s1, s2;

@@ -67,6 +67,14 @@ void q4_0x16_q8a_gemv__ref(const Q4_0x16Block* panel, std::size_t k, const void*
                            std::size_t rows);
 void q4_0x16_q8a_gemv__avx512_vnni(const Q4_0x16Block* panel, std::size_t k, const void* x, float* y,
                                    std::size_t rows);
+void q8_0x16_q8a_dot_gemm__avx512_vnni(const Q8_0x16Block* panel, std::size_t k, const void* x,
+                                       std::size_t x_row_bytes, std::size_t tokens, float* y, std::size_t ldy,
+                                       int rows);
+void q4_0x16_q8a_gemm__ref(const Q4_0x16Block* panel, std::size_t k, const void* x, std::size_t x_row_bytes,
+                           std::size_t tokens, float* y, std::size_t ldy, int rows);
+void q4_0x16_q8a_gemm__avx512_vnni(const Q4_0x16Block* panel, std::size_t k, const void* x,
+                                   std::size_t x_row_bytes, std::size_t tokens, float* y, std::size_t ldy,
+                                   int rows);
 void q8_0x16_q8a_gemm__amx(const Q8_0x16Block* panel, std::size_t k, const void* x, std::size_t x_row_bytes,
                            std::size_t tokens, float* y, std::size_t ldy, int rows);
 CPUDL_DECLARE_KQUANT(ref)

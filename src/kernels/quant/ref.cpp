@@ -207,6 +207,16 @@ void q4_0x16_q8a_gemv__ref(const Q4_0x16Block* panel, std::size_t k, const void*
   }
 }
 
+void q4_0x16_q8a_gemm__ref(const Q4_0x16Block* panel, std::size_t k, const void* x, std::size_t x_row_bytes,
+                           std::size_t tokens, float* y, std::size_t ldy, int rows) {
+  float out[16];
+  for (std::size_t t = 0; t < tokens; ++t) {
+    q4_0x16_q8a_gemv__ref(panel, k, static_cast<const char*>(x) + t * x_row_bytes, out,
+                          static_cast<std::size_t>(rows));
+    std::copy(out, out + rows, y + t * ldy);
+  }
+}
+
 // Q8_0: the signed bytes biased by 128.
 void pack_q8_0x8__ref(const void* w, std::size_t w_row_bytes, int rows, std::size_t k, Q8_0x8Block* panel) {
   pack_x8_ref<BlockQ8_0>(w, w_row_bytes, rows, k, panel,

@@ -72,28 +72,37 @@ bool amx_type(GgmlType type) {
          kernels::kernel_table().q8_0x16_q8a_gemm.level >= IsaLevel::amx;
 }
 
-// Below a full tile of tokens the AMX product loses to the VNNI panels (kernel_types.h's
-// Q8_0x8Block, packed per call): four sequences decoding together (Context::eval_batch), 134M
-// Q8_0 on 2 threads, made 549 tokens/s in all on the tiles against 685 on the VNNI panels.
+// Below a full tile of tokens the AMX product loses to VPDPBUSD (the eight-row panels packed per
+// call then): four sequences decoding together (Context::eval_batch), 134M Q8_0 on 2 threads,
+// made 549 tokens/s in all on the tiles against 685 on the VNNI panels.
 constexpr std::size_t kAmxMinTokens = 16;
+
+// Whether a Q8_0 matrix gets the sixteen-row panels at load on a CPU without AMX: with VNNI, the
+// dot-product kernel reads them for several tokens, where the eight-row panels would be packed
+// on every call, and the gemv for one.
+bool vnni_q8_panels(GgmlType type) {
+  return type == GgmlType::q8_0 &&
+         kernels::kernel_table().q8_0x16_q8a_dot_gemm.level >= IsaLevel::avx512_vnni;
+}
 
 // Whether generation reads Q8_0 tile panels (where they exist) through the VNNI gemv.
 bool gemv_panels() { return kernels::kernel_table().q8_0x16_q8a_gemv.level >= IsaLevel::avx512_vnni; }
 
-void amx_rows(const WeightMatrix& w, std::size_t lo, std::size_t hi, const void* x, std::size_t x_row_bytes,
-              std::size_t tokens, float* y, std::size_t ldy) {
+// Rows lo..hi of w through a sixteen-row panel product: `panels` hold the matrix's groups,
+// cols / 32 blocks each.
+template <class Panel, class Gemm>
+void group_rows(const Panel* panels, Gemm gemm, const WeightMatrix& w, std::size_t lo, std::size_t hi,
+                const void* x, std::size_t x_row_bytes, std::size_t tokens, float* y, std::size_t ldy) {
   const std::size_t blocks = w.cols / 32;
-  const kernels::Q8_0x16GemmFn gemm = kernels::kernel_table().q8_0x16_q8a_gemm.fn;
   for (std::size_t r = lo; r < hi;) {  // lo need not start a group: take the group's rows from r on
     const std::size_t group = r / 16, end = std::min(hi, (group + 1) * 16);
     if (r == group * 16) {
-      gemm(w.tile_panels.get() + group * blocks, w.cols, x, x_row_bytes, tokens, y + r, ldy,
-           static_cast<int>(end - r));
+      gemm(panels + group * blocks, w.cols, x, x_row_bytes, tokens, y + r, ldy, static_cast<int>(end - r));
     } else {
       // A range that starts inside a group: the group's product, kept only from r on.
       thread_local std::vector<float> part;
       part.resize(tokens * 16);
-      gemm(w.tile_panels.get() + group * blocks, w.cols, x, x_row_bytes, tokens, part.data(), 16,
+      gemm(panels + group * blocks, w.cols, x, x_row_bytes, tokens, part.data(), 16,
            static_cast<int>(end - group * 16));
       for (std::size_t t = 0; t < tokens; ++t)
         for (std::size_t i = r; i < end; ++i) y[t * ldy + i] = part[t * 16 + (i - group * 16)];
@@ -170,9 +179,17 @@ void prompt_matmul(std::span<const MatmulTarget> targets, const float* x, std::s
     for (const MatmulTarget& target : targets) {
       const WeightMatrix& w = *target.w;
       const std::size_t lo = std::max(begin, base), hi = std::min(end, base + w.rows);
-      if (lo < hi && w.tile_panels && tokens >= kAmxMinTokens)
-        amx_rows(w, lo - base, hi - base, scratch.activations.data(), q8_row_bytes, tokens, target.y,
-                 target.ldy);
+      const kernels::KernelTable& k = kernels::kernel_table();
+      const void* xq = scratch.activations.data();
+      if (lo < hi && w.tile_panels && amx_type(w.type) && tokens >= kAmxMinTokens)
+        group_rows(w.tile_panels.get(), k.q8_0x16_q8a_gemm.fn, w, lo - base, hi - base, xq, q8_row_bytes,
+                   tokens, target.y, target.ldy);
+      else if (lo < hi && w.gen_panels && k.q4_0x16_q8a_gemm.level >= IsaLevel::avx512_vnni)
+        group_rows(w.gen_panels.get(), k.q4_0x16_q8a_gemm.fn, w, lo - base, hi - base, xq, q8_row_bytes,
+                   tokens, target.y, target.ldy);
+      else if (lo < hi && w.tile_panels && k.q8_0x16_q8a_dot_gemm.level >= IsaLevel::avx512_vnni)
+        group_rows(w.tile_panels.get(), k.q8_0x16_q8a_dot_gemm.fn, w, lo - base, hi - base, xq, q8_row_bytes,
+                   tokens, target.y, target.ldy);
       else if (lo < hi && w.type == GgmlType::q4_0)
         int8_rows<kernels::Q4_0x8Block>(w, lo - base, hi - base, scratch.activations.data(), q8_row_bytes,
                                         tokens, target.y, target.ldy);
@@ -280,7 +297,9 @@ void generation_matmul(std::span<const MatmulTarget> targets, const float* x, st
         // outside whole groups as mapped.
         const std::size_t r0 = lo - base, r1 = hi - base;
         const std::size_t g0 = (r0 + 15) / 16 * 16, g1 = r1 == w.rows ? r1 : r1 / 16 * 16;
-        const bool q8_panels = w.tile_panels && w.type == GgmlType::q8_0 && gemv_panels();
+        // (Without AMX, one token reads Q8_0's mapped rows: their kernel's four streams measured
+        // faster than the gemv over the panels, 225-262 against 152-212 tokens/s on one thread.)
+        const bool q8_panels = w.tile_panels && w.type == GgmlType::q8_0 && gemv_panels() && amx_type(w.type);
         if (tokens == 1 && (q8_panels || w.gen_panels) && g0 < g1) {
           if (r0 < g0) rows_kernel(r0, g0);
           const kernels::KernelTable& k = kernels::kernel_table();
@@ -354,7 +373,7 @@ std::uint64_t repack_at_load(WeightMatrix& w, int threads) {
   const kernels::KernelTable& k = kernels::kernel_table();
   const std::size_t blocks = w.cols / 32, groups = (w.rows + 15) / 16;
   std::uint64_t bytes = 0;
-  if (amx_type(w.type)) {
+  if (amx_type(w.type) || vnni_q8_panels(w.type)) {
     w.tile_panels = pack_groups<kernels::Q8_0x16Block>(
         w, (w.type == GgmlType::q4_0 ? k.pack_q4_0x16 : k.pack_q8_0x16).fn, threads);
     bytes += groups * blocks * sizeof(kernels::Q8_0x16Block);
