@@ -61,10 +61,12 @@ struct InferRequest {
 // (the Inference-Header-Content-Length header) the JSON is the body's first header_length bytes,
 // and an input whose `parameters.binary_data_size` is given takes that many bytes of raw
 // little-endian values from what follows, inputs in order, instead of `data`. kNoBinary: the
-// whole body is JSON.
+// whole body is JSON. `readable_past_end`: bytes of the body's buffer readable past its end; with
+// kJsonPadding of them the JSON is parsed in place, without a padded copy of it.
 constexpr std::size_t kNoBinary = static_cast<std::size_t>(-1);
+constexpr std::size_t kJsonPadding = 64;  // simdjson's SIMDJSON_PADDING (checked in tensor_json.cpp)
 InferRequest parse_infer_request(std::string_view body, std::size_t header_length,
-                                 const std::vector<TensorSpec>& inputs);
+                                 const std::vector<TensorSpec>& inputs, std::size_t readable_past_end = 0);
 
 // The answer `{"model_name", "outputs": [{"name", "shape", "datatype", "data"}]}` (non-finite
 // values as null); with binary, each output has `parameters.binary_data_size` instead of `data`,

@@ -1,0 +1,73 @@
+// A bounded pool of objects that requests reuse: an inference request's body buffer and its JSON
+// parser. Allocated afresh, their megabytes are page-faulted in on every request -- the serving
+// memory policy (runtime/memory_policy.h) maps each block of 256 KiB and more and unmaps it when
+// freed -- and in a virtual machine a page fault is a trap to the kernel per 4 KiB (a ResNet-18
+// JSON request spent more time in faults and in the copies of a growing body than in its
+// inference). Reused, they stay resident. The pool keeps at most `keep` idle objects, each only
+// while `worth_keeping` accepts it (a bound on what one holds), so what it retains is bounded
+// whatever the number of connection threads; a request finding the pool empty makes a new one.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+namespace cpudl::serve {
+
+template <class T>
+class ReusePool {
+ public:
+  using WorthKeeping = bool (*)(const T&);
+  ReusePool(std::size_t keep, WorthKeeping worth_keeping) : keep_(keep), worth_keeping_(worth_keeping) {}
+
+  // An object on loan: back to the pool when the lease ends.
+  class Lease {
+   public:
+    Lease(ReusePool* pool, std::unique_ptr<T> item) : pool_(pool), item_(std::move(item)) {}
+    Lease(Lease&& other) noexcept = default;
+    Lease& operator=(Lease&&) = delete;
+    Lease(const Lease&) = delete;
+    ~Lease() {
+      if (item_) pool_->give_back(std::move(item_));
+    }
+    T& operator*() const { return *item_; }
+    T* operator->() const { return item_.get(); }
+
+   private:
+    ReusePool* pool_;
+    std::unique_ptr<T> item_;
+  };
+
+  Lease take() {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      if (!idle_.empty()) {
+        std::unique_ptr<T> item = std::move(idle_.back());
+        idle_.pop_back();
+        return Lease(this, std::move(item));
+      }
+    }
+    return Lease(this, std::make_unique<T>());
+  }
+
+  std::size_t idle() const {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return idle_.size();
+  }
+
+ private:
+  void give_back(std::unique_ptr<T> item) {
+    if (!worth_keeping_(*item)) return;
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (idle_.size() < keep_) idle_.push_back(std::move(item));
+  }
+
+  const std::size_t keep_;
+  const WorthKeeping worth_keeping_;
+  mutable std::mutex mutex_;
+  std::vector<std::unique_ptr<T>> idle_;
+};
+
+}  // namespace cpudl::serve
