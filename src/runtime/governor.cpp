@@ -112,6 +112,7 @@ std::optional<GovernorDecision> GovernorPolicy::update(const LoadSample& now) {
   pressure_.reset();
   steal_.reset();
   idle_.reset();
+  neighbours_.reset();
   if (now.pressure_us && previous->pressure_us && *now.pressure_us >= *previous->pressure_us)
     pressure_ = std::min(1.0, (*now.pressure_us - *previous->pressure_us) / (seconds * 1e6));
   if (now.cpu_times && previous->cpu_times && now.cpu_times->total > previous->cpu_times->total) {
@@ -119,6 +120,16 @@ std::optional<GovernorDecision> GovernorPolicy::update(const LoadSample& now) {
     if (now.cpu_times->idle >= previous->cpu_times->idle)
       idle_ = static_cast<double>(now.cpu_times->idle - previous->cpu_times->idle) /
               static_cast<double>(now.cpu_times->total - previous->cpu_times->total) * now.cpu_times->cpus;
+    // The CPUs other processes kept busy: all busy ticks but the hypervisor's and this process's.
+    const auto busy = [](const CpuTimes& t) { return t.total - std::min(t.total, t.idle + t.steal); };
+    if (now.own_cpu_ticks && previous->own_cpu_ticks && *now.own_cpu_ticks >= *previous->own_cpu_ticks) {
+      const double others = static_cast<double>(busy(*now.cpu_times)) -
+                            static_cast<double>(busy(*previous->cpu_times)) -
+                            static_cast<double>(*now.own_cpu_ticks - *previous->own_cpu_ticks);
+      neighbours_ = std::max(0.0, others) /
+                    static_cast<double>(now.cpu_times->total - previous->cpu_times->total) *
+                    now.cpu_times->cpus;
+    }
   }
 
   // The first overload signal that holds, in the order of how directly it says "fewer threads".
@@ -133,7 +144,8 @@ std::optional<GovernorDecision> GovernorPolicy::update(const LoadSample& now) {
       text = "cgroup throttled in " + percent(share) + " of its periods";
     }
   }
-  if (reason.empty() && pressure_ && *pressure_ >= config_.pressure_high) {
+  if (reason.empty() && pressure_ && *pressure_ >= config_.pressure_high &&
+      !(neighbours_ && *neighbours_ < config_.neighbour_cpus_low)) {
     reason = "pressure";
     text = "CPU pressure " + percent(*pressure_);
   }

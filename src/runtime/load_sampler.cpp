@@ -215,6 +215,24 @@ LoadSample LoadSampler::sample(double seconds, bool own) {
         s.runnable = static_cast<int>(*n);
     }
   }
+  // This process's CPU time: utime and stime, fields 14 and 15, counted after the command name
+  // (which may hold spaces and parentheses) ends at the last ')'.
+  if (const auto stat = text(root_ / "proc/self/stat")) {
+    std::optional<std::uint64_t> ticks;
+    if (const auto close = stat->rfind(')'); close != std::string::npos) {
+      std::istringstream fields(stat->substr(close + 1));
+      std::string skipped;
+      for (int field = 3; field < 14; ++field) fields >> skipped;  // state ... cmajflt
+      std::uint64_t utime = 0, stime = 0;
+      if (fields >> utime >> stime) ticks = utime + stime;
+    }
+    if (ticks) {
+      s.own_cpu_ticks = last_own_ticks_ = ticks;
+    } else {
+      malformed(root_ / "proc/self/stat", "expected utime and stime after the command name");
+      s.own_cpu_ticks = last_own_ticks_;
+    }
+  }
 
   double ratio_sum = 0;
   int ratios = 0;

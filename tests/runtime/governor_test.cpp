@@ -49,11 +49,20 @@ class MachineTree {
     fs::rename(temporary, file);
   }
   // One second passes: `pressure` of it someone waited for a CPU, `idle_cpus` CPUs stood idle,
-  // `throttled` of the cgroup's ten periods were throttled.
-  void advance(double pressure, double idle_cpus, int throttled) {
+  // `throttled` of the cgroup's ten periods were throttled; with `own_cpus` (0 or more), this
+  // process kept that many of the busy CPUs busy (proc/self/stat), other processes the rest.
+  void advance(double pressure, double idle_cpus, int throttled, double own_cpus = -1) {
     pressure_us_ += pressure * 1e6;
     idle_ticks_ += static_cast<std::uint64_t>(idle_cpus * 100);
     busy_ticks_ += static_cast<std::uint64_t>((2 - idle_cpus) * 100);
+    if (own_cpus >= 0) {
+      own_ticks_ += static_cast<std::uint64_t>(own_cpus * 100);
+      // The command name may hold spaces and parentheses: fields are counted after the last ')'.
+      write("proc/self/stat", "4242 (cpudl (serve) x) R 1 4242 4242 0 -1 4194560 100 0 0 0 " +
+                                  std::to_string(own_ticks_ * 3 / 4) + " " +
+                                  std::to_string(own_ticks_ - own_ticks_ * 3 / 4) +
+                                  " 0 0 20 0 4 0 100 1000000 200\n");
+    }
     periods_ += 10;
     throttled_ += throttled;
     write("proc/pressure/cpu", "some avg10=0.00 avg60=0.00 avg300=0.00 total=" +
@@ -73,6 +82,7 @@ class MachineTree {
   static inline int counter_ = 0;
   fs::path root_;
   double pressure_us_ = 0;
+  std::uint64_t own_ticks_ = 0;
   std::uint64_t idle_ticks_ = 0, busy_ticks_ = 0, periods_ = 0, throttled_ = 0;
 };
 
@@ -197,6 +207,37 @@ TEST(GovernorPolicy, PressureSpikeLowersOnlyWhenItLastsAndIdleCpusRaiseAgain) {
   const auto raised = run.step();
   ASSERT_TRUE(raised);
   EXPECT_EQ(raised->text, "1 -> 2 threads: 1.0 CPUs idle for 2 samples");
+}
+
+// Pressure this process makes itself (a server's connection threads parsing beside its compute
+// threads, the client using next to nothing) lowers nothing; the same pressure with a neighbour
+// using a CPU does. The sampler reads this process's CPU time from proc/self/stat.
+TEST(GovernorPolicy, PressureCountsOnlyWhenNeighboursUseTheCpus) {
+  MachineTree tree;
+  Samples run(tree);
+  tree.advance(0, 0, 0, 0);
+  run.step();
+  for (int i = 0; i < 4; ++i) {
+    tree.advance(0.5, 0, 0, 1.98);
+    EXPECT_FALSE(run.step()) << "second " << i << ": our own pressure";
+    ASSERT_TRUE(run.policy.neighbour_cpus());
+    EXPECT_NEAR(*run.policy.neighbour_cpus(), 0.02, 1e-9);
+  }
+  EXPECT_EQ(run.policy.threads(), 2);
+  tree.advance(0.5, 0, 0, 1.0);
+  EXPECT_FALSE(run.step());
+  tree.advance(0.5, 0, 0, 1.0);
+  const auto lowered = run.step();
+  ASSERT_TRUE(lowered);
+  EXPECT_EQ(lowered->reason, "pressure");
+  EXPECT_NEAR(*run.policy.neighbour_cpus(), 1.0, 1e-9);
+  // A malformed stat keeps the last good reading (no neighbours measured from a gap) and is named.
+  tree.write("proc/self/stat", "4242 (cpudl) R 1\n");
+  const LoadSample kept = run.sampler.sample(100);
+  ASSERT_TRUE(kept.own_cpu_ticks);
+  EXPECT_EQ(*kept.own_cpu_ticks, 198u * 4 + 100 + 100);
+  ASSERT_FALSE(run.warnings.empty());
+  EXPECT_NE(run.warnings.back().find("proc/self/stat"), std::string::npos) << run.warnings.back();
 }
 
 TEST(GovernorPolicy, CriticalTemperaturePausesUntilCooledByTheMargin) {
