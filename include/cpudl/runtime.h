@@ -141,6 +141,10 @@ struct CpuTimes {
 std::optional<CpuTimes> read_cpu_times(const std::filesystem::path& root = "/");
 // /proc/stat's text; nullopt when its "cpu" line is missing or malformed.
 std::optional<CpuTimes> parse_proc_stat(std::string_view text);
+// /proc/<pid>/stat's fields, [i] being proc(5)'s field i + 1: [0] the pid, [1] the command name
+// (which may hold spaces and parentheses: it ends at the line's last ')'), [13] utime, [14]
+// stime, [21] starttime. Just the pid and an empty name when the text has no ')'.
+std::vector<std::string> process_stat_fields(std::string_view text);
 // The share of `busy` CPUs' time between two readings that the hypervisor took: the stolen ticks
 // over busy / cpus of all the ticks, in [0, 1]; 0 when no tick passed.
 double steal_share(const CpuTimes& before, const CpuTimes& after, int busy);

@@ -49,6 +49,27 @@ std::optional<CpuTimes> parse_proc_stat(std::string_view text) {
   return all;
 }
 
+std::vector<std::string> process_stat_fields(std::string_view text) {
+  const std::size_t open = text.find(" ("), close = text.rfind(')');
+  std::vector<std::string> fields{std::string(text.substr(0, std::min(open, text.find_first_of(" \n"))))};
+  if (open == std::string_view::npos || close == std::string_view::npos || close < open) {
+    fields.emplace_back();
+    return fields;
+  }
+  fields.emplace_back(text.substr(open + 2, close - open - 2));
+  std::string_view rest = text.substr(close + 1);
+  while (true) {
+    const std::size_t begin = rest.find_first_not_of(" \n");
+    if (begin == std::string_view::npos) break;
+    const std::size_t end = rest.find_first_of(" \n", begin);
+    fields.emplace_back(
+        rest.substr(begin, end == std::string_view::npos ? std::string_view::npos : end - begin));
+    if (end == std::string_view::npos) break;
+    rest.remove_prefix(end);
+  }
+  return fields;
+}
+
 std::optional<CpuTimes> read_cpu_times(const std::filesystem::path& root) {
   const auto text = read_text(root / "proc/stat");
   return text ? parse_proc_stat(*text) : std::nullopt;

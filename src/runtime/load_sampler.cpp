@@ -215,17 +215,13 @@ LoadSample LoadSampler::sample(double seconds, bool own) {
         s.runnable = static_cast<int>(*n);
     }
   }
-  // This process's CPU time: utime and stime, fields 14 and 15, counted after the command name
-  // (which may hold spaces and parentheses) ends at the last ')'.
+  // This process's CPU time: utime + stime.
   if (const auto stat = text(root_ / "proc/self/stat")) {
     std::optional<std::uint64_t> ticks;
-    if (const auto close = stat->rfind(')'); close != std::string::npos) {
-      std::istringstream fields(stat->substr(close + 1));
-      std::string skipped;
-      for (int field = 3; field < 14; ++field) fields >> skipped;  // state ... cmajflt
-      std::uint64_t utime = 0, stime = 0;
-      if (fields >> utime >> stime) ticks = utime + stime;
-    }
+    const std::vector<std::string> fields = process_stat_fields(*stat);
+    const auto utime = fields.size() > 14 ? parse_double(fields[13]) : std::nullopt;
+    const auto stime = fields.size() > 14 ? parse_double(fields[14]) : std::nullopt;
+    if (utime && stime) ticks = static_cast<std::uint64_t>(*utime + *stime);
     if (ticks) {
       s.own_cpu_ticks = last_own_ticks_ = ticks;
     } else {

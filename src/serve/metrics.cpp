@@ -8,9 +8,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <sstream>
 
 #include "cpudl/error.h"
+#include "cpudl/runtime.h"
 
 namespace cpudl::serve {
 
@@ -69,11 +69,7 @@ std::vector<std::string> stat_fields() {
   std::ifstream in("/proc/self/stat");
   std::string line;
   std::getline(in, line);
-  const auto close = line.rfind(')');  // the command name may hold spaces
-  std::istringstream rest(close == std::string::npos ? "" : line.substr(close + 2));
-  std::vector<std::string> fields = {"pid", "comm"};
-  for (std::string f; rest >> f;) fields.push_back(f);
-  return fields;
+  return process_stat_fields(line);
 }
 
 }  // namespace

@@ -129,6 +129,21 @@ TEST(CpuTimes, ParsesTheAggregateLineAndCountsCpus) {
   EXPECT_EQ(read_cpu_times(std::string(CPUDL_FIXTURES_DIR) + "/does-not-exist"), std::nullopt);
 }
 
+// /proc/<pid>/stat as the governor and the serve metrics read it: fields numbered as proc(5),
+// the command name whole however many spaces and parentheses it holds.
+TEST(ProcessStat, FieldsAreNumberedAfterACommandNameWithSpacesAndParentheses) {
+  const auto f = process_stat_fields(
+      "4242 (cpudl (serve) x) S 1 4242 4242 0 -1 4194560 100 0 0 0 731 244 0 0 20 0 4 0 98765 1000 200\n");
+  ASSERT_EQ(f.size(), 24u);
+  EXPECT_EQ(f[0], "4242");
+  EXPECT_EQ(f[1], "cpudl (serve) x");
+  EXPECT_EQ(f[2], "S");
+  EXPECT_EQ(f[13], "731");    // utime
+  EXPECT_EQ(f[14], "244");    // stime
+  EXPECT_EQ(f[21], "98765");  // starttime
+  EXPECT_EQ(process_stat_fields("4242 cpudl S 1").size(), 2u) << "no ')': the pid and an empty name";
+}
+
 TEST(CpuTimes, StealShareIsOfTheBusyCpusTime) {
   const CpuTimes before{1000, 100, 2};
   // 200 ticks over 2 CPUs: one busy CPU had 100 of them, 25 stolen.
