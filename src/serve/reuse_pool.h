@@ -52,11 +52,6 @@ class ReusePool {
     return Lease(this, std::make_unique<T>());
   }
 
-  std::size_t idle() const {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    return idle_.size();
-  }
-
  private:
   void give_back(std::unique_ptr<T> item) {
     if (!worth_keeping_(*item)) return;
@@ -66,7 +61,7 @@ class ReusePool {
 
   const std::size_t keep_;
   const WorthKeeping worth_keeping_;
-  mutable std::mutex mutex_;
+  std::mutex mutex_;
   std::vector<std::unique_ptr<T>> idle_;
 };
 
