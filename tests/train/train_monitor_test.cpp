@@ -151,8 +151,9 @@ TEST_F(TrainMonitorCli, ReportIsSelfContainedAndRendersInChromiumWithoutErrors) 
   const auto render = [&](const std::string& page, const std::string& png) {
     const std::string cmd =
         "timeout 120 chromium --headless --no-sandbox --disable-gpu --enable-logging=stderr --v=0 "
-        "--window-size=900,2400 --screenshot=" +
-        path(png) + " file://" + path(page) + " > " + path(png + ".log") + " 2>&1";
+        "--user-data-dir=" +
+        path("profile-" + png) + " --window-size=900,2400 --screenshot=" + path(png) + " file://" +
+        path(page) + " > " + path(png + ".log") + " 2>&1";
     EXPECT_EQ(std::system(cmd.c_str()), 0) << slurp(path(png + ".log"));
     return slurp(path(png + ".log"));
   };
@@ -458,8 +459,9 @@ TEST_F(TrainMonitorCli, EvalReportDrawsTheConfusionMatrixAndTheWorstClassifiedSa
   if (!have("chromium")) GTEST_SKIP() << "chromium is not installed (Debian package chromium)";
   const std::string cmd =
       "timeout 120 chromium --headless --no-sandbox --disable-gpu --enable-logging=stderr --v=0 "
-      "--window-size=900,1600 --screenshot=" +
-      path("eval.png") + " file://" + path("eval.html") + " > " + path("chromium.log") + " 2>&1";
+      "--user-data-dir=" +
+      path("profile") + " --window-size=900,1600 --screenshot=" + path("eval.png") + " file://" +
+      path("eval.html") + " > " + path("chromium.log") + " 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << slurp(path("chromium.log"));
   EXPECT_EQ(slurp(path("chromium.log")).find(":CONSOLE"), std::string::npos) << slurp(path("chromium.log"));
   EXPECT_GT(fs::file_size(path("eval.png")), 10000u);
