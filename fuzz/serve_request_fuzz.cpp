@@ -31,8 +31,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       // An accepted request fits the declared inputs, with one value per element.
       if (t.size() != 2 || t[0].shape.size() != 3 || t[0].shape[1] != 2 || t[0].shape[2] != 3 ||
           t[1].shape.size() != 2 || t[1].shape[1] != 4 || t[0].shape[0] != t[1].shape[0] ||
-          t[0].f32.size() != static_cast<std::size_t>(t[0].shape[0] * 6) ||
-          t[1].i64.size() != static_cast<std::size_t>(t[1].shape[0] * 4))
+          t[0].elements() != static_cast<std::size_t>(t[0].shape[0] * 6) ||
+          t[1].elements() != static_cast<std::size_t>(t[1].shape[0] * 4))
         __builtin_trap();
     } else {
       const auto image = cpudl::data::decode_image_values(body, "body");

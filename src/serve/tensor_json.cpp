@@ -80,21 +80,21 @@ bool field(dom::object obj, std::string_view key, dom::element& out) {
   return obj[key].get(out) == simdjson::SUCCESS;
 }
 
-// A tensor's raw little-endian values taken from the binary part of the body.
-template <class T>
-void take_binary(std::string_view& rest, std::size_t bytes, std::vector<T>& out, const std::string& field,
-                 std::size_t count) {
-  if (bytes != count * sizeof(T))
+// A tensor's raw little-endian values taken from the binary part of the body (x86-64 is
+// little-endian, as the extension): a view of them, not a copy.
+std::string_view take_binary(std::string_view& rest, std::size_t bytes, std::size_t value_size,
+                             const std::string& field, std::size_t count) {
+  if (bytes != count * value_size)
     throw RequestError(400, field + ".parameters.binary_data_size: " + std::to_string(bytes) +
                                 " bytes, the shape holds " + std::to_string(count) + " values of " +
-                                std::to_string(sizeof(T)) + " bytes");
+                                std::to_string(value_size) + " bytes");
   if (rest.size() < bytes)
     throw RequestError(400, field + ".parameters.binary_data_size: " + std::to_string(bytes) +
                                 " bytes, but only " + std::to_string(rest.size()) +
                                 " bytes of binary data remain in the body");
-  out.resize(count);
-  std::memcpy(out.data(), rest.data(), bytes);  // x86-64 is little-endian, as the extension
+  const std::string_view taken = rest.substr(0, bytes);
   rest.remove_prefix(bytes);
+  return taken;
 }
 
 }  // namespace
@@ -228,10 +228,9 @@ InferRequest parse_infer_request(std::string_view body, std::size_t header_lengt
         throw RequestError(400, field_name +
                                     ".parameters.binary_data_size: binary data needs the "
                                     "Inference-Header-Content-Length header");
-      if (spec.dtype == DType::f32)
-        take_binary(binary, binary_size, values.f32, field_name, limit);
-      else
-        take_binary(binary, binary_size, values.i64, field_name, limit);
+      values.raw =
+          take_binary(binary, binary_size, spec.dtype == DType::f32 ? sizeof(float) : sizeof(std::int64_t),
+                      field_name, limit);
       continue;
     }
     if (!field(t, "data", value)) throw RequestError(400, field_name + ".data: missing");

@@ -37,12 +37,20 @@ struct TensorSpec {
 // "FP32", "INT64", ...: the protocol's datatype names.
 const char* datatype_name(DType dtype);
 
-// One tensor's values, row-major: f32 for FP32, i64 for INT64.
+// One tensor's values, row-major: f32 for FP32, i64 for INT64; or, for an input sent as binary
+// data, `raw`: its little-endian bytes where they lie in the request's body (valid while the body
+// is), so that the server copies them once, into the tensor, or not at all.
 struct TensorValues {
   DType dtype = DType::f32;
   Shape shape;
   std::vector<float> f32;
   std::vector<std::int64_t> i64;
+  std::string_view raw;
+
+  std::size_t elements() const {
+    return raw.empty() ? f32.size() + i64.size()
+                       : raw.size() / (dtype == DType::f32 ? sizeof(float) : sizeof(std::int64_t));
+  }
 };
 
 // A parsed infer request: its tensors in the model's input order, and whether the client asked

@@ -169,6 +169,39 @@ TEST_F(Serve, BinaryTensorDataMatchesTheJsonAnswer) {
   r = post(plain.dump(), blob, plain.dump().size());
   ASSERT_TRUE(r);
   expect_rows(r->body, want);
+  // Chunked, without a Content-Length: the server's buffer grows as it reads, and the values are
+  // copied out of it rather than borrowed where they lie.
+  const std::string whole = plain.dump() + blob;
+  r = c.Post(
+      "/v2/models/lenet/infer", {{"Inference-Header-Content-Length", std::to_string(plain.dump().size())}},
+      [&](std::size_t offset, httplib::DataSink& sink) {
+        if (offset < whole.size())
+          sink.write(whole.data() + offset, std::min<std::size_t>(777, whole.size() - offset));
+        if (offset + 777 >= whole.size()) sink.done();
+        return true;
+      },
+      "application/octet-stream");
+  ASSERT_TRUE(r);
+  expect_rows(r->body, want);
+  // Single rows from three clients at once (the fixture's three), batched by the server: each
+  // answer is its own row's.
+  std::vector<std::thread> clients;
+  std::vector<std::string> answers(3);
+  for (int k = 0; k < 3; ++k)
+    clients.emplace_back([&, k] {
+      json one = lenet_request(k, 1);
+      const std::vector<float> row = one["inputs"][0]["data"].get<std::vector<float>>();
+      one["inputs"][0].erase("data");
+      one["inputs"][0]["parameters"] = {{"binary_data_size", row.size() * sizeof(float)}};
+      auto own = client(*s);
+      const auto got = own.Post(
+          "/v2/models/lenet/infer", {{"Inference-Header-Content-Length", std::to_string(one.dump().size())}},
+          one.dump() + std::string(reinterpret_cast<const char*>(row.data()), row.size() * 4),
+          "application/octet-stream");
+      if (got && got->status == 200) answers[static_cast<std::size_t>(k)] = got->body;
+    });
+  for (auto& t : clients) t.join();
+  for (int k = 0; k < 3; ++k) expect_rows(answers[static_cast<std::size_t>(k)], lenet_expected(k, 1));
   // Malformed: a size that is not the shape's, bytes missing, bytes left over, a header past the
   // body, a non-number header, binary data without the header.
   auto refused = [&](const httplib::Result& res, const std::string& expected) {
