@@ -191,6 +191,8 @@ class Service {
   }
 
   void routes(httplib::Server& svr);
+  // --max-body-mb in bytes: httplib answers 413 above it, and body buffers are sized up to it.
+  std::size_t max_body_bytes() const { return static_cast<std::size_t>(options_.max_body_mb * 1024 * 1024); }
   std::atomic<bool> draining{false}, cancel_all{false};
   std::atomic<int> inflight{0};
   Metrics& metrics() { return metrics_; }
@@ -217,7 +219,6 @@ class Service {
       8, [](const std::string& s) { return s.capacity() <= (std::size_t{32} << 20); }};
   std::map<std::string, std::unique_ptr<TensorModel>> tensors_;
   std::map<std::string, std::unique_ptr<LanguageModel>> llms_;
-  const std::size_t max_body_bytes_ = static_cast<std::size_t>(options_.max_body_mb * 1024 * 1024);
   std::atomic<std::uint64_t> ids_{0};
 };
 
@@ -512,7 +513,7 @@ void Service::routes(httplib::Server& svr) {
     std::size_t length = 0;
     const std::string declared = req.get_header_value("Content-Length");
     std::from_chars(declared.data(), declared.data() + declared.size(), length);
-    buffer.reserve(std::min(length, max_body_bytes_) + kJsonPadding + kTensorAlignment);
+    buffer.reserve(std::min(length, max_body_bytes()) + kJsonPadding + kTensorAlignment);
     // Blanks before the body (JSON may start with whitespace) put its binary part on a 64-byte
     // boundary, where a tensor may borrow it. reserve() above keeps the buffer from moving.
     const std::size_t lead =
@@ -610,7 +611,7 @@ int serve(const ServeOptions& options) {
   const std::size_t pool = static_cast<std::size_t>(
       std::min(1024, std::max(256, options.queue + options.parallel + options.max_batch + 16)));
   svr.new_task_queue = [pool] { return new httplib::ThreadPool(pool); };
-  svr.set_payload_max_length(static_cast<std::size_t>(options.max_body_mb * 1024 * 1024));
+  svr.set_payload_max_length(service.max_body_bytes());
   svr.set_keep_alive_timeout(2);
   // httplib closes a connection after 5 requests by default: clients then reconnect every fifth
   // request, and a client that wrote its next request into the closing socket gets a reset.

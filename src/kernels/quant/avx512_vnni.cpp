@@ -6,6 +6,9 @@
 #define CPUDL_QUANT_VNNI 1
 #include "kernels/quant/int8_products.inl"
 
+#include <array>
+#include <utility>
+
 // Generation over the AMX tile panels (kernel_types.h's Q8_0x16Block, repacked at load): one
 // token against sixteen rows per 512-bit VPDPBUSD, where the row-major kernel above spends a
 // scalar scale conversion and a 256-bit product per row and block. VPDPBUSD multiplies unsigned
@@ -50,13 +53,30 @@ void gemv_groups(const Q8_0x16Block* panel, std::size_t blocks, const BlockQ8A* 
   }
 }
 
+// A panel block's column group j as 16 rows x 4 unsigned bytes, the form VPDPBUSD takes against
+// the signed activation bytes: Q8_0 XOR 0x80 (a bias of 128); Q4_0 (kernel_types.h's
+// Q4_0x16Block) its 32-byte group's two nibble planes side by side (a bias of 8). The bias comes
+// back out as the bias times the activation block's sum.
+inline __m512i unsigned_group(const Q8_0x16Block& p, int j) {
+  return _mm512_xor_si512(_mm512_loadu_si512(p.q[j]), _mm512_set1_epi8(static_cast<char>(0x80)));
+}
+inline __m512i unsigned_group(const Q4_0x16Block& p, int j) {
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.q[j])),
+                low = _mm256_set1_epi8(0x0F);
+  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(v, low)),
+                            _mm256_and_si256(_mm256_srli_epi16(v, 4), low), 1);
+}
+inline __m512 row_scales(const Q8_0x16Block& p) { return _mm512_loadu_ps(p.d); }
+inline __m512 row_scales(const Q4_0x16Block& p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.d)));
+}
+
 // Q4_0 (kernel_types.h's Q4_0x16Block): a 32-byte group's two nibble planes side by side are a
 // 64-byte panel row of unsigned values, which VPDPBUSD takes as they are against the signed
 // activation bytes; the offset of 8 comes back as 8 times the activation block's sum.
 template <int kGroups>
 void gemv_groups_q4(const Q4_0x16Block* panel, std::size_t blocks, const BlockQ8A* x, float* y,
                     std::size_t rows) {
-  const __m256i low = _mm256_set1_epi8(0x0F);
   __m512 acc[kGroups];
   for (int g = 0; g < kGroups; ++g) acc[g] = _mm512_setzero_ps();
   for (std::size_t b = 0; b < blocks; ++b) {
@@ -66,19 +86,14 @@ void gemv_groups_q4(const Q4_0x16Block* panel, std::size_t blocks, const BlockQ8
       std::int32_t four;
       std::memcpy(&four, x[b].qs + 4 * j, 4);
       const __m512i xs = _mm512_set1_epi32(four);
-      for (int g = 0; g < kGroups; ++g) {
-        const __m256i v = _mm256_loadu_si256(
-            reinterpret_cast<const __m256i*>(panel[static_cast<std::size_t>(g) * blocks + b].q[j]));
-        const __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(v, low)),
-                                             _mm256_and_si256(_mm256_srli_epi16(v, 4), low), 1);
-        dot[g] = _mm512_dpbusd_epi32(dot[g], w, xs);
-      }
+      for (int g = 0; g < kGroups; ++g)
+        dot[g] = _mm512_dpbusd_epi32(dot[g],
+                                     unsigned_group(panel[static_cast<std::size_t>(g) * blocks + b], j), xs);
     }
     const __m512 dx = _mm512_set1_ps(x[b].d);
     const __m512i offset = _mm512_set1_epi32(8 * x[b].sum);
     for (int g = 0; g < kGroups; ++g) {
-      const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(
-          reinterpret_cast<const __m256i*>(panel[static_cast<std::size_t>(g) * blocks + b].d)));
+      const __m512 dw = row_scales(panel[static_cast<std::size_t>(g) * blocks + b]);
       acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(dot[g], offset)), _mm512_mul_ps(dw, dx),
                                acc[g]);
     }
@@ -98,20 +113,6 @@ void gemv_groups_q4(const Q4_0x16Block* panel, std::size_t blocks, const BlockQ8
 // 0x80, a bias of 128; Q4_0: the nibble planes, a bias of 8), then one VPDPBUSD per token against
 // its 4 activation bytes broadcast; each token's bias comes back out as the bias times its
 // activation block's sum.
-inline __m512i unsigned_group(const Q8_0x16Block& p, int j) {
-  return _mm512_xor_si512(_mm512_loadu_si512(p.q[j]), _mm512_set1_epi8(static_cast<char>(0x80)));
-}
-inline __m512i unsigned_group(const Q4_0x16Block& p, int j) {
-  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.q[j])),
-                low = _mm256_set1_epi8(0x0F);
-  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(v, low)),
-                            _mm256_and_si256(_mm256_srli_epi16(v, 4), low), 1);
-}
-inline __m512 row_scales(const Q8_0x16Block& p) { return _mm512_loadu_ps(p.d); }
-inline __m512 row_scales(const Q4_0x16Block& p) {
-  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.d)));
-}
-
 template <int NT, int kBias, class Panel>
 void dot_tile(const Panel* panel, std::size_t blocks, const BlockQ8A* const* x, float* const* y, int rows) {
   __m512 acc[NT];
@@ -138,9 +139,15 @@ void dot_tile(const Panel* panel, std::size_t blocks, const BlockQ8A* const* x, 
 
 // Tokens eight at a time (the group's weights, 576 bytes a block, stay in L1 across the tiles),
 // the rest in one tile of their count.
+template <int kBias, class Panel, int... N>
+constexpr auto dot_tiles(std::integer_sequence<int, N...>) {
+  return std::array{&dot_tile<N + 1, kBias, Panel>...};
+}
+
 template <int kBias, class Panel>
 void dot_gemm(const Panel* panel, std::size_t k, const void* x, std::size_t x_row_bytes, std::size_t tokens,
               float* y, std::size_t ldy, int rows) {
+  static constexpr auto kTiles = dot_tiles<kBias, Panel>(std::make_integer_sequence<int, 8>{});
   const std::size_t blocks = k / 32;
   const BlockQ8A* xs[8];
   float* ys[8];
@@ -150,32 +157,7 @@ void dot_gemm(const Panel* panel, std::size_t k, const void* x, std::size_t x_ro
       xs[i] = reinterpret_cast<const BlockQ8A*>(static_cast<const char*>(x) + (t + i) * x_row_bytes);
       ys[i] = y + (t + i) * ldy;
     }
-    switch (n) {
-      case 8:
-        dot_tile<8, kBias>(panel, blocks, xs, ys, rows);
-        break;
-      case 7:
-        dot_tile<7, kBias>(panel, blocks, xs, ys, rows);
-        break;
-      case 6:
-        dot_tile<6, kBias>(panel, blocks, xs, ys, rows);
-        break;
-      case 5:
-        dot_tile<5, kBias>(panel, blocks, xs, ys, rows);
-        break;
-      case 4:
-        dot_tile<4, kBias>(panel, blocks, xs, ys, rows);
-        break;
-      case 3:
-        dot_tile<3, kBias>(panel, blocks, xs, ys, rows);
-        break;
-      case 2:
-        dot_tile<2, kBias>(panel, blocks, xs, ys, rows);
-        break;
-      default:
-        dot_tile<1, kBias>(panel, blocks, xs, ys, rows);
-        break;
-    }
+    kTiles[n - 1](panel, blocks, xs, ys, rows);
     t += n;
   }
 }
