@@ -118,22 +118,28 @@ std::vector<std::string> stop_strings(const json& j) {
 
 constexpr std::size_t kTensorAlignment = 64;  // as Tensor::empty's storage (runtime/block_cache.h)
 
-// The tensor of a request's values. Binary data on a 64-byte boundary is borrowed where it lies
-// in the body (`owner` keeps the body alive as long as the tensor), anything else copied: a
-// ResNet-18 image's 600 KB went from the body into a vector and from the vector into the tensor,
-// both page-faulted in afresh, 15% of the server's CPU under load.
-Tensor to_tensor(const TensorValues& v, const std::shared_ptr<void>& owner) {
+// The tensor of a request's values, borrowing them rather than copying (a ResNet-18 image is
+// 600 KB, and a fresh copy is page-faulted in): values parsed from JSON are moved into the
+// tensor's owner; binary data is borrowed where it lies in the body (`body` keeps it alive as long
+// as the tensor) when on a 64-byte boundary, else copied.
+Tensor to_tensor(TensorValues& v, const std::shared_ptr<void>& body) {
   const std::size_t bytes = static_cast<std::size_t>(shape_numel(v.shape)) * dtype_size(v.dtype);
-  if (!v.raw.empty() && reinterpret_cast<std::uintptr_t>(v.raw.data()) % kTensorAlignment == 0)
-    return Tensor::from_storage(std::make_shared<Storage>(const_cast<char*>(v.raw.data()), bytes, owner),
+  const void* data = v.raw.data();
+  std::shared_ptr<void> owner = body;
+  if (v.raw.empty() && v.dtype == DType::f32) {
+    auto values = std::make_shared<TensorVector<float>>(std::move(v.f32));
+    data = values->data();
+    owner = std::move(values);
+  } else if (v.raw.empty()) {
+    auto values = std::make_shared<TensorVector<std::int64_t>>(std::move(v.i64));
+    data = values->data();
+    owner = std::move(values);
+  }
+  if (reinterpret_cast<std::uintptr_t>(data) % kTensorAlignment == 0)
+    return Tensor::from_storage(std::make_shared<Storage>(const_cast<void*>(data), bytes, std::move(owner)),
                                 v.shape, v.dtype);
   Tensor t = Tensor::empty(v.shape, v.dtype);
-  if (!v.raw.empty())
-    std::memcpy(t.raw_data(), v.raw.data(), bytes);
-  else if (v.dtype == DType::f32)
-    std::copy(v.f32.begin(), v.f32.end(), t.data());
-  else
-    std::copy(v.i64.begin(), v.i64.end(), t.data_as<std::int64_t>());
+  std::memcpy(t.raw_data(), data, bytes);
   return t;
 }
 
@@ -212,11 +218,11 @@ class Service {
   ServeOptions options_;
   Metrics metrics_;
   std::unique_ptr<Governor> governor_;  // before the models, which hold its address
-  // Inference request bodies (reuse_pool.h): as many as requests are parsed at once on a small
-  // machine, each kept while it holds at most 32 MiB (a batch of 16 ResNet-18 images as JSON is
-  // 24 MB). Before the models: input tensors in their batchers may borrow a body to the end.
-  ReusePool<std::string> bodies_{
-      8, [](const std::string& s) { return s.capacity() <= (std::size_t{32} << 20); }};
+  // Inference request bodies (reuse_pool.h): as many as are read at once or lent to the tensors
+  // of requests waiting for their run (binary data: 32 clients keep 32 out), 64 MiB in all. Before
+  // the models: input tensors in their batchers may borrow a body to the end.
+  ReusePool<std::string> bodies_{64, std::size_t{64} << 20,
+                                 [](const std::string& s) { return s.capacity(); }};
   std::map<std::string, std::unique_ptr<TensorModel>> tensors_;
   std::map<std::string, std::unique_ptr<LanguageModel>> llms_;
   std::atomic<std::uint64_t> ids_{0};
@@ -507,7 +513,7 @@ void Service::routes(httplib::Server& svr) {
       if (!header_valid) header_length = kNoBinary;
     }
     // Shared: the tensors made of its binary part borrow it (to_tensor).
-    const auto body = std::make_shared<ReusePool<std::string>::Lease>(bodies_.take());
+    auto body = std::make_shared<ReusePool<std::string>::Lease>(bodies_.take());
     std::string& buffer = **body;
     buffer.clear();
     std::size_t length = 0;
@@ -541,7 +547,8 @@ void Service::routes(httplib::Server& svr) {
     InferRequest request = parse_infer_request(std::string_view(buffer).substr(lead), header_length,
                                                m.inputs(), buffer.capacity() - buffer.size());
     std::vector<Tensor> inputs;
-    for (const TensorValues& v : request.inputs) inputs.push_back(to_tensor(v, body));
+    for (TensorValues& v : request.inputs) inputs.push_back(to_tensor(v, body));
+    body.reset();  // back to the pool now, unless a tensor borrows it
     std::vector<TensorValues> outputs;
     for (const Tensor& t : m.infer(std::move(inputs), deadline(), &arrival)) outputs.push_back(values_of(t));
     std::vector<std::string> names;

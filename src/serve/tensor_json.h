@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <cstdint>
+#include <new>
 
 #include "cpudl/tensor.h"
 
@@ -37,14 +38,32 @@ struct TensorSpec {
 // "FP32", "INT64", ...: the protocol's datatype names.
 const char* datatype_name(DType dtype);
 
+// Memory on 64-byte boundaries, as tensors' own: a tensor may borrow a request's parsed values
+// instead of copying them.
+template <class T>
+struct TensorAlignedAllocator {
+  using value_type = T;
+  static constexpr std::size_t kAlignment = 64;
+  TensorAlignedAllocator() = default;
+  template <class U>
+  TensorAlignedAllocator(const TensorAlignedAllocator<U>&) {}
+  T* allocate(std::size_t n) {
+    return static_cast<T*>(::operator new (n * sizeof(T), std::align_val_t{kAlignment}));
+  }
+  void deallocate(T* p, std::size_t n) { ::operator delete (p, n * sizeof(T), std::align_val_t{kAlignment}); }
+  bool operator==(const TensorAlignedAllocator&) const { return true; }
+};
+template <class T>
+using TensorVector = std::vector<T, TensorAlignedAllocator<T>>;
+
 // One tensor's values, row-major: f32 for FP32, i64 for INT64; or, for an input sent as binary
 // data, `raw`: its little-endian bytes where they lie in the request's body (valid while the body
-// is), so that the server copies them once, into the tensor, or not at all.
+// is). Either way the server's tensor can borrow them rather than copy.
 struct TensorValues {
   DType dtype = DType::f32;
   Shape shape;
-  std::vector<float> f32;
-  std::vector<std::int64_t> i64;
+  TensorVector<float> f32;
+  TensorVector<std::int64_t> i64;
   std::string_view raw;
 
   std::size_t elements() const {
