@@ -50,7 +50,7 @@ struct TensorAlignedAllocator {
   T* allocate(std::size_t n) {
     return static_cast<T*>(::operator new (n * sizeof(T), std::align_val_t{kAlignment}));
   }
-  void deallocate(T* p, std::size_t n) { ::operator delete (p, n * sizeof(T), std::align_val_t{kAlignment}); }
+  void deallocate(T* p, std::size_t) { ::operator delete (p, std::align_val_t{kAlignment}); }
   bool operator==(const TensorAlignedAllocator&) const { return true; }
 };
 template <class T>
