@@ -138,6 +138,19 @@ double Metrics::value(const std::string& name, const std::vector<std::string>& l
 }
 
 std::string Metrics::render() const {
+  // Scrape-time values are read with the registry unlocked: their callbacks take the locks of
+  // what they read (a model's queue), and a component that sets a metric while holding its own
+  // lock would otherwise deadlock with a scrape -- LanguageModel::acquire, setting the busy slots
+  // under its mutex while /metrics held this one and waited in LanguageModel::waiting, hung a
+  // server for good.
+  std::vector<std::pair<const std::string*, std::function<double()>>> reads;
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    for (const std::string& name : order_)
+      if (const Family& f = families_.at(name); f.read) reads.emplace_back(&name, f.read);
+  }
+  std::map<std::string, double> read_values;
+  for (const auto& [name, read] : reads) read_values[*name] = read();
   const std::lock_guard<std::mutex> lock(mutex_);
   std::string out;
   for (const std::string& name : order_) {
@@ -145,7 +158,7 @@ std::string Metrics::render() const {
     out +=
         "# HELP " + name + " " + escape(f.help, false) + "\n# TYPE " + name + " " + type_name(f.type) + "\n";
     if (f.read) {
-      out += name + " " + number(f.read()) + "\n";
+      out += name + " " + number(read_values.at(name)) + "\n";
       continue;
     }
     for (const auto& [values, s] : f.series) {

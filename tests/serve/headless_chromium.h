@@ -1,9 +1,11 @@
 // A page opened in a real headless Chromium, driven over the DevTools protocol on a pipe
 // (--remote-debugging-pipe: JSON messages ended by a NUL byte, read from fd 3 and written to fd 4;
 // no WebSocket needed). It waits in real time for a condition the page reaches, then reads the
-// page. `--dump-dom --virtual-time-budget` did the same on Chromium's virtual clock, which now and
-// then dumped a page mid-answer and, on a loaded CI machine, hung until killed in three runs in a
-// row (each run sharing the default profile of the one killed before it).
+// page, and each run has a profile of its own. `--dump-dom --virtual-time-budget` did the same on
+// Chromium's virtual clock, which now and then dumped a page mid-answer. (Three runs of it in a
+// row hung on a CI machine: the server had deadlocked -- the page's /metrics scrape against its
+// chat taking a slot, see serve/metrics.cpp's render -- which this harness then showed at once,
+// as a page that never got its answer while the server no longer answered /metrics.)
 #pragma once
 
 #include <fcntl.h>
