@@ -516,6 +516,26 @@ TEST_F(Serve, CpudlModelsClassifyImagesAsPredictDoes) {
   EXPECT_EQ(s->stop(), 0) << s->err();
 }
 
+// The listening socket's accept queue is the system's (ss shows a listener's backlog as Send-Q):
+// httplib's own backlog of 5 dropped connections when 64 clients connected at once.
+TEST_F(Serve, ListensWithTheSystemsBacklog) {
+  if (std::system("command -v ss >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "ss (Debian iproute2) is not installed";
+  auto s = start({"--model", "lenet=" + kOnnx + "lenet5_opset17.onnx"});
+  const int status =
+      std::system(("ss -ltnH 'sport = :" + std::to_string(s->port()) + "' > " + path("ss.txt")).c_str());
+  ASSERT_EQ(status, 0);
+  std::istringstream line(cpudl::testing::slurp(path("ss.txt")));
+  std::string state;
+  long queued = -1, backlog = -1;
+  line >> state >> queued >> backlog;
+  long somaxconn = 0;
+  std::ifstream("/proc/sys/net/core/somaxconn") >> somaxconn;
+  EXPECT_EQ(state, "LISTEN") << cpudl::testing::slurp(path("ss.txt"));
+  EXPECT_EQ(backlog, somaxconn) << cpudl::testing::slurp(path("ss.txt"));
+  EXPECT_EQ(s->stop(), 0) << s->err();
+}
+
 // The page at / in headless Chromium: it lists the model, sends a chat message on load
 // (/?chat=...), and the answer it streams into the page equals the API's non-streamed reply.
 TEST_F(Serve, ThePageStreamsAChatAnswerInHeadlessChromium) {
