@@ -15,6 +15,7 @@
 #include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <type_traits>
 
 #include "cpudl/error.h"
 #include "cpudl/runtime.h"
@@ -117,8 +118,6 @@ std::vector<std::string> stop_strings(const json& j) {
   return out;
 }
 
-constexpr std::size_t kTensorAlignment = 64;  // as Tensor::empty's storage (runtime/block_cache.h)
-
 // The tensor of a request's values, borrowing them rather than copying (a ResNet-18 image is
 // 600 KB, and a fresh copy is page-faulted in): values parsed from JSON are moved into the
 // tensor's owner; binary data is borrowed where it lies in the body (`body` keeps it alive as long
@@ -127,15 +126,15 @@ Tensor to_tensor(TensorValues& v, const std::shared_ptr<void>& body) {
   const std::size_t bytes = static_cast<std::size_t>(shape_numel(v.shape)) * dtype_size(v.dtype);
   const void* data = v.raw.data();
   std::shared_ptr<void> owner = body;
-  if (v.raw.empty() && v.dtype == DType::f32) {
-    auto values = std::make_shared<TensorVector<float>>(std::move(v.f32));
+  auto adopt = [&](auto& parsed) {
+    auto values = std::make_shared<std::remove_reference_t<decltype(parsed)>>(std::move(parsed));
     data = values->data();
     owner = std::move(values);
-  } else if (v.raw.empty()) {
-    auto values = std::make_shared<TensorVector<std::int64_t>>(std::move(v.i64));
-    data = values->data();
-    owner = std::move(values);
-  }
+  };
+  if (v.raw.empty() && v.dtype == DType::f32)
+    adopt(v.f32);
+  else if (v.raw.empty())
+    adopt(v.i64);
   if (reinterpret_cast<std::uintptr_t>(data) % kTensorAlignment == 0)
     return Tensor::from_storage(std::make_shared<Storage>(const_cast<void*>(data), bytes, std::move(owner)),
                                 v.shape, v.dtype);

@@ -229,9 +229,7 @@ InferRequest parse_infer_request(std::string_view body, std::size_t header_lengt
         throw RequestError(400, field_name +
                                     ".parameters.binary_data_size: binary data needs the "
                                     "Inference-Header-Content-Length header");
-      values.raw =
-          take_binary(binary, binary_size, spec.dtype == DType::f32 ? sizeof(float) : sizeof(std::int64_t),
-                      field_name, limit);
+      values.raw = take_binary(binary, binary_size, dtype_size(spec.dtype), field_name, limit);
       continue;
     }
     if (!field(t, "data", value)) throw RequestError(400, field_name + ".data: missing");

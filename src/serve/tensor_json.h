@@ -38,19 +38,21 @@ struct TensorSpec {
 // "FP32", "INT64", ...: the protocol's datatype names.
 const char* datatype_name(DType dtype);
 
-// Memory on 64-byte boundaries, as tensors' own: a tensor may borrow a request's parsed values
-// instead of copying them.
+// Tensors' storage is aligned to 64 bytes (a cache line, the widest vector load): a tensor may
+// borrow a request's values where they lie only on such a boundary.
+inline constexpr std::size_t kTensorAlignment = 64;
+
+// Memory on that boundary, for values parsed from JSON that a tensor then takes over.
 template <class T>
 struct TensorAlignedAllocator {
   using value_type = T;
-  static constexpr std::size_t kAlignment = 64;
   TensorAlignedAllocator() = default;
   template <class U>
   TensorAlignedAllocator(const TensorAlignedAllocator<U>&) {}
   T* allocate(std::size_t n) {
-    return static_cast<T*>(::operator new (n * sizeof(T), std::align_val_t{kAlignment}));
+    return static_cast<T*>(::operator new (n * sizeof(T), std::align_val_t{kTensorAlignment}));
   }
-  void deallocate(T* p, std::size_t) { ::operator delete (p, std::align_val_t{kAlignment}); }
+  void deallocate(T* p, std::size_t) { ::operator delete (p, std::align_val_t{kTensorAlignment}); }
   bool operator==(const TensorAlignedAllocator&) const { return true; }
 };
 template <class T>
@@ -67,8 +69,7 @@ struct TensorValues {
   std::string_view raw;
 
   std::size_t elements() const {
-    return raw.empty() ? f32.size() + i64.size()
-                       : raw.size() / (dtype == DType::f32 ? sizeof(float) : sizeof(std::int64_t));
+    return raw.empty() ? f32.size() + i64.size() : raw.size() / dtype_size(dtype);
   }
 };
 
