@@ -21,6 +21,10 @@ Attribute int_attribute(std::int64_t value) {
   return Attribute{Attribute::Kind::i, value, 0, "", {}, {}, {}, nullptr, nullptr};
 }
 
+Attribute float_attribute(float value) {
+  return Attribute{Attribute::Kind::f, 0, value, "", {}, {}, {}, nullptr, nullptr};
+}
+
 // Consumers of each value name, and the graph outputs.
 struct Uses {
   std::unordered_map<std::string, std::vector<std::size_t>> consumers;
@@ -382,8 +386,7 @@ void fuse_qdq_products(Graph& g, OptimizerReport& report, bool convolutions) {
     fused.inputs = {q->inputs[0], w_name, wdq->inputs[1]};
     if (!bias.empty()) fused.inputs.push_back(bias);
     fused.outputs = {n.outputs[0]};
-    fused.attributes["cpudl.a_scale"] =
-        Attribute{Attribute::Kind::f, 0, s->data<float>()[0], "", {}, {}, {}, nullptr, nullptr};
+    fused.attributes["cpudl.a_scale"] = float_attribute(s->data<float>()[0]);
     fused.attributes["cpudl.a_zero"] = int_attribute(z->data<std::uint8_t>()[0]);
     n = std::move(fused);
     report.add(conv ? "fused QDQ int8 Conv" : "fused QDQ int8 MatMul",
@@ -509,10 +512,8 @@ void fuse_with_shapes(Graph& g, const std::map<std::string, ValueDesc>& descs, O
         Node& n = g.nodes[at];
         n.attributes["cpudl.activation"] =
             Attribute{Attribute::Kind::s, 0, 0, "Clip", {}, {}, {}, nullptr, nullptr};
-        n.attributes["cpudl.clip_min"] =
-            Attribute{Attribute::Kind::f, 0, lo, "", {}, {}, {}, nullptr, nullptr};
-        n.attributes["cpudl.clip_max"] =
-            Attribute{Attribute::Kind::f, 0, hi, "", {}, {}, {}, nullptr, nullptr};
+        n.attributes["cpudl.clip_min"] = float_attribute(lo);
+        n.attributes["cpudl.clip_max"] = float_attribute(hi);
         absorb(*c);
       }
     } else {
@@ -544,39 +545,110 @@ void fuse_with_shapes(Graph& g, const std::map<std::string, ValueDesc>& descs, O
 }
 
 void keep_activations_in_int8(Graph& g, std::map<std::string, ValueDesc>& descs, OptimizerReport& report) {
+  // A value can live in uint8 when it is made by an int8 convolution (or by a MaxPool of such a
+  // value: the max of quantised numbers is the quantised max, so the pool keeps the scale) and
+  // every reader takes it in uint8 at one scale and zero point:
+  //   - an Int8Conv reading it as X, at that Int8Conv's activation parameters, which fix the value's;
+  //   - an Int8Conv reading it as the residual, when that convolution's output is uint8 too (oneDNN's
+  //     sum post-op reads the residual where the output goes, so both are bytes); the residual then
+  //     enters the sum as its readers quantise it, one rounding where the float graph has none;
+  //   - a MaxPool whose output stays uint8 at the same parameters.
+  // A value read only as a residual (a downsample's output) has no parameters of its own in the
+  // QDQ graph, so it stays float, and so does the convolution that adds it. The conditions hold
+  // together (a residual and the output it is added into), so the candidates are pruned until
+  // none changes.
+  using Params = std::pair<float, std::int64_t>;
   const Uses uses(g);
-  int kept = 0;
-  for (Node& n : g.nodes) {
-    const bool residual = n.inputs.size() > 4 && !n.inputs[4].empty();
-    if (n.op != kInt8ConvOp || residual || n.outputs.size() != 1 || uses.outputs.count(n.outputs[0]))
-      continue;
-    const std::string& v = n.outputs[0];
-    const auto it = uses.consumers.find(v);
-    if (it == uses.consumers.end()) continue;
-    std::optional<std::pair<float, std::int64_t>> params;
-    bool all = true;
-    for (const std::size_t c : it->second) {
-      const Node& r = g.nodes[c];
-      all = all && r.op == kInt8ConvOp && std::count(r.inputs.begin(), r.inputs.end(), v) == 1 &&
-            r.inputs[0] == v;
-      if (!all) break;
-      const std::pair<float, std::int64_t> p{r.get_float("cpudl.a_scale", 0.0f),
-                                             r.get_int("cpudl.a_zero", 0)};
-      all = !params || *params == p;
-      params = p;
+  std::map<std::string, std::size_t> producer;
+  for (std::size_t i = 0; i < g.nodes.size(); ++i)
+    for (const auto& o : g.nodes[i].outputs)
+      if (!o.empty()) producer[o] = i;
+  auto single_output = [](const Node& n) {
+    return n.outputs.size() == 1 || (n.op == "MaxPool" && n.outputs.size() == 2 && n.outputs[1].empty());
+  };
+  auto has_residual = [](const Node& n) { return n.inputs.size() > 4 && !n.inputs[4].empty(); };
+  std::set<std::string> alive;
+  for (const Node& n : g.nodes)
+    if ((n.op == kInt8ConvOp || n.op == "MaxPool") && single_output(n) && !uses.outputs.count(n.outputs[0]) &&
+        uses.consumers.count(n.outputs[0]))
+      alive.insert(n.outputs[0]);
+  std::map<std::string, Params> params;
+  for (bool changed = true; changed;) {
+    changed = false;
+    // Parameters, readers before writers (nodes are in topological order): from the Int8Convs
+    // that read the value as X, and from the MaxPools that keep it.
+    params.clear();
+    for (std::size_t i = g.nodes.size(); i-- > 0;) {
+      const Node& n = g.nodes[i];
+      if (!single_output(n) || !alive.count(n.outputs[0])) continue;
+      const std::string& v = n.outputs[0];
+      std::optional<Params> p;
+      bool agree = true;
+      for (const std::size_t c : uses.consumers.at(v)) {
+        const Node& r = g.nodes[c];
+        std::optional<Params> q;
+        if (r.op == kInt8ConvOp && r.inputs[0] == v)
+          q = Params{r.get_float("cpudl.a_scale", 0.0f), r.get_int("cpudl.a_zero", 0)};
+        else if (r.op == "MaxPool" && params.count(r.outputs[0]))
+          q = params.at(r.outputs[0]);
+        if (q && p && *p != *q) agree = false;
+        if (q) p = q;
+      }
+      if (p && agree) params[v] = *p;
     }
-    if (!all || !params) continue;
-    n.attributes["cpudl.out_scale"] =
-        Attribute{Attribute::Kind::f, 0, params->first, "", {}, {}, {}, nullptr, nullptr};
-    n.attributes["cpudl.out_zero"] = int_attribute(params->second);
-    descs.at(v).dtype = DType::u8;
-    ++kept;
+    for (auto it = alive.begin(); it != alive.end();) {
+      const std::string& v = *it;
+      const Node& made_by = g.nodes[producer.at(v)];
+      bool ok = params.count(v) > 0;
+      // The writer: an Int8Conv adds a uint8 residual only; a MaxPool keeps its input's parameters.
+      if (ok && made_by.op == kInt8ConvOp && has_residual(made_by)) ok = alive.count(made_by.inputs[4]) > 0;
+      if (ok && made_by.op == "MaxPool")
+        ok = params.count(made_by.inputs[0]) && params.at(made_by.inputs[0]) == params.at(v);
+      for (const std::size_t c : uses.consumers.at(v)) {
+        if (!ok) break;
+        const Node& r = g.nodes[c];
+        const auto reads = std::count(r.inputs.begin(), r.inputs.end(), v);
+        if (r.op == kInt8ConvOp && reads == 1 && r.inputs[0] == v) continue;  // its parameters agreed above
+        if (r.op == kInt8ConvOp && reads == 1 && has_residual(r) && r.inputs[4] == v &&
+            alive.count(r.outputs[0]))
+          continue;
+        ok = r.op == "MaxPool" && reads == 1 && single_output(r) && alive.count(r.outputs[0]) > 0;
+      }
+      if (ok) {
+        ++it;
+      } else {
+        it = alive.erase(it);
+        changed = true;
+      }
+    }
   }
-  if (kept > 0)
-    report.add("int8 activations",
-               std::to_string(kept) +
-                   " int8 convolution output(s) stay uint8, requantised in the epilogue for "
-                   "the int8 convolutions that read them");
+  int convs = 0, pools = 0, residuals = 0;
+  for (Node& n : g.nodes) {
+    if (n.op == kInt8ConvOp && has_residual(n) && alive.count(n.inputs[4])) {
+      const Params& r = params.at(n.inputs[4]);
+      n.attributes["cpudl.residual_scale"] = float_attribute(r.first);
+      n.attributes["cpudl.residual_zero"] = int_attribute(r.second);
+      ++residuals;
+    }
+    if (!single_output(n) || !alive.count(n.outputs[0])) continue;
+    const Params& p = params.at(n.outputs[0]);
+    if (n.op == kInt8ConvOp) {
+      n.attributes["cpudl.out_scale"] = float_attribute(p.first);
+      n.attributes["cpudl.out_zero"] = int_attribute(p.second);
+      ++convs;
+    } else {
+      ++pools;
+    }
+    descs.at(n.outputs[0]).dtype = DType::u8;
+  }
+  if (convs > 0)
+    report.add(
+        "int8 activations",
+        std::to_string(convs) +
+            " int8 convolution output(s) stay uint8, requantised in the epilogue for the int8 "
+            "convolutions that read them" +
+            (residuals ? ", " + std::to_string(residuals) + " residual(s) added from uint8" : std::string()) +
+            (pools ? ", " + std::to_string(pools) + " max pool(s) on uint8" : std::string()));
 }
 
 bool weights_stored_bf16(const Graph& g) {

@@ -34,10 +34,12 @@ struct OptimizeOptions {
 std::pair<HostTensor, HostTensor> fold_batch_norm(const HostTensor& w, const HostTensor* b,
                                                   const HostTensor* const params[4], float epsilon);
 void optimize_graph(Graph& graph, OptimizerReport& report, const OptimizeOptions& options = {});
-// After fuse_with_shapes: an Int8Conv (without residual) whose output only Int8Convs read, all
-// with the same activation scale and zero point, writes that activation in uint8 directly
-// (cpudl.out_scale, cpudl.out_zero: QuantizeLinear folded into its epilogue, as ONNX Runtime's
-// QLinearConv does), and the value's desc becomes UINT8.
+// After fuse_with_shapes: an Int8Conv whose output only int8 readers take (Int8Convs with one
+// activation scale and zero point, as X or as a residual added into a uint8 output, and MaxPools
+// that keep those parameters) writes that activation in uint8 directly (cpudl.out_scale,
+// cpudl.out_zero: QuantizeLinear folded into its epilogue, as ONNX Runtime's QLinearConv does);
+// such MaxPools pool bytes, a uint8 residual's parameters go on the convolution that adds it
+// (cpudl.residual_scale, cpudl.residual_zero), and the values' descs become UINT8.
 void keep_activations_in_int8(Graph& graph, std::map<std::string, ValueDesc>& descs, OptimizerReport& report);
 // Tags every Conv, Gemm and MatMul with cpudl.bf16 = 1 (InferenceOptions::bf16): their kernels
 // then compute in bf16, and assign_layouts keeps the convolutional region channels-last (what the

@@ -69,6 +69,10 @@ void check(const Case& c) {
   const std::size_t outputs = static_cast<std::size_t>(s.batch * s.out_channels * oh * ow);
   std::vector<float> residual(outputs);
   for (auto& v : residual) v = real(gen);
+  // A uint8 output adds a uint8 residual (keep_activations_in_int8): its real value is
+  // residual_scale * (r - residual_zero).
+  std::vector<std::uint8_t> residual_u8(outputs);
+  for (auto& v : residual_u8) v = static_cast<std::uint8_t>(u8(gen));
 
   Int8ConvSpec spec;
   spec.shape = s;
@@ -83,6 +87,8 @@ void check(const Case& c) {
   spec.clip_min = 0.0f;
   spec.clip_max = 6.0f;
   spec.dst_zero = c.dst_zero;
+  spec.residual_scale = 0.004f;
+  spec.residual_zero = 9;
 
   // The reference, in double; the output's real scale sets the u8 step so that it spans [0, 255].
   std::vector<double> want(outputs, 0.0);
@@ -98,7 +104,10 @@ void check(const Case& c) {
   double hi = 0;
   for (std::size_t i = 0; i < outputs; ++i) {
     const std::size_t oc = i % static_cast<std::size_t>(s.out_channels);  // NHWC
-    want[i] += bias[oc] + (c.residual ? residual[i] : 0.0);
+    const double r = c.u8_output
+                         ? spec.residual_scale * (static_cast<double>(residual_u8[i]) - spec.residual_zero)
+                         : residual[i];
+    want[i] += bias[oc] + (c.residual ? r : 0.0);
     if (c.activation == Activation::relu) want[i] = std::max(want[i], 0.0);
     if (c.activation == Activation::clip) want[i] = std::clamp(want[i], 0.0, 6.0);
     if (c.activation == Activation::swish) want[i] = want[i] / (1.0 + std::exp(-want[i]));
@@ -110,7 +119,7 @@ void check(const Case& c) {
   EXPECT_FALSE(op.implementation().empty());
   if (c.u8_output) {
     std::vector<std::uint8_t> y(outputs);
-    op.run(x.data(), y.data());
+    op.run(x.data(), y.data(), c.residual ? residual_u8.data() : nullptr);
     int off_by_one = 0;
     for (std::size_t i = 0; i < outputs; ++i) {
       const double q = std::clamp(std::nearbyint(want[i] / spec.dst_scale) + spec.dst_zero, 0.0, 255.0);
@@ -133,6 +142,10 @@ TEST(Int8Convolution, MatchesTheQdqReferenceAcrossWindowsGroupsLayoutsAndZeroPoi
        Activation::relu},
       {"3x3 stride 2 -> f32 + residual + relu", conv(2, 32, 9, 16, 3, 2, 1), 0, true, false, true,
        Activation::relu},
+      {"3x3 -> u8 + u8 residual + relu (ResNet block end)", conv(2, 32, 9, 48, 3, 1, 1), 0, true, true, true,
+       Activation::relu},
+      {"1x1 -> u8 + u8 residual, zero point (MobileNet-v2 block end)", conv(4, 144, 28, 24, 1, 1, 0), 0, true,
+       true, true, Activation::none, 100},
       {"7x7 stride 2 NCHW source zero point (first layer)",
        conv(1, 3, 17, 16, 7, 2, 3, 1, ActivationLayout::nchw), 117, true, true, false, Activation::relu},
       {"1x1 stride 2 per-tensor -> f32", conv(2, 16, 8, 32, 1, 2, 0), 0, false},
@@ -156,6 +169,7 @@ TEST(Int8Convolution, RefusesWhatItCannotCompute) {
   spec.weight_scales = {1.0f};
   spec.u8_output = true;
   spec.residual = true;
+  spec.residual_scale = 0.0f;  // a uint8 residual needs its scale
   EXPECT_THROW(Int8Convolution(spec, w.data(), nullptr), Error);
   spec.residual = false;
   spec.shape.dst_layout = ActivationLayout::blocked;

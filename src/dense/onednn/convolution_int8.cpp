@@ -42,7 +42,9 @@ void validate(const Int8ConvSpec& spec) {
     if (!(w > 0.0f) || !std::isfinite(w)) fail("weight scales must be positive");
   if (spec.u8_output && (!(spec.dst_scale > 0.0f) || spec.dst_zero < 0 || spec.dst_zero > 255))
     fail("bad output scale or zero point");
-  if (spec.u8_output && spec.residual) fail("a residual needs the f32 output");
+  if (spec.u8_output && spec.residual &&
+      (!(spec.residual_scale > 0.0f) || spec.residual_zero < 0 || spec.residual_zero > 255))
+    fail("bad residual scale or zero point");
 }
 
 }  // namespace
@@ -82,7 +84,11 @@ Int8Convolution::Int8Convolution(const Int8ConvSpec& spec, const std::int8_t* we
   dnnl::post_ops ops;
   // The residual as oneDNN's sum post-op (dst += ...): its binary add post-op sends the AMX
   // convolutions to a direct kernel 7x slower (ResNet-18's 3x3 128-channel layer, batch 16).
-  if (spec.residual) ops.append_sum(1.0f);
+  // A uint8 residual enters in the output's units: (r - zero) * residual_scale / dst_scale.
+  if (spec.residual && spec.u8_output)
+    ops.append_sum(spec.residual_scale / spec.dst_scale, spec.residual_zero);
+  else if (spec.residual)
+    ops.append_sum(1.0f);
   // In a u8 output's units the activation's bounds divide by its scale, and the zero point is
   // added last (eltwise_linear), before oneDNN's rounding and saturation: QuantizeLinear exactly.
   const float unit = spec.u8_output ? spec.dst_scale : 1.0f;
@@ -146,7 +152,7 @@ Int8Convolution::~Int8Convolution() = default;
 namespace {
 
 // The sum post-op adds to what dst holds: the residual goes there first unless it is there.
-void place_residual(const float* residual, void* dst, std::size_t bytes) {
+void place_residual(const void* residual, void* dst, std::size_t bytes) {
   if (!residual || residual == dst) return;
   const auto* from = reinterpret_cast<const std::byte*>(residual);
   auto* to = static_cast<std::byte*>(dst);
@@ -155,14 +161,14 @@ void place_residual(const float* residual, void* dst, std::size_t bytes) {
 
 }  // namespace
 
-void Int8Convolution::run(const std::uint8_t* src, void* dst, const float* residual) {
+void Int8Convolution::run(const std::uint8_t* src, void* dst, const void* residual) {
   if (state_->residual != (residual != nullptr) || state_->f32_source)
     throw Error("internal: int8 conv2d run with arguments it was not planned for");
   place_residual(residual, dst, state_->dst_bytes);
   state_->exec.run({src, dst});
 }
 
-void Int8Convolution::run_f32(const float* src, void* dst, const float* residual) {
+void Int8Convolution::run_f32(const float* src, void* dst, const void* residual) {
   if (state_->residual != (residual != nullptr) || !state_->f32_source)
     throw Error("internal: int8 conv2d run with arguments it was not planned for");
   place_residual(residual, dst, state_->dst_bytes);

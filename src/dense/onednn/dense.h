@@ -113,7 +113,11 @@ struct Int8ConvSpec {
   std::int32_t dst_zero = 0;
   Activation activation = Activation::none;
   float clip_min = 0.0f, clip_max = 6.0f;
-  bool residual = false;  // f32 output only: y = act(conv + bias + residual)
+  // y = act(conv + bias + residual): an f32 residual for an f32 output, or a uint8 one (its real
+  // value residual_scale * (r - residual_zero)) for a uint8 output.
+  bool residual = false;
+  float residual_scale = 1.0f;
+  std::int32_t residual_zero = 0;
   // The source arrives as f32 in shape.layout (NCHW or NHWC), quantised with src_scale/src_zero
   // into an NHWC uint8 buffer the convolution owns by one oneDNN reorder (run_f32).
   bool f32_source = false;
@@ -127,10 +131,10 @@ class Int8Convolution {
   ~Int8Convolution();
   Int8Convolution(const Int8Convolution&) = delete;
   Int8Convolution& operator=(const Int8Convolution&) = delete;
-  // dst: u8 or f32 as the spec says; residual: dst's shape and layout, f32, added in place when it
+  // dst: u8 or f32 as the spec says; residual: dst's shape, layout and type, added in place when it
   // is dst itself (copied into dst first otherwise).
-  void run(const std::uint8_t* src, void* dst, const float* residual = nullptr);
-  void run_f32(const float* src, void* dst, const float* residual = nullptr);  // spec.f32_source
+  void run(const std::uint8_t* src, void* dst, const void* residual = nullptr);
+  void run_f32(const float* src, void* dst, const void* residual = nullptr);  // spec.f32_source
   // oneDNN's implementation, e.g. "brgconv:avx512_core_amx_int8".
   const std::string& implementation() const;
 
@@ -147,6 +151,9 @@ bool int8_convolution_exact(std::span<const std::int8_t> weights);
 // pass null for inference. Backward of max pooling needs the forward's workspace.
 std::size_t pool2d_workspace_bytes(const PoolShape& s);
 void pool2d_forward(const PoolShape& s, const float* src, float* dst, void* workspace);
+// Inference max pooling of uint8 values (quantised activations: the max of quantised numbers is
+// the quantised max, so scale and zero point pass through).
+void max_pool2d_forward_u8(const PoolShape& s, const std::uint8_t* src, std::uint8_t* dst);
 void pool2d_backward(const PoolShape& s, const float* diff_dst, const void* workspace, float* diff_src);
 
 // Batch normalisation over N, H, W per channel. Training computes the batch mean and the biased

@@ -12,8 +12,11 @@ namespace {
 using dims = dnnl::memory::dims;
 using tag = dnnl::memory::format_tag;
 
-PrimitiveKey pool_key(PrimitiveKind op, const PoolShape& s, bool training) {
+using dt = dnnl::memory::data_type;
+
+PrimitiveKey pool_key(PrimitiveKind op, const PoolShape& s, bool training, dt type = dt::f32) {
   PrimitiveKey key(op);
+  key.add(static_cast<int>(type));
   key.add(s.batch).add(s.channels).add(s.height).add(s.width).add(s.kernel_h).add(s.kernel_w).add(s.stride_h);
   key.add(s.stride_w).add(s.pad_h).add(s.pad_w).add(static_cast<int>(s.kind)).add(static_cast<int>(s.layout));
   key.add(training);
@@ -37,11 +40,11 @@ struct PoolDescs {
   dims strides, kernel, pad_l, pad_r;
 };
 
-PoolDescs descs(const PoolShape& s) {
+PoolDescs descs(const PoolShape& s, dt type = dt::f32) {
   const tag t = activation_tag(s.layout);
   const std::int64_t oh = s.out_height(), ow = s.out_width();
-  return PoolDescs{plain_desc({s.batch, s.channels, s.height, s.width}, t),
-                   plain_desc({s.batch, s.channels, oh, ow}, t),
+  return PoolDescs{dnnl::memory::desc({s.batch, s.channels, s.height, s.width}, type, t),
+                   dnnl::memory::desc({s.batch, s.channels, oh, ow}, type, t),
                    {s.stride_h, s.stride_w},
                    {s.kernel_h, s.kernel_w},
                    {s.pad_h, s.pad_w},
@@ -49,8 +52,8 @@ PoolDescs descs(const PoolShape& s) {
                     (ow - 1) * s.stride_w + s.kernel_w - s.width - s.pad_w}};
 }
 
-dnnl::pooling_forward::primitive_desc forward_pd(const PoolShape& s, bool training) {
-  const PoolDescs d = descs(s);
+dnnl::pooling_forward::primitive_desc forward_pd(const PoolShape& s, bool training, dt type = dt::f32) {
+  const PoolDescs d = descs(s, type);
   const dnnl::pooling_forward::desc desc(
       training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference, algorithm_of(s.kind),
       d.src, d.dst, d.strides, d.kernel, d.pad_l, d.pad_r);
@@ -94,6 +97,25 @@ void pool2d_forward(const PoolShape& s, const float* src, float* dst, void* work
     entry->exec.run({src, dst, workspace});
   else
     entry->exec.run({src, dst});
+}
+
+void max_pool2d_forward_u8(const PoolShape& s, const std::uint8_t* src, std::uint8_t* dst) {
+  s.validate();
+  if (s.kind != PoolKind::max) throw Error(describe(s) + ": only max pooling takes uint8 values");
+  static PrimitiveCache<PoolEntry> cache;
+  const auto entry =
+      with_context([&] { return describe(s) + " (uint8)"; },
+                   [&] {
+                     return cache.get(pool_key(PrimitiveKind::pool_forward, s, false, dt::u8), [&] {
+                       const auto pd = forward_pd(s, false, dt::u8);
+                       auto e = std::make_shared<PoolEntry>();
+                       e->exec.set_primitive(dnnl::pooling_forward(pd));
+                       e->exec.bind(DNNL_ARG_SRC, pd.src_desc());
+                       e->exec.bind(DNNL_ARG_DST, pd.dst_desc());
+                       return e;
+                     });
+                   });
+  entry->exec.run({src, dst});
 }
 
 void pool2d_backward(const PoolShape& s, const float* diff_dst, const void* workspace, float* diff_src) {

@@ -424,7 +424,10 @@ Kernel build_matmul(OpSetup& s) {
 
 Kernel build_pool(OpSetup& s, onednn::PoolKind kind) {
   s.require_inputs(1, 1);
-  s.require_f32(0);
+  // uint8 values come from keep_activations_in_int8 (a quantised activation between int8
+  // convolutions), for max pooling only.
+  const bool bytes = kind == onednn::PoolKind::max && s.inputs[0].dtype == DType::u8;
+  if (!bytes) s.require_f32(0);
   require_rank(s, 0, 4, "input X");
   if (s.node.get_int("storage_order", 0) != 0) s.fail("storage_order 1 is not supported");
   const Shape& x = s.shape(0);
@@ -450,9 +453,16 @@ Kernel build_pool(OpSetup& s, onednn::PoolKind kind) {
     s.fail("the window does not fit the padded input " + shape_text(x));
   p.layout = static_cast<onednn::ActivationLayout>(s.node.get_int("cpudl.layout", 0));
   p.forward_only = true;
-  s.set_output(0, DType::f32, {p.batch, p.channels, p.out_height(), p.out_width()});
+  s.set_output(0, bytes ? DType::u8 : DType::f32, {p.batch, p.channels, p.out_height(), p.out_width()});
   if (s.node.outputs.size() > 1 && !s.node.outputs[1].empty())
     s.fail("the Indices output of MaxPool is not supported");
+  if (bytes) {
+    s.implementation = "onednn uint8";
+    return [p](std::span<const TensorView> in, std::span<const TensorView> o) {
+      onednn::max_pool2d_forward_u8(p, static_cast<const std::uint8_t*>(in[0].data),
+                                    static_cast<std::uint8_t*>(o[0].data));
+    };
+  }
   const pool::PoolImpl& impl = pool::choose_pool_impl(p, !s.shape_pass);
   s.implementation = std::string(impl.name);
   return [p, &impl](std::span<const TensorView> in, std::span<const TensorView> o) {

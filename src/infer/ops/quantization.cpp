@@ -365,8 +365,9 @@ Kernel build_int8_matmul(OpSetup& s) {
 // cpudl.Int8Conv (optimizer.cpp makes it from a QDQ Conv): inputs X (f32, or u8 when the Int8Conv
 // before it requantised its output for this one: keep_activations_in_int8), W (int8 constant,
 // O x C/group x kh x kw), W's scales (1 or O), an optional f32 bias of O, an optional f32
-// residual; the Conv's window and the layouts assign_layouts chose; the activation's fixed scale
-// and zero point (cpudl.a_scale, cpudl.a_zero). Output f32, or u8 at cpudl.out_scale/out_zero.
+// residual (u8 at cpudl.residual_scale/residual_zero when the output is u8); the Conv's window and
+// the layouts assign_layouts chose; the activation's fixed scale and zero point (cpudl.a_scale,
+// cpudl.a_zero). Output f32, or u8 at cpudl.out_scale/out_zero.
 // An f32 X (NCHW or NHWC) is quantised by one oneDNN reorder into an NHWC buffer the convolution
 // owns; then oneDNN's int8 convolution runs, its weights reordered once here.
 Kernel build_int8_conv(OpSetup& s) {
@@ -382,7 +383,7 @@ Kernel build_int8_conv(OpSetup& s) {
   const Shape out = {c.batch, c.out_channels, c.out_height(), c.out_width()};
   const bool bias = s.has(3), residual = s.has(4);
   if (bias && s.inputs[3].dtype != DType::f32) s.fail("internal: the bias must be FLOAT");
-  if (residual && (s.inputs[4].dtype != DType::f32 || s.shape(4) != out))
+  if (residual && s.shape(4) != out)
     s.fail("fused residual has shape " + shape_text(s.shape(4)) + ", expected " + shape_text(out));
   spec.src_scale = s.node.get_float("cpudl.a_scale", 0.0f);
   spec.src_zero = static_cast<std::int32_t>(s.node.get_int("cpudl.a_zero", 0));
@@ -395,6 +396,15 @@ Kernel build_int8_conv(OpSetup& s) {
   spec.clip_min = act.lo;
   spec.clip_max = act.hi;
   spec.residual = residual;
+  if (residual) {
+    // A uint8 residual (keep_activations_in_int8) comes with its parameters and a uint8 output.
+    const DType want = spec.u8_output ? DType::u8 : DType::f32;
+    if (s.inputs[4].dtype != want)
+      s.fail(std::string("internal: the fused residual must be ") + (spec.u8_output ? "UINT8" : "FLOAT") +
+             " like the output");
+    spec.residual_scale = s.node.get_float("cpudl.residual_scale", 0.0f);
+    spec.residual_zero = static_cast<std::int32_t>(s.node.get_int("cpudl.residual_zero", 0));
+  }
   if (!c.dst_layout) spec.shape.dst_layout = c.layout;
   spec.f32_source = xt == DType::f32;
   if (!onednn::int8_convolution_exact(std::span(w.data<std::int8_t>(), static_cast<std::size_t>(w.numel()))))
@@ -418,7 +428,7 @@ Kernel build_int8_conv(OpSetup& s) {
     if (!st->conv)
       st->conv = std::make_unique<onednn::Int8Convolution>(
           st->spec, static_cast<const std::int8_t*>(in[1].data), bias ? in[3].f32() : nullptr);
-    const float* r = residual ? in[4].f32() : nullptr;
+    const void* r = residual ? in[4].data : nullptr;
     if (xt == DType::f32)
       st->conv->run_f32(in[0].f32(), o[0].data, r);
     else
@@ -433,7 +443,8 @@ std::string describe_int8_execution(const std::map<std::string, int>& ops) {
   if (ops.count(kInt8ConvOp))
     out +=
         "int8 convolutions run on oneDNN's int8 kernels (implementations listed per node), activations "
-        "kept uint8 between them where only int8 convolutions read them; ";
+        "kept uint8 between them where only int8 readers take them (int8 convolutions, residuals added "
+        "into uint8 outputs, max pools); ";
   if (ops.count(kInt8MatMulOp)) {
     const auto& k = native().u8s8_gemm;
     out += std::string("int8 products run on ") + k.name;
