@@ -306,6 +306,27 @@ struct QuotaCgroup {
   }
 };
 
+// Whether other tasks keep the CPUs busy: less than half a CPU stood idle over the last second
+// (/proc/stat), while the training under test runs one thread on a machine of two or more.
+bool busy_neighbours() {
+  const auto read = [] {
+    std::ifstream in("/proc/stat");
+    std::string cpu;
+    double v = 0, idle = 0, total = 0;
+    in >> cpu;
+    for (int i = 0; i < 8 && in >> v; ++i) {
+      total += v;
+      if (i == 3 || i == 4) idle += v;  // idle, iowait
+    }
+    return std::pair{idle, total};
+  };
+  const auto [idle0, total0] = read();
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const auto [idle1, total1] = read();
+  const double cpus = static_cast<double>(std::thread::hardware_concurrency());
+  return total1 > total0 && (idle1 - idle0) / (total1 - total0) * cpus < 0.5;
+}
+
 TEST_F(TrainMonitorCli, GovernorFollowsACgroupQuotaLoweredMidRun) {
   const QuotaCgroup cgroup;
   if (cgroup.dir.empty())
@@ -332,6 +353,12 @@ TEST_F(TrainMonitorCli, GovernorFollowsACgroupQuotaLoweredMidRun) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     body = scrape();
   }
+  // Neighbours that keep both CPUs busy for all that time (another CI run on the same machine) hold
+  // the governor at one thread by design: then the quota's effect cannot be seen here.
+  if (sample(body, "cpudl_governor_threads") == 1 && busy_neighbours())
+    GTEST_SKIP() << "other tasks kept both CPUs busy for 20 s, so the governor stayed at 1 thread (by "
+                    "design); the quota test needs idle CPUs: "
+                 << slurp(path("err.txt")) << "load: " << slurp("/proc/loadavg");
   ASSERT_DOUBLE_EQ(sample(body, "cpudl_governor_threads"), 2) << slurp(path("err.txt"));
   const double quota_decisions = sample(body, "cpudl_governor_decisions_total{reason=\"quota\"}");
   const std::size_t before = slurp(path("err.txt")).size();
@@ -353,6 +380,10 @@ TEST_F(TrainMonitorCli, GovernorFollowsACgroupQuotaLoweredMidRun) {
   const std::size_t lowered = slurp(path("err.txt")).size();
   ASSERT_TRUE(cgroup.set_cpus(2.0));
   const auto raised = wait_for(path("err.txt"), "governor: 1 -> 2 threads: ", "\n", 20, lowered);
+  if (!raised && busy_neighbours())
+    GTEST_SKIP() << "the quota came back but other tasks keep the CPUs busy, so the governor waits (by "
+                    "design); load: "
+                 << slurp("/proc/loadavg");
   ASSERT_TRUE(raised) << slurp(path("err.txt"));
   EXPECT_NE(raised->find(" CPUs idle"), std::string::npos) << *raised;
   EXPECT_EQ(train.stop(SIGTERM), 143);
