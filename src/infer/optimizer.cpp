@@ -567,6 +567,43 @@ void keep_activations_in_int8(Graph& g, std::map<std::string, ValueDesc>& descs,
     return n.outputs.size() == 1 || (n.op == "MaxPool" && n.outputs.size() == 2 && n.outputs[1].empty());
   };
   auto has_residual = [](const Node& n) { return n.inputs.size() > 4 && !n.inputs[4].empty(); };
+  // A residual read through its own QDQ pair (the quantiser gives one to a downsample's output):
+  // Int8Conv output v -> QuantizeLinear -> DequantizeLinear -> only this residual, with one
+  // constant scalar scale and zero point. v can then be written in uint8 at those parameters and
+  // added as it is, which is what the pair computes; the pair is dropped when it is.
+  struct ThroughQdq {
+    std::string value;  // v
+    std::size_t quantize, dequantize;
+  };
+  std::map<std::size_t, ThroughQdq> through_qdq;  // the residual's convolution -> its pair
+  std::map<std::string, Params> declared;         // v -> the pair's parameters
+  auto scalar_params = [&](const Node& n) -> std::optional<Params> {
+    if (n.inputs.size() != 3) return std::nullopt;
+    const HostTensor* sc = constant_of(g, n.inputs[1]);
+    const HostTensor* z = constant_of(g, n.inputs[2]);
+    if (!sc || !z || sc->dtype != DType::f32 || sc->numel() != 1 || z->dtype != DType::u8 || z->numel() != 1)
+      return std::nullopt;
+    return Params{sc->data<float>()[0], static_cast<std::int64_t>(z->data<std::uint8_t>()[0])};
+  };
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (n.op != kInt8ConvOp || !has_residual(n) || !producer.count(n.inputs[4])) continue;
+    const std::size_t dq = producer.at(n.inputs[4]);
+    const Node& d = g.nodes[dq];
+    if (d.op != "DequantizeLinear" || !uses.only_consumer(n.inputs[4]) || !producer.count(d.inputs[0]))
+      continue;
+    const std::size_t q = producer.at(d.inputs[0]);
+    const Node& qn = g.nodes[q];
+    if (qn.op != "QuantizeLinear" || !uses.only_consumer(d.inputs[0]) || !producer.count(qn.inputs[0]))
+      continue;
+    const std::string& v = qn.inputs[0];
+    const auto pd = scalar_params(d), pq = scalar_params(qn);
+    const Node& made_by = g.nodes[producer.at(v)];
+    if (!pd || pd != pq || made_by.op != kInt8ConvOp || has_residual(made_by) || !uses.only_consumer(v))
+      continue;
+    through_qdq[i] = ThroughQdq{v, q, dq};
+    declared[v] = *pd;
+  }
   std::set<std::string> alive;
   for (const Node& n : g.nodes)
     if ((n.op == kInt8ConvOp || n.op == "MaxPool") && single_output(n) && !uses.outputs.count(n.outputs[0]) &&
@@ -595,18 +632,28 @@ void keep_activations_in_int8(Graph& g, std::map<std::string, ValueDesc>& descs,
         if (q) p = q;
       }
       if (p && agree) params[v] = *p;
+      if (declared.count(v)) params[v] = declared.at(v);
     }
     for (auto it = alive.begin(); it != alive.end();) {
       const std::string& v = *it;
       const Node& made_by = g.nodes[producer.at(v)];
       bool ok = params.count(v) > 0;
       // The writer: an Int8Conv adds a uint8 residual only; a MaxPool keeps its input's parameters.
-      if (ok && made_by.op == kInt8ConvOp && has_residual(made_by)) ok = alive.count(made_by.inputs[4]) > 0;
+      if (ok && made_by.op == kInt8ConvOp && has_residual(made_by)) {
+        const auto t = through_qdq.find(producer.at(v));
+        ok = alive.count(t != through_qdq.end() ? t->second.value : made_by.inputs[4]) > 0;
+      }
       if (ok && made_by.op == "MaxPool")
         ok = params.count(made_by.inputs[0]) && params.at(made_by.inputs[0]) == params.at(v);
       for (const std::size_t c : uses.consumers.at(v)) {
         if (!ok) break;
         const Node& r = g.nodes[c];
+        if (declared.count(v)) {  // its one reader, the QuantizeLinear of its pair
+          const auto t = std::find_if(through_qdq.begin(), through_qdq.end(),
+                                      [&](const auto& e) { return e.second.value == v; });
+          ok = alive.count(g.nodes[t->first].outputs[0]) > 0;
+          continue;
+        }
         const auto reads = std::count(r.inputs.begin(), r.inputs.end(), v);
         if (r.op == kInt8ConvOp && reads == 1 && r.inputs[0] == v) continue;  // its parameters agreed above
         if (r.op == kInt8ConvOp && reads == 1 && has_residual(r) && r.inputs[4] == v &&
@@ -623,6 +670,12 @@ void keep_activations_in_int8(Graph& g, std::map<std::string, ValueDesc>& descs,
     }
   }
   int convs = 0, pools = 0, residuals = 0;
+  std::vector<bool> removed(g.nodes.size(), false);
+  for (const auto& [c, t] : through_qdq) {
+    if (!alive.count(t.value)) continue;  // the pair stays, computing what it does in float
+    g.nodes[c].inputs[4] = t.value;
+    removed[t.quantize] = removed[t.dequantize] = true;
+  }
   for (Node& n : g.nodes) {
     if (n.op == kInt8ConvOp && has_residual(n) && alive.count(n.inputs[4])) {
       const Params& r = params.at(n.inputs[4]);
@@ -641,6 +694,7 @@ void keep_activations_in_int8(Graph& g, std::map<std::string, ValueDesc>& descs,
     }
     descs.at(n.outputs[0]).dtype = DType::u8;
   }
+  drop_removed(g, removed);
   if (convs > 0)
     report.add(
         "int8 activations",

@@ -486,6 +486,34 @@ QuantizeResult quantize_onnx_static(const std::filesystem::path& input, const st
   QuantizeResult probe;
   for (const auto& [i, c] : candidates) probe.layers.push_back(c.layer);
   require_some_quantized(probe, input, "static mode quantises Conv, Gemm and MatMul");
+  // A residual join whose two branches both end in quantised Convs (ResNet's downsample blocks):
+  // the later Conv's output, the one the runtime adds as a residual into the other's epilogue, gets
+  // a QDQ pair of its own before the Add, as ONNX Runtime's quantiser quantises an Add's inputs. Its
+  // calibrated scale lets the runtime keep that branch in uint8 (keep_activations_in_int8); every
+  // other residual already has the scale its convolution readers use.
+  std::map<std::string, int> produced_by, readers;
+  for (int i = 0; i < g.node_size(); ++i) {
+    for (const auto& o : g.node(i).output()) produced_by[o] = i;
+    for (const auto& in : g.node(i).input()) ++readers[in];
+  }
+  for (const auto& o : g.output()) ++readers[o.name()];
+  auto quantized_conv = [&](const std::string& v) {
+    const auto p = produced_by.find(v);
+    if (p == produced_by.end() || g.node(p->second).op_type() != "Conv") return -1;
+    const auto c = candidates.find(p->second);
+    return c != candidates.end() && c->second.layer.quantized ? p->second : -1;
+  };
+  std::set<std::string> residual_branches;
+  for (const auto& node : g.node()) {
+    if (node.op_type() != "Add" || node.input_size() != 2 || node.input(0) == node.input(1)) continue;
+    const int a = quantized_conv(node.input(0)), b = quantized_conv(node.input(1));
+    if (a < 0 || b < 0) continue;
+    const std::string& later = node.input(a > b ? 0 : 1);
+    if (readers[later] == 1 && seen.insert(later).second) {
+      activations.push_back(later);
+      residual_branches.insert(later);
+    }
+  }
 
   // Pass 2: calibration fixes each activation's uint8 scale and zero point.
   const auto ranges = calibrate(e.graph, activations, calibration, options.observer, options.percentile,
@@ -522,6 +550,9 @@ QuantizeResult quantize_onnx_static(const std::filesystem::path& input, const st
     onnx::NodeProto node = g.node(i);
     const auto it = candidates.find(i);
     if (it != candidates.end()) result.layers.push_back(it->second.layer);
+    if (node.op_type() == "Add")
+      for (int k = 0; k < node.input_size(); ++k)
+        if (residual_branches.count(node.input(k))) node.set_input(k, dequantized.at(node.input(k)));
     if (it != candidates.end() && it->second.layer.quantized) {
       const Candidate& c = it->second;
       const QuantizedWeights& q = weights.at(i);
