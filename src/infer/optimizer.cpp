@@ -553,10 +553,10 @@ void keep_activations_in_int8(Graph& g, std::map<std::string, ValueDesc>& descs,
   //     sum post-op reads the residual where the output goes, so both are bytes); the residual then
   //     enters the sum as its readers quantise it, one rounding where the float graph has none;
   //   - a MaxPool whose output stays uint8 at the same parameters.
-  // A value read only as a residual (a downsample's output) has no parameters of its own in the
-  // QDQ graph, so it stays float, and so does the convolution that adds it. The conditions hold
-  // together (a residual and the output it is added into), so the candidates are pruned until
-  // none changes.
+  // A value read only as a residual (a downsample's output) has parameters only when the file gives
+  // it a QDQ pair of its own (below); without one it stays float, and so does the convolution that
+  // adds it. The conditions hold together (a residual and the output it is added into), so the
+  // candidates are pruned until none changes.
   using Params = std::pair<float, std::int64_t>;
   const Uses uses(g);
   std::map<std::string, std::size_t> producer;
