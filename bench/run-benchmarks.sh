@@ -39,6 +39,7 @@ run "$bin bench gemm"
 run "$bin bench conv"
 run "build/bench/cpudl_bench_kernels --benchmark_min_time=0.3"
 run "build/bench/cpudl_bench_wrapper --benchmark_min_time=0.3"
+run "build/bench/cpudl_bench_http_body --benchmark_min_time=0.3"
 if [ -f data/mnist/train-images-idx3-ubyte ]; then
   run "$bin train --model simplecnn --data data/mnist --out build/bench-simplecnn.safetensors --json"
   run "$bin train --model lenet5 --data data/mnist --out build/bench-lenet5.safetensors --json"
