@@ -577,6 +577,7 @@ void keep_activations_in_int8(Graph& g, std::map<std::string, ValueDesc>& descs,
   };
   std::map<std::size_t, ThroughQdq> through_qdq;  // the residual's convolution -> its pair
   std::map<std::string, Params> declared;         // v -> the pair's parameters
+  std::map<std::string, std::size_t> adds_it;     // v -> the convolution adding it as its residual
   auto scalar_params = [&](const Node& n) -> std::optional<Params> {
     if (n.inputs.size() != 3) return std::nullopt;
     const HostTensor* sc = constant_of(g, n.inputs[1]);
@@ -603,6 +604,7 @@ void keep_activations_in_int8(Graph& g, std::map<std::string, ValueDesc>& descs,
       continue;
     through_qdq[i] = ThroughQdq{v, q, dq};
     declared[v] = *pd;
+    adds_it[v] = i;
   }
   std::set<std::string> alive;
   for (const Node& n : g.nodes)
@@ -649,9 +651,7 @@ void keep_activations_in_int8(Graph& g, std::map<std::string, ValueDesc>& descs,
         if (!ok) break;
         const Node& r = g.nodes[c];
         if (declared.count(v)) {  // its one reader, the QuantizeLinear of its pair
-          const auto t = std::find_if(through_qdq.begin(), through_qdq.end(),
-                                      [&](const auto& e) { return e.second.value == v; });
-          ok = alive.count(g.nodes[t->first].outputs[0]) > 0;
+          ok = alive.count(g.nodes[adds_it.at(v)].outputs[0]) > 0;
           continue;
         }
         const auto reads = std::count(r.inputs.begin(), r.inputs.end(), v);

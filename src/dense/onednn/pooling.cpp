@@ -67,6 +67,24 @@ struct PoolEntry {
   bool workspace = false;
 };
 
+// The forward primitive for this shape, training mode and data type, made once and cached.
+std::shared_ptr<PoolEntry> forward_entry(const PoolShape& s, bool training, dt type) {
+  static PrimitiveCache<PoolEntry> cache;
+  return with_context([&] { return describe(s) + (type == dt::u8 ? " (uint8)" : ""); },
+                      [&] {
+                        return cache.get(pool_key(PrimitiveKind::pool_forward, s, training, type), [&] {
+                          const auto pd = forward_pd(s, training, type);
+                          auto e = std::make_shared<PoolEntry>();
+                          e->exec.set_primitive(dnnl::pooling_forward(pd));
+                          e->exec.bind(DNNL_ARG_SRC, pd.src_desc());
+                          e->exec.bind(DNNL_ARG_DST, pd.dst_desc());
+                          e->workspace = training;
+                          if (training) e->exec.bind(DNNL_ARG_WORKSPACE, pd.workspace_desc());
+                          return e;
+                        });
+                      });
+}
+
 }  // namespace
 
 std::size_t pool2d_workspace_bytes(const PoolShape& s) {
@@ -79,20 +97,7 @@ std::size_t pool2d_workspace_bytes(const PoolShape& s) {
 void pool2d_forward(const PoolShape& s, const float* src, float* dst, void* workspace) {
   s.validate();
   const bool training = workspace != nullptr && needs_workspace(s);
-  static PrimitiveCache<PoolEntry> cache;
-  const auto entry = with_context([&] { return describe(s); },
-                                  [&] {
-                                    return cache.get(pool_key(PrimitiveKind::pool_forward, s, training), [&] {
-                                      const auto pd = forward_pd(s, training);
-                                      auto e = std::make_shared<PoolEntry>();
-                                      e->exec.set_primitive(dnnl::pooling_forward(pd));
-                                      e->exec.bind(DNNL_ARG_SRC, pd.src_desc());
-                                      e->exec.bind(DNNL_ARG_DST, pd.dst_desc());
-                                      e->workspace = training;
-                                      if (training) e->exec.bind(DNNL_ARG_WORKSPACE, pd.workspace_desc());
-                                      return e;
-                                    });
-                                  });
+  const auto entry = forward_entry(s, training, dt::f32);
   if (entry->workspace)
     entry->exec.run({src, dst, workspace});
   else
@@ -102,20 +107,7 @@ void pool2d_forward(const PoolShape& s, const float* src, float* dst, void* work
 void max_pool2d_forward_u8(const PoolShape& s, const std::uint8_t* src, std::uint8_t* dst) {
   s.validate();
   if (s.kind != PoolKind::max) throw Error(describe(s) + ": only max pooling takes uint8 values");
-  static PrimitiveCache<PoolEntry> cache;
-  const auto entry =
-      with_context([&] { return describe(s) + " (uint8)"; },
-                   [&] {
-                     return cache.get(pool_key(PrimitiveKind::pool_forward, s, false, dt::u8), [&] {
-                       const auto pd = forward_pd(s, false, dt::u8);
-                       auto e = std::make_shared<PoolEntry>();
-                       e->exec.set_primitive(dnnl::pooling_forward(pd));
-                       e->exec.bind(DNNL_ARG_SRC, pd.src_desc());
-                       e->exec.bind(DNNL_ARG_DST, pd.dst_desc());
-                       return e;
-                     });
-                   });
-  entry->exec.run({src, dst});
+  forward_entry(s, false, dt::u8)->exec.run({src, dst});
 }
 
 void pool2d_backward(const PoolShape& s, const float* diff_dst, const void* workspace, float* diff_src) {
