@@ -4,6 +4,8 @@
 // 150 recv and 150 poll calls per image. Two round trips over loopback keep-alive, one client:
 //   BM_HttplibBody  an httplib::Server whose handler reads the body as cpudl serve's does
 //                   (ContentReader into a reserved string), answering 2 bytes;
+//   BM_CpudlBody    cpudl serve's server (serve/http_connection.h: httplib's parser over cpudl's
+//                   connection loop), the handler reading the body straight from the socket;
 //   BM_RecvBody     the same request read by plain recv() calls as large as what remains,
 //                   answering the same 2 bytes: the floor of the kernel's copy.
 // The difference per request is what the library's reading adds to every inference request
@@ -19,6 +21,8 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+
+#include "serve/http_connection.h"
 
 namespace {
 
@@ -56,22 +60,11 @@ void round_trip(int s, const std::string& req, std::string& scratch) {
   }
 }
 
-void BM_HttplibBody(benchmark::State& state) {
-  httplib::Server server;
+// One server, one keep-alive connection, the request sent and answered once per iteration.
+void run_server(benchmark::State& state, httplib::Server& server) {
   // As cpudl serve sets it (server.cpp): one connection for the whole run, no Nagle delay.
   server.set_keep_alive_max_count(1 << 30);
   server.set_tcp_nodelay(true);
-  std::string body;
-  server.Post("/infer",
-              [&](const httplib::Request&, httplib::Response& res, const httplib::ContentReader& read) {
-                body.clear();
-                body.reserve(kBody);
-                read([&](const char* data, std::size_t n) {
-                  body.append(data, n);
-                  return true;
-                });
-                res.set_content("ok", "text/plain");
-              });
   const int port = server.bind_to_any_port("127.0.0.1");
   std::thread serving([&] { server.listen_after_bind(); });
   while (!server.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -84,7 +77,38 @@ void BM_HttplibBody(benchmark::State& state) {
   serving.join();
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * kBody));
 }
+
+void BM_HttplibBody(benchmark::State& state) {
+  httplib::Server server;
+  std::string body;
+  server.Post("/infer",
+              [&](const httplib::Request&, httplib::Response& res, const httplib::ContentReader& read) {
+                body.clear();
+                body.reserve(kBody);
+                read([&](const char* data, std::size_t n) {
+                  body.append(data, n);
+                  return true;
+                });
+                res.set_content("ok", "text/plain");
+              });
+  run_server(state, server);
+}
 BENCHMARK(BM_HttplibBody)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+void BM_CpudlBody(benchmark::State& state) {
+  cpudl::serve::HttpServer server;
+  std::string body;
+  server.Post("/infer",
+              [&](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader&) {
+                cpudl::serve::ConnectionStream* stream = cpudl::serve::body_stream(req);
+                body.resize(kBody);
+                if (stream == nullptr || !stream->read_exact(body.data(), kBody))
+                  throw std::runtime_error("the body could not be read");
+                res.set_content("ok", "text/plain");
+              });
+  run_server(state, server);
+}
+BENCHMARK(BM_CpudlBody)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 void BM_RecvBody(benchmark::State& state) {
   const int listening = socket(AF_INET, SOCK_STREAM, 0);

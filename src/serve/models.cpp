@@ -168,11 +168,14 @@ int TensorModel::waiting() const {
 }
 
 std::vector<Tensor> TensorModel::run(const std::vector<Tensor>& inputs) {
-  // The governor's count of the moment, between batches (never mid-run).
-  const ThreadScope scope(options_.governor != nullptr ? options_.governor->threads() : options_.threads);
-  if (onnx_) return onnx_->run(inputs);
-  NoGradGuard no_grad;
-  return {own_->model->forward(inputs[0])};
+  auto compute = [&]() -> std::vector<Tensor> {
+    // The governor's count of the moment, between batches (never mid-run).
+    const ThreadScope scope(options_.governor != nullptr ? options_.governor->threads() : options_.threads);
+    if (onnx_) return onnx_->run(inputs);
+    NoGradGuard no_grad;
+    return {own_->model->forward(inputs[0])};
+  };
+  return options_.compute != nullptr ? options_.compute->run(compute) : compute();
 }
 
 void TensorModel::work() {
@@ -429,7 +432,10 @@ void LanguageModel::step() {
     lock.unlock();
     if (options_.governor != nullptr)  // the governor's count of the moment, between passes
       for (const auto& context : contexts_) context->set_threads(options_.governor->threads());
-    run(round);
+    if (options_.compute != nullptr)
+      options_.compute->run([&] { run(round); });
+    else
+      run(round);
     metrics_.observe("cpudl_batch_size", static_cast<double>(round.size()), {name_});
     lock.lock();
     for (Evaluation* e : round) e->done = true;

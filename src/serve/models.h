@@ -19,6 +19,7 @@
 
 #include "cpudl/inference.h"
 #include "cpudl/llm.h"
+#include "runtime/compute_thread.h"
 #include "serve/metrics.h"
 #include "serve/tensor_json.h"
 #include "train/trainer.h"
@@ -33,6 +34,7 @@ struct BatchOptions {
   int queue = 64;                      // requests waiting per model, beyond which 429
   int threads = 0;                     // compute threads of each run (0: the process default)
   const Governor* governor = nullptr;  // when set, each run takes its count (threads is the ceiling)
+  ComputeThread* compute = nullptr;    // when set, runs go to it (runtime/compute_thread.h says why)
 };
 
 // One .onnx or .safetensors model. Requests for it are gathered into batches along the first
@@ -121,6 +123,7 @@ struct LlmOptions {
   int threads = 0;   // compute threads of the model's forward passes (0: the process default)
   const Governor* governor = nullptr;  // when set, each pass takes its count (threads is the ceiling)
   bool repack = true;                  // llm::ModelLoadOptions::repack
+  ComputeThread* compute = nullptr;    // when set, passes go to it (runtime/compute_thread.h says why)
 };
 
 // A GGUF model with `parallel` contexts. A request holds one slot (its context, reset) for its

@@ -22,7 +22,9 @@
 #include "llm/chat/chat_template.h"
 #include "llm/generation/generation.h"
 #include "runtime/block_cache.h"
+#include "runtime/compute_thread.h"
 #include "runtime/memory_policy.h"
+#include "serve/http_connection.h"
 #include "serve/metrics.h"
 #include "serve/models.h"
 #include "serve/page.h"
@@ -161,7 +163,8 @@ TensorValues values_of(const Tensor& output) {
 
 class Service {
  public:
-  explicit Service(const ServeOptions& o) : options_(o) {
+  // Models load on the calling thread, which must be `compute`'s (runtime/compute_thread.h).
+  Service(const ServeOptions& o, ComputeThread& compute) : options_(o) {
     declare_metrics();
     if (o.governor) {
       GovernorOptions g;
@@ -171,8 +174,8 @@ class Service {
       governor_ = std::make_unique<Governor>(std::move(g));
       record_governor_status(metrics_, governor_->status());
     }
-    BatchOptions batch{o.max_batch, o.batch_timeout_ms, o.queue, o.threads, governor_.get()};
-    LlmOptions llm{o.parallel, o.ctx, o.queue, o.threads, governor_.get(), o.repack};
+    BatchOptions batch{o.max_batch, o.batch_timeout_ms, o.queue, o.threads, governor_.get(), &compute};
+    LlmOptions llm{o.parallel, o.ctx, o.queue, o.threads, governor_.get(), o.repack, &compute};
     for (const std::string& spec : o.models) {
       const auto eq = spec.find('=');
       if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
@@ -529,10 +532,16 @@ void Service::routes(httplib::Server& svr) {
                (reinterpret_cast<std::uintptr_t>(buffer.data()) + header_length) % kTensorAlignment) %
                   kTensorAlignment;
     buffer.assign(lead, ' ');
-    if (!read_body([&](const char* data, std::size_t n) {
-          buffer.append(data, n);
-          return true;
-        })) {
+    // Straight from the socket into the buffer where the connection allows (http_connection.h);
+    // a body over the limit goes through httplib, which answers it 413.
+    if (ConnectionStream* stream = body_stream(req); stream && length <= max_body_bytes()) {
+      buffer.resize(lead + length);
+      if (!stream->read_exact(buffer.data() + lead, length))
+        throw RequestError(400, "the body could not be read");
+    } else if (!read_body([&](const char* data, std::size_t n) {
+                 buffer.append(data, n);
+                 return true;
+               })) {
       if (res.status == 413) return;  // the error handler writes the message
       throw RequestError(400, "the body could not be read");
     }
@@ -609,8 +618,12 @@ int serve(const ServeOptions& options) {
 
   if (options.queue < 1 || options.max_batch < 1 || options.parallel < 1)
     throw UsageError("--queue, --max-batch and --parallel must be at least 1");
-  Service service(options);  // every model loaded before the port is bound
-  httplib::Server svr;
+  // This thread runs every computation (runtime/compute_thread.h): it loads the models here, and
+  // once the port is bound it runs the batches and passes handed to it while httplib listens on
+  // another thread.
+  ComputeThread compute;
+  Service service(options, compute);  // every model loaded before the port is bound
+  HttpServer svr;
   // httplib keeps a thread per open connection (keep-alive), so the pool bounds the clients served
   // at once: at least 256 (idle threads cost little), and above the queues so that a full queue
   // answers 429 without waiting for a thread. (Sized by the queues alone, 64 keep-alive clients
@@ -729,7 +742,13 @@ int serve(const ServeOptions& options) {
   // as read errors (43 in that run) instead of answers. Listening again on the bound socket
   // raises the backlog to the system's limit.
   if (listening >= 0) ::listen(listening, SOMAXCONN);
-  const bool ok = svr.listen_after_bind();
+  bool ok = false;
+  std::thread listener([&] {
+    ok = svr.listen_after_bind();
+    compute.stop();
+  });
+  compute.work_until_stopped();
+  listener.join();
   waiter.join();
   if (!ok && !service.draining) throw Error("the server stopped unexpectedly");
   std::fprintf(stderr, "cpudl: serve: stopped\n");
