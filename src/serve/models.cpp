@@ -132,7 +132,7 @@ void TensorModel::warm_up() {
       shape[0] = rows;
       zeros.push_back(Tensor::zeros(shape, s.dtype));
     }
-    run(zeros);
+    run(zeros, false);
     if (rows == options_.max_batch) break;
   }
 }
@@ -167,13 +167,22 @@ int TensorModel::waiting() const {
   return static_cast<int>(queue_.size());
 }
 
-std::vector<Tensor> TensorModel::run(const std::vector<Tensor>& inputs) {
+std::vector<Tensor> TensorModel::run(const std::vector<Tensor>& inputs, bool timed) {
   auto compute = [&]() -> std::vector<Tensor> {
+    const auto start = Clock::now();
     // The governor's count of the moment, between batches (never mid-run).
     const ThreadScope scope(options_.governor != nullptr ? options_.governor->threads() : options_.threads);
-    if (onnx_) return onnx_->run(inputs);
-    NoGradGuard no_grad;
-    return {own_->model->forward(inputs[0])};
+    std::vector<Tensor> outputs;
+    if (onnx_) {
+      outputs = onnx_->run(inputs);
+    } else {
+      NoGradGuard no_grad;
+      outputs = {own_->model->forward(inputs[0])};
+    }
+    if (timed)
+      metrics_.observe("cpudl_batch_seconds", std::chrono::duration<double>(Clock::now() - start).count(),
+                       {name_});
+    return outputs;
   };
   return options_.compute != nullptr ? options_.compute->run(compute) : compute();
 }
@@ -432,10 +441,16 @@ void LanguageModel::step() {
     lock.unlock();
     if (options_.governor != nullptr)  // the governor's count of the moment, between passes
       for (const auto& context : contexts_) context->set_threads(options_.governor->threads());
-    if (options_.compute != nullptr)
-      options_.compute->run([&] { run(round); });
-    else
+    auto pass = [&] {
+      const auto start = Clock::now();
       run(round);
+      metrics_.observe("cpudl_batch_seconds", std::chrono::duration<double>(Clock::now() - start).count(),
+                       {name_});
+    };
+    if (options_.compute != nullptr)
+      options_.compute->run(pass);
+    else
+      pass();
     metrics_.observe("cpudl_batch_size", static_cast<double>(round.size()), {name_});
     lock.lock();
     for (Evaluation* e : round) e->done = true;

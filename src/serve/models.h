@@ -99,7 +99,8 @@ class TensorModel {
   };
   void work();
   void warm_up();  // a plan for every padded batch size, at start
-  std::vector<Tensor> run(const std::vector<Tensor>& inputs);
+  // On the compute thread; `timed`: into cpudl_batch_seconds (the warm-up's runs are not).
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs, bool timed = true);
 
   std::string name_;
   BatchOptions options_;

@@ -251,6 +251,10 @@ void Service::declare_metrics() {
   metrics_.declare("cpudl_batch_size", T::histogram,
                    "Samples per run of a tensor model; sequences per forward pass of a language model.",
                    {"model"}, {1, 2, 4, 8, 16, 32, 64, 128});
+  metrics_.declare("cpudl_batch_seconds", T::histogram,
+                   "Compute time of each run of a tensor model and each forward pass of a language model "
+                   "(a request's duration less this is its wait and its transfer).",
+                   {"model"}, {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5});
   metrics_.declare("cpudl_rejected_total", T::counter, "Requests refused before running, by reason.",
                    {"reason"});
   metrics_.declare("cpudl_llm_prompt_tokens_total", T::counter, "Prompt tokens evaluated.", {"model"});

@@ -129,6 +129,12 @@ TEST_F(Serve, TensorModelsAnswerLikePyTorchAndBatchInvisibly) {
   // below the compute threads' priority, and on a loaded machine the rows are sometimes parsed
   // only after the large run, one by one -- 1 run in 3 here. The LLM test checks shared passes.)
   EXPECT_EQ(metric(*s, "cpudl_batch_size_sum{model=\"lenet\"}"), static_cast<double>(big_rows + 3));
+  // Each run timed once (the start's warm-up runs are not), and none took longer than the request.
+  EXPECT_EQ(metric(*s, "cpudl_batch_seconds_count{model=\"lenet\"}"),
+            metric(*s, "cpudl_batch_size_count{model=\"lenet\"}"));
+  EXPECT_GT(metric(*s, "cpudl_batch_seconds_sum{model=\"lenet\"}"), 0.0);
+  EXPECT_LE(metric(*s, "cpudl_batch_seconds_sum{model=\"lenet\"}"),
+            metric(*s, "cpudl_request_duration_seconds_sum{model=\"lenet\"}"));
   r = c.Post("/v2/models/lenet/infer", lenet_request(0, 3).dump(), "application/json");
   ASSERT_TRUE(r);
   expect_rows(r->body, lenet_expected(0, 3));
@@ -405,6 +411,7 @@ TEST_F(Serve, ConcurrentStreamsShareForwardPassesAndAnswerAsAlone) {
                single = metric(*s, "cpudl_batch_size_bucket{model=\"tiny\",le=\"1\"}");
   EXPECT_GT(passes, 0);
   EXPECT_LT(single, passes) << "no pass carried more than one sequence";
+  EXPECT_EQ(metric(*s, "cpudl_batch_seconds_count{model=\"tiny\"}"), passes) << "each pass timed once";
   EXPECT_EQ(s->stop(SIGINT), 0) << s->err();
 }
 
