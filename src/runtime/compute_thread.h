@@ -13,6 +13,7 @@
 #include <deque>
 #include <functional>
 #include <future>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <type_traits>
@@ -37,6 +38,18 @@ class ComputeThread {
     std::future<Result> result = task.get_future();
     if (!hand_over([&task] { task(); })) return fn();
     return result.get();
+  }
+
+  // fn() handed over without waiting for it: its result or exception comes through the future. It
+  // runs after the work handed before it (a batcher hands the next batch while one runs, and the
+  // compute thread starts it without a gap). Runs at once on the compute thread or once stopped.
+  template <class Fn>
+  std::future<std::invoke_result_t<Fn&>> submit(Fn fn) {
+    using Result = std::invoke_result_t<Fn&>;
+    auto task = std::make_shared<std::packaged_task<Result()>>(std::move(fn));
+    std::future<Result> result = task->get_future();
+    if (std::this_thread::get_id() == owner_ || !hand_over([task] { (*task)(); })) (*task)();
+    return result;
   }
 
   // On the compute thread: runs handed work, in order, until stop(); what was handed before stop()

@@ -97,7 +97,17 @@ class TensorModel {
     std::int64_t rows = 1;
     std::promise<std::vector<Tensor>> result;
   };
+  // A batch handed to the compute thread and not yet answered.
+  struct Running {
+    std::vector<std::shared_ptr<Request>> batch;
+    std::int64_t padded = 0;   // its rows with the zero padding; 0: the one request's own inputs
+    std::uint64_t number = 0;  // the how-manieth started (finished_ counts those done)
+    std::future<std::vector<Tensor>> outputs;
+  };
   void work();
+  bool full_batch_waiting() const;  // under mutex_
+  Running start(std::vector<std::shared_ptr<Request>> batch, std::int64_t rows);
+  void answer(Running& r);
   void warm_up();  // a plan for every padded batch size, at start
   // On the compute thread; `timed`: into cpudl_batch_seconds (the warm-up's runs are not).
   std::vector<Tensor> run(const std::vector<Tensor>& inputs, bool timed = true);
@@ -112,7 +122,8 @@ class TensorModel {
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<std::shared_ptr<Request>> queue_;
-  int arriving_ = 0;  // Arrivals not yet done (under mutex_)
+  int arriving_ = 0;                          // Arrivals not yet done (under mutex_)
+  std::uint64_t started_ = 0, finished_ = 0;  // batches handed to the compute thread, and done (under mutex_)
   bool stopping_ = false;
   std::thread worker_;
 };

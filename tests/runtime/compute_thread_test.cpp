@@ -6,7 +6,9 @@
 #include <omp.h>
 
 #include <barrier>
+#include <chrono>
 #include <filesystem>
+#include <future>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -18,6 +20,19 @@ std::size_t threads_of_this_process() {
   std::size_t n = 0;
   for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) ++n;
   return n;
+}
+
+// The count once threads that are ending have ended: a pool's threads leave after their master
+// has, not with it.
+std::size_t settled_threads_of_this_process() {
+  std::size_t last = threads_of_this_process();
+  for (int same = 0; same < 5;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    const std::size_t now = threads_of_this_process();
+    same = now == last ? same + 1 : 0;
+    last = now;
+  }
+  return last;
 }
 
 // A parallel region of two threads: the caller's OpenMP pool gains a thread the first time.
@@ -46,6 +61,40 @@ TEST(ComputeThread, RunsHandedWorkOnItsOwnerAndReturnsResultsAndErrors) {
   int ran = 0;
   compute->run([&] { ++ran; });  // void work
   EXPECT_EQ(ran, 1);
+  compute->stop();
+  owner.join();
+}
+
+TEST(ComputeThread, SubmittedWorkRunsInOrderWithoutTheCallerWaiting) {
+  ComputeThread* compute = nullptr;
+  std::barrier ready(2);
+  std::thread owner([&] {
+    ComputeThread c;
+    compute = &c;
+    ready.arrive_and_wait();
+    c.work_until_stopped();
+  });
+  ready.arrive_and_wait();
+  // The first job holds the compute thread until the caller, not waiting for it, lets it go: the
+  // second queues behind it, and the order of their effects is the order of submission.
+  std::promise<void> release;
+  std::vector<int> order;
+  auto first = compute->submit([&, gate = release.get_future().share()] {
+    gate.wait();
+    order.push_back(1);
+    return 1;
+  });
+  auto second = compute->submit([&] {
+    order.push_back(2);
+    return std::this_thread::get_id();
+  });
+  EXPECT_EQ(first.wait_for(std::chrono::milliseconds(20)), std::future_status::timeout);
+  release.set_value();
+  EXPECT_EQ(first.get(), 1);
+  EXPECT_NE(second.get(), std::this_thread::get_id());
+  EXPECT_EQ(order, (std::vector<int>{1, 2}));
+  auto failing = compute->submit([]() -> int { throw std::runtime_error("bad batch"); });
+  EXPECT_THROW(failing.get(), std::runtime_error);
   compute->stop();
   owner.join();
 }
@@ -79,7 +128,7 @@ TEST(ComputeThread, WorkFromSeveralThreadsMakesOneOpenMpPool) {
       c.work_until_stopped();
     });
     owner_ready.arrive_and_wait();
-    const std::size_t before = threads_of_this_process();  // with the owner
+    const std::size_t before = settled_threads_of_this_process();  // with the owner
     constexpr int kCallers = 3;
     std::barrier counted(kCallers + 1);
     std::vector<std::thread> callers;

@@ -144,6 +144,52 @@ TEST_F(Serve, TensorModelsAnswerLikePyTorchAndBatchInvisibly) {
 // The binary tensor data extension (Triton's, as its clients send it): the JSON part's length in
 // Inference-Header-Content-Length, the input's raw float32 values after it; binary outputs when
 // asked. The same rows as the JSON request, and each malformed variant a 400 naming the field.
+// With more full batches waiting than run, the batcher stacks the next one while one runs and
+// answers each after the next has started (models.cpp, TensorModel::work): every client still gets
+// its own row, each row runs once.
+TEST_F(Serve, FullBatchesQueuedBehindARunAnswerEachClientItsOwnRow) {
+  auto s = start({"--model", "lenet=" + kOnnx + "lenet5_opset17.onnx", "--max-batch", "2",
+                  "--batch-timeout-ms", "200", "--max-body-mb", "64"});
+  // A large request keeps the compute thread busy while the clients' rows queue up behind it.
+  const std::int64_t big_rows = 8192;
+  json input = {{"name", "input"}, {"shape", {big_rows, 1, 28, 28}}, {"datatype", "FP32"}};
+  input["parameters"] = {{"binary_data_size", big_rows * 784 * 4}};
+  json big;
+  big["inputs"] = json::array({input});
+  const std::string big_json = big.dump();
+  std::thread large([&] {
+    auto mine = client(*s);
+    const auto res = mine.Post("/v2/models/lenet/infer",
+                               {{"Inference-Header-Content-Length", std::to_string(big_json.size())}},
+                               big_json + std::string(static_cast<std::size_t>(big_rows) * 784 * 4, '\0'),
+                               "application/octet-stream");
+    EXPECT_TRUE(res && res->status == 200) << (res ? res->body.substr(0, 300) : "no answer");
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  constexpr int kClients = 10;
+  std::vector<std::thread> clients;
+  std::vector<std::string> bodies(kClients);
+  for (int k = 0; k < kClients; ++k)
+    clients.emplace_back([&, k] {
+      auto mine = client(*s);
+      // The fixture has three images: client k sends image k % 3.
+      const auto res =
+          mine.Post("/v2/models/lenet/infer", lenet_request(k % 3, 1).dump(), "application/json");
+      if (res && res->status == 200) bodies[static_cast<std::size_t>(k)] = res->body;
+    });
+  for (auto& t : clients) t.join();
+  large.join();
+  for (int k = 0; k < kClients; ++k) {
+    SCOPED_TRACE("client " + std::to_string(k));
+    ASSERT_FALSE(bodies[static_cast<std::size_t>(k)].empty());
+    expect_rows(bodies[static_cast<std::size_t>(k)], lenet_expected(k % 3, 1));
+  }
+  EXPECT_EQ(metric(*s, "cpudl_batch_size_sum{model=\"lenet\"}"), static_cast<double>(big_rows + kClients));
+  EXPECT_EQ(metric(*s, "cpudl_batch_seconds_count{model=\"lenet\"}"),
+            metric(*s, "cpudl_batch_size_count{model=\"lenet\"}"));
+  EXPECT_EQ(s->stop(), 0) << s->err();
+}
+
 TEST_F(Serve, BinaryTensorDataMatchesTheJsonAnswer) {
   auto s = start({"--model", "lenet=" + kOnnx + "lenet5_opset17.onnx"});
   auto c = client(*s);
