@@ -169,7 +169,12 @@ bool HttpServer::process_and_close_socket(int sock) {
 }
 
 ConnectionStream* body_stream(const httplib::Request& req) {
+  // Chunked bodies, and compressed ones (httplib inflates gzip, deflate and brotli, as Triton's
+  // and KServe's clients may send), are httplib's to read.
   if (t_stream == nullptr || req.has_header("Transfer-Encoding")) return nullptr;
+  if (const std::string coding = req.get_header_value("Content-Encoding");
+      !coding.empty() && coding != "identity")
+    return nullptr;
   const std::string length = req.get_header_value("Content-Length");
   std::size_t n = 0;
   const auto [end, ec] = std::from_chars(length.data(), length.data() + length.size(), n);

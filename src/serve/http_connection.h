@@ -55,7 +55,8 @@ class HttpServer : public httplib::Server {
 };
 
 // The stream a content-reader handler may read the request's body from itself (read_exact, with
-// the Content-Length): the server is an HttpServer and the body has a length (not chunked).
+// the Content-Length): the server is an HttpServer and the body has a length (not chunked) and
+// is not compressed (Content-Encoding).
 // nullptr otherwise: read it through httplib's ContentReader.
 ConnectionStream* body_stream(const httplib::Request& req);
 

@@ -1,6 +1,6 @@
 // cpudl serve's connection loop under httplib (serve/http_connection.h), spoken to over loopback
 // with raw sockets: bodies read straight from the socket arrive whole and in order, pipelined
-// requests keep their bytes, chunked bodies go through httplib's reader, a client that stops
+// requests keep their bytes, chunked and compressed bodies go through httplib's reader, a client that stops
 // half way through its body costs only its own connection, and stop() ends idle connections.
 #include "serve/http_connection.h"
 
@@ -9,6 +9,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <chrono>
 #include <stdexcept>
@@ -161,6 +162,28 @@ TEST(HttpConnection, ChunkedBodiesGoThroughHttplib) {
            "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n");
   std::string pending;
   EXPECT_EQ(read_response(s, pending), expected("hello world", "httplib"));
+  close(s);
+}
+
+TEST(HttpConnection, CompressedBodiesGoThroughHttplibAndArriveInflated) {
+  EchoServer server;
+  const std::string body = pattern(50000, 6);
+  uLongf size = compressBound(static_cast<uLong>(body.size()));
+  std::string packed(size, '\0');
+  // zlib's compress() writes the zlib format, which HTTP calls deflate.
+  ASSERT_EQ(compress(reinterpret_cast<Bytef*>(packed.data()), &size,
+                     reinterpret_cast<const Bytef*>(body.data()), static_cast<uLong>(body.size())),
+            Z_OK);
+  packed.resize(size);
+  const int s = connect_to(server.port());
+  send_all(s, "POST /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Encoding: deflate\r\nContent-Length: " +
+                  std::to_string(packed.size()) + "\r\n\r\n" + packed);
+  std::string pending;
+  EXPECT_EQ(read_response(s, pending), expected(body, "httplib"));
+  // The connection stays in step for the next, plain request.
+  const std::string plain = pattern(30000, 7);
+  send_all(s, post(plain));
+  EXPECT_EQ(read_response(s, pending), expected(plain, "socket"));
   close(s);
 }
 
