@@ -99,6 +99,7 @@ TEST_F(Serve, TensorModelsAnswerLikePyTorchAndBatchInvisibly) {
   json big;
   big["inputs"] = json::array({input});
   const std::string big_json = big.dump();
+  const auto requests_start = std::chrono::steady_clock::now();
   std::thread large([&] {
     auto mine = client(*s);
     const auto res = mine.Post("/v2/models/lenet/infer",
@@ -129,12 +130,15 @@ TEST_F(Serve, TensorModelsAnswerLikePyTorchAndBatchInvisibly) {
   // below the compute threads' priority, and on a loaded machine the rows are sometimes parsed
   // only after the large run, one by one -- 1 run in 3 here. The LLM test checks shared passes.)
   EXPECT_EQ(metric(*s, "cpudl_batch_size_sum{model=\"lenet\"}"), static_cast<double>(big_rows + 3));
-  // Each run timed once (the start's warm-up runs are not), and none took longer than the request.
+  // Each run timed once (the start's warm-up runs are not), and the runs, one after another on the
+  // compute thread, fit in the time the requests took. (Not compared with the requests' durations:
+  // a connection thread records its request's after the answer is sent, so a scrape right after
+  // the answers can come first.)
   EXPECT_EQ(metric(*s, "cpudl_batch_seconds_count{model=\"lenet\"}"),
             metric(*s, "cpudl_batch_size_count{model=\"lenet\"}"));
   EXPECT_GT(metric(*s, "cpudl_batch_seconds_sum{model=\"lenet\"}"), 0.0);
   EXPECT_LE(metric(*s, "cpudl_batch_seconds_sum{model=\"lenet\"}"),
-            metric(*s, "cpudl_request_duration_seconds_sum{model=\"lenet\"}"));
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - requests_start).count());
   r = c.Post("/v2/models/lenet/infer", lenet_request(0, 3).dump(), "application/json");
   ASSERT_TRUE(r);
   expect_rows(r->body, lenet_expected(0, 3));
