@@ -168,23 +168,20 @@ int TensorModel::waiting() const {
 }
 
 std::vector<Tensor> TensorModel::run(const std::vector<Tensor>& inputs, bool timed) {
-  auto compute = [&]() -> std::vector<Tensor> {
-    const auto start = Clock::now();
-    // The governor's count of the moment, between batches (never mid-run).
-    const ThreadScope scope(options_.governor != nullptr ? options_.governor->threads() : options_.threads);
-    std::vector<Tensor> outputs;
-    if (onnx_) {
-      outputs = onnx_->run(inputs);
-    } else {
-      NoGradGuard no_grad;
-      outputs = {own_->model->forward(inputs[0])};
-    }
-    if (timed)
-      metrics_.observe("cpudl_batch_seconds", std::chrono::duration<double>(Clock::now() - start).count(),
-                       {name_});
-    return outputs;
-  };
-  return options_.compute != nullptr ? options_.compute->run(compute) : compute();
+  const auto start = Clock::now();
+  // The governor's count of the moment, between batches (never mid-run).
+  const ThreadScope scope(options_.governor != nullptr ? options_.governor->threads() : options_.threads);
+  std::vector<Tensor> outputs;
+  if (onnx_) {
+    outputs = onnx_->run(inputs);
+  } else {
+    NoGradGuard no_grad;
+    outputs = {own_->model->forward(inputs[0])};
+  }
+  if (timed)
+    metrics_.observe("cpudl_batch_seconds", std::chrono::duration<double>(Clock::now() - start).count(),
+                     {name_});
+  return outputs;
 }
 
 // The batcher's loop. While a batch runs, the next one is taken as soon as a full one waits: its

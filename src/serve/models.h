@@ -109,7 +109,8 @@ class TensorModel {
   Running start(std::vector<std::shared_ptr<Request>> batch, std::int64_t rows);
   void answer(Running& r);
   void warm_up();  // a plan for every padded batch size, at start
-  // On the compute thread; `timed`: into cpudl_batch_seconds (the warm-up's runs are not).
+  // Called on the compute thread only (the warm-up at load, the batches through start()); `timed`:
+  // into cpudl_batch_seconds (the warm-up's runs are not).
   std::vector<Tensor> run(const std::vector<Tensor>& inputs, bool timed = true);
 
   std::string name_;

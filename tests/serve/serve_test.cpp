@@ -43,6 +43,21 @@ class Serve : public cpudl::testing::CliSandbox {
     c.set_read_timeout(120);
     return c;
   }
+  // A request of `rows` zero images for lenet as binary data, posted on its own thread (8,192 rows
+  // keep the compute thread busy for about 90 ms): other requests then queue behind its run.
+  static std::thread post_zero_images(const ServerProcess& s, std::int64_t rows) {
+    json input = {{"name", "input"}, {"shape", {rows, 1, 28, 28}}, {"datatype", "FP32"}};
+    input["parameters"] = {{"binary_data_size", rows * 784 * 4}};
+    json request;
+    request["inputs"] = json::array({input});
+    return std::thread([&s, rows, header = request.dump()] {
+      auto mine = client(s);
+      const auto res = mine.Post(
+          "/v2/models/lenet/infer", {{"Inference-Header-Content-Length", std::to_string(header.size())}},
+          header + std::string(static_cast<std::size_t>(rows) * 784 * 4, '\0'), "application/octet-stream");
+      EXPECT_TRUE(res && res->status == 200) << (res ? res->body.substr(0, 300) : "no answer");
+    });
+  }
   // A metric's value from /metrics ("name{labels}" as rendered), or NaN when absent.
   static double metric(const ServerProcess& s, const std::string& series) {
     auto c = client(s);
@@ -94,20 +109,8 @@ TEST_F(Serve, TensorModelsAnswerLikePyTorchAndBatchInvisibly) {
   // worker busy while three clients send one row each. Each answer is its own row of PyTorch's
   // output, whichever run carried it.
   const std::int64_t big_rows = 8192;
-  json input = {{"name", "input"}, {"shape", {big_rows, 1, 28, 28}}, {"datatype", "FP32"}};
-  input["parameters"] = {{"binary_data_size", big_rows * 784 * 4}};
-  json big;
-  big["inputs"] = json::array({input});
-  const std::string big_json = big.dump();
   const auto requests_start = std::chrono::steady_clock::now();
-  std::thread large([&] {
-    auto mine = client(*s);
-    const auto res = mine.Post("/v2/models/lenet/infer",
-                               {{"Inference-Header-Content-Length", std::to_string(big_json.size())}},
-                               big_json + std::string(static_cast<std::size_t>(big_rows) * 784 * 4, '\0'),
-                               "application/octet-stream");
-    EXPECT_TRUE(res && res->status == 200) << (res ? res->body.substr(0, 300) : "no answer");
-  });
+  std::thread large = post_zero_images(*s, big_rows);
   // The rows go 50 ms later, while the large one is read, parsed or run (about 110 ms here, longer
   // on a loaded machine or under the sanitizers): they queue, or wait for it as a request still
   // being parsed. (Not polling /metrics for its start: connection threads run at a lower priority
@@ -156,19 +159,7 @@ TEST_F(Serve, FullBatchesQueuedBehindARunAnswerEachClientItsOwnRow) {
                   "--batch-timeout-ms", "200", "--max-body-mb", "64"});
   // A large request keeps the compute thread busy while the clients' rows queue up behind it.
   const std::int64_t big_rows = 8192;
-  json input = {{"name", "input"}, {"shape", {big_rows, 1, 28, 28}}, {"datatype", "FP32"}};
-  input["parameters"] = {{"binary_data_size", big_rows * 784 * 4}};
-  json big;
-  big["inputs"] = json::array({input});
-  const std::string big_json = big.dump();
-  std::thread large([&] {
-    auto mine = client(*s);
-    const auto res = mine.Post("/v2/models/lenet/infer",
-                               {{"Inference-Header-Content-Length", std::to_string(big_json.size())}},
-                               big_json + std::string(static_cast<std::size_t>(big_rows) * 784 * 4, '\0'),
-                               "application/octet-stream");
-    EXPECT_TRUE(res && res->status == 200) << (res ? res->body.substr(0, 300) : "no answer");
-  });
+  std::thread large = post_zero_images(*s, big_rows);
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   constexpr int kClients = 10;
   std::vector<std::thread> clients;
