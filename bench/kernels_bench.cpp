@@ -263,19 +263,24 @@ const KernelVariant<F32RowwiseFn>& log_softmax_kernel() { return kernel_table().
 
 #define PICK(kernel) [] { return kernel_table().kernel.fn; }, #kernel
 
-// LLM generation: one token through a 128 MiB weight matrix of 4096 columns in a GGUF type, the
-// rows split over the threads as llm::weight_matmul does. Reports GB/s of weights read and
-// pct_bw: generation is bound by that stream.
-void BM_weight_matvec(benchmark::State& state, cpudl::GgmlType type, const char* name) {
+// LLM generation: one token through a weight matrix of 4096 columns in a GGUF type (128 MiB, or
+// state.range(0) KiB), the rows split over the threads as llm::weight_matmul does; `repack`: with
+// the panels a model makes at load (repack_at_load: Q4_0's generation panels on VNNI CPUs).
+// Reports GB/s of weights read and pct_bw: generation is bound by that stream. A matrix that
+// stays in L2 (the 512 KiB rows) shows what the kernel's instructions allow instead.
+void BM_weight_matvec(benchmark::State& state, cpudl::GgmlType type, const char* name, bool repack = false) {
   const int threads = threads_arg(state);
   const std::size_t cols = 4096, row_bytes = cpudl::llm::row_bytes(type, cols);
-  const std::size_t rows = (std::size_t{128} << 20) / row_bytes;
+  const std::size_t bytes =
+      state.range(0) == 0 ? std::size_t{128} << 20 : static_cast<std::size_t>(state.range(0)) << 10;
+  const std::size_t rows = bytes / row_bytes / 16 * 16;
   std::vector<float> values(cols);
   for (std::size_t i = 0; i < cols; ++i) values[i] = static_cast<float>((i * 7919) % 2001) / 1000.0f - 1.0f;
   std::vector<std::uint8_t> w(rows * row_bytes);
   cpudl::llm::quantize_row(type, values.data(), w.data(), cols);
   for (std::size_t r = 1; r < rows; ++r) std::copy_n(w.data(), row_bytes, w.data() + r * row_bytes);
-  const cpudl::llm::WeightMatrix matrix{name, type, w.data(), rows, cols, row_bytes};
+  cpudl::llm::WeightMatrix matrix{name, type, w.data(), rows, cols, row_bytes};
+  if (repack) cpudl::llm::repack_at_load(matrix, threads);
   cpudl::llm::MatmulScratch scratch;
   std::vector<float> y(rows);
   const RoofAround roof = bandwidth_roof(threads);
@@ -732,6 +737,11 @@ BENCHMARK_CAPTURE(BM_weight_matvec, q8_0, cpudl::GgmlType::q8_0, "q8_0_q8a_matmu
 BENCHMARK_CAPTURE(BM_weight_matvec, q4_0, cpudl::GgmlType::q4_0, "q4_0_q8a_matmul")
     ->Args({0, 1})
     ->Args({0, 0})
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_weight_matvec, q4_0_panels, cpudl::GgmlType::q4_0, "q4_0 generation panels", true)
+    ->Args({0, 1})
+    ->Args({0, 0})
+    ->Args({512, 1})
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_weight_matvec, q4_k, cpudl::GgmlType::q4_k, "q4_k_q8_k_matmul")
     ->Args({0, 1})

@@ -53,49 +53,61 @@ void gemv_groups(const Q8_0x16Block* panel, std::size_t blocks, const BlockQ8A* 
   }
 }
 
-// A panel block's column group j as 16 rows x 4 unsigned bytes, the form VPDPBUSD takes against
-// the signed activation bytes: Q8_0 XOR 0x80 (a bias of 128); Q4_0 (kernel_types.h's
-// Q4_0x16Block) its 32-byte group's two nibble planes side by side (a bias of 8). The bias comes
+// A panel block's column groups 2c and 2c + 1, each as 16 rows x 4 unsigned bytes, the form
+// VPDPBUSD takes against the signed activation bytes: Q8_0 XOR 0x80 (a bias of 128); Q4_0
+// (kernel_types.h's Q4_0x16Block) its chunk c's two nibble planes (a bias of 8). The bias comes
 // back out as the bias times the activation block's sum.
-inline __m512i unsigned_group(const Q8_0x16Block& p, int j) {
-  return _mm512_xor_si512(_mm512_loadu_si512(p.q[j]), _mm512_set1_epi8(static_cast<char>(0x80)));
+inline void unsigned_pair(const Q8_0x16Block& p, int c, __m512i& first, __m512i& second) {
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  first = _mm512_xor_si512(_mm512_loadu_si512(p.q[2 * c]), flip);
+  second = _mm512_xor_si512(_mm512_loadu_si512(p.q[2 * c + 1]), flip);
 }
-inline __m512i unsigned_group(const Q4_0x16Block& p, int j) {
-  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.q[j])),
-                low = _mm256_set1_epi8(0x0F);
-  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(v, low)),
-                            _mm256_and_si256(_mm256_srli_epi16(v, 4), low), 1);
+inline void unsigned_pair(const Q4_0x16Block& p, int c, __m512i& first, __m512i& second) {
+  const __m512i v = _mm512_loadu_si512(p.q[c]), low = _mm512_set1_epi8(0x0F);
+  first = _mm512_and_si512(v, low);
+  second = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
 }
 inline __m512 row_scales(const Q8_0x16Block& p) { return _mm512_loadu_ps(p.d); }
 inline __m512 row_scales(const Q4_0x16Block& p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.d)));
 }
+inline __m512i broadcast_four(const BlockQ8A& x, int j) {
+  std::int32_t four;
+  std::memcpy(&four, x.qs + 4 * j, 4);
+  return _mm512_set1_epi32(four);
+}
 
-// Q4_0 (kernel_types.h's Q4_0x16Block): a 32-byte group's two nibble planes side by side are a
-// 64-byte panel row of unsigned values, which VPDPBUSD takes as they are against the signed
-// activation bytes; the offset of 8 comes back as 8 times the activation block's sum.
+// Q4_0 (kernel_types.h's Q4_0x16Block): per chunk, one 512-bit load; its low nibbles are one
+// column group, unsigned as VPDPBUSD takes them, and its high nibbles masked in place (16 times
+// the values, no shift) the next, into a second sum shifted back by 4 at the end of the block --
+// exact, as every term is a multiple of 16. Two sums also halve the chain of dependent
+// VPDPBUSDs. The offset of 8 comes back as 8 times the activation block's sum.
 template <int kGroups>
 void gemv_groups_q4(const Q4_0x16Block* panel, std::size_t blocks, const BlockQ8A* x, float* y,
                     std::size_t rows) {
+  const __m512i low = _mm512_set1_epi8(0x0F), high = _mm512_set1_epi8(static_cast<char>(0xF0));
   __m512 acc[kGroups];
   for (int g = 0; g < kGroups; ++g) acc[g] = _mm512_setzero_ps();
   for (std::size_t b = 0; b < blocks; ++b) {
-    __m512i dot[kGroups];
-    for (int g = 0; g < kGroups; ++g) dot[g] = _mm512_setzero_si512();
-    for (int j = 0; j < 8; ++j) {
-      std::int32_t four;
-      std::memcpy(&four, x[b].qs + 4 * j, 4);
-      const __m512i xs = _mm512_set1_epi32(four);
-      for (int g = 0; g < kGroups; ++g)
-        dot[g] = _mm512_dpbusd_epi32(dot[g],
-                                     unsigned_group(panel[static_cast<std::size_t>(g) * blocks + b], j), xs);
+    __m512i dot_low[kGroups], dot_high[kGroups];
+    const __m512i offset = _mm512_set1_epi32(-8 * x[b].sum);
+    for (int g = 0; g < kGroups; ++g) {
+      dot_low[g] = offset;
+      dot_high[g] = _mm512_setzero_si512();
+    }
+    for (int c = 0; c < 4; ++c) {
+      const __m512i x_low = broadcast_four(x[b], 2 * c), x_high = broadcast_four(x[b], 2 * c + 1);
+      for (int g = 0; g < kGroups; ++g) {
+        const __m512i v = _mm512_loadu_si512(panel[static_cast<std::size_t>(g) * blocks + b].q[c]);
+        dot_low[g] = _mm512_dpbusd_epi32(dot_low[g], _mm512_and_si512(v, low), x_low);
+        dot_high[g] = _mm512_dpbusd_epi32(dot_high[g], _mm512_and_si512(v, high), x_high);
+      }
     }
     const __m512 dx = _mm512_set1_ps(x[b].d);
-    const __m512i offset = _mm512_set1_epi32(8 * x[b].sum);
     for (int g = 0; g < kGroups; ++g) {
+      const __m512i dot = _mm512_add_epi32(dot_low[g], _mm512_srai_epi32(dot_high[g], 4));
       const __m512 dw = row_scales(panel[static_cast<std::size_t>(g) * blocks + b]);
-      acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(dot[g], offset)), _mm512_mul_ps(dw, dx),
-                               acc[g]);
+      acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, dx), acc[g]);
     }
   }
   for (int g = 0; g < kGroups; ++g) {
@@ -109,8 +121,8 @@ void gemv_groups_q4(const Q4_0x16Block* panel, std::size_t blocks, const BlockQ8
 // Several tokens against one 16-row group (prompts, and sequences decoding together), from the
 // panels repacked at load, where the eight-row panels (int8_products.inl) are packed per call:
 // the pack cost more than the product at four tokens (30% and 20% of a four-sequence Q8_0 pass).
-// Per column group of a block, one 512-bit load of 16 rows x 4 values made unsigned (Q8_0: XOR
-// 0x80, a bias of 128; Q4_0: the nibble planes, a bias of 8), then one VPDPBUSD per token against
+// Per column group of a block, 16 rows x 4 values made unsigned (Q8_0: XOR 0x80, a bias of 128;
+// Q4_0: a nibble plane, a bias of 8; unsigned_pair), then one VPDPBUSD per token against
 // its 4 activation bytes broadcast; each token's bias comes back out as the bias times its
 // activation block's sum.
 template <int NT, int kBias, class Panel>
@@ -120,12 +132,12 @@ void dot_tile(const Panel* panel, std::size_t blocks, const BlockQ8A* const* x, 
   for (std::size_t b = 0; b < blocks; ++b) {
     __m512i dot[NT];
     for (int i = 0; i < NT; ++i) dot[i] = _mm512_set1_epi32(-kBias * x[i][b].sum);
-    for (int j = 0; j < 8; ++j) {
-      const __m512i w = unsigned_group(panel[b], j);
+    for (int c = 0; c < 4; ++c) {
+      __m512i first, second;
+      unsigned_pair(panel[b], c, first, second);
       for (int i = 0; i < NT; ++i) {
-        std::int32_t four;
-        std::memcpy(&four, x[i][b].qs + 4 * j, 4);
-        dot[i] = _mm512_dpbusd_epi32(dot[i], w, _mm512_set1_epi32(four));
+        dot[i] = _mm512_dpbusd_epi32(dot[i], first, broadcast_four(x[i][b], 2 * c));
+        dot[i] = _mm512_dpbusd_epi32(dot[i], second, broadcast_four(x[i][b], 2 * c + 1));
       }
     }
     const __m512 dw = row_scales(panel[b]);

@@ -180,10 +180,10 @@ void pack_q4_0x16_nibbles__ref(const void* w, std::size_t w_row_bytes, int rows,
                                                                static_cast<std::size_t>(r) * w_row_bytes)[b]
                                 .d
                           : 0;
-    for (int j = 0; j < 8; ++j)
-      for (int i = 0; i < 32; ++i)
-        out.q[j][i] = static_cast<std::uint8_t>(nibble(i / 4, b, 4 * j + i % 4) |
-                                                (nibble(8 + i / 4, b, 4 * j + i % 4) << 4));
+    for (int c = 0; c < 4; ++c)
+      for (int i = 0; i < 64; ++i)
+        out.q[c][i] = static_cast<std::uint8_t>(nibble(i / 4, b, 8 * c + i % 4) |
+                                                (nibble(i / 4, b, 8 * c + 4 + i % 4) << 4));
   }
 }
 
@@ -198,8 +198,8 @@ void q4_0x16_q8a_gemv__ref(const Q4_0x16Block* panel, std::size_t k, const void*
     for (std::size_t b = 0; b < blocks; ++b) {
       int sum = 0;
       for (int c = 0; c < 32; ++c) {
-        const std::uint8_t byte = p[b].q[c / 4][(row % 8) * 4 + c % 4];
-        sum += (((row < 8) ? byte & 0xF : byte >> 4) - 8) * xb[b].qs[c];
+        const std::uint8_t byte = p[b].q[c / 8][row * 4 + c % 4];
+        sum += ((c % 8 < 4 ? byte & 0xF : byte >> 4) - 8) * xb[b].qs[c];
       }
       s += static_cast<double>(fp16_to_f32(p[b].d[row])) * xb[b].d * sum;
     }
