@@ -14,12 +14,16 @@ namespace cpudl {
 
 // Calls fn(begin, end) on at most `threads` disjoint ranges covering [0, n), each at least
 // `grain` long (so small tensors stay on one thread and pay no fork/join).
+// How many ranges parallel_for makes of n.
+inline int parallel_chunks(std::size_t n, std::size_t grain, int threads) {
+  const std::size_t max_chunks = std::max<std::size_t>(1, n / std::max<std::size_t>(1, grain));
+  return static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(std::max(1, threads)), max_chunks));
+}
+
 template <class Fn>
 void parallel_for(std::size_t n, std::size_t grain, int threads, Fn&& fn) {
   if (n == 0) return;
-  const std::size_t max_chunks = std::max<std::size_t>(1, n / std::max<std::size_t>(1, grain));
-  const int chunks =
-      static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(std::max(1, threads)), max_chunks));
+  const int chunks = parallel_chunks(n, grain, threads);
   if (chunks == 1 || omp_in_parallel()) {
     fn(std::size_t{0}, n);
     return;

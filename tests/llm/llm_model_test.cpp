@@ -72,11 +72,14 @@ TEST_P(LlmReference, PromptLogitsMatchTheNumPyReference) {
     ctx.eval(tokens, /*all_logits=*/true);
     EXPECT_LT(worst_relative_error(ctx, ref.data(), tokens.size()), c.tolerance) << "batch " << batch;
   }
-  // Token by token through the cache: the last position's logits agree too.
-  Context ctx(model, {.n_ctx = 64, .cache_type = c.cache, .threads = 1});
-  for (std::int32_t t : tokens) ctx.eval(std::span(&t, 1));
-  const float* last = ref.data() + (tokens.size() - 1) * static_cast<std::size_t>(ref.shape()[1]);
-  EXPECT_LT(worst_relative_error(ctx, last, 1), c.tolerance) << "token by token";
+  // Token by token through the cache, on one thread and as a team of two (runtime/team.h): the
+  // last position's logits agree too.
+  for (const int threads : {1, 2}) {
+    Context ctx(model, {.n_ctx = 64, .cache_type = c.cache, .threads = threads});
+    for (std::int32_t t : tokens) ctx.eval(std::span(&t, 1));
+    const float* last = ref.data() + (tokens.size() - 1) * static_cast<std::size_t>(ref.shape()[1]);
+    EXPECT_LT(worst_relative_error(ctx, last, 1), c.tolerance) << "token by token, threads " << threads;
+  }
 
   // Three sequences out of step through eval_batch (a server's concurrent generations): each
   // starts from its own prefix, then every pass takes two tokens of the first (a prompt chunk

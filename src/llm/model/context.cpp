@@ -18,6 +18,7 @@
 #include "llm/gguf/quantize.h"
 #include "llm/model/weight_matmul.h"
 #include "runtime/parallel.h"
+#include "runtime/team.h"
 
 namespace cpudl::llm {
 
@@ -76,22 +77,25 @@ struct Context::State {
     std::size_t row0;
     int tokens, pos0;
   };
-  void store_kv(int layer, std::span<const Run> runs);
+  void store_kv(int layer, std::span<const Run> runs, Workers& workers);
   void store_kv_head(int layer, int head, const float* kk, const float* vv, int pos);
   // fn(t) for each token, over the threads when there are several tokens.
   template <class Fn>
-  void per_token(std::size_t tokens, Fn&& fn) {
-    per_token_rows(tokens, [&](std::size_t begin, std::size_t rows) {
+  void per_token(std::size_t tokens, Workers& workers, Fn&& fn) {
+    per_token_rows(tokens, workers, [&](std::size_t begin, std::size_t rows) {
       for (std::size_t t = begin; t < begin + rows; ++t) fn(t);
     });
   }
-  // fn(first token, token count) over the threads' shares, for the row kernels (RMSNorm).
+  // fn(first token, token count) over the threads' shares, for the row kernels (RMSNorm); one
+  // token's rows on one thread.
   template <class Fn>
-  void per_token_rows(std::size_t tokens, Fn&& fn) {
-    parallel_for(tokens, 1, tokens > 1 ? threads : 1,
-                 [&](std::size_t begin, std::size_t end) { fn(begin, end - begin); });
+  void per_token_rows(std::size_t tokens, Workers& workers, Fn&& fn) {
+    if (tokens == 1)
+      workers.once([&] { fn(0, 1); });
+    else
+      workers.split(tokens, 1, [&](std::size_t begin, std::size_t end) { fn(begin, end - begin); });
   }
-  void attention(int layer, std::span<const Run> runs);
+  void attention(int layer, std::span<const Run> runs, Workers& workers);
   void attend(const Run& run, int layer, int head, float* scores, std::vector<std::uint8_t>& scratch);
   // RoPE angles of the rows being evaluated, computed once per forward for all layers: cos and
   // sin per row and frequency (rows x rope_dims/2 each), at each run's positions.
@@ -101,9 +105,15 @@ struct Context::State {
   // The decoder layers over `tokens`, rows of this state's buffers, each run's rows attending to
   // (and appended to) its sequence's cache; the final hidden states are left in x. The caller
   // advances the sequences' n_past.
-  void layers(std::span<const std::int32_t> tokens, std::span<const Run> runs);
+  // Every member of a team calls it (Context::eval's single tokens), or one thread with forked
+  // workers.
+  void layers(std::span<const std::int32_t> tokens, std::span<const Run> runs, Workers& workers);
   // Final norm and output projection of `rows` hidden rows of x (row indices), into `out`.
-  void output(std::span<const std::size_t> rows, float* out);
+  void output(std::span<const std::size_t> rows, float* out, Workers& workers);
+  // layers() and output() of a run, one token on a team (a token's ~60 steps in one parallel
+  // region, runtime/team.h), more forked.
+  void forward(std::span<const std::int32_t> tokens, std::span<const Run> runs,
+               std::span<const std::size_t> out_rows, float* out);
   std::vector<float> batch_logits;  // eval_batch's logits before they go to their contexts
 };
 
@@ -186,18 +196,15 @@ void Context::eval(std::span<const std::int32_t> tokens, bool all_logits) {
   for (std::size_t start = 0; start < tokens.size(); start += static_cast<std::size_t>(s.batch)) {
     const std::size_t n = std::min(tokens.size() - start, static_cast<std::size_t>(s.batch));
     const State::Run run{&s, 0, static_cast<int>(n), s.n_past};
-    s.layers(tokens.subspan(start, n), {&run, 1});
-    s.n_past += static_cast<int>(n);
     // Logits of every row with all_logits (to rows start...), else of the last token only, and
     // none for a non-final chunk.
-    if (all_logits) {
-      std::vector<std::size_t> rows(n);
-      for (std::size_t i = 0; i < n; ++i) rows[i] = i;
-      s.output(rows, s.logits.data() + start * vocab);
-    } else if (start + n == tokens.size()) {
-      const std::size_t last = n - 1;
-      s.output({&last, 1}, s.logits.data());
-    }
+    std::vector<std::size_t> rows;
+    if (all_logits)
+      for (std::size_t i = 0; i < n; ++i) rows.push_back(i);
+    else if (start + n == tokens.size())
+      rows.push_back(n - 1);
+    s.forward(tokens.subspan(start, n), {&run, 1}, rows, s.logits.data() + (all_logits ? start * vocab : 0));
+    s.n_past += static_cast<int>(n);
   }
 }
 
@@ -228,13 +235,12 @@ void Context::eval_batch(std::span<const SequenceTokens> sequences) {
   if (tokens.size() > static_cast<std::size_t>(work.batch))
     throw Error("eval_batch: " + std::to_string(tokens.size()) + " tokens exceed the batch of " +
                 std::to_string(work.batch));
-  work.layers(tokens, runs);
   std::vector<std::size_t> last(runs.size());
   for (std::size_t i = 0; i < runs.size(); ++i)
     last[i] = runs[i].row0 + static_cast<std::size_t>(runs[i].tokens) - 1;
   const auto vocab = static_cast<std::size_t>(work.c.vocab);
   work.batch_logits.resize(runs.size() * vocab);
-  work.output(last, work.batch_logits.data());
+  work.forward(tokens, runs, last, work.batch_logits.data());
   for (std::size_t i = 0; i < runs.size(); ++i) {
     State& s = *runs[i].seq;
     s.n_past += runs[i].tokens;
@@ -281,20 +287,22 @@ void Context::State::rope(float* vec, int heads, std::size_t t) const {
 // Appends the rows' K and V (this state's k and v) to each run's cache, KV heads split across
 // threads (each head's rows are its own, and a q8_0 V block is requantised by the one thread
 // that owns the head).
-void Context::State::store_kv(int layer, std::span<const Run> runs) {
+void Context::State::store_kv(int layer, std::span<const Run> runs, Workers& workers) {
   const int hd = c.head_dim;
   const std::size_t kvd = static_cast<std::size_t>(c.kv_heads) * hd;
-  const bool several = runs.size() > 1 || runs[0].tokens > 1;
-  parallel_for(static_cast<std::size_t>(c.kv_heads), 1, several ? threads : 1,
-               [&](std::size_t h0, std::size_t h1) {
-                 for (const Run& run : runs)
-                   for (int i = 0; i < run.tokens; ++i)
-                     for (auto h = static_cast<int>(h0); h < static_cast<int>(h1); ++h) {
-                       const std::size_t at =
-                           (run.row0 + static_cast<std::size_t>(i)) * kvd + static_cast<std::size_t>(h) * hd;
-                       run.seq->store_kv_head(layer, h, k.data() + at, v.data() + at, run.pos0 + i);
-                     }
-               });
+  // One token's heads over a team too (its stores miss the cache: the weights streamed through
+  // since the last token); forked, one token is not worth a fork.
+  const bool several = runs.size() > 1 || runs[0].tokens > 1 || workers.in_team();
+  const std::size_t grain = several ? 1 : static_cast<std::size_t>(c.kv_heads);
+  workers.split(static_cast<std::size_t>(c.kv_heads), grain, [&](std::size_t h0, std::size_t h1) {
+    for (const Run& run : runs)
+      for (int i = 0; i < run.tokens; ++i)
+        for (auto h = static_cast<int>(h0); h < static_cast<int>(h1); ++h) {
+          const std::size_t at =
+              (run.row0 + static_cast<std::size_t>(i)) * kvd + static_cast<std::size_t>(h) * hd;
+          run.seq->store_kv_head(layer, h, k.data() + at, v.data() + at, run.pos0 + i);
+        }
+  });
 }
 
 void Context::State::store_kv_head(int layer, int h, const float* kk, const float* vv, int pos) {
@@ -327,9 +335,9 @@ void Context::State::store_kv_head(int layer, int h, const float* kk, const floa
 
 // Every (run, query head) pair is one task, over at most `threads` threads, each with its own
 // scores and quantisation scratch.
-void Context::State::attention(int layer, std::span<const Run> runs) {
+void Context::State::attention(int layer, std::span<const Run> runs, Workers& workers) {
   const auto heads = static_cast<std::size_t>(c.heads);
-  parallel_for(runs.size() * heads, 1, threads, [&](std::size_t begin, std::size_t end) {
+  workers.split(runs.size() * heads, 1, [&](std::size_t begin, std::size_t end) {
     const auto tid = static_cast<std::size_t>(omp_in_parallel() ? omp_get_thread_num() : 0);
     for (std::size_t item = begin; item < end; ++item)
       attend(runs[item / heads], layer, static_cast<int>(item % heads), scores[tid].data(), att_scratch[tid]);
@@ -390,27 +398,44 @@ void Context::State::attend(const Run& run, int layer, int h, float* sc, std::ve
              static_cast<std::size_t>(hd), static_cast<std::size_t>(tokens), k_len});
 }
 
-void Context::State::layers(std::span<const std::int32_t> tokens, std::span<const Run> runs) {
+void Context::State::forward(std::span<const std::int32_t> tokens, std::span<const Run> runs,
+                             std::span<const std::size_t> out_rows, float* out) {
+  auto pass = [&](Workers& workers) {
+    layers(tokens, runs, workers);
+    if (!out_rows.empty()) output(out_rows, out, workers);
+  };
+  if (tokens.size() == 1) {
+    run_as_team(threads, pass);
+  } else {
+    Workers forked(threads);
+    pass(forked);
+  }
+}
+
+void Context::State::layers(std::span<const std::int32_t> tokens, std::span<const Run> runs,
+                            Workers& workers) {
   const auto T = tokens.size();
   const auto dim = static_cast<std::size_t>(c.dim), ffn = static_cast<std::size_t>(c.ffn),
              kvd = static_cast<std::size_t>(c.kv_heads * c.head_dim);
   const Model::Impl& m = *model;
   const auto swiglu = kernels::kernel_table().f32_swiglu.fn;  // silu(gate) * up
   const auto rms_norm = kernels::kernel_table().f32_rms_norm.fn;
-  for (std::size_t t = 0; t < T; ++t) {
-    const WeightMatrix& e = m.token_embedding;
-    dequantize_row(e.type, e.data + static_cast<std::size_t>(tokens[t]) * e.row_bytes, x.data() + t * dim,
-                   dim);
-  }
-  rope_angles(T, runs);
+  workers.once([&] {
+    for (std::size_t t = 0; t < T; ++t) {
+      const WeightMatrix& e = m.token_embedding;
+      dequantize_row(e.type, e.data + static_cast<std::size_t>(tokens[t]) * e.row_bytes, x.data() + t * dim,
+                     dim);
+    }
+    rope_angles(T, runs);
+  });
   for (int l = 0; l < c.layers; ++l) {
     const LayerWeights& w = m.layers[static_cast<std::size_t>(l)];
-    per_token_rows(T, [&](std::size_t t, std::size_t rows) {
+    per_token_rows(T, workers, [&](std::size_t t, std::size_t rows) {
       rms_norm(x.data() + t * dim, w.attn_norm.data(), xb.data() + t * dim, rows, dim, c.rms_epsilon);
     });
     const MatmulTarget qkv[] = {{&w.q, q.data(), dim}, {&w.k, k.data(), kvd}, {&w.v, v.data(), kvd}};
-    weight_matmul(qkv, xb.data(), T, dim, act_scratch, threads);
-    per_token(T, [&](std::size_t t) {
+    weight_matmul(qkv, xb.data(), T, dim, act_scratch, workers);
+    per_token(T, workers, [&](std::size_t t) {
       if (!w.q_bias.empty()) {
         for (std::size_t i = 0; i < dim; ++i) q[t * dim + i] += w.q_bias[i];
         for (std::size_t i = 0; i < kvd; ++i) k[t * kvd + i] += w.k_bias[i];
@@ -419,31 +444,34 @@ void Context::State::layers(std::span<const std::int32_t> tokens, std::span<cons
       rope(q.data() + t * dim, c.heads, t);
       rope(k.data() + t * kvd, c.kv_heads, t);
     });
-    store_kv(l, runs);
-    attention(l, runs);
-    weight_matmul(w.o, att.data(), T, dim, tmp.data(), dim, act_scratch, threads);
-    per_token_rows(T, [&](std::size_t t, std::size_t rows) {
+    store_kv(l, runs, workers);
+    attention(l, runs, workers);
+    weight_matmul(w.o, att.data(), T, dim, tmp.data(), dim, act_scratch, workers);
+    per_token_rows(T, workers, [&](std::size_t t, std::size_t rows) {
       for (std::size_t i = t * dim; i < (t + rows) * dim; ++i) x[i] += tmp[i];
       rms_norm(x.data() + t * dim, w.ffn_norm.data(), xb.data() + t * dim, rows, dim, c.rms_epsilon);
     });
     const MatmulTarget gate_up[] = {{&w.gate, hb.data(), ffn}, {&w.up, hb2.data(), ffn}};
-    weight_matmul(gate_up, xb.data(), T, dim, act_scratch, threads);
-    per_token(T, [&](std::size_t t) {
+    weight_matmul(gate_up, xb.data(), T, dim, act_scratch, workers);
+    per_token(T, workers, [&](std::size_t t) {
       swiglu(hb.data() + t * ffn, hb2.data() + t * ffn, hb.data() + t * ffn, ffn);
     });
-    weight_matmul(w.down, hb.data(), T, ffn, tmp.data(), dim, act_scratch, threads);
-    per_token(T, [&](std::size_t t) {
+    weight_matmul(w.down, hb.data(), T, ffn, tmp.data(), dim, act_scratch, workers);
+    per_token(T, workers, [&](std::size_t t) {
       for (std::size_t i = t * dim; i < (t + 1) * dim; ++i) x[i] += tmp[i];
     });
   }
 }
 
-void Context::State::output(std::span<const std::size_t> rows, float* out) {
+void Context::State::output(std::span<const std::size_t> rows, float* out, Workers& workers) {
   const auto dim = static_cast<std::size_t>(c.dim), vocab = static_cast<std::size_t>(c.vocab);
   const auto rms_norm = kernels::kernel_table().f32_rms_norm.fn;
-  for (std::size_t i = 0; i < rows.size(); ++i)
-    rms_norm(x.data() + rows[i] * dim, model->output_norm.data(), xb.data() + i * dim, 1, dim, c.rms_epsilon);
-  weight_matmul(model->output, xb.data(), rows.size(), dim, out, vocab, act_scratch, threads);
+  workers.once([&] {
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      rms_norm(x.data() + rows[i] * dim, model->output_norm.data(), xb.data() + i * dim, 1, dim,
+               c.rms_epsilon);
+  });
+  weight_matmul(model->output, xb.data(), rows.size(), dim, out, vocab, act_scratch, workers);
 }
 
 }  // namespace cpudl::llm

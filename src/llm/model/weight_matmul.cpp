@@ -11,6 +11,7 @@
 #include "llm/gguf/quantize.h"
 #include "runtime/aligned_buffer.h"
 #include "runtime/parallel.h"
+#include "runtime/team.h"
 
 namespace cpudl::llm {
 
@@ -248,7 +249,7 @@ constexpr std::size_t kMaxTargets = 4;  // Q/K/V, gate/up: fixed arrays, no allo
 
 // Generation: each weight kernel over its rows, the activations quantised once per format.
 void generation_matmul(std::span<const MatmulTarget> targets, const float* x, std::size_t tokens,
-                       std::size_t ldx, MatmulScratch& scratch, int threads) {
+                       std::size_t ldx, MatmulScratch& scratch, Workers& workers) {
   const std::size_t cols = targets[0].w->cols;
   // Activations in each format the targets' kernels take (f32 rows are used as they are), each
   // format made once. Offsets into the scratch, not pointers: a later resize would move it.
@@ -270,17 +271,28 @@ void generation_matmul(std::span<const MatmulTarget> targets, const float* x, st
     if (p.act_offset != SIZE_MAX) continue;
     p.act_offset = act_bytes;
     act_bytes += tokens * p.act_row_bytes;
-    if (scratch.activations.size() < act_bytes) scratch.activations.resize(act_bytes);
-    for (std::size_t tok = 0; tok < tokens; ++tok)
-      kernel.quantize(x + tok * ldx, scratch.activations.data() + p.act_offset + tok * p.act_row_bytes, cols);
   }
+  workers.once([&] {
+    if (scratch.activations.size() < act_bytes) scratch.activations.resize(act_bytes);
+    for (std::size_t i = 0; i < targets.size(); ++i) {
+      const Prepared& p = prepared[i];
+      const bool first_of_format =
+          p.act_offset != SIZE_MAX && std::none_of(prepared, prepared + i, [&](const Prepared& q) {
+            return q.act_offset == p.act_offset;
+          });
+      if (!first_of_format) continue;
+      for (std::size_t tok = 0; tok < tokens; ++tok)
+        p.kernel.quantize(x + tok * ldx, scratch.activations.data() + p.act_offset + tok * p.act_row_bytes,
+                          cols);
+    }
+  });
   auto activations = [&](const Prepared& p) -> const void* {
     return p.act_offset == SIZE_MAX ? static_cast<const void*>(x) : scratch.activations.data() + p.act_offset;
   };
   std::size_t total_rows = 0;
   for (const MatmulTarget& t : targets) total_rows += t.w->rows;
-  // One fork/join for all rows; chunks of at least 16 rows, each a contiguous slice of weights.
-  parallel_for(total_rows, 16, threads, [&](std::size_t begin, std::size_t end) {
+  // One split for all rows; chunks of at least 16 rows, each a contiguous slice of weights.
+  workers.split(total_rows, 16, [&](std::size_t begin, std::size_t end) {
     std::size_t base = 0;
     for (std::size_t i = 0; i < targets.size(); ++i) {
       const WeightMatrix& w = *targets[i].w;
@@ -322,15 +334,18 @@ void generation_matmul(std::span<const MatmulTarget> targets, const float* x, st
 }  // namespace
 
 void weight_matmul(std::span<const MatmulTarget> targets, const float* x, std::size_t tokens, std::size_t ldx,
-                   MatmulScratch& scratch, int threads) {
+                   MatmulScratch& scratch, Workers& workers) {
   if (targets.empty()) return;
   if (targets.size() > kMaxTargets) throw Error("weight_matmul: more than 4 matrices in one call");
   const std::size_t cols = targets[0].w->cols;
   for (const MatmulTarget& t : targets)
     if (t.w->cols != cols)
       throw Error("weight_matmul: '" + t.w->name + "' does not take inputs of " + std::to_string(cols));
+  // The prompt product forks the pool for each of its steps (a team member would run it alone:
+  // passes with that many tokens do not run as a team).
+  const int threads = workers.threads();
   if (ldx == cols && tokens >= kPromptMinTokens) {
-    prompt_matmul(targets, x, tokens, ldx, scratch, threads);
+    workers.once([&] { prompt_matmul(targets, x, tokens, ldx, scratch, threads); });
     return;
   }
   // A few tokens (several sequences decoding at once): the int8 panels pay from two tokens on,
@@ -341,14 +356,26 @@ void weight_matmul(std::span<const MatmulTarget> targets, const float* x, std::s
   for (const MatmulTarget& t : targets)
     (ldx == cols && tokens >= kInt8PanelMinTokens && int8_prompt(t.w->type) ? panel[n_panel++]
                                                                             : rest[n_rest++]) = t;
-  if (n_panel > 0) prompt_matmul({panel, n_panel}, x, tokens, ldx, scratch, threads);
-  if (n_rest > 0) generation_matmul({rest, n_rest}, x, tokens, ldx, scratch, threads);
+  if (n_panel > 0) workers.once([&] { prompt_matmul({panel, n_panel}, x, tokens, ldx, scratch, threads); });
+  if (n_rest > 0) generation_matmul({rest, n_rest}, x, tokens, ldx, scratch, workers);
+}
+
+void weight_matmul(std::span<const MatmulTarget> targets, const float* x, std::size_t tokens, std::size_t ldx,
+                   MatmulScratch& scratch, int threads) {
+  Workers forked(threads);
+  weight_matmul(targets, x, tokens, ldx, scratch, forked);
+}
+
+void weight_matmul(const WeightMatrix& w, const float* x, std::size_t tokens, std::size_t ldx, float* y,
+                   std::size_t ldy, MatmulScratch& scratch, Workers& workers) {
+  const MatmulTarget target{&w, y, ldy};
+  weight_matmul({&target, 1}, x, tokens, ldx, scratch, workers);
 }
 
 void weight_matmul(const WeightMatrix& w, const float* x, std::size_t tokens, std::size_t ldx, float* y,
                    std::size_t ldy, MatmulScratch& scratch, int threads) {
-  const MatmulTarget target{&w, y, ldy};
-  weight_matmul({&target, 1}, x, tokens, ldx, scratch, threads);
+  Workers forked(threads);
+  weight_matmul(w, x, tokens, ldx, y, ldy, scratch, forked);
 }
 
 namespace {

@@ -27,6 +27,7 @@
 #include "kernels/kernel_types.h"
 #include "llm/model/model_impl.h"
 #include "runtime/aligned_buffer.h"
+#include "runtime/team.h"
 
 namespace cpudl::llm {
 
@@ -36,9 +37,12 @@ struct MatmulScratch {
   AlignedBuffer packed;                   // a prompt's activations packed for the GEMM microkernel
 };
 
-// y[t * ldy + r] = sum_c W[r][c] x[t * ldx + c] for t < tokens, r < W.rows.
+// y[t * ldy + r] = sum_c W[r][c] x[t * ldx + c] for t < tokens, r < W.rows; over `threads`
+// (forked), or by every member of a team (runtime/team.h), each calling it.
 void weight_matmul(const WeightMatrix& w, const float* x, std::size_t tokens, std::size_t ldx, float* y,
                    std::size_t ldy, MatmulScratch& scratch, int threads);
+void weight_matmul(const WeightMatrix& w, const float* x, std::size_t tokens, std::size_t ldx, float* y,
+                   std::size_t ldy, MatmulScratch& scratch, Workers& workers);
 
 // Several matrices of the same input width applied to the same x (Q, K and V; gate and up) in
 // one pass: one fork/join for all their rows in generation, one wider SGEMM in a prompt.
@@ -49,6 +53,8 @@ struct MatmulTarget {
 };
 void weight_matmul(std::span<const MatmulTarget> targets, const float* x, std::size_t tokens, std::size_t ldx,
                    MatmulScratch& scratch, int threads);
+void weight_matmul(std::span<const MatmulTarget> targets, const float* x, std::size_t tokens, std::size_t ldx,
+                   MatmulScratch& scratch, Workers& workers);
 
 // Panels made once at load, besides the mapping, unless ModelLoadOptions::repack is off. On a CPU whose
 // prompt product runs on AMX tiles, a Q8_0 or Q4_0 matrix gets its tile panels
