@@ -105,13 +105,12 @@ struct Context::State {
   // The decoder layers over `tokens`, rows of this state's buffers, each run's rows attending to
   // (and appended to) its sequence's cache; the final hidden states are left in x. The caller
   // advances the sequences' n_past.
-  // Every member of a team calls it (Context::eval's single tokens), or one thread with forked
-  // workers.
+  // Every member of a team calls it (forward), or one thread with forked workers.
   void layers(std::span<const std::int32_t> tokens, std::span<const Run> runs, Workers& workers);
   // Final norm and output projection of `rows` hidden rows of x (row indices), into `out`.
   void output(std::span<const std::size_t> rows, float* out, Workers& workers);
-  // layers() and output() of a run, one token on a team (a token's ~60 steps in one parallel
-  // region, runtime/team.h), more forked.
+  // layers() and output() of a pass, in one parallel region whose threads meet at a spinning
+  // barrier between steps (runtime/team.h): a generated token's ~60 steps are 10-70 us each.
   void forward(std::span<const std::int32_t> tokens, std::span<const Run> runs,
                std::span<const std::size_t> out_rows, float* out);
   std::vector<float> batch_logits;  // eval_batch's logits before they go to their contexts
@@ -404,12 +403,7 @@ void Context::State::forward(std::span<const std::int32_t> tokens, std::span<con
     layers(tokens, runs, workers);
     if (!out_rows.empty()) output(out_rows, out, workers);
   };
-  if (tokens.size() == 1) {
-    run_as_team(threads, pass);
-  } else {
-    Workers forked(threads);
-    pass(forked);
-  }
+  run_as_team(threads, pass);
 }
 
 void Context::State::layers(std::span<const std::int32_t> tokens, std::span<const Run> runs,

@@ -138,7 +138,7 @@ void int8_rows(const WeightMatrix& w, std::size_t lo, std::size_t hi, const void
 // are read in place from the mapping; the other types are converted into a six-row panel first,
 // which then serves every token of the chunk. Q4_0 rows (and Q8_0 ones on VNNI) take int8_rows.
 void prompt_matmul(std::span<const MatmulTarget> targets, const float* x, std::size_t tokens, std::size_t ldx,
-                   MatmulScratch& scratch, int threads) {
+                   MatmulScratch& scratch, Workers& workers) {
   constexpr std::size_t kRows = kernels::kGemmMr, kTokens = kernels::kGemmNr;
   const std::size_t cols = targets[0].w->cols;
   std::size_t total_rows = 0;
@@ -149,18 +149,27 @@ void prompt_matmul(std::span<const MatmulTarget> targets, const float* x, std::s
   }
   const std::size_t q8_row_bytes = activation_row_bytes(ActivationFormat::q8a, cols);
   if (any_int8) {
-    if (scratch.activations.size() < tokens * q8_row_bytes) scratch.activations.resize(tokens * q8_row_bytes);
+    workers.once([&] {
+      if (scratch.activations.size() < tokens * q8_row_bytes)
+        scratch.activations.resize(tokens * q8_row_bytes);
+    });
     const kernels::QuantizeRowFn quantize = kernels::kernel_table().quantize_row_q8a.fn;
-    for (std::size_t t = 0; t < tokens; ++t)
-      quantize(x + t * ldx, scratch.activations.data() + t * q8_row_bytes, cols);
+    workers.split(tokens, 16, [&](std::size_t t0, std::size_t t1) {
+      for (std::size_t t = t0; t < t1; ++t)
+        quantize(x + t * ldx, scratch.activations.data() + t * q8_row_bytes, cols);
+    });
   }
   // Every token packed once, in slivers of kTokens k-major (zero-padded past the last token),
   // shared by the threads; written in order, reading 16 rows side by side (a column-by-column
   // walk of a sliver touched a new cache line per element and took a sixth of the kernel's time).
   const std::size_t all_slivers = (tokens + kTokens - 1) / kTokens;
-  float* packed = any_float ? scratch.packed.get(all_slivers * kTokens * cols) : nullptr;
+  float* packed = nullptr;
+  if (any_float) {
+    workers.once([&] { scratch.packed.get(all_slivers * kTokens * cols); });  // sized by one member,
+    packed = scratch.packed.get(all_slivers * kTokens * cols);                // then only read
+  }
   if (any_float)
-    parallel_for(all_slivers, 1, threads, [&](std::size_t first, std::size_t last) {
+    workers.split(all_slivers, 1, [&](std::size_t first, std::size_t last) {
       for (std::size_t s = first; s < last; ++s) {
         const float* src[kTokens];
         const std::size_t width = std::min(kTokens, tokens - s * kTokens);
@@ -174,7 +183,7 @@ void prompt_matmul(std::span<const MatmulTarget> targets, const float* x, std::s
   const std::size_t token_chunk =
       std::max(kTokens, (std::size_t{256} << 10) / (cols * sizeof(float)) / kTokens * kTokens);
   const kernels::GemmRowsMicrokernelFn kernel = kernels::kernel_table().f32_gemm_rows_6x16.fn;
-  parallel_for(total_rows, 16, threads, [&](std::size_t begin, std::size_t end) {
+  workers.split(total_rows, 16, [&](std::size_t begin, std::size_t end) {
     thread_local AlignedBuffer panel;
     std::size_t base = 0;
     for (const MatmulTarget& target : targets) {
@@ -341,11 +350,8 @@ void weight_matmul(std::span<const MatmulTarget> targets, const float* x, std::s
   for (const MatmulTarget& t : targets)
     if (t.w->cols != cols)
       throw Error("weight_matmul: '" + t.w->name + "' does not take inputs of " + std::to_string(cols));
-  // The prompt product forks the pool for each of its steps (a team member would run it alone:
-  // passes with that many tokens do not run as a team).
-  const int threads = workers.threads();
   if (ldx == cols && tokens >= kPromptMinTokens) {
-    workers.once([&] { prompt_matmul(targets, x, tokens, ldx, scratch, threads); });
+    prompt_matmul(targets, x, tokens, ldx, scratch, workers);
     return;
   }
   // A few tokens (several sequences decoding at once): the int8 panels pay from two tokens on,
@@ -356,7 +362,7 @@ void weight_matmul(std::span<const MatmulTarget> targets, const float* x, std::s
   for (const MatmulTarget& t : targets)
     (ldx == cols && tokens >= kInt8PanelMinTokens && int8_prompt(t.w->type) ? panel[n_panel++]
                                                                             : rest[n_rest++]) = t;
-  if (n_panel > 0) workers.once([&] { prompt_matmul({panel, n_panel}, x, tokens, ldx, scratch, threads); });
+  if (n_panel > 0) prompt_matmul({panel, n_panel}, x, tokens, ldx, scratch, workers);
   if (n_rest > 0) generation_matmul({rest, n_rest}, x, tokens, ldx, scratch, workers);
 }
 
