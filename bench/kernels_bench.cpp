@@ -265,7 +265,8 @@ const KernelVariant<F32RowwiseFn>& log_softmax_kernel() { return kernel_table().
 
 // LLM generation: one token through a weight matrix of 4096 columns in a GGUF type (128 MiB, or
 // state.range(0) KiB), the rows split over the threads as llm::weight_matmul does; `repack`: with
-// the panels a model makes at load (repack_at_load: Q4_0's generation panels on VNNI CPUs).
+// the panels a model makes at load (repack_at_load: Q4_0's and Q4_K's generation panels on VNNI
+// CPUs).
 // Reports GB/s of weights read and pct_bw: generation is bound by that stream. A matrix that
 // stays in L2 (the 512 KiB rows) shows what the kernel's instructions allow instead.
 void BM_weight_matvec(benchmark::State& state, cpudl::GgmlType type, const char* name, bool repack = false) {
@@ -739,6 +740,11 @@ BENCHMARK_CAPTURE(BM_weight_matvec, q4_0, cpudl::GgmlType::q4_0, "q4_0_q8a_matmu
     ->Args({0, 0})
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_weight_matvec, q4_0_panels, cpudl::GgmlType::q4_0, "q4_0 generation panels", true)
+    ->Args({0, 1})
+    ->Args({0, 0})
+    ->Args({512, 1})
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_weight_matvec, q4_k_panels, cpudl::GgmlType::q4_k, "q4_k generation panels", true)
     ->Args({0, 1})
     ->Args({0, 0})
     ->Args({512, 1})

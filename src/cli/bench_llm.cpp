@@ -197,8 +197,8 @@ int run_bench_llm(const BenchLlmOptions& o) {
   std::printf("  prompt %d tokens: %8.1f tokens/s\n", prompt, pp_rate);
   if (c.repacked_bytes > 0)
     std::printf(
-        "  (weights repacked at load into the panels this CPU's kernels read (AMX tiles, 4-bit VNNI "
-        "generation panels): %.1f MB besides the mapping; --no-repack skips it)\n",
+        "  (weights repacked at load into the panels this CPU's kernels read (AMX tiles, Q4_0 and Q4_K "
+        "VNNI generation panels): %.1f MB besides the mapping; --no-repack skips it)\n",
         static_cast<double>(c.repacked_bytes) / 1e6);
   if (o.parallel > 1) {
     std::printf(

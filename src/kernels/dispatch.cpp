@@ -148,6 +148,16 @@ const std::vector<KernelVariant<Q4_0x16GemvFn>>& q4_0x16_q8a_gemv_variants() {
       CPUDL_VARIANT(generic, q4_0x16_q8a_gemv__ref)};
   return v;
 }
+const std::vector<KernelVariant<Q4_Kx16GemvFn>>& q4_kx16_q8_k_gemv_variants() {
+  static const std::vector<KernelVariant<Q4_Kx16GemvFn>> v = {
+      CPUDL_VARIANT(avx512_vnni, q4_kx16_q8_k_gemv__avx512_vnni),
+      CPUDL_VARIANT(generic, q4_kx16_q8_k_gemv__ref)};
+  return v;
+}
+const std::vector<KernelVariant<PackQ4_Kx16Fn>>& pack_q4_kx16_variants() {
+  static const std::vector<KernelVariant<PackQ4_Kx16Fn>> v = {CPUDL_VARIANT(generic, pack_q4_kx16__ref)};
+  return v;
+}
 const std::vector<KernelVariant<PackQ4_0x16Fn>>& pack_q4_0x16_nibbles_variants() {
   static const std::vector<KernelVariant<PackQ4_0x16Fn>> v = {
       CPUDL_VARIANT(generic, pack_q4_0x16_nibbles__ref)};

@@ -67,6 +67,8 @@ namespace cpudl::kernels {
   X(pack_q4_0x16_nibbles, PackQ4_0x16Fn)                               \
   X(q4_0x16_q8a_gemv, Q4_0x16GemvFn)                                   \
   X(q4_0x16_q8a_gemm, Q4_0x16GemmFn)                                   \
+  X(pack_q4_kx16, PackQ4_Kx16Fn)                                       \
+  X(q4_kx16_q8_k_gemv, Q4_Kx16GemvFn)                                  \
   X(q4_k_q8_k_matmul, WeightMatmulFn)                                  \
   X(q6_k_q8_k_matmul, WeightMatmulFn)                                  \
   X(quantize_row_q8a, QuantizeRowFn)                                   \

@@ -186,6 +186,24 @@ using PackQ4_0x16Fn = void (*)(const void* w, std::size_t w_row_bytes, int rows,
                                Q4_0x16Block* panel);
 using Q4_0x16GemvFn = void (*)(const Q4_0x16Block* panel, std::size_t k, const void* x, float* y,
                                std::size_t rows);
+// Sixteen Q4_K rows for generation on AVX512-VNNI, per 256-value block: the rows' d and dmin
+// (fp16, as stored), the 6-bit scale and min of each 32-value sub-block j unpacked to a byte per
+// row (scales[j][row], mins[j][row]: the row kernel unpacks the 12 packed bytes of every block
+// of every row on every token, a quarter of its instructions), and each sub-block's nibbles in
+// Q4_0x16Block's chunk layout (q[j][c]: byte i holds value 8c + i % 4 of row i / 4 in its low
+// nibble and 8c + 4 + i % 4 in its high one). 2,368 bytes per 16 x 256 values, 3% more than
+// the rows. Nibbles as stored; value = d * scale * q - dmin * min, exactly as the rows.
+struct Q4_Kx16Block {
+  std::uint16_t d[16], dmin[16];
+  std::uint8_t scales[8][16], mins[8][16];
+  std::uint8_t q[8][4][64];
+};
+using PackQ4_Kx16Fn = void (*)(const void* w, std::size_t w_row_bytes, int rows, std::size_t k,
+                               Q4_Kx16Block* panel);
+// One token: y[r] = sum_k W[r][k] x[k] for r < rows, the panel holding (rows + 15) / 16 groups of
+// k / 256 blocks each, group after group; x one BlockQ8_K row.
+using Q4_Kx16GemvFn = void (*)(const Q4_Kx16Block* panel, std::size_t k, const void* x, float* y,
+                               std::size_t rows);
 // One token: y[r] = sum_k W[r][k] x[k] for r < rows, the panel holding (rows + 15) / 16 groups of
 // k / 32 blocks each, group after group; x one BlockQ8A row.
 using Q8_0x16GemvFn = void (*)(const Q8_0x16Block* panel, std::size_t k, const void* x, float* y,

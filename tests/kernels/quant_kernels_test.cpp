@@ -283,6 +283,53 @@ TEST(Q4_0GenerationPanel, GemvMatchesTheDequantisedProduct) {
   }
 }
 
+// Q4_K generation panels (Q4_Kx16Block): every gemv variant, the reference included, against the
+// double product of the dequantised rows and the Q8_K activations, 1 to 5 row groups (the VNNI
+// kernel's four-group streams and the single-group rest), a partial last group, two blocks.
+TEST(Q4_KGenerationPanel, GemvMatchesTheDequantisedProduct) {
+  if (kMachineLevel < IsaLevel::avx512_vnni)
+    std::printf("note: no AVX512-VNNI here: only the reference Q4_K panel gemv is checked\n");
+  const std::size_t k = 512;
+  for (const std::size_t rows : {16, 13, 64, 75}) {
+    const std::vector<float> w = gaussian(rows * k, 41);
+    const std::size_t w_row = llm::row_bytes(GgmlType::q4_k, k);
+    std::vector<std::uint8_t> wq(rows * w_row);
+    std::vector<float> w_deq(rows * k);
+    for (std::size_t r = 0; r < rows; ++r) {
+      llm::quantize_row(GgmlType::q4_k, w.data() + r * k, wq.data() + r * w_row, k);
+      llm::dequantize_row(GgmlType::q4_k, wq.data() + r * w_row, w_deq.data() + r * k, k);
+    }
+    const std::size_t groups = (rows + 15) / 16;
+    std::vector<Q4_Kx16Block> panel(groups * (k / 256));
+    for (std::size_t g = 0; g < groups; ++g)
+      pack_q4_kx16__ref(wq.data() + g * 16 * w_row, w_row,
+                        static_cast<int>(std::min<std::size_t>(16, rows - g * 16)), k,
+                        panel.data() + g * (k / 256));
+    const std::vector<float> x = gaussian(k, 42);
+    std::vector<BlockQ8_K> xq(k / 256);
+    quantize_row_q8_k__ref(x.data(), xq.data(), k);
+    int ran = 0;
+    for (const auto& v : q4_kx16_q8_k_gemv_variants()) {
+      if (v.level > kMachineLevel) continue;
+      SCOPED_TRACE(std::string(v.name) + ", rows " + std::to_string(rows));
+      std::vector<float> y(rows + 1, -1.0f);
+      v.fn(panel.data(), k, xq.data(), y.data(), rows);
+      for (std::size_t r = 0; r < rows; ++r) {
+        double want = 0, scale = 0;
+        for (std::size_t i = 0; i < k; ++i) {
+          const double xi = static_cast<double>(xq[i / 256].d) * xq[i / 256].qs[i % 256];
+          want += w_deq[r * k + i] * xi;
+          scale += std::fabs(w_deq[r * k + i] * xi);
+        }
+        ASSERT_NEAR(y[r], want, 1e-5 * scale) << r;
+      }
+      EXPECT_EQ(y[rows], -1.0f) << "wrote past the rows";
+      ++ran;
+    }
+    EXPECT_GE(ran, kMachineLevel >= IsaLevel::avx512_vnni ? 2 : 1);
+  }
+}
+
 TEST(QuantizeRow, Q8AVariantsAreBitExact) {
   for (std::size_t k : {32, 64, 4096}) {
     std::vector<float> x = gaussian(k, 5);

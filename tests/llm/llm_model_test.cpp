@@ -317,8 +317,9 @@ TEST(WeightMatmul, PromptAcrossTokenChunksMatchesTheDoubleProduct) {
 // Matrices repacked at load (repack_at_load): on AMX, Q8_0 and Q4_0 tile panels for prompts,
 // Q8_0's also for single tokens (the VNNI gemv); on VNNI CPUs, Q4_0's 4-bit generation panels
 // (single tokens, and several on the dot-product kernel) and, without AMX, Q8_0's tile panels for
-// several tokens. Row ranges split by the threads inside 16-row groups give what the mapped rows
-// give, within float rounding; the bytes reported are the panels'.
+// several tokens; Q4_K's generation panels (single tokens). Row ranges split by the threads inside
+// 16-row groups give what the mapped rows give, within float rounding; the bytes reported are the
+// panels'.
 TEST(WeightMatmul, RepackedRowsMatchTheMappedRows) {
   const std::size_t cols = 256, rows = 41;
   std::vector<float> w(rows * cols), x(37 * cols);
@@ -328,7 +329,7 @@ TEST(WeightMatmul, RepackedRowsMatchTheMappedRows) {
   const bool vnni = kernels::kernel_table().q4_0x16_q8a_gemv.level >= IsaLevel::avx512_vnni;
   if (!amx) std::printf("note: no AMX here: no tile panels\n");
   if (!vnni) std::printf("note: no AVX512-VNNI here: nothing is repacked\n");
-  for (const GgmlType type : {GgmlType::q8_0, GgmlType::q4_0}) {
+  for (const GgmlType type : {GgmlType::q8_0, GgmlType::q4_0, GgmlType::q4_k}) {
     const std::size_t rb = row_bytes(type, cols);
     std::vector<std::uint8_t> data(rows * rb);
     for (std::size_t r = 0; r < rows; ++r)
@@ -338,11 +339,14 @@ TEST(WeightMatmul, RepackedRowsMatchTheMappedRows) {
     const std::uint64_t bytes = repack_at_load(repacked, 2);
     const std::size_t blocks = (rows + 15) / 16 * (cols / 32);
     const bool gen = type == GgmlType::q4_0 && vnni;
-    const bool tiles = amx || (type == GgmlType::q8_0 && vnni);
+    const bool tiles = (amx && type != GgmlType::q4_k) || (type == GgmlType::q8_0 && vnni);
+    const bool k_panels = type == GgmlType::q4_k && vnni;
     EXPECT_EQ(bytes, (tiles ? blocks * sizeof(kernels::Q8_0x16Block) : 0) +
-                         (gen ? blocks * sizeof(kernels::Q4_0x16Block) : 0));
+                         (gen ? blocks * sizeof(kernels::Q4_0x16Block) : 0) +
+                         (k_panels ? blocks / 8 * sizeof(kernels::Q4_Kx16Block) : 0));
     EXPECT_EQ(static_cast<bool>(repacked.tile_panels), tiles);
     EXPECT_EQ(static_cast<bool>(repacked.gen_panels), gen);
+    EXPECT_EQ(static_cast<bool>(repacked.q4_k_panels), k_panels);
     for (const std::size_t tokens : {37, 9, 3, 1}) {
       for (const int threads : {1, 2, 3}) {
         std::vector<float> a(tokens * rows), b(tokens * rows);
@@ -351,8 +355,8 @@ TEST(WeightMatmul, RepackedRowsMatchTheMappedRows) {
         weight_matmul(repacked, x.data(), tokens, cols, b.data(), rows, s2, threads);
         for (std::size_t i = 0; i < a.size(); ++i)
           ASSERT_NEAR(b[i], a[i], 1e-4 * (1.0 + std::fabs(a[i])))
-              << (type == GgmlType::q8_0 ? "Q8_0" : "Q4_0") << " tokens " << tokens << " threads " << threads
-              << " element " << i;
+              << ggml_type_info(static_cast<std::uint32_t>(type))->name << " tokens " << tokens << " threads "
+              << threads << " element " << i;
       }
     }
   }

@@ -118,6 +118,67 @@ void gemv_groups_q4(const Q4_0x16Block* panel, std::size_t blocks, const BlockQ8
   }
 }
 
+// Q4_K generation panels (kernel_types.h's Q4_Kx16Block): per 32-value sub-block, the nibble
+// chunks go through VPDPBUSD as Q4_0's do (low plane unsigned as stored, high plane masked in
+// place into a second sum shifted back by 4), and the exact integer sub-block product is scaled
+// by the rows' 6-bit scales in int32 (VPMULLD), the mins by the sub-block's activation sum; per
+// 256-value block one conversion to float with d and dmin. The row kernel (avx2.cpp) unpacks
+// the packed scales of every row and block on every token and spends a byte shuffle and a
+// VPMADDWD per 32 values on one row, here one VPMULLD serves 16 rows.
+template <int kGroups>
+void gemv_groups_q4_k(const Q4_Kx16Block* panel, std::size_t blocks, const BlockQ8_K* x, float* y,
+                      std::size_t rows) {
+  const __m512i low = _mm512_set1_epi8(0x0F), high = _mm512_set1_epi8(static_cast<char>(0xF0));
+  __m512 acc[kGroups];
+  for (int g = 0; g < kGroups; ++g) acc[g] = _mm512_setzero_ps();
+  for (std::size_t b = 0; b < blocks; ++b) {
+    __m512i scaled[kGroups], mins[kGroups];
+    for (int g = 0; g < kGroups; ++g) scaled[g] = mins[g] = _mm512_setzero_si512();
+    for (int j = 0; j < 8; ++j) {
+      __m512i dot_low[kGroups], dot_high[kGroups];
+      for (int g = 0; g < kGroups; ++g) dot_low[g] = dot_high[g] = _mm512_setzero_si512();
+      for (int c = 0; c < 4; ++c) {
+        std::int32_t four_low, four_high;
+        std::memcpy(&four_low, x[b].qs + 32 * j + 8 * c, 4);
+        std::memcpy(&four_high, x[b].qs + 32 * j + 8 * c + 4, 4);
+        const __m512i x_low = _mm512_set1_epi32(four_low), x_high = _mm512_set1_epi32(four_high);
+        for (int g = 0; g < kGroups; ++g) {
+          const __m512i v = _mm512_loadu_si512(panel[static_cast<std::size_t>(g) * blocks + b].q[j][c]);
+          dot_low[g] = _mm512_dpbusd_epi32(dot_low[g], _mm512_and_si512(v, low), x_low);
+          dot_high[g] = _mm512_dpbusd_epi32(dot_high[g], _mm512_and_si512(v, high), x_high);
+        }
+      }
+      const __m512i sum = _mm512_set1_epi32(x[b].bsums[2 * j] + x[b].bsums[2 * j + 1]);
+      for (int g = 0; g < kGroups; ++g) {
+        const Q4_Kx16Block& p = panel[static_cast<std::size_t>(g) * blocks + b];
+        const __m512i dot = _mm512_add_epi32(dot_low[g], _mm512_srai_epi32(dot_high[g], 4));
+        const __m512i scale =
+            _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p.scales[j])));
+        const __m512i min =
+            _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p.mins[j])));
+        scaled[g] = _mm512_add_epi32(scaled[g], _mm512_mullo_epi32(dot, scale));
+        mins[g] = _mm512_add_epi32(mins[g], _mm512_mullo_epi32(min, sum));
+      }
+    }
+    const __m512 dx = _mm512_set1_ps(x[b].d);
+    for (int g = 0; g < kGroups; ++g) {
+      const Q4_Kx16Block& p = panel[static_cast<std::size_t>(g) * blocks + b];
+      const __m512 d =
+          _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.d))), dx);
+      const __m512 dmin =
+          _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.dmin))), dx);
+      acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(scaled[g]), d, acc[g]);
+      acc[g] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mins[g]), dmin, acc[g]);
+    }
+  }
+  for (int g = 0; g < kGroups; ++g) {
+    const std::size_t first = static_cast<std::size_t>(g) * 16;
+    if (first >= rows) break;
+    const std::size_t n = rows - first < 16 ? rows - first : 16;
+    _mm512_mask_storeu_ps(y + first, static_cast<__mmask16>((1u << n) - 1), acc[g]);
+  }
+}
+
 // Several tokens against one 16-row group (prompts, and sequences decoding together), from the
 // panels repacked at load, where the eight-row panels (int8_products.inl) are packed per call:
 // the pack cost more than the product at four tokens (30% and 20% of a four-sequence Q8_0 pass).
@@ -184,6 +245,16 @@ void q4_0x16_q8a_gemv__avx512_vnni(const Q4_0x16Block* panel, std::size_t k, con
   for (; g + 4 <= groups; g += 4)
     gemv_groups_q4<4>(panel + g * blocks, blocks, xb, y + g * 16, rows - g * 16);
   for (; g < groups; ++g) gemv_groups_q4<1>(panel + g * blocks, blocks, xb, y + g * 16, rows - g * 16);
+}
+
+void q4_kx16_q8_k_gemv__avx512_vnni(const Q4_Kx16Block* panel, std::size_t k, const void* x, float* y,
+                                    std::size_t rows) {
+  const std::size_t blocks = k / 256, groups = (rows + 15) / 16;
+  const auto* xb = static_cast<const BlockQ8_K*>(x);
+  std::size_t g = 0;
+  for (; g + 4 <= groups; g += 4)
+    gemv_groups_q4_k<4>(panel + g * blocks, blocks, xb, y + g * 16, rows - g * 16);
+  for (; g < groups; ++g) gemv_groups_q4_k<1>(panel + g * blocks, blocks, xb, y + g * 16, rows - g * 16);
 }
 
 void q8_0x16_q8a_gemv__avx512_vnni(const Q8_0x16Block* panel, std::size_t k, const void* x, float* y,

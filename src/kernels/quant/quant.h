@@ -41,6 +41,13 @@ namespace cpudl::kernels {
 CPUDL_DECLARE_QUANT(ref)
 CPUDL_DECLARE_QUANT(avx2)
 void q8_0_q8a_matmul__avx512_vnni(const WeightMatmulArgs& a);
+// Q4_K generation panels (kernel_types.h's Q4_Kx16Block): the pack (portable, once per matrix at
+// load), the reference gemv and the VNNI one.
+void pack_q4_kx16__ref(const void* w, std::size_t w_row_bytes, int rows, std::size_t k, Q4_Kx16Block* panel);
+void q4_kx16_q8_k_gemv__ref(const Q4_Kx16Block* panel, std::size_t k, const void* x, float* y,
+                            std::size_t rows);
+void q4_kx16_q8_k_gemv__avx512_vnni(const Q4_Kx16Block* panel, std::size_t k, const void* x, float* y,
+                                    std::size_t rows);
 void q4_0_q8a_matmul__avx512_vnni(const WeightMatmulArgs& a);
 void q4_0x8_q8a_gemm__avx512_vnni(const Q4_0x8Block* panel, std::size_t k, const void* x,
                                   std::size_t x_row_bytes, std::size_t tokens, float* y, std::size_t ldy,

@@ -217,6 +217,61 @@ void q4_0x16_q8a_gemm__ref(const Q4_0x16Block* panel, std::size_t k, const void*
   }
 }
 
+void pack_q4_kx16__ref(const void* w, std::size_t w_row_bytes, int rows, std::size_t k, Q4_Kx16Block* panel) {
+  for (std::size_t b = 0; b < k / 256; ++b) {
+    Q4_Kx16Block& out = panel[b];
+    out = {};
+    for (int r = 0; r < rows; ++r) {
+      const BlockQ4_K& in = reinterpret_cast<const BlockQ4_K*>(static_cast<const char*>(w) +
+                                                               static_cast<std::size_t>(r) * w_row_bytes)[b];
+      out.d[r] = in.d;
+      out.dmin[r] = in.dmin;
+      for (int j = 0; j < 8; ++j) {
+        int scale, min;
+        q4_k_scale_min(j, in.scales, scale, min);
+        out.scales[j][r] = static_cast<std::uint8_t>(scale);
+        out.mins[j][r] = static_cast<std::uint8_t>(min);
+        // Value v of sub-block j: qs[(j / 2) * 32 + v], low nibble for even j, high for odd.
+        auto value = [&](int v) {
+          const std::uint8_t q = in.qs[(j / 2) * 32 + v];
+          return j % 2 == 0 ? q & 0xF : q >> 4;
+        };
+        for (int c = 0; c < 4; ++c)
+          for (int i = 0; i < 4; ++i)
+            out.q[j][c][r * 4 + i] =
+                static_cast<std::uint8_t>(value(8 * c + i) | (value(8 * c + 4 + i) << 4));
+      }
+    }
+  }
+}
+
+void q4_kx16_q8_k_gemv__ref(const Q4_Kx16Block* panel, std::size_t k, const void* x, float* y,
+                            std::size_t rows) {
+  const auto* xb = static_cast<const BlockQ8_K*>(x);
+  const std::size_t blocks = k / 256;
+  for (std::size_t r = 0; r < rows; ++r) {
+    const Q4_Kx16Block* p = panel + r / 16 * blocks;
+    const auto row = static_cast<int>(r % 16);
+    double s = 0;
+    for (std::size_t b = 0; b < blocks; ++b) {
+      long scaled = 0, mins = 0;
+      for (int j = 0; j < 8; ++j) {
+        int dot = 0, sum = 0;
+        for (int v = 0; v < 32; ++v) {
+          const std::uint8_t byte = p[b].q[j][v / 8][row * 4 + v % 4];
+          dot += (v % 8 < 4 ? byte & 0xF : byte >> 4) * xb[b].qs[32 * j + v];
+          sum += xb[b].qs[32 * j + v];
+        }
+        scaled += static_cast<long>(p[b].scales[j][row]) * dot;
+        mins += static_cast<long>(p[b].mins[j][row]) * sum;
+      }
+      s += static_cast<double>(xb[b].d) * (fp16_to_f32(p[b].d[row]) * static_cast<double>(scaled) -
+                                           fp16_to_f32(p[b].dmin[row]) * static_cast<double>(mins));
+    }
+    y[r] = static_cast<float>(s);
+  }
+}
+
 // Q8_0: the signed bytes biased by 128.
 void pack_q8_0x8__ref(const void* w, std::size_t w_row_bytes, int rows, std::size_t k, Q8_0x8Block* panel) {
   pack_x8_ref<BlockQ8_0>(w, w_row_bytes, rows, k, panel,

@@ -27,6 +27,9 @@ struct WeightMatrix {
   // On VNNI CPUs, a Q4_0 matrix's rows repacked at load for generation, 4 bits a value
   // (kernel_types.h's Q4_0x16Block), in the same groups. Null otherwise.
   std::shared_ptr<const kernels::Q4_0x16Block[]> gen_panels = nullptr;
+  // On VNNI CPUs, a Q4_K matrix's rows repacked at load for generation (kernel_types.h's
+  // Q4_Kx16Block), sixteen rows at a time, cols / 256 blocks per group. Null otherwise.
+  std::shared_ptr<const kernels::Q4_Kx16Block[]> q4_k_panels = nullptr;
 };
 
 struct LayerWeights {

@@ -321,10 +321,13 @@ void generation_matmul(std::span<const MatmulTarget> targets, const float* x, st
         // (Without AMX, one token reads Q8_0's mapped rows: their kernel's four streams measured
         // faster than the gemv over the panels, 225-262 against 152-212 tokens/s on one thread.)
         const bool q8_panels = w.tile_panels && w.type == GgmlType::q8_0 && gemv_panels() && amx_type(w.type);
-        if (tokens == 1 && (q8_panels || w.gen_panels) && g0 < g1) {
+        if (tokens == 1 && (q8_panels || w.gen_panels || w.q4_k_panels) && g0 < g1) {
           if (r0 < g0) rows_kernel(r0, g0);
           const kernels::KernelTable& k = kernels::kernel_table();
-          if (w.gen_panels)
+          if (w.q4_k_panels)
+            k.q4_kx16_q8_k_gemv.fn(w.q4_k_panels.get() + g0 / 16 * (cols / 256), cols, activations(p),
+                                   targets[i].y + g0, g1 - g0);
+          else if (w.gen_panels)
             k.q4_0x16_q8a_gemv.fn(w.gen_panels.get() + g0 / 16 * (cols / 32), cols, activations(p),
                                   targets[i].y + g0, g1 - g0);
           else
@@ -386,10 +389,12 @@ void weight_matmul(const WeightMatrix& w, const float* x, std::size_t tokens, st
 
 namespace {
 
-// `pack` run over the matrix's 16-row groups on the threads, into a new array of Panel blocks.
+// `pack` run over the matrix's 16-row groups on the threads, into a new array of Panel blocks of
+// `values` columns each.
 template <class Panel, class Pack>
-std::shared_ptr<const Panel[]> pack_groups(const WeightMatrix& w, Pack pack, int threads) {
-  const std::size_t blocks = w.cols / 32, groups = (w.rows + 15) / 16;
+std::shared_ptr<const Panel[]> pack_groups(const WeightMatrix& w, Pack pack, int threads,
+                                           std::size_t values = 32) {
+  const std::size_t blocks = w.cols / values, groups = (w.rows + 15) / 16;
   auto panels = std::make_shared_for_overwrite<Panel[]>(groups * blocks);
   parallel_for(groups, 1, threads, [&](std::size_t first, std::size_t last) {
     for (std::size_t g = first; g < last; ++g)
@@ -402,8 +407,12 @@ std::shared_ptr<const Panel[]> pack_groups(const WeightMatrix& w, Pack pack, int
 }  // namespace
 
 std::uint64_t repack_at_load(WeightMatrix& w, int threads) {
-  if (w.cols % 32 != 0) return 0;
   const kernels::KernelTable& k = kernels::kernel_table();
+  if (w.type == GgmlType::q4_k && w.cols % 256 == 0 && k.q4_kx16_q8_k_gemv.level >= IsaLevel::avx512_vnni) {
+    w.q4_k_panels = pack_groups<kernels::Q4_Kx16Block>(w, k.pack_q4_kx16.fn, threads, 256);
+    return (w.rows + 15) / 16 * (w.cols / 256) * sizeof(kernels::Q4_Kx16Block);
+  }
+  if (w.cols % 32 != 0) return 0;
   const std::size_t blocks = w.cols / 32, groups = (w.rows + 15) / 16;
   std::uint64_t bytes = 0;
   if (amx_type(w.type) || vnni_q8_panels(w.type)) {
