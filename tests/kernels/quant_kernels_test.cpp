@@ -239,30 +239,34 @@ TEST(AmxPanel, Q8_0GemvMatchesTheReferenceProduct) {
   }
 }
 
-// Q4_0 generation panels (4 bits a value): every gemv variant against the double product of the
-// dequantised rows and activations, 1 to 5 row groups, partial last group.
-TEST(Q4_0GenerationPanel, GemvMatchesTheDequantisedProduct) {
-  const std::size_t k = 256;
+// Generation panels (one token, 16 rows a group): every gemv variant this CPU runs, the
+// reference included, against the double product of the dequantised rows and activations, 1 to
+// 5 row groups (the VNNI kernels' four-group streams and the single-group rest), a partial last
+// group. XBlock is the activation block (BlockQ8A per 32 values, BlockQ8_K per 256) and `pack`
+// makes a group's panel blocks of `values` columns each.
+template <class Panel, class XBlock, class Pack, class Variants, class Quantize>
+void check_generation_panel(GgmlType type, std::size_t k, std::size_t values, Pack pack,
+                            const Variants& variants, Quantize quantize_x, unsigned seed) {
+  constexpr std::size_t kX = sizeof(XBlock::qs);  // activation values per block
   for (const std::size_t rows : {16, 13, 64, 75}) {
-    const std::vector<float> w = gaussian(rows * k, 31);
-    const std::size_t w_row = llm::row_bytes(GgmlType::q4_0, k);
+    const std::vector<float> w = gaussian(rows * k, seed);
+    const std::size_t w_row = llm::row_bytes(type, k);
     std::vector<std::uint8_t> wq(rows * w_row);
     std::vector<float> w_deq(rows * k);
     for (std::size_t r = 0; r < rows; ++r) {
-      llm::quantize_row(GgmlType::q4_0, w.data() + r * k, wq.data() + r * w_row, k);
-      llm::dequantize_row(GgmlType::q4_0, wq.data() + r * w_row, w_deq.data() + r * k, k);
+      llm::quantize_row(type, w.data() + r * k, wq.data() + r * w_row, k);
+      llm::dequantize_row(type, wq.data() + r * w_row, w_deq.data() + r * k, k);
     }
     const std::size_t groups = (rows + 15) / 16;
-    std::vector<Q4_0x16Block> panel(groups * (k / 32));
+    std::vector<Panel> panel(groups * (k / values));
     for (std::size_t g = 0; g < groups; ++g)
-      pack_q4_0x16_nibbles__ref(wq.data() + g * 16 * w_row, w_row,
-                                static_cast<int>(std::min<std::size_t>(16, rows - g * 16)), k,
-                                panel.data() + g * (k / 32));
-    const std::vector<float> x = gaussian(k, 32);
-    std::vector<BlockQ8A> xq(k / 32);
-    quantize_row_q8a__ref(x.data(), xq.data(), k);
+      pack(wq.data() + g * 16 * w_row, w_row, static_cast<int>(std::min<std::size_t>(16, rows - g * 16)), k,
+           panel.data() + g * (k / values));
+    const std::vector<float> x = gaussian(k, seed + 1);
+    std::vector<XBlock> xq(k / kX);
+    quantize_x(x.data(), xq.data(), k);
     int ran = 0;
-    for (const auto& v : q4_0x16_q8a_gemv_variants()) {
+    for (const auto& v : variants) {
       if (v.level > kMachineLevel) continue;
       SCOPED_TRACE(std::string(v.name) + ", rows " + std::to_string(rows));
       std::vector<float> y(rows + 1, -1.0f);
@@ -270,54 +274,7 @@ TEST(Q4_0GenerationPanel, GemvMatchesTheDequantisedProduct) {
       for (std::size_t r = 0; r < rows; ++r) {
         double want = 0, scale = 0;
         for (std::size_t i = 0; i < k; ++i) {
-          const double xi = static_cast<double>(xq[i / 32].d) * xq[i / 32].qs[i % 32];
-          want += w_deq[r * k + i] * xi;
-          scale += std::fabs(w_deq[r * k + i] * xi);
-        }
-        ASSERT_NEAR(y[r], want, 1e-5 * scale) << r;
-      }
-      EXPECT_EQ(y[rows], -1.0f) << "wrote past the rows";
-      ++ran;
-    }
-    EXPECT_GE(ran, 1);
-  }
-}
-
-// Q4_K generation panels (Q4_Kx16Block): every gemv variant, the reference included, against the
-// double product of the dequantised rows and the Q8_K activations, 1 to 5 row groups (the VNNI
-// kernel's four-group streams and the single-group rest), a partial last group, two blocks.
-TEST(Q4_KGenerationPanel, GemvMatchesTheDequantisedProduct) {
-  if (kMachineLevel < IsaLevel::avx512_vnni)
-    std::printf("note: no AVX512-VNNI here: only the reference Q4_K panel gemv is checked\n");
-  const std::size_t k = 512;
-  for (const std::size_t rows : {16, 13, 64, 75}) {
-    const std::vector<float> w = gaussian(rows * k, 41);
-    const std::size_t w_row = llm::row_bytes(GgmlType::q4_k, k);
-    std::vector<std::uint8_t> wq(rows * w_row);
-    std::vector<float> w_deq(rows * k);
-    for (std::size_t r = 0; r < rows; ++r) {
-      llm::quantize_row(GgmlType::q4_k, w.data() + r * k, wq.data() + r * w_row, k);
-      llm::dequantize_row(GgmlType::q4_k, wq.data() + r * w_row, w_deq.data() + r * k, k);
-    }
-    const std::size_t groups = (rows + 15) / 16;
-    std::vector<Q4_Kx16Block> panel(groups * (k / 256));
-    for (std::size_t g = 0; g < groups; ++g)
-      pack_q4_kx16__ref(wq.data() + g * 16 * w_row, w_row,
-                        static_cast<int>(std::min<std::size_t>(16, rows - g * 16)), k,
-                        panel.data() + g * (k / 256));
-    const std::vector<float> x = gaussian(k, 42);
-    std::vector<BlockQ8_K> xq(k / 256);
-    quantize_row_q8_k__ref(x.data(), xq.data(), k);
-    int ran = 0;
-    for (const auto& v : q4_kx16_q8_k_gemv_variants()) {
-      if (v.level > kMachineLevel) continue;
-      SCOPED_TRACE(std::string(v.name) + ", rows " + std::to_string(rows));
-      std::vector<float> y(rows + 1, -1.0f);
-      v.fn(panel.data(), k, xq.data(), y.data(), rows);
-      for (std::size_t r = 0; r < rows; ++r) {
-        double want = 0, scale = 0;
-        for (std::size_t i = 0; i < k; ++i) {
-          const double xi = static_cast<double>(xq[i / 256].d) * xq[i / 256].qs[i % 256];
+          const double xi = static_cast<double>(xq[i / kX].d) * xq[i / kX].qs[i % kX];
           want += w_deq[r * k + i] * xi;
           scale += std::fabs(w_deq[r * k + i] * xi);
         }
@@ -328,6 +285,21 @@ TEST(Q4_KGenerationPanel, GemvMatchesTheDequantisedProduct) {
     }
     EXPECT_GE(ran, kMachineLevel >= IsaLevel::avx512_vnni ? 2 : 1);
   }
+}
+
+TEST(Q4_0GenerationPanel, GemvMatchesTheDequantisedProduct) {
+  if (kMachineLevel < IsaLevel::avx512_vnni)
+    std::printf("note: no AVX512-VNNI here: only the reference Q4_0 panel gemv is checked\n");
+  check_generation_panel<Q4_0x16Block, BlockQ8A>(GgmlType::q4_0, 256, 32, pack_q4_0x16_nibbles__ref,
+                                                 q4_0x16_q8a_gemv_variants(), quantize_row_q8a__ref, 31);
+}
+
+// Q4_K (Q4_Kx16Block): two 256-value blocks a row.
+TEST(Q4_KGenerationPanel, GemvMatchesTheDequantisedProduct) {
+  if (kMachineLevel < IsaLevel::avx512_vnni)
+    std::printf("note: no AVX512-VNNI here: only the reference Q4_K panel gemv is checked\n");
+  check_generation_panel<Q4_Kx16Block, BlockQ8_K>(GgmlType::q4_k, 512, 256, pack_q4_kx16__ref,
+                                                  q4_kx16_q8_k_gemv_variants(), quantize_row_q8_k__ref, 41);
 }
 
 TEST(QuantizeRow, Q8AVariantsAreBitExact) {
