@@ -5,8 +5,9 @@
 // futex calls at its barrier (~2.7 us from the call to the last thread's start, measured), and
 // each step's other work (a norm, RoPE, the KV store) ran on one thread between regions.
 //
-// Code written against Workers runs either way: forked (every split is a parallel_for of its
-// own; prompts, where steps are long) or as a member of a Team inside one region (run_as_team).
+// Code written against Workers runs either way: as a member of a Team inside one region
+// (run_as_team: every LLM forward pass) or forked (every split a parallel_for of its own: one
+// thread, or a caller already inside a parallel region).
 #pragma once
 
 #include <omp.h>
