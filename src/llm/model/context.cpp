@@ -197,11 +197,16 @@ void Context::eval(std::span<const std::int32_t> tokens, bool all_logits) {
     const State::Run run{&s, 0, static_cast<int>(n), s.n_past};
     // Logits of every row with all_logits (to rows start...), else of the last token only, and
     // none for a non-final chunk.
-    std::vector<std::size_t> rows;
-    if (all_logits)
-      for (std::size_t i = 0; i < n; ++i) rows.push_back(i);
-    else if (start + n == tokens.size())
-      rows.push_back(n - 1);
+    // (A generated token's one row needs no vector: no allocation per token.)
+    std::vector<std::size_t> all;
+    const std::size_t last = n - 1;
+    std::span<const std::size_t> rows;
+    if (all_logits) {
+      for (std::size_t i = 0; i < n; ++i) all.push_back(i);
+      rows = all;
+    } else if (start + n == tokens.size()) {
+      rows = {&last, 1};
+    }
     s.forward(tokens.subspan(start, n), {&run, 1}, rows, s.logits.data() + (all_logits ? start * vocab : 0));
     s.n_past += static_cast<int>(n);
   }
