@@ -94,7 +94,10 @@ std::vector<float> reference_matmul(const MatmulShape& s, const std::vector<floa
 // primitive and sgemm, cpudl's native SGEMM, and OpenBLAS and BLIS where installed -- against the
 // double-precision product, with each epilogue it takes; and the walk's choice.
 TEST(MatmulList, EveryEntryThatRunsMatchesTheReference) {
-  const MatmulShape shapes[] = {{1, 1, 1, 1}, {1, 7, 13, 5}, {2, 33, 17, 40}, {1, 64, 96, 130}};
+  // m = 1 over 1500 rows of B (split across the threads, k not a multiple of the vector) and m = 5
+  // (four rows of A per pass, then one): the weight-row entry's cases.
+  const MatmulShape shapes[] = {{1, 1, 1, 1},     {1, 7, 13, 5},     {2, 33, 17, 40},
+                                {1, 64, 96, 130}, {1, 1, 1500, 300}, {1, 5, 70, 37}};
   int ran = 0;
   for (MatmulShape s : shapes)
     for (int t = 0; t < 4; ++t)
@@ -123,12 +126,18 @@ TEST(MatmulList, EveryEntryThatRunsMatchesTheReference) {
           ++ran;
         }
       }
-  EXPECT_GT(ran, 4 * 4 * 3 * 2);  // oneDNN's primitive and the native SGEMM at least, everywhere
+  EXPECT_GT(ran, 6 * 4 * 3 * 2);  // oneDNN's primitive and the native SGEMM at least, everywhere
   EXPECT_EQ(dense::choose_matmul_impl({1, 64, 64, 64}, {}).name, "onednn");
   EXPECT_EQ(dense::choose_matmul_impl({1, 1024, 1024, 1024}, {}).name, "onednn_sgemm");
   std::vector<float> bias(1024);
   EXPECT_EQ(dense::choose_matmul_impl({1, 1024, 1024, 1024}, {bias.data()}).name,
             "onednn");  // the fused bias
+  // A Linear layer on one to eight rows: the weight-row kernel; on more, or B not stored as rows,
+  // oneDNN.
+  EXPECT_EQ(dense::choose_matmul_impl({1, 1, 1024, 1024, false, true}, {bias.data()}).name, "weight_rows");
+  EXPECT_EQ(dense::choose_matmul_impl({1, 8, 1024, 1024, false, true}, {}).name, "weight_rows");
+  EXPECT_EQ(dense::choose_matmul_impl({1, 9, 1024, 1024, false, true}, {}).name, "onednn");
+  EXPECT_EQ(dense::choose_matmul_impl({1, 1, 1024, 1024, false, false}, {}).name, "onednn");
 }
 
 TEST(Matmul, MatchesReferenceAcrossShapesAndTransposes) {
