@@ -77,6 +77,7 @@ struct ModelInfo {
 struct OpProfile {
   std::string op;
   std::int64_t calls = 0;
+  std::int64_t alone_calls = 0;  // calls run on the calling thread alone: too little work to share
   double seconds = 0, flops = 0;
 };
 

@@ -92,12 +92,14 @@ void print_profile(const InferenceSession& session) {
             [](const OpProfile& a, const OpProfile& b) { return a.seconds > b.seconds; });
   double total = 0;
   for (const auto& p : profile) total += p.seconds;
-  std::fprintf(stderr, "%-20s %8s %10s %7s %10s\n", "op", "calls", "ms/call", "share", "GFLOP/s");
+  std::fprintf(stderr, "%-20s %8s %10s %7s %10s %8s\n", "op", "calls", "ms/call", "share", "GFLOP/s",
+               "alone");
   for (const auto& p : profile) {
     if (p.calls == 0) continue;
-    std::fprintf(stderr, "%-20s %8lld %10.3f %6.1f%% %10.1f\n", p.op.c_str(), static_cast<long long>(p.calls),
-                 1e3 * p.seconds / static_cast<double>(p.calls), 100 * p.seconds / std::max(total, 1e-12),
-                 p.flops > 0 ? p.flops / p.seconds / 1e9 : 0.0);
+    std::fprintf(stderr, "%-20s %8lld %10.3f %6.1f%% %10.1f %8lld\n", p.op.c_str(),
+                 static_cast<long long>(p.calls), 1e3 * p.seconds / static_cast<double>(p.calls),
+                 100 * p.seconds / std::max(total, 1e-12), p.flops > 0 ? p.flops / p.seconds / 1e9 : 0.0,
+                 static_cast<long long>(p.alone_calls));
   }
 }
 

@@ -6,9 +6,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <unordered_map>
 
 #include "cpudl/error.h"
+#include "cpudl/runtime.h"
 #include "infer/op_list.h"
 
 namespace cpudl::infer {
@@ -98,6 +100,22 @@ void check_input_shape(const ValueInfo& declared, const Shape& given) {
                   ": every dimension must be at least 1");
 }
 
+}  // namespace
+
+namespace {
+// A step too small to share: a parallel region's fork and join (~3-5 us on two threads of a
+// virtual machine, where waking the other thread is a futex call each way) costs more than the
+// second thread saves. LeNet-5 at batch 1 (its 5x5 convolutions 0.24 and 0.48 MFLOP): 16 us on one
+// thread, 32 us on two, every op slower. A step under both bounds runs on the calling thread;
+// memory-bound products (an MLP's weights) stay shared by their bytes.
+constexpr double kSharedStepFlops = 1e6;
+constexpr std::size_t kSharedStepBytes = 64 << 10;
+bool small_step(double flops, const std::vector<ValueDesc>& in, const std::vector<ValueDesc>& out) {
+  std::size_t bytes = 0;
+  for (const auto& d : in) bytes += bytes_of(d);
+  for (const auto& d : out) bytes += bytes_of(d);
+  return flops < kSharedStepFlops && bytes < kSharedStepBytes;
+}
 }  // namespace
 
 double node_flops(const Node& node, const std::vector<ValueDesc>& in, const std::vector<ValueDesc>& out) {
@@ -289,6 +307,7 @@ Plan::Plan(const Graph& session_graph, const std::vector<Shape>& input_shapes, O
       lifetime.emplace_back(at, at);
       values_per_buffer.push_back(1);
     }
+    step.one_thread = !step.bounded && small_step(node_flops(node, s.inputs, s.outputs), s.inputs, s.outputs);
     stats_.flops += node_flops(node, s.inputs, s.outputs);
     ++stats_.ops[node.op];
     if (!s.implementation.empty())
@@ -447,11 +466,14 @@ void Plan::run(std::span<const TensorView> inputs, std::span<const TensorView> o
     }
     const std::span<const TensorView> in(scratch_in_.data(), step.inputs.size());
     const std::span<const TensorView> out(scratch_out_.data(), step.outputs.size());
+    const std::optional<ThreadScope> alone =
+        step.one_thread && compute_threads() > 1 ? std::optional<ThreadScope>(1) : std::nullopt;
     if (profiling_) {
       const auto start = std::chrono::steady_clock::now();
       step.kernel(in, out);
       profile_[i].seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       ++profile_[i].calls;
+      if (alone) ++profile_[i].alone_calls;
     } else {
       step.kernel(in, out);
     }

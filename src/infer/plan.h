@@ -41,6 +41,7 @@ struct StepProfile {
   double flops = 0;
   double seconds = 0;
   std::int64_t calls = 0;
+  std::int64_t alone_calls = 0;  // of the calls, those run on the calling thread alone (too small to share)
 };
 
 // The session's choices a plan is made with; a subgraph's plan (If, Loop) takes its node's.
@@ -91,8 +92,9 @@ class Plan {
     // Reads a bounded value: rebuilt when its inputs' actual shapes (or small integer values)
     // change, unless it sets its output shapes itself.
     bool bounded = false, sets_output_shapes = false;
-    std::shared_ptr<const Node> node;                     // for rebuilding
-    std::vector<std::int64_t> built_for;                  // the signature its kernel was built for
+    bool one_thread = false;              // too little work to share across threads (plan.cpp's small_step)
+    std::shared_ptr<const Node> node;     // for rebuilding
+    std::vector<std::int64_t> built_for;  // the signature its kernel was built for
     std::vector<std::shared_ptr<HostTensor>> run_values;  // small integer inputs, as built for
   };
 

@@ -210,6 +210,7 @@ std::vector<OpProfile> InferenceSession::profile() const {
       OpProfile& p = by_op[step.op];
       p.op = step.op;
       p.calls += step.calls;
+      p.alone_calls += step.alone_calls;
       p.seconds += step.seconds;
       p.flops += step.flops * static_cast<double>(step.calls);
     }

@@ -14,6 +14,7 @@
 #include "cpudl/error.h"
 #include "cpudl/inference.h"
 #include "cpudl/io.h"
+#include "cpudl/ops.h"
 #include "dense/onednn/dense.h"
 #include "infer/onnx_loader.h"
 
@@ -137,6 +138,34 @@ TEST(Inference, Bf16PrecisionRunsEveryProductInBf16NearTheF32Outputs) {
       }
     }
   }
+}
+
+// A step with too little work to pay for a parallel region runs on the calling thread alone
+// (plan.cpp's small_step): LeNet-5 on one image does, every step; on 256 images its convolutions
+// are shared again. The numbers match PyTorch either way.
+TEST(Inference, StepsTooSmallToShareRunOnTheCallingThread) {
+  const cpudl::Tensor x = cpudl::io::load_npy(kOnnx / "lenet5_opset17.input.npy");
+  const cpudl::Tensor expected = cpudl::io::load_npy(kOnnx / "lenet5_opset17.output.npy");
+  cpudl::InferenceOptions options;
+  options.threads = 2;
+  options.profile = true;
+  const auto conv = [](const cpudl::InferenceSession& session) {
+    for (const auto& p : session.profile())
+      if (p.op == "Conv") return p;
+    return cpudl::OpProfile{};
+  };
+  cpudl::InferenceSession one(kOnnx / "lenet5_opset17.onnx", options);
+  const cpudl::Tensor image = x.slice(0, 0, 1).contiguous();
+  EXPECT_LT(relative_error(one.run({image})[0], expected.slice(0, 0, 1).contiguous()), 1e-4);
+  EXPECT_EQ(conv(one).calls, 2);
+  EXPECT_EQ(conv(one).alone_calls, 2);
+  cpudl::InferenceSession many(kOnnx / "lenet5_opset17.onnx", options);
+  std::vector<cpudl::Tensor> copies(256 / x.shape()[0] + 1, x);
+  const cpudl::Tensor batch = cpudl::concat(copies, 0).slice(0, 0, 256).contiguous();
+  const cpudl::Tensor out = many.run({batch})[0];
+  EXPECT_LT(relative_error(out.slice(0, 0, x.shape()[0]).contiguous(), expected), 1e-4);
+  EXPECT_EQ(conv(many).calls, 2);
+  EXPECT_EQ(conv(many).alone_calls, 0);
 }
 
 TEST(Inference, EachBatchSizeGetsItsOwnPlanAndTheSameRows) {
