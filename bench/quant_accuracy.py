@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""What int8 costs in accuracy on real data (make bench-quant): simplecnn and lenet5, trained here
+"""What int8 and bf16 cost in accuracy on real data (make bench-quant): simplecnn and lenet5, trained here
 with PyTorch on the 8,000 MNIST training digits of data/mnist (Adam 1e-3, batch 256, EPOCHS
 epochs, seeded; cpudl's normalisation), exported to ONNX (opset 13), then quantised by cpudl:
   dynamic           cpudl quantize --mode dynamic (Linear layers only)
   static min-max    cpudl quantize --mode static --calib 512 training digits
   static percentile the same with --observer percentile
-Each report measures top-1 accuracy of the float and the int8 model on the 2,000 held-out test
-digits (--eval, --labels). PyTorch's own quantize_dynamic (qint8 Linear) is scored alongside.
+  bf16              cpudl quantize --mode bf16 (weights stored bfloat16; computed in bf16 where the
+                    CPU has AVX512-BF16 or AMX, else in f32 on the rounded weights: the report says)
+Each report measures top-1 accuracy of the float and the quantised model on the 2,000 held-out test
+digits (--eval, --labels). PyTorch's own quantize_dynamic (qint8 Linear) and the float model under
+torch.autocast(bfloat16) are scored alongside.
 With --write-doc the table goes into docs/BENCHMARKS.md between the quant-accuracy markers.
 """
 import argparse
@@ -23,6 +26,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from vs_onnx import cpu_model  # noqa: E402
 from vs_pytorch import ROOT, load_idx  # noqa: E402
 
 CPUDL = os.environ.get("CPUDL_BIN", os.path.join(ROOT, "build", "cpudl"))
@@ -55,6 +59,10 @@ def train(model, x, y, epochs):
 def quantize(model_path, mode, extra, files):
     out = os.path.join(WORK, os.path.basename(model_path).replace(".onnx", f"-{mode}{'-p' if extra else ''}.onnx"))
     cmd = [CPUDL, "quantize", model_path, out, "--mode", mode, "--eval", files["test"], "--labels", files["labels"], "--json"]
+    if mode == "bf16":  # the text report says whether bf16 units computed it; --json leaves that out
+        text = subprocess.run(cmd[:-1], check=True, capture_output=True, text=True).stdout
+        return {**json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout),
+                "bf16_units": "computes in bf16 here" in text}
     if mode == "static":
         cmd += ["--calib", files["calib"]] + extra
     return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
@@ -88,31 +96,39 @@ def main():
         with torch.no_grad():
             torch_fp32 = float((model(torch.from_numpy(tx)).argmax(1).numpy() == ty).mean())
             torch_int8 = float((qmodel(torch.from_numpy(tx)).argmax(1).numpy() == ty).mean())
-        row = {"model": name, "torch_fp32": torch_fp32, "torch_dynamic": torch_int8}
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                torch_bf16 = float((model(torch.from_numpy(tx)).float().argmax(1).numpy() == ty).mean())
+        row = {"model": name, "torch_fp32": torch_fp32, "torch_dynamic": torch_int8, "torch_bf16": torch_bf16}
         for key, mode, extra in (("dynamic", "dynamic", []), ("static_minmax", "static", []),
                                  ("static_percentile", "static", ["--observer", "percentile"])):
             r = quantize(path, mode, extra, files)
             row["cpudl_fp32"] = r["fp32_accuracy"]
             row[key] = r["int8_accuracy"]
             row[key + "_layers"] = sum(1 for l in r["layers"] if l["quantized"])
+        r = quantize(path, "bf16", [], files)
+        row["bf16"], row["bf16_units"] = r["bf16_accuracy"], r["bf16_units"]
         rows.append(row)
         print(json.dumps(row), flush=True)
     lines = ["| model | float (cpudl / PyTorch) | cpudl dynamic int8 | cpudl static int8, min-max | cpudl static int8, percentile | "
-             "PyTorch quantize_dynamic |", "|---|---|---|---|---|---|"]
+             "cpudl bf16 | PyTorch quantize_dynamic | PyTorch autocast bf16 |", "|---|---|---|---|---|---|---|---|"]
     pts = lambda a, b: f"{100 * a:.2f}% ({100 * (a - b):+.2f})"
     for r in rows:
         lines.append(f"| {r['model']} | {100 * r['cpudl_fp32']:.2f}% / {100 * r['torch_fp32']:.2f}% | "
                      f"{pts(r['dynamic'], r['cpudl_fp32'])} | {pts(r['static_minmax'], r['cpudl_fp32'])} | "
-                     f"{pts(r['static_percentile'], r['cpudl_fp32'])} | {pts(r['torch_dynamic'], r['torch_fp32'])} |")
+                     f"{pts(r['static_percentile'], r['cpudl_fp32'])} | {pts(r['bf16'], r['cpudl_fp32'])} | "
+                     f"{pts(r['torch_dynamic'], r['torch_fp32'])} | {pts(r['torch_bf16'], r['torch_fp32'])} |")
     table = "\n".join(lines)
     print(table)
     if args.write_doc:
         from benchmarks_doc import write_section
-        write_section("quant-accuracy", "int8 accuracy on MNIST (simplecnn, lenet5)",
+        units = "computed in bf16 (AVX512-BF16 or AMX)" if all(r["bf16_units"] for r in rows) else \
+            "computed in f32 on the bf16-rounded weights (this CPU has no bf16 units)"
+        write_section("quant-accuracy", "int8 and bf16 accuracy on MNIST (simplecnn, lenet5)",
                       f"Command: `make bench-quant` (bench/quant_accuracy.py): models trained with PyTorch {torch.__version__} on "
                       f"the 8,000 training digits ({args.epochs} epochs, Adam 1e-3, batch 256, seed 0), exported to ONNX, "
-                      "quantised by `cpudl quantize` (static: calibrated on 512 training digits); top-1 accuracy on the 2,000 "
-                      "held-out test digits, in brackets the change from float in points.\n\n" + table)
+                      "quantised by `cpudl quantize` (static: calibrated on 512 training digits; bf16: weights stored bfloat16, "
+                      f"{units}); top-1 accuracy on the 2,000 held-out test digits, in brackets the change from float in points. "
+                      f"Machine: {cpu_model()}.\n\n" + table)
 
 
 if __name__ == "__main__":
