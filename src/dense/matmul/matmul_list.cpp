@@ -11,25 +11,12 @@
 #include "cpudl/error.h"
 #include "cpudl/runtime.h"
 #include "dense/blas/blas.h"
+#include "dense/matmul/weight_rows.h"
 #include "dense/onednn/dense.h"
-#include "kernels/dispatch.h"
-#include "runtime/parallel.h"
 
 namespace cpudl::dense {
 
 namespace {
-
-// The epilogue of engines that have none, on columns [j0, j1) of one row of C.
-void apply_epilogue(const MatmulEpilogue& e, float* row, std::int64_t j0, std::int64_t j1) {
-  if (!e.bias && e.activation == Activation::none) return;
-  for (std::int64_t j = j0; j < j1; ++j) {
-    float& v = row[j];
-    if (e.bias) v += e.bias[j];
-    if (e.activation == Activation::relu) v = std::max(0.0f, v);
-    if (e.activation == Activation::clip) v = std::min(std::max(v, e.clip_min), e.clip_max);
-    if (e.activation == Activation::swish) v = v / (1.0f + std::exp(-v));
-  }
-}
 
 // ---- the CBLAS engines: the product, then the epilogue in a second pass.
 template <blas::Backend kBackend>
@@ -58,33 +45,9 @@ void sgemm_run(const MatmulShape& s, const float* a, const float* b, float* c, c
   onednn::matmul_sgemm(s, a, b, c, e.accumulate);
 }
 
-// ---- cpudl's weight-row product (the LLM's float kernel, kernels/quant): up to eight rows of A
-// times a B stored as rows of k (B^T: every exported Linear layer's weights). Such a product is
-// bound by reading the weights, not by multiply-adds; the kernel reads one row as four concurrent
-// streams (a few rows: four rows of A per pass over B) and the threads split the rows of B.
-// oneDNN 2.6's matmul primitive ran these at a third to a half of ONNX Runtime's speed and gained
-// nothing from a second thread; at 16 rows of A it wins again on one thread (docs/BENCHMARKS.md,
-// "Static int8 and bf16 CNNs", the MLP rows).
-constexpr std::int64_t kWeightRowsMaxM = 8;
-bool few_rows_of_b_transposed(const MatmulShape& s, const MatmulEpilogue& e) {
-  return s.batch == 1 && s.m <= kWeightRowsMaxM && s.transpose_b && !s.transpose_a && !e.accumulate;
-}
-void weight_rows_run(const MatmulShape& s, const float* a, const float* b, float* c,
-                     const MatmulEpilogue& e) {
-  const kernels::WeightMatmulFn fn = kernels::kernel_table().f32_f32_matmul.fn;
-  const auto k = static_cast<std::size_t>(s.k), n = static_cast<std::size_t>(s.n);
-  // A thread's share is worth its fork when it reads 64 KiB of weights or more.
-  const std::size_t grain = std::max<std::size_t>(16, (64 << 10) / (k * sizeof(float)));
-  parallel_for(n, grain, [&](std::size_t begin, std::size_t end) {
-    fn({b + begin * k, k * sizeof(float), a, k * sizeof(float), c + begin, n, end - begin,
-        static_cast<std::size_t>(s.m), k});
-    for (std::int64_t i = 0; i < s.m; ++i)
-      apply_epilogue(e, c + i * s.n, static_cast<std::int64_t>(begin), static_cast<std::int64_t>(end));
-  });
-}
-
+// ---- cpudl's weight-row product (weight_rows.h): a Linear layer on one to eight rows.
 const MatmulImpl kImpls[] = {
-    {"weight_rows", few_rows_of_b_transposed, few_rows_of_b_transposed, weight_rows_run},
+    {"weight_rows", weight_rows_fit, weight_rows_fit, weight_rows_f32},
     {"native", always, never, cblas_run<blas::Backend::native>},
     {"openblas", installed<blas::Backend::openblas>, never, cblas_run<blas::Backend::openblas>},
     {"blis", installed<blas::Backend::blis>, never, cblas_run<blas::Backend::blis>},

@@ -10,11 +10,13 @@
 
 #include "dense/conv/conv_list.h"
 #include "dense/matmul/matmul_list.h"
+#include "dense/matmul/weight_rows.h"
 #include "dense/onednn/dense.h"
 #include "dense/pool/pool_list.h"
 #include "infer/op_list.h"
 #include "infer/op_registry.h"
 #include "infer/ops/window.h"
+#include "kernels/half.h"
 #include "runtime/parallel.h"
 
 namespace cpudl::infer {
@@ -282,21 +284,43 @@ onednn::MatmulEpilogue matmul_epilogue(const FusedActivation& act, const float* 
 
 // Gemm and MatMul in the precision the plan asked for (optimizer.h's request_bf16): f32 on the
 // matmul list's choice, or bf16 on oneDNN, whose bf16 copy of a constant B is made once per plan.
+// A product of one to eight rows of A with a constant B runs on the weight-row kernel instead
+// (dense/matmul/weight_rows.h), over a bf16 copy of B made here as rows of k (transposed when the
+// file stores it k x n): oneDNN's bf16 matmul was slower there than the f32 weight-row product.
 struct Bf16Product {
   bool on = false;
   std::uint64_t b_version = 0;  // 0: B changes between runs (rounded on every call)
+  std::shared_ptr<const std::vector<std::uint16_t>> b_rows;
   void multiply(const onednn::MatmulShape& shape, const float* a, const float* b, float* c,
                 const onednn::MatmulEpilogue& e) const {
-    if (on)
+    if (b_rows) {
+      onednn::MatmulShape rows = shape;
+      rows.transpose_b = true;
+      dense::weight_rows_bf16(rows, a, b_rows->data(), c, e);
+    } else if (on) {
       onednn::matmul_bf16(shape, a, b, c, e, b_version);
-    else
+    } else {
       dense::matmul(shape, a, b, c, e);
+    }
   }
 };
-Bf16Product bf16_product(const OpSetup& s) {
+// `shape` is the product each run makes (batch 1 for every product that may take the rows).
+Bf16Product bf16_product(const OpSetup& s, const onednn::MatmulShape& shape) {
   Bf16Product p;
   p.on = s.node.get_int("cpudl.bf16", 0) != 0;
   if (p.on && s.constants[1]) p.b_version = next_weights_version();
+  onednn::MatmulShape rows = shape;
+  rows.transpose_b = true;
+  if (p.on && s.constants[1] && s.constants[1]->dtype == DType::f32 &&
+      s.constants[1]->numel() == shape.k * shape.n && dense::weight_rows_fit(rows, {})) {
+    const float* b = s.constants[1]->data<float>();
+    auto bf16 = std::make_shared<std::vector<std::uint16_t>>(static_cast<std::size_t>(shape.n * shape.k));
+    for (std::int64_t j = 0; j < shape.n; ++j)
+      for (std::int64_t i = 0; i < shape.k; ++i)
+        (*bf16)[static_cast<std::size_t>(j * shape.k + i)] =
+            f32_to_bf16(shape.transpose_b ? b[j * shape.k + i] : b[i * shape.n + j]);
+    p.b_rows = std::move(bf16);
+  }
   return p;
 }
 
@@ -341,7 +365,7 @@ Kernel build_gemm(OpSetup& s) {
   const FusedActivation act = fused_activation(s);
   if (c_offsets && act.kind != onednn::Activation::none)
     s.fail("internal: activation fused over a general C");
-  const Bf16Product bf16 = bf16_product(s);
+  const Bf16Product bf16 = bf16_product(s, m);
   return [m, row_bias, c_offsets, alpha, beta, act, bf16](std::span<const TensorView> in,
                                                           std::span<const TensorView> o) {
     const onednn::MatmulEpilogue e = matmul_epilogue(act, row_bias ? in[2].f32() : nullptr);
@@ -408,7 +432,7 @@ Kernel build_matmul(OpSetup& s) {
       }
     }
   }
-  const Bf16Product bf16 = bf16_product(s);
+  const Bf16Product bf16 = bf16_product(s, a_off.empty() ? shape : onednn::MatmulShape{});
   return [shape, bias, act, a_off, b_off, m, n, bf16](std::span<const TensorView> in,
                                                       std::span<const TensorView> o) {
     const onednn::MatmulEpilogue e = matmul_epilogue(act, bias ? in[2].f32() : nullptr);
