@@ -41,7 +41,7 @@ bool governor_wanted(const std::string& flag) {
 CLI::Option* add_no_repack_flag(CLI::App* app, bool& no_repack) {
   return app->add_flag(
       "--no-repack", no_repack,
-      "Keep a Q8_0/Q4_0/Q4_K model's weights only as mapped: no AMX/VNNI panels made at load "
+      "Keep a Q8_0/Q4_0/Q4_K/Q6_K model's weights only as mapped: no AMX/VNNI panels made at load "
       "(saves that memory, at the speed of the mapped rows)");
 }
 

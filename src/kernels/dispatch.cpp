@@ -154,6 +154,16 @@ const std::vector<KernelVariant<Q4_Kx16GemvFn>>& q4_kx16_q8_k_gemv_variants() {
       CPUDL_VARIANT(generic, q4_kx16_q8_k_gemv__ref)};
   return v;
 }
+const std::vector<KernelVariant<Q6_Kx16GemvFn>>& q6_kx16_q8_k_gemv_variants() {
+  static const std::vector<KernelVariant<Q6_Kx16GemvFn>> v = {
+      CPUDL_VARIANT(avx512_vnni, q6_kx16_q8_k_gemv__avx512_vnni),
+      CPUDL_VARIANT(generic, q6_kx16_q8_k_gemv__ref)};
+  return v;
+}
+const std::vector<KernelVariant<PackQ6_Kx16Fn>>& pack_q6_kx16_variants() {
+  static const std::vector<KernelVariant<PackQ6_Kx16Fn>> v = {CPUDL_VARIANT(generic, pack_q6_kx16__ref)};
+  return v;
+}
 const std::vector<KernelVariant<PackQ4_Kx16Fn>>& pack_q4_kx16_variants() {
   static const std::vector<KernelVariant<PackQ4_Kx16Fn>> v = {CPUDL_VARIANT(generic, pack_q4_kx16__ref)};
   return v;

@@ -200,9 +200,28 @@ struct Q4_Kx16Block {
 };
 using PackQ4_Kx16Fn = void (*)(const void* w, std::size_t w_row_bytes, int rows, std::size_t k,
                                Q4_Kx16Block* panel);
+// Q6_K's generation panels (q6_kx16_q8_k_gemv): sixteen rows of one 256-value block side by
+// side, in as many bytes as the rows (3,360 per 16 x 256 values, 210 a row). d as stored; each
+// 16-value sub-block's int8 scale per row (scales[j][row]); its low nibbles as two chunks in
+// Q4_0x16Block's layout (low[j][c]: byte i holds value 16j + 8c + i % 4 of row i / 4 in its low
+// nibble and 16j + 8c + 4 + i % 4 in its high one); its high two bits as one chunk (high[j]: byte
+// i holds in bits 2g..2g+1 those of value 16j + 4g + i % 4 of row i / 4). So each 16-row x
+// 4-value group is one 512-bit load of nibbles and one of high bits away from VPDPBUSD, where the
+// rows keep a value's bits 32 and 64 bytes apart. q unsigned as stored (0..63); value = d * scale
+// * (q - 32), exactly as the rows.
+struct Q6_Kx16Block {
+  std::uint16_t d[16];
+  std::int8_t scales[16][16];
+  std::uint8_t low[16][2][64];
+  std::uint8_t high[16][64];
+};
+using PackQ6_Kx16Fn = void (*)(const void* w, std::size_t w_row_bytes, int rows, std::size_t k,
+                               Q6_Kx16Block* panel);
 // One token: y[r] = sum_k W[r][k] x[k] for r < rows, the panel holding (rows + 15) / 16 groups of
 // k / 256 blocks each, group after group; x one BlockQ8_K row.
 using Q4_Kx16GemvFn = void (*)(const Q4_Kx16Block* panel, std::size_t k, const void* x, float* y,
+                               std::size_t rows);
+using Q6_Kx16GemvFn = void (*)(const Q6_Kx16Block* panel, std::size_t k, const void* x, float* y,
                                std::size_t rows);
 // One token: y[r] = sum_k W[r][k] x[k] for r < rows, the panel holding (rows + 15) / 16 groups of
 // k / 32 blocks each, group after group; x one BlockQ8A row.

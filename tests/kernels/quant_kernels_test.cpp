@@ -302,6 +302,14 @@ TEST(Q4_KGenerationPanel, GemvMatchesTheDequantisedProduct) {
                                                   q4_kx16_q8_k_gemv_variants(), quantize_row_q8_k__ref, 41);
 }
 
+// Q6_K (Q6_Kx16Block): two 256-value blocks a row.
+TEST(Q6_KGenerationPanel, GemvMatchesTheDequantisedProduct) {
+  if (kMachineLevel < IsaLevel::avx512_vnni)
+    std::printf("note: no AVX512-VNNI here: only the reference Q6_K panel gemv is checked\n");
+  check_generation_panel<Q6_Kx16Block, BlockQ8_K>(GgmlType::q6_k, 512, 256, pack_q6_kx16__ref,
+                                                  q6_kx16_q8_k_gemv_variants(), quantize_row_q8_k__ref, 43);
+}
+
 TEST(QuantizeRow, Q8AVariantsAreBitExact) {
   for (std::size_t k : {32, 64, 4096}) {
     std::vector<float> x = gaussian(k, 5);

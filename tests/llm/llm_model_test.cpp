@@ -329,7 +329,7 @@ TEST(WeightMatmul, RepackedRowsMatchTheMappedRows) {
   const bool vnni = kernels::kernel_table().q4_0x16_q8a_gemv.level >= IsaLevel::avx512_vnni;
   if (!amx) std::printf("note: no AMX here: no tile panels\n");
   if (!vnni) std::printf("note: no AVX512-VNNI here: nothing is repacked\n");
-  for (const GgmlType type : {GgmlType::q8_0, GgmlType::q4_0, GgmlType::q4_k}) {
+  for (const GgmlType type : {GgmlType::q8_0, GgmlType::q4_0, GgmlType::q4_k, GgmlType::q6_k}) {
     const std::size_t rb = row_bytes(type, cols);
     std::vector<std::uint8_t> data(rows * rb);
     for (std::size_t r = 0; r < rows; ++r)
@@ -339,14 +339,17 @@ TEST(WeightMatmul, RepackedRowsMatchTheMappedRows) {
     const std::uint64_t bytes = repack_at_load(repacked, 2);
     const std::size_t blocks = (rows + 15) / 16 * (cols / 32);
     const bool gen = type == GgmlType::q4_0 && vnni;
-    const bool tiles = (amx && type != GgmlType::q4_k) || (type == GgmlType::q8_0 && vnni);
-    const bool k_panels = type == GgmlType::q4_k && vnni;
+    const bool k_quant = type == GgmlType::q4_k || type == GgmlType::q6_k;
+    const bool tiles = (amx && !k_quant) || (type == GgmlType::q8_0 && vnni);
+    const bool q4_k_panels = type == GgmlType::q4_k && vnni, q6_k_panels = type == GgmlType::q6_k && vnni;
     EXPECT_EQ(bytes, (tiles ? blocks * sizeof(kernels::Q8_0x16Block) : 0) +
                          (gen ? blocks * sizeof(kernels::Q4_0x16Block) : 0) +
-                         (k_panels ? blocks / 8 * sizeof(kernels::Q4_Kx16Block) : 0));
+                         (q4_k_panels ? blocks / 8 * sizeof(kernels::Q4_Kx16Block) : 0) +
+                         (q6_k_panels ? blocks / 8 * sizeof(kernels::Q6_Kx16Block) : 0));
     EXPECT_EQ(static_cast<bool>(repacked.tile_panels), tiles);
     EXPECT_EQ(static_cast<bool>(repacked.gen_panels), gen);
-    EXPECT_EQ(static_cast<bool>(repacked.q4_k_panels), k_panels);
+    EXPECT_EQ(static_cast<bool>(repacked.q4_k_panels), q4_k_panels);
+    EXPECT_EQ(static_cast<bool>(repacked.q6_k_panels), q6_k_panels);
     for (const std::size_t tokens : {37, 9, 3, 1}) {
       for (const int threads : {1, 2, 3}) {
         std::vector<float> a(tokens * rows), b(tokens * rows);

@@ -179,6 +179,68 @@ void gemv_groups_q4_k(const Q4_Kx16Block* panel, std::size_t blocks, const Block
   }
 }
 
+// Q6_K generation panels (kernel_types.h's Q6_Kx16Block): per 16-value sub-block, each group of
+// 4 columns is its nibble plane (masked, or shifted down first for the chunk's high plane) ORed
+// with its two high bits shifted into bits 4-5 (VPTERNLOGD: nibbles | (high & 0x30)), then one
+// VPDPBUSD of the unsigned 6-bit values against the 4 activation bytes broadcast; the offset of
+// 32 comes back out as 32 times the sub-block's activation sum (Q8_K's bsums), and the exact
+// integer sub-block product is scaled by the rows' int8 scales in int32 (VPMULLD); per 256-value
+// block one conversion to float with d. The row kernel (avx2.cpp) reads one row at a time and
+// reached 17% of the bandwidth.
+template <int kGroups>
+void gemv_groups_q6_k(const Q6_Kx16Block* panel, std::size_t blocks, const BlockQ8_K* x, float* y,
+                      std::size_t rows) {
+  const __m512i nibble = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30);
+  __m512 acc[kGroups];
+  for (int g = 0; g < kGroups; ++g) acc[g] = _mm512_setzero_ps();
+  for (std::size_t b = 0; b < blocks; ++b) {
+    __m512i scaled[kGroups];
+    for (int g = 0; g < kGroups; ++g) scaled[g] = _mm512_setzero_si512();
+    for (int j = 0; j < 16; ++j) {
+      __m512i four[4];
+      for (int c = 0; c < 4; ++c) {
+        std::int32_t v;
+        std::memcpy(&v, x[b].qs + 16 * j + 4 * c, 4);
+        four[c] = _mm512_set1_epi32(v);
+      }
+      const __m512i offset = _mm512_set1_epi32(32 * x[b].bsums[j]);
+      for (int g = 0; g < kGroups; ++g) {
+        const Q6_Kx16Block& p = panel[static_cast<std::size_t>(g) * blocks + b];
+        const __m512i low0 = _mm512_loadu_si512(p.low[j][0]), low1 = _mm512_loadu_si512(p.low[j][1]);
+        const __m512i high = _mm512_loadu_si512(p.high[j]);
+        // nibbles | (high bits & 0x30): VPTERNLOGD's table for a | (b & c) is 0xF8.
+        const __m512i q0 = _mm512_ternarylogic_epi32(_mm512_and_si512(low0, nibble),
+                                                     _mm512_slli_epi16(high, 4), bits45, 0xF8);
+        const __m512i q1 = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(low0, 4), nibble),
+                                                     _mm512_slli_epi16(high, 2), bits45, 0xF8);
+        const __m512i q2 = _mm512_ternarylogic_epi32(_mm512_and_si512(low1, nibble), high, bits45, 0xF8);
+        const __m512i q3 = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(low1, 4), nibble),
+                                                     _mm512_srli_epi16(high, 2), bits45, 0xF8);
+        __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q0, four[0]);
+        dot = _mm512_dpbusd_epi32(dot, q1, four[1]);
+        dot = _mm512_dpbusd_epi32(dot, q2, four[2]);
+        dot = _mm512_dpbusd_epi32(dot, q3, four[3]);
+        const __m512i scale =
+            _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p.scales[j])));
+        scaled[g] = _mm512_add_epi32(scaled[g], _mm512_mullo_epi32(_mm512_sub_epi32(dot, offset), scale));
+      }
+    }
+    const __m512 dx = _mm512_set1_ps(x[b].d);
+    for (int g = 0; g < kGroups; ++g) {
+      const Q6_Kx16Block& p = panel[static_cast<std::size_t>(g) * blocks + b];
+      const __m512 d =
+          _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.d))), dx);
+      acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(scaled[g]), d, acc[g]);
+    }
+  }
+  for (int g = 0; g < kGroups; ++g) {
+    const std::size_t first = static_cast<std::size_t>(g) * 16;
+    if (first >= rows) break;
+    const std::size_t n = rows - first < 16 ? rows - first : 16;
+    _mm512_mask_storeu_ps(y + first, static_cast<__mmask16>((1u << n) - 1), acc[g]);
+  }
+}
+
 // Several tokens against one 16-row group (prompts, and sequences decoding together), from the
 // panels repacked at load, where the eight-row panels (int8_products.inl) are packed per call:
 // the pack cost more than the product at four tokens (30% and 20% of a four-sequence Q8_0 pass).
@@ -255,6 +317,16 @@ void q4_kx16_q8_k_gemv__avx512_vnni(const Q4_Kx16Block* panel, std::size_t k, co
   for (; g + 4 <= groups; g += 4)
     gemv_groups_q4_k<4>(panel + g * blocks, blocks, xb, y + g * 16, rows - g * 16);
   for (; g < groups; ++g) gemv_groups_q4_k<1>(panel + g * blocks, blocks, xb, y + g * 16, rows - g * 16);
+}
+
+void q6_kx16_q8_k_gemv__avx512_vnni(const Q6_Kx16Block* panel, std::size_t k, const void* x, float* y,
+                                    std::size_t rows) {
+  const std::size_t blocks = k / 256, groups = (rows + 15) / 16;
+  const auto* xb = static_cast<const BlockQ8_K*>(x);
+  std::size_t g = 0;
+  for (; g + 4 <= groups; g += 4)
+    gemv_groups_q6_k<4>(panel + g * blocks, blocks, xb, y + g * 16, rows - g * 16);
+  for (; g < groups; ++g) gemv_groups_q6_k<1>(panel + g * blocks, blocks, xb, y + g * 16, rows - g * 16);
 }
 
 void q8_0x16_q8a_gemv__avx512_vnni(const Q8_0x16Block* panel, std::size_t k, const void* x, float* y,

@@ -48,6 +48,12 @@ void q4_kx16_q8_k_gemv__ref(const Q4_Kx16Block* panel, std::size_t k, const void
                             std::size_t rows);
 void q4_kx16_q8_k_gemv__avx512_vnni(const Q4_Kx16Block* panel, std::size_t k, const void* x, float* y,
                                     std::size_t rows);
+// Q6_K generation panels (kernel_types.h's Q6_Kx16Block): as Q4_K's.
+void pack_q6_kx16__ref(const void* w, std::size_t w_row_bytes, int rows, std::size_t k, Q6_Kx16Block* panel);
+void q6_kx16_q8_k_gemv__ref(const Q6_Kx16Block* panel, std::size_t k, const void* x, float* y,
+                            std::size_t rows);
+void q6_kx16_q8_k_gemv__avx512_vnni(const Q6_Kx16Block* panel, std::size_t k, const void* x, float* y,
+                                    std::size_t rows);
 void q4_0_q8a_matmul__avx512_vnni(const WeightMatmulArgs& a);
 void q4_0x8_q8a_gemm__avx512_vnni(const Q4_0x8Block* panel, std::size_t k, const void* x,
                                   std::size_t x_row_bytes, std::size_t tokens, float* y, std::size_t ldy,

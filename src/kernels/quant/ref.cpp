@@ -272,6 +272,68 @@ void q4_kx16_q8_k_gemv__ref(const Q4_Kx16Block* panel, std::size_t k, const void
   }
 }
 
+namespace {
+// Value v (0..255) of a Q6_K block, unsigned as stored (0..63): dequantize_row_q6_k__ref's
+// layout (each 128-value half: l + 32m takes ql[l + 32 (m % 2)]'s low nibble for m < 2, its high
+// one else, and bits 2m..2m+1 of qh[l]).
+int q6_k_value(const BlockQ6_K& blk, int v) {
+  const int half = v / 128, m = v % 128 / 32, l = v % 32;
+  const std::uint8_t ql = blk.ql[64 * half + l + 32 * (m % 2)];
+  const int low = m < 2 ? ql & 0xF : ql >> 4;
+  return low | (((blk.qh[32 * half + l] >> (2 * m)) & 3) << 4);
+}
+}  // namespace
+
+void pack_q6_kx16__ref(const void* w, std::size_t w_row_bytes, int rows, std::size_t k, Q6_Kx16Block* panel) {
+  for (std::size_t b = 0; b < k / 256; ++b) {
+    Q6_Kx16Block& out = panel[b];
+    out = {};
+    for (int r = 0; r < rows; ++r) {
+      const BlockQ6_K& in = reinterpret_cast<const BlockQ6_K*>(static_cast<const char*>(w) +
+                                                               static_cast<std::size_t>(r) * w_row_bytes)[b];
+      out.d[r] = in.d;
+      for (int j = 0; j < 16; ++j) {
+        out.scales[j][r] = in.scales[j];
+        for (int i = 0; i < 4; ++i) {
+          for (int c = 0; c < 2; ++c)
+            out.low[j][c][r * 4 + i] =
+                static_cast<std::uint8_t>((q6_k_value(in, 16 * j + 8 * c + i) & 0xF) |
+                                          (q6_k_value(in, 16 * j + 8 * c + 4 + i) & 0xF) << 4);
+          int high = 0;
+          for (int g = 0; g < 4; ++g) high |= (q6_k_value(in, 16 * j + 4 * g + i) >> 4) << (2 * g);
+          out.high[j][r * 4 + i] = static_cast<std::uint8_t>(high);
+        }
+      }
+    }
+  }
+}
+
+void q6_kx16_q8_k_gemv__ref(const Q6_Kx16Block* panel, std::size_t k, const void* x, float* y,
+                            std::size_t rows) {
+  const auto* xb = static_cast<const BlockQ8_K*>(x);
+  const std::size_t blocks = k / 256;
+  for (std::size_t r = 0; r < rows; ++r) {
+    const Q6_Kx16Block* p = panel + r / 16 * blocks;
+    const auto row = static_cast<int>(r % 16);
+    double s = 0;
+    for (std::size_t b = 0; b < blocks; ++b) {
+      long scaled = 0;
+      for (int j = 0; j < 16; ++j) {
+        int dot = 0;
+        for (int v = 0; v < 16; ++v) {
+          const std::uint8_t low = p[b].low[j][v / 8][row * 4 + v % 4];
+          const int q = (v % 8 < 4 ? low & 0xF : low >> 4) |
+                        ((p[b].high[j][row * 4 + v % 4] >> (2 * (v / 4))) & 3) << 4;
+          dot += (q - 32) * xb[b].qs[16 * j + v];
+        }
+        scaled += static_cast<long>(p[b].scales[j][row]) * dot;
+      }
+      s += static_cast<double>(xb[b].d) * fp16_to_f32(p[b].d[row]) * static_cast<double>(scaled);
+    }
+    y[r] = static_cast<float>(s);
+  }
+}
+
 // Q8_0: the signed bytes biased by 128.
 void pack_q8_0x8__ref(const void* w, std::size_t w_row_bytes, int rows, std::size_t k, Q8_0x8Block* panel) {
   pack_x8_ref<BlockQ8_0>(w, w_row_bytes, rows, k, panel,

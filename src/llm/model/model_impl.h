@@ -30,6 +30,9 @@ struct WeightMatrix {
   // On VNNI CPUs, a Q4_K matrix's rows repacked at load for generation (kernel_types.h's
   // Q4_Kx16Block), sixteen rows at a time, cols / 256 blocks per group. Null otherwise.
   std::shared_ptr<const kernels::Q4_Kx16Block[]> q4_k_panels = nullptr;
+  // The same for a Q6_K matrix (kernel_types.h's Q6_Kx16Block): Q4_K_M files keep the output
+  // matrix and half the attention values and down projections in Q6_K.
+  std::shared_ptr<const kernels::Q6_Kx16Block[]> q6_k_panels = nullptr;
 };
 
 struct LayerWeights {

@@ -314,18 +314,21 @@ void generation_matmul(std::span<const MatmulTarget> targets, const float* x, st
         };
         // One token: whole 16-row groups over the panels repacked at load -- a Q8_0 matrix's tile
         // panels (AMX CPUs), a Q4_0 matrix's 4-bit generation panels (VNNI CPUs; its tile panels
-        // hold a byte per value and measured 20% slower than the mapped rows) -- and any rows
-        // outside whole groups as mapped.
+        // hold a byte per value and measured 20% slower than the mapped rows), a Q4_K or Q6_K
+        // matrix's generation panels (VNNI CPUs) -- and any rows outside whole groups as mapped.
         const std::size_t r0 = lo - base, r1 = hi - base;
         const std::size_t g0 = (r0 + 15) / 16 * 16, g1 = r1 == w.rows ? r1 : r1 / 16 * 16;
         // (Without AMX, one token reads Q8_0's mapped rows: their kernel's four streams measured
         // faster than the gemv over the panels, 225-262 against 152-212 tokens/s on one thread.)
         const bool q8_panels = w.tile_panels && w.type == GgmlType::q8_0 && gemv_panels() && amx_type(w.type);
-        if (tokens == 1 && (q8_panels || w.gen_panels || w.q4_k_panels) && g0 < g1) {
+        if (tokens == 1 && (q8_panels || w.gen_panels || w.q4_k_panels || w.q6_k_panels) && g0 < g1) {
           if (r0 < g0) rows_kernel(r0, g0);
           const kernels::KernelTable& k = kernels::kernel_table();
           if (w.q4_k_panels)
             k.q4_kx16_q8_k_gemv.fn(w.q4_k_panels.get() + g0 / 16 * (cols / 256), cols, activations(p),
+                                   targets[i].y + g0, g1 - g0);
+          else if (w.q6_k_panels)
+            k.q6_kx16_q8_k_gemv.fn(w.q6_k_panels.get() + g0 / 16 * (cols / 256), cols, activations(p),
                                    targets[i].y + g0, g1 - g0);
           else if (w.gen_panels)
             k.q4_0x16_q8a_gemv.fn(w.gen_panels.get() + g0 / 16 * (cols / 32), cols, activations(p),
@@ -411,6 +414,10 @@ std::uint64_t repack_at_load(WeightMatrix& w, int threads) {
   if (w.type == GgmlType::q4_k && w.cols % 256 == 0 && k.q4_kx16_q8_k_gemv.level >= IsaLevel::avx512_vnni) {
     w.q4_k_panels = pack_groups<kernels::Q4_Kx16Block>(w, k.pack_q4_kx16.fn, threads, 256);
     return (w.rows + 15) / 16 * (w.cols / 256) * sizeof(kernels::Q4_Kx16Block);
+  }
+  if (w.type == GgmlType::q6_k && w.cols % 256 == 0 && k.q6_kx16_q8_k_gemv.level >= IsaLevel::avx512_vnni) {
+    w.q6_k_panels = pack_groups<kernels::Q6_Kx16Block>(w, k.pack_q6_kx16.fn, threads, 256);
+    return (w.rows + 15) / 16 * (w.cols / 256) * sizeof(kernels::Q6_Kx16Block);
   }
   if (w.cols % 32 != 0) return 0;
   const std::size_t blocks = w.cols / 32, groups = (w.rows + 15) / 16;

@@ -60,8 +60,9 @@ void weight_matmul(std::span<const MatmulTarget> targets, const float* x, std::s
 // prompt product runs on AMX tiles, a Q8_0 or Q4_0 matrix gets its tile panels
 // (WeightMatrix::tile_panels): 36 bytes per 32 values, about a Q8_0 matrix's size again (twice a
 // Q4_0 one's); generation reads a Q8_0 matrix's tile panels too (the VNNI gemv). On a VNNI CPU a
-// Q4_0 matrix also gets 4-bit generation panels (gen_panels), its own size again, and a Q4_K
-// matrix its generation panels (q4_k_panels), its own size and 3%. Returns the bytes allocated
+// Q4_0 matrix also gets 4-bit generation panels (gen_panels), its own size again, a Q4_K
+// matrix its generation panels (q4_k_panels), its own size and 3%, and a Q6_K matrix its
+// (q6_k_panels), its own size. Returns the bytes allocated
 // (0: not this CPU or not this type).
 std::uint64_t repack_at_load(WeightMatrix& w, int threads);
 
