@@ -18,6 +18,31 @@
 namespace cpudl::kernels {
 namespace {
 
+// The gemvs' results: kGroups sums of 16 rows each, the last group cut at `rows`.
+template <int kGroups>
+void store_groups(const __m512 (&acc)[kGroups], float* y, std::size_t rows) {
+  for (int g = 0; g < kGroups; ++g) {
+    const std::size_t first = static_cast<std::size_t>(g) * 16;
+    if (first >= rows) break;
+    const std::size_t n = rows - first < 16 ? rows - first : 16;
+    _mm512_mask_storeu_ps(y + first, static_cast<__mmask16>((1u << n) - 1), acc[g]);
+  }
+}
+
+// A gemv over a panel's 16-row groups: four groups at a time (four memory streams, one activation
+// broadcast for all), then the rest one by one; kValues columns per panel block.
+template <class Panel, class XBlock>
+using GroupsFn = void (*)(const Panel*, std::size_t, const XBlock*, float*, std::size_t);
+template <class Panel, class XBlock, std::size_t kValues>
+void gemv_over_groups(GroupsFn<Panel, XBlock> four, GroupsFn<Panel, XBlock> one, const Panel* panel,
+                      std::size_t k, const void* x, float* y, std::size_t rows) {
+  const std::size_t blocks = k / kValues, groups = (rows + 15) / 16;
+  const auto* xb = static_cast<const XBlock*>(x);
+  std::size_t g = 0;
+  for (; g + 4 <= groups; g += 4) four(panel + g * blocks, blocks, xb, y + g * 16, rows - g * 16);
+  for (; g < groups; ++g) one(panel + g * blocks, blocks, xb, y + g * 16, rows - g * 16);
+}
+
 template <int kGroups>
 void gemv_groups(const Q8_0x16Block* panel, std::size_t blocks, const BlockQ8A* x, float* y,
                  std::size_t rows) {
@@ -45,12 +70,7 @@ void gemv_groups(const Q8_0x16Block* panel, std::size_t blocks, const BlockQ8A* 
       acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(exact), scale, acc[g]);
     }
   }
-  for (int g = 0; g < kGroups; ++g) {
-    const std::size_t first = static_cast<std::size_t>(g) * 16;
-    if (first >= rows) break;
-    const std::size_t n = rows - first < 16 ? rows - first : 16;
-    _mm512_mask_storeu_ps(y + first, static_cast<__mmask16>((1u << n) - 1), acc[g]);
-  }
+  store_groups<kGroups>(acc, y, rows);
 }
 
 // A panel block's column groups 2c and 2c + 1, each as 16 rows x 4 unsigned bytes, the form
@@ -110,12 +130,7 @@ void gemv_groups_q4(const Q4_0x16Block* panel, std::size_t blocks, const BlockQ8
       acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, dx), acc[g]);
     }
   }
-  for (int g = 0; g < kGroups; ++g) {
-    const std::size_t first = static_cast<std::size_t>(g) * 16;
-    if (first >= rows) break;
-    const std::size_t n = rows - first < 16 ? rows - first : 16;
-    _mm512_mask_storeu_ps(y + first, static_cast<__mmask16>((1u << n) - 1), acc[g]);
-  }
+  store_groups<kGroups>(acc, y, rows);
 }
 
 // Q4_K generation panels (kernel_types.h's Q4_Kx16Block): per 32-value sub-block, the nibble
@@ -171,12 +186,7 @@ void gemv_groups_q4_k(const Q4_Kx16Block* panel, std::size_t blocks, const Block
       acc[g] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mins[g]), dmin, acc[g]);
     }
   }
-  for (int g = 0; g < kGroups; ++g) {
-    const std::size_t first = static_cast<std::size_t>(g) * 16;
-    if (first >= rows) break;
-    const std::size_t n = rows - first < 16 ? rows - first : 16;
-    _mm512_mask_storeu_ps(y + first, static_cast<__mmask16>((1u << n) - 1), acc[g]);
-  }
+  store_groups<kGroups>(acc, y, rows);
 }
 
 // Q6_K generation panels (kernel_types.h's Q6_Kx16Block): per 16-value sub-block, each group of
@@ -233,12 +243,7 @@ void gemv_groups_q6_k(const Q6_Kx16Block* panel, std::size_t blocks, const Block
       acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(scaled[g]), d, acc[g]);
     }
   }
-  for (int g = 0; g < kGroups; ++g) {
-    const std::size_t first = static_cast<std::size_t>(g) * 16;
-    if (first >= rows) break;
-    const std::size_t n = rows - first < 16 ? rows - first : 16;
-    _mm512_mask_storeu_ps(y + first, static_cast<__mmask16>((1u << n) - 1), acc[g]);
-  }
+  store_groups<kGroups>(acc, y, rows);
 }
 
 // Several tokens against one 16-row group (prompts, and sequences decoding together), from the
@@ -301,41 +306,24 @@ void dot_gemm(const Panel* panel, std::size_t k, const void* x, std::size_t x_ro
 
 void q4_0x16_q8a_gemv__avx512_vnni(const Q4_0x16Block* panel, std::size_t k, const void* x, float* y,
                                    std::size_t rows) {
-  const std::size_t blocks = k / 32, groups = (rows + 15) / 16;
-  const auto* xb = static_cast<const BlockQ8A*>(x);
-  std::size_t g = 0;
-  for (; g + 4 <= groups; g += 4)
-    gemv_groups_q4<4>(panel + g * blocks, blocks, xb, y + g * 16, rows - g * 16);
-  for (; g < groups; ++g) gemv_groups_q4<1>(panel + g * blocks, blocks, xb, y + g * 16, rows - g * 16);
+  gemv_over_groups<Q4_0x16Block, BlockQ8A, 32>(gemv_groups_q4<4>, gemv_groups_q4<1>, panel, k, x, y, rows);
 }
 
 void q4_kx16_q8_k_gemv__avx512_vnni(const Q4_Kx16Block* panel, std::size_t k, const void* x, float* y,
                                     std::size_t rows) {
-  const std::size_t blocks = k / 256, groups = (rows + 15) / 16;
-  const auto* xb = static_cast<const BlockQ8_K*>(x);
-  std::size_t g = 0;
-  for (; g + 4 <= groups; g += 4)
-    gemv_groups_q4_k<4>(panel + g * blocks, blocks, xb, y + g * 16, rows - g * 16);
-  for (; g < groups; ++g) gemv_groups_q4_k<1>(panel + g * blocks, blocks, xb, y + g * 16, rows - g * 16);
+  gemv_over_groups<Q4_Kx16Block, BlockQ8_K, 256>(gemv_groups_q4_k<4>, gemv_groups_q4_k<1>, panel, k, x, y,
+                                                 rows);
 }
 
 void q6_kx16_q8_k_gemv__avx512_vnni(const Q6_Kx16Block* panel, std::size_t k, const void* x, float* y,
                                     std::size_t rows) {
-  const std::size_t blocks = k / 256, groups = (rows + 15) / 16;
-  const auto* xb = static_cast<const BlockQ8_K*>(x);
-  std::size_t g = 0;
-  for (; g + 4 <= groups; g += 4)
-    gemv_groups_q6_k<4>(panel + g * blocks, blocks, xb, y + g * 16, rows - g * 16);
-  for (; g < groups; ++g) gemv_groups_q6_k<1>(panel + g * blocks, blocks, xb, y + g * 16, rows - g * 16);
+  gemv_over_groups<Q6_Kx16Block, BlockQ8_K, 256>(gemv_groups_q6_k<4>, gemv_groups_q6_k<1>, panel, k, x, y,
+                                                 rows);
 }
 
 void q8_0x16_q8a_gemv__avx512_vnni(const Q8_0x16Block* panel, std::size_t k, const void* x, float* y,
                                    std::size_t rows) {
-  const std::size_t blocks = k / 32, groups = (rows + 15) / 16;
-  const auto* xb = static_cast<const BlockQ8A*>(x);
-  std::size_t g = 0;
-  for (; g + 4 <= groups; g += 4) gemv_groups<4>(panel + g * blocks, blocks, xb, y + g * 16, rows - g * 16);
-  for (; g < groups; ++g) gemv_groups<1>(panel + g * blocks, blocks, xb, y + g * 16, rows - g * 16);
+  gemv_over_groups<Q8_0x16Block, BlockQ8A, 32>(gemv_groups<4>, gemv_groups<1>, panel, k, x, y, rows);
 }
 
 }  // namespace cpudl::kernels
