@@ -2,6 +2,7 @@
 // (vectors such as norms and biases stay F32), copying all metadata; for ONNX models,
 // `IN.onnx OUT.onnx --mode dynamic` (quantize_onnx.cpp). The input is only read; the output is
 // written to a temporary file and renamed into place.
+#include <charconv>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -36,10 +37,26 @@ struct TargetType {
   GgmlType type;
   std::uint32_t file_type;  // general.file_type as llama.cpp numbers it
 };
-const TargetType kTargets[] = {{"f32", GgmlType::f32, 0},    {"f16", GgmlType::f16, 1},
-                               {"bf16", GgmlType::bf16, 32}, {"q8_0", GgmlType::q8_0, 7},
-                               {"q4_0", GgmlType::q4_0, 2},  {"q4_k", GgmlType::q4_k, 14},
-                               {"q6_k", GgmlType::q6_k, 18}};
+const TargetType kTargets[] = {{"f32", GgmlType::f32, 0},      {"f16", GgmlType::f16, 1},
+                               {"bf16", GgmlType::bf16, 32},   {"q8_0", GgmlType::q8_0, 7},
+                               {"q4_0", GgmlType::q4_0, 2},    {"q4_k", GgmlType::q4_k, 14},
+                               {"q4_k_m", GgmlType::q4_k, 15}, {"q6_k", GgmlType::q6_k, 18}};
+
+// Q4_K_M, the mix most GGUF downloads use, as llama.cpp's quantize makes it: Q4_K everywhere but
+// the output matrix and, in the first and last eighth of the layers and every third one between,
+// the attention values and the feed-forward down projection, which take Q6_K (the tensors whose
+// error costs the most perplexity). A tensor's layer is read from its blk.N. name.
+GgmlType q4_k_m_type(const std::string& name, std::int64_t layers) {
+  if (name == "output.weight") return GgmlType::q6_k;
+  const bool values = name.ends_with(".attn_v.weight"), down = name.ends_with(".ffn_down.weight");
+  if (!name.starts_with("blk.") || !(values || down) || layers < 1) return GgmlType::q4_k;
+  std::int64_t i = 0;
+  const char* digits = name.data() + 4;
+  if (std::from_chars(digits, name.data() + name.size(), i).ec != std::errc{}) return GgmlType::q4_k;
+  const std::int64_t n = layers;
+  const bool more_bits = i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+  return more_bits ? GgmlType::q6_k : GgmlType::q4_k;
+}
 
 // --calib DATA_DIR for a classifier cpudl trained (or exported): the directory's training split,
 // normalised as the model's data was, calibrates (--calib-samples rows spread evenly over it), and
@@ -146,14 +163,19 @@ int run_quantize(QuantizeOptions& o) {
   }
   if (!o.onnx.mode.empty() || !o.onnx.calib.empty())
     throw UsageError("--mode and --calib are for ONNX models; GGUF models take --type");
-  if (o.type.empty()) throw UsageError(o.input + ": give --type q8_0|q4_0|q4_k|q6_k|f16|bf16|f32");
+  if (o.type.empty()) throw UsageError(o.input + ": give --type q8_0|q4_0|q4_k|q4_k_m|q6_k|f16|bf16|f32");
   const TargetType* target = nullptr;
   for (const auto& t : kTargets)
     if (o.type == t.name) target = &t;
   if (target == nullptr)
-    throw UsageError("--type '" + o.type + "': expected f32, f16, bf16, q8_0, q4_0, q4_k or q6_k");
+    throw UsageError("--type '" + o.type + "': expected f32, f16, bf16, q8_0, q4_0, q4_k, q4_k_m or q6_k");
   io::require_output_is_not_an_input(o.output, {o.input}, "output");
   const llm::GgufFile in = llm::GgufFile::open(o.input);
+  const bool mixed = o.type == "q4_k_m";
+  const std::int64_t layers =
+      mixed && in.has("general.architecture")
+          ? in.get_int(std::string(in.get_string("general.architecture")) + ".block_count", 0)
+          : 0;
 
   std::vector<llm::GgufWriterValue> metadata;
   for (const auto& [key, value] : in.metadata()) {
@@ -174,7 +196,7 @@ int run_quantize(QuantizeOptions& o) {
   for (const llm::GgufTensor& t : in.tensors()) {
     progress.update(static_cast<std::int64_t>(tensors.size()), t.name);
     bytes_in += t.bytes;
-    GgmlType to = t.dims.size() >= 2 ? target->type : t.type;
+    GgmlType to = t.dims.size() < 2 ? t.type : mixed ? q4_k_m_type(t.name, layers) : target->type;
     const std::uint32_t block = llm::ggml_type_info(static_cast<std::uint32_t>(to))->block_size;
     if (t.dims[0] % block != 0)
       to = t.dims[0] % 32 == 0 ? GgmlType::q8_0 : GgmlType::f16;  // rows too short for the type
@@ -217,7 +239,7 @@ void add_quantize_command(CLI::App& app, Action& action) {
   auto o = std::make_shared<QuantizeOptions>();
   CLI::App* q = app.add_subcommand(
       "quantize",
-      "Quantise a model: GGUF weights to q8_0, q4_0, q4_k, q6_k, f16, bf16, f32; "
+      "Quantise a model: GGUF weights to q8_0, q4_0, q4_k, q4_k_m (llama.cpp's mix), q6_k, f16, bf16, f32; "
       "ONNX models to dynamic int8 (MatMul/Gemm), static int8 (QDQ Conv/Gemm/MatMul) or bf16, "
       "with an accuracy report");
   q->add_option("input", o->input, "Input model (.gguf or .onnx); never modified")->required();

@@ -296,6 +296,39 @@ TEST_F(LlmCli, QuantizeWritesAModelThatStillAgreesWithTheReference) {
   }
 }
 
+// --type q4_k_m is llama.cpp's mix: Q6_K for the output matrix and, in the first and last eighth of
+// the layers and every third between, the attention values and down projections; Q4_K elsewhere.
+// Two layers: layer 1 (>= 7/8 of 2) takes the Q6_K ones, layer 0 does not.
+TEST_F(LlmCli, QuantizeQ4_K_MMixesQ6_KIntoTheTensorsLlamaCppGivesIt) {
+  const auto q = run("quantize " + kDir + "/tiny-qwen2-f32.gguf " + path("m.gguf") + " --type q4_k_m");
+  ASSERT_EQ(q.exit_code, 0) << q.err;
+  const llm::GgufFile f = llm::GgufFile::open(path("m.gguf"));
+  EXPECT_EQ(f.get_int("general.file_type"), 15);
+  const auto type = [&](const char* name) {
+    const llm::GgufTensor* t = f.find_tensor(name);
+    return t ? t->type : GgmlType::f32;
+  };
+  EXPECT_EQ(type("output.weight"), GgmlType::q6_k);
+  EXPECT_EQ(type("token_embd.weight"), GgmlType::q4_k);
+  EXPECT_EQ(type("blk.0.attn_v.weight"), GgmlType::q4_k);
+  EXPECT_EQ(type("blk.0.ffn_down.weight"), GgmlType::q4_k);
+  EXPECT_EQ(type("blk.1.attn_v.weight"), GgmlType::q6_k);
+  EXPECT_EQ(type("blk.1.ffn_down.weight"), GgmlType::q6_k);
+  EXPECT_EQ(type("blk.1.attn_q.weight"), GgmlType::q4_k);
+  EXPECT_EQ(type("blk.1.ffn_up.weight"), GgmlType::q4_k);
+  const auto r = run("generate -m " + path("m.gguf") + " --tokens " + token_list("tiny-qwen2") +
+                     " -n 0 --dump-logits " + path("l.npy"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Tensor got = io::load_npy(path("l.npy"));
+  const Tensor want = io::load_npy(kDir + "/tiny-qwen2-f32.logits.npy");
+  double err = 0, norm = 0;
+  for (std::int64_t i = 0; i < want.numel(); ++i) {
+    err += (got.data()[i] - want.data()[i]) * static_cast<double>(got.data()[i] - want.data()[i]);
+    norm += static_cast<double>(want.data()[i]) * want.data()[i];
+  }
+  EXPECT_LT(std::sqrt(err / norm), 0.25);
+}
+
 // No command writes over one of its inputs: `quantize m.gguf ./m.gguf` once replaced a 78 MB model
 // with its 12 MB quantisation. The same file is found by device and inode, so another spelling, a
 // hard link or a symbolic link does not hide it; the input is untouched and the exit is 2.
