@@ -100,14 +100,12 @@ void check_input_shape(const ValueInfo& declared, const Shape& given) {
                   ": every dimension must be at least 1");
 }
 
-}  // namespace
-
-namespace {
 // A step too small to share: a parallel region's fork and join (~3-5 us on two threads of a
 // virtual machine, where waking the other thread is a futex call each way) costs more than the
 // second thread saves. LeNet-5 at batch 1 (its 5x5 convolutions 0.24 and 0.48 MFLOP): 16 us on one
 // thread, 32 us on two, every op slower. A step under both bounds runs on the calling thread;
-// memory-bound products (an MLP's weights) stay shared by their bytes.
+// memory-bound products (an MLP's weights) stay shared by their bytes. Twice these bounds left
+// LeNet-5's 6-channel max pool alone at batch 16 (300 KB, slow per byte) and the run 1.6x slower.
 constexpr double kSharedStepFlops = 1e6;
 constexpr std::size_t kSharedStepBytes = 64 << 10;
 bool small_step(double flops, const std::vector<ValueDesc>& in, const std::vector<ValueDesc>& out) {
@@ -307,13 +305,14 @@ Plan::Plan(const Graph& session_graph, const std::vector<Shape>& input_shapes, O
       lifetime.emplace_back(at, at);
       values_per_buffer.push_back(1);
     }
-    step.one_thread = !step.bounded && small_step(node_flops(node, s.inputs, s.outputs), s.inputs, s.outputs);
-    stats_.flops += node_flops(node, s.inputs, s.outputs);
+    const double flops = node_flops(node, s.inputs, s.outputs);
+    step.one_thread = !step.bounded && small_step(flops, s.inputs, s.outputs);
+    stats_.flops += flops;
     ++stats_.ops[node.op];
     if (!s.implementation.empty())
       stats_.implementations.push_back(
           {node.name.empty() ? node.label() : node.name, node.op, s.implementation});
-    profile_.push_back(StepProfile{node.op, node.name, node_flops(node, s.inputs, s.outputs), 0, 0});
+    profile_.push_back(StepProfile{node.op, node.name, flops, 0, 0});
     steps_.push_back(std::move(step));
   }
   for (const auto& out : g.outputs) {
