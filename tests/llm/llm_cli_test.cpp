@@ -274,6 +274,16 @@ TEST_F(LlmCli, CtrlCStopsOnlyTheCurrentReply) {
   EXPECT_FALSE(b2.empty()) << "the next message was answered";
 }
 
+// ||got - want|| / ||want|| over two logits arrays of the same size.
+double relative_l2(const Tensor& got, const Tensor& want) {
+  double err = 0, norm = 0;
+  for (std::int64_t i = 0; i < want.numel(); ++i) {
+    err += (got.data()[i] - want.data()[i]) * static_cast<double>(got.data()[i] - want.data()[i]);
+    norm += static_cast<double>(want.data()[i]) * want.data()[i];
+  }
+  return std::sqrt(err / norm);
+}
+
 TEST_F(LlmCli, QuantizeWritesAModelThatStillAgreesWithTheReference) {
   for (const char* type : {"q8_0", "q4_k", "q6_k", "f16", "bf16"}) {
     SCOPED_TRACE(type);
@@ -284,15 +294,9 @@ TEST_F(LlmCli, QuantizeWritesAModelThatStillAgreesWithTheReference) {
     const auto r = run("generate -m " + path("m.gguf") + " --tokens " + token_list("tiny-llama") +
                        " -n 0 --dump-logits " + path("l.npy"));
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    const Tensor got = io::load_npy(path("l.npy"));
-    const Tensor want = io::load_npy(kDir + "/tiny-llama-f32.logits.npy");
-    double err = 0, norm = 0;
-    for (std::int64_t i = 0; i < want.numel(); ++i) {
-      err += (got.data()[i] - want.data()[i]) * static_cast<double>(got.data()[i] - want.data()[i]);
-      norm += static_cast<double>(want.data()[i]) * want.data()[i];
-    }
     // 4-bit weights move the logits most: still well correlated with the float model's.
-    EXPECT_LT(std::sqrt(err / norm), std::string(type) == "q4_k" ? 0.25 : 0.06);
+    EXPECT_LT(relative_l2(io::load_npy(path("l.npy")), io::load_npy(kDir + "/tiny-llama-f32.logits.npy")),
+              std::string(type) == "q4_k" ? 0.25 : 0.06);
   }
 }
 
@@ -319,14 +323,8 @@ TEST_F(LlmCli, QuantizeQ4_K_MMixesQ6_KIntoTheTensorsLlamaCppGivesIt) {
   const auto r = run("generate -m " + path("m.gguf") + " --tokens " + token_list("tiny-qwen2") +
                      " -n 0 --dump-logits " + path("l.npy"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  const Tensor got = io::load_npy(path("l.npy"));
-  const Tensor want = io::load_npy(kDir + "/tiny-qwen2-f32.logits.npy");
-  double err = 0, norm = 0;
-  for (std::int64_t i = 0; i < want.numel(); ++i) {
-    err += (got.data()[i] - want.data()[i]) * static_cast<double>(got.data()[i] - want.data()[i]);
-    norm += static_cast<double>(want.data()[i]) * want.data()[i];
-  }
-  EXPECT_LT(std::sqrt(err / norm), 0.25);
+  EXPECT_LT(relative_l2(io::load_npy(path("l.npy")), io::load_npy(kDir + "/tiny-qwen2-f32.logits.npy")),
+            0.25);
 }
 
 // No command writes over one of its inputs: `quantize m.gguf ./m.gguf` once replaced a 78 MB model
