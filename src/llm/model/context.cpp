@@ -19,6 +19,7 @@
 #include "llm/model/weight_matmul.h"
 #include "runtime/parallel.h"
 #include "runtime/team.h"
+#include "runtime/zeroed_pages.h"
 
 namespace cpudl::llm {
 
@@ -49,7 +50,8 @@ struct Context::State {
   // n_ctx_padded positions. q8_0 V rows are requantised per 32-position block as positions
   // arrive, from the block's float values kept in v_staging.
   std::size_t k_row_bytes, v_row_bytes, n_ctx_padded;
-  std::vector<std::uint8_t> k_cache, v_cache;
+  // Zeroed mappings: pages commit as the context fills (runtime/zeroed_pages.h).
+  ZeroedPages<std::uint8_t> k_cache, v_cache;
   std::vector<float> v_staging;  // layers x kv_heads x head_dim x 32 (q8_0 only)
 
   // Activations for up to `batch` tokens.
@@ -140,8 +142,8 @@ Context::Context(const Model& model, const ContextOptions& options) : state_(std
   s.k_row_bytes = row_bytes(s.cache_ggml, hd);
   s.v_row_bytes = row_bytes(s.cache_ggml, s.n_ctx_padded);
   const std::size_t heads_total = static_cast<std::size_t>(s.c.layers) * s.c.kv_heads;
-  s.k_cache.assign(heads_total * s.n_ctx * s.k_row_bytes, 0);
-  s.v_cache.assign(heads_total * hd * s.v_row_bytes, 0);
+  s.k_cache = ZeroedPages<std::uint8_t>(heads_total * s.n_ctx * s.k_row_bytes);
+  s.v_cache = ZeroedPages<std::uint8_t>(heads_total * hd * s.v_row_bytes);
   if (s.cache_type == CacheType::q8_0) s.v_staging.assign(heads_total * hd * 32, 0.0f);
   const auto b = static_cast<std::size_t>(s.batch), dim = static_cast<std::size_t>(s.c.dim),
              kvd = static_cast<std::size_t>(s.c.kv_heads) * hd, ffn = static_cast<std::size_t>(s.c.ffn);
@@ -167,7 +169,7 @@ int Context::n_ctx() const { return state_->n_ctx; }
 void Context::reset() {
   state_->n_past = 0;
   std::fill(state_->v_staging.begin(), state_->v_staging.end(), 0.0f);
-  std::fill(state_->v_cache.begin(), state_->v_cache.end(), 0);
+  state_->v_cache.clear();
 }
 
 const float* Context::logits(std::size_t i) const {

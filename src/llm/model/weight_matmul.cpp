@@ -12,6 +12,7 @@
 #include "runtime/aligned_buffer.h"
 #include "runtime/parallel.h"
 #include "runtime/team.h"
+#include "runtime/zeroed_pages.h"
 
 namespace cpudl::llm {
 
@@ -398,7 +399,7 @@ template <class Panel, class Pack>
 std::shared_ptr<const Panel[]> pack_groups(const WeightMatrix& w, Pack pack, int threads,
                                            std::size_t values = 32) {
   const std::size_t blocks = w.cols / values, groups = (w.rows + 15) / 16;
-  auto panels = std::make_shared_for_overwrite<Panel[]>(groups * blocks);
+  auto panels = shared_zeroed_pages<Panel>(groups * blocks);
   parallel_for(groups, 1, threads, [&](std::size_t first, std::size_t last) {
     for (std::size_t g = first; g < last; ++g)
       pack(w.data + g * 16 * w.row_bytes, w.row_bytes,
