@@ -161,24 +161,28 @@ const std::vector<KernelVariant<Q6_Kx16GemvFn>>& q6_kx16_q8_k_gemv_variants() {
   return v;
 }
 const std::vector<KernelVariant<PackQ6_Kx16Fn>>& pack_q6_kx16_variants() {
-  static const std::vector<KernelVariant<PackQ6_Kx16Fn>> v = {CPUDL_VARIANT(generic, pack_q6_kx16__ref)};
+  static const std::vector<KernelVariant<PackQ6_Kx16Fn>> v = {CPUDL_VARIANT(avx512, pack_q6_kx16__avx512),
+                                                              CPUDL_VARIANT(generic, pack_q6_kx16__ref)};
   return v;
 }
 const std::vector<KernelVariant<PackQ4_Kx16Fn>>& pack_q4_kx16_variants() {
-  static const std::vector<KernelVariant<PackQ4_Kx16Fn>> v = {CPUDL_VARIANT(generic, pack_q4_kx16__ref)};
+  static const std::vector<KernelVariant<PackQ4_Kx16Fn>> v = {CPUDL_VARIANT(avx512, pack_q4_kx16__avx512),
+                                                              CPUDL_VARIANT(generic, pack_q4_kx16__ref)};
   return v;
 }
 const std::vector<KernelVariant<PackQ4_0x16Fn>>& pack_q4_0x16_nibbles_variants() {
   static const std::vector<KernelVariant<PackQ4_0x16Fn>> v = {
-      CPUDL_VARIANT(generic, pack_q4_0x16_nibbles__ref)};
+      CPUDL_VARIANT(avx512, pack_q4_0x16_nibbles__avx512), CPUDL_VARIANT(generic, pack_q4_0x16_nibbles__ref)};
   return v;
 }
 const std::vector<KernelVariant<PackQ8_0x16Fn>>& pack_q8_0x16_variants() {
-  static const std::vector<KernelVariant<PackQ8_0x16Fn>> v = {CPUDL_VARIANT(generic, pack_q8_0x16__ref)};
+  static const std::vector<KernelVariant<PackQ8_0x16Fn>> v = {CPUDL_VARIANT(avx512, pack_q8_0x16__avx512),
+                                                              CPUDL_VARIANT(generic, pack_q8_0x16__ref)};
   return v;
 }
 const std::vector<KernelVariant<PackQ8_0x16Fn>>& pack_q4_0x16_variants() {
-  static const std::vector<KernelVariant<PackQ8_0x16Fn>> v = {CPUDL_VARIANT(generic, pack_q4_0x16__ref)};
+  static const std::vector<KernelVariant<PackQ8_0x16Fn>> v = {CPUDL_VARIANT(avx512, pack_q4_0x16__avx512),
+                                                              CPUDL_VARIANT(generic, pack_q4_0x16__ref)};
   return v;
 }
 

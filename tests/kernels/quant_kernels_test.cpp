@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/dispatch.h"
@@ -308,6 +310,50 @@ TEST(Q6_KGenerationPanel, GemvMatchesTheDequantisedProduct) {
     std::printf("note: no AVX512-VNNI here: only the reference Q6_K panel gemv is checked\n");
   check_generation_panel<Q6_Kx16Block, BlockQ8_K>(GgmlType::q6_k, 512, 256, pack_q6_kx16__ref,
                                                   q6_kx16_q8_k_gemv_variants(), quantize_row_q8_k__ref, 43);
+}
+
+// Every pack variant this CPU runs writes the reference's bytes, for whole and partial row groups
+// and rows spaced wider than their blocks (a pack that reads rows at the wrong stride, or misses a
+// byte of the panel, shows): the products above take the reference's layout as their spec.
+template <class Panel, class Variants>
+void check_packs_match_the_reference(GgmlType type, std::size_t values, const Variants& variants) {
+  const std::size_t k = 3 * values;
+  for (const int rows : {16, 13, 1}) {
+    for (const std::size_t padding : {std::size_t{0}, std::size_t{6}}) {
+      const std::size_t w_row = llm::row_bytes(type, k) + padding;
+      const std::vector<float> w = gaussian(static_cast<std::size_t>(rows) * k, 51 + rows);
+      std::vector<std::uint8_t> wq(static_cast<std::size_t>(rows) * w_row, 0xEE);
+      for (int r = 0; r < rows; ++r)
+        llm::quantize_row(type, w.data() + static_cast<std::size_t>(r) * k, wq.data() + r * w_row, k);
+      std::vector<Panel> want(k / values), got(k / values);
+      std::memset(want.data(), 0x5A, want.size() * sizeof(Panel));
+      variants.back().fn(wq.data(), w_row, rows, k, want.data());
+      int ran = 0;
+      for (const auto& v : variants) {
+        if (v.level > kMachineLevel) continue;
+        SCOPED_TRACE(std::string(v.name) + ", rows " + std::to_string(rows) + ", padding " +
+                     std::to_string(padding));
+        std::memset(got.data(), 0xA5, got.size() * sizeof(Panel));
+        v.fn(wq.data(), w_row, rows, k, got.data());
+        const auto* a = reinterpret_cast<const std::uint8_t*>(want.data());
+        const auto* b = reinterpret_cast<const std::uint8_t*>(got.data());
+        for (std::size_t i = 0; i < want.size() * sizeof(Panel); ++i)
+          ASSERT_EQ(a[i], b[i]) << "byte " << i % sizeof(Panel) << " of block " << i / sizeof(Panel);
+        ++ran;
+      }
+      EXPECT_EQ(ran, kMachineLevel >= IsaLevel::avx512 ? 2 : 1);
+    }
+  }
+}
+
+TEST(PanelPack, EveryVariantWritesTheReferencesBytes) {
+  if (kMachineLevel < IsaLevel::avx512) std::printf("note: no AVX-512 here: only the reference packs run\n");
+  ASSERT_STREQ(pack_q8_0x16_variants().back().name, "pack_q8_0x16__ref");
+  check_packs_match_the_reference<Q8_0x16Block>(GgmlType::q8_0, 32, pack_q8_0x16_variants());
+  check_packs_match_the_reference<Q8_0x16Block>(GgmlType::q4_0, 32, pack_q4_0x16_variants());
+  check_packs_match_the_reference<Q4_0x16Block>(GgmlType::q4_0, 32, pack_q4_0x16_nibbles_variants());
+  check_packs_match_the_reference<Q4_Kx16Block>(GgmlType::q4_k, 256, pack_q4_kx16_variants());
+  check_packs_match_the_reference<Q6_Kx16Block>(GgmlType::q6_k, 256, pack_q6_kx16_variants());
 }
 
 TEST(QuantizeRow, Q8AVariantsAreBitExact) {

@@ -1,7 +1,8 @@
 // Kernels of the LLM path: weight x activation products for each GGUF weight type, and the row
 // quantisers that put activations in the formats the integer products take (Q8_0 for Q8_0/Q4_0
 // weights, Q8_K for the K-quants). ref.cpp is the oracle; avx2.cpp the AVX2 + FMA + F16C path;
-// the integer products (int8_products.inl) are also built as avx512_vnni.cpp, on VPDPBUSD.
+// the integer products (int8_products.inl) are also built as avx512_vnni.cpp, on VPDPBUSD;
+// avx512.cpp packs the sixteen-row panels at load.
 //
 // The integer products multiply int8 pairs exactly and scale each block's int32 sum in float,
 // the arithmetic of ggml's own kernels, so cpudl and llama.cpp see the same rounding of the
@@ -50,6 +51,17 @@ void q4_kx16_q8_k_gemv__avx512_vnni(const Q4_Kx16Block* panel, std::size_t k, co
                                     std::size_t rows);
 // Q6_K generation panels (kernel_types.h's Q6_Kx16Block): as Q4_K's.
 void pack_q6_kx16__ref(const void* w, std::size_t w_row_bytes, int rows, std::size_t k, Q6_Kx16Block* panel);
+// The sixteen-row panels' packs on AVX-512 (avx512.cpp): bytes identical to the references'.
+void pack_q8_0x16__avx512(const void* w, std::size_t w_row_bytes, int rows, std::size_t k,
+                          Q8_0x16Block* panel);
+void pack_q4_0x16__avx512(const void* w, std::size_t w_row_bytes, int rows, std::size_t k,
+                          Q8_0x16Block* panel);
+void pack_q4_0x16_nibbles__avx512(const void* w, std::size_t w_row_bytes, int rows, std::size_t k,
+                                  Q4_0x16Block* panel);
+void pack_q4_kx16__avx512(const void* w, std::size_t w_row_bytes, int rows, std::size_t k,
+                          Q4_Kx16Block* panel);
+void pack_q6_kx16__avx512(const void* w, std::size_t w_row_bytes, int rows, std::size_t k,
+                          Q6_Kx16Block* panel);
 void q6_kx16_q8_k_gemv__ref(const Q6_Kx16Block* panel, std::size_t k, const void* x, float* y,
                             std::size_t rows);
 void q6_kx16_q8_k_gemv__avx512_vnni(const Q6_Kx16Block* panel, std::size_t k, const void* x, float* y,
@@ -64,8 +76,8 @@ void q8_0x8_q8a_gemm__ref(const Q8_0x8Block* panel, std::size_t k, const void* x
 void q8_0x8_q8a_gemm__avx512_vnni(const Q8_0x8Block* panel, std::size_t k, const void* x,
                                   std::size_t x_row_bytes, std::size_t tokens, float* y, std::size_t ldy,
                                   int rows);
-// The AMX tile product (kernel_types.h's Q8_0x16Block) and its oracle; its packs are portable
-// (run once per matrix at load).
+// The AMX tile product (kernel_types.h's Q8_0x16Block) and its oracle; its packs run once per
+// matrix at load.
 void pack_q8_0x16__ref(const void* w, std::size_t w_row_bytes, int rows, std::size_t k, Q8_0x16Block* panel);
 void pack_q4_0x16__ref(const void* w, std::size_t w_row_bytes, int rows, std::size_t k, Q8_0x16Block* panel);
 void q8_0x16_q8a_gemm__ref(const Q8_0x16Block* panel, std::size_t k, const void* x, std::size_t x_row_bytes,
