@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <random>
 #include <span>
@@ -33,14 +34,17 @@ struct ModelConfig {
   // Weight bytes one generated token reads: every matrix of every layer and the output matrix
   // (the embedding gives one row). What generation's bandwidth share is computed from.
   std::uint64_t bytes_per_token = 0;
-  // Memory taken besides the mapping by weights repacked at load for the prompt products (AMX
-  // tile panels of Q8_0/Q4_0 matrices; 0 elsewhere, or loaded without repacking).
+  // Memory taken besides the mapping by the panels made at load (panel_bytes summed; 0 when
+  // loaded without repacking).
   std::uint64_t repacked_bytes = 0;
+  // The panels repacking at load makes on this CPU, made or not (ModelLoadOptions::repack): bytes
+  // by panel block ("Q8_0x16", "Q4_0x16", "Q4_Kx16", "Q6_Kx16"; kernels/kernel_types.h).
+  std::map<std::string, std::uint64_t> panel_bytes;
   std::string tokenizer;  // tokenizer.ggml.model ("llama": SentencePiece, "gpt2": byte-level BPE), or ""
 };
 
 struct ModelLoadOptions {
-  // Repack Q8_0/Q4_0 matrices at load into the panels the CPU's fastest products read (AMX
+  // Repack Q8_0/Q4_0/Q4_K/Q6_K matrices at load into the panels the CPU's fastest products read (AMX
   // tiles, VNNI generation panels; weight_matmul.h): memory besides the mapping for speed. Off
   // for a model that computes nothing (tokenize) or to save that memory (llama.cpp's --no-repack).
   bool repack = true;
@@ -114,6 +118,9 @@ class Context {
   int n_past() const;
   int n_ctx() const;
   void reset();
+  // The bytes of the KV cache a context of n_ctx positions holds for this model (written as the
+  // context fills: pages commit as positions arrive).
+  static std::uint64_t cache_bytes(const ModelConfig& config, int n_ctx, CacheType type);
 
  private:
   struct State;

@@ -61,6 +61,8 @@ void add_eval_command(CLI::App& app, Action& action);
 void add_predict_command(CLI::App& app, Action& action);
 void add_run_command(CLI::App& app, Action& action);
 void add_info_command(CLI::App& app, Action& action);
+// `cpudl info MODEL.gguf` (llm_info.cpp): info's answer for a language model.
+int run_llm_info(const std::string& path, bool json);
 void add_generate_command(CLI::App& app, Action& action);
 void add_tokenize_command(CLI::App& app, Action& action);
 void add_detokenize_command(CLI::App& app, Action& action);

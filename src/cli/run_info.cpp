@@ -14,6 +14,7 @@
 #include "cpudl/io.h"
 #include "cpudl/runtime.h"
 #include "infer/detector.h"
+#include "io/file_kind.h"
 
 namespace cpudl::cli {
 namespace {
@@ -230,6 +231,8 @@ struct InfoOptions {
 };
 
 int run_info(const InfoOptions& o) {
+  if (io::file_kind(std::filesystem::path(o.model)) == io::FileKind::gguf)
+    return run_llm_info(o.model, o.json);
   InferenceOptions options;
   options.int8_convolutions = o.int8_conv == "on";
   options.max_loop_iterations = o.max_loop_iterations;
@@ -342,8 +345,9 @@ void add_run_command(CLI::App& app, Action& action) {
 void add_info_command(CLI::App& app, Action& action) {
   auto o = std::make_shared<InfoOptions>();
   CLI::App* i =
-      app.add_subcommand("info", "What an ONNX model holds, and what cpudl's optimiser makes of it");
-  i->add_option("model", o->model, "Model file (.onnx)")->required();
+      app.add_subcommand("info", "What an ONNX or GGUF model holds, and what cpudl makes of it on this CPU");
+  i->add_option("model", o->model, "Model file (.onnx, a cpudl .safetensors, or a .gguf language model)")
+      ->required();
   i->add_option("--batch", o->batch,
                 "Batch size of the plan to describe (default: the model's first dimension, 1 when free)")
       ->check(in_range(1, 1 << 20));

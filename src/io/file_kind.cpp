@@ -42,7 +42,7 @@ std::string file_kind_description(FileKind kind) {
     case FileKind::onnx:
       return "an ONNX model (cpudl run, info, detect, quantize and serve take it)";
     case FileKind::gguf:
-      return "a GGUF language model (cpudl generate, chat, bench llm, quantize and serve take it)";
+      return "a GGUF language model (cpudl generate, chat, bench llm, info, quantize and serve take it)";
     case FileKind::safetensors:
       return "a safetensors file (a model cpudl train wrote: cpudl eval, predict and serve take it)";
     case FileKind::npy:

@@ -99,8 +99,8 @@ TEST_F(WrongInvocations, EachGetsOneClearLineTheRightExitCodeAndNoLibraryText) {
       {"run " + kInput + in, "a NumPy .npy array (an input for cpudl run --input), not an ONNX model", 1},
       {"info " + path("missing.onnx"), "missing.onnx: cannot open", 1},
       {"info " + path("adir"), "adir: is a directory, expected a file", 1},
-      {"info " + kLlm,
-       "a GGUF language model (cpudl generate, chat, bench llm, quantize and serve take it), not an "
+      {"run " + kLlm,
+       "a GGUF language model (cpudl generate, chat, bench llm, info, quantize and serve take it), not an "
        "ONNX model",
        1},
       {"eval --model" + m + " --data " + kTiny,  // PyTorch's export: no cpudl metadata_props

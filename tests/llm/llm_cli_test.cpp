@@ -397,6 +397,38 @@ TEST_F(LlmCli, NoRepackKeepsOnlyTheMapping) {
   EXPECT_NE(bad.err.find("CPUDL_LLM_REPACK=maybe: expected on or off"), std::string::npos) << bad.err;
 }
 
+// `cpudl info MODEL.gguf` states what loading costs: the KV cache by the model's shape (K and V,
+// layers x KV heads x head dim values a token), the tensors as the file holds them, and the
+// panels repacking would make -- the bytes `bench llm` then reports as allocated.
+TEST_F(LlmCli, InfoStatesWhatLoadingAGgufModelTakes) {
+  for (const std::string type : {"q4_0", "q8_0", "f32"}) {
+    SCOPED_TRACE(type);
+    const std::string m = kDir + "/tiny-llama-" + type + ".gguf";
+    const auto r = run("info " + m + " --json");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["format"], "gguf");
+    const std::uint64_t per_token = 2ull * j["layers"].get<std::uint64_t>() *
+                                    j["kv_heads"].get<std::uint64_t>() * j["head_dim"].get<std::uint64_t>();
+    EXPECT_EQ(j["kv_cache"]["f16"]["bytes_per_token"], per_token * 2);
+    EXPECT_EQ(j["kv_cache"]["f32"]["bytes_per_token"], per_token * 4);
+    EXPECT_EQ(j["kv_cache"]["q8_0"]["bytes_per_token"], per_token / 32 * 34);
+    std::uint64_t tensors = 0;
+    for (const auto& [name, use] : j["tensor_types"].items()) tensors += use["bytes"].get<std::uint64_t>();
+    EXPECT_GT(tensors, j["file_bytes"].get<std::uint64_t>() / 2);  // the rest: metadata, the vocabulary
+    EXPECT_LE(tensors, j["file_bytes"].get<std::uint64_t>());
+    const std::string upper = type == "f32" ? "F32" : type == "q4_0" ? "Q4_0" : "Q8_0";
+    EXPECT_TRUE(j["tensor_types"].contains(upper)) << r.out;
+    const auto bench = run("bench llm -m " + m + " --prompt 4 --gen 1 --repetitions 1 --json");
+    ASSERT_EQ(bench.exit_code, 0) << bench.err;
+    EXPECT_EQ(j["repack_bytes"], nlohmann::json::parse(bench.out)["repacked_bytes"]);
+    const auto text = run("info " + m);
+    ASSERT_EQ(text.exit_code, 0) << text.err;
+    EXPECT_NE(text.out.find("KV cache at"), std::string::npos) << text.out;
+    EXPECT_NE(text.out.find("repacked at load on this CPU: "), std::string::npos) << text.out;
+  }
+}
+
 // Lists, as llama-bench takes them: one row per threads x test, the mean and standard deviation of
 // the repetitions' rates.
 TEST_F(LlmCli, BenchLlmListsGiveOneRowPerThreadsAndTest) {
@@ -440,6 +472,7 @@ TEST_F(LlmCli, BadInputsGetOneClearLine) {
   std::ofstream(path("text.gguf")) << "not a model\n";
   const Case cases[] = {
       {"generate -m " + path("cut.gguf") + " -p hi", "runs past the end of the data section", 1},
+      {"info " + path("cut.gguf"), "runs past the end of the data section", 1},
       {"generate -m " + path("text.gguf") + " -p hi", "not a GGUF file", 1},
       {"generate -m " + path("missing.gguf") + " -p hi", "cannot open", 1},
       {"generate -m " + m + " --tokens 1,99999999", "outside the vocabulary", 2},

@@ -31,10 +31,28 @@ CacheType parse_cache_type(std::string_view name) {
 }
 
 namespace {
+std::size_t round_up(std::size_t n, std::size_t m) { return (n + m - 1) / m * m; }
+
 GgmlType cache_ggml_type(CacheType t) {
   return t == CacheType::f32 ? GgmlType::f32 : t == CacheType::f16 ? GgmlType::f16 : GgmlType::q8_0;
 }
-std::size_t round_up(std::size_t n, std::size_t m) { return (n + m - 1) / m * m; }
+
+// Per layer and KV head: K as n_ctx rows of head_dim values, V transposed as head_dim rows of
+// n_ctx rounded up to 32 positions (a q8_0 block).
+struct CacheLayout {
+  std::size_t n_ctx_padded, k_row_bytes, v_row_bytes, k_bytes, v_bytes;
+};
+CacheLayout cache_layout(const ModelConfig& c, int n_ctx, GgmlType type) {
+  CacheLayout l{};
+  const auto hd = static_cast<std::size_t>(c.head_dim);
+  const std::size_t heads_total = static_cast<std::size_t>(c.layers) * c.kv_heads;
+  l.n_ctx_padded = round_up(static_cast<std::size_t>(n_ctx), 32);
+  l.k_row_bytes = row_bytes(type, hd);
+  l.v_row_bytes = row_bytes(type, l.n_ctx_padded);
+  l.k_bytes = heads_total * static_cast<std::size_t>(n_ctx) * l.k_row_bytes;
+  l.v_bytes = heads_total * hd * l.v_row_bytes;
+  return l;
+}
 }  // namespace
 
 struct Context::State {
@@ -138,12 +156,13 @@ Context::Context(const Model& model, const ContextOptions& options) : state_(std
     throw UsageError("--cache-type q8_0 needs a head dimension divisible by 32 (this model's is " +
                      std::to_string(s.c.head_dim) + ")");
   const auto hd = static_cast<std::size_t>(s.c.head_dim);
-  s.n_ctx_padded = round_up(static_cast<std::size_t>(s.n_ctx), 32);
-  s.k_row_bytes = row_bytes(s.cache_ggml, hd);
-  s.v_row_bytes = row_bytes(s.cache_ggml, s.n_ctx_padded);
+  const CacheLayout layout = cache_layout(s.c, s.n_ctx, s.cache_ggml);
+  s.n_ctx_padded = layout.n_ctx_padded;
+  s.k_row_bytes = layout.k_row_bytes;
+  s.v_row_bytes = layout.v_row_bytes;
   const std::size_t heads_total = static_cast<std::size_t>(s.c.layers) * s.c.kv_heads;
-  s.k_cache = ZeroedPages<std::uint8_t>(heads_total * s.n_ctx * s.k_row_bytes);
-  s.v_cache = ZeroedPages<std::uint8_t>(heads_total * hd * s.v_row_bytes);
+  s.k_cache = ZeroedPages<std::uint8_t>(layout.k_bytes);
+  s.v_cache = ZeroedPages<std::uint8_t>(layout.v_bytes);
   if (s.cache_type == CacheType::q8_0) s.v_staging.assign(heads_total * hd * 32, 0.0f);
   const auto b = static_cast<std::size_t>(s.batch), dim = static_cast<std::size_t>(s.c.dim),
              kvd = static_cast<std::size_t>(s.c.kv_heads) * hd, ffn = static_cast<std::size_t>(s.c.ffn);
@@ -162,6 +181,11 @@ Context::Context(const Model& model, const ContextOptions& options) : state_(std
 }
 
 Context::~Context() = default;
+
+std::uint64_t Context::cache_bytes(const ModelConfig& config, int n_ctx, CacheType type) {
+  const CacheLayout layout = cache_layout(config, n_ctx, cache_ggml_type(type));
+  return layout.k_bytes + layout.v_bytes;
+}
 
 int Context::vocab_size() const { return state_->c.vocab; }
 int Context::n_past() const { return state_->n_past; }

@@ -134,11 +134,15 @@ Model Model::load(const std::filesystem::path& path, const ModelLoadOptions& opt
   // The matrices repacked where the CPU has a faster product over panels (weight_matmul.h:
   // repack_at_load), the output matrix included: generation reads it every token, a fifth of a
   // small model's bytes per token.
-  if (options.repack) {
-    for (LayerWeights& l : impl->layers)
-      for (WeightMatrix* w : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
-        c.repacked_bytes += repack_at_load(*w, compute_threads());
-    c.repacked_bytes += repack_at_load(impl->output, compute_threads());
+  std::vector<WeightMatrix*> matrices{&impl->output};
+  for (LayerWeights& l : impl->layers)
+    matrices.insert(matrices.end(), {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down});
+  for (WeightMatrix* w : matrices) {
+    const PanelPlan plan = panel_plan(*w);
+    for (const auto& [kind, bytes] : {std::pair{"Q8_0x16", plan.tile}, std::pair{"Q4_0x16", plan.q4_0},
+                                      std::pair{"Q4_Kx16", plan.q4_k}, std::pair{"Q6_Kx16", plan.q6_k}})
+      if (bytes) c.panel_bytes[kind] += bytes;
+    if (options.repack) c.repacked_bytes += repack_at_load(*w, compute_threads());
   }
   c.weight_type = type_name(impl->layers.empty() ? impl->output.type : impl->layers[0].q.type);
   for (const GgufTensor& t : f.tensors()) {

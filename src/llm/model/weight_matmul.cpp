@@ -410,29 +410,32 @@ std::shared_ptr<const Panel[]> pack_groups(const WeightMatrix& w, Pack pack, int
 
 }  // namespace
 
+PanelPlan panel_plan(const WeightMatrix& w) {
+  const kernels::KernelTable& k = kernels::kernel_table();
+  PanelPlan plan;
+  const std::size_t groups = (w.rows + 15) / 16;
+  if (w.type == GgmlType::q4_k && w.cols % 256 == 0 && k.q4_kx16_q8_k_gemv.level >= IsaLevel::avx512_vnni)
+    plan.q4_k = groups * (w.cols / 256) * sizeof(kernels::Q4_Kx16Block);
+  if (w.type == GgmlType::q6_k && w.cols % 256 == 0 && k.q6_kx16_q8_k_gemv.level >= IsaLevel::avx512_vnni)
+    plan.q6_k = groups * (w.cols / 256) * sizeof(kernels::Q6_Kx16Block);
+  if (w.cols % 32 != 0) return plan;
+  if (amx_type(w.type) || vnni_q8_panels(w.type))
+    plan.tile = groups * (w.cols / 32) * sizeof(kernels::Q8_0x16Block);
+  if (w.type == GgmlType::q4_0 && k.q4_0x16_q8a_gemv.level >= IsaLevel::avx512_vnni)
+    plan.q4_0 = groups * (w.cols / 32) * sizeof(kernels::Q4_0x16Block);
+  return plan;
+}
+
 std::uint64_t repack_at_load(WeightMatrix& w, int threads) {
   const kernels::KernelTable& k = kernels::kernel_table();
-  if (w.type == GgmlType::q4_k && w.cols % 256 == 0 && k.q4_kx16_q8_k_gemv.level >= IsaLevel::avx512_vnni) {
-    w.q4_k_panels = pack_groups<kernels::Q4_Kx16Block>(w, k.pack_q4_kx16.fn, threads, 256);
-    return (w.rows + 15) / 16 * (w.cols / 256) * sizeof(kernels::Q4_Kx16Block);
-  }
-  if (w.type == GgmlType::q6_k && w.cols % 256 == 0 && k.q6_kx16_q8_k_gemv.level >= IsaLevel::avx512_vnni) {
-    w.q6_k_panels = pack_groups<kernels::Q6_Kx16Block>(w, k.pack_q6_kx16.fn, threads, 256);
-    return (w.rows + 15) / 16 * (w.cols / 256) * sizeof(kernels::Q6_Kx16Block);
-  }
-  if (w.cols % 32 != 0) return 0;
-  const std::size_t blocks = w.cols / 32, groups = (w.rows + 15) / 16;
-  std::uint64_t bytes = 0;
-  if (amx_type(w.type) || vnni_q8_panels(w.type)) {
+  const PanelPlan plan = panel_plan(w);
+  if (plan.q4_k) w.q4_k_panels = pack_groups<kernels::Q4_Kx16Block>(w, k.pack_q4_kx16.fn, threads, 256);
+  if (plan.q6_k) w.q6_k_panels = pack_groups<kernels::Q6_Kx16Block>(w, k.pack_q6_kx16.fn, threads, 256);
+  if (plan.tile)
     w.tile_panels = pack_groups<kernels::Q8_0x16Block>(
         w, (w.type == GgmlType::q4_0 ? k.pack_q4_0x16 : k.pack_q8_0x16).fn, threads);
-    bytes += groups * blocks * sizeof(kernels::Q8_0x16Block);
-  }
-  if (w.type == GgmlType::q4_0 && k.q4_0x16_q8a_gemv.level >= IsaLevel::avx512_vnni) {
-    w.gen_panels = pack_groups<kernels::Q4_0x16Block>(w, k.pack_q4_0x16_nibbles.fn, threads);
-    bytes += groups * blocks * sizeof(kernels::Q4_0x16Block);
-  }
-  return bytes;
+  if (plan.q4_0) w.gen_panels = pack_groups<kernels::Q4_0x16Block>(w, k.pack_q4_0x16_nibbles.fn, threads);
+  return plan.bytes();
 }
 
 }  // namespace cpudl::llm

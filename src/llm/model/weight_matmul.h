@@ -65,6 +65,15 @@ void weight_matmul(std::span<const MatmulTarget> targets, const float* x, std::s
 // (q6_k_panels), its own size. Returns the bytes allocated
 // (0: not this CPU or not this type).
 std::uint64_t repack_at_load(WeightMatrix& w, int threads);
+// The panels repack_at_load makes of w on this CPU, by kind: bytes (0: none of that kind).
+struct PanelPlan {
+  std::uint64_t tile = 0;  // Q8_0x16Block: AMX tiles; on VNNI, Q8_0's prompts and generation
+  std::uint64_t q4_0 = 0;  // Q4_0x16Block: Q4_0 generation and prompts on VNNI
+  std::uint64_t q4_k = 0;  // Q4_Kx16Block: Q4_K generation on VNNI
+  std::uint64_t q6_k = 0;  // Q6_Kx16Block: Q6_K generation on VNNI
+  std::uint64_t bytes() const { return tile + q4_0 + q4_k + q6_k; }
+};
+PanelPlan panel_plan(const WeightMatrix& w);
 
 // The activation format a weight type's kernel takes, and its kernel.
 constexpr std::size_t kPromptMinTokens = 8;
