@@ -257,6 +257,11 @@ const std::vector<KernelVariant<MaxPoolNhwcFn>>& f32_max_pool_nhwc_variants() {
       CPUDL_VARIANT(generic, f32_max_pool_nhwc__ref)};
   return v;
 }
+const std::vector<KernelVariant<U8MaxPoolNhwcFn>>& u8_max_pool_nhwc_variants() {
+  static const std::vector<KernelVariant<U8MaxPoolNhwcFn>> v = {
+      CPUDL_VARIANT(avx512, u8_max_pool_nhwc__avx512), CPUDL_VARIANT(generic, u8_max_pool_nhwc__ref)};
+  return v;
+}
 const std::vector<KernelVariant<MaxPoolNhwcBackwardFn>>& f32_max_pool_nhwc_backward_variants() {
   static const std::vector<KernelVariant<MaxPoolNhwcBackwardFn>> v = {
       CPUDL_VARIANT(avx512, f32_max_pool_nhwc_backward__avx512),

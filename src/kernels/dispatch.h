@@ -105,6 +105,7 @@ namespace cpudl::kernels {
   X(f32_winograd_weight_grad_4x3, WinogradWeightGradFn)                \
   X(f32_max_pool_nhwc, MaxPoolNhwcFn)                                  \
   X(f32_max_pool_nhwc_backward, MaxPoolNhwcBackwardFn)                 \
+  X(u8_max_pool_nhwc, U8MaxPoolNhwcFn)                                 \
   X(f32_fma_probe, FmaProbeFn)                                         \
   X(int8_dot_probe, FmaProbeFn)                                        \
   X(bf16_dot_probe, FmaProbeFn)

@@ -429,6 +429,9 @@ struct PoolWindow {
 };
 // dst (out_h x out_w x C) = window maxima; argmax (may be null) = the winning tap kh * kernel_w + kw.
 using MaxPoolNhwcFn = void (*)(const PoolWindow& w, const float* src, float* dst, std::uint8_t* argmax);
+// uint8 activations of the int8 graphs (quantised, so max pooling commutes with dequantising):
+// dst (out_h x out_w x C) = window maxima over the taps inside the image.
+using U8MaxPoolNhwcFn = void (*)(const PoolWindow& w, const std::uint8_t* src, std::uint8_t* dst);
 // Writes all of diff_src (H x W x C): each diff_dst value added at its window's argmax.
 using MaxPoolNhwcBackwardFn = void (*)(const PoolWindow& w, const float* diff_dst, const std::uint8_t* argmax,
                                        float* diff_src);

@@ -136,7 +136,7 @@ TEST_F(InferenceCli, BadInputsGetOneLineAndTheRightExitCode) {
   const std::string gguf =
       cpudl::testing::slurp(std::string(CPUDL_LLM_FIXTURES_DIR) + "/tiny-llama-q8_0.gguf");
   std::ofstream(path("llm.onnx"), std::ios::binary) << gguf;
-  r = run("info " + path("llm.onnx"));
+  r = run("run " + path("llm.onnx"));  // info describes GGUF files; run takes ONNX only
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("llm.onnx: a GGUF language model (cpudl generate"), std::string::npos) << r.err;
   {

@@ -11,6 +11,7 @@
 #include "kernels/conv/conv.h"
 #include "kernels/dispatch.h"
 #include "kernels/pointwise/pointwise.h"
+#include "kernels/pool/pool.h"
 #include "kernels/winograd/winograd.h"
 #include "runtime/parallel.h"
 
@@ -168,6 +169,43 @@ TEST(Kernels, F32MaxPoolNhwcMatchesReference) {
       }
     }
   });
+}
+
+// uint8 channels-last max pooling: every variant equal to the reference, for channel counts
+// around the 64-byte vector, padded (windows whose taps are partly outside), overlapping and
+// gapped windows; the source exactly its size (ASan catches a load past it).
+TEST(Kernels, U8MaxPoolNhwcMatchesReference) {
+  const auto reference = u8_max_pool_nhwc_variants().back().fn;
+  struct Geometry {
+    std::size_t height, width, kernel, stride, pad;
+  };
+  const Geometry geometries[] = {{6, 8, 2, 2, 0}, {7, 7, 3, 2, 1}, {5, 5, 3, 1, 1},
+                                 {9, 4, 3, 3, 0}, {1, 1, 1, 1, 0}, {8, 8, 2, 3, 0}};
+  std::mt19937 rng(7);
+  for_each_runnable(u8_max_pool_nhwc_variants(), [&](U8MaxPoolNhwcFn fn) {
+    for (std::size_t channels : {1, 6, 16, 63, 64, 65, 130}) {
+      for (const Geometry& g : geometries) {
+        const PoolWindow w = square_pool_window(channels, g.height, g.width, g.kernel, g.stride, g.pad);
+        std::vector<std::uint8_t> src(g.height * g.width * channels);
+        for (auto& v : src) v = static_cast<std::uint8_t>(rng());
+        const std::size_t outputs = w.out_h * w.out_w * channels;
+        std::vector<std::uint8_t> want(outputs, 0xAA), got(outputs, 0x55);
+        reference(w, src.data(), want.data());
+        fn(w, src.data(), got.data());
+        ASSERT_EQ(got, want) << "channels " << channels << ", " << g.height << "x" << g.width << " kernel "
+                             << g.kernel << " stride " << g.stride << " pad " << g.pad;
+      }
+    }
+  });
+  // The reference itself, against a float pool of the same values.
+  const PoolWindow w = square_pool_window(6, 7, 7, 3, 2, 1);
+  std::vector<std::uint8_t> src(7 * 7 * 6);
+  for (auto& v : src) v = static_cast<std::uint8_t>(rng());
+  std::vector<float> as_float(src.begin(), src.end()), pooled(w.out_h * w.out_w * 6);
+  f32_max_pool_nhwc__ref(w, as_float.data(), pooled.data(), nullptr);
+  std::vector<std::uint8_t> got(pooled.size());
+  reference(w, src.data(), got.data());
+  for (std::size_t i = 0; i < got.size(); ++i) ASSERT_EQ(static_cast<float>(got[i]), pooled[i]) << i;
 }
 
 // Channels-last max-pool backward: every variant bit-equal to the reference's zero-fill and

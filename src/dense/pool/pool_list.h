@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string_view>
 
@@ -27,5 +28,15 @@ struct PoolImpl {
 std::span<const PoolImpl> pool_impls();
 // The first entry that runs the shape (oneDNN runs every one).
 const PoolImpl& choose_pool_impl(const dense::PoolShape& s, bool log = true);
+
+// Max pooling of uint8 values (the int8 graphs' activations, forward only), its own two-entry
+// list: the native channels-last kernel where the CPU has it (kernels/pool/), else oneDNN's.
+struct U8PoolImpl {
+  std::string_view name;
+  bool (*runs)(const dense::PoolShape&);
+  void (*forward)(const dense::PoolShape&, const std::uint8_t* x, std::uint8_t* y);
+};
+std::span<const U8PoolImpl> u8_max_pool_impls();
+const U8PoolImpl& choose_u8_max_pool_impl(const dense::PoolShape& s, bool log = true);
 
 }  // namespace cpudl::pool

@@ -481,10 +481,10 @@ Kernel build_pool(OpSetup& s, onednn::PoolKind kind) {
   if (s.node.outputs.size() > 1 && !s.node.outputs[1].empty())
     s.fail("the Indices output of MaxPool is not supported");
   if (bytes) {
-    s.implementation = "onednn uint8";
-    return [p](std::span<const TensorView> in, std::span<const TensorView> o) {
-      onednn::max_pool2d_forward_u8(p, static_cast<const std::uint8_t*>(in[0].data),
-                                    static_cast<std::uint8_t*>(o[0].data));
+    const pool::U8PoolImpl& impl = pool::choose_u8_max_pool_impl(p, !s.shape_pass);
+    s.implementation = std::string(impl.name);
+    return [p, &impl](std::span<const TensorView> in, std::span<const TensorView> o) {
+      impl.forward(p, static_cast<const std::uint8_t*>(in[0].data), static_cast<std::uint8_t*>(o[0].data));
     };
   }
   const pool::PoolImpl& impl = pool::choose_pool_impl(p, !s.shape_pass);

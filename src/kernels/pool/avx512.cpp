@@ -32,7 +32,57 @@ inline bool tap_inside(const PoolWindow& w, std::size_t oh, std::size_t ow, std:
 
 }  // namespace
 
+namespace {
+
+// The window's taps inside the image along one dimension: [first, end) of kernel positions.
+inline std::size_t first_tap(std::size_t o, std::size_t stride, std::size_t pad) {
+  return o * stride < pad ? pad - o * stride : 0;
+}
+inline std::size_t end_tap(std::size_t o, std::size_t stride, std::size_t pad, std::size_t kernel,
+                           std::size_t size) {
+  return std::min(kernel, size + pad - o * stride);
+}
+
+// Inference (no argmax): VMAXPS keeps the running maximum (it returns its second operand, the
+// maximum so far, on a tie or when the new value is NaN: the reference's strict >), and NaN is a
+// mask of its own applied at the end. The argmax form's chain per tap (two compares, a mask
+// AND-NOT, a blend and a byte blend) made LeNet-5's 6-channel pool a quarter of its inference.
+void f32_max_pool_nhwc_values(const PoolWindow& w, const float* src, float* dst) {
+  const std::size_t c = w.channels;
+  const __m512 nan = _mm512_set1_ps(__builtin_nanf(""));
+  for (std::size_t oh = 0; oh < w.out_h; ++oh) {
+    prefetch_window_rows_ahead(w, src, oh);
+    const std::size_t kh0 = first_tap(oh, w.stride_h, w.pad_h),
+                      kh1 = end_tap(oh, w.stride_h, w.pad_h, w.kernel_h, w.height);
+    for (std::size_t ow = 0; ow < w.out_w; ++ow) {
+      const std::size_t kw0 = first_tap(ow, w.stride_w, w.pad_w),
+                        kw1 = end_tap(ow, w.stride_w, w.pad_w, w.kernel_w, w.width);
+      float* out = dst + (oh * w.out_w + ow) * c;
+      for (std::size_t c0 = 0; c0 < c; c0 += 16) {
+        const __mmask16 lanes = lanes_mask(c - c0 < 16 ? c - c0 : 16);
+        __m512 best = _mm512_set1_ps(-__builtin_inff());
+        __mmask16 nans = 0;
+        for (std::size_t kh = kh0; kh < kh1; ++kh) {
+          const float* row = src + (oh * w.stride_h + kh - w.pad_h) * w.width * c + c0;
+          for (std::size_t kw = kw0; kw < kw1; ++kw) {
+            const __m512 v = _mm512_maskz_loadu_ps(lanes, row + (ow * w.stride_w + kw - w.pad_w) * c);
+            nans = _mm512_kor(nans, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q));
+            best = _mm512_max_ps(v, best);
+          }
+        }
+        _mm512_mask_storeu_ps(out + c0, lanes, _mm512_mask_mov_ps(best, nans, nan));
+      }
+    }
+  }
+}
+
+}  // namespace
+
 void f32_max_pool_nhwc__avx512(const PoolWindow& w, const float* src, float* dst, std::uint8_t* argmax) {
+  if (!argmax) {
+    f32_max_pool_nhwc_values(w, src, dst);
+    return;
+  }
   const std::size_t c = w.channels;
   for (std::size_t oh = 0; oh < w.out_h; ++oh) {
     prefetch_window_rows_ahead(w, src, oh);
@@ -57,6 +107,33 @@ void f32_max_pool_nhwc__avx512(const PoolWindow& w, const float* src, float* dst
           }
         _mm512_mask_storeu_ps(dst + at + c0, lanes, best);
         if (argmax) _mm_mask_storeu_epi8(argmax + at + c0, lanes, arg);
+      }
+    }
+  }
+}
+
+// uint8: up to 64 channels per vector under a k-mask, the window's rows and columns clipped to the
+// image once per output pixel (padding never wins: every value is >= 0, the start of the max).
+void u8_max_pool_nhwc__avx512(const PoolWindow& w, const std::uint8_t* src, std::uint8_t* dst) {
+  const std::size_t c = w.channels;
+  for (std::size_t oh = 0; oh < w.out_h; ++oh) {
+    prefetch_window_rows_ahead(w, src, oh);
+    const std::size_t kh0 = first_tap(oh, w.stride_h, w.pad_h),
+                      kh1 = end_tap(oh, w.stride_h, w.pad_h, w.kernel_h, w.height);
+    for (std::size_t ow = 0; ow < w.out_w; ++ow) {
+      const std::size_t kw0 = first_tap(ow, w.stride_w, w.pad_w),
+                        kw1 = end_tap(ow, w.stride_w, w.pad_w, w.kernel_w, w.width);
+      std::uint8_t* out = dst + (oh * w.out_w + ow) * c;
+      for (std::size_t c0 = 0; c0 < c; c0 += 64) {
+        const __mmask64 lanes = c - c0 >= 64 ? ~__mmask64{0} : (__mmask64{1} << (c - c0)) - 1;
+        __m512i best = _mm512_setzero_si512();
+        for (std::size_t kh = kh0; kh < kh1; ++kh) {
+          const std::uint8_t* row = src + (oh * w.stride_h + kh - w.pad_h) * w.width * c + c0;
+          for (std::size_t kw = kw0; kw < kw1; ++kw)
+            best = _mm512_max_epu8(
+                best, _mm512_maskz_loadu_epi8(lanes, row + (ow * w.stride_w + kw - w.pad_w) * c));
+        }
+        _mm512_mask_storeu_epi8(out + c0, lanes, best);
       }
     }
   }

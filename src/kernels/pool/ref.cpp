@@ -1,4 +1,5 @@
 // Channels-last max pooling (pool.h): the portable reference, plain loops over the window.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -32,6 +33,25 @@ void f32_max_pool_nhwc__ref(const PoolWindow& w, const float* src, float* dst, s
         }
       }
     }
+}
+
+void u8_max_pool_nhwc__ref(const PoolWindow& w, const std::uint8_t* src, std::uint8_t* dst) {
+  const std::size_t c = w.channels;
+  for (std::size_t oh = 0; oh < w.out_h; ++oh)
+    for (std::size_t ow = 0; ow < w.out_w; ++ow)
+      for (std::size_t k = 0; k < c; ++k) {
+        std::uint8_t best = 0;  // the smallest value: every window holds a tap inside the image
+        for (std::size_t kh = 0; kh < w.kernel_h; ++kh) {
+          const std::size_t ih = oh * w.stride_h + kh;
+          if (ih < w.pad_h || ih - w.pad_h >= w.height) continue;
+          for (std::size_t kw = 0; kw < w.kernel_w; ++kw) {
+            const std::size_t iw = ow * w.stride_w + kw;
+            if (iw < w.pad_w || iw - w.pad_w >= w.width) continue;
+            best = std::max(best, src[((ih - w.pad_h) * w.width + (iw - w.pad_w)) * c + k]);
+          }
+        }
+        dst[(oh * w.out_w + ow) * c + k] = best;
+      }
 }
 
 void f32_max_pool_nhwc_backward__ref(const PoolWindow& w, const float* diff_dst, const std::uint8_t* argmax,
