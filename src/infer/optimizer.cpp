@@ -352,6 +352,16 @@ void fuse_qdq_products(Graph& g, OptimizerReport& report, bool convolutions) {
                                                "saturate int8 sums without VNNI");
       continue;
     }
+    // One input channel (a grayscale image's first layer): VPDPBUSD sums groups of 4 channels, so
+    // oneDNN's int8 kernel computes 4x the products it needs, and took 0.44 ms for LeNet-5's conv1 at
+    // batch 64 (one thread, Zen 5 class) where the float planar convolution takes 0.20. The float
+    // Conv between its QDQ pairs computes the same numbers (up to the float sums' rounding).
+    if (conv && n.get_int("group", 1) == 1 && w->shape[1] == 1) {
+      report.add("kept QDQ Conv in float", "kept " + n.label() +
+                                               " in float between its QDQ pairs: one input channel, "
+                                               "which int8 dot products pad to four");
+      continue;
+    }
     // A Conv's weights stay O x C/group x kh x kw (oneDNN reorders them once); a product's W must
     // be K x N, transposed when the file holds N x K.
     const bool transposed = !conv && gemm && n.get_int("transB", 0) != 0;
