@@ -1,11 +1,9 @@
 // `cpudl quantize`: for GGUF models, `IN.gguf OUT.gguf --type T` re-encodes the weight matrices
-// (vectors such as norms and biases stay F32), copying all metadata; for ONNX models,
+// (llm/gguf/requantize.h); for ONNX models,
 // `IN.onnx OUT.onnx --mode dynamic` (quantize_onnx.cpp). The input is only read; the output is
 // written to a temporary file and renamed into place.
-#include <charconv>
 #include <cstdio>
 #include <filesystem>
-#include <map>
 
 #include "cli/command.h"
 #include "cli/progress.h"
@@ -15,8 +13,7 @@
 #include "cpudl/io.h"
 #include "io/file_kind.h"
 #include "io/metadata_lists.h"
-#include "llm/gguf/gguf.h"
-#include "llm/gguf/quantize.h"
+#include "llm/gguf/requantize.h"
 #include "train/exported_classifier.h"
 
 namespace cpudl::cli {
@@ -30,32 +27,6 @@ struct QuantizeOptions {
 bool ends_with(const std::string& s, const char* suffix) {
   const std::string tail(suffix);
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
-struct TargetType {
-  const char* name;
-  GgmlType type;
-  std::uint32_t file_type;  // general.file_type as llama.cpp numbers it
-};
-const TargetType kTargets[] = {{"f32", GgmlType::f32, 0},      {"f16", GgmlType::f16, 1},
-                               {"bf16", GgmlType::bf16, 32},   {"q8_0", GgmlType::q8_0, 7},
-                               {"q4_0", GgmlType::q4_0, 2},    {"q4_k", GgmlType::q4_k, 14},
-                               {"q4_k_m", GgmlType::q4_k, 15}, {"q6_k", GgmlType::q6_k, 18}};
-
-// Q4_K_M, the mix most GGUF downloads use, as llama.cpp's quantize makes it: Q4_K everywhere but
-// the output matrix and, in the first and last eighth of the layers and every third one between,
-// the attention values and the feed-forward down projection, which take Q6_K (the tensors whose
-// error costs the most perplexity). A tensor's layer is read from its blk.N. name.
-GgmlType q4_k_m_type(const std::string& name, std::int64_t layers) {
-  if (name == "output.weight") return GgmlType::q6_k;
-  const bool values = name.ends_with(".attn_v.weight"), down = name.ends_with(".ffn_down.weight");
-  if (!name.starts_with("blk.") || !(values || down) || layers < 1) return GgmlType::q4_k;
-  std::int64_t i = 0;
-  const char* digits = name.data() + 4;
-  if (std::from_chars(digits, name.data() + name.size(), i).ec != std::errc{}) return GgmlType::q4_k;
-  const std::int64_t n = layers;
-  const bool more_bits = i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
-  return more_bits ? GgmlType::q6_k : GgmlType::q4_k;
 }
 
 // --calib DATA_DIR for a classifier cpudl trained (or exported): the directory's training split,
@@ -164,72 +135,22 @@ int run_quantize(QuantizeOptions& o) {
   if (!o.onnx.mode.empty() || !o.onnx.calib.empty())
     throw UsageError("--mode and --calib are for ONNX models; GGUF models take --type");
   if (o.type.empty()) throw UsageError(o.input + ": give --type q8_0|q4_0|q4_k|q4_k_m|q6_k|f16|bf16|f32");
-  const TargetType* target = nullptr;
-  for (const auto& t : kTargets)
-    if (o.type == t.name) target = &t;
-  if (target == nullptr)
-    throw UsageError("--type '" + o.type + "': expected f32, f16, bf16, q8_0, q4_0, q4_k, q4_k_m or q6_k");
+  if (!llm::is_requantize_type(o.type))
+    throw UsageError("--type '" + o.type + "': expected " + std::string(llm::requantize_type_names()));
   io::require_output_is_not_an_input(o.output, {o.input}, "output");
-  const llm::GgufFile in = llm::GgufFile::open(o.input);
-  const bool mixed = o.type == "q4_k_m";
-  const std::int64_t layers =
-      mixed && in.has("general.architecture")
-          ? in.get_int(std::string(in.get_string("general.architecture")) + ".block_count", 0)
-          : 0;
-
-  std::vector<llm::GgufWriterValue> metadata;
-  for (const auto& [key, value] : in.metadata()) {
-    if (key == "general.alignment") continue;  // written by write_gguf when not the default
-    llm::GgufWriterValue v{key, value};
-    if (key == "general.file_type") {
-      v.value.type = llm::GgufValueType::u32;
-      v.value.i = target->file_type;
-    }
-    metadata.push_back(std::move(v));
-  }
-  std::vector<std::vector<std::uint8_t>> buffers;
-  std::vector<llm::GgufWriterTensor> tensors;
-  std::map<std::string, int> counts;
-  std::uint64_t bytes_in = 0, bytes_out = 0;
-  buffers.reserve(in.tensors().size());
-  Progress progress("quantize " + o.input + " to " + o.type, static_cast<std::int64_t>(in.tensors().size()));
-  for (const llm::GgufTensor& t : in.tensors()) {
-    progress.update(static_cast<std::int64_t>(tensors.size()), t.name);
-    bytes_in += t.bytes;
-    GgmlType to = t.dims.size() < 2 ? t.type : mixed ? q4_k_m_type(t.name, layers) : target->type;
-    const std::uint32_t block = llm::ggml_type_info(static_cast<std::uint32_t>(to))->block_size;
-    if (t.dims[0] % block != 0)
-      to = t.dims[0] % 32 == 0 ? GgmlType::q8_0 : GgmlType::f16;  // rows too short for the type
-    if (to == t.type) {
-      tensors.push_back({t.name, t.type, t.dims, {t.data, t.bytes}});
-      bytes_out += t.bytes;
-      ++counts[std::string(llm::ggml_type_info(static_cast<std::uint32_t>(to))->name) + " (kept)"];
-      continue;
-    }
-    if (!llm::is_compute_type(t.type))
-      throw Error(in.name() + ": tensor '" + t.name + "' has type " +
-                  llm::ggml_type_info(static_cast<std::uint32_t>(t.type))->name +
-                  ", which cpudl cannot convert");
-    const std::size_t cols = t.dims[0], rows = t.elements() / cols;
-    const std::size_t in_row = llm::row_bytes(t.type, cols), out_row = llm::row_bytes(to, cols);
-    std::vector<std::uint8_t>& out = buffers.emplace_back(rows * out_row);
-    std::vector<float> row(cols);
-    for (std::size_t r = 0; r < rows; ++r) {
-      llm::dequantize_row(t.type, t.data + r * in_row, row.data(), cols);
-      llm::quantize_row(to, row.data(), out.data() + r * out_row, cols);
-    }
-    tensors.push_back({t.name, to, t.dims, {out.data(), out.size()}});
-    bytes_out += out.size();
-    ++counts[llm::ggml_type_info(static_cast<std::uint32_t>(to))->name];
-  }
+  Progress progress("quantize " + o.input + " to " + o.type, 0);
+  const llm::RequantizeSummary done = llm::requantize_gguf(
+      o.input, o.output, o.type, [&](std::size_t index, std::size_t count, const std::string& name) {
+        progress.set_total(static_cast<std::int64_t>(count));
+        progress.update(static_cast<std::int64_t>(index), name);
+      });
   progress.clear();
-  llm::write_gguf(o.output, metadata, tensors, in.alignment());
   std::string summary;
-  for (const auto& [type, n] : counts)
+  for (const auto& [type, n] : done.tensors)
     summary += (summary.empty() ? "" : ", ") + std::to_string(n) + " " + type;
   std::printf("%s -> %s: %zu tensors (%s), %.1f MB -> %.1f MB\n", o.input.c_str(), o.output.c_str(),
-              tensors.size(), summary.c_str(), static_cast<double>(bytes_in) / 1e6,
-              static_cast<double>(bytes_out) / 1e6);
+              done.tensor_count, summary.c_str(), static_cast<double>(done.bytes_in) / 1e6,
+              static_cast<double>(done.bytes_out) / 1e6);
   return 0;
 }
 
