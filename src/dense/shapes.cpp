@@ -2,6 +2,7 @@
 #include "dense/shapes.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "cpudl/error.h"
 
@@ -65,6 +66,17 @@ void PoolShape::validate() const {
   if (pad_h < 0 || pad_w < 0 || pad_h * 2 > kernel_h || pad_w * 2 > kernel_w)
     fail("padding must be between 0 and half the kernel");
   if (out_height() < 1 || out_width() < 1) fail("the kernel does not fit the padded input");
+}
+
+void apply_epilogue(const MatmulEpilogue& e, float* row, std::int64_t j0, std::int64_t j1) {
+  if (!e.bias && e.activation == Activation::none) return;
+  for (std::int64_t j = j0; j < j1; ++j) {
+    float& v = row[j];
+    if (e.bias) v += e.bias[j];
+    if (e.activation == Activation::relu) v = std::max(0.0f, v);
+    if (e.activation == Activation::clip) v = std::min(std::max(v, e.clip_min), e.clip_max);
+    if (e.activation == Activation::swish) v = v / (1.0f + std::exp(-v));
+  }
 }
 
 }  // namespace cpudl::dense

@@ -40,6 +40,9 @@ struct MatmulEpilogue {
   bool accumulate = false;                 // C += result (oneDNN's sum post-op)
   float clip_min = 0.0f, clip_max = 6.0f;  // Activation::clip's bounds
 };
+// The epilogue for engines that have none (CBLAS, the weight-row kernels), on columns [j0, j1)
+// of one row of C: bias, then the activation (accumulate is the engine's own).
+void apply_epilogue(const MatmulEpilogue& e, float* row, std::int64_t j0, std::int64_t j1);
 
 struct ConvShape {
   std::int64_t batch = 0, in_channels = 0, height = 0, width = 0;

@@ -2,7 +2,6 @@
 #include "dense/matmul/weight_rows.h"
 
 #include <algorithm>
-#include <cmath>
 #include <vector>
 
 #include "kernels/dispatch.h"
@@ -45,17 +44,6 @@ void weight_rows_bf16(const MatmulShape& s, const float* a, const std::uint16_t*
   rounded.resize(static_cast<std::size_t>(s.m * s.k));
   for (std::size_t i = 0; i < rounded.size(); ++i) rounded[i] = bf16_to_f32(f32_to_bf16(a[i]));
   weight_rows(s, rounded.data(), b, sizeof(std::uint16_t), kernels::kernel_table().bf16_f32_matmul.fn, c, e);
-}
-
-void apply_epilogue(const MatmulEpilogue& e, float* row, std::int64_t j0, std::int64_t j1) {
-  if (!e.bias && e.activation == Activation::none) return;
-  for (std::int64_t j = j0; j < j1; ++j) {
-    float& v = row[j];
-    if (e.bias) v += e.bias[j];
-    if (e.activation == Activation::relu) v = std::max(0.0f, v);
-    if (e.activation == Activation::clip) v = std::min(std::max(v, e.clip_min), e.clip_max);
-    if (e.activation == Activation::swish) v = v / (1.0f + std::exp(-v));
-  }
 }
 
 }  // namespace cpudl::dense

@@ -29,8 +29,4 @@ void weight_rows_f32(const MatmulShape& s, const float* a, const float* b, float
 void weight_rows_bf16(const MatmulShape& s, const float* a, const std::uint16_t* b, float* c,
                       const MatmulEpilogue& e);
 
-// The epilogue of engines that have none, on columns [j0, j1) of one row of C: bias, then the
-// activation.
-void apply_epilogue(const MatmulEpilogue& e, float* row, std::int64_t j0, std::int64_t j1);
-
 }  // namespace cpudl::dense
