@@ -412,6 +412,70 @@ TEST(OnnxLoader, ShapeArgumentsMustBeKnownBeforeTheRun) {
   fs::remove(path);
 }
 
+// PyTorch exports a Linear layer on 3-D input as MatMul with B stored k x n, then Add: on one to
+// eight rows it runs on the weight-row kernel over a copy of B transposed at plan time (the
+// implementation says so), with the Add fused as its bias; checked against the double product at
+// 1, 3 and 8 rows, and at 9, where oneDNN takes it again.
+TEST(OnnxLoader, LinearOnThreeDimensionalInputTakesTheWeightRows) {
+  const std::int64_t k = 300, n = 1500;
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(13);
+  auto* g = m.mutable_graph();
+  auto* in = g->add_input();
+  in->set_name("x");
+  in->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+  std::vector<float> weights(k * n), bias(n);
+  for (std::size_t i = 0; i < weights.size(); ++i) weights[i] = std::sin(0.37f * static_cast<float>(i));
+  for (std::size_t i = 0; i < bias.size(); ++i) bias[i] = 0.01f * static_cast<float>(i % 97);
+  for (const auto& [name, values, dims] : {std::tuple{"w", &weights, std::vector<std::int64_t>{k, n}},
+                                           std::tuple{"b", &bias, std::vector<std::int64_t>{n}}}) {
+    auto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::FLOAT);
+    for (auto d : dims) t->add_dims(d);
+    for (float f : *values) t->add_float_data(f);
+  }
+  auto* mm = g->add_node();
+  mm->set_op_type("MatMul");
+  mm->set_name("fc");
+  mm->add_input("x");
+  mm->add_input("w");
+  mm->add_output("h");
+  auto* add = g->add_node();
+  add->set_op_type("Add");
+  add->add_input("h");
+  add->add_input("b");
+  add->add_output("y");
+  g->add_output()->set_name("y");
+  const fs::path path =
+      fs::path(::testing::TempDir()) / ("cpudl_linear3d_" + std::to_string(getpid()) + ".onnx");
+  std::ofstream(path, std::ios::binary) << m.SerializeAsString();
+  cpudl::InferenceSession session(path);
+  cpudl::Generator gen(5);
+  for (const std::int64_t rows : {1, 3, 8, 9}) {
+    SCOPED_TRACE("rows " + std::to_string(rows));
+    const cpudl::Tensor x = cpudl::Tensor::randn({1, rows, k}, gen);
+    const auto y = session.run({x})[0].to_vector();
+    const auto xv = x.to_vector();
+    ASSERT_EQ(y.size(), static_cast<std::size_t>(rows * n));
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t j = 0; j < n; ++j) {
+        double ref = bias[j], scale = std::fabs(bias[j]);
+        for (std::int64_t i = 0; i < k; ++i) {
+          ref += static_cast<double>(xv[r * k + i]) * weights[i * n + j];
+          scale += std::fabs(static_cast<double>(xv[r * k + i]) * weights[i * n + j]);
+        }
+        ASSERT_NEAR(y[r * n + j], ref, 1e-5 * scale) << r << " " << j;
+      }
+    std::string how;
+    for (const auto& node : session.info({{1, rows, k}}).implementations)
+      if (node.op == "MatMul") how = node.implementation;
+    EXPECT_EQ(how.starts_with("weight_rows"), rows <= 8) << how;
+  }
+  fs::remove(path);
+}
+
 TEST(OnnxLoader, LayoutReordersAroundTheConvolutionRegionKeepTheNumbers) {
   // x [2, 16, 5, 3] -> 1x1 Conv 16 -> 16 (+ bias) -> Flatten: the input enters the blocked (or
   // NHWC) region through a reorder and leaves it through another before Flatten.

@@ -16,6 +16,7 @@
 #include "infer/op_list.h"
 #include "infer/op_registry.h"
 #include "infer/ops/window.h"
+#include "kernels/dispatch.h"
 #include "kernels/half.h"
 #include "runtime/parallel.h"
 
@@ -284,42 +285,57 @@ onednn::MatmulEpilogue matmul_epilogue(const FusedActivation& act, const float* 
 
 // Gemm and MatMul in the precision the plan asked for (optimizer.h's request_bf16): f32 on the
 // matmul list's choice, or bf16 on oneDNN, whose bf16 copy of a constant B is made once per plan.
-// A product of one to eight rows of A with a constant B runs on the weight-row kernel instead
-// (dense/matmul/weight_rows.h), over a bf16 copy of B made here as rows of k (transposed when the
-// file stores it k x n): oneDNN's bf16 matmul was slower there than the f32 weight-row product.
-struct Bf16Product {
-  bool on = false;
+// A product of one to eight rows of A with a constant B runs on the weight-row kernel
+// (dense/matmul/weight_rows.h), which reads B as n rows of k: in bf16 over a bf16 copy of B made
+// here (oneDNN's bf16 matmul was slower there than the f32 weight-row product), and in f32, when
+// the file stores B k x n (PyTorch's export of a Linear layer on 3-D input: MatMul + Add), over a
+// transposed copy made here -- the list's weight-row entry takes only B^T, and oneDNN's matmul on
+// the k x n B took 2-2.6x its time (three 1024-wide layers on 4 rows, Zen 5 class).
+struct LinearProduct {
+  bool on = false;              // bf16
   std::uint64_t b_version = 0;  // 0: B changes between runs (rounded on every call)
   std::shared_ptr<const std::vector<std::uint16_t>> b_rows;
+  std::shared_ptr<const std::vector<float>> b_rows_f32;
   void multiply(const onednn::MatmulShape& shape, const float* a, const float* b, float* c,
                 const onednn::MatmulEpilogue& e) const {
-    if (b_rows) {
-      onednn::MatmulShape rows = shape;
-      rows.transpose_b = true;
+    onednn::MatmulShape rows = shape;
+    rows.transpose_b = true;
+    if (b_rows)
       dense::weight_rows_bf16(rows, a, b_rows->data(), c, e);
-    } else if (on) {
+    else if (b_rows_f32)
+      dense::weight_rows_f32(rows, a, b_rows_f32->data(), c, e);
+    else if (on)
       onednn::matmul_bf16(shape, a, b, c, e, b_version);
-    } else {
+    else
       dense::matmul(shape, a, b, c, e);
-    }
   }
 };
 // `shape` is the product each run makes (batch 1 for every product that may take the rows).
-Bf16Product bf16_product(const OpSetup& s, const onednn::MatmulShape& shape) {
-  Bf16Product p;
+LinearProduct linear_product(OpSetup& s, const onednn::MatmulShape& shape) {
+  LinearProduct p;
   p.on = s.node.get_int("cpudl.bf16", 0) != 0;
   if (p.on && s.constants[1]) p.b_version = next_weights_version();
   onednn::MatmulShape rows = shape;
   rows.transpose_b = true;
-  if (p.on && s.constants[1] && s.constants[1]->dtype == DType::f32 &&
-      s.constants[1]->numel() == shape.k * shape.n && dense::weight_rows_fit(rows, {})) {
-    const float* b = s.constants[1]->data<float>();
+  if (!s.constants[1] || s.constants[1]->dtype != DType::f32 ||
+      s.constants[1]->numel() != shape.k * shape.n || !dense::weight_rows_fit(rows, {}))
+    return p;
+  const float* b = s.constants[1]->data<float>();
+  if (p.on) {
     auto bf16 = std::make_shared<std::vector<std::uint16_t>>(static_cast<std::size_t>(shape.n * shape.k));
     for (std::int64_t j = 0; j < shape.n; ++j)
       for (std::int64_t i = 0; i < shape.k; ++i)
         (*bf16)[static_cast<std::size_t>(j * shape.k + i)] =
             f32_to_bf16(shape.transpose_b ? b[j * shape.k + i] : b[i * shape.n + j]);
     p.b_rows = std::move(bf16);
+    s.implementation = "weight_rows_bf16";
+  } else if (!shape.transpose_b) {
+    auto t = std::make_shared<std::vector<float>>(static_cast<std::size_t>(shape.n * shape.k));
+    kernels::kernel_table().f32_transpose.fn(
+        b, static_cast<std::size_t>(shape.k), static_cast<std::size_t>(shape.n),
+        static_cast<std::size_t>(shape.n), t->data(), static_cast<std::size_t>(shape.k));
+    p.b_rows_f32 = std::move(t);
+    s.implementation = "weight_rows (B transposed at plan time)";
   }
   return p;
 }
@@ -365,12 +381,12 @@ Kernel build_gemm(OpSetup& s) {
   const FusedActivation act = fused_activation(s);
   if (c_offsets && act.kind != onednn::Activation::none)
     s.fail("internal: activation fused over a general C");
-  const Bf16Product bf16 = bf16_product(s, m);
-  return [m, row_bias, c_offsets, alpha, beta, act, bf16](std::span<const TensorView> in,
-                                                          std::span<const TensorView> o) {
+  const LinearProduct product = linear_product(s, m);
+  return [m, row_bias, c_offsets, alpha, beta, act, product](std::span<const TensorView> in,
+                                                             std::span<const TensorView> o) {
     const onednn::MatmulEpilogue e = matmul_epilogue(act, row_bias ? in[2].f32() : nullptr);
     float* y = o[0].f32();
-    bf16.multiply(m, in[0].f32(), in[1].f32(), y, e);
+    product.multiply(m, in[0].f32(), in[1].f32(), y, e);
     if (c_offsets || alpha != 1.0f) {
       const float* c = c_offsets ? in[2].f32() : nullptr;
       const auto n = static_cast<std::size_t>(m.m * m.n);
@@ -432,17 +448,17 @@ Kernel build_matmul(OpSetup& s) {
       }
     }
   }
-  const Bf16Product bf16 = bf16_product(s, a_off.empty() ? shape : onednn::MatmulShape{});
-  return [shape, bias, act, a_off, b_off, m, n, bf16](std::span<const TensorView> in,
-                                                      std::span<const TensorView> o) {
+  const LinearProduct product = linear_product(s, a_off.empty() ? shape : onednn::MatmulShape{});
+  return [shape, bias, act, a_off, b_off, m, n, product](std::span<const TensorView> in,
+                                                         std::span<const TensorView> o) {
     const onednn::MatmulEpilogue e = matmul_epilogue(act, bias ? in[2].f32() : nullptr);
     if (a_off.empty()) {
-      bf16.multiply(shape, in[0].f32(), in[1].f32(), o[0].f32(), e);
+      product.multiply(shape, in[0].f32(), in[1].f32(), o[0].f32(), e);
       return;
     }
     for (std::size_t i = 0; i < a_off.size(); ++i)
-      bf16.multiply(shape, in[0].f32() + a_off[i], in[1].f32() + b_off[i],
-                    o[0].f32() + static_cast<std::int64_t>(i) * m * n, e);
+      product.multiply(shape, in[0].f32() + a_off[i], in[1].f32() + b_off[i],
+                       o[0].f32() + static_cast<std::int64_t>(i) * m * n, e);
   };
 }
 
