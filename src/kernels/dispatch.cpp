@@ -154,6 +154,12 @@ const std::vector<KernelVariant<Q4_Kx16GemvFn>>& q4_kx16_q8_k_gemv_variants() {
       CPUDL_VARIANT(generic, q4_kx16_q8_k_gemv__ref)};
   return v;
 }
+const std::vector<KernelVariant<Q4_Kx16GemmFn>>& q4_kx16_q8_k_gemm_variants() {
+  static const std::vector<KernelVariant<Q4_Kx16GemmFn>> v = {
+      CPUDL_VARIANT(avx512_vnni, q4_kx16_q8_k_gemm__avx512_vnni),
+      CPUDL_VARIANT(generic, q4_kx16_q8_k_gemm__ref)};
+  return v;
+}
 const std::vector<KernelVariant<Q6_Kx16GemvFn>>& q6_kx16_q8_k_gemv_variants() {
   static const std::vector<KernelVariant<Q6_Kx16GemvFn>> v = {
       CPUDL_VARIANT(avx512_vnni, q6_kx16_q8_k_gemv__avx512_vnni),

@@ -69,6 +69,7 @@ namespace cpudl::kernels {
   X(q4_0x16_q8a_gemm, Q4_0x16GemmFn)                                   \
   X(pack_q4_kx16, PackQ4_Kx16Fn)                                       \
   X(q4_kx16_q8_k_gemv, Q4_Kx16GemvFn)                                  \
+  X(q4_kx16_q8_k_gemm, Q4_Kx16GemmFn)                                  \
   X(pack_q6_kx16, PackQ6_Kx16Fn)                                       \
   X(q6_kx16_q8_k_gemv, Q6_Kx16GemvFn)                                  \
   X(q4_k_q8_k_matmul, WeightMatmulFn)                                  \

@@ -236,6 +236,10 @@ using Q8_0x16GemmFn = void (*)(const Q8_0x16Block* panel, std::size_t k, const v
 using Q4_0x16GemmFn = void (*)(const Q4_0x16Block* panel, std::size_t k, const void* x,
                                std::size_t x_row_bytes, std::size_t tokens, float* y, std::size_t ldy,
                                int rows);
+// The same over Q4_K's generation panels, x BlockQ8_K rows (prompts of Q4_K models).
+using Q4_Kx16GemmFn = void (*)(const Q4_Kx16Block* panel, std::size_t k, const void* x,
+                               std::size_t x_row_bytes, std::size_t tokens, float* y, std::size_t ldy,
+                               int rows);
 
 // Matrix products with LLM weights in GGUF block formats (kernels/quant/ggml_blocks.h):
 //   y[t * ldy + r] = sum_k W[r][k] * x[t][k]   for r < rows, t < tokens,

@@ -325,6 +325,13 @@ TEST_F(LlmCli, QuantizeQ4_K_MMixesQ6_KIntoTheTensorsLlamaCppGivesIt) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_LT(relative_l2(io::load_npy(path("l.npy")), io::load_npy(kDir + "/tiny-qwen2-f32.logits.npy")),
             0.25);
+  // The prompt over the Q4_K panels (VNNI CPUs: Q8_K activations, q4_kx16_q8_k_gemm) against the
+  // float path over the mapped rows (--no-repack): only the activations' 8-bit rounding between
+  // them (about 1% of the logits), where a wrong panel product would be as far off as the weights.
+  const auto u = run("generate -m " + path("m.gguf") + " --tokens " + token_list("tiny-qwen2") +
+                     " -n 0 --no-repack --dump-logits " + path("u.npy"));
+  ASSERT_EQ(u.exit_code, 0) << u.err;
+  EXPECT_LT(relative_l2(io::load_npy(path("l.npy")), io::load_npy(path("u.npy"))), 0.03);
 }
 
 // No command writes over one of its inputs: `quantize m.gguf ./m.gguf` once replaced a 78 MB model

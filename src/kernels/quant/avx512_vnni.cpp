@@ -189,6 +189,58 @@ void gemv_groups_q4_k(const Q4_Kx16Block* panel, std::size_t blocks, const Block
   store_groups<kGroups>(acc, y, rows);
 }
 
+// Several tokens against one Q4_K group (prompts): each sub-block's four chunks are split into
+// their nibble planes once (8 vectors) and serve every token of the tile, whose activations are
+// broadcast 4 bytes at a time; per token the exact integer sub-block products are scaled (and the
+// mins applied to its Q8_K sub-block sums) in int32 as in the gemv, then once per 256 values in
+// float. Tokens four at a time (5 accumulators each beside the 8 planes).
+template <int NT>
+void q4_k_dot_tile(const Q4_Kx16Block* panel, std::size_t blocks, const BlockQ8_K* const* x, float* const* y,
+                   int rows) {
+  const __m512i low = _mm512_set1_epi8(0x0F), high = _mm512_set1_epi8(static_cast<char>(0xF0));
+  __m512 acc[NT];
+  for (int i = 0; i < NT; ++i) acc[i] = _mm512_setzero_ps();
+  for (std::size_t b = 0; b < blocks; ++b) {
+    const Q4_Kx16Block& p = panel[b];
+    __m512i scaled[NT], mins[NT];
+    for (int i = 0; i < NT; ++i) scaled[i] = mins[i] = _mm512_setzero_si512();
+    for (int j = 0; j < 8; ++j) {
+      __m512i plane_low[4], plane_high[4];
+      for (int c = 0; c < 4; ++c) {
+        const __m512i v = _mm512_loadu_si512(p.q[j][c]);
+        plane_low[c] = _mm512_and_si512(v, low);
+        plane_high[c] = _mm512_and_si512(v, high);
+      }
+      const __m512i scale =
+          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p.scales[j])));
+      const __m512i min = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p.mins[j])));
+      for (int i = 0; i < NT; ++i) {
+        __m512i dot_low = _mm512_setzero_si512(), dot_high = _mm512_setzero_si512();
+        for (int c = 0; c < 4; ++c) {
+          std::int32_t four_low, four_high;
+          std::memcpy(&four_low, x[i][b].qs + 32 * j + 8 * c, 4);
+          std::memcpy(&four_high, x[i][b].qs + 32 * j + 8 * c + 4, 4);
+          dot_low = _mm512_dpbusd_epi32(dot_low, plane_low[c], _mm512_set1_epi32(four_low));
+          dot_high = _mm512_dpbusd_epi32(dot_high, plane_high[c], _mm512_set1_epi32(four_high));
+        }
+        const __m512i dot = _mm512_add_epi32(dot_low, _mm512_srai_epi32(dot_high, 4));
+        const __m512i sum = _mm512_set1_epi32(x[i][b].bsums[2 * j] + x[i][b].bsums[2 * j + 1]);
+        scaled[i] = _mm512_add_epi32(scaled[i], _mm512_mullo_epi32(dot, scale));
+        mins[i] = _mm512_add_epi32(mins[i], _mm512_mullo_epi32(min, sum));
+      }
+    }
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.d)));
+    const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.dmin)));
+    for (int i = 0; i < NT; ++i) {
+      const __m512 dx = _mm512_set1_ps(x[i][b].d);
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(scaled[i]), _mm512_mul_ps(d, dx), acc[i]);
+      acc[i] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mins[i]), _mm512_mul_ps(dmin, dx), acc[i]);
+    }
+  }
+  const auto mask = static_cast<__mmask16>((1u << rows) - 1);
+  for (int i = 0; i < NT; ++i) _mm512_mask_storeu_ps(y[i], mask, acc[i]);
+}
+
 // Q6_K generation panels (kernel_types.h's Q6_Kx16Block): per 16-value sub-block, each group of
 // 4 columns is its nibble plane (masked, or shifted down first for the chunk's high plane) ORed
 // with its two high bits shifted into bits 4-5 (VPTERNLOGD: nibbles | (high & 0x30)), then one
@@ -313,6 +365,24 @@ void q4_kx16_q8_k_gemv__avx512_vnni(const Q4_Kx16Block* panel, std::size_t k, co
                                     std::size_t rows) {
   gemv_over_groups<Q4_Kx16Block, BlockQ8_K, 256>(gemv_groups_q4_k<4>, gemv_groups_q4_k<1>, panel, k, x, y,
                                                  rows);
+}
+
+void q4_kx16_q8_k_gemm__avx512_vnni(const Q4_Kx16Block* panel, std::size_t k, const void* x,
+                                    std::size_t x_row_bytes, std::size_t tokens, float* y, std::size_t ldy,
+                                    int rows) {
+  static constexpr std::array kTiles{&q4_k_dot_tile<1>, &q4_k_dot_tile<2>, &q4_k_dot_tile<3>,
+                                     &q4_k_dot_tile<4>};
+  const BlockQ8_K* xs[4];
+  float* ys[4];
+  for (std::size_t t = 0; t < tokens;) {
+    const std::size_t n = tokens - t < 4 ? tokens - t : 4;
+    for (std::size_t i = 0; i < n; ++i) {
+      xs[i] = reinterpret_cast<const BlockQ8_K*>(static_cast<const char*>(x) + (t + i) * x_row_bytes);
+      ys[i] = y + (t + i) * ldy;
+    }
+    kTiles[n - 1](panel, k / 256, xs, ys, rows);
+    t += n;
+  }
 }
 
 void q6_kx16_q8_k_gemv__avx512_vnni(const Q6_Kx16Block* panel, std::size_t k, const void* x, float* y,

@@ -272,6 +272,13 @@ void q4_kx16_q8_k_gemv__ref(const Q4_Kx16Block* panel, std::size_t k, const void
   }
 }
 
+void q4_kx16_q8_k_gemm__ref(const Q4_Kx16Block* panel, std::size_t k, const void* x, std::size_t x_row_bytes,
+                            std::size_t tokens, float* y, std::size_t ldy, int rows) {
+  for (std::size_t t = 0; t < tokens; ++t)
+    q4_kx16_q8_k_gemv__ref(panel, k, static_cast<const char*>(x) + t * x_row_bytes, y + t * ldy,
+                           static_cast<std::size_t>(rows));
+}
+
 namespace {
 // Value v (0..255) of a Q6_K block, unsigned as stored (0..63): dequantize_row_q6_k__ref's
 // layout (each 128-value half: l + 32m takes ql[l + 32 (m % 2)]'s low nibble for m < 2, its high

@@ -61,6 +61,14 @@ bool int8_prompt(GgmlType type) {
          (type == GgmlType::q8_0 && kernels::kernel_table().q8_0x8_q8a_gemm.level >= IsaLevel::avx512_vnni);
 }
 
+// A Q4_K matrix repacked at load (VNNI CPUs) multiplies several tokens over its panels against
+// Q8_K activations (q4_kx16_q8_k_gemm), as llama.cpp's Q4_K products round them, where the float
+// path dequantised every row of it for each chunk of tokens.
+bool q4_k_prompt(const WeightMatrix& w) {
+  return w.q4_k_panels && kernels::kernel_table().q4_kx16_q8_k_gemm.level >= IsaLevel::avx512_vnni;
+}
+bool int8_prompt(const WeightMatrix& w) { return int8_prompt(w.type) || q4_k_prompt(w); }
+
 // Rows in int8 (kernel_types.h's Q4_0x8Block / Q8_0x8Block): eight rows at a time repacked into a
 // panel whose column groups multiply 4 activation bytes for all eight rows in one maddubs or
 // VPDPBUSD, against the tokens' activations quantised to Q8 blocks (as in generation). Q4_0 on
@@ -91,11 +99,12 @@ bool vnni_q8_panels(GgmlType type) {
 bool gemv_panels() { return kernels::kernel_table().q8_0x16_q8a_gemv.level >= IsaLevel::avx512_vnni; }
 
 // Rows lo..hi of w through a sixteen-row panel product: `panels` hold the matrix's groups,
-// cols / 32 blocks each.
+// cols / values blocks each.
 template <class Panel, class Gemm>
 void group_rows(const Panel* panels, Gemm gemm, const WeightMatrix& w, std::size_t lo, std::size_t hi,
-                const void* x, std::size_t x_row_bytes, std::size_t tokens, float* y, std::size_t ldy) {
-  const std::size_t blocks = w.cols / 32;
+                const void* x, std::size_t x_row_bytes, std::size_t tokens, float* y, std::size_t ldy,
+                std::size_t values = 32) {
+  const std::size_t blocks = w.cols / values;
   for (std::size_t r = lo; r < hi;) {  // lo need not start a group: take the group's rows from r on
     const std::size_t group = r / 16, end = std::min(hi, (group + 1) * 16);
     if (r == group * 16) {
@@ -143,21 +152,28 @@ void prompt_matmul(std::span<const MatmulTarget> targets, const float* x, std::s
   constexpr std::size_t kRows = kernels::kGemmMr, kTokens = kernels::kGemmNr;
   const std::size_t cols = targets[0].w->cols;
   std::size_t total_rows = 0;
-  bool any_int8 = false, any_float = false;
+  bool any_int8 = false, any_q8k = false, any_float = false;
   for (const MatmulTarget& t : targets) {
     total_rows += t.w->rows;
-    (int8_prompt(t.w->type) ? any_int8 : any_float) = true;
+    (q4_k_prompt(*t.w) ? any_q8k : int8_prompt(t.w->type) ? any_int8 : any_float) = true;
   }
-  const std::size_t q8_row_bytes = activation_row_bytes(ActivationFormat::q8a, cols);
-  if (any_int8) {
+  // The activations in each int8 format the matrices take: Q8A rows, then Q8_K rows.
+  const std::size_t q8_row_bytes = activation_row_bytes(ActivationFormat::q8a, cols),
+                    q8k_row_bytes = any_q8k ? activation_row_bytes(ActivationFormat::q8k, cols) : 0,
+                    q8k_offset = any_int8 ? tokens * q8_row_bytes : 0;
+  if (any_int8 || any_q8k) {
     workers.once([&] {
-      if (scratch.activations.size() < tokens * q8_row_bytes)
-        scratch.activations.resize(tokens * q8_row_bytes);
+      const std::size_t bytes = q8k_offset + tokens * q8k_row_bytes;
+      if (scratch.activations.size() < bytes) scratch.activations.resize(bytes);
     });
-    const kernels::QuantizeRowFn quantize = kernels::kernel_table().quantize_row_q8a.fn;
+    const kernels::KernelTable& k = kernels::kernel_table();
     workers.split(tokens, 16, [&](std::size_t t0, std::size_t t1) {
-      for (std::size_t t = t0; t < t1; ++t)
-        quantize(x + t * ldx, scratch.activations.data() + t * q8_row_bytes, cols);
+      for (std::size_t t = t0; t < t1; ++t) {
+        if (any_int8) k.quantize_row_q8a.fn(x + t * ldx, scratch.activations.data() + t * q8_row_bytes, cols);
+        if (any_q8k)
+          k.quantize_row_q8_k.fn(x + t * ldx, scratch.activations.data() + q8k_offset + t * q8k_row_bytes,
+                                 cols);
+      }
     });
   }
   // Every token packed once, in slivers of kTokens k-major (zero-padded past the last token),
@@ -192,7 +208,10 @@ void prompt_matmul(std::span<const MatmulTarget> targets, const float* x, std::s
       const std::size_t lo = std::max(begin, base), hi = std::min(end, base + w.rows);
       const kernels::KernelTable& k = kernels::kernel_table();
       const void* xq = scratch.activations.data();
-      if (lo < hi && w.tile_panels && amx_type(w.type) && tokens >= kAmxMinTokens)
+      if (lo < hi && q4_k_prompt(w))
+        group_rows(w.q4_k_panels.get(), k.q4_kx16_q8_k_gemm.fn, w, lo - base, hi - base,
+                   scratch.activations.data() + q8k_offset, q8k_row_bytes, tokens, target.y, target.ldy, 256);
+      else if (lo < hi && w.tile_panels && amx_type(w.type) && tokens >= kAmxMinTokens)
         group_rows(w.tile_panels.get(), k.q8_0x16_q8a_gemm.fn, w, lo - base, hi - base, xq, q8_row_bytes,
                    tokens, target.y, target.ldy);
       else if (lo < hi && w.gen_panels && k.q4_0x16_q8a_gemm.level >= IsaLevel::avx512_vnni)
@@ -216,7 +235,7 @@ void prompt_matmul(std::span<const MatmulTarget> targets, const float* x, std::s
       for (const MatmulTarget& target : targets) {
         const WeightMatrix& w = *target.w;
         const std::size_t lo = std::max(begin, base), hi = std::min(end, base + w.rows);
-        for (std::size_t r = lo; r < hi && !int8_prompt(w.type); r += kRows) {
+        for (std::size_t r = lo; r < hi && !int8_prompt(w); r += kRows) {
           const std::size_t n = std::min(kRows, hi - r);
           const float* rows = reinterpret_cast<const float*>(w.data + (r - base) * w.row_bytes);
           std::size_t lda = w.row_bytes / sizeof(float);
@@ -367,8 +386,8 @@ void weight_matmul(std::span<const MatmulTarget> targets, const float* x, std::s
   MatmulTarget panel[kMaxTargets], rest[kMaxTargets];
   std::size_t n_panel = 0, n_rest = 0;
   for (const MatmulTarget& t : targets)
-    (ldx == cols && tokens >= kInt8PanelMinTokens && int8_prompt(t.w->type) ? panel[n_panel++]
-                                                                            : rest[n_rest++]) = t;
+    (ldx == cols && tokens >= kInt8PanelMinTokens && int8_prompt(*t.w) ? panel[n_panel++] : rest[n_rest++]) =
+        t;
   if (n_panel > 0) prompt_matmul({panel, n_panel}, x, tokens, ldx, scratch, workers);
   if (n_rest > 0) generation_matmul({rest, n_rest}, x, tokens, ldx, scratch, workers);
 }
