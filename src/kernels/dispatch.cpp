@@ -166,6 +166,12 @@ const std::vector<KernelVariant<Q6_Kx16GemvFn>>& q6_kx16_q8_k_gemv_variants() {
       CPUDL_VARIANT(generic, q6_kx16_q8_k_gemv__ref)};
   return v;
 }
+const std::vector<KernelVariant<Q6_Kx16GemmFn>>& q6_kx16_q8_k_gemm_variants() {
+  static const std::vector<KernelVariant<Q6_Kx16GemmFn>> v = {
+      CPUDL_VARIANT(avx512_vnni, q6_kx16_q8_k_gemm__avx512_vnni),
+      CPUDL_VARIANT(generic, q6_kx16_q8_k_gemm__ref)};
+  return v;
+}
 const std::vector<KernelVariant<PackQ6_Kx16Fn>>& pack_q6_kx16_variants() {
   static const std::vector<KernelVariant<PackQ6_Kx16Fn>> v = {CPUDL_VARIANT(avx512, pack_q6_kx16__avx512),
                                                               CPUDL_VARIANT(generic, pack_q6_kx16__ref)};

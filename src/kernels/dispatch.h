@@ -72,6 +72,7 @@ namespace cpudl::kernels {
   X(q4_kx16_q8_k_gemm, Q4_Kx16GemmFn)                                  \
   X(pack_q6_kx16, PackQ6_Kx16Fn)                                       \
   X(q6_kx16_q8_k_gemv, Q6_Kx16GemvFn)                                  \
+  X(q6_kx16_q8_k_gemm, Q6_Kx16GemmFn)                                  \
   X(q4_k_q8_k_matmul, WeightMatmulFn)                                  \
   X(q6_k_q8_k_matmul, WeightMatmulFn)                                  \
   X(quantize_row_q8a, QuantizeRowFn)                                   \

@@ -236,8 +236,11 @@ using Q8_0x16GemmFn = void (*)(const Q8_0x16Block* panel, std::size_t k, const v
 using Q4_0x16GemmFn = void (*)(const Q4_0x16Block* panel, std::size_t k, const void* x,
                                std::size_t x_row_bytes, std::size_t tokens, float* y, std::size_t ldy,
                                int rows);
-// The same over Q4_K's generation panels, x BlockQ8_K rows (prompts of Q4_K models).
+// The same over Q4_K's and Q6_K's generation panels, x BlockQ8_K rows (prompts of K-quant models).
 using Q4_Kx16GemmFn = void (*)(const Q4_Kx16Block* panel, std::size_t k, const void* x,
+                               std::size_t x_row_bytes, std::size_t tokens, float* y, std::size_t ldy,
+                               int rows);
+using Q6_Kx16GemmFn = void (*)(const Q6_Kx16Block* panel, std::size_t k, const void* x,
                                std::size_t x_row_bytes, std::size_t tokens, float* y, std::size_t ldy,
                                int rows);
 

@@ -304,24 +304,24 @@ TEST(Q4_KGenerationPanel, GemvMatchesTheDequantisedProduct) {
                                                   q4_kx16_q8_k_gemv_variants(), quantize_row_q8_k__ref, 41);
 }
 
-// Q4_K prompts (q4_kx16_q8_k_gemm): every variant against the double product of the dequantised
-// rows and Q8_K activations, for 1 to 9 tokens (the VNNI kernel's tiles of four and their rest),
-// whole and partial row groups; rows past `rows` and past the tokens untouched.
-TEST(Q4_KPromptPanel, GemmMatchesTheDequantisedProduct) {
-  if (kMachineLevel < IsaLevel::avx512_vnni)
-    std::printf("note: no AVX512-VNNI here: only the reference Q4_K panel product is checked\n");
+// K-quant prompts (q4_kx16_q8_k_gemm, q6_kx16_q8_k_gemm): every variant against the double
+// product of the dequantised rows and Q8_K activations, for 1 to 9 tokens (the VNNI kernels' tiles
+// of four and their rest), whole and partial row groups; rows past `rows` and past the tokens
+// untouched.
+template <class Panel, class Pack, class Variants>
+void check_k_quant_gemm(GgmlType type, Pack pack, const Variants& variants) {
   const std::size_t k = 512;
   for (const int rows : {16, 13, 3}) {
     const std::vector<float> w = gaussian(static_cast<std::size_t>(rows) * k, 61);
-    const std::size_t w_row = llm::row_bytes(GgmlType::q4_k, k);
+    const std::size_t w_row = llm::row_bytes(type, k);
     std::vector<std::uint8_t> wq(static_cast<std::size_t>(rows) * w_row);
     std::vector<float> w_deq(static_cast<std::size_t>(rows) * k);
     for (int r = 0; r < rows; ++r) {
-      llm::quantize_row(GgmlType::q4_k, w.data() + r * k, wq.data() + r * w_row, k);
-      llm::dequantize_row(GgmlType::q4_k, wq.data() + r * w_row, w_deq.data() + r * k, k);
+      llm::quantize_row(type, w.data() + r * k, wq.data() + r * w_row, k);
+      llm::dequantize_row(type, wq.data() + r * w_row, w_deq.data() + r * k, k);
     }
-    std::vector<Q4_Kx16Block> panel(k / 256);
-    pack_q4_kx16__ref(wq.data(), w_row, rows, k, panel.data());
+    std::vector<Panel> panel(k / 256);
+    pack(wq.data(), w_row, rows, k, panel.data());
     for (const std::size_t tokens : {1, 2, 3, 4, 5, 9}) {
       SCOPED_TRACE("rows " + std::to_string(rows) + " tokens " + std::to_string(tokens));
       const std::vector<float> x = gaussian(tokens * k, 62 + static_cast<unsigned>(tokens));
@@ -330,7 +330,7 @@ TEST(Q4_KPromptPanel, GemmMatchesTheDequantisedProduct) {
         quantize_row_q8_k__ref(x.data() + t * k, xq.data() + t * (k / 256), k);
       const std::size_t ldy = 19;
       int ran = 0;
-      for (const auto& v : q4_kx16_q8_k_gemm_variants()) {
+      for (const auto& v : variants) {
         if (v.level > kMachineLevel) continue;
         SCOPED_TRACE(v.name);
         std::vector<float> y((tokens + 1) * ldy, -1.0f);
@@ -355,6 +355,13 @@ TEST(Q4_KPromptPanel, GemmMatchesTheDequantisedProduct) {
       EXPECT_EQ(ran, kMachineLevel >= IsaLevel::avx512_vnni ? 2 : 1);
     }
   }
+}
+
+TEST(KQuantPromptPanel, GemmsMatchTheDequantisedProduct) {
+  if (kMachineLevel < IsaLevel::avx512_vnni)
+    std::printf("note: no AVX512-VNNI here: only the reference K-quant panel products are checked\n");
+  check_k_quant_gemm<Q4_Kx16Block>(GgmlType::q4_k, pack_q4_kx16__ref, q4_kx16_q8_k_gemm_variants());
+  check_k_quant_gemm<Q6_Kx16Block>(GgmlType::q6_k, pack_q6_kx16__ref, q6_kx16_q8_k_gemm_variants());
 }
 
 // Q6_K (Q6_Kx16Block): two 256-value blocks a row.

@@ -298,6 +298,66 @@ void gemv_groups_q6_k(const Q6_Kx16Block* panel, std::size_t blocks, const Block
   store_groups<kGroups>(acc, y, rows);
 }
 
+// Several tokens against one Q6_K group (prompts): each sub-block's 6-bit values are assembled
+// once (four VPTERNLOGDs, as in the gemv) and serve every token of the tile of four.
+template <int NT>
+void q6_k_dot_tile(const Q6_Kx16Block* panel, std::size_t blocks, const BlockQ8_K* const* x, float* const* y,
+                   int rows) {
+  const __m512i nibble = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30);
+  __m512 acc[NT];
+  for (int i = 0; i < NT; ++i) acc[i] = _mm512_setzero_ps();
+  for (std::size_t b = 0; b < blocks; ++b) {
+    const Q6_Kx16Block& p = panel[b];
+    __m512i scaled[NT];
+    for (int i = 0; i < NT; ++i) scaled[i] = _mm512_setzero_si512();
+    for (int j = 0; j < 16; ++j) {
+      const __m512i low0 = _mm512_loadu_si512(p.low[j][0]), low1 = _mm512_loadu_si512(p.low[j][1]);
+      const __m512i high = _mm512_loadu_si512(p.high[j]);
+      const __m512i q[4] = {
+          _mm512_ternarylogic_epi32(_mm512_and_si512(low0, nibble), _mm512_slli_epi16(high, 4), bits45, 0xF8),
+          _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(low0, 4), nibble),
+                                    _mm512_slli_epi16(high, 2), bits45, 0xF8),
+          _mm512_ternarylogic_epi32(_mm512_and_si512(low1, nibble), high, bits45, 0xF8),
+          _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(low1, 4), nibble),
+                                    _mm512_srli_epi16(high, 2), bits45, 0xF8)};
+      const __m512i scale =
+          _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p.scales[j])));
+      for (int i = 0; i < NT; ++i) {
+        __m512i dot = _mm512_set1_epi32(-32 * x[i][b].bsums[j]);
+        for (int c = 0; c < 4; ++c) {
+          std::int32_t v;
+          std::memcpy(&v, x[i][b].qs + 16 * j + 4 * c, 4);
+          dot = _mm512_dpbusd_epi32(dot, q[c], _mm512_set1_epi32(v));
+        }
+        scaled[i] = _mm512_add_epi32(scaled[i], _mm512_mullo_epi32(dot, scale));
+      }
+    }
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.d)));
+    for (int i = 0; i < NT; ++i)
+      acc[i] =
+          _mm512_fmadd_ps(_mm512_cvtepi32_ps(scaled[i]), _mm512_mul_ps(d, _mm512_set1_ps(x[i][b].d)), acc[i]);
+  }
+  const auto mask = static_cast<__mmask16>((1u << rows) - 1);
+  for (int i = 0; i < NT; ++i) _mm512_mask_storeu_ps(y[i], mask, acc[i]);
+}
+
+// Tokens four at a time over one K-quant group.
+template <class Panel, class Tile>
+void k_quant_gemm(const std::array<Tile, 4>& tiles, const Panel* panel, std::size_t k, const void* x,
+                  std::size_t x_row_bytes, std::size_t tokens, float* y, std::size_t ldy, int rows) {
+  const BlockQ8_K* xs[4];
+  float* ys[4];
+  for (std::size_t t = 0; t < tokens;) {
+    const std::size_t n = tokens - t < 4 ? tokens - t : 4;
+    for (std::size_t i = 0; i < n; ++i) {
+      xs[i] = reinterpret_cast<const BlockQ8_K*>(static_cast<const char*>(x) + (t + i) * x_row_bytes);
+      ys[i] = y + (t + i) * ldy;
+    }
+    tiles[n - 1](panel, k / 256, xs, ys, rows);
+    t += n;
+  }
+}
+
 // Several tokens against one 16-row group (prompts, and sequences decoding together), from the
 // panels repacked at load, where the eight-row panels (int8_products.inl) are packed per call:
 // the pack cost more than the product at four tokens (30% and 20% of a four-sequence Q8_0 pass).
@@ -372,17 +432,15 @@ void q4_kx16_q8_k_gemm__avx512_vnni(const Q4_Kx16Block* panel, std::size_t k, co
                                     int rows) {
   static constexpr std::array kTiles{&q4_k_dot_tile<1>, &q4_k_dot_tile<2>, &q4_k_dot_tile<3>,
                                      &q4_k_dot_tile<4>};
-  const BlockQ8_K* xs[4];
-  float* ys[4];
-  for (std::size_t t = 0; t < tokens;) {
-    const std::size_t n = tokens - t < 4 ? tokens - t : 4;
-    for (std::size_t i = 0; i < n; ++i) {
-      xs[i] = reinterpret_cast<const BlockQ8_K*>(static_cast<const char*>(x) + (t + i) * x_row_bytes);
-      ys[i] = y + (t + i) * ldy;
-    }
-    kTiles[n - 1](panel, k / 256, xs, ys, rows);
-    t += n;
-  }
+  k_quant_gemm(kTiles, panel, k, x, x_row_bytes, tokens, y, ldy, rows);
+}
+
+void q6_kx16_q8_k_gemm__avx512_vnni(const Q6_Kx16Block* panel, std::size_t k, const void* x,
+                                    std::size_t x_row_bytes, std::size_t tokens, float* y, std::size_t ldy,
+                                    int rows) {
+  static constexpr std::array kTiles{&q6_k_dot_tile<1>, &q6_k_dot_tile<2>, &q6_k_dot_tile<3>,
+                                     &q6_k_dot_tile<4>};
+  k_quant_gemm(kTiles, panel, k, x, x_row_bytes, tokens, y, ldy, rows);
 }
 
 void q6_kx16_q8_k_gemv__avx512_vnni(const Q6_Kx16Block* panel, std::size_t k, const void* x, float* y,

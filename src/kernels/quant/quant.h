@@ -50,10 +50,15 @@ void q4_kx16_q8_k_gemv__ref(const Q4_Kx16Block* panel, std::size_t k, const void
 void q4_kx16_q8_k_gemv__avx512_vnni(const Q4_Kx16Block* panel, std::size_t k, const void* x, float* y,
                                     std::size_t rows);
 // Q6_K generation panels (kernel_types.h's Q6_Kx16Block): as Q4_K's.
-// Several tokens over the Q4_K panels (prompts): y[t * ldy + r] for t < tokens, r < rows <= 16.
+// Several tokens over the Q4_K and Q6_K panels (prompts): y[t * ldy + r] for t < tokens, r < rows <= 16.
 void q4_kx16_q8_k_gemm__ref(const Q4_Kx16Block* panel, std::size_t k, const void* x, std::size_t x_row_bytes,
                             std::size_t tokens, float* y, std::size_t ldy, int rows);
 void q4_kx16_q8_k_gemm__avx512_vnni(const Q4_Kx16Block* panel, std::size_t k, const void* x,
+                                    std::size_t x_row_bytes, std::size_t tokens, float* y, std::size_t ldy,
+                                    int rows);
+void q6_kx16_q8_k_gemm__ref(const Q6_Kx16Block* panel, std::size_t k, const void* x, std::size_t x_row_bytes,
+                            std::size_t tokens, float* y, std::size_t ldy, int rows);
+void q6_kx16_q8_k_gemm__avx512_vnni(const Q6_Kx16Block* panel, std::size_t k, const void* x,
                                     std::size_t x_row_bytes, std::size_t tokens, float* y, std::size_t ldy,
                                     int rows);
 void pack_q6_kx16__ref(const void* w, std::size_t w_row_bytes, int rows, std::size_t k, Q6_Kx16Block* panel);

@@ -341,6 +341,13 @@ void q6_kx16_q8_k_gemv__ref(const Q6_Kx16Block* panel, std::size_t k, const void
   }
 }
 
+void q6_kx16_q8_k_gemm__ref(const Q6_Kx16Block* panel, std::size_t k, const void* x, std::size_t x_row_bytes,
+                            std::size_t tokens, float* y, std::size_t ldy, int rows) {
+  for (std::size_t t = 0; t < tokens; ++t)
+    q6_kx16_q8_k_gemv__ref(panel, k, static_cast<const char*>(x) + t * x_row_bytes, y + t * ldy,
+                           static_cast<std::size_t>(rows));
+}
+
 // Q8_0: the signed bytes biased by 128.
 void pack_q8_0x8__ref(const void* w, std::size_t w_row_bytes, int rows, std::size_t k, Q8_0x8Block* panel) {
   pack_x8_ref<BlockQ8_0>(w, w_row_bytes, rows, k, panel,

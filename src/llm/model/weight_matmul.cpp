@@ -61,13 +61,15 @@ bool int8_prompt(GgmlType type) {
          (type == GgmlType::q8_0 && kernels::kernel_table().q8_0x8_q8a_gemm.level >= IsaLevel::avx512_vnni);
 }
 
-// A Q4_K matrix repacked at load (VNNI CPUs) multiplies several tokens over its panels against
-// Q8_K activations (q4_kx16_q8_k_gemm), as llama.cpp's Q4_K products round them, where the float
-// path dequantised every row of it for each chunk of tokens.
-bool q4_k_prompt(const WeightMatrix& w) {
-  return w.q4_k_panels && kernels::kernel_table().q4_kx16_q8_k_gemm.level >= IsaLevel::avx512_vnni;
+// A Q4_K or Q6_K matrix repacked at load (VNNI CPUs) multiplies several tokens over its panels
+// against Q8_K activations (q4_kx16_q8_k_gemm, q6_kx16_q8_k_gemm), as llama.cpp's K-quant
+// products round them, where the float path dequantised every row of it for each chunk of tokens.
+bool k_quant_prompt(const WeightMatrix& w) {
+  const kernels::KernelTable& k = kernels::kernel_table();
+  return (w.q4_k_panels && k.q4_kx16_q8_k_gemm.level >= IsaLevel::avx512_vnni) ||
+         (w.q6_k_panels && k.q6_kx16_q8_k_gemm.level >= IsaLevel::avx512_vnni);
 }
-bool int8_prompt(const WeightMatrix& w) { return int8_prompt(w.type) || q4_k_prompt(w); }
+bool int8_prompt(const WeightMatrix& w) { return int8_prompt(w.type) || k_quant_prompt(w); }
 
 // Rows in int8 (kernel_types.h's Q4_0x8Block / Q8_0x8Block): eight rows at a time repacked into a
 // panel whose column groups multiply 4 activation bytes for all eight rows in one maddubs or
@@ -155,7 +157,7 @@ void prompt_matmul(std::span<const MatmulTarget> targets, const float* x, std::s
   bool any_int8 = false, any_q8k = false, any_float = false;
   for (const MatmulTarget& t : targets) {
     total_rows += t.w->rows;
-    (q4_k_prompt(*t.w) ? any_q8k : int8_prompt(t.w->type) ? any_int8 : any_float) = true;
+    (k_quant_prompt(*t.w) ? any_q8k : int8_prompt(t.w->type) ? any_int8 : any_float) = true;
   }
   // The activations in each int8 format the matrices take: Q8A rows, then Q8_K rows.
   const std::size_t q8_row_bytes = activation_row_bytes(ActivationFormat::q8a, cols),
@@ -208,9 +210,13 @@ void prompt_matmul(std::span<const MatmulTarget> targets, const float* x, std::s
       const std::size_t lo = std::max(begin, base), hi = std::min(end, base + w.rows);
       const kernels::KernelTable& k = kernels::kernel_table();
       const void* xq = scratch.activations.data();
-      if (lo < hi && q4_k_prompt(w))
-        group_rows(w.q4_k_panels.get(), k.q4_kx16_q8_k_gemm.fn, w, lo - base, hi - base,
-                   scratch.activations.data() + q8k_offset, q8k_row_bytes, tokens, target.y, target.ldy, 256);
+      const std::uint8_t* xq8k = scratch.activations.data() + q8k_offset;
+      if (lo < hi && k_quant_prompt(w) && w.q4_k_panels)
+        group_rows(w.q4_k_panels.get(), k.q4_kx16_q8_k_gemm.fn, w, lo - base, hi - base, xq8k, q8k_row_bytes,
+                   tokens, target.y, target.ldy, 256);
+      else if (lo < hi && k_quant_prompt(w))
+        group_rows(w.q6_k_panels.get(), k.q6_kx16_q8_k_gemm.fn, w, lo - base, hi - base, xq8k, q8k_row_bytes,
+                   tokens, target.y, target.ldy, 256);
       else if (lo < hi && w.tile_panels && amx_type(w.type) && tokens >= kAmxMinTokens)
         group_rows(w.tile_panels.get(), k.q8_0x16_q8a_gemm.fn, w, lo - base, hi - base, xq, q8_row_bytes,
                    tokens, target.y, target.ldy);
