@@ -412,6 +412,14 @@ TEST(OnnxLoader, ShapeArgumentsMustBeKnownBeforeTheRun) {
   fs::remove(path);
 }
 
+// m written to a file of its own in the test's temporary folder (the caller removes it).
+fs::path write_temporary_model(const onnx::ModelProto& m, const std::string& stem) {
+  const fs::path path =
+      fs::path(::testing::TempDir()) / ("cpudl_" + stem + "_" + std::to_string(getpid()) + ".onnx");
+  std::ofstream(path, std::ios::binary) << m.SerializeAsString();
+  return path;
+}
+
 // PyTorch exports a Linear layer on 3-D input as MatMul with B stored k x n, then Add: on one to
 // eight rows it runs on the weight-row kernel over a copy of B transposed at plan time (the
 // implementation says so), with the Add fused as its bias; checked against the double product at
@@ -448,9 +456,7 @@ TEST(OnnxLoader, LinearOnThreeDimensionalInputTakesTheWeightRows) {
   add->add_input("b");
   add->add_output("y");
   g->add_output()->set_name("y");
-  const fs::path path =
-      fs::path(::testing::TempDir()) / ("cpudl_linear3d_" + std::to_string(getpid()) + ".onnx");
-  std::ofstream(path, std::ios::binary) << m.SerializeAsString();
+  const fs::path path = write_temporary_model(m, "linear3d");
   cpudl::InferenceSession session(path);
   cpudl::Generator gen(5);
   for (const std::int64_t rows : {1, 3, 8, 9}) {
@@ -510,9 +516,7 @@ TEST(OnnxLoader, LayoutReordersAroundTheConvolutionRegionKeepTheNumbers) {
   flat->add_input("c");
   flat->add_output("y");
   g->add_output()->set_name("y");
-  const fs::path path =
-      fs::path(::testing::TempDir()) / ("cpudl_layout_" + std::to_string(getpid()) + ".onnx");
-  std::ofstream(path, std::ios::binary) << m.SerializeAsString();
+  const fs::path path = write_temporary_model(m, "layout");
   cpudl::InferenceSession session(path);
   cpudl::Generator gen(3);
   const cpudl::Tensor x = cpudl::Tensor::randn({n, c, h, w}, gen);

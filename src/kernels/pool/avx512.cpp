@@ -47,33 +47,43 @@ inline std::size_t end_tap(std::size_t o, std::size_t stride, std::size_t pad, s
 // maximum so far, on a tie or when the new value is NaN: the reference's strict >), and NaN is a
 // mask of its own applied at the end. The argmax form's chain per tap (two compares, a mask
 // AND-NOT, a blend and a byte blend) made LeNet-5's 6-channel pool a quarter of its inference.
-void f32_max_pool_nhwc_values(const PoolWindow& w, const float* src, float* dst) {
-  const std::size_t c = w.channels;
-  const __m512 nan = _mm512_set1_ps(__builtin_nanf(""));
+// fn(at, first, rows, cols) for each output pixel: its offset in dst, the first tap of its window
+// inside the image and the window's rows and columns there (taps `w.width * w.channels` apart
+// down, `w.channels` across); input rows prefetched ahead.
+template <class T, class Fn>
+void for_each_window(const PoolWindow& w, const T* src, Fn&& fn) {
   for (std::size_t oh = 0; oh < w.out_h; ++oh) {
     prefetch_window_rows_ahead(w, src, oh);
     const std::size_t kh0 = first_tap(oh, w.stride_h, w.pad_h),
                       kh1 = end_tap(oh, w.stride_h, w.pad_h, w.kernel_h, w.height);
+    const T* row = src + (oh * w.stride_h + kh0 - w.pad_h) * w.width * w.channels;
     for (std::size_t ow = 0; ow < w.out_w; ++ow) {
       const std::size_t kw0 = first_tap(ow, w.stride_w, w.pad_w),
                         kw1 = end_tap(ow, w.stride_w, w.pad_w, w.kernel_w, w.width);
-      float* out = dst + (oh * w.out_w + ow) * c;
-      for (std::size_t c0 = 0; c0 < c; c0 += 16) {
-        const __mmask16 lanes = lanes_mask(c - c0 < 16 ? c - c0 : 16);
-        __m512 best = _mm512_set1_ps(-__builtin_inff());
-        __mmask16 nans = 0;
-        for (std::size_t kh = kh0; kh < kh1; ++kh) {
-          const float* row = src + (oh * w.stride_h + kh - w.pad_h) * w.width * c + c0;
-          for (std::size_t kw = kw0; kw < kw1; ++kw) {
-            const __m512 v = _mm512_maskz_loadu_ps(lanes, row + (ow * w.stride_w + kw - w.pad_w) * c);
-            nans = _mm512_kor(nans, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q));
-            best = _mm512_max_ps(v, best);
-          }
-        }
-        _mm512_mask_storeu_ps(out + c0, lanes, _mm512_mask_mov_ps(best, nans, nan));
-      }
+      fn((oh * w.out_w + ow) * w.channels, row + (ow * w.stride_w + kw0 - w.pad_w) * w.channels, kh1 - kh0,
+         kw1 - kw0);
     }
   }
+}
+
+void f32_max_pool_nhwc_values(const PoolWindow& w, const float* src, float* dst) {
+  const std::size_t c = w.channels;
+  const __m512 nan = _mm512_set1_ps(__builtin_nanf(""));
+  const std::size_t down = w.width * c;
+  for_each_window(w, src, [&](std::size_t at, const float* first, std::size_t rows, std::size_t cols) {
+    for (std::size_t c0 = 0; c0 < c; c0 += 16) {
+      const __mmask16 lanes = lanes_mask(c - c0 < 16 ? c - c0 : 16);
+      __m512 best = _mm512_set1_ps(-__builtin_inff());
+      __mmask16 nans = 0;
+      for (std::size_t kh = 0; kh < rows; ++kh)
+        for (std::size_t kw = 0; kw < cols; ++kw) {
+          const __m512 v = _mm512_maskz_loadu_ps(lanes, first + kh * down + kw * c + c0);
+          nans = _mm512_kor(nans, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q));
+          best = _mm512_max_ps(v, best);
+        }
+      _mm512_mask_storeu_ps(dst + at + c0, lanes, _mm512_mask_mov_ps(best, nans, nan));
+    }
+  });
 }
 
 }  // namespace
@@ -116,27 +126,17 @@ void f32_max_pool_nhwc__avx512(const PoolWindow& w, const float* src, float* dst
 // image once per output pixel (padding never wins: every value is >= 0, the start of the max).
 void u8_max_pool_nhwc__avx512(const PoolWindow& w, const std::uint8_t* src, std::uint8_t* dst) {
   const std::size_t c = w.channels;
-  for (std::size_t oh = 0; oh < w.out_h; ++oh) {
-    prefetch_window_rows_ahead(w, src, oh);
-    const std::size_t kh0 = first_tap(oh, w.stride_h, w.pad_h),
-                      kh1 = end_tap(oh, w.stride_h, w.pad_h, w.kernel_h, w.height);
-    for (std::size_t ow = 0; ow < w.out_w; ++ow) {
-      const std::size_t kw0 = first_tap(ow, w.stride_w, w.pad_w),
-                        kw1 = end_tap(ow, w.stride_w, w.pad_w, w.kernel_w, w.width);
-      std::uint8_t* out = dst + (oh * w.out_w + ow) * c;
-      for (std::size_t c0 = 0; c0 < c; c0 += 64) {
-        const __mmask64 lanes = c - c0 >= 64 ? ~__mmask64{0} : (__mmask64{1} << (c - c0)) - 1;
-        __m512i best = _mm512_setzero_si512();
-        for (std::size_t kh = kh0; kh < kh1; ++kh) {
-          const std::uint8_t* row = src + (oh * w.stride_h + kh - w.pad_h) * w.width * c + c0;
-          for (std::size_t kw = kw0; kw < kw1; ++kw)
-            best = _mm512_max_epu8(
-                best, _mm512_maskz_loadu_epi8(lanes, row + (ow * w.stride_w + kw - w.pad_w) * c));
-        }
-        _mm512_mask_storeu_epi8(out + c0, lanes, best);
-      }
+  const std::size_t down = w.width * c;
+  for_each_window(w, src, [&](std::size_t at, const std::uint8_t* first, std::size_t rows, std::size_t cols) {
+    for (std::size_t c0 = 0; c0 < c; c0 += 64) {
+      const __mmask64 lanes = c - c0 >= 64 ? ~__mmask64{0} : (__mmask64{1} << (c - c0)) - 1;
+      __m512i best = _mm512_setzero_si512();
+      for (std::size_t kh = 0; kh < rows; ++kh)
+        for (std::size_t kw = 0; kw < cols; ++kw)
+          best = _mm512_max_epu8(best, _mm512_maskz_loadu_epi8(lanes, first + kh * down + kw * c + c0));
+      _mm512_mask_storeu_epi8(dst + at + c0, lanes, best);
     }
-  }
+  });
 }
 
 // Each input pixel gathers the gradients of the windows whose maximum it was (at most
