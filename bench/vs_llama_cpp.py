@@ -3,7 +3,8 @@
 
 The 134M Llama-architecture model of scripts/gen-llm-fixtures.py (dim 768, 12 layers, 12 heads,
 ffn 2048, Llama-2 vocabulary, random weights) in F32, F16, Q8_0 and Q4_0 is made once into
-build/llm-bench/. For each type, on 1 and 2 threads, back to back:
+build/llm-bench/, and in Q4_K_M (llama.cpp's mix, what most GGUF downloads use) and Q6_K by
+`cpudl quantize` from the F32 file. For each type (--types), on 1 and 2 threads, back to back:
   cpudl      build/cpudl bench llm -m M --prompt 64 --gen 32 --threads T --repetitions 1 --json
   llama.cpp  $LLAMA_BIN/llama-bench -m M -p 64 -n 32 -t T -r 1 -o json   (only when LLAMA_BIN is set:
              binaries the user already has; this repository never fetches or builds llama.cpp)
@@ -24,15 +25,23 @@ from benchmarks_doc import write_section  # noqa: E402
 
 CPUDL = os.environ.get("CPUDL_BIN", os.path.join(ROOT, "build", "cpudl"))
 MODELS = os.path.join(ROOT, "build", "llm-bench")
-TYPES = ["f32", "f16", "q8_0", "q4_0"]
+TYPES = ["f32", "f16", "q8_0", "q4_0", "q4_k_m", "q6_k"]
+QUANTIZED_BY_CPUDL = {"q4_k_m", "q6_k"}  # the others come from gen-llm-fixtures.py
 
 
-def ensure_models():
-    if all(os.path.exists(os.path.join(MODELS, "llama-134m-%s.gguf" % t)) for t in TYPES):
-        return
-    print("making the 134M bench models in %s (scripts/gen-llm-fixtures.py --bench)" % MODELS, file=sys.stderr)
-    subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "scripts", "gen-llm-fixtures.py"), MODELS, "--bench"],
-                   check=True, stdout=subprocess.DEVNULL)
+def model_path(ty):
+    return os.path.join(MODELS, "llama-134m-%s.gguf" % ty)
+
+
+def ensure_models(types):
+    if not all(os.path.exists(model_path(t)) for t in TYPES if t not in QUANTIZED_BY_CPUDL):
+        print("making the 134M bench models in %s (scripts/gen-llm-fixtures.py --bench)" % MODELS, file=sys.stderr)
+        subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "scripts", "gen-llm-fixtures.py"), MODELS, "--bench"],
+                       check=True, stdout=subprocess.DEVNULL)
+    for t in types:
+        if t in QUANTIZED_BY_CPUDL and not os.path.exists(model_path(t)):
+            subprocess.run([CPUDL, "quantize", model_path("f32"), model_path(t), "--type", t], check=True,
+                           stdout=subprocess.DEVNULL)
 
 
 def cpudl(model, threads, prompt, gen, reps):
@@ -58,9 +67,13 @@ def main():
     ap.add_argument("--prompt", type=int, default=64)
     ap.add_argument("--gen", type=int, default=32)
     ap.add_argument("--repetitions", type=int, default=5)
+    ap.add_argument("--types", default=",".join(TYPES))
     ap.add_argument("--write-doc", action="store_true")
     args = ap.parse_args()
-    ensure_models()
+    types = args.types.split(",")
+    if any(t not in TYPES for t in types):
+        ap.error("--types: expected some of " + ",".join(TYPES))
+    ensure_models(types)
     llama_bin = os.environ.get("LLAMA_BIN")
     doctor = json.loads(subprocess.run([CPUDL, "doctor", "--json"], check=True, capture_output=True, text=True).stdout)
     header = "| model | threads | cpudl pp%d tok/s | cpudl tg%d tok/s | tg %% of bandwidth |" % (args.prompt, args.gen)
@@ -70,8 +83,8 @@ def main():
         sep += "---|---|---|---|"
     lines, commit = [header, sep], None
     for t in [int(x) for x in args.threads.split(",")]:
-        for ty in TYPES:
-            model = os.path.join(MODELS, "llama-134m-%s.gguf" % ty)
+        for ty in types:
+            model = model_path(ty)
             # Rounds alternate the two engines, so a noisy spell of the shared host hits both;
             # each side's best round is its figure (a slowdown is the host's, a speed-up is not).
             runs, peer = [], []
