@@ -10,10 +10,12 @@
 // own) or, when every cached block is smaller, grows the largest with mremap (its faulted pages
 // move along): cached memory serves any size, so a steady training or inference loop maps and
 // faults nothing after its first step. At most an eighth of physical memory (and 4 GiB) stays
-// cached, and never more than keeps live plus cached bytes within the highest live count so far (since
-// reset_peak_tensor_bytes): the cache holds only memory the process's live tensors once needed at the same
-// time. Under AddressSanitizer nothing is cached (blocks come from malloc), so use-after-free is still
-// caught.
+// cached, and never more than keeps live plus cached bytes within one and a half times the highest
+// live count so far (since reset_peak_tensor_bytes; the count itself under a tensor memory limit):
+// the cache holds little more than the process's live tensors once needed at the same time, and the
+// half is what a steady loop's blocks, split and grown into other sizes, need to be served again
+// (block_cache.cpp). Under AddressSanitizer nothing is cached (blocks come from malloc), so use-after-free is
+// still caught.
 #pragma once
 
 #include <cstddef>
