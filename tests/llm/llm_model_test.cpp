@@ -317,9 +317,11 @@ TEST(WeightMatmul, PromptAcrossTokenChunksMatchesTheDoubleProduct) {
 // Matrices repacked at load (repack_at_load): on AMX, Q8_0 and Q4_0 tile panels for prompts,
 // Q8_0's also for single tokens (the VNNI gemv); on VNNI CPUs, Q4_0's 4-bit generation panels
 // (single tokens, and several on the dot-product kernel) and, without AMX, Q8_0's tile panels for
-// several tokens; Q4_K's generation panels (single tokens). Row ranges split by the threads inside
-// 16-row groups give what the mapped rows give, within float rounding; the bytes reported are the
-// panels'.
+// several tokens; Q4_K's and Q6_K's generation panels (single tokens, and several on the Q8_K
+// dot products). Row ranges split by the threads inside 16-row groups give what the mapped rows
+// give, within float rounding; the bytes reported are the panels'. A prompt over the K-quant
+// panels rounds its activations to Q8_K, as the mapped rows' kernel does for one token, where the
+// mapped prompt path multiplies in float: those are compared token by token.
 TEST(WeightMatmul, RepackedRowsMatchTheMappedRows) {
   const std::size_t cols = 256, rows = 41;
   std::vector<float> w(rows * cols), x(37 * cols);
@@ -354,7 +356,11 @@ TEST(WeightMatmul, RepackedRowsMatchTheMappedRows) {
       for (const int threads : {1, 2, 3}) {
         std::vector<float> a(tokens * rows), b(tokens * rows);
         MatmulScratch s1, s2;
-        weight_matmul(mapped, x.data(), tokens, cols, a.data(), rows, s1, threads);
+        if ((q4_k_panels || q6_k_panels) && tokens >= kPromptMinTokens)
+          for (std::size_t t = 0; t < tokens; ++t)
+            weight_matmul(mapped, x.data() + t * cols, 1, cols, a.data() + t * rows, rows, s1, threads);
+        else
+          weight_matmul(mapped, x.data(), tokens, cols, a.data(), rows, s1, threads);
         weight_matmul(repacked, x.data(), tokens, cols, b.data(), rows, s2, threads);
         for (std::size_t i = 0; i < a.size(); ++i)
           ASSERT_NEAR(b[i], a[i], 1e-4 * (1.0 + std::fabs(a[i])))
